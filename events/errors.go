@@ -1,0 +1,39 @@
+package events
+
+import "fmt"
+
+// EnvelopeError reports a missing or invalid envelope field.
+type EnvelopeError struct {
+	Field  string
+	Reason string
+}
+
+func (e *EnvelopeError) Error() string {
+	return fmt.Sprintf("event envelope: %s: %s", e.Field, e.Reason)
+}
+
+// UnknownTypeError is returned when decoding an event type that was never
+// registered.
+type UnknownTypeError struct {
+	EventType string
+}
+
+func (e *UnknownTypeError) Error() string {
+	if e.EventType == "" {
+		return "decode event: no event type"
+	}
+	return fmt.Sprintf("decode event: unknown event type %q", e.EventType)
+}
+
+// MalformedPayloadError is returned when a payload cannot be decoded into
+// its registered type, or decodes but fails the type's validation.
+type MalformedPayloadError struct {
+	EventType string
+	Err       error
+}
+
+func (e *MalformedPayloadError) Error() string {
+	return fmt.Sprintf("decode event %q: malformed payload: %v", e.EventType, e.Err)
+}
+
+func (e *MalformedPayloadError) Unwrap() error { return e.Err }

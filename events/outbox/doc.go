@@ -1,0 +1,17 @@
+// Package outbox is the write side of the transactional outbox: it publishes
+// events as rows of the outbox table inside the caller's database
+// transaction, so that an event exists if and only if the state change that
+// caused it committed.
+//
+// Rows are written by a Watermill SQL publisher (watermill-sql v4) bound to
+// the caller's transaction, through [SchemaAdapter], which maps the event
+// envelope onto the table's columns. The forwarder (package forwarder) later
+// moves committed rows to the broker.
+//
+// There is deliberately no way to publish outside a transaction: [Writer]
+// takes a pgx.Tx or a database/sql *sql.Tx, and a nil or finished
+// transaction fails with [ErrNoTransaction] instead of auto-committing a lone
+// event that no state change stands behind.
+//
+// Topic routing is data: [Routes] maps event types to topics.
+package outbox

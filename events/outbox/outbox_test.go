@@ -1,0 +1,231 @@
+package outbox_test
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"testing"
+	"time"
+
+	"github.com/google/uuid"
+	"github.com/jackc/pgx/v5"
+	"github.com/stretchr/testify/require"
+
+	"github.com/outflow-dev/outflow/events"
+	"github.com/outflow-dev/outflow/events/outbox"
+	"github.com/outflow-dev/outflow/events/payment"
+	"github.com/outflow-dev/outflow/outflowtest"
+)
+
+func newEvent(t *testing.T, ctx context.Context, aggID string, version int64) events.Event {
+	t.Helper()
+	ev, err := events.New(ctx, events.Aggregate{Type: payment.AggregateType, ID: aggID, Version: version}, payment.Paid{
+		PaymentID: aggID, MerchantID: uuid.NewString(), Amount: 1250, Currency: "EUR", PaidAt: time.Now().UTC(),
+	})
+	require.NoError(t, err)
+	return ev
+}
+
+func newWriter(t *testing.T) *outbox.Writer {
+	t.Helper()
+	w, err := outbox.NewWriter(outbox.Config{Routes: outbox.Routes{"*": "payments"}})
+	require.NoError(t, err)
+	return w
+}
+
+func countRows(t *testing.T, s *outflowtest.Schema) int {
+	t.Helper()
+	var n int
+	require.NoError(t, s.Pool.QueryRow(context.Background(), `SELECT count(*) FROM outbox`).Scan(&n))
+	return n
+}
+
+type row struct {
+	MessageID        string
+	Topic            string
+	AggregateType    string
+	AggregateID      string
+	AggregateVersion int64
+	EventType        string
+	Payload          []byte
+	Metadata         map[string]string
+	OccurredAt       time.Time
+	PublishedAt      *time.Time
+	Attempts         int
+}
+
+func readRows(t *testing.T, s *outflowtest.Schema) []row {
+	t.Helper()
+	rows, err := s.Pool.Query(context.Background(), `
+		SELECT message_id::text, topic, aggregate_type, aggregate_id, aggregate_version, event_type,
+		       payload, metadata, occurred_at, published_at, attempts
+		FROM outbox ORDER BY id`)
+	require.NoError(t, err)
+	out, err := pgx.CollectRows(rows, pgx.RowToStructByPos[row])
+	require.NoError(t, err)
+	return out
+}
+
+func TestPublishTxCommitWritesFullEnvelope(t *testing.T) {
+	t.Parallel()
+	s := outflowtest.NewSchema(t)
+	w := newWriter(t)
+	ctx := events.WithTraceparent(events.WithCorrelationID(context.Background(), "corr-1"),
+		"00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01")
+	aggID := uuid.NewString()
+	ev1, ev2 := newEvent(t, ctx, aggID, 1), newEvent(t, ctx, aggID, 2)
+
+	tx, err := s.Pool.Begin(ctx)
+	require.NoError(t, err)
+	require.NoError(t, w.PublishTx(ctx, tx, ev1, ev2))
+	require.NoError(t, tx.Commit(ctx))
+
+	got := readRows(t, s)
+	require.Len(t, got, 2)
+	for i, ev := range []events.Event{ev1, ev2} {
+		r := got[i]
+		require.Equal(t, ev.MessageID, r.MessageID)
+		require.Equal(t, "payments", r.Topic)
+		require.Equal(t, payment.AggregateType, r.AggregateType)
+		require.Equal(t, aggID, r.AggregateID)
+		require.Equal(t, ev.AggregateVersion, r.AggregateVersion)
+		require.Equal(t, payment.PaidType, r.EventType)
+		require.WithinDuration(t, ev.OccurredAt, r.OccurredAt, time.Microsecond)
+		require.Nil(t, r.PublishedAt)
+		require.Zero(t, r.Attempts)
+		require.Equal(t, "corr-1", r.Metadata[events.CorrelationIDKey])
+		require.Equal(t, "00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01", r.Metadata[events.TraceparentKey])
+		require.Equal(t, ev.MessageID, r.Metadata[events.MessageIDKey])
+
+		var p payment.Paid
+		require.NoError(t, json.Unmarshal(r.Payload, &p))
+		require.Equal(t, ev.Payload, p)
+	}
+}
+
+func TestPublishTxRollbackLeavesNoRow(t *testing.T) {
+	t.Parallel()
+	s := outflowtest.NewSchema(t)
+	w := newWriter(t)
+	ctx := context.Background()
+
+	tx, err := s.Pool.Begin(ctx)
+	require.NoError(t, err)
+	require.NoError(t, w.PublishTx(ctx, tx, newEvent(t, ctx, uuid.NewString(), 1)))
+	require.NoError(t, tx.Rollback(ctx))
+
+	require.Zero(t, countRows(t, s))
+}
+
+func TestPublishStdTxWithLibPQ(t *testing.T) {
+	t.Parallel()
+	s := outflowtest.NewSchema(t)
+	db := s.OpenLibPQ(t)
+	w := newWriter(t)
+	ctx := context.Background()
+
+	commitID := uuid.NewString()
+	tx, err := db.BeginTx(ctx, nil)
+	require.NoError(t, err)
+	require.NoError(t, w.PublishStdTx(ctx, tx, newEvent(t, ctx, commitID, 1)))
+	require.NoError(t, tx.Commit())
+
+	tx, err = db.BeginTx(ctx, nil)
+	require.NoError(t, err)
+	require.NoError(t, w.PublishStdTx(ctx, tx, newEvent(t, ctx, uuid.NewString(), 1)))
+	require.NoError(t, tx.Rollback())
+
+	got := readRows(t, s)
+	require.Len(t, got, 1, "the rolled-back event must not be there")
+	require.Equal(t, commitID, got[0].AggregateID)
+}
+
+func TestPublishOutsideTransactionFails(t *testing.T) {
+	t.Parallel()
+	s := outflowtest.NewSchema(t)
+	db := s.OpenLibPQ(t)
+	w := newWriter(t)
+	ctx := context.Background()
+	ev := newEvent(t, ctx, uuid.NewString(), 1)
+
+	require.ErrorIs(t, w.PublishTx(ctx, nil, ev), outbox.ErrNoTransaction)
+	require.ErrorIs(t, w.PublishStdTx(ctx, nil, ev), outbox.ErrNoTransaction)
+
+	// A committed pgx transaction.
+	tx, err := s.Pool.Begin(ctx)
+	require.NoError(t, err)
+	require.NoError(t, tx.Commit(ctx))
+	require.ErrorIs(t, w.PublishTx(ctx, tx, ev), outbox.ErrNoTransaction)
+
+	// A rolled-back database/sql transaction.
+	stdTx, err := db.BeginTx(ctx, nil)
+	require.NoError(t, err)
+	require.NoError(t, stdTx.Rollback())
+	require.ErrorIs(t, w.PublishStdTx(ctx, stdTx, ev), outbox.ErrNoTransaction)
+
+	require.Zero(t, countRows(t, s), "nothing may be auto-committed")
+}
+
+func TestDuplicateAggregateVersionRefused(t *testing.T) {
+	t.Parallel()
+	s := outflowtest.NewSchema(t)
+	w := newWriter(t)
+	ctx := context.Background()
+	aggID := uuid.NewString()
+
+	require.NoError(t, pgx.BeginFunc(ctx, s.Pool, func(tx pgx.Tx) error {
+		return w.PublishTx(ctx, tx, newEvent(t, ctx, aggID, 1))
+	}))
+	err := pgx.BeginFunc(ctx, s.Pool, func(tx pgx.Tx) error {
+		return w.PublishTx(ctx, tx, newEvent(t, ctx, aggID, 1))
+	})
+	require.Error(t, err)
+	require.Equal(t, 1, countRows(t, s))
+}
+
+func TestRoutes(t *testing.T) {
+	t.Parallel()
+	env := func(typ, agg string) events.Envelope { return events.Envelope{EventType: typ, AggregateType: agg} }
+	tests := []struct {
+		name    string
+		routes  outbox.Routes
+		env     events.Envelope
+		want    string
+		wantErr error
+	}{
+		{"nil routes use the aggregate type", nil, env("payment.paid", "payment"), "payment", nil},
+		{"exact match", outbox.Routes{"payment.paid": "paid", "*": "rest"}, env("payment.paid", "payment"), "paid", nil},
+		{"fallback", outbox.Routes{"payment.paid": "paid", "*": "rest"}, env("payment.created", "payment"), "rest", nil},
+		{"no route", outbox.Routes{"payment.paid": "paid"}, env("payment.created", "payment"), "", outbox.ErrNoRoute},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			got, err := tt.routes.Topic(tt.env)
+			if tt.wantErr != nil {
+				require.ErrorIs(t, err, tt.wantErr)
+				return
+			}
+			require.NoError(t, err)
+			require.Equal(t, tt.want, got)
+		})
+	}
+}
+
+func TestNewWriterRejectsBadTopic(t *testing.T) {
+	t.Parallel()
+	_, err := outbox.NewWriter(outbox.Config{Routes: outbox.Routes{"payment.paid": "bad topic!"}})
+	require.ErrorContains(t, err, "Routes")
+}
+
+func TestUnroutedEventFailsWholePublish(t *testing.T) {
+	t.Parallel()
+	s := outflowtest.NewSchema(t)
+	w, err := outbox.NewWriter(outbox.Config{Routes: outbox.Routes{"payment.created": "payments"}})
+	require.NoError(t, err)
+	ctx := context.Background()
+	err = pgx.BeginFunc(ctx, s.Pool, func(tx pgx.Tx) error {
+		return w.PublishTx(ctx, tx, newEvent(t, ctx, uuid.NewString(), 1))
+	})
+	require.True(t, errors.Is(err, outbox.ErrNoRoute), "got %v", err)
+	require.Zero(t, countRows(t, s))
+}

@@ -1,0 +1,110 @@
+package outbox
+
+import (
+	stdsql "database/sql"
+	"errors"
+	"fmt"
+	"strings"
+
+	wmsql "github.com/ThreeDotsLabs/watermill-sql/v4/pkg/sql"
+	"github.com/jackc/pgx/v5"
+
+	"github.com/outflow-dev/outflow/events"
+)
+
+// ErrReadNotSupported is returned by the read half of [SchemaAdapter]: the
+// outbox is read by the forwarder, which claims rows by state, not by
+// Watermill's SQL subscriber.
+var ErrReadNotSupported = errors.New("outbox: the outbox table is read by the forwarder, not by a watermill-sql subscriber")
+
+// SchemaAdapter is a watermill-sql v4 schema adapter that writes messages
+// carrying an [events.Envelope] as outbox rows. Only its write half is
+// implemented; the table itself is created by the migrations.
+//
+// On its own it does not refuse a non-transactional handle: use [Writer],
+// which does.
+type SchemaAdapter struct {
+	// Table defaults to "outbox".
+	Table string
+}
+
+var _ wmsql.SchemaAdapter = SchemaAdapter{}
+
+const insertColumns = `(message_id, topic, aggregate_type, aggregate_id, aggregate_version, event_type, payload, metadata, occurred_at)`
+
+// InsertQuery returns one multi-row INSERT for msgs.
+func (a SchemaAdapter) InsertQuery(params wmsql.InsertQueryParams) (wmsql.Query, error) {
+	table, err := tableIdentifier(a.Table)
+	if err != nil {
+		return wmsql.Query{}, err
+	}
+	if len(params.Msgs) == 0 {
+		return wmsql.Query{}, errors.New("outbox: no messages to insert")
+	}
+	var b strings.Builder
+	b.WriteString("INSERT INTO ")
+	b.WriteString(table)
+	b.WriteString(" ")
+	b.WriteString(insertColumns)
+	b.WriteString(" VALUES ")
+	const cols = 9
+	args := make([]any, 0, cols*len(params.Msgs))
+	for i, msg := range params.Msgs {
+		env, err := events.EnvelopeFromMessage(msg)
+		if err != nil {
+			return wmsql.Query{}, fmt.Errorf("message %s: %w", msg.UUID, err)
+		}
+		md, err := metadataJSON(msg.Metadata)
+		if err != nil {
+			return wmsql.Query{}, fmt.Errorf("message %s: encode metadata: %w", msg.UUID, err)
+		}
+		if i > 0 {
+			b.WriteString(", ")
+		}
+		n := i * cols
+		fmt.Fprintf(&b, "($%d::uuid, $%d, $%d, $%d, $%d, $%d, $%d::jsonb, $%d::jsonb, $%d)",
+			n+1, n+2, n+3, n+4, n+5, n+6, n+7, n+8, n+9)
+		// Payload and metadata go as text: lib/pq sends []byte as binary,
+		// which jsonb's binary input would reject.
+		args = append(args, env.MessageID, params.Topic, env.AggregateType, env.AggregateID,
+			env.AggregateVersion, env.EventType, string(msg.Payload), md, env.OccurredAt)
+	}
+	return wmsql.Query{Query: b.String(), Args: args}, nil
+}
+
+// SelectQuery is not supported; see [ErrReadNotSupported].
+func (SchemaAdapter) SelectQuery(wmsql.SelectQueryParams) (wmsql.Query, error) {
+	return wmsql.Query{}, ErrReadNotSupported
+}
+
+// UnmarshalMessage is not supported; see [ErrReadNotSupported].
+func (SchemaAdapter) UnmarshalMessage(wmsql.UnmarshalMessageParams) (wmsql.Row, error) {
+	return wmsql.Row{}, ErrReadNotSupported
+}
+
+// SchemaInitializingQueries is not supported: the migrations own the schema.
+func (SchemaAdapter) SchemaInitializingQueries(wmsql.SchemaInitializingQueriesParams) ([]wmsql.Query, error) {
+	return nil, errors.New("outbox: the outbox table is created by the migrations (outflow migrate up)")
+}
+
+// SubscribeIsolationLevel is unused: the adapter is write-only.
+func (SchemaAdapter) SubscribeIsolationLevel() stdsql.IsolationLevel {
+	return stdsql.LevelDefault
+}
+
+// tableIdentifier quotes a possibly schema-qualified table name.
+func tableIdentifier(name string) (string, error) {
+	if name == "" {
+		name = DefaultTable
+	}
+	parts := strings.Split(name, ".")
+	if len(parts) > 2 {
+		return "", fmt.Errorf("table %q: want table or schema.table", name)
+	}
+	for _, p := range parts {
+		if p == "" {
+			return "", fmt.Errorf("table %q: empty name part", name)
+		}
+	}
+	return pgx.Identifier(parts).Sanitize(), nil
+}

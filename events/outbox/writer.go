@@ -1,0 +1,128 @@
+package outbox
+
+import (
+	"context"
+	stdsql "database/sql"
+	"errors"
+	"fmt"
+	"log/slog"
+
+	"github.com/ThreeDotsLabs/watermill"
+	wmsql "github.com/ThreeDotsLabs/watermill-sql/v4/pkg/sql"
+	"github.com/ThreeDotsLabs/watermill/message"
+	"github.com/jackc/pgx/v5"
+
+	"github.com/outflow-dev/outflow/events"
+)
+
+// ErrNoTransaction is returned when an event would be written outside an open
+// transaction: a nil transaction, or one already committed or rolled back.
+var ErrNoTransaction = errors.New("outbox: publish needs an open transaction")
+
+// DefaultTable is the outbox table created by the migrations.
+const DefaultTable = "outbox"
+
+// Config configures a [Writer].
+type Config struct {
+	// Table is the outbox table, optionally schema-qualified ("billing.outbox").
+	// Defaults to "outbox".
+	Table string
+	// Routes maps event types to topics. Defaults to routing every event to
+	// a topic named after its aggregate type.
+	Routes Routes
+	// Logger defaults to slog.Default().
+	Logger *slog.Logger
+}
+
+// Writer publishes events into the outbox within the caller's transaction.
+// It is safe for concurrent use; one Writer serves the whole process.
+type Writer struct {
+	adapter SchemaAdapter
+	routes  Routes
+	logger  watermill.LoggerAdapter
+}
+
+// NewWriter validates cfg and returns a Writer.
+func NewWriter(cfg Config) (*Writer, error) {
+	if cfg.Table == "" {
+		cfg.Table = DefaultTable
+	}
+	if cfg.Logger == nil {
+		cfg.Logger = slog.Default()
+	}
+	if _, err := tableIdentifier(cfg.Table); err != nil {
+		return nil, fmt.Errorf("outbox config: Table: %w", err)
+	}
+	if err := cfg.Routes.validate(); err != nil {
+		return nil, fmt.Errorf("outbox config: Routes: %w", err)
+	}
+	return &Writer{
+		adapter: SchemaAdapter{Table: cfg.Table},
+		routes:  cfg.Routes,
+		logger:  watermill.NewSlogLogger(cfg.Logger),
+	}, nil
+}
+
+// PublishTx writes evs into the outbox inside tx, in order. Nothing is
+// visible to the forwarder until tx commits, and nothing remains if it rolls
+// back.
+func (w *Writer) PublishTx(ctx context.Context, tx pgx.Tx, evs ...events.Event) error {
+	if tx == nil {
+		return ErrNoTransaction
+	}
+	return w.publish(ctx, wmsql.TxFromPgx(tx), evs)
+}
+
+// PublishStdTx is PublishTx for a database/sql transaction (lib/pq, or pgx
+// through its stdlib driver).
+func (w *Writer) PublishStdTx(ctx context.Context, tx *stdsql.Tx, evs ...events.Event) error {
+	if tx == nil {
+		return ErrNoTransaction
+	}
+	return w.publish(ctx, wmsql.TxFromStdSQL(tx), evs)
+}
+
+func (w *Writer) publish(ctx context.Context, tx wmsql.Tx, evs []events.Event) error {
+	if len(evs) == 0 {
+		return nil
+	}
+	pub, err := wmsql.NewPublisher(tx, wmsql.PublisherConfig{SchemaAdapter: w.adapter}, w.logger)
+	if err != nil {
+		return fmt.Errorf("outbox publisher: %w", err)
+	}
+	// One INSERT per run of consecutive events with the same topic keeps the
+	// caller's order and, in the common case of one topic, one round trip.
+	for start := 0; start < len(evs); {
+		topic, err := w.routes.Topic(evs[start].Envelope)
+		if err != nil {
+			return err
+		}
+		end := start + 1
+		for end < len(evs) {
+			next, err := w.routes.Topic(evs[end].Envelope)
+			if err != nil {
+				return err
+			}
+			if next != topic {
+				break
+			}
+			end++
+		}
+		msgs := make(message.Messages, 0, end-start)
+		for _, ev := range evs[start:end] {
+			msg, err := ev.Message(ctx)
+			if err != nil {
+				return fmt.Errorf("outbox: %w", err)
+			}
+			msgs = append(msgs, msg)
+		}
+		if err := pub.Publish(topic, msgs...); err != nil {
+			if errors.Is(err, pgx.ErrTxClosed) || errors.Is(err, stdsql.ErrTxDone) {
+				return fmt.Errorf("%w: transaction already committed or rolled back", ErrNoTransaction)
+			}
+			return fmt.Errorf("write outbox rows: %w", err)
+		}
+		start = end
+	}
+	return nil
+}
