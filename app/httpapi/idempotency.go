@@ -1,0 +1,127 @@
+package httpapi
+
+import (
+	"bytes"
+	"context"
+	"crypto/sha256"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"net/http"
+
+	"github.com/jackc/pgx/v5"
+)
+
+const (
+	idempotencyHeader = "Idempotency-Key"
+	replayedHeader    = "Idempotent-Replayed"
+	maxKeyLen         = 255
+)
+
+// errKeyReused aborts the transaction of a request whose key belongs to
+// another request.
+var errKeyReused = errors.New("idempotency key reused with another request")
+
+// command runs fn in one transaction and writes its result with status. With
+// an Idempotency-Key, the key and the response are stored in that same
+// transaction, so they exist exactly when the effect committed.
+func (a *API) command(w http.ResponseWriter, r *http.Request, in any, status int,
+	fn func(context.Context, pgx.Tx) (any, error),
+) {
+	ctx := r.Context()
+	key := r.Header.Get(idempotencyHeader)
+	if len(key) > maxKeyLen {
+		writeError(w, http.StatusBadRequest, "invalid_header", fmt.Sprintf("%s: at most %d characters", idempotencyHeader, maxKeyLen), idempotencyHeader)
+		return
+	}
+	var (
+		body     []byte
+		replayed bool
+	)
+	err := a.svc.InTx(ctx, func(tx pgx.Tx) error {
+		if key != "" {
+			hash, err := requestHash(r, in)
+			if err != nil {
+				return err
+			}
+			stored, code, ok, err := claimKey(ctx, tx, key, hash)
+			if err != nil {
+				return err
+			}
+			if ok {
+				body, status, replayed = stored, code, true
+				return nil
+			}
+		}
+		out, err := fn(ctx, tx)
+		if err != nil {
+			return err
+		}
+		if body, err = json.Marshal(out); err != nil {
+			return fmt.Errorf("encode response: %w", err)
+		}
+		if key != "" {
+			return saveResponse(ctx, tx, key, status, body)
+		}
+		return nil
+	})
+	switch {
+	case errors.Is(err, errKeyReused):
+		writeError(w, http.StatusUnprocessableEntity, "idempotency_key_reused",
+			"this Idempotency-Key was used with a different request", idempotencyHeader)
+		return
+	case err != nil:
+		a.writeAppError(w, r, err)
+		return
+	}
+	if replayed {
+		w.Header().Set(replayedHeader, "true")
+	}
+	writeRaw(w, status, body)
+}
+
+// requestHash fingerprints the request: method, path and the decoded body
+// re-encoded, so that formatting differences do not count as another request.
+func requestHash(r *http.Request, in any) ([]byte, error) {
+	canon, err := json.Marshal(in)
+	if err != nil {
+		return nil, fmt.Errorf("encode request: %w", err)
+	}
+	h := sha256.New()
+	fmt.Fprintf(h, "%s %s\n", r.Method, r.URL.Path)
+	h.Write(canon)
+	return h.Sum(nil), nil
+}
+
+// claimKey inserts the key's row or, if the key exists, returns its stored
+// response. The INSERT waits on the unique index while another transaction
+// holds the same key, so concurrent retries serialize behind the first.
+func claimKey(ctx context.Context, tx pgx.Tx, key string, hash []byte) (body []byte, status int, found bool, err error) {
+	tag, err := tx.Exec(ctx, `
+		INSERT INTO idempotency_keys (key, request_hash, status_code, response_body) VALUES ($1, $2, 0, '')
+		ON CONFLICT (key) DO NOTHING`, key, hash)
+	if err != nil {
+		return nil, 0, false, fmt.Errorf("claim idempotency key: %w", err)
+	}
+	if tag.RowsAffected() == 1 {
+		return nil, 0, false, nil
+	}
+	var storedHash []byte
+	err = tx.QueryRow(ctx, `SELECT request_hash, status_code, response_body FROM idempotency_keys WHERE key = $1`, key).
+		Scan(&storedHash, &status, &body)
+	if err != nil {
+		return nil, 0, false, fmt.Errorf("read idempotency key: %w", err)
+	}
+	if !bytes.Equal(storedHash, hash) {
+		return nil, 0, false, errKeyReused
+	}
+	return body, status, true, nil
+}
+
+func saveResponse(ctx context.Context, tx pgx.Tx, key string, status int, body []byte) error {
+	_, err := tx.Exec(ctx, `UPDATE idempotency_keys SET status_code = $2, response_body = $3 WHERE key = $1`, key, status, body)
+	if err != nil {
+		return fmt.Errorf("save idempotent response: %w", err)
+	}
+	return nil
+}

@@ -1,0 +1,137 @@
+package httpapi
+
+import (
+	"bytes"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"log/slog"
+	"net/http"
+	"strings"
+
+	"github.com/outflow-dev/outflow/app"
+)
+
+type errorBody struct {
+	Error errorDetail `json:"error"`
+}
+
+type errorDetail struct {
+	Code    string `json:"code"`
+	Message string `json:"message"`
+	Field   string `json:"field,omitempty"`
+}
+
+func writeJSON(w http.ResponseWriter, status int, v any) {
+	body, err := json.Marshal(v)
+	if err != nil {
+		writeError(w, http.StatusInternalServerError, "internal", "could not encode the response", "")
+		return
+	}
+	writeRaw(w, status, body)
+}
+
+func writeRaw(w http.ResponseWriter, status int, body []byte) {
+	w.Header().Set("Content-Type", "application/json")
+	w.WriteHeader(status)
+	_, _ = w.Write(body)
+	_, _ = w.Write([]byte("\n"))
+}
+
+func writeError(w http.ResponseWriter, status int, code, msg, field string) {
+	body, _ := json.Marshal(errorBody{Error: errorDetail{Code: code, Message: msg, Field: field}})
+	writeRaw(w, status, body)
+}
+
+// writeAppError maps the service's typed errors onto statuses. Anything else
+// is a 500 whose detail goes to the log, not to the client.
+func (a *API) writeAppError(w http.ResponseWriter, r *http.Request, err error) {
+	var (
+		nf *app.NotFoundError
+		te *app.TransitionError
+		ve *app.ValidationError
+	)
+	switch {
+	case errors.As(err, &nf):
+		writeError(w, http.StatusNotFound, "not_found", nf.Error(), "")
+	case errors.As(err, &te):
+		writeError(w, http.StatusConflict, "invalid_transition", te.Error(), "")
+	case errors.As(err, &ve):
+		writeError(w, http.StatusUnprocessableEntity, "invalid_field", ve.Error(), ve.Field)
+	case errors.Is(err, r.Context().Err()) && r.Context().Err() != nil:
+		writeError(w, http.StatusServiceUnavailable, "canceled", "the request was canceled", "")
+	default:
+		a.logger.ErrorContext(r.Context(), "command failed", slog.String("path", r.URL.Path), slog.String("error", err.Error()))
+		writeError(w, http.StatusInternalServerError, "internal", "internal error", "")
+	}
+}
+
+// decodeBody reads a JSON object into dst, rejecting unknown fields, wrong
+// types and trailing data with a 4xx naming the field. With required false,
+// an empty body is accepted as {}.
+func decodeBody(w http.ResponseWriter, r *http.Request, dst any, required bool) bool {
+	raw, err := io.ReadAll(http.MaxBytesReader(w, r.Body, maxBody))
+	if err != nil {
+		var mbe *http.MaxBytesError
+		if errors.As(err, &mbe) {
+			writeError(w, http.StatusRequestEntityTooLarge, "body_too_large", fmt.Sprintf("the body exceeds %d bytes", maxBody), "")
+			return false
+		}
+		writeError(w, http.StatusBadRequest, "invalid_body", "could not read the body", "")
+		return false
+	}
+	if len(bytes.TrimSpace(raw)) == 0 {
+		if required {
+			writeError(w, http.StatusBadRequest, "invalid_json", "a JSON object body is required", "")
+			return false
+		}
+		return true
+	}
+	dec := json.NewDecoder(bytes.NewReader(raw))
+	dec.DisallowUnknownFields()
+	if err := dec.Decode(dst); err != nil {
+		writeDecodeError(w, err)
+		return false
+	}
+	if dec.More() {
+		writeError(w, http.StatusBadRequest, "invalid_json", "the body holds more than one JSON value", "")
+		return false
+	}
+	return true
+}
+
+func writeDecodeError(w http.ResponseWriter, err error) {
+	var (
+		syntaxErr *json.SyntaxError
+		typeErr   *json.UnmarshalTypeError
+	)
+	switch {
+	case errors.As(err, &syntaxErr), errors.Is(err, io.ErrUnexpectedEOF):
+		writeError(w, http.StatusBadRequest, "invalid_json", "the body is not valid JSON", "")
+	case errors.As(err, &typeErr):
+		field := typeErr.Field
+		if field == "" {
+			writeError(w, http.StatusBadRequest, "invalid_json", "the body must be a JSON object", "")
+			return
+		}
+		writeError(w, http.StatusBadRequest, "invalid_type",
+			fmt.Sprintf("%s: must be %s, not a JSON %s", field, jsonKind(typeErr.Type.Kind().String()), typeErr.Value), field)
+	case strings.HasPrefix(err.Error(), "json: unknown field "):
+		field := strings.Trim(strings.TrimPrefix(err.Error(), "json: unknown field "), `"`)
+		writeError(w, http.StatusBadRequest, "unknown_field", fmt.Sprintf("%s: unknown field", field), field)
+	default:
+		writeError(w, http.StatusBadRequest, "invalid_json", "the body is not valid JSON", "")
+	}
+}
+
+func jsonKind(goKind string) string {
+	switch goKind {
+	case "int", "int64", "int32":
+		return "an integer"
+	case "string":
+		return "a string"
+	default:
+		return "a " + goKind
+	}
+}

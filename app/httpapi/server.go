@@ -1,0 +1,207 @@
+package httpapi
+
+import (
+	"context"
+	"errors"
+	"log/slog"
+	"net/http"
+	"time"
+
+	"github.com/google/uuid"
+	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgxpool"
+
+	"github.com/outflow-dev/outflow/app"
+	"github.com/outflow-dev/outflow/events"
+)
+
+// maxBody bounds request bodies.
+const maxBody = 1 << 20
+
+// Config configures the API handler.
+type Config struct {
+	// Service runs the commands. Required.
+	Service *app.Service
+	// Pool backs the Idempotency-Key store and /readyz. Required.
+	Pool *pgxpool.Pool
+	// Logger defaults to slog.Default().
+	Logger *slog.Logger
+}
+
+// API is the HTTP handler of the payments service.
+type API struct {
+	svc    *app.Service
+	pool   *pgxpool.Pool
+	logger *slog.Logger
+	mux    *http.ServeMux
+}
+
+// New returns the API handler.
+func New(cfg Config) (*API, error) {
+	if cfg.Service == nil || cfg.Pool == nil {
+		return nil, errors.New("httpapi config: Service and Pool are required")
+	}
+	if cfg.Logger == nil {
+		cfg.Logger = slog.Default()
+	}
+	a := &API{svc: cfg.Service, pool: cfg.Pool, logger: cfg.Logger, mux: http.NewServeMux()}
+	a.routes()
+	return a, nil
+}
+
+func (a *API) routes() {
+	a.handle("/healthz", http.MethodGet, a.healthz)
+	a.handle("/readyz", http.MethodGet, a.readyz)
+	a.handle("/v1/merchants", http.MethodPost, a.createMerchant)
+	a.handle("/v1/merchants/{id}", http.MethodGet, a.getMerchant)
+	a.handle("/v1/payments", http.MethodPost, a.createPayment)
+	a.handle("/v1/payments/{id}", http.MethodGet, a.getPayment)
+	a.handle("/v1/payments/{id}/pay", http.MethodPost, a.pay)
+	a.handle("/v1/payments/{id}/refund", http.MethodPost, a.refund)
+	a.handle("/v1/payments/{id}/cancel", http.MethodPost, a.cancel)
+	a.mux.HandleFunc("/", func(w http.ResponseWriter, r *http.Request) {
+		writeError(w, http.StatusNotFound, "not_found", "no such endpoint", "")
+	})
+}
+
+// handle registers path for one method, answering other methods with a JSON
+// 405 rather than ServeMux's plain-text one.
+func (a *API) handle(path, method string, h http.HandlerFunc) {
+	a.mux.HandleFunc(path, func(w http.ResponseWriter, r *http.Request) {
+		if r.Method != method {
+			w.Header().Set("Allow", method)
+			writeError(w, http.StatusMethodNotAllowed, "method_not_allowed", "use "+method, "")
+			return
+		}
+		h(w, r)
+	})
+}
+
+// ServeHTTP adds the request's correlation id and traceparent to its
+// context, so events written while serving it carry them, and logs the
+// request without its body.
+func (a *API) ServeHTTP(w http.ResponseWriter, r *http.Request) {
+	start := time.Now()
+	corr := r.Header.Get("X-Correlation-ID")
+	if corr == "" || len(corr) > 128 {
+		corr = uuid.NewString()
+	}
+	w.Header().Set("X-Correlation-ID", corr)
+	ctx := events.WithCorrelationID(r.Context(), corr)
+	if tp := r.Header.Get("traceparent"); events.ValidTraceparent(tp) {
+		ctx = events.WithTraceparent(ctx, tp)
+	}
+	rec := &statusRecorder{ResponseWriter: w, status: http.StatusOK}
+	a.mux.ServeHTTP(rec, r.WithContext(ctx))
+	a.logger.LogAttrs(ctx, slog.LevelDebug, "http request",
+		slog.String("method", r.Method), slog.String("path", r.URL.Path),
+		slog.Int("status", rec.status), slog.Duration("duration", time.Since(start)),
+		slog.String("correlation_id", corr))
+}
+
+type statusRecorder struct {
+	http.ResponseWriter
+	status int
+}
+
+func (s *statusRecorder) WriteHeader(code int) {
+	s.status = code
+	s.ResponseWriter.WriteHeader(code)
+}
+
+func (a *API) healthz(w http.ResponseWriter, r *http.Request) {
+	writeJSON(w, http.StatusOK, map[string]string{"status": "ok"})
+}
+
+func (a *API) readyz(w http.ResponseWriter, r *http.Request) {
+	ctx, cancel := context.WithTimeout(r.Context(), 2*time.Second)
+	defer cancel()
+	if err := a.pool.Ping(ctx); err != nil {
+		a.logger.WarnContext(ctx, "readiness check failed", slog.String("error", err.Error()))
+		writeError(w, http.StatusServiceUnavailable, "database_unavailable", "the database is not reachable", "")
+		return
+	}
+	writeJSON(w, http.StatusOK, map[string]string{"status": "ok"})
+}
+
+func (a *API) createMerchant(w http.ResponseWriter, r *http.Request) {
+	var in app.NewMerchant
+	if !decodeBody(w, r, &in, true) {
+		return
+	}
+	a.command(w, r, in, http.StatusCreated, func(ctx context.Context, tx pgx.Tx) (any, error) {
+		return a.svc.CreateMerchantTx(ctx, tx, in)
+	})
+}
+
+func (a *API) getMerchant(w http.ResponseWriter, r *http.Request) {
+	m, err := a.svc.GetMerchant(r.Context(), r.PathValue("id"))
+	if err != nil {
+		a.writeAppError(w, r, err)
+		return
+	}
+	writeJSON(w, http.StatusOK, m)
+}
+
+func (a *API) createPayment(w http.ResponseWriter, r *http.Request) {
+	var in app.NewPayment
+	if !decodeBody(w, r, &in, true) {
+		return
+	}
+	a.command(w, r, in, http.StatusCreated, func(ctx context.Context, tx pgx.Tx) (any, error) {
+		return a.svc.CreatePaymentTx(ctx, tx, in)
+	})
+}
+
+func (a *API) getPayment(w http.ResponseWriter, r *http.Request) {
+	p, err := a.svc.GetPayment(r.Context(), r.PathValue("id"))
+	if err != nil {
+		a.writeAppError(w, r, err)
+		return
+	}
+	writeJSON(w, http.StatusOK, p)
+}
+
+// emptyBody is the body of commands that take no input: none, or {}.
+type emptyBody struct{}
+
+func (a *API) pay(w http.ResponseWriter, r *http.Request) {
+	var in emptyBody
+	if !decodeBody(w, r, &in, false) {
+		return
+	}
+	id := r.PathValue("id")
+	a.command(w, r, in, http.StatusOK, func(ctx context.Context, tx pgx.Tx) (any, error) {
+		return a.svc.PayTx(ctx, tx, id)
+	})
+}
+
+type refundBody struct {
+	Amount *int64 `json:"amount,omitempty"`
+}
+
+func (a *API) refund(w http.ResponseWriter, r *http.Request) {
+	var in refundBody
+	if !decodeBody(w, r, &in, false) {
+		return
+	}
+	if in.Amount != nil && *in.Amount <= 0 {
+		writeError(w, http.StatusUnprocessableEntity, "invalid_field", "amount: must be a positive integer in minor units", "amount")
+		return
+	}
+	id := r.PathValue("id")
+	a.command(w, r, in, http.StatusOK, func(ctx context.Context, tx pgx.Tx) (any, error) {
+		return a.svc.RefundTx(ctx, tx, id, in.Amount)
+	})
+}
+
+func (a *API) cancel(w http.ResponseWriter, r *http.Request) {
+	var in emptyBody
+	if !decodeBody(w, r, &in, false) {
+		return
+	}
+	id := r.PathValue("id")
+	a.command(w, r, in, http.StatusOK, func(ctx context.Context, tx pgx.Tx) (any, error) {
+		return a.svc.CancelTx(ctx, tx, id)
+	})
+}

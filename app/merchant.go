@@ -1,0 +1,58 @@
+package app
+
+import (
+	"crypto/rand"
+	"encoding/base64"
+	"net/url"
+	"strings"
+	"time"
+)
+
+// Merchant receives webhooks for its payments.
+type Merchant struct {
+	ID         string    `json:"id"`
+	Name       string    `json:"name"`
+	WebhookURL string    `json:"webhook_url"`
+	CreatedAt  time.Time `json:"created_at"`
+}
+
+// NewMerchant is the input of CreateMerchant.
+type NewMerchant struct {
+	Name       string `json:"name"`
+	WebhookURL string `json:"webhook_url"`
+}
+
+// CreatedMerchant is a merchant with its webhook signing secret, which is
+// returned once, at creation.
+type CreatedMerchant struct {
+	Merchant
+	WebhookSecret string `json:"webhook_secret"`
+}
+
+// Validate checks the input and names the first bad field.
+func (m NewMerchant) Validate() error {
+	name := strings.TrimSpace(m.Name)
+	switch {
+	case name == "":
+		return &ValidationError{Field: "name", Message: "is required"}
+	case len(name) > 200:
+		return &ValidationError{Field: "name", Message: "must be at most 200 characters"}
+	case m.WebhookURL == "":
+		return &ValidationError{Field: "webhook_url", Message: "is required"}
+	}
+	u, err := url.Parse(m.WebhookURL)
+	if err != nil || (u.Scheme != "http" && u.Scheme != "https") || u.Host == "" || u.User != nil {
+		return &ValidationError{Field: "webhook_url", Message: "must be an absolute http or https URL without credentials"}
+	}
+	return nil
+}
+
+// newWebhookSecret returns a Standard Webhooks secret: "whsec_" and 32
+// random bytes in base64.
+func newWebhookSecret() (string, error) {
+	b := make([]byte, 32)
+	if _, err := rand.Read(b); err != nil {
+		return "", err
+	}
+	return "whsec_" + base64.StdEncoding.EncodeToString(b), nil
+}

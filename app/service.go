@@ -1,0 +1,289 @@
+package app
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"time"
+
+	"github.com/google/uuid"
+	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgxpool"
+
+	"github.com/outflow-dev/outflow/events"
+	"github.com/outflow-dev/outflow/events/payment"
+)
+
+// EventPublisher writes events inside a transaction. *outbox.Writer is the
+// implementation; the interface is here so benchmarks and tests can wrap it.
+type EventPublisher interface {
+	PublishTx(ctx context.Context, tx pgx.Tx, evs ...events.Event) error
+}
+
+// Config configures a [Service].
+type Config struct {
+	// Pool is the service's database. Required.
+	Pool *pgxpool.Pool
+	// Events publishes the service's events. Required: an *outbox.Writer.
+	Events EventPublisher
+	// Logger defaults to slog.Default().
+	Logger *slog.Logger
+	// Now defaults to time.Now; tests pin it.
+	Now func() time.Time
+}
+
+// Service runs the payments commands.
+type Service struct {
+	pool   *pgxpool.Pool
+	events EventPublisher
+	logger *slog.Logger
+	now    func() time.Time
+}
+
+// NewService validates cfg and returns a Service.
+func NewService(cfg Config) (*Service, error) {
+	if cfg.Pool == nil {
+		return nil, errors.New("app config: Pool is required")
+	}
+	if cfg.Events == nil {
+		return nil, errors.New("app config: Events is required")
+	}
+	if cfg.Logger == nil {
+		cfg.Logger = slog.Default()
+	}
+	if cfg.Now == nil {
+		cfg.Now = time.Now
+	}
+	return &Service{pool: cfg.Pool, events: cfg.Events, logger: cfg.Logger, now: cfg.Now}, nil
+}
+
+// InTx runs fn in a transaction, committing if it returns nil.
+func (s *Service) InTx(ctx context.Context, fn func(pgx.Tx) error) error {
+	return pgx.BeginFunc(ctx, s.pool, fn)
+}
+
+func (s *Service) nowUTC() time.Time {
+	// Microseconds: what PostgreSQL keeps, so what we return equals what we read back.
+	return s.now().UTC().Truncate(time.Microsecond)
+}
+
+// CreateMerchant creates a merchant with a fresh webhook signing secret.
+func (s *Service) CreateMerchant(ctx context.Context, in NewMerchant) (CreatedMerchant, error) {
+	var out CreatedMerchant
+	err := s.InTx(ctx, func(tx pgx.Tx) (err error) {
+		out, err = s.CreateMerchantTx(ctx, tx, in)
+		return err
+	})
+	return out, err
+}
+
+// CreateMerchantTx is CreateMerchant in the caller's transaction.
+func (s *Service) CreateMerchantTx(ctx context.Context, tx pgx.Tx, in NewMerchant) (CreatedMerchant, error) {
+	if err := in.Validate(); err != nil {
+		return CreatedMerchant{}, err
+	}
+	secret, err := newWebhookSecret()
+	if err != nil {
+		return CreatedMerchant{}, fmt.Errorf("generate webhook secret: %w", err)
+	}
+	id, err := uuid.NewV7()
+	if err != nil {
+		return CreatedMerchant{}, fmt.Errorf("new merchant id: %w", err)
+	}
+	m := CreatedMerchant{
+		Merchant:      Merchant{ID: id.String(), Name: in.Name, WebhookURL: in.WebhookURL, CreatedAt: s.nowUTC()},
+		WebhookSecret: secret,
+	}
+	if err := insertMerchant(ctx, tx, m); err != nil {
+		return CreatedMerchant{}, err
+	}
+	return m, nil
+}
+
+// GetMerchant returns a merchant without its secret.
+func (s *Service) GetMerchant(ctx context.Context, id string) (Merchant, error) {
+	if _, err := uuid.Parse(id); err != nil {
+		return Merchant{}, &NotFoundError{Entity: "merchant", ID: id}
+	}
+	return getMerchant(ctx, s.pool, id)
+}
+
+// NewPayment is the input of CreatePayment.
+type NewPayment struct {
+	MerchantID string `json:"merchant_id"`
+	Amount     int64  `json:"amount"`
+	Currency   string `json:"currency"`
+}
+
+// Validate checks the input and names the first bad field.
+func (p NewPayment) Validate() error {
+	switch {
+	case p.MerchantID == "":
+		return &ValidationError{Field: "merchant_id", Message: "is required"}
+	case uuid.Validate(p.MerchantID) != nil:
+		return &ValidationError{Field: "merchant_id", Message: "must be a UUID"}
+	case p.Amount <= 0:
+		return &ValidationError{Field: "amount", Message: "must be a positive integer in minor units"}
+	case p.Currency == "":
+		return &ValidationError{Field: "currency", Message: "is required"}
+	case !ValidCurrency(p.Currency):
+		return &ValidationError{Field: "currency", Message: "must be an ISO 4217 code in upper case, such as EUR"}
+	}
+	return nil
+}
+
+// CreatePayment creates a pending payment and publishes payment.created.
+func (s *Service) CreatePayment(ctx context.Context, in NewPayment) (Payment, error) {
+	var out Payment
+	err := s.InTx(ctx, func(tx pgx.Tx) (err error) {
+		out, err = s.CreatePaymentTx(ctx, tx, in)
+		return err
+	})
+	return out, err
+}
+
+// CreatePaymentTx is CreatePayment in the caller's transaction.
+func (s *Service) CreatePaymentTx(ctx context.Context, tx pgx.Tx, in NewPayment) (Payment, error) {
+	if err := in.Validate(); err != nil {
+		return Payment{}, err
+	}
+	id, err := uuid.NewV7()
+	if err != nil {
+		return Payment{}, fmt.Errorf("new payment id: %w", err)
+	}
+	now := s.nowUTC()
+	p := Payment{
+		ID: id.String(), MerchantID: in.MerchantID, Amount: in.Amount, Currency: in.Currency,
+		Status: StatusPending, Version: 1, CreatedAt: now, UpdatedAt: now,
+	}
+	if err := insertPayment(ctx, tx, p); err != nil {
+		return Payment{}, err
+	}
+	err = s.publish(ctx, tx, p, payment.Created{
+		PaymentID: p.ID, MerchantID: p.MerchantID, Amount: p.Amount, Currency: p.Currency,
+		Status: string(p.Status), CreatedAt: p.CreatedAt,
+	})
+	return p, err
+}
+
+// GetPayment returns a payment.
+func (s *Service) GetPayment(ctx context.Context, id string) (Payment, error) {
+	if _, err := uuid.Parse(id); err != nil {
+		return Payment{}, &NotFoundError{Entity: "payment", ID: id}
+	}
+	return getPayment(ctx, s.pool, id, false)
+}
+
+// Pay captures a pending payment: status paid, ledger entries, payment.paid.
+func (s *Service) Pay(ctx context.Context, id string) (Payment, error) {
+	return s.inTxPayment(ctx, func(tx pgx.Tx) (Payment, error) { return s.PayTx(ctx, tx, id) })
+}
+
+// PayTx is Pay in the caller's transaction.
+func (s *Service) PayTx(ctx context.Context, tx pgx.Tx, id string) (Payment, error) {
+	return s.change(ctx, tx, id, func(p Payment, now time.Time) (Payment, *LedgerTx, events.Payload, error) {
+		p, err := p.pay(now)
+		if err != nil {
+			return p, nil, nil, err
+		}
+		lt := paymentCaptured(newID(), p)
+		return p, &lt, payment.Paid{
+			PaymentID: p.ID, MerchantID: p.MerchantID, Amount: p.Amount, Currency: p.Currency, PaidAt: now,
+		}, nil
+	})
+}
+
+// Refund refunds amount, or the whole refundable rest when amount is nil.
+func (s *Service) Refund(ctx context.Context, id string, amount *int64) (Payment, error) {
+	return s.inTxPayment(ctx, func(tx pgx.Tx) (Payment, error) { return s.RefundTx(ctx, tx, id, amount) })
+}
+
+// RefundTx is Refund in the caller's transaction.
+func (s *Service) RefundTx(ctx context.Context, tx pgx.Tx, id string, amount *int64) (Payment, error) {
+	return s.change(ctx, tx, id, func(p Payment, now time.Time) (Payment, *LedgerTx, events.Payload, error) {
+		p, refunded, err := p.refund(amount, now)
+		if err != nil {
+			return p, nil, nil, err
+		}
+		lt := paymentRefunded(newID(), p, refunded)
+		return p, &lt, payment.Refunded{
+			PaymentID: p.ID, MerchantID: p.MerchantID, Amount: refunded, RefundedAmount: p.RefundedAmount,
+			PaymentAmount: p.Amount, Currency: p.Currency, Status: string(p.Status), RefundedAt: now,
+		}, nil
+	})
+}
+
+// Cancel cancels a pending payment. No money moved, so no ledger entries.
+func (s *Service) Cancel(ctx context.Context, id string) (Payment, error) {
+	return s.inTxPayment(ctx, func(tx pgx.Tx) (Payment, error) { return s.CancelTx(ctx, tx, id) })
+}
+
+// CancelTx is Cancel in the caller's transaction.
+func (s *Service) CancelTx(ctx context.Context, tx pgx.Tx, id string) (Payment, error) {
+	return s.change(ctx, tx, id, func(p Payment, now time.Time) (Payment, *LedgerTx, events.Payload, error) {
+		p, err := p.cancel(now)
+		if err != nil {
+			return p, nil, nil, err
+		}
+		return p, nil, payment.Canceled{
+			PaymentID: p.ID, MerchantID: p.MerchantID, Amount: p.Amount, Currency: p.Currency, CanceledAt: now,
+		}, nil
+	})
+}
+
+func (s *Service) inTxPayment(ctx context.Context, fn func(pgx.Tx) (Payment, error)) (Payment, error) {
+	var out Payment
+	err := s.InTx(ctx, func(tx pgx.Tx) (err error) {
+		out, err = fn(tx)
+		return err
+	})
+	return out, err
+}
+
+// change is the shape of every command on an existing payment: lock the
+// row, apply the transition, then write the new state, its ledger entries
+// and its event, all in tx.
+func (s *Service) change(ctx context.Context, tx pgx.Tx, id string,
+	transition func(Payment, time.Time) (Payment, *LedgerTx, events.Payload, error),
+) (Payment, error) {
+	if _, err := uuid.Parse(id); err != nil {
+		return Payment{}, &NotFoundError{Entity: "payment", ID: id}
+	}
+	cur, err := getPayment(ctx, tx, id, true)
+	if err != nil {
+		return Payment{}, err
+	}
+	next, lt, ev, err := transition(cur, s.nowUTC())
+	if err != nil {
+		return Payment{}, err
+	}
+	if err := updatePayment(ctx, tx, next, cur.Version); err != nil {
+		return Payment{}, err
+	}
+	if lt != nil {
+		if err := lt.Validate(); err != nil {
+			return Payment{}, err
+		}
+		if err := insertLedgerTx(ctx, tx, *lt, next.UpdatedAt); err != nil {
+			return Payment{}, err
+		}
+	}
+	if err := s.publish(ctx, tx, next, ev); err != nil {
+		return Payment{}, err
+	}
+	return next, nil
+}
+
+func (s *Service) publish(ctx context.Context, tx pgx.Tx, p Payment, pl events.Payload) error {
+	ev, err := events.New(ctx, events.Aggregate{Type: payment.AggregateType, ID: p.ID, Version: p.Version}, pl)
+	if err != nil {
+		return fmt.Errorf("build %s event: %w", pl.EventType(), err)
+	}
+	if err := s.events.PublishTx(ctx, tx, ev); err != nil {
+		return fmt.Errorf("publish %s: %w", pl.EventType(), err)
+	}
+	return nil
+}
+
+func newID() string { return uuid.Must(uuid.NewV7()).String() }

@@ -1,0 +1,37 @@
+package cli
+
+import (
+	"github.com/spf13/cobra"
+
+	"github.com/outflow-dev/outflow/internal/demo"
+)
+
+func newDemoCmd(e *env) *cobra.Command {
+	var cfg demo.Config
+	cmd := &cobra.Command{
+		Use:   "demo",
+		Short: "Drive payments through a running API and report what reached the outbox",
+		Args:  cobra.NoArgs,
+		RunE: func(cmd *cobra.Command, _ []string) error {
+			c, _, err := e.load()
+			if err != nil {
+				return err
+			}
+			if cfg.APIURL == "" {
+				cfg.APIURL = "http://" + c.HTTPAddr
+			}
+			pool, err := openPool(cmd.Context(), c.DatabaseURL)
+			if err != nil {
+				return err
+			}
+			defer pool.Close()
+			cfg.Pool = pool
+			cfg.Out = cmd.OutOrStdout()
+			return demo.Run(cmd.Context(), cfg)
+		},
+	}
+	cmd.Flags().StringVar(&cfg.APIURL, "api-url", "", "payments API base URL (default http://$HTTP_ADDR)")
+	cmd.Flags().IntVar(&cfg.Payments, "payments", 300, "how many payments to create")
+	cmd.Flags().IntVar(&cfg.Concurrency, "concurrency", 8, "concurrent API clients")
+	return cmd
+}

@@ -1,0 +1,105 @@
+// Package cli implements the outflow command: its subcommands parse their
+// configuration, build the components and run them. Nothing here holds
+// logic that a library user would need.
+package cli
+
+import (
+	"context"
+	"fmt"
+	"log/slog"
+	"os"
+	"runtime/debug"
+
+	"github.com/jackc/pgx/v5/pgxpool"
+	"github.com/spf13/cobra"
+
+	"github.com/outflow-dev/outflow/internal/config"
+)
+
+// Version is set at build time with -ldflags "-X .../internal/cli.Version=...".
+var Version = ""
+
+// env is what every subcommand gets from the root command.
+type env struct {
+	flags *config.Flags
+}
+
+// NewRoot returns the outflow command.
+func NewRoot() *cobra.Command {
+	e := &env{}
+	root := &cobra.Command{
+		Use:   "outflow",
+		Short: "Transactional outbox for Go services on PostgreSQL and Watermill",
+		Long: `Outflow writes every event of a PostgreSQL transaction into an outbox table in that
+same transaction, and forwards committed events to a broker: never lost, never a lie.`,
+		SilenceUsage:  true,
+		SilenceErrors: true,
+	}
+	e.flags = config.Register(root.PersistentFlags())
+	root.AddCommand(
+		newMigrateCmd(e),
+		newServeCmd(e),
+		newDemoCmd(e),
+		newVersionCmd(),
+	)
+	return root
+}
+
+// Execute runs the outflow command and returns the process exit code.
+func Execute(ctx context.Context) int {
+	root := NewRoot()
+	if err := root.ExecuteContext(ctx); err != nil {
+		fmt.Fprintln(os.Stderr, "outflow:", err)
+		return 1
+	}
+	return 0
+}
+
+func (e *env) load() (config.Config, *slog.Logger, error) {
+	cfg, err := e.flags.Load()
+	if err != nil {
+		return config.Config{}, nil, err
+	}
+	logger := slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: cfg.LogLevel}))
+	return cfg, logger, nil
+}
+
+func openPool(ctx context.Context, dbURL string) (*pgxpool.Pool, error) {
+	pool, err := pgxpool.New(ctx, dbURL)
+	if err != nil {
+		return nil, fmt.Errorf("DATABASE_URL: %w", err)
+	}
+	if err := pool.Ping(ctx); err != nil {
+		pool.Close()
+		return nil, fmt.Errorf("connect to PostgreSQL at %s: %w (is it running? try `make services-up`)", redactURL(dbURL), err)
+	}
+	return pool, nil
+}
+
+func newVersionCmd() *cobra.Command {
+	return &cobra.Command{
+		Use:   "version",
+		Short: "Print the version",
+		Args:  cobra.NoArgs,
+		Run: func(cmd *cobra.Command, _ []string) {
+			fmt.Fprintln(cmd.OutOrStdout(), "outflow", version())
+		},
+	}
+}
+
+func version() string {
+	if Version != "" {
+		return Version
+	}
+	if bi, ok := debug.ReadBuildInfo(); ok {
+		for _, s := range bi.Settings {
+			if s.Key == "vcs.revision" && len(s.Value) >= 12 {
+				return "dev-" + s.Value[:12]
+			}
+		}
+		if bi.Main.Version != "" {
+			return bi.Main.Version
+		}
+	}
+	return "dev"
+}

@@ -1,0 +1,145 @@
+// Package config reads Outflow's process configuration from the environment
+// and command-line flags, and reports a bad value naming the variable or
+// flag it came from, never echoing a secret.
+package config
+
+import (
+	"fmt"
+	"log/slog"
+	"net"
+	"net/url"
+	"os"
+	"strings"
+
+	"github.com/jackc/pgx/v5/pgxpool"
+	"github.com/spf13/pflag"
+)
+
+// Defaults.
+const (
+	DefaultDatabaseURL = "postgres://postgres@127.0.0.1:5432/outflow?sslmode=disable"
+	DefaultRedisURL    = "redis://127.0.0.1:6379/0"
+	DefaultHTTPAddr    = "127.0.0.1:8080"
+	DefaultLogLevel    = "info"
+)
+
+// Config is what every subcommand shares.
+type Config struct {
+	DatabaseURL string
+	RedisURL    string
+	HTTPAddr    string
+	LogLevel    slog.Level
+}
+
+// setting ties a flag to its environment variable and default.
+type setting struct {
+	flag, env, def, usage string
+}
+
+var settings = []setting{
+	{"database-url", "DATABASE_URL", DefaultDatabaseURL, "PostgreSQL connection URL"},
+	{"redis-url", "REDIS_URL", DefaultRedisURL, "Redis connection URL"},
+	{"http-addr", "HTTP_ADDR", DefaultHTTPAddr, "address the HTTP API listens on"},
+	{"log-level", "LOG_LEVEL", DefaultLogLevel, "debug, info, warn or error"},
+}
+
+// Flags holds the raw values of the shared flags.
+type Flags struct {
+	fs     *pflag.FlagSet
+	values map[string]*string
+}
+
+// Register adds the shared flags to fs. Their defaults are shown as the
+// built-in ones; the environment is read in Load, so that an error can say
+// which source a bad value came from.
+func Register(fs *pflag.FlagSet) *Flags {
+	f := &Flags{fs: fs, values: make(map[string]*string)}
+	for _, s := range settings {
+		f.values[s.flag] = fs.String(s.flag, s.def, fmt.Sprintf("%s (env %s)", s.usage, s.env))
+	}
+	return f
+}
+
+// Load resolves each setting (flag, then environment, then default) and
+// validates it.
+func (f *Flags) Load() (Config, error) {
+	get := func(s setting) (value, source string) {
+		if f.fs.Changed(s.flag) {
+			return *f.values[s.flag], "--" + s.flag
+		}
+		if v, ok := os.LookupEnv(s.env); ok && v != "" {
+			return v, s.env
+		}
+		return s.def, "default of --" + s.flag
+	}
+	var cfg Config
+	for _, s := range settings {
+		v, src := get(s)
+		var err error
+		switch s.flag {
+		case "database-url":
+			cfg.DatabaseURL, err = v, validateDatabaseURL(v)
+		case "redis-url":
+			cfg.RedisURL, err = v, validateRedisURL(v)
+		case "http-addr":
+			cfg.HTTPAddr, err = v, validateAddr(v)
+		case "log-level":
+			cfg.LogLevel, err = parseLevel(v)
+		}
+		if err != nil {
+			return Config{}, fmt.Errorf("invalid %s: %w", src, err)
+		}
+	}
+	return cfg, nil
+}
+
+func validateDatabaseURL(v string) error {
+	if !strings.HasPrefix(v, "postgres://") && !strings.HasPrefix(v, "postgresql://") {
+		return fmt.Errorf("want a postgres:// URL")
+	}
+	// pgx redacts the password in its parse errors; we add nothing of v.
+	if _, err := pgxpool.ParseConfig(v); err != nil {
+		return fmt.Errorf("cannot parse the URL: %w", err)
+	}
+	return nil
+}
+
+func validateRedisURL(v string) error {
+	u, err := url.Parse(v)
+	if err != nil {
+		return fmt.Errorf("cannot parse the URL")
+	}
+	switch u.Scheme {
+	case "redis", "rediss", "unix":
+	default:
+		return fmt.Errorf("want a redis://, rediss:// or unix:// URL, not %q", u.Scheme+"://")
+	}
+	if u.Scheme != "unix" && u.Host == "" {
+		return fmt.Errorf("the URL has no host")
+	}
+	return nil
+}
+
+func validateAddr(v string) error {
+	if _, _, err := net.SplitHostPort(v); err != nil {
+		return fmt.Errorf("want host:port, such as 127.0.0.1:8080: %q", v)
+	}
+	return nil
+}
+
+func parseLevel(v string) (slog.Level, error) {
+	var l slog.Level
+	switch strings.ToLower(v) {
+	case "debug":
+		l = slog.LevelDebug
+	case "info":
+		l = slog.LevelInfo
+	case "warn", "warning":
+		l = slog.LevelWarn
+	case "error":
+		l = slog.LevelError
+	default:
+		return 0, fmt.Errorf("want debug, info, warn or error, not %q", v)
+	}
+	return l, nil
+}

@@ -1,0 +1,239 @@
+// Package demo drives the payments API with a realistic mix of commands and
+// reports what reached the outbox: the main job of `make demo`.
+package demo
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"fmt"
+	"io"
+	"math/rand/v2"
+	"net/http"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/google/uuid"
+	"github.com/jackc/pgx/v5/pgxpool"
+)
+
+// Config configures a demo run.
+type Config struct {
+	// APIURL is the payments API. Defaults to http://127.0.0.1:8080.
+	APIURL string
+	// Payments is how many payments to create. Defaults to 300.
+	Payments int
+	// Concurrency is how many clients drive the API. Defaults to 8.
+	Concurrency int
+	// Pool reads the outbox for the report. Required.
+	Pool *pgxpool.Pool
+	// Out receives the progress and the report.
+	Out io.Writer
+}
+
+// Run drives the API and prints the report. It returns an error when the
+// outbox does not hold exactly the events the API acknowledged.
+func Run(ctx context.Context, cfg Config) error {
+	if cfg.APIURL == "" {
+		cfg.APIURL = "http://127.0.0.1:8080"
+	}
+	if cfg.Payments <= 0 {
+		cfg.Payments = 300
+	}
+	if cfg.Concurrency <= 0 {
+		cfg.Concurrency = 8
+	}
+	c := &client{base: cfg.APIURL, http: &http.Client{Timeout: 10 * time.Second}}
+
+	var since time.Time
+	if err := cfg.Pool.QueryRow(ctx, `SELECT now()`).Scan(&since); err != nil {
+		return fmt.Errorf("read database clock: %w", err)
+	}
+
+	var merchant struct {
+		ID string `json:"id"`
+	}
+	if err := c.post(ctx, "/v1/merchants", map[string]string{
+		"name": "Demo Coffee " + uuid.NewString()[:8], "webhook_url": "http://127.0.0.1:9/webhooks",
+	}, &merchant); err != nil {
+		return fmt.Errorf("create merchant: %w", err)
+	}
+
+	start := time.Now()
+	var (
+		wg       sync.WaitGroup
+		next     atomic.Int64
+		acked    atomic.Int64 // events the API acknowledged
+		failures atomic.Int64
+		firstErr error
+		errOnce  sync.Once
+	)
+	currencies := []string{"EUR", "USD", "BRL", "GBP"}
+	for range cfg.Concurrency {
+		wg.Go(func() {
+			for {
+				i := int(next.Add(1))
+				if i > cfg.Payments || ctx.Err() != nil {
+					return
+				}
+				n, err := onePayment(ctx, c, merchant.ID, currencies[i%len(currencies)], i)
+				acked.Add(int64(n))
+				if err != nil {
+					failures.Add(1)
+					errOnce.Do(func() { firstErr = err })
+				}
+				if i%100 == 0 {
+					fmt.Fprintf(cfg.Out, "  %d/%d payments driven, %d events acknowledged\n", i, cfg.Payments, acked.Load())
+				}
+			}
+		})
+	}
+	wg.Wait()
+	elapsed := time.Since(start)
+	if firstErr != nil {
+		return fmt.Errorf("%d payments failed; first: %w", failures.Load(), firstErr)
+	}
+	fmt.Fprintf(cfg.Out, "drove %d payments (%d events) in %s: %.0f commands/s\n",
+		cfg.Payments, acked.Load(), elapsed.Round(time.Millisecond), float64(acked.Load())/elapsed.Seconds())
+	return report(ctx, cfg, since, acked.Load())
+}
+
+// onePayment creates a payment and moves it through a random path. It
+// returns how many events the API acknowledged.
+func onePayment(ctx context.Context, c *client, merchantID, currency string, i int) (int, error) {
+	var p struct {
+		ID string `json:"id"`
+	}
+	amount := 100 + rand.Int64N(100_000)
+	if err := c.post(ctx, "/v1/payments", map[string]any{"merchant_id": merchantID, "amount": amount, "currency": currency}, &p); err != nil {
+		return 0, err
+	}
+	n := 1
+	switch r := rand.IntN(10); {
+	case r == 0: // abandoned checkout
+		if err := c.post(ctx, "/v1/payments/"+p.ID+"/cancel", nil, nil); err != nil {
+			return n, err
+		}
+		return n + 1, nil
+	case r == 1: // still pending
+		return n, nil
+	default:
+		// Retried with the same key, as a client would after a timeout: the
+		// second call replays the first and writes no second event.
+		key := fmt.Sprintf("demo-pay-%s", p.ID)
+		for range 2 {
+			if err := c.postKey(ctx, "/v1/payments/"+p.ID+"/pay", nil, nil, key); err != nil {
+				return n, err
+			}
+		}
+		n++
+		if r >= 7 { // a partial then a full refund
+			if err := c.post(ctx, "/v1/payments/"+p.ID+"/refund", map[string]any{"amount": amount / 2}, nil); err != nil {
+				return n, err
+			}
+			if err := c.post(ctx, "/v1/payments/"+p.ID+"/refund", nil, nil); err != nil {
+				return n + 1, err
+			}
+			n += 2
+		}
+	}
+	return n, nil
+}
+
+func report(ctx context.Context, cfg Config, since time.Time, acked int64) error {
+	out := cfg.Out
+	rows, err := cfg.Pool.Query(ctx, `
+		SELECT event_type, count(*) FROM outbox WHERE created_at >= $1 GROUP BY event_type ORDER BY event_type`, since)
+	if err != nil {
+		return fmt.Errorf("read outbox: %w", err)
+	}
+	defer rows.Close()
+	fmt.Fprintln(out, "\noutbox rows written by this run:")
+	var total int64
+	for rows.Next() {
+		var typ string
+		var n int64
+		if err := rows.Scan(&typ, &n); err != nil {
+			return err
+		}
+		total += n
+		fmt.Fprintf(out, "  %-18s %6d\n", typ, n)
+	}
+	if err := rows.Err(); err != nil {
+		return err
+	}
+	fmt.Fprintf(out, "  %-18s %6d (the API acknowledged %d)\n", "total", total, acked)
+
+	// Every payment's events must be versions 1..N without gap or repeat.
+	var aggregates, broken int64
+	err = cfg.Pool.QueryRow(ctx, `
+		SELECT count(*), count(*) FILTER (WHERE max_v <> n OR min_v <> 1)
+		FROM (SELECT aggregate_id, min(aggregate_version) AS min_v, max(aggregate_version) AS max_v, count(*) AS n
+		      FROM outbox WHERE created_at >= $1 GROUP BY aggregate_id) a`, since).Scan(&aggregates, &broken)
+	if err != nil {
+		return fmt.Errorf("check versions: %w", err)
+	}
+	fmt.Fprintf(out, "  %d payments, %d with a gap or repeat in their versions\n", aggregates, broken)
+
+	var sample []byte
+	err = cfg.Pool.QueryRow(ctx, `
+		SELECT jsonb_build_object('id', id, 'message_id', message_id, 'topic', topic, 'event_type', event_type,
+		       'aggregate_id', aggregate_id, 'aggregate_version', aggregate_version, 'payload', payload,
+		       'metadata', metadata, 'published_at', published_at)
+		FROM outbox WHERE created_at >= $1 AND event_type = 'payment.refunded' ORDER BY id DESC LIMIT 1`, since).Scan(&sample)
+	if err == nil {
+		var pretty bytes.Buffer
+		_ = json.Indent(&pretty, sample, "  ", "  ")
+		fmt.Fprintf(out, "\na row, as the forwarder will see it:\n  %s\n", pretty.String())
+	}
+	if total != acked || broken != 0 {
+		return fmt.Errorf("outbox holds %d events for %d acknowledged, %d payments with broken versions", total, acked, broken)
+	}
+	fmt.Fprintln(out, "\nOK: every acknowledged command left exactly one event, versions gapless.")
+	return nil
+}
+
+type client struct {
+	base string
+	http *http.Client
+}
+
+func (c *client) post(ctx context.Context, path string, body, out any) error {
+	return c.postKey(ctx, path, body, out, "")
+}
+
+func (c *client) postKey(ctx context.Context, path string, body, out any, key string) error {
+	var r io.Reader = http.NoBody
+	if body != nil {
+		b, err := json.Marshal(body)
+		if err != nil {
+			return err
+		}
+		r = bytes.NewReader(b)
+	}
+	req, err := http.NewRequestWithContext(ctx, http.MethodPost, c.base+path, r)
+	if err != nil {
+		return err
+	}
+	req.Header.Set("Content-Type", "application/json")
+	if key != "" {
+		req.Header.Set("Idempotency-Key", key)
+	}
+	resp, err := c.http.Do(req)
+	if err != nil {
+		return fmt.Errorf("POST %s: %w", path, err)
+	}
+	defer resp.Body.Close()
+	data, err := io.ReadAll(resp.Body)
+	if err != nil {
+		return fmt.Errorf("POST %s: read response: %w", path, err)
+	}
+	if resp.StatusCode/100 != 2 {
+		return fmt.Errorf("POST %s: %s: %s", path, resp.Status, bytes.TrimSpace(data))
+	}
+	if out != nil {
+		return json.Unmarshal(data, out)
+	}
+	return nil
+}
