@@ -1,0 +1,205 @@
+package cli_test
+
+import (
+	"bytes"
+	"context"
+	"fmt"
+	"io"
+	"net"
+	"net/http"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"sync"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/require"
+
+	"github.com/outflow-dev/outflow/outflowtest"
+)
+
+var binary string
+
+func TestMain(m *testing.M) {
+	dir, err := os.MkdirTemp("", "outflow-cli-test")
+	if err != nil {
+		fmt.Fprintln(os.Stderr, err)
+		os.Exit(1)
+	}
+	binary = filepath.Join(dir, "outflow")
+	out, err := exec.Command("go", "build", "-o", binary, "github.com/outflow-dev/outflow/cmd/outflow").CombinedOutput()
+	if err != nil {
+		fmt.Fprintf(os.Stderr, "build outflow: %v\n%s", err, out)
+		os.Exit(1)
+	}
+	code := m.Run()
+	os.RemoveAll(dir)
+	os.Exit(code)
+}
+
+func command(env map[string]string, args ...string) *exec.Cmd {
+	cmd := exec.Command(binary, args...)
+	cmd.Env = append(os.Environ(), "LOG_LEVEL=info")
+	for k, v := range env {
+		cmd.Env = append(cmd.Env, k+"="+v)
+	}
+	return cmd
+}
+
+func freeAddr(t *testing.T) string {
+	t.Helper()
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	require.NoError(t, err)
+	defer ln.Close()
+	return ln.Addr().String()
+}
+
+func TestBadConfigNamesTheSource(t *testing.T) {
+	t.Parallel()
+	tests := []struct {
+		env  map[string]string
+		args []string
+		want string
+	}{
+		{map[string]string{"LOG_LEVEL": "loud"}, []string{"migrate", "status"}, "invalid LOG_LEVEL"},
+		{nil, []string{"--http-addr", "nope", "serve"}, "invalid --http-addr"},
+		{map[string]string{"DATABASE_URL": "mysql://x"}, []string{"migrate", "up"}, "invalid DATABASE_URL"},
+		{nil, []string{"serve", "--roles", "api,teleporter"}, `unknown role "teleporter"`},
+	}
+	for _, tt := range tests {
+		out, err := command(tt.env, tt.args...).CombinedOutput()
+		var exitErr *exec.ExitError
+		require.ErrorAs(t, err, &exitErr, "%v", tt.args)
+		require.Contains(t, string(out), tt.want)
+	}
+}
+
+func TestMigrateCommands(t *testing.T) {
+	t.Parallel()
+	s := outflowtest.NewEmptySchema(t)
+	env := map[string]string{"DATABASE_URL": s.URL}
+	run := func(args ...string) string {
+		out, err := command(env, args...).CombinedOutput()
+		require.NoError(t, err, "%v: %s", args, out)
+		return string(out)
+	}
+	require.Contains(t, run("migrate", "up"), "applied 1 00001_outbox.sql")
+	require.Contains(t, run("migrate", "up"), "schema is up to date")
+	require.NotContains(t, run("migrate", "status"), "pending")
+	require.Contains(t, run("migrate", "down"), "rolled back 3")
+	require.Contains(t, run("migrate", "status"), "pending")
+	require.Contains(t, run("migrate", "up"), "applied 3")
+}
+
+// SIGTERM lets an in-flight request finish, then the process exits 0.
+func TestServeDrainsOnSIGTERM(t *testing.T) {
+	t.Parallel()
+	s := outflowtest.NewSchema(t)
+	addr := freeAddr(t)
+	cmd := command(map[string]string{"DATABASE_URL": s.URL, "HTTP_ADDR": addr}, "serve")
+	var stderr syncBuffer
+	cmd.Stderr = &stderr
+	require.NoError(t, cmd.Start())
+	t.Cleanup(func() { _ = cmd.Process.Kill() })
+
+	base := "http://" + addr
+	deadline := time.Now().Add(20 * time.Second)
+	for {
+		resp, err := http.Get(base + "/readyz")
+		if err == nil {
+			resp.Body.Close()
+			if resp.StatusCode == http.StatusOK {
+				break
+			}
+		}
+		require.True(t, time.Now().Before(deadline), "serve did not become ready: %s", stderr.String())
+		time.Sleep(20 * time.Millisecond) // polling a condition, with a deadline
+	}
+
+	// A request whose body arrives slowly is in flight when SIGTERM lands.
+	body := &slowBody{
+		first: []byte(`{"name":"Drain Shop",`), rest: []byte(`"webhook_url":"https://drain.example/h"}`),
+		gate: make(chan struct{}), started: make(chan struct{}),
+	}
+	req, err := http.NewRequestWithContext(context.Background(), http.MethodPost, base+"/v1/merchants", body)
+	require.NoError(t, err)
+	req.ContentLength = int64(len(body.first) + len(body.rest))
+	type result struct {
+		status int
+		err    error
+	}
+	done := make(chan result, 1)
+	go func() {
+		resp, err := http.DefaultClient.Do(req)
+		if err != nil {
+			done <- result{err: err}
+			return
+		}
+		resp.Body.Close()
+		done <- result{status: resp.StatusCode}
+	}()
+	<-body.started
+	require.NoError(t, cmd.Process.Signal(syscall.SIGTERM))
+	waitForLog(t, &stderr, "shutting down")
+	close(body.gate)
+
+	res := <-done
+	require.NoError(t, res.err)
+	require.Equal(t, http.StatusCreated, res.status, "the in-flight request completes")
+	require.NoError(t, cmd.Wait(), "exit code 0 after SIGTERM: %s", stderr.String())
+}
+
+// slowBody sends its first part, then waits for gate before the rest.
+type slowBody struct {
+	first, rest []byte
+	gate        chan struct{}
+	started     chan struct{}
+	state       int
+}
+
+func (b *slowBody) Read(p []byte) (int, error) {
+	switch b.state {
+	case 0:
+		b.state = 1
+		n := copy(p, b.first)
+		return n, nil
+	case 1:
+		close(b.started)
+		<-b.gate
+		b.state = 2
+		n := copy(p, b.rest)
+		return n, nil
+	default:
+		return 0, io.EOF
+	}
+}
+
+func waitForLog(t *testing.T, buf *syncBuffer, want string) {
+	t.Helper()
+	deadline := time.Now().Add(10 * time.Second)
+	for !strings.Contains(buf.String(), want) {
+		require.True(t, time.Now().Before(deadline), "log never said %q", want)
+		time.Sleep(10 * time.Millisecond)
+	}
+}
+
+// syncBuffer is written by the child's stderr copier while the test reads it.
+type syncBuffer struct {
+	mu  sync.Mutex
+	buf bytes.Buffer
+}
+
+func (b *syncBuffer) Write(p []byte) (int, error) {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	return b.buf.Write(p)
+}
+
+func (b *syncBuffer) String() string {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	return b.buf.String()
+}

@@ -1,0 +1,56 @@
+package config
+
+import (
+	"strings"
+	"testing"
+
+	"github.com/spf13/pflag"
+)
+
+func TestLoad(t *testing.T) {
+	tests := []struct {
+		name    string
+		env     map[string]string
+		args    []string
+		wantErr string // substring; "" means success
+		check   func(Config) bool
+	}{
+		{name: "defaults", check: func(c Config) bool { return c.DatabaseURL == DefaultDatabaseURL && c.HTTPAddr == DefaultHTTPAddr }},
+		{name: "env wins over default", env: map[string]string{"HTTP_ADDR": "0.0.0.0:9000"}, check: func(c Config) bool { return c.HTTPAddr == "0.0.0.0:9000" }},
+		{name: "flag wins over env", env: map[string]string{"HTTP_ADDR": "0.0.0.0:9000"}, args: []string{"--http-addr", "127.0.0.1:1"}, check: func(c Config) bool { return c.HTTPAddr == "127.0.0.1:1" }},
+		{name: "bad log level names the variable", env: map[string]string{"LOG_LEVEL": "loud"}, wantErr: "invalid LOG_LEVEL"},
+		{name: "bad flag names the flag", args: []string{"--log-level", "loud"}, wantErr: "invalid --log-level"},
+		{name: "bad database URL", env: map[string]string{"DATABASE_URL": "mysql://x"}, wantErr: "invalid DATABASE_URL"},
+		{name: "bad redis URL", env: map[string]string{"REDIS_URL": "http://x"}, wantErr: "invalid REDIS_URL"},
+		{name: "bad addr", env: map[string]string{"HTTP_ADDR": "8080"}, wantErr: "invalid HTTP_ADDR"},
+		{name: "secret not echoed", env: map[string]string{"DATABASE_URL": "postgres://u:hunter2@host:notaport/db"}, wantErr: "invalid DATABASE_URL"},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			for _, k := range []string{"DATABASE_URL", "REDIS_URL", "HTTP_ADDR", "LOG_LEVEL"} {
+				t.Setenv(k, tt.env[k])
+			}
+			fs := pflag.NewFlagSet("test", pflag.ContinueOnError)
+			f := Register(fs)
+			if err := fs.Parse(tt.args); err != nil {
+				t.Fatal(err)
+			}
+			cfg, err := f.Load()
+			if tt.wantErr != "" {
+				if err == nil || !strings.Contains(err.Error(), tt.wantErr) {
+					t.Fatalf("err = %v, want it to contain %q", err, tt.wantErr)
+				}
+				if strings.Contains(err.Error(), "hunter2") {
+					t.Fatalf("error leaks the password: %v", err)
+				}
+				return
+			}
+			if err != nil {
+				t.Fatalf("unexpected error: %v", err)
+			}
+			if !tt.check(cfg) {
+				t.Fatalf("unexpected config %+v", cfg)
+			}
+		})
+	}
+}
