@@ -20,7 +20,7 @@ type NotFoundError struct {
 	ID     string
 }
 
-func (e *NotFoundError) Error() string { return fmt.Sprintf("%s %s not found", e.Entity, e.ID) }
+func (e *NotFoundError) Error() string        { return fmt.Sprintf("%s %s not found", e.Entity, e.ID) }
 func (e *NotFoundError) Is(target error) bool { return target == ErrNotFound }
 
 // TransitionError is returned when a command does not apply to a payment's
@@ -41,5 +41,5 @@ type ValidationError struct {
 	Message string
 }
 
-func (e *ValidationError) Error() string { return e.Field + ": " + e.Message }
+func (e *ValidationError) Error() string        { return e.Field + ": " + e.Message }
 func (e *ValidationError) Is(target error) bool { return target == ErrInvalidInput }

@@ -6,6 +6,8 @@ import (
 	"net/url"
 	"strings"
 	"time"
+	"unicode"
+	"unicode/utf8"
 )
 
 // Merchant receives webhooks for its payments.
@@ -35,8 +37,12 @@ func (m NewMerchant) Validate() error {
 	switch {
 	case name == "":
 		return &ValidationError{Field: "name", Message: "is required"}
-	case len(name) > 200:
+	case utf8.RuneCountInString(name) > 200:
 		return &ValidationError{Field: "name", Message: "must be at most 200 characters"}
+	case strings.ContainsFunc(name, unicode.IsControl):
+		return &ValidationError{Field: "name", Message: "must not contain control characters"}
+	case strings.ContainsFunc(m.WebhookURL, unicode.IsControl):
+		return &ValidationError{Field: "webhook_url", Message: "must not contain control characters"}
 	case m.WebhookURL == "":
 		return &ValidationError{Field: "webhook_url", Message: "is required"}
 	}

@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"strings"
 	"time"
 
 	"github.com/google/uuid"
@@ -92,7 +93,7 @@ func (s *Service) CreateMerchantTx(ctx context.Context, tx pgx.Tx, in NewMerchan
 		return CreatedMerchant{}, fmt.Errorf("new merchant id: %w", err)
 	}
 	m := CreatedMerchant{
-		Merchant:      Merchant{ID: id.String(), Name: in.Name, WebhookURL: in.WebhookURL, CreatedAt: s.nowUTC()},
+		Merchant:      Merchant{ID: id.String(), Name: strings.TrimSpace(in.Name), WebhookURL: in.WebhookURL, CreatedAt: s.nowUTC()},
 		WebhookSecret: secret,
 	}
 	if err := insertMerchant(ctx, tx, m); err != nil {
@@ -103,10 +104,26 @@ func (s *Service) CreateMerchantTx(ctx context.Context, tx pgx.Tx, in NewMerchan
 
 // GetMerchant returns a merchant without its secret.
 func (s *Service) GetMerchant(ctx context.Context, id string) (Merchant, error) {
-	if _, err := uuid.Parse(id); err != nil {
+	canon, ok := canonicalID(id)
+	if !ok {
 		return Merchant{}, &NotFoundError{Entity: "merchant", ID: id}
 	}
-	return getMerchant(ctx, s.pool, id)
+	return getMerchant(ctx, s.pool, canon)
+}
+
+// canonicalID returns id in the lower-case, hyphenated form the database
+// stores and events carry. It accepts only that 36-character form (in any
+// case): uuid.Parse also takes urn:uuid: and braces, which PostgreSQL does
+// not, and a consumer keying on ids must never see two spellings of one.
+func canonicalID(id string) (string, bool) {
+	if len(id) != 36 {
+		return "", false
+	}
+	u, err := uuid.Parse(id)
+	if err != nil {
+		return "", false
+	}
+	return u.String(), true
 }
 
 // NewPayment is the input of CreatePayment.
@@ -121,8 +138,8 @@ func (p NewPayment) Validate() error {
 	switch {
 	case p.MerchantID == "":
 		return &ValidationError{Field: "merchant_id", Message: "is required"}
-	case uuid.Validate(p.MerchantID) != nil:
-		return &ValidationError{Field: "merchant_id", Message: "must be a UUID"}
+	case !validID(p.MerchantID):
+		return &ValidationError{Field: "merchant_id", Message: "must be a UUID such as 0193e4a5-7b1c-7d2e-8f3a-1b2c3d4e5f60"}
 	case p.Amount <= 0:
 		return &ValidationError{Field: "amount", Message: "must be a positive integer in minor units"}
 	case p.Currency == "":
@@ -148,6 +165,7 @@ func (s *Service) CreatePaymentTx(ctx context.Context, tx pgx.Tx, in NewPayment)
 	if err := in.Validate(); err != nil {
 		return Payment{}, err
 	}
+	in.MerchantID, _ = canonicalID(in.MerchantID)
 	id, err := uuid.NewV7()
 	if err != nil {
 		return Payment{}, fmt.Errorf("new payment id: %w", err)
@@ -169,10 +187,11 @@ func (s *Service) CreatePaymentTx(ctx context.Context, tx pgx.Tx, in NewPayment)
 
 // GetPayment returns a payment.
 func (s *Service) GetPayment(ctx context.Context, id string) (Payment, error) {
-	if _, err := uuid.Parse(id); err != nil {
+	canon, ok := canonicalID(id)
+	if !ok {
 		return Payment{}, &NotFoundError{Entity: "payment", ID: id}
 	}
-	return getPayment(ctx, s.pool, id, false)
+	return getPayment(ctx, s.pool, canon, false)
 }
 
 // Pay captures a pending payment: status paid, ledger entries, payment.paid.
@@ -247,10 +266,11 @@ func (s *Service) inTxPayment(ctx context.Context, fn func(pgx.Tx) (Payment, err
 func (s *Service) change(ctx context.Context, tx pgx.Tx, id string,
 	transition func(Payment, time.Time) (Payment, *LedgerTx, events.Payload, error),
 ) (Payment, error) {
-	if _, err := uuid.Parse(id); err != nil {
+	canon, ok := canonicalID(id)
+	if !ok {
 		return Payment{}, &NotFoundError{Entity: "payment", ID: id}
 	}
-	cur, err := getPayment(ctx, tx, id, true)
+	cur, err := getPayment(ctx, tx, canon, true)
 	if err != nil {
 		return Payment{}, err
 	}
@@ -284,6 +304,11 @@ func (s *Service) publish(ctx context.Context, tx pgx.Tx, p Payment, pl events.P
 		return fmt.Errorf("publish %s: %w", pl.EventType(), err)
 	}
 	return nil
+}
+
+func validID(id string) bool {
+	_, ok := canonicalID(id)
+	return ok
 }
 
 func newID() string { return uuid.Must(uuid.NewV7()).String() }

@@ -94,8 +94,9 @@ func decodeBody(w http.ResponseWriter, r *http.Request, dst any, required bool) 
 		writeDecodeError(w, err)
 		return false
 	}
-	if dec.More() {
-		writeError(w, http.StatusBadRequest, "invalid_json", "the body holds more than one JSON value", "")
+	// Not dec.More: it is false before a stray '}' or ']'.
+	if len(bytes.TrimSpace(raw[dec.InputOffset():])) > 0 {
+		writeError(w, http.StatusBadRequest, "invalid_json", "the body holds data after its JSON value", "")
 		return false
 	}
 	return true

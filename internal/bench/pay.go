@@ -1,0 +1,206 @@
+// Package bench holds Outflow's benchmarks that need more than `go test
+// -bench` gives: several concurrency levels, a baseline measured in the same
+// run, and percentiles. `make bench` runs them through cmd/outflow-bench.
+package bench
+
+import (
+	"context"
+	"fmt"
+	"io"
+	"slices"
+	"sync"
+	"text/tabwriter"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgxpool"
+
+	"github.com/outflow-dev/outflow/app"
+	"github.com/outflow-dev/outflow/events"
+	"github.com/outflow-dev/outflow/events/outbox"
+)
+
+// PayConfig configures the pay benchmark.
+type PayConfig struct {
+	// Pool is a migrated schema of its own. Required.
+	Pool *pgxpool.Pool
+	// Clients lists the concurrency levels. Defaults to 1, 4, 16.
+	Clients []int
+	// Ops is how many pay commands one cell runs. Defaults to 3000.
+	Ops int
+	// Rounds repeats every cell, alternating which variant goes first.
+	// Defaults to 3.
+	Rounds int
+	Out    io.Writer
+}
+
+// noPublish is the baseline: the same command without the outbox write.
+type noPublish struct{}
+
+func (noPublish) PublishTx(context.Context, pgx.Tx, ...events.Event) error { return nil }
+
+type sample struct {
+	latencies []time.Duration
+	elapsed   time.Duration
+}
+
+// Pay measures the latency and throughput of the pay command's transaction
+// with the outbox publish against the same transaction without it.
+func Pay(ctx context.Context, cfg PayConfig) error {
+	if len(cfg.Clients) == 0 {
+		cfg.Clients = []int{1, 4, 16}
+	}
+	if cfg.Ops <= 0 {
+		cfg.Ops = 3000
+	}
+	if cfg.Rounds <= 0 {
+		cfg.Rounds = 3
+	}
+	writer, err := outbox.NewWriter(outbox.Config{Routes: app.Routes})
+	if err != nil {
+		return err
+	}
+	with, err := app.NewService(app.Config{Pool: cfg.Pool, Events: writer})
+	if err != nil {
+		return err
+	}
+	without, err := app.NewService(app.Config{Pool: cfg.Pool, Events: noPublish{}})
+	if err != nil {
+		return err
+	}
+	m, err := with.CreateMerchant(ctx, app.NewMerchant{Name: "Bench", WebhookURL: "https://bench.example/h"})
+	if err != nil {
+		return err
+	}
+
+	variants := []struct {
+		name string
+		svc  *app.Service
+	}{{"without outbox", without}, {"with outbox", with}}
+	results := make(map[string]map[int][]sample)
+	for _, v := range variants {
+		results[v.name] = make(map[int][]sample)
+	}
+	fmt.Fprintf(cfg.Out, "pay benchmark: %d ops per cell, %d rounds, clients %v\n", cfg.Ops, cfg.Rounds, cfg.Clients)
+	for round := range cfg.Rounds {
+		for _, c := range cfg.Clients {
+			order := []int{0, 1}
+			if round%2 == 1 {
+				order = []int{1, 0}
+			}
+			for _, vi := range order {
+				v := variants[vi]
+				ids, err := pendingPayments(ctx, cfg.Pool, m.ID, cfg.Ops)
+				if err != nil {
+					return err
+				}
+				settle(ctx, cfg.Pool)
+				s, err := runPay(ctx, v.svc, ids, c)
+				if err != nil {
+					return fmt.Errorf("%s, %d clients: %w", v.name, c, err)
+				}
+				results[v.name][c] = append(results[v.name][c], s)
+				fmt.Fprintf(cfg.Out, "  round %d, %2d clients, %-15s %7.0f tx/s\n", round+1, c, v.name, float64(len(s.latencies))/s.elapsed.Seconds())
+			}
+		}
+	}
+
+	tw := tabwriter.NewWriter(cfg.Out, 0, 4, 2, ' ', tabwriter.AlignRight)
+	fmt.Fprintln(cfg.Out)
+	fmt.Fprintln(tw, "clients\tvariant\ttx/s\tp50 ms\tp99 ms\t")
+	for _, c := range cfg.Clients {
+		var stats [2]stat
+		for i, v := range variants {
+			stats[i] = summarize(results[v.name][c])
+			fmt.Fprintf(tw, "%d\t%s\t%.0f\t%.3f\t%.3f\t\n", c, v.name, stats[i].tps, ms(stats[i].p50), ms(stats[i].p99))
+		}
+		fmt.Fprintf(tw, "%d\twith / without\t%.2fx\t%.2fx\t%.2fx\t\n", c,
+			stats[1].tps/stats[0].tps, ms(stats[1].p50)/ms(stats[0].p50), ms(stats[1].p99)/ms(stats[0].p99))
+	}
+	return tw.Flush()
+}
+
+type stat struct {
+	tps      float64
+	p50, p99 time.Duration
+}
+
+// summarize pools the latencies of every round and takes the median of the
+// rounds' throughputs.
+func summarize(ss []sample) stat {
+	var all []time.Duration
+	tps := make([]float64, 0, len(ss))
+	for _, s := range ss {
+		all = append(all, s.latencies...)
+		tps = append(tps, float64(len(s.latencies))/s.elapsed.Seconds())
+	}
+	slices.Sort(all)
+	slices.Sort(tps)
+	return stat{tps: tps[len(tps)/2], p50: percentile(all, 0.50), p99: percentile(all, 0.99)}
+}
+
+func percentile(sorted []time.Duration, q float64) time.Duration {
+	if len(sorted) == 0 {
+		return 0
+	}
+	return sorted[min(len(sorted)-1, int(q*float64(len(sorted))))]
+}
+
+func ms(d time.Duration) float64 { return float64(d) / float64(time.Millisecond) }
+
+func runPay(ctx context.Context, svc *app.Service, ids []string, clients int) (sample, error) {
+	var (
+		mu      sync.Mutex
+		lat     = make([]time.Duration, 0, len(ids))
+		next    = make(chan string)
+		firstEr error
+		wg      sync.WaitGroup
+	)
+	start := time.Now()
+	for range clients {
+		wg.Go(func() {
+			local := make([]time.Duration, 0, len(ids)/clients+1)
+			for id := range next {
+				t0 := time.Now()
+				_, err := svc.Pay(ctx, id)
+				local = append(local, time.Since(t0))
+				if err != nil {
+					mu.Lock()
+					if firstEr == nil {
+						firstEr = err
+					}
+					mu.Unlock()
+				}
+			}
+			mu.Lock()
+			lat = append(lat, local...)
+			mu.Unlock()
+		})
+	}
+	for _, id := range ids {
+		next <- id
+	}
+	close(next)
+	wg.Wait()
+	return sample{latencies: lat, elapsed: time.Since(start)}, firstEr
+}
+
+// pendingPayments inserts n pending payments in bulk, outside the measured
+// part.
+func pendingPayments(ctx context.Context, pool *pgxpool.Pool, merchantID string, n int) ([]string, error) {
+	rows, err := pool.Query(ctx, `
+		INSERT INTO payments (id, merchant_id, amount, currency, status, version, created_at, updated_at)
+		SELECT gen_random_uuid(), $1, 1000 + g, 'EUR', 'pending', 1, now(), now() FROM generate_series(1, $2) g
+		RETURNING id::text`, merchantID, n)
+	if err != nil {
+		return nil, fmt.Errorf("seed payments: %w", err)
+	}
+	return pgx.CollectRows(rows, pgx.RowTo[string])
+}
+
+// settle flushes dirty pages so that a checkpoint does not land inside one
+// variant's cell more than the other's. It needs superuser; without it the
+// runs are only noisier.
+func settle(ctx context.Context, pool *pgxpool.Pool) {
+	_, _ = pool.Exec(ctx, `CHECKPOINT`)
+}
