@@ -16,10 +16,11 @@ import (
 	"github.com/outflow-dev/outflow/events/payment"
 )
 
-// EventPublisher writes events inside a transaction. *outbox.Writer is the
-// implementation; the interface is here so benchmarks and tests can wrap it.
+// EventPublisher queues the outbox write of events onto a batch sent on tx.
+// *outbox.Writer is the implementation; the interface is here so benchmarks
+// and tests can wrap it.
 type EventPublisher interface {
-	PublishTx(ctx context.Context, tx pgx.Tx, evs ...events.Event) error
+	QueueTx(ctx context.Context, tx pgx.Tx, b *pgx.Batch, evs ...events.Event) error
 }
 
 // Config configures a [Service].
@@ -175,14 +176,19 @@ func (s *Service) CreatePaymentTx(ctx context.Context, tx pgx.Tx, in NewPayment)
 		ID: id.String(), MerchantID: in.MerchantID, Amount: in.Amount, Currency: in.Currency,
 		Status: StatusPending, Version: 1, CreatedAt: now, UpdatedAt: now,
 	}
-	if err := insertPayment(ctx, tx, p); err != nil {
-		return Payment{}, err
-	}
-	err = s.publish(ctx, tx, p, payment.Created{
+	b := &pgx.Batch{}
+	queueInsertPayment(b, p)
+	err = s.queueEvent(ctx, tx, b, p, payment.Created{
 		PaymentID: p.ID, MerchantID: p.MerchantID, Amount: p.Amount, Currency: p.Currency,
 		Status: string(p.Status), CreatedAt: p.CreatedAt,
 	})
-	return p, err
+	if err != nil {
+		return Payment{}, err
+	}
+	if err := sendBatch(ctx, tx, b); err != nil {
+		return Payment{}, err
+	}
+	return p, nil
 }
 
 // GetPayment returns a payment.
@@ -278,29 +284,31 @@ func (s *Service) change(ctx context.Context, tx pgx.Tx, id string,
 	if err != nil {
 		return Payment{}, err
 	}
-	if err := updatePayment(ctx, tx, next, cur.Version); err != nil {
-		return Payment{}, err
-	}
+	// The new state, its ledger entries and its event travel in one round
+	// trip; the row lock taken above already serializes them.
+	b := &pgx.Batch{}
+	queueUpdatePayment(b, next, cur.Version)
 	if lt != nil {
 		if err := lt.Validate(); err != nil {
 			return Payment{}, err
 		}
-		if err := insertLedgerTx(ctx, tx, *lt, next.UpdatedAt); err != nil {
-			return Payment{}, err
-		}
+		queueInsertLedgerTx(b, *lt, next.UpdatedAt)
 	}
-	if err := s.publish(ctx, tx, next, ev); err != nil {
+	if err := s.queueEvent(ctx, tx, b, next, ev); err != nil {
+		return Payment{}, err
+	}
+	if err := sendBatch(ctx, tx, b); err != nil {
 		return Payment{}, err
 	}
 	return next, nil
 }
 
-func (s *Service) publish(ctx context.Context, tx pgx.Tx, p Payment, pl events.Payload) error {
+func (s *Service) queueEvent(ctx context.Context, tx pgx.Tx, b *pgx.Batch, p Payment, pl events.Payload) error {
 	ev, err := events.New(ctx, events.Aggregate{Type: payment.AggregateType, ID: p.ID, Version: p.Version}, pl)
 	if err != nil {
 		return fmt.Errorf("build %s event: %w", pl.EventType(), err)
 	}
-	if err := s.events.PublishTx(ctx, tx, ev); err != nil {
+	if err := s.events.QueueTx(ctx, tx, b, ev); err != nil {
 		return fmt.Errorf("publish %s: %w", pl.EventType(), err)
 	}
 	return nil

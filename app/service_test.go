@@ -94,16 +94,17 @@ func TestConcurrentCommandsGiveGaplessVersions(t *testing.T) {
 	require.Equal(t, app.StatusPartiallyRefunded, got.Status)
 }
 
-// failingPublisher wraps the real writer and fails after it wrote, so the
-// command's transaction must roll back the state change with the event.
+// failingPublisher wraps the real writer and fails after it queued the
+// write, so the command's transaction must roll back the state change with
+// the event.
 type failingPublisher struct {
 	app.EventPublisher
 }
 
 var errPublish = errors.New("injected publish failure")
 
-func (f failingPublisher) PublishTx(ctx context.Context, tx pgx.Tx, evs ...events.Event) error {
-	if err := f.EventPublisher.PublishTx(ctx, tx, evs...); err != nil {
+func (f failingPublisher) QueueTx(ctx context.Context, tx pgx.Tx, b *pgx.Batch, evs ...events.Event) error {
+	if err := f.EventPublisher.QueueTx(ctx, tx, b, evs...); err != nil {
 		return err
 	}
 	return errPublish

@@ -40,46 +40,37 @@ func getPayment(ctx context.Context, q querier, id string, forUpdate bool) (Paym
 	return p, nil
 }
 
-func insertPayment(ctx context.Context, q querier, p Payment) error {
-	_, err := q.Exec(ctx, `
+func queueInsertPayment(b *pgx.Batch, p Payment) {
+	b.Queue(`
 		INSERT INTO payments (id, merchant_id, amount, refunded_amount, currency, status, version, created_at, updated_at)
 		VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9)`,
 		p.ID, p.MerchantID, p.Amount, p.RefundedAmount, p.Currency, p.Status, p.Version, p.CreatedAt, p.UpdatedAt)
-	var pgErr *pgconn.PgError
-	if errors.As(err, &pgErr) && pgErr.Code == "23503" { // foreign_key_violation: merchant
-		return &ValidationError{Field: "merchant_id", Message: "no such merchant"}
-	}
-	if err != nil {
-		return fmt.Errorf("insert payment: %w", err)
-	}
-	return nil
 }
 
-// updatePayment writes p if the row is still at prevVersion. The row is
+// queueUpdatePayment writes p if the row is still at prevVersion. The row is
 // locked by the caller, so a mismatch means a bug, not a race.
-func updatePayment(ctx context.Context, q querier, p Payment, prevVersion int64) error {
-	tag, err := q.Exec(ctx, `
+func queueUpdatePayment(b *pgx.Batch, p Payment, prevVersion int64) {
+	b.Queue(`
 		UPDATE payments SET refunded_amount = $2, status = $3, version = $4, updated_at = $5
 		WHERE id = $1 AND version = $6`,
-		p.ID, p.RefundedAmount, p.Status, p.Version, p.UpdatedAt, prevVersion)
-	if err != nil {
-		return fmt.Errorf("update payment: %w", err)
-	}
-	if tag.RowsAffected() != 1 {
-		return fmt.Errorf("update payment %s: version %d changed under a row lock", p.ID, prevVersion)
-	}
-	return nil
+		p.ID, p.RefundedAmount, p.Status, p.Version, p.UpdatedAt, prevVersion,
+	).Exec(func(tag pgconn.CommandTag) error {
+		if tag.RowsAffected() != 1 {
+			return fmt.Errorf("update payment %s: version %d changed under a row lock", p.ID, prevVersion)
+		}
+		return nil
+	})
 }
 
-// insertLedgerTx writes the transaction and its entries in one statement.
-func insertLedgerTx(ctx context.Context, q querier, t LedgerTx, at time.Time) error {
+// queueInsertLedgerTx writes the transaction and its entries in one statement.
+func queueInsertLedgerTx(b *pgx.Batch, t LedgerTx, at time.Time) {
 	accounts := make([]string, len(t.Entries))
 	amounts := make([]int64, len(t.Entries))
 	currencies := make([]string, len(t.Entries))
 	for i, e := range t.Entries {
 		accounts[i], amounts[i], currencies[i] = e.Account, e.Amount, e.Currency
 	}
-	_, err := q.Exec(ctx, `
+	b.Queue(`
 		WITH t AS (
 			INSERT INTO ledger_transactions (id, payment_id, kind, created_at) VALUES ($1, $2, $3, $4)
 		)
@@ -87,8 +78,18 @@ func insertLedgerTx(ctx context.Context, q querier, t LedgerTx, at time.Time) er
 		SELECT $1, e.account, e.amount, e.currency
 		FROM unnest($5::text[], $6::bigint[], $7::text[]) AS e(account, amount, currency)`,
 		t.ID, t.PaymentID, t.Kind, at, accounts, amounts, currencies)
+}
+
+// sendBatch sends b on tx and reads every result. A payment that names no
+// merchant is the caller's mistake, reported on the field.
+func sendBatch(ctx context.Context, tx pgx.Tx, b *pgx.Batch) error {
+	err := tx.SendBatch(ctx, b).Close()
+	var pgErr *pgconn.PgError
+	if errors.As(err, &pgErr) && pgErr.Code == "23503" && pgErr.ConstraintName == "payments_merchant_id_fkey" {
+		return &ValidationError{Field: "merchant_id", Message: "no such merchant"}
+	}
 	if err != nil {
-		return fmt.Errorf("insert ledger transaction: %w", err)
+		return fmt.Errorf("write command: %w", err)
 	}
 	return nil
 }

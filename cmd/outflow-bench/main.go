@@ -1,7 +1,7 @@
 // Command outflow-bench runs Outflow's benchmarks, each against a baseline
 // measured in the same run, in a schema of its own that it drops at the end.
 //
-//	outflow-bench pay [-ops 3000] [-rounds 3] [-clients 1,4,16]
+//	outflow-bench pay [-ops 6000] [-slices 20] [-clients 1,4,16]
 //
 // The database is BENCH_DATABASE_URL, defaulting to the test database.
 package main
@@ -12,7 +12,6 @@ import (
 	"fmt"
 	"os"
 	"os/signal"
-	"slices"
 	"strconv"
 	"strings"
 	"syscall"
@@ -41,8 +40,8 @@ func run(ctx context.Context, args []string) error {
 	switch args[0] {
 	case "pay":
 		fs := flag.NewFlagSet("pay", flag.ContinueOnError)
-		ops := fs.Int("ops", 3000, "pay commands per cell")
-		rounds := fs.Int("rounds", 3, "rounds per cell")
+		ops := fs.Int("ops", 6000, "pay commands per variant and concurrency level")
+		slices := fs.Int("slices", 20, "alternating slices the ops are split into")
 		clients := fs.String("clients", "1,4,16", "comma-separated concurrency levels")
 		if err := fs.Parse(args[1:]); err != nil {
 			return err
@@ -51,12 +50,12 @@ func run(ctx context.Context, args []string) error {
 		if err != nil {
 			return fmt.Errorf("invalid -clients: %w", err)
 		}
-		pool, drop, err := bench.Schema(ctx, dbURL, int32(slices.Max(levels)+2))
+		pool, drop, err := bench.Schema(ctx, dbURL, int32(maxOf(levels)+2))
 		if err != nil {
 			return err
 		}
 		defer drop()
-		return bench.Pay(ctx, bench.PayConfig{Pool: pool, Clients: levels, Ops: *ops, Rounds: *rounds, Out: os.Stdout})
+		return bench.Pay(ctx, bench.PayConfig{Pool: pool, Clients: levels, Ops: *ops, Slices: *slices, Out: os.Stdout})
 	default:
 		return fmt.Errorf("unknown benchmark %q (known: pay)", args[0])
 	}
@@ -72,4 +71,12 @@ func parseInts(s string) ([]int, error) {
 		out = append(out, n)
 	}
 	return out, nil
+}
+
+func maxOf(xs []int) int {
+	m := xs[0]
+	for _, x := range xs[1:] {
+		m = max(m, x)
+	}
+	return m
 }

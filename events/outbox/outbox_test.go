@@ -95,7 +95,7 @@ func TestPublishTxCommitWritesFullEnvelope(t *testing.T) {
 		require.Zero(t, r.Attempts)
 		require.Equal(t, "corr-1", r.Metadata[events.CorrelationIDKey])
 		require.Equal(t, "00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01", r.Metadata[events.TraceparentKey])
-		require.Equal(t, ev.MessageID, r.Metadata[events.MessageIDKey])
+		require.NotContains(t, r.Metadata, events.MessageIDKey, "columns are not repeated in metadata")
 
 		var p payment.Paid
 		require.NoError(t, json.Unmarshal(r.Payload, &p))
@@ -228,4 +228,48 @@ func TestUnroutedEventFailsWholePublish(t *testing.T) {
 	})
 	require.True(t, errors.Is(err, outbox.ErrNoRoute), "got %v", err)
 	require.Zero(t, countRows(t, s))
+}
+
+func TestQueueTxTravelsWithTheBatch(t *testing.T) {
+	t.Parallel()
+	s := outflowtest.NewSchema(t)
+	w := newWriter(t)
+	ctx := context.Background()
+
+	// Committed with the batch.
+	committed := uuid.NewString()
+	require.NoError(t, pgx.BeginFunc(ctx, s.Pool, func(tx pgx.Tx) error {
+		b := &pgx.Batch{}
+		if err := w.QueueTx(ctx, tx, b, newEvent(t, ctx, committed, 1), newEvent(t, ctx, committed, 2)); err != nil {
+			return err
+		}
+		require.Zero(t, countRows(t, s), "queueing writes nothing")
+		return tx.SendBatch(ctx, b).Close()
+	}))
+
+	// Rolled back with the transaction.
+	tx, err := s.Pool.Begin(ctx)
+	require.NoError(t, err)
+	b := &pgx.Batch{}
+	require.NoError(t, w.QueueTx(ctx, tx, b, newEvent(t, ctx, uuid.NewString(), 1)))
+	require.NoError(t, tx.SendBatch(ctx, b).Close())
+	require.NoError(t, tx.Rollback(ctx))
+
+	// A failing INSERT surfaces from the batch, before any commit.
+	dup := newEvent(t, ctx, committed, 2)
+	err = pgx.BeginFunc(ctx, s.Pool, func(tx pgx.Tx) error {
+		b := &pgx.Batch{}
+		if err := w.QueueTx(ctx, tx, b, dup); err != nil {
+			return err
+		}
+		return tx.SendBatch(ctx, b).Close()
+	})
+	require.Error(t, err, "a second version 2 of one aggregate is refused")
+
+	rows := readRows(t, s)
+	require.Len(t, rows, 2)
+	require.Equal(t, committed, rows[0].AggregateID)
+
+	require.ErrorIs(t, w.QueueTx(ctx, nil, &pgx.Batch{}, dup), outbox.ErrNoTransaction)
+	require.ErrorIs(t, w.QueueTx(ctx, tx, nil, dup), outbox.ErrNoTransaction)
 }

@@ -30,7 +30,11 @@ type SchemaAdapter struct {
 
 var _ wmsql.SchemaAdapter = SchemaAdapter{}
 
-const insertColumns = `(message_id, topic, aggregate_type, aggregate_id, aggregate_version, event_type, payload, metadata, occurred_at)`
+var insertColumnList = []string{
+	"message_id", "topic", "aggregate_type", "aggregate_id", "aggregate_version", "event_type", "payload", "metadata", "occurred_at",
+}
+
+var insertColumns = "(" + strings.Join(insertColumnList, ", ") + ")"
 
 // InsertQuery returns one multi-row INSERT for msgs.
 func (a SchemaAdapter) InsertQuery(params wmsql.InsertQueryParams) (wmsql.Query, error) {
@@ -47,14 +51,14 @@ func (a SchemaAdapter) InsertQuery(params wmsql.InsertQueryParams) (wmsql.Query,
 	b.WriteString(" ")
 	b.WriteString(insertColumns)
 	b.WriteString(" VALUES ")
-	const cols = 9
+	cols := len(insertColumnList)
 	args := make([]any, 0, cols*len(params.Msgs))
 	for i, msg := range params.Msgs {
 		env, err := events.EnvelopeFromMessage(msg)
 		if err != nil {
 			return wmsql.Query{}, fmt.Errorf("message %s: %w", msg.UUID, err)
 		}
-		md, err := metadataJSON(msg.Metadata)
+		md, err := extraMetadataJSON(msg.Metadata)
 		if err != nil {
 			return wmsql.Query{}, fmt.Errorf("message %s: encode metadata: %w", msg.UUID, err)
 		}

@@ -73,6 +73,21 @@ func (w *Writer) PublishTx(ctx context.Context, tx pgx.Tx, evs ...events.Event) 
 	return w.publish(ctx, wmsql.TxFromPgx(tx), evs)
 }
 
+// QueueTx queues the INSERT of evs onto b, a batch the caller then sends
+// with tx.SendBatch, so that the outbox write costs no round trip of its
+// own: it travels with the command's other writes. Errors of the INSERT
+// (including a row count other than len(evs)) come back from the batch's
+// Close, before the caller commits.
+//
+// The batch must be sent on tx: sent anywhere else it would not share the
+// business transaction. A nil tx or batch is [ErrNoTransaction].
+func (w *Writer) QueueTx(ctx context.Context, tx pgx.Tx, b *pgx.Batch, evs ...events.Event) error {
+	if tx == nil || b == nil {
+		return ErrNoTransaction
+	}
+	return w.publish(ctx, batchExecutor{b: b}, evs)
+}
+
 // PublishStdTx is PublishTx for a database/sql transaction (lib/pq, or pgx
 // through its stdlib driver).
 func (w *Writer) PublishStdTx(ctx context.Context, tx *stdsql.Tx, evs ...events.Event) error {
@@ -82,7 +97,7 @@ func (w *Writer) PublishStdTx(ctx context.Context, tx *stdsql.Tx, evs ...events.
 	return w.publish(ctx, wmsql.TxFromStdSQL(tx), evs)
 }
 
-func (w *Writer) publish(ctx context.Context, tx wmsql.Tx, evs []events.Event) error {
+func (w *Writer) publish(ctx context.Context, tx wmsql.ContextExecutor, evs []events.Event) error {
 	if len(evs) == 0 {
 		return nil
 	}

@@ -10,6 +10,8 @@ CREATE TABLE outbox (
     aggregate_version bigint      NOT NULL CHECK (aggregate_version >= 1),
     event_type        text        NOT NULL,
     payload           jsonb       NOT NULL,
+    -- Envelope fields without a column of their own (correlation_id,
+    -- traceparent, user metadata); the columns are not repeated here.
     metadata          jsonb       NOT NULL DEFAULT '{}',
     occurred_at       timestamptz NOT NULL,
     created_at        timestamptz NOT NULL DEFAULT now(),
