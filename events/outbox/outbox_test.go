@@ -166,18 +166,18 @@ func TestPublishOutsideTransactionFails(t *testing.T) {
 	require.Zero(t, countRows(t, s), "nothing may be auto-committed")
 }
 
-func TestDuplicateAggregateVersionRefused(t *testing.T) {
+func TestDuplicateMessageIDRefused(t *testing.T) {
 	t.Parallel()
 	s := outflowtest.NewSchema(t)
 	w := newWriter(t)
 	ctx := context.Background()
-	aggID := uuid.NewString()
+	ev := newEvent(t, ctx, uuid.NewString(), 1)
 
 	require.NoError(t, pgx.BeginFunc(ctx, s.Pool, func(tx pgx.Tx) error {
-		return w.PublishTx(ctx, tx, newEvent(t, ctx, aggID, 1))
+		return w.PublishTx(ctx, tx, ev)
 	}))
 	err := pgx.BeginFunc(ctx, s.Pool, func(tx pgx.Tx) error {
-		return w.PublishTx(ctx, tx, newEvent(t, ctx, aggID, 1))
+		return w.PublishTx(ctx, tx, ev)
 	})
 	require.Error(t, err)
 	require.Equal(t, 1, countRows(t, s))
@@ -256,7 +256,8 @@ func TestQueueTxTravelsWithTheBatch(t *testing.T) {
 	require.NoError(t, tx.Rollback(ctx))
 
 	// A failing INSERT surfaces from the batch, before any commit.
-	dup := newEvent(t, ctx, committed, 2)
+	dup := newEvent(t, ctx, committed, 3)
+	dup.MessageID = rows0MessageID(t, s)
 	err = pgx.BeginFunc(ctx, s.Pool, func(tx pgx.Tx) error {
 		b := &pgx.Batch{}
 		if err := w.QueueTx(ctx, tx, b, dup); err != nil {
@@ -264,7 +265,7 @@ func TestQueueTxTravelsWithTheBatch(t *testing.T) {
 		}
 		return tx.SendBatch(ctx, b).Close()
 	})
-	require.Error(t, err, "a second version 2 of one aggregate is refused")
+	require.Error(t, err, "a second row with a taken message_id is refused")
 
 	rows := readRows(t, s)
 	require.Len(t, rows, 2)
@@ -272,4 +273,9 @@ func TestQueueTxTravelsWithTheBatch(t *testing.T) {
 
 	require.ErrorIs(t, w.QueueTx(ctx, nil, &pgx.Batch{}, dup), outbox.ErrNoTransaction)
 	require.ErrorIs(t, w.QueueTx(ctx, tx, nil, dup), outbox.ErrNoTransaction)
+}
+
+func rows0MessageID(t *testing.T, s *outflowtest.Schema) string {
+	t.Helper()
+	return readRows(t, s)[0].MessageID
 }

@@ -1,0 +1,72 @@
+package outbox_test
+
+import (
+	"context"
+	"os"
+
+	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgxpool"
+
+	"github.com/outflow-dev/outflow/events"
+	"github.com/outflow-dev/outflow/events/outbox"
+	"github.com/outflow-dev/outflow/events/payment"
+)
+
+// The state change and its event commit or roll back together.
+func ExampleWriter_PublishTx() {
+	ctx := context.Background()
+	pool, err := pgxpool.New(ctx, os.Getenv("DATABASE_URL"))
+	if err != nil {
+		panic(err)
+	}
+	defer pool.Close()
+	writer, err := outbox.NewWriter(outbox.Config{Routes: outbox.Routes{"*": "payments"}})
+	if err != nil {
+		panic(err)
+	}
+
+	err = pgx.BeginFunc(ctx, pool, func(tx pgx.Tx) error {
+		// ... lock the payment, change it, write the ledger, all on tx ...
+		ev, err := events.New(ctx, events.Aggregate{Type: payment.AggregateType, ID: "pay_1", Version: 2},
+			payment.Paid{PaymentID: "pay_1", MerchantID: "mer_1", Amount: 1250, Currency: "EUR"})
+		if err != nil {
+			return err
+		}
+		return writer.PublishTx(ctx, tx, ev)
+	})
+	if err != nil {
+		panic(err)
+	}
+}
+
+// QueueTx puts the outbox INSERT in the batch that carries the command's
+// other writes, so the event costs no round trip of its own.
+func ExampleWriter_QueueTx() {
+	ctx := context.Background()
+	pool, err := pgxpool.New(ctx, os.Getenv("DATABASE_URL"))
+	if err != nil {
+		panic(err)
+	}
+	defer pool.Close()
+	writer, err := outbox.NewWriter(outbox.Config{})
+	if err != nil {
+		panic(err)
+	}
+
+	err = pgx.BeginFunc(ctx, pool, func(tx pgx.Tx) error {
+		b := &pgx.Batch{}
+		b.Queue(`UPDATE payments SET status = 'paid', version = version + 1 WHERE id = $1`, "pay_1")
+		ev, err := events.New(ctx, events.Aggregate{Type: payment.AggregateType, ID: "pay_1", Version: 2},
+			payment.Paid{PaymentID: "pay_1", MerchantID: "mer_1", Amount: 1250, Currency: "EUR"})
+		if err != nil {
+			return err
+		}
+		if err := writer.QueueTx(ctx, tx, b, ev); err != nil {
+			return err
+		}
+		return tx.SendBatch(ctx, b).Close()
+	})
+	if err != nil {
+		panic(err)
+	}
+}
