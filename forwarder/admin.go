@@ -1,0 +1,115 @@
+package forwarder
+
+import (
+	"context"
+	"fmt"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgxpool"
+)
+
+// Stats describes the outbox as a whole, for alerts and `outflow stats`.
+type Stats struct {
+	// Pending rows wait to be forwarded (parked rows excluded).
+	Pending int64 `json:"pending"`
+	// Parked rows failed MaxAttempts times and wait for an operator.
+	Parked int64 `json:"parked"`
+	// OldestPendingAgeSeconds is the age of the oldest pending row, 0 when
+	// none: the one number to alert on.
+	OldestPendingAgeSeconds float64 `json:"oldest_pending_age_seconds"`
+	// PublishedTotal counts every row ever forwarded, purged ones included.
+	PublishedTotal int64 `json:"published_total"`
+}
+
+// ReadStats reads the outbox's stats. It scans only pending rows, through
+// the partial index, so its cost does not grow with the published history.
+func ReadStats(ctx context.Context, pool *pgxpool.Pool) (Stats, error) {
+	var s Stats
+	err := pool.QueryRow(ctx, `
+		SELECT count(*) FILTER (WHERE parked_at IS NULL),
+		       count(*) FILTER (WHERE parked_at IS NOT NULL),
+		       coalesce(extract(epoch FROM now() - min(created_at) FILTER (WHERE parked_at IS NULL)), 0)::float8,
+		       (SELECT coalesce(sum(published_total), 0) FROM outbox_partitions)::bigint
+		FROM outbox WHERE published_at IS NULL`).Scan(&s.Pending, &s.Parked, &s.OldestPendingAgeSeconds, &s.PublishedTotal)
+	if err != nil {
+		return Stats{}, fmt.Errorf("read outbox stats: %w", err)
+	}
+	return s, nil
+}
+
+// ParkedRow is a row the forwarder gave up on.
+type ParkedRow struct {
+	ID               int64     `json:"id"`
+	MessageID        string    `json:"message_id"`
+	Topic            string    `json:"topic"`
+	EventType        string    `json:"event_type"`
+	AggregateType    string    `json:"aggregate_type"`
+	AggregateID      string    `json:"aggregate_id"`
+	AggregateVersion int64     `json:"aggregate_version"`
+	Attempts         int       `json:"attempts"`
+	LastError        string    `json:"last_error"`
+	CreatedAt        time.Time `json:"created_at"`
+	ParkedAt         time.Time `json:"parked_at"`
+}
+
+// ListParked returns up to limit parked rows, oldest first.
+func ListParked(ctx context.Context, pool *pgxpool.Pool, limit int) ([]ParkedRow, error) {
+	rows, err := pool.Query(ctx, `
+		SELECT id, message_id::text, topic, event_type, aggregate_type, aggregate_id, aggregate_version,
+		       attempts, coalesce(last_error, ''), created_at, parked_at
+		FROM outbox WHERE published_at IS NULL AND parked_at IS NOT NULL
+		ORDER BY id LIMIT $1`, limit)
+	if err != nil {
+		return nil, fmt.Errorf("list parked rows: %w", err)
+	}
+	out, err := pgx.CollectRows(rows, pgx.RowToStructByPos[ParkedRow])
+	if err != nil {
+		return nil, fmt.Errorf("list parked rows: %w", err)
+	}
+	return out, nil
+}
+
+// RetryParked puts parked rows back in line with a fresh count of attempts:
+// the row with id, or every parked row when id is 0. It returns how many
+// rows it released. Nothing is ever deleted.
+func RetryParked(ctx context.Context, pool *pgxpool.Pool, id int64) (int64, error) {
+	tag, err := pool.Exec(ctx, `
+		UPDATE outbox SET parked_at = NULL, next_attempt_at = NULL, attempts = 0
+		WHERE published_at IS NULL AND parked_at IS NOT NULL AND ($1 = 0 OR id = $1)`, id)
+	if err != nil {
+		return 0, fmt.Errorf("retry parked rows: %w", err)
+	}
+	return tag.RowsAffected(), nil
+}
+
+// Repartition changes the partition count. It refuses while any forwarder
+// holds a lease: rows are assigned to partitions by count, so changing it
+// under a running forwarder could reorder an aggregate's events.
+func Repartition(ctx context.Context, pool *pgxpool.Pool, partitions int) error {
+	if partitions < 1 || partitions > 4096 {
+		return fmt.Errorf("repartition: partitions must be between 1 and 4096")
+	}
+	return pgx.BeginFunc(ctx, pool, func(tx pgx.Tx) error {
+		if _, err := tx.Exec(ctx, `LOCK TABLE outbox_partitions IN EXCLUSIVE MODE`); err != nil {
+			return err
+		}
+		var live int
+		var total int64
+		if err := tx.QueryRow(ctx, `
+			SELECT count(*) FILTER (WHERE owner IS NOT NULL AND lease_until > now()), coalesce(sum(published_total), 0)::bigint
+			FROM outbox_partitions`).Scan(&live, &total); err != nil {
+			return err
+		}
+		if live > 0 {
+			return fmt.Errorf("repartition: %d partitions are leased by running forwarders; stop them first", live)
+		}
+		if _, err := tx.Exec(ctx, `DELETE FROM outbox_partitions`); err != nil {
+			return err
+		}
+		_, err := tx.Exec(ctx, `
+			INSERT INTO outbox_partitions (partition, published_total)
+			SELECT g, CASE WHEN g = 0 THEN $2 ELSE 0 END FROM generate_series(0, $1 - 1) g`, partitions, total)
+		return err
+	})
+}

@@ -1,0 +1,36 @@
+package forwarder
+
+import (
+	"context"
+	"errors"
+
+	"github.com/ThreeDotsLabs/watermill/message"
+)
+
+// ErrBrokerUnavailable marks a publish failure that is the broker's, not the
+// row's: the connection is down, the broker is loading, read-only or out of
+// memory. The forwarder keeps such rows pending without counting an attempt,
+// backs off, and tries again.
+var ErrBrokerUnavailable = errors.New("broker unavailable")
+
+// Outgoing is one outbox row ready for the broker.
+type Outgoing struct {
+	// Topic is the row's topic.
+	Topic string
+	// AggregateID keys per-aggregate ordering (stream partitioning).
+	AggregateID string
+	// Message carries the message id as its UUID, the envelope as metadata
+	// and the event JSON as payload.
+	Message *message.Message
+}
+
+// Broker appends messages to the broker in order.
+//
+// Publish returns one error per message, nil when the broker acknowledged
+// it. An error wrapping [ErrBrokerUnavailable] means the broker, not the
+// message, failed. Messages of one aggregate must be appended in the order
+// given: an implementation that sends them concurrently must keep one
+// aggregate's messages on one ordered path.
+type Broker interface {
+	Publish(ctx context.Context, msgs []Outgoing) []error
+}

@@ -1,0 +1,283 @@
+package forwarder
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"math/rand/v2"
+	"strconv"
+	"time"
+
+	"github.com/ThreeDotsLabs/watermill/message"
+	"github.com/jackc/pgx/v5"
+
+	"github.com/outflow-dev/outflow/events"
+)
+
+// partitionExpr maps a row to its partition. hashtextextended is stable
+// within a PostgreSQL major version, which is all a lease needs: rows are
+// not stored by partition, they are only assigned at claim time.
+const partitionExpr = `((hashtextextended(o.aggregate_id, 0) % $2) + $2) % $2`
+
+// claimSQL takes the oldest claimable rows of the partitions this instance
+// leases. FOR UPDATE, not SKIP LOCKED: a partition has one owner, so a
+// locked row means a previous owner that lost its lease is still finishing
+// its batch, and skipping it would publish that aggregate's later events
+// first. Waiting (bounded by lock_timeout) keeps the order.
+//
+// A row is claimable unless an earlier row of its aggregate is parked or
+// waiting for its retry: those hold the aggregate's later rows back.
+//
+// The lease check is part of the claim: the partitions this instance leases
+// are locked FOR SHARE for the whole transaction, which fences takeover:
+// another instance cannot take a partition while this transaction, which
+// publishes its rows, is open.
+const claimSQL = `
+WITH mine AS MATERIALIZED (
+    SELECT partition FROM outbox_partitions
+    WHERE owner = $3 AND lease_until > now()
+    FOR SHARE
+)
+SELECT o.id, o.message_id::text, o.topic, o.aggregate_type, o.aggregate_id, o.aggregate_version,
+       o.event_type, o.payload::text, o.metadata::text, o.occurred_at, o.attempts
+FROM outbox o
+WHERE o.published_at IS NULL AND o.parked_at IS NULL
+  AND (o.next_attempt_at IS NULL OR o.next_attempt_at <= now())
+  AND ((SELECT count(*) FROM mine) = $2 OR ` + partitionExpr + ` = ANY(ARRAY(SELECT partition FROM mine)))
+  AND NOT EXISTS (
+      SELECT 1 FROM outbox b
+      WHERE b.aggregate_type = o.aggregate_type AND b.aggregate_id = o.aggregate_id AND b.id < o.id
+        AND b.published_at IS NULL AND (b.parked_at IS NOT NULL OR b.next_attempt_at IS NOT NULL))
+ORDER BY o.id
+LIMIT $1
+FOR UPDATE OF o`
+
+type row struct {
+	id            int64
+	messageID     string
+	topic         string
+	aggregateType string
+	aggregateID   string
+	version       int64
+	eventType     string
+	payload       string
+	metadata      string
+	occurredAt    time.Time
+	attempts      int
+}
+
+// batchResult is what one claim did.
+type batchResult struct {
+	claimed, published, failed, parked, held int
+	unavailable                              error
+}
+
+// forwardBatch claims a batch in one transaction, publishes it, marks what
+// the broker acknowledged and commits. The transaction stays open during the
+// publish on purpose: its row locks are the claim, so a crash at any point
+// rolls the claim back and the rows are forwarded again (a duplicate, never
+// a loss).
+func (f *Forwarder) forwardBatch(ctx context.Context) (res batchResult, err error) {
+	start := time.Now()
+	tx, err := f.cfg.Pool.Begin(ctx)
+	if err != nil {
+		return res, fmt.Errorf("begin claim: %w", err)
+	}
+	defer func() {
+		if err != nil {
+			_ = tx.Rollback(context.WithoutCancel(ctx))
+		}
+	}()
+
+	b := &pgx.Batch{}
+	b.Queue(`SELECT set_config('lock_timeout', $1, true)`, strconv.FormatInt(f.cfg.ClaimLockTimeout.Milliseconds(), 10))
+	var claimed []row
+	b.Queue(claimSQL, f.cfg.BatchSize, f.cfg.Partitions, f.cfg.InstanceID).Query(func(rows pgx.Rows) error {
+		var err error
+		claimed, err = pgx.CollectRows(rows, func(r pgx.CollectableRow) (row, error) {
+			var x row
+			err := r.Scan(&x.id, &x.messageID, &x.topic, &x.aggregateType, &x.aggregateID, &x.version,
+				&x.eventType, &x.payload, &x.metadata, &x.occurredAt, &x.attempts)
+			return x, err
+		})
+		return err
+	})
+	if err := tx.SendBatch(ctx, b).Close(); err != nil {
+		return res, fmt.Errorf("claim outbox batch: %w", err)
+	}
+	res.claimed = len(claimed)
+	if len(claimed) == 0 {
+		return res, tx.Commit(ctx)
+	}
+
+	out, results := f.prepare(claimed)
+	// The publish and the marks run even if ctx ends now: finishing the
+	// batch is cheaper than publishing it twice.
+	pctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), f.cfg.PublishTimeout)
+	defer cancel()
+	if len(out.msgs) > 0 {
+		pubStart := time.Now()
+		errs := f.cfg.Broker.Publish(pctx, out.msgs)
+		f.metrics.publishSeconds.Observe(time.Since(pubStart).Seconds())
+		for i, e := range errs {
+			results[out.index[i]] = e
+		}
+	}
+
+	marks := f.classify(claimed, results, &res)
+	mctx, mcancel := context.WithTimeout(context.WithoutCancel(ctx), f.cfg.ShutdownTimeout)
+	defer mcancel()
+	if err := f.mark(mctx, tx, marks); err != nil {
+		return res, err
+	}
+	if err := tx.Commit(mctx); err != nil {
+		return res, fmt.Errorf("commit outbox batch: %w", err)
+	}
+	f.metrics.batchSeconds.Observe(time.Since(start).Seconds())
+	f.metrics.forwarded.Add(float64(res.published))
+	f.metrics.failedAttempts.Add(float64(res.failed + res.parked))
+	f.metrics.parked.Add(float64(res.parked))
+	return res, nil
+}
+
+type prepared struct {
+	msgs  []Outgoing
+	index []int // msgs[i] is claimed[index[i]]
+}
+
+// prepare builds the broker messages. A row that cannot be turned into a
+// message fails here, for its own reason, without being sent.
+func (f *Forwarder) prepare(claimed []row) (prepared, []error) {
+	results := make([]error, len(claimed))
+	p := prepared{msgs: make([]Outgoing, 0, len(claimed)), index: make([]int, 0, len(claimed))}
+	blocked := make(map[string]bool)
+	for i, r := range claimed {
+		key := r.aggregateType + "\x00" + r.aggregateID
+		if blocked[key] {
+			results[i] = errHeld
+			continue
+		}
+		msg, err := f.message(r)
+		if err != nil {
+			results[i] = err
+			blocked[key] = true // its aggregate's later rows wait behind it
+			continue
+		}
+		p.msgs = append(p.msgs, Outgoing{Topic: r.topic, AggregateID: r.aggregateID, Message: msg})
+		p.index = append(p.index, i)
+	}
+	return p, results
+}
+
+// errHeld marks a row not sent because an earlier row of its aggregate
+// failed in the same batch; it costs the row no attempt.
+var errHeld = errors.New("held behind an earlier row of its aggregate")
+
+func (f *Forwarder) message(r row) (*message.Message, error) {
+	if len(r.payload) > f.cfg.MaxPayloadBytes {
+		return nil, fmt.Errorf("payload of %d bytes exceeds MaxPayloadBytes %d", len(r.payload), f.cfg.MaxPayloadBytes)
+	}
+	md := make(message.Metadata)
+	if r.metadata != "" && r.metadata != "{}" {
+		if err := json.Unmarshal([]byte(r.metadata), &md); err != nil {
+			return nil, fmt.Errorf("metadata is not a JSON object of strings: %w", err)
+		}
+	}
+	env := events.Envelope{
+		MessageID: r.messageID, EventType: r.eventType, AggregateType: r.aggregateType,
+		AggregateID: r.aggregateID, AggregateVersion: r.version, OccurredAt: r.occurredAt,
+	}
+	for k, v := range env.Metadata() {
+		md[k] = v
+	}
+	msg := message.NewMessage(r.messageID, []byte(r.payload))
+	msg.Metadata = md
+	return msg, nil
+}
+
+type marks struct {
+	published []int64
+	failedIDs []int64
+	failedErr []string
+	failedDue []time.Time
+	parkNow   []bool
+}
+
+// classify turns per-row results into marks. Broker outages and held rows
+// leave rows untouched; a row's own failure counts an attempt, schedules a
+// retry with jittered exponential backoff, or parks it.
+func (f *Forwarder) classify(claimed []row, results []error, res *batchResult) marks {
+	var m marks
+	now := time.Now()
+	for i, r := range claimed {
+		err := results[i]
+		switch {
+		case err == nil:
+			m.published = append(m.published, r.id)
+			res.published++
+		case errors.Is(err, errHeld):
+			res.held++
+		case errors.Is(err, ErrBrokerUnavailable):
+			if res.unavailable == nil {
+				res.unavailable = err
+			}
+		default:
+			attempt := r.attempts + 1
+			park := attempt >= f.cfg.MaxAttempts
+			m.failedIDs = append(m.failedIDs, r.id)
+			m.failedErr = append(m.failedErr, truncate(err.Error(), 2000))
+			m.failedDue = append(m.failedDue, now.Add(f.retryDelay(attempt)))
+			m.parkNow = append(m.parkNow, park)
+			if park {
+				res.parked++
+				f.cfg.Logger.Warn("outbox row parked", "outbox_id", r.id, "message_id", r.messageID,
+					"aggregate_id", r.aggregateID, "attempts", attempt, "error", err.Error())
+			} else {
+				res.failed++
+			}
+		}
+	}
+	return m
+}
+
+func (f *Forwarder) retryDelay(attempt int) time.Duration {
+	d := f.cfg.RetryBackoff << min(attempt-1, 30)
+	if d <= 0 || d > f.cfg.RetryBackoffMax {
+		d = f.cfg.RetryBackoffMax
+	}
+	// Full jitter: failing rows of many aggregates do not retry in step.
+	return d/2 + rand.N(d/2+1)
+}
+
+func (f *Forwarder) mark(ctx context.Context, tx pgx.Tx, m marks) error {
+	b := &pgx.Batch{}
+	if len(m.published) > 0 {
+		b.Queue(`UPDATE outbox SET published_at = now() WHERE id = ANY($1)`, m.published)
+		// Any one of our partitions carries the count; their sum is the total.
+		b.Queue(`UPDATE outbox_partitions SET published_total = published_total + $1
+			WHERE partition = (SELECT min(partition) FROM outbox_partitions WHERE owner = $2)`,
+			len(m.published), f.cfg.InstanceID)
+	}
+	if len(m.failedIDs) > 0 {
+		b.Queue(`
+			UPDATE outbox o SET attempts = o.attempts + 1, last_error = f.err,
+			       next_attempt_at = f.due, parked_at = CASE WHEN f.park THEN now() END
+			FROM unnest($1::bigint[], $2::text[], $3::timestamptz[], $4::bool[]) AS f(id, err, due, park)
+			WHERE o.id = f.id`, m.failedIDs, m.failedErr, m.failedDue, m.parkNow)
+	}
+	if b.Len() == 0 {
+		return nil
+	}
+	if err := tx.SendBatch(ctx, b).Close(); err != nil {
+		return fmt.Errorf("mark outbox batch: %w", err)
+	}
+	return nil
+}
+
+func truncate(s string, n int) string {
+	if len(s) <= n {
+		return s
+	}
+	return s[:n]
+}

@@ -1,0 +1,147 @@
+package forwarder
+
+import (
+	"errors"
+	"fmt"
+	"log/slog"
+	"os"
+	"time"
+
+	"github.com/google/uuid"
+	"github.com/jackc/pgx/v5/pgxpool"
+	"github.com/prometheus/client_golang/prometheus"
+)
+
+// Config configures a [Forwarder]. Zero values take the documented defaults.
+type Config struct {
+	// Pool is the database holding the outbox. Required. Give the forwarder
+	// a pool of its own: it keeps one connection for LISTEN and one per
+	// claim in flight.
+	Pool *pgxpool.Pool
+	// Broker receives the rows. Required.
+	Broker Broker
+
+	// InstanceID names this instance in the lease table. Defaults to
+	// host-pid-random.
+	InstanceID string
+	// BatchSize is how many rows one claim takes. Defaults to 500.
+	BatchSize int
+	// PollInterval is how often an idle forwarder looks for rows when no
+	// notification woke it (a lost LISTEN connection, rows whose retry
+	// became due). Defaults to 1s.
+	PollInterval time.Duration
+	// Partitions is how many partitions the rows are spread over by a hash
+	// of their aggregate id; each is forwarded by one instance at a time, so
+	// it bounds useful instances. Every instance must use the same number.
+	// Defaults to 16.
+	Partitions int
+	// TakeoverAfter is how long a partition's lease lasts without renewal:
+	// a dead instance's partitions move to the others after at most this
+	// plus LeaseRenewInterval. Defaults to 10s.
+	TakeoverAfter time.Duration
+	// LeaseRenewInterval is how often leases are renewed and rebalanced.
+	// Defaults to TakeoverAfter/5.
+	LeaseRenewInterval time.Duration
+	// ClaimLockTimeout bounds how long a claim waits for rows locked by an
+	// instance that lost its lease but has not finished its batch. Defaults
+	// to 5s.
+	ClaimLockTimeout time.Duration
+	// PublishTimeout bounds one batch's publish. Defaults to 10s.
+	PublishTimeout time.Duration
+
+	// MaxAttempts is how many times a row that fails for its own reason is
+	// tried before it is parked. Defaults to 10.
+	MaxAttempts int
+	// RetryBackoff is the first retry delay of a failing row; it doubles per
+	// attempt up to RetryBackoffMax, with full jitter. Defaults to 1s and 5m.
+	RetryBackoff    time.Duration
+	RetryBackoffMax time.Duration
+	// OutageBackoffMax caps the wait between tries while the broker is
+	// unavailable. Defaults to 5s.
+	OutageBackoffMax time.Duration
+	// MaxPayloadBytes parks, without sending, a row whose payload is larger.
+	// Defaults to 1 MiB.
+	MaxPayloadBytes int
+
+	// Retention is how long published rows are kept. Defaults to 15 days.
+	// Negative disables the purge.
+	Retention time.Duration
+	// PurgeInterval is how often the purge runs. Defaults to 1m.
+	PurgeInterval time.Duration
+	// PurgeBatchSize bounds one purge transaction. Defaults to 1000.
+	PurgeBatchSize int
+
+	// ShutdownTimeout bounds how long Run, once its context is done, waits
+	// for the batch in flight before it releases its leases. Defaults to 15s.
+	ShutdownTimeout time.Duration
+
+	// Registerer receives the forwarder's metrics. Defaults to none.
+	Registerer prometheus.Registerer
+	// Logger defaults to slog.Default().
+	Logger *slog.Logger
+}
+
+func (c *Config) setDefaults() {
+	def := func(d *time.Duration, v time.Duration) {
+		if *d == 0 {
+			*d = v
+		}
+	}
+	defInt := func(i *int, v int) {
+		if *i == 0 {
+			*i = v
+		}
+	}
+	if c.InstanceID == "" {
+		host, _ := os.Hostname()
+		c.InstanceID = fmt.Sprintf("%s-%d-%s", host, os.Getpid(), uuid.NewString()[:8])
+	}
+	defInt(&c.BatchSize, 500)
+	def(&c.PollInterval, time.Second)
+	defInt(&c.Partitions, 16)
+	def(&c.TakeoverAfter, 10*time.Second)
+	def(&c.LeaseRenewInterval, c.TakeoverAfter/5)
+	def(&c.ClaimLockTimeout, 5*time.Second)
+	def(&c.PublishTimeout, 10*time.Second)
+	defInt(&c.MaxAttempts, 10)
+	def(&c.RetryBackoff, time.Second)
+	def(&c.RetryBackoffMax, 5*time.Minute)
+	def(&c.OutageBackoffMax, 5*time.Second)
+	defInt(&c.MaxPayloadBytes, 1<<20)
+	def(&c.Retention, 15*24*time.Hour)
+	def(&c.PurgeInterval, time.Minute)
+	defInt(&c.PurgeBatchSize, 1000)
+	def(&c.ShutdownTimeout, 15*time.Second)
+	if c.Logger == nil {
+		c.Logger = slog.Default()
+	}
+}
+
+func (c *Config) validate() error {
+	var errs []error
+	check := func(ok bool, field, want string) {
+		if !ok {
+			errs = append(errs, fmt.Errorf("%s: %s", field, want))
+		}
+	}
+	check(c.Pool != nil, "Pool", "is required")
+	check(c.Broker != nil, "Broker", "is required")
+	check(c.BatchSize >= 1 && c.BatchSize <= 10_000, "BatchSize", "must be between 1 and 10000")
+	check(c.PollInterval > 0, "PollInterval", "must be positive")
+	check(c.Partitions >= 1 && c.Partitions <= 4096, "Partitions", "must be between 1 and 4096")
+	check(c.TakeoverAfter >= time.Second, "TakeoverAfter", "must be at least 1s")
+	check(c.LeaseRenewInterval > 0 && c.LeaseRenewInterval <= c.TakeoverAfter/2, "LeaseRenewInterval", "must be positive and at most half of TakeoverAfter")
+	check(c.ClaimLockTimeout > 0, "ClaimLockTimeout", "must be positive")
+	check(c.PublishTimeout > 0, "PublishTimeout", "must be positive")
+	check(c.MaxAttempts >= 1, "MaxAttempts", "must be at least 1")
+	check(c.RetryBackoff > 0 && c.RetryBackoffMax >= c.RetryBackoff, "RetryBackoff", "must be positive and at most RetryBackoffMax")
+	check(c.OutageBackoffMax > 0, "OutageBackoffMax", "must be positive")
+	check(c.MaxPayloadBytes > 0, "MaxPayloadBytes", "must be positive")
+	check(c.PurgeInterval > 0, "PurgeInterval", "must be positive")
+	check(c.PurgeBatchSize >= 1, "PurgeBatchSize", "must be at least 1")
+	check(c.ShutdownTimeout > 0, "ShutdownTimeout", "must be positive")
+	if err := errors.Join(errs...); err != nil {
+		return fmt.Errorf("forwarder config: %w", err)
+	}
+	return nil
+}

@@ -1,0 +1,510 @@
+package forwarder_test
+
+import (
+	"context"
+	"log/slog"
+	"fmt"
+	"strconv"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/ThreeDotsLabs/watermill-redisstream/pkg/redisstream"
+	"github.com/google/uuid"
+	"github.com/jackc/pgx/v5"
+	"github.com/redis/go-redis/v9"
+	"github.com/stretchr/testify/require"
+
+	"github.com/outflow-dev/outflow/events"
+	"github.com/outflow-dev/outflow/events/outbox"
+	"github.com/outflow-dev/outflow/forwarder"
+	"github.com/outflow-dev/outflow/forwarder/redisstreams"
+	"github.com/outflow-dev/outflow/outflowtest"
+)
+
+// testPayload is a minimal event.
+type testPayload struct {
+	N   int    `json:"n"`
+	Pad string `json:"pad,omitempty"`
+}
+
+func (testPayload) EventType() string { return "test.happened" }
+
+type env struct {
+	t      *testing.T
+	schema *outflowtest.Schema
+	redis  redis.UniversalClient
+	topic  string
+	broker *redisstreams.Broker
+	writer *outbox.Writer
+}
+
+func setup(t *testing.T) *env {
+	t.Helper()
+	e := &env{t: t, schema: outflowtest.NewSchema(t)}
+	e.redis = outflowtest.Redis(t)
+	e.topic = outflowtest.UniqueName(t, e.redis)
+	e.useRedis(e.redis)
+	w, err := outbox.NewWriter(outbox.Config{Routes: outbox.Routes{"*": e.topic}})
+	require.NoError(t, err)
+	e.writer = w
+	return e
+}
+
+func (e *env) useRedis(c redis.UniversalClient) {
+	b, err := redisstreams.New(redisstreams.Config{Client: c})
+	require.NoError(e.t, err)
+	e.broker = b
+}
+
+func (e *env) config(mut ...func(*forwarder.Config)) forwarder.Config {
+	cfg := forwarder.Config{
+		Logger:           slog.New(slog.NewTextHandler(e.t.Output(), &slog.HandlerOptions{Level: slog.LevelWarn})),
+		Pool:             e.schema.Pool,
+		Broker:           e.broker,
+		PollInterval:     50 * time.Millisecond,
+		TakeoverAfter:    2 * time.Second,
+		RetryBackoff:     10 * time.Millisecond,
+		RetryBackoffMax:  50 * time.Millisecond,
+		OutageBackoffMax: 200 * time.Millisecond,
+	}
+	for _, m := range mut {
+		m(&cfg)
+	}
+	return cfg
+}
+
+// run starts a forwarder and returns a function that stops it and waits.
+func (e *env) run(cfg forwarder.Config) (*forwarder.Forwarder, func()) {
+	e.t.Helper()
+	f, err := forwarder.New(cfg)
+	require.NoError(e.t, err)
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan error, 1)
+	go func() { done <- f.Run(ctx) }()
+	var once sync.Once
+	stop := func() {
+		once.Do(func() {
+			cancel()
+			require.NoError(e.t, <-done)
+		})
+	}
+	e.t.Cleanup(stop)
+	return f, stop
+}
+
+// write commits one event per (aggregate, version) in its own transaction.
+func (e *env) write(aggregate string, version int64, p testPayload) string {
+	e.t.Helper()
+	ctx := context.Background()
+	ev, err := events.New(ctx, events.Aggregate{Type: "test", ID: aggregate, Version: version}, p)
+	require.NoError(e.t, err)
+	require.NoError(e.t, pgx.BeginFunc(ctx, e.schema.Pool, func(tx pgx.Tx) error {
+		return e.writer.PublishTx(ctx, tx, ev)
+	}))
+	return ev.MessageID
+}
+
+// writeMany commits rounds × aggregates events, one transaction per round,
+// versions 1..rounds per aggregate.
+func (e *env) writeMany(aggs []string, fromVersion, rounds int) {
+	e.t.Helper()
+	ctx := context.Background()
+	for r := range rounds {
+		evs := make([]events.Event, 0, len(aggs))
+		for _, a := range aggs {
+			ev, err := events.New(ctx, events.Aggregate{Type: "test", ID: a, Version: int64(fromVersion + r)}, testPayload{N: fromVersion + r})
+			require.NoError(e.t, err)
+			evs = append(evs, ev)
+		}
+		require.NoError(e.t, pgx.BeginFunc(ctx, e.schema.Pool, func(tx pgx.Tx) error {
+			return e.writer.PublishTx(ctx, tx, evs...)
+		}))
+	}
+}
+
+func aggregates(n int) []string {
+	out := make([]string, n)
+	for i := range out {
+		out[i] = fmt.Sprintf("agg-%03d-%s", i, uuid.NewString()[:8])
+	}
+	return out
+}
+
+type entry struct {
+	messageID string
+	aggregate string
+	version   int64
+}
+
+func (e *env) stream() []entry {
+	e.t.Helper()
+	msgs, err := e.redis.XRange(context.Background(), e.topic, "-", "+").Result()
+	require.NoError(e.t, err)
+	var out []entry
+	um := redisstream.DefaultMarshallerUnmarshaller{}
+	for _, m := range msgs {
+		msg, err := um.Unmarshal(m.Values)
+		require.NoError(e.t, err)
+		env, err := events.EnvelopeFromMessage(msg)
+		require.NoError(e.t, err)
+		out = append(out, entry{messageID: env.MessageID, aggregate: env.AggregateID, version: env.AggregateVersion})
+	}
+	return out
+}
+
+func (e *env) count(where string) int {
+	e.t.Helper()
+	var n int
+	require.NoError(e.t, e.schema.Pool.QueryRow(context.Background(), "SELECT count(*) FROM outbox WHERE "+where).Scan(&n))
+	return n
+}
+
+func waitFor(t *testing.T, timeout time.Duration, what string, cond func() bool) {
+	t.Helper()
+	deadline := time.Now().Add(timeout)
+	for !cond() {
+		if time.Now().After(deadline) {
+			t.Fatalf("timed out after %s waiting for %s", timeout, what)
+		}
+		time.Sleep(20 * time.Millisecond) // polling a condition, with a deadline
+	}
+}
+
+// requireInOrder checks that every row reached the stream and that each
+// aggregate's first deliveries come in version order (duplicates allowed).
+func requireInOrder(t *testing.T, entries []entry, wantRows int) {
+	t.Helper()
+	seen := make(map[string]bool)
+	last := make(map[string]int64)
+	for _, en := range entries {
+		if seen[en.messageID] {
+			continue // a duplicate: at-least-once
+		}
+		seen[en.messageID] = true
+		require.Equal(t, last[en.aggregate]+1, en.version, "aggregate %s: version %d after %d", en.aggregate, en.version, last[en.aggregate])
+		last[en.aggregate] = en.version
+	}
+	require.Len(t, seen, wantRows, "distinct messages on the stream")
+}
+
+func TestForwardsEverythingInOrderInWatermillFormat(t *testing.T) {
+	t.Parallel()
+	e := setup(t)
+	aggs := aggregates(20)
+	e.writeMany(aggs, 1, 10)
+	e.run(e.config(func(c *forwarder.Config) { c.BatchSize = 37 }))
+
+	waitFor(t, 20*time.Second, "every row published", func() bool { return e.count("published_at IS NULL") == 0 })
+	entries := e.stream()
+	requireInOrder(t, entries, 200)
+	require.Len(t, entries, 200, "no duplicate without a crash")
+
+	// A Watermill subscriber reads the entries with their envelope.
+	msgs, err := e.redis.XRange(context.Background(), e.topic, "-", "+").Result()
+	require.NoError(t, err)
+	msg, err := redisstream.DefaultMarshallerUnmarshaller{}.Unmarshal(msgs[0].Values)
+	require.NoError(t, err)
+	reg := events.NewRegistry()
+	require.NoError(t, reg.Register(testPayload{}))
+	ev, err := reg.DecodeMessage(msg)
+	require.NoError(t, err)
+	require.Equal(t, "test.happened", ev.EventType)
+	require.Equal(t, testPayload{N: 1}, ev.Payload)
+
+	s, err := forwarder.ReadStats(context.Background(), e.schema.Pool)
+	require.NoError(t, err)
+	require.Equal(t, forwarder.Stats{PublishedTotal: 200}, s)
+}
+
+// Transaction A takes the lower id but commits after B: claiming by state,
+// not by an id cursor, forwards both.
+func TestOutOfOrderCommitLosesNothing(t *testing.T) {
+	t.Parallel()
+	e := setup(t)
+	ctx := context.Background()
+	e.run(e.config())
+
+	evA, err := events.New(ctx, events.Aggregate{Type: "test", ID: "a", Version: 1}, testPayload{N: 1})
+	require.NoError(t, err)
+	txA, err := e.schema.Pool.Begin(ctx)
+	require.NoError(t, err)
+	t.Cleanup(func() { _ = txA.Rollback(ctx) })
+	require.NoError(t, e.writer.PublishTx(ctx, txA, evA))
+
+	idB := e.write("b", 1, testPayload{N: 2})
+	waitFor(t, 10*time.Second, "B on the stream", func() bool { return len(e.stream()) == 1 })
+	require.Equal(t, idB, e.stream()[0].messageID)
+
+	require.NoError(t, txA.Commit(ctx))
+	waitFor(t, 10*time.Second, "A on the stream", func() bool { return len(e.stream()) == 2 })
+	require.Equal(t, evA.MessageID, e.stream()[1].messageID)
+
+	var idA, idBrow int64
+	require.NoError(t, e.schema.Pool.QueryRow(ctx, `SELECT
+		(SELECT id FROM outbox WHERE message_id = $1), (SELECT id FROM outbox WHERE message_id = $2)`,
+		evA.MessageID, idB).Scan(&idA, &idBrow))
+	require.Less(t, idA, idBrow, "A really had the lower id")
+}
+
+// crashingBroker publishes through the real broker, then reports an outage
+// for the first N batches, as a forwarder that dies between the publish and
+// the mark would: the rows stay pending and go out again.
+type crashingBroker struct {
+	forwarder.Broker
+	mu      sync.Mutex
+	crashes int
+}
+
+func (c *crashingBroker) Publish(ctx context.Context, msgs []forwarder.Outgoing) []error {
+	errs := c.Broker.Publish(ctx, msgs)
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if c.crashes > 0 {
+		c.crashes--
+		for i := range errs {
+			errs[i] = fmt.Errorf("%w: injected crash after publish", forwarder.ErrBrokerUnavailable)
+		}
+	}
+	return errs
+}
+
+func TestCrashAfterPublishBeforeMarkDuplicatesNeverLoses(t *testing.T) {
+	t.Parallel()
+	e := setup(t)
+	aggs := aggregates(5)
+	e.writeMany(aggs, 1, 4)
+	e.run(e.config(func(c *forwarder.Config) { c.Broker = &crashingBroker{Broker: e.broker, crashes: 2} }))
+
+	waitFor(t, 20*time.Second, "every row published", func() bool { return e.count("published_at IS NULL") == 0 })
+	entries := e.stream()
+	requireInOrder(t, entries, 20)
+	require.Greater(t, len(entries), 20, "the crashed batches were published again")
+	require.Zero(t, e.count("attempts > 0"), "a crash is not the rows' fault")
+}
+
+func TestPoisonRowParkedWhileOthersFlow(t *testing.T) {
+	t.Parallel()
+	e := setup(t)
+	poisonID := e.write("x", 1, testPayload{N: 1, Pad: strings.Repeat("p", 2000)})
+	e.write("x", 2, testPayload{N: 2})
+	others := aggregates(10)
+	e.writeMany(others, 1, 3)
+
+	_, stop := e.run(e.config(func(c *forwarder.Config) {
+		c.MaxPayloadBytes = 1000
+		c.MaxAttempts = 3
+	}))
+	waitFor(t, 20*time.Second, "the poison row parked", func() bool { return e.count("parked_at IS NOT NULL") == 1 })
+	waitFor(t, 20*time.Second, "the other aggregates forwarded", func() bool { return len(e.stream()) == 30 })
+
+	parked, err := forwarder.ListParked(context.Background(), e.schema.Pool, 10)
+	require.NoError(t, err)
+	require.Len(t, parked, 1)
+	require.Equal(t, poisonID, parked[0].MessageID)
+	require.Equal(t, 3, parked[0].Attempts)
+	require.Contains(t, parked[0].LastError, "MaxPayloadBytes")
+	for _, en := range e.stream() {
+		require.NotEqual(t, "x", en.aggregate, "x v2 must wait behind its parked v1")
+	}
+	stop()
+
+	// The operator fixes the cause (here: a larger limit) and retries.
+	n, err := forwarder.RetryParked(context.Background(), e.schema.Pool, 0)
+	require.NoError(t, err)
+	require.EqualValues(t, 1, n)
+	e.run(e.config())
+	waitFor(t, 20*time.Second, "x forwarded", func() bool { return e.count("published_at IS NULL") == 0 })
+	requireInOrder(t, e.stream(), 32)
+}
+
+func TestRedisOutageBurnsNoAttempt(t *testing.T) {
+	t.Parallel()
+	e := setup(t)
+	srv := outflowtest.StartRedis(t)
+	opts, err := redis.ParseURL(srv.URL)
+	require.NoError(t, err)
+	opts.MaxRetries = -1
+	opts.DialTimeout = 200 * time.Millisecond
+	own := redis.NewClient(opts)
+	t.Cleanup(func() { own.Close() })
+	e.useRedis(own)
+	e.redis = own
+
+	aggs := aggregates(10)
+	e.writeMany(aggs, 1, 5)
+	e.run(e.config(func(c *forwarder.Config) { c.MaxAttempts = 2 }))
+	waitFor(t, 20*time.Second, "the first rows forwarded", func() bool { return e.count("published_at IS NULL") == 0 })
+
+	srv.Stop()
+	e.writeMany(aggs, 6, 5)
+	// Long enough for many retries with MaxAttempts 2, had the outage counted.
+	time.Sleep(1500 * time.Millisecond)
+	require.Equal(t, 50, e.count("published_at IS NULL"), "nothing can be published while Redis is down")
+	require.Zero(t, e.count("attempts > 0 OR parked_at IS NOT NULL"), "an outage burns no attempt and parks nothing")
+
+	srv.Start()
+	waitFor(t, 30*time.Second, "the backlog drained", func() bool { return e.count("published_at IS NULL") == 0 })
+	requireInOrder(t, e.stream(), 100)
+}
+
+func TestNotifyWakesTheForwarder(t *testing.T) {
+	t.Parallel()
+	e := setup(t)
+	e.run(e.config(func(c *forwarder.Config) { c.PollInterval = time.Hour }))
+	// The forwarder drains what is there at start, then only a notification
+	// can wake it within the hour.
+	waitFor(t, 10*time.Second, "partitions leased", func() bool {
+		return e.countPartitionsOwned() > 0
+	})
+	time.Sleep(200 * time.Millisecond) // let it go idle on its hour-long poll
+	start := time.Now()
+	id := e.write("n", 1, testPayload{N: 1})
+	waitFor(t, 5*time.Second, "the row on the stream", func() bool { return len(e.stream()) == 1 })
+	require.Equal(t, id, e.stream()[0].messageID)
+	t.Logf("commit to stream: %s", time.Since(start))
+}
+
+func (e *env) countPartitionsOwned() int {
+	var n int
+	require.NoError(e.t, e.schema.Pool.QueryRow(context.Background(),
+		`SELECT count(*) FROM outbox_partitions WHERE owner IS NOT NULL`).Scan(&n))
+	return n
+}
+
+func TestConcurrentForwardersKeepPerAggregateOrder(t *testing.T) {
+	t.Parallel()
+	e := setup(t)
+	aggs := aggregates(200)
+	for i := range 3 {
+		e.run(e.config(func(c *forwarder.Config) {
+			c.InstanceID = "instance-" + strconv.Itoa(i)
+			c.BatchSize = 250
+			c.LeaseRenewInterval = 200 * time.Millisecond
+		}))
+	}
+	// Rows keep arriving while the three share the partitions.
+	e.writeMany(aggs, 1, 100)
+	waitFor(t, 90*time.Second, "20k rows forwarded", func() bool { return e.count("published_at IS NULL") == 0 })
+	requireInOrder(t, e.stream(), 20_000)
+
+	var owners int
+	require.NoError(t, e.schema.Pool.QueryRow(context.Background(),
+		`SELECT count(DISTINCT owner) FROM outbox_partitions`).Scan(&owners))
+	require.Equal(t, 3, owners, "the partitions are shared")
+}
+
+func TestGracefulShutdownReleasesPartitions(t *testing.T) {
+	t.Parallel()
+	e := setup(t)
+	_, stop := e.run(e.config())
+	waitFor(t, 10*time.Second, "partitions leased", func() bool { return e.countPartitionsOwned() == 16 })
+	stop()
+	require.Zero(t, e.countPartitionsOwned(), "a stopped forwarder leaves nothing leased")
+
+	// The next instance starts at once, without waiting for a lease to expire.
+	e.run(e.config(func(c *forwarder.Config) { c.TakeoverAfter = time.Hour }))
+	e.write("after", 1, testPayload{N: 1})
+	waitFor(t, 10*time.Second, "forwarded by the next instance", func() bool { return len(e.stream()) == 1 })
+}
+
+// A dead instance's partitions move to a live one once its leases expire.
+func TestTakeoverOfADeadInstance(t *testing.T) {
+	t.Parallel()
+	e := setup(t)
+	ctx := context.Background()
+	// A "dead" instance: leases that nobody renews.
+	_, err := e.schema.Pool.Exec(ctx, `
+		INSERT INTO outbox_partitions (partition, owner, lease_until)
+		SELECT g, 'dead', now() + interval '2 seconds' FROM generate_series(0, 15) g`)
+	require.NoError(t, err)
+	_, err = e.schema.Pool.Exec(ctx, `INSERT INTO outbox_forwarders (id) VALUES ('dead')`)
+	require.NoError(t, err)
+	e.write("t", 1, testPayload{N: 1})
+
+	start := time.Now()
+	e.run(e.config(func(c *forwarder.Config) { c.TakeoverAfter = 2 * time.Second }))
+	waitFor(t, 10*time.Second, "the row forwarded after takeover", func() bool { return len(e.stream()) == 1 })
+	took := time.Since(start)
+	require.GreaterOrEqual(t, took, time.Second, "it waited for the dead leases")
+	require.Less(t, took, 2*time.Second+2*time.Second, "within TakeoverAfter + LeaseRenewInterval, with slack")
+}
+
+func TestPartitionCountMustMatch(t *testing.T) {
+	t.Parallel()
+	e := setup(t)
+	_, stop := e.run(e.config())
+	waitFor(t, 10*time.Second, "partitions created", func() bool { return e.countPartitionsOwned() == 16 })
+	stop()
+	f, err := forwarder.New(e.config(func(c *forwarder.Config) { c.Partitions = 8 }))
+	require.NoError(t, err)
+	require.ErrorIs(t, f.Run(context.Background()), forwarder.ErrPartitionsMismatch)
+	require.NoError(t, forwarder.Repartition(context.Background(), e.schema.Pool, 8))
+	e.run(e.config(func(c *forwarder.Config) { c.Partitions = 8 }))
+	e.write("r", 1, testPayload{N: 1})
+	waitFor(t, 10*time.Second, "forwarded with 8 partitions", func() bool { return len(e.stream()) == 1 })
+}
+
+func TestPurgeDeletesOnlyOldPublishedRows(t *testing.T) {
+	t.Parallel()
+	e := setup(t)
+	ctx := context.Background()
+	e.writeMany(aggregates(10), 1, 5) // 50 rows
+	// 30 old published rows, 5 old but pending, 5 old parked, 10 recent published.
+	_, err := e.schema.Pool.Exec(ctx, `
+		WITH r AS (SELECT id, row_number() OVER (ORDER BY id) AS n FROM outbox)
+		UPDATE outbox o SET
+		  created_at   = CASE WHEN r.n <= 40 THEN now() - interval '20 days' ELSE now() END,
+		  published_at = CASE WHEN r.n <= 30 THEN now() - interval '16 days'
+		                      WHEN r.n > 40 THEN now() END,
+		  parked_at    = CASE WHEN r.n BETWEEN 36 AND 40 THEN now() END
+		FROM r WHERE o.id = r.id`)
+	require.NoError(t, err)
+
+	n, err := forwarder.Purge(ctx, e.schema.Pool, 15*24*time.Hour, 7)
+	require.NoError(t, err)
+	require.EqualValues(t, 30, n)
+	require.Equal(t, 20, e.count("true"))
+	require.Equal(t, 10, e.count("published_at IS NULL"), "pending and parked rows are never purged")
+
+	n, err = forwarder.Purge(ctx, e.schema.Pool, 15*24*time.Hour, 7)
+	require.NoError(t, err)
+	require.Zero(t, n, "a second purge finds nothing")
+}
+
+func TestTrimKeepsWhatAGroupHasNotAcknowledged(t *testing.T) {
+	t.Parallel()
+	e := setup(t)
+	ctx := context.Background()
+	e.writeMany(aggregates(1), 1, 10)
+	e.run(e.config())
+	waitFor(t, 10*time.Second, "forwarded", func() bool { return len(e.stream()) == 10 })
+
+	n, err := e.broker.Trim(ctx, e.topic)
+	require.NoError(t, err)
+	require.Zero(t, n, "no group yet: nobody has read anything")
+
+	require.NoError(t, e.redis.XGroupCreate(ctx, e.topic, "g", "0").Err())
+	read, err := e.redis.XReadGroup(ctx, &redis.XReadGroupArgs{Group: "g", Consumer: "c", Streams: []string{e.topic, ">"}, Count: 6}).Result()
+	require.NoError(t, err)
+	ids := read[0].Messages
+	require.NoError(t, e.redis.XAck(ctx, e.topic, "g", ids[0].ID, ids[1].ID, ids[2].ID).Err())
+
+	_, err = e.broker.Trim(ctx, e.topic)
+	require.NoError(t, err)
+	left, err := e.redis.XRange(ctx, e.topic, "-", "+").Result()
+	require.NoError(t, err)
+	require.GreaterOrEqual(t, len(left), 7, "entries 4-6 are pending and 7-10 unread: all kept")
+	require.Equal(t, ids[3].ID, firstAtOrAfter(left, ids[3].ID), "the oldest pending entry survives")
+}
+
+func firstAtOrAfter(entries []redis.XMessage, id string) string {
+	for _, m := range entries {
+		if m.ID == id {
+			return m.ID
+		}
+	}
+	return ""
+}
+

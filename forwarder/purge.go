@@ -1,0 +1,88 @@
+package forwarder
+
+import (
+	"context"
+	"fmt"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+)
+
+// purgeLock keeps the purge to one instance at a time ("outp").
+const purgeLock = 0x6f757470
+
+// purgeLoop deletes published rows older than Retention.
+func (f *Forwarder) purgeLoop(ctx context.Context) {
+	t := time.NewTicker(f.cfg.PurgeInterval)
+	defer t.Stop()
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case <-t.C:
+		}
+		n, err := Purge(ctx, f.cfg.Pool, f.cfg.Retention, f.cfg.PurgeBatchSize)
+		f.metrics.purged.Add(float64(n))
+		if err != nil && ctx.Err() == nil {
+			f.cfg.Logger.Warn("purge published rows", "error", err.Error())
+		} else if n > 0 {
+			f.cfg.Logger.Info("purged published rows", "rows", n, "retention", f.cfg.Retention)
+		}
+	}
+}
+
+// Purge deletes rows published more than retention ago, in transactions of
+// at most batch rows that hold their locks for milliseconds, walking the
+// table in id order from its oldest row. It stops at the first row created
+// after the cutoff (nothing newer can have been published before it), and
+// never touches a pending or parked row. It returns how many rows it
+// deleted. Concurrent calls are harmless: only one runs, the others return 0.
+//
+// For very high volumes, partition the outbox by time instead and drop
+// whole partitions: see the package documentation.
+func Purge(ctx context.Context, pool interface {
+	Begin(context.Context) (pgx.Tx, error)
+}, retention time.Duration, batch int) (int64, error) {
+	var (
+		total int64
+		after int64 = -1
+	)
+	cutoff := time.Now().Add(-retention)
+	for {
+		var (
+			lastID   *int64
+			deleted  int64
+			reached  *bool
+			acquired bool
+		)
+		tx, err := pool.Begin(ctx)
+		if err != nil {
+			return total, fmt.Errorf("purge: %w", err)
+		}
+		err = tx.QueryRow(ctx, `SELECT pg_try_advisory_xact_lock($1, hashtext(current_schema()))`, purgeLock).Scan(&acquired)
+		if err == nil && acquired {
+			err = tx.QueryRow(ctx, `
+				WITH scan AS (
+					SELECT id, published_at, created_at FROM outbox WHERE id > $1 ORDER BY id LIMIT $2
+				), del AS (
+					DELETE FROM outbox o USING scan s
+					WHERE o.id = s.id AND s.published_at IS NOT NULL AND s.published_at < $3
+					RETURNING o.id
+				)
+				SELECT (SELECT max(id) FROM scan), (SELECT count(*) FROM del), (SELECT bool_or(created_at >= $3) FROM scan)`,
+				after, batch, cutoff).Scan(&lastID, &deleted, &reached)
+		}
+		if err != nil {
+			_ = tx.Rollback(context.WithoutCancel(ctx))
+			return total, fmt.Errorf("purge: %w", err)
+		}
+		if err := tx.Commit(ctx); err != nil {
+			return total, fmt.Errorf("purge: %w", err)
+		}
+		total += deleted
+		if !acquired || lastID == nil || (reached != nil && *reached) {
+			return total, nil
+		}
+		after = *lastID
+	}
+}
