@@ -39,6 +39,9 @@ same transaction, and forwards committed events to a broker: never lost, never a
 	root.AddCommand(
 		newMigrateCmd(e),
 		newServeCmd(e),
+		newForwardCmd(e),
+		newStatsCmd(e),
+		newOutboxCmd(e),
 		newDemoCmd(e),
 		newVersionCmd(),
 	)

@@ -11,6 +11,8 @@ import (
 	"strings"
 	"time"
 
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/prometheus/client_golang/prometheus/promhttp"
 	"github.com/spf13/cobra"
 
 	"github.com/outflow-dev/outflow/app"
@@ -18,9 +20,8 @@ import (
 	"github.com/outflow-dev/outflow/events/outbox"
 )
 
-// knownRoles lists the roles this build can run. Later roles (forwarder,
-// worker) join the list as they land.
-var knownRoles = []string{"api"}
+// knownRoles lists the roles one process can run.
+var knownRoles = []string{"api", "forwarder"}
 
 func newServeCmd(e *env) *cobra.Command {
 	var (
@@ -29,30 +30,55 @@ func newServeCmd(e *env) *cobra.Command {
 	)
 	cmd := &cobra.Command{
 		Use:   "serve",
-		Short: "Run the payments service (HTTP API)",
+		Short: "Run the payments service: any mix of the HTTP API and the forwarder",
 		Args:  cobra.NoArgs,
-		RunE: func(cmd *cobra.Command, _ []string) error {
-			for _, r := range roles {
-				if !slices.Contains(knownRoles, r) {
-					return fmt.Errorf("invalid --roles: unknown role %q (known: %s)", r, strings.Join(knownRoles, ", "))
-				}
+	}
+	fwd := addForwardFlags(cmd.Flags())
+	cmd.RunE = func(cmd *cobra.Command, _ []string) error {
+		if len(roles) == 0 {
+			return fmt.Errorf("invalid --roles: give at least one of %s", strings.Join(knownRoles, ", "))
+		}
+		for _, r := range roles {
+			if !slices.Contains(knownRoles, r) {
+				return fmt.Errorf("invalid --roles: unknown role %q (known: %s)", r, strings.Join(knownRoles, ", "))
 			}
-			if shutdownTimeout <= 0 {
-				return fmt.Errorf("invalid --shutdown-timeout: must be positive")
-			}
-			cfg, logger, err := e.load()
-			if err != nil {
+		}
+		if shutdownTimeout <= 0 {
+			return fmt.Errorf("invalid --shutdown-timeout: must be positive")
+		}
+		if err := fwd.validate(); err != nil {
+			return err
+		}
+		cfg, logger, err := e.load()
+		if err != nil {
+			return err
+		}
+		ctx := cmd.Context()
+		reg := newRegistry()
+		var runForwarder func(context.Context) error
+		if slices.Contains(roles, "forwarder") {
+			if runForwarder, err = buildForwarder(ctx, cfg.DatabaseURL, cfg.RedisURL, fwd, reg, logger); err != nil {
 				return err
 			}
-			return serve(cmd.Context(), cfg.DatabaseURL, cfg.HTTPAddr, shutdownTimeout, logger)
-		},
+		}
+		if !slices.Contains(roles, "api") {
+			return runForwarder(ctx)
+		}
+		fwdDone := make(chan error, 1)
+		if runForwarder != nil {
+			go func() { fwdDone <- runForwarder(ctx) }()
+		} else {
+			fwdDone <- nil
+		}
+		err = serve(ctx, cfg.DatabaseURL, cfg.HTTPAddr, shutdownTimeout, reg, logger)
+		return errors.Join(err, <-fwdDone)
 	}
 	cmd.Flags().StringSliceVar(&roles, "roles", []string{"api"}, "roles to run in this process: "+strings.Join(knownRoles, ","))
 	cmd.Flags().DurationVar(&shutdownTimeout, "shutdown-timeout", 15*time.Second, "how long SIGTERM waits for in-flight requests")
 	return cmd
 }
 
-func serve(ctx context.Context, dbURL, addr string, shutdownTimeout time.Duration, logger *slog.Logger) error {
+func serve(ctx context.Context, dbURL, addr string, shutdownTimeout time.Duration, reg *prometheus.Registry, logger *slog.Logger) error {
 	pool, err := openPool(ctx, dbURL)
 	if err != nil {
 		return err
@@ -72,12 +98,16 @@ func serve(ctx context.Context, dbURL, addr string, shutdownTimeout time.Duratio
 		return err
 	}
 
+	mux := http.NewServeMux()
+	mux.Handle("/metrics", promhttp.HandlerFor(reg, promhttp.HandlerOpts{}))
+	mux.Handle("/", api)
+
 	ln, err := net.Listen("tcp", addr)
 	if err != nil {
 		return fmt.Errorf("listen on HTTP_ADDR %s: %w", addr, err)
 	}
 	srv := &http.Server{
-		Handler:           api,
+		Handler:           mux,
 		ReadHeaderTimeout: 5 * time.Second,
 		// In-flight requests keep their own context on shutdown: cancelling
 		// them would roll back commands the client is waiting for.

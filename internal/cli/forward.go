@@ -1,0 +1,182 @@
+package cli
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"net"
+	"net/http"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/prometheus/client_golang/prometheus/collectors"
+	"github.com/prometheus/client_golang/prometheus/promhttp"
+	"github.com/spf13/cobra"
+	"github.com/spf13/pflag"
+
+	"github.com/outflow-dev/outflow/forwarder"
+	"github.com/outflow-dev/outflow/forwarder/redisstreams"
+)
+
+// forwardOptions are the forwarder's tuning flags, shared by `forward` and
+// `serve --roles forwarder`.
+type forwardOptions struct {
+	cfg              forwarder.Config
+	streamPartitions int
+	trimInterval     time.Duration
+}
+
+func addForwardFlags(fs *pflag.FlagSet) *forwardOptions {
+	o := &forwardOptions{}
+	fs.IntVar(&o.cfg.BatchSize, "batch-size", 500, "rows per claim")
+	fs.DurationVar(&o.cfg.PollInterval, "poll-interval", time.Second, "idle poll when no NOTIFY arrives")
+	fs.IntVar(&o.cfg.Partitions, "partitions", 16, "outbox partitions leased to instances (the same on every instance)")
+	fs.DurationVar(&o.cfg.TakeoverAfter, "takeover-after", 10*time.Second, "lease time: a dead instance's work moves within this plus a fifth")
+	fs.IntVar(&o.cfg.MaxAttempts, "max-attempts", 10, "attempts before a failing row is parked")
+	fs.DurationVar(&o.cfg.RetryBackoff, "retry-backoff", time.Second, "first retry delay of a failing row (doubles, with jitter)")
+	fs.DurationVar(&o.cfg.RetryBackoffMax, "retry-backoff-max", 5*time.Minute, "largest retry delay of a failing row")
+	fs.IntVar(&o.cfg.MaxPayloadBytes, "max-payload-bytes", 1<<20, "larger payloads are parked without being sent")
+	fs.DurationVar(&o.cfg.Retention, "retention", 15*24*time.Hour, "how long published rows are kept (negative: forever)")
+	fs.IntVar(&o.streamPartitions, "stream-partitions", 1, "Redis streams per topic, by hash of the aggregate id")
+	fs.DurationVar(&o.trimInterval, "trim-interval", time.Minute, "how often streams drop what every consumer group acknowledged (0: never)")
+	return o
+}
+
+func (o *forwardOptions) validate() error {
+	switch {
+	case o.cfg.BatchSize < 1 || o.cfg.BatchSize > 10_000:
+		return errors.New("invalid --batch-size: must be between 1 and 10000")
+	case o.cfg.PollInterval <= 0:
+		return errors.New("invalid --poll-interval: must be positive")
+	case o.cfg.Partitions < 1 || o.cfg.Partitions > 4096:
+		return errors.New("invalid --partitions: must be between 1 and 4096")
+	case o.cfg.TakeoverAfter < time.Second:
+		return errors.New("invalid --takeover-after: must be at least 1s")
+	case o.cfg.MaxAttempts < 1:
+		return errors.New("invalid --max-attempts: must be at least 1")
+	case o.cfg.RetryBackoff <= 0 || o.cfg.RetryBackoffMax < o.cfg.RetryBackoff:
+		return errors.New("invalid --retry-backoff / --retry-backoff-max: positive, and the first at most the second")
+	case o.cfg.MaxPayloadBytes < 1:
+		return errors.New("invalid --max-payload-bytes: must be positive")
+	case o.cfg.Retention == 0:
+		return errors.New("invalid --retention: must be non-zero (negative keeps rows forever)")
+	case o.streamPartitions < 1 || o.streamPartitions > 1024:
+		return errors.New("invalid --stream-partitions: must be between 1 and 1024")
+	case o.trimInterval < 0:
+		return errors.New("invalid --trim-interval: must not be negative")
+	}
+	return nil
+}
+
+func newForwardCmd(e *env) *cobra.Command {
+	var metricsAddr string
+	cmd := &cobra.Command{
+		Use:   "forward",
+		Short: "Run the forwarder: move committed outbox rows to Redis Streams",
+		Long: `Run the forwarder alone. Start as many as you like, on as many machines: they share the
+outbox's partitions, keep each aggregate's events in order, and take over each other's work
+when one dies. SIGTERM finishes the batch in flight and hands the partitions back.`,
+		Args: cobra.NoArgs,
+	}
+	opts := addForwardFlags(cmd.Flags())
+	cmd.Flags().StringVar(&metricsAddr, "metrics-addr", "127.0.0.1:9464", "address serving /metrics and /healthz (empty: none)")
+	cmd.RunE = func(cmd *cobra.Command, _ []string) error {
+		if err := opts.validate(); err != nil {
+			return err
+		}
+		cfg, logger, err := e.load()
+		if err != nil {
+			return err
+		}
+		ctx := cmd.Context()
+		reg := newRegistry()
+		run, err := buildForwarder(ctx, cfg.DatabaseURL, cfg.RedisURL, opts, reg, logger)
+		if err != nil {
+			return err
+		}
+		if metricsAddr != "" {
+			mux := http.NewServeMux()
+			mux.Handle("/metrics", promhttp.HandlerFor(reg, promhttp.HandlerOpts{}))
+			mux.HandleFunc("/healthz", func(w http.ResponseWriter, _ *http.Request) { _, _ = w.Write([]byte("ok\n")) })
+			stop, err := serveBackground(ctx, metricsAddr, mux, logger)
+			if err != nil {
+				return fmt.Errorf("invalid --metrics-addr: %w", err)
+			}
+			defer stop()
+		}
+		return run(ctx)
+	}
+	return cmd
+}
+
+func newRegistry() *prometheus.Registry {
+	reg := prometheus.NewRegistry()
+	reg.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
+	return reg
+}
+
+// buildForwarder connects to PostgreSQL and Redis (failing fast, naming the
+// URL, when either is unreachable) and returns a function that runs the
+// forwarder, and the stream trimmer, until ctx is done.
+func buildForwarder(ctx context.Context, dbURL, redisURL string, o *forwardOptions, reg prometheus.Registerer, logger *slog.Logger) (func(context.Context) error, error) {
+	pool, err := openPool(ctx, dbURL)
+	if err != nil {
+		return nil, err
+	}
+	client, err := redisstreams.NewClient(ctx, redisURL)
+	if err != nil {
+		pool.Close()
+		return nil, err
+	}
+	broker, err := redisstreams.New(redisstreams.Config{Client: client, Partitions: o.streamPartitions})
+	if err != nil {
+		pool.Close()
+		client.Close()
+		return nil, err
+	}
+	cfg := o.cfg
+	cfg.Pool, cfg.Broker, cfg.Registerer, cfg.Logger = pool, broker, reg, logger
+	f, err := forwarder.New(cfg)
+	if err != nil {
+		pool.Close()
+		client.Close()
+		return nil, err
+	}
+	return func(ctx context.Context) error {
+		defer pool.Close()
+		defer client.Close()
+		tctx, stopTrim := context.WithCancel(ctx)
+		trimDone := make(chan struct{})
+		go func() {
+			defer close(trimDone)
+			trimLoop(tctx, pool, broker, o.trimInterval, logger)
+		}()
+		err := f.Run(ctx)
+		stopTrim()
+		<-trimDone
+		return err
+	}, nil
+}
+
+// serveBackground serves h on addr until the returned stop is called.
+func serveBackground(ctx context.Context, addr string, h http.Handler, logger *slog.Logger) (stop func(), err error) {
+	ln, err := net.Listen("tcp", addr)
+	if err != nil {
+		return nil, err
+	}
+	srv := &http.Server{Handler: h, ReadHeaderTimeout: 5 * time.Second}
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		if err := srv.Serve(ln); err != nil && !errors.Is(err, http.ErrServerClosed) {
+			logger.Error("metrics server", "error", err.Error())
+		}
+	}()
+	return func() {
+		sctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 5*time.Second)
+		defer cancel()
+		_ = srv.Shutdown(sctx)
+		<-done
+	}, nil
+}

@@ -1,0 +1,160 @@
+package cli
+
+import (
+	"encoding/json"
+	"errors"
+	"fmt"
+	"text/tabwriter"
+	"time"
+
+	"github.com/spf13/cobra"
+
+	"github.com/outflow-dev/outflow/forwarder"
+)
+
+func newStatsCmd(e *env) *cobra.Command {
+	var asJSON bool
+	cmd := &cobra.Command{
+		Use:   "stats",
+		Short: "Print the outbox's pending, parked and published counts and the oldest pending age",
+		Args:  cobra.NoArgs,
+		RunE: func(cmd *cobra.Command, _ []string) error {
+			cfg, _, err := e.load()
+			if err != nil {
+				return err
+			}
+			pool, err := openPool(cmd.Context(), cfg.DatabaseURL)
+			if err != nil {
+				return err
+			}
+			defer pool.Close()
+			s, err := forwarder.ReadStats(cmd.Context(), pool)
+			if err != nil {
+				return err
+			}
+			out := cmd.OutOrStdout()
+			if asJSON {
+				return json.NewEncoder(out).Encode(map[string]forwarder.Stats{"outbox": s})
+			}
+			tw := tabwriter.NewWriter(out, 0, 4, 2, ' ', 0)
+			fmt.Fprintf(tw, "pending\t%d\n", s.Pending)
+			fmt.Fprintf(tw, "parked\t%d\n", s.Parked)
+			fmt.Fprintf(tw, "oldest pending age\t%s\n", (time.Duration(s.OldestPendingAgeSeconds * float64(time.Second))).Round(time.Millisecond))
+			fmt.Fprintf(tw, "published total\t%d\n", s.PublishedTotal)
+			return tw.Flush()
+		},
+	}
+	cmd.Flags().BoolVar(&asJSON, "json", false, `print {"outbox": {"pending", "parked", "oldest_pending_age_seconds", "published_total"}}`)
+	return cmd
+}
+
+func newOutboxCmd(e *env) *cobra.Command {
+	cmd := &cobra.Command{
+		Use:   "outbox",
+		Short: "Inspect and release parked outbox rows (nothing is ever deleted)",
+	}
+	var limit int
+	parked := &cobra.Command{
+		Use:   "parked",
+		Short: "List rows parked after max attempts, with their last error",
+		Args:  cobra.NoArgs,
+		RunE: func(cmd *cobra.Command, _ []string) error {
+			if limit < 1 {
+				return errors.New("invalid --limit: must be at least 1")
+			}
+			cfg, _, err := e.load()
+			if err != nil {
+				return err
+			}
+			pool, err := openPool(cmd.Context(), cfg.DatabaseURL)
+			if err != nil {
+				return err
+			}
+			defer pool.Close()
+			rows, err := forwarder.ListParked(cmd.Context(), pool, limit)
+			if err != nil {
+				return err
+			}
+			out := cmd.OutOrStdout()
+			if len(rows) == 0 {
+				fmt.Fprintln(out, "no parked rows")
+				return nil
+			}
+			tw := tabwriter.NewWriter(out, 0, 4, 2, ' ', 0)
+			fmt.Fprintln(tw, "ID\tMESSAGE ID\tEVENT\tAGGREGATE\tVERSION\tATTEMPTS\tPARKED AT\tLAST ERROR")
+			for _, r := range rows {
+				fmt.Fprintf(tw, "%d\t%s\t%s\t%s/%s\t%d\t%d\t%s\t%s\n", r.ID, r.MessageID, r.EventType, r.AggregateType,
+					r.AggregateID, r.AggregateVersion, r.Attempts, r.ParkedAt.Format(time.RFC3339), r.LastError)
+			}
+			return tw.Flush()
+		},
+	}
+	parked.Flags().IntVar(&limit, "limit", 100, "rows to list")
+
+	var (
+		id  int64
+		all bool
+	)
+	retry := &cobra.Command{
+		Use:   "retry",
+		Short: "Put parked rows back in line with a fresh attempt count: --id N or --all",
+		Args:  cobra.NoArgs,
+		RunE: func(cmd *cobra.Command, _ []string) error {
+			switch {
+			case all && id != 0:
+				return errors.New("invalid flags: give --id or --all, not both")
+			case !all && id <= 0:
+				return errors.New("invalid --id: give a parked row's id (see `outflow outbox parked`), or --all")
+			}
+			cfg, _, err := e.load()
+			if err != nil {
+				return err
+			}
+			pool, err := openPool(cmd.Context(), cfg.DatabaseURL)
+			if err != nil {
+				return err
+			}
+			defer pool.Close()
+			n, err := forwarder.RetryParked(cmd.Context(), pool, id)
+			if err != nil {
+				return err
+			}
+			if n == 0 && !all {
+				return fmt.Errorf("invalid --id: row %d is not parked", id)
+			}
+			fmt.Fprintf(cmd.OutOrStdout(), "released %d parked rows\n", n)
+			return nil
+		},
+	}
+	retry.Flags().Int64Var(&id, "id", 0, "the parked row to retry")
+	retry.Flags().BoolVar(&all, "all", false, "retry every parked row")
+
+	var partitions int
+	repartition := &cobra.Command{
+		Use:   "repartition",
+		Short: "Change the forwarder's partition count (every forwarder must be stopped)",
+		Args:  cobra.NoArgs,
+		RunE: func(cmd *cobra.Command, _ []string) error {
+			if partitions < 1 || partitions > 4096 {
+				return errors.New("invalid --partitions: must be between 1 and 4096")
+			}
+			cfg, _, err := e.load()
+			if err != nil {
+				return err
+			}
+			pool, err := openPool(cmd.Context(), cfg.DatabaseURL)
+			if err != nil {
+				return err
+			}
+			defer pool.Close()
+			if err := forwarder.Repartition(cmd.Context(), pool, partitions); err != nil {
+				return err
+			}
+			fmt.Fprintf(cmd.OutOrStdout(), "the outbox now has %d partitions\n", partitions)
+			return nil
+		},
+	}
+	repartition.Flags().IntVar(&partitions, "partitions", 0, "the new partition count")
+	cmd.AddCommand(parked, retry, repartition)
+	return cmd
+}
