@@ -10,12 +10,14 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"strconv"
 	"strings"
 	"sync"
 	"syscall"
 	"testing"
 	"time"
 
+	"github.com/ThreeDotsLabs/watermill-redisstream/pkg/redisstream"
 	"github.com/stretchr/testify/require"
 
 	"github.com/outflow-dev/outflow/outflowtest"
@@ -202,4 +204,110 @@ func (b *syncBuffer) String() string {
 	b.mu.Lock()
 	defer b.mu.Unlock()
 	return b.buf.String()
+}
+
+func TestForwardFailsFastOnUnreachableRedis(t *testing.T) {
+	t.Parallel()
+	s := outflowtest.NewSchema(t)
+	addr := freeAddr(t) // nothing listens there
+	start := time.Now()
+	out, err := command(map[string]string{"DATABASE_URL": s.URL, "REDIS_URL": "redis://:hunter2@" + addr + "/0"}, "forward", "--metrics-addr", "").CombinedOutput()
+	require.Error(t, err)
+	require.Contains(t, string(out), "connect to Redis at redis://***@"+addr)
+	require.NotContains(t, string(out), "hunter2")
+	require.Less(t, time.Since(start), 15*time.Second, "never a hang")
+}
+
+func TestOutboxCommandFlags(t *testing.T) {
+	t.Parallel()
+	s := outflowtest.NewSchema(t)
+	env := map[string]string{"DATABASE_URL": s.URL}
+	for args, want := range map[string]string{
+		"outbox retry":                  "invalid --id",
+		"outbox retry --id 5 --all":     "give --id or --all, not both",
+		"outbox retry --id 99":          "row 99 is not parked",
+		"outbox parked --limit 0":       "invalid --limit",
+		"forward --batch-size 0":        "invalid --batch-size",
+		"serve --roles worker":          `unknown role "worker"`,
+		"outbox repartition":            "invalid --partitions",
+		"forward --stream-partitions 0": "invalid --stream-partitions",
+	} {
+		out, err := command(env, strings.Fields(args)...).CombinedOutput()
+		require.Error(t, err, args)
+		require.Contains(t, string(out), want, args)
+	}
+	out, err := command(env, "stats", "--json").CombinedOutput()
+	require.NoError(t, err, "%s", out)
+	require.JSONEq(t, `{"outbox":{"pending":0,"parked":0,"oldest_pending_age_seconds":0,"published_total":0}}`, string(out))
+	out, err = command(env, "outbox", "parked").CombinedOutput()
+	require.NoError(t, err, "%s", out)
+	require.Contains(t, string(out), "no parked rows")
+}
+
+// kill -9 of a forwarder at any point loses nothing: another instance takes
+// its partitions over once the leases expire and forwards every row.
+func TestKilledForwarderLosesNothing(t *testing.T) {
+	t.Parallel()
+	s := outflowtest.NewSchema(t)
+	rdb := outflowtest.Redis(t)
+	prefix := outflowtest.UniqueName(t, rdb)
+	ctx := context.Background()
+
+	// 5,000 rows on one topic, 100 aggregates, versions 1..50.
+	_, err := s.Pool.Exec(ctx, `
+		INSERT INTO outbox (message_id, topic, aggregate_type, aggregate_id, aggregate_version, event_type, payload, occurred_at)
+		SELECT gen_random_uuid(), $1, 'test', 'agg-' || a, v, 'test.happened', jsonb_build_object('v', v), now()
+		FROM generate_series(1, 50) v, generate_series(1, 100) a ORDER BY v, a`, prefix)
+	require.NoError(t, err)
+
+	env := map[string]string{"DATABASE_URL": s.URL, "REDIS_URL": outflowtest.RedisURL()}
+	args := []string{"forward", "--metrics-addr", "", "--batch-size", "50", "--takeover-after", "2s"}
+	first := command(env, args...)
+	require.NoError(t, first.Start())
+	// Kill it in the middle of the work.
+	waitFor(t, 20*time.Second, "the first forwarder under way", func() bool {
+		var n int
+		require.NoError(t, s.Pool.QueryRow(ctx, `SELECT count(*) FROM outbox WHERE published_at IS NOT NULL`).Scan(&n))
+		return n > 0
+	})
+	require.NoError(t, first.Process.Signal(syscall.SIGKILL))
+	_ = first.Wait()
+
+	killedAt := time.Now()
+	second := command(env, args...)
+	require.NoError(t, second.Start())
+	t.Cleanup(func() { _ = second.Process.Signal(syscall.SIGTERM); _ = second.Wait() })
+	waitFor(t, 30*time.Second, "every row forwarded", func() bool {
+		var n int
+		require.NoError(t, s.Pool.QueryRow(ctx, `SELECT count(*) FROM outbox WHERE published_at IS NULL`).Scan(&n))
+		return n == 0
+	})
+	t.Logf("took over and drained %s after the kill", time.Since(killedAt).Round(time.Millisecond))
+
+	entries, err := rdb.XRange(ctx, prefix, "-", "+").Result()
+	require.NoError(t, err)
+	seen := map[string]bool{}
+	last := map[string]int{}
+	for _, m := range entries {
+		msg, err := redisstream.DefaultMarshallerUnmarshaller{}.Unmarshal(m.Values)
+		require.NoError(t, err)
+		if seen[msg.UUID] {
+			continue
+		}
+		seen[msg.UUID] = true
+		agg := msg.Metadata.Get("aggregate_id")
+		v, _ := strconv.Atoi(msg.Metadata.Get("aggregate_version"))
+		require.Equal(t, last[agg]+1, v, "aggregate %s out of order", agg)
+		last[agg] = v
+	}
+	require.Len(t, seen, 5000, "every row on the stream, duplicates aside")
+}
+
+func waitFor(t *testing.T, timeout time.Duration, what string, cond func() bool) {
+	t.Helper()
+	deadline := time.Now().Add(timeout)
+	for !cond() {
+		require.True(t, time.Now().Before(deadline), "timed out waiting for %s", what)
+		time.Sleep(20 * time.Millisecond) // polling a condition, with a deadline
+	}
 }
