@@ -92,6 +92,10 @@ func (f *Forwarder) forwardBatch(ctx context.Context) (res batchResult, err erro
 
 	b := &pgx.Batch{}
 	b.Queue(`SELECT set_config('lock_timeout', $1, true)`, strconv.FormatInt(f.cfg.ClaimLockTimeout.Milliseconds(), 10))
+	// The marks need not wait for their WAL flush: if PostgreSQL crashes and
+	// loses them, the rows are published again (a duplicate, which
+	// consumers absorb), never lost. The broker already has them.
+	b.Queue(`SELECT set_config('synchronous_commit', 'off', true)`)
 	var claimed []row
 	b.Queue(claimSQL, f.cfg.BatchSize, f.cfg.Partitions, f.cfg.InstanceID).Query(func(rows pgx.Rows) error {
 		var err error

@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
-# The main job: services up, migrate, start the service, drive payments
-# through its HTTP API and report what reached the outbox. Run by `make demo`.
+# The main job: services up, migrate, start the service (API and forwarder),
+# drive payments through its HTTP API, report what reached the outbox and the
+# broker. Run by `make demo`.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
@@ -13,7 +14,7 @@ go build -o "$BIN" ./cmd/outflow
 "$BIN" migrate up
 
 log=$(mktemp -t outflow-serve.XXXXXX.log)
-"$BIN" serve --roles api 2>"$log" &
+"$BIN" serve --roles api,forwarder 2>"$log" &
 pid=$!
 trap 'kill "$pid" 2>/dev/null || true' EXIT
 
@@ -25,6 +26,8 @@ done
 
 echo "demo: driving $PAYMENTS payments through http://$HTTP_ADDR"
 "$BIN" demo --payments "$PAYMENTS"
+echo
+"$BIN" stats
 
 kill -TERM "$pid"
 wait "$pid" && echo "demo: service drained and stopped cleanly (log: $log)"

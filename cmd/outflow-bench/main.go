@@ -2,6 +2,7 @@
 // measured in the same run, in a schema of its own that it drops at the end.
 //
 //	outflow-bench pay [-ops 6000] [-slices 20] [-clients 1,4,16]
+//	outflow-bench forward [-backlog 100000] [-rate 1000] [-duration 10s] [-published 1000000] [-only throughput,latency,claim]
 //
 // The database is BENCH_DATABASE_URL, defaulting to the test database.
 package main
@@ -15,6 +16,9 @@ import (
 	"strconv"
 	"strings"
 	"syscall"
+	"time"
+
+	"github.com/redis/go-redis/v9"
 
 	"github.com/outflow-dev/outflow/internal/bench"
 )
@@ -31,7 +35,7 @@ func main() {
 
 func run(ctx context.Context, args []string) error {
 	if len(args) == 0 {
-		return fmt.Errorf("usage: outflow-bench pay [flags]")
+		return fmt.Errorf("usage: outflow-bench pay|forward [flags]")
 	}
 	dbURL := os.Getenv("BENCH_DATABASE_URL")
 	if dbURL == "" {
@@ -56,8 +60,30 @@ func run(ctx context.Context, args []string) error {
 		}
 		defer drop()
 		return bench.Pay(ctx, bench.PayConfig{Pool: pool, Clients: levels, Ops: *ops, Slices: *slices, Out: os.Stdout})
+	case "forward":
+		fs := flag.NewFlagSet("forward", flag.ContinueOnError)
+		backlog := fs.Int("backlog", 100_000, "rows each throughput contender drains")
+		rate := fs.Int("rate", 1000, "events per second in the latency run")
+		dur := fs.Duration("duration", 10*time.Second, "length of the latency run")
+		published := fs.Int("published", 1_000_000, "published rows kept in the claim-cost run")
+		only := fs.String("only", "", "comma-separated parts to run: throughput, latency, claim (default all)")
+		if err := fs.Parse(args[1:]); err != nil {
+			return err
+		}
+		redisURL := os.Getenv("REDIS_URL")
+		if redisURL == "" {
+			redisURL = "redis://127.0.0.1:6379/0"
+		}
+		opts, err := redis.ParseURL(redisURL)
+		if err != nil {
+			return fmt.Errorf("REDIS_URL: %w", err)
+		}
+		rdb := redis.NewClient(opts)
+		defer rdb.Close()
+		return bench.Forward(ctx, bench.ForwardConfig{DatabaseURL: dbURL, Redis: rdb, Backlog: *backlog, Rate: *rate,
+			Duration: *dur, Published: *published, Only: splitNonEmpty(*only), Out: os.Stdout})
 	default:
-		return fmt.Errorf("unknown benchmark %q (known: pay)", args[0])
+		return fmt.Errorf("unknown benchmark %q (known: pay, forward)", args[0])
 	}
 }
 
@@ -79,4 +105,14 @@ func maxOf(xs []int) int {
 		m = max(m, x)
 	}
 	return m
+}
+
+func splitNonEmpty(s string) []string {
+	var out []string
+	for _, f := range strings.Split(s, ",") {
+		if f = strings.TrimSpace(f); f != "" {
+			out = append(out, f)
+		}
+	}
+	return out
 }

@@ -3,7 +3,9 @@ package bench
 import (
 	"context"
 	"fmt"
+	"log/slog"
 	"net/url"
+	"os"
 	"time"
 
 	"github.com/jackc/pgx/v5"
@@ -56,4 +58,8 @@ func Schema(ctx context.Context, dbURL string, maxConns int32) (*pgxpool.Pool, f
 		return nil, nil, err
 	}
 	return pool, func() { pool.Close(); drop() }, nil
+}
+
+func quietLogger() *slog.Logger {
+	return slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: slog.LevelError}))
 }

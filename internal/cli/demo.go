@@ -1,6 +1,8 @@
 package cli
 
 import (
+	"time"
+
 	"github.com/spf13/cobra"
 
 	"github.com/outflow-dev/outflow/internal/demo"
@@ -33,5 +35,6 @@ func newDemoCmd(e *env) *cobra.Command {
 	cmd.Flags().StringVar(&cfg.APIURL, "api-url", "", "payments API base URL (default http://$HTTP_ADDR)")
 	cmd.Flags().IntVar(&cfg.Payments, "payments", 300, "how many payments to create")
 	cmd.Flags().IntVar(&cfg.Concurrency, "concurrency", 8, "concurrent API clients")
+	cmd.Flags().DurationVar(&cfg.ForwardTimeout, "forward-timeout", 30*time.Second, "how long to wait for the forwarder to publish the run's events (0: do not wait)")
 	return cmd
 }

@@ -30,6 +30,9 @@ type Config struct {
 	Pool *pgxpool.Pool
 	// Out receives the progress and the report.
 	Out io.Writer
+	// ForwardTimeout is how long to wait for a forwarder to publish the
+	// run's events. Zero skips the wait.
+	ForwardTimeout time.Duration
 }
 
 // Run drives the API and prints the report. It returns an error when the
@@ -191,7 +194,34 @@ func report(ctx context.Context, cfg Config, since time.Time, acked int64) error
 		return fmt.Errorf("outbox holds %d events for %d acknowledged, %d payments with broken versions", total, acked, broken)
 	}
 	fmt.Fprintln(out, "\nOK: every acknowledged command left exactly one event, versions gapless.")
-	return nil
+	return waitForwarded(ctx, cfg, since, total)
+}
+
+// waitForwarded waits for the forwarder to publish this run's rows, when
+// one runs, and reports how long the last ones took.
+func waitForwarded(ctx context.Context, cfg Config, since time.Time, total int64) error {
+	deadline := time.Now().Add(cfg.ForwardTimeout)
+	for {
+		var pending, parked int64
+		var lagMs float64
+		err := cfg.Pool.QueryRow(ctx, `
+			SELECT count(*) FILTER (WHERE published_at IS NULL AND parked_at IS NULL),
+			       count(*) FILTER (WHERE parked_at IS NOT NULL),
+			       coalesce(extract(epoch FROM max(published_at - created_at)) * 1000, 0)::float8
+			FROM outbox WHERE created_at >= $1`, since).Scan(&pending, &parked, &lagMs)
+		if err != nil {
+			return fmt.Errorf("read forwarding progress: %w", err)
+		}
+		if pending == 0 {
+			fmt.Fprintf(cfg.Out, "forwarded: all %d events are on the broker (%d parked); slowest commit-to-publish %.0f ms\n", total, parked, lagMs)
+			return nil
+		}
+		if cfg.ForwardTimeout <= 0 || time.Now().After(deadline) {
+			fmt.Fprintf(cfg.Out, "forwarded: %d of %d events still pending (is a forwarder running? `outflow forward`)\n", pending, total)
+			return nil
+		}
+		time.Sleep(100 * time.Millisecond)
+	}
 }
 
 type client struct {
