@@ -73,18 +73,39 @@ func New(cfg Config) (*Broker, error) {
 	return &Broker{cfg: cfg}, nil
 }
 
-// NewClient connects to the Redis at url: redis://, rediss:// or unix://
-// for one server, or, with several comma-separated host:port addresses in
-// one redis:// URL, a Cluster. It pings the server and reports a failure
-// naming the URL (without its password).
+// NewClient connects to the Redis that url names, in go-redis's URL forms:
+//
+//   - redis://[:password@]host:port/db, rediss://..., unix://...: one server;
+//   - redis://host:port?addr=host2:port&addr=host3:port: a Cluster, seeded
+//     with every address given;
+//   - redis://sentinel:port?master_name=mymaster&addr=sentinel2:port: a
+//     Sentinel-managed primary.
+//
+// It pings and reports a failure naming the URL (without its password):
+// a configured but unreachable Redis fails at start, never hangs.
 func NewClient(ctx context.Context, url string) (redis.UniversalClient, error) {
-	opts, err := redis.ParseURL(url)
-	var client redis.UniversalClient
-	if err == nil {
-		client = redis.NewClient(opts)
-	} else if copts, cerr := redis.ParseClusterURL(url); cerr == nil {
-		client = redis.NewClusterClient(copts)
-	} else {
+	var (
+		client redis.UniversalClient
+		err    error
+	)
+	switch {
+	case strings.Contains(url, "master_name="):
+		var o *redis.FailoverOptions
+		if o, err = redis.ParseFailoverURL(url); err == nil {
+			client = redis.NewFailoverClient(o)
+		}
+	case strings.Contains(url, "addr="):
+		var o *redis.ClusterOptions
+		if o, err = redis.ParseClusterURL(url); err == nil {
+			client = redis.NewClusterClient(o)
+		}
+	default:
+		var o *redis.Options
+		if o, err = redis.ParseURL(url); err == nil {
+			client = redis.NewClient(o)
+		}
+	}
+	if err != nil {
 		return nil, fmt.Errorf("REDIS_URL: %w", err)
 	}
 	pctx, cancel := context.WithTimeout(ctx, 5*time.Second)
