@@ -2,8 +2,8 @@ package forwarder_test
 
 import (
 	"context"
-	"log/slog"
 	"fmt"
+	"log/slog"
 	"strconv"
 	"strings"
 	"sync"
@@ -507,4 +507,3 @@ func firstAtOrAfter(entries []redis.XMessage, id string) string {
 	}
 	return ""
 }
-

@@ -7,7 +7,6 @@ import (
 	"strings"
 
 	wmsql "github.com/ThreeDotsLabs/watermill-sql/v4/pkg/sql"
-	"github.com/jackc/pgx/v5"
 
 	"github.com/outflow-dev/outflow/events"
 )
@@ -18,15 +17,13 @@ import (
 var ErrReadNotSupported = errors.New("outbox: the outbox table is read by the forwarder, not by a watermill-sql subscriber")
 
 // SchemaAdapter is a watermill-sql v4 schema adapter that writes messages
-// carrying an [events.Envelope] as outbox rows. Only its write half is
-// implemented; the table itself is created by the migrations.
+// carrying an [events.Envelope] as rows of the outbox table (the one named
+// "outbox" in the connection's search_path, where the migrations create it
+// and the forwarder reads it). Only its write half is implemented.
 //
 // On its own it does not refuse a non-transactional handle: use [Writer],
 // which does.
-type SchemaAdapter struct {
-	// Table defaults to "outbox".
-	Table string
-}
+type SchemaAdapter struct{}
 
 var _ wmsql.SchemaAdapter = SchemaAdapter{}
 
@@ -37,18 +34,12 @@ var insertColumnList = []string{
 var insertColumns = "(" + strings.Join(insertColumnList, ", ") + ")"
 
 // InsertQuery returns one multi-row INSERT for msgs.
-func (a SchemaAdapter) InsertQuery(params wmsql.InsertQueryParams) (wmsql.Query, error) {
-	table, err := tableIdentifier(a.Table)
-	if err != nil {
-		return wmsql.Query{}, err
-	}
+func (SchemaAdapter) InsertQuery(params wmsql.InsertQueryParams) (wmsql.Query, error) {
 	if len(params.Msgs) == 0 {
 		return wmsql.Query{}, errors.New("outbox: no messages to insert")
 	}
 	var b strings.Builder
-	b.WriteString("INSERT INTO ")
-	b.WriteString(table)
-	b.WriteString(" ")
+	b.WriteString("INSERT INTO outbox ")
 	b.WriteString(insertColumns)
 	b.WriteString(" VALUES ")
 	cols := len(insertColumnList)
@@ -94,21 +85,4 @@ func (SchemaAdapter) SchemaInitializingQueries(wmsql.SchemaInitializingQueriesPa
 // SubscribeIsolationLevel is unused: the adapter is write-only.
 func (SchemaAdapter) SubscribeIsolationLevel() stdsql.IsolationLevel {
 	return stdsql.LevelDefault
-}
-
-// tableIdentifier quotes a possibly schema-qualified table name.
-func tableIdentifier(name string) (string, error) {
-	if name == "" {
-		name = DefaultTable
-	}
-	parts := strings.Split(name, ".")
-	if len(parts) > 2 {
-		return "", fmt.Errorf("table %q: want table or schema.table", name)
-	}
-	for _, p := range parts {
-		if p == "" {
-			return "", fmt.Errorf("table %q: empty name part", name)
-		}
-	}
-	return pgx.Identifier(parts).Sanitize(), nil
 }

@@ -19,14 +19,8 @@ import (
 // transaction: a nil transaction, or one already committed or rolled back.
 var ErrNoTransaction = errors.New("outbox: publish needs an open transaction")
 
-// DefaultTable is the outbox table created by the migrations.
-const DefaultTable = "outbox"
-
 // Config configures a [Writer].
 type Config struct {
-	// Table is the outbox table, optionally schema-qualified ("billing.outbox").
-	// Defaults to "outbox".
-	Table string
 	// Routes maps event types to topics. Defaults to routing every event to
 	// a topic named after its aggregate type.
 	Routes Routes
@@ -44,20 +38,14 @@ type Writer struct {
 
 // NewWriter validates cfg and returns a Writer.
 func NewWriter(cfg Config) (*Writer, error) {
-	if cfg.Table == "" {
-		cfg.Table = DefaultTable
-	}
 	if cfg.Logger == nil {
 		cfg.Logger = slog.Default()
-	}
-	if _, err := tableIdentifier(cfg.Table); err != nil {
-		return nil, fmt.Errorf("outbox config: Table: %w", err)
 	}
 	if err := cfg.Routes.validate(); err != nil {
 		return nil, fmt.Errorf("outbox config: Routes: %w", err)
 	}
 	return &Writer{
-		adapter: SchemaAdapter{Table: cfg.Table},
+		adapter: SchemaAdapter{},
 		routes:  cfg.Routes,
 		logger:  watermill.NewSlogLogger(cfg.Logger),
 	}, nil

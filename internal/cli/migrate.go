@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"text/tabwriter"
 
+	"github.com/jackc/pgx/v5/pgxpool"
 	"github.com/jackc/pgx/v5/stdlib"
 	"github.com/spf13/cobra"
 
@@ -17,20 +18,11 @@ func newMigrateCmd(e *env) *cobra.Command {
 		Short: "Apply, inspect or roll back the database schema",
 	}
 	withDB := func(run func(cmd *cobra.Command, db *sql.DB) error) func(*cobra.Command, []string) error {
-		return func(cmd *cobra.Command, _ []string) error {
-			cfg, _, err := e.load()
-			if err != nil {
-				return err
-			}
-			pool, err := openPool(cmd.Context(), cfg.DatabaseURL)
-			if err != nil {
-				return err
-			}
-			defer pool.Close()
+		return e.withPool(nil, func(cmd *cobra.Command, pool *pgxpool.Pool) error {
 			db := stdlib.OpenDBFromPool(pool)
 			defer db.Close()
 			return run(cmd, db)
-		}
+		})
 	}
 	cmd.AddCommand(
 		&cobra.Command{

@@ -7,6 +7,7 @@ import (
 	"text/tabwriter"
 	"time"
 
+	"github.com/jackc/pgx/v5/pgxpool"
 	"github.com/spf13/cobra"
 
 	"github.com/outflow-dev/outflow/forwarder"
@@ -18,16 +19,7 @@ func newStatsCmd(e *env) *cobra.Command {
 		Use:   "stats",
 		Short: "Print the outbox's pending, parked and published counts and the oldest pending age",
 		Args:  cobra.NoArgs,
-		RunE: func(cmd *cobra.Command, _ []string) error {
-			cfg, _, err := e.load()
-			if err != nil {
-				return err
-			}
-			pool, err := openPool(cmd.Context(), cfg.DatabaseURL)
-			if err != nil {
-				return err
-			}
-			defer pool.Close()
+		RunE: e.withPool(nil, func(cmd *cobra.Command, pool *pgxpool.Pool) error {
 			s, err := forwarder.ReadStats(cmd.Context(), pool)
 			if err != nil {
 				return err
@@ -42,7 +34,7 @@ func newStatsCmd(e *env) *cobra.Command {
 			fmt.Fprintf(tw, "oldest pending age\t%s\n", (time.Duration(s.OldestPendingAgeSeconds * float64(time.Second))).Round(time.Millisecond))
 			fmt.Fprintf(tw, "published total\t%d\n", s.PublishedTotal)
 			return tw.Flush()
-		},
+		}),
 	}
 	cmd.Flags().BoolVar(&asJSON, "json", false, `print {"outbox": {"pending", "parked", "oldest_pending_age_seconds", "published_total"}}`)
 	return cmd
@@ -58,19 +50,12 @@ func newOutboxCmd(e *env) *cobra.Command {
 		Use:   "parked",
 		Short: "List rows parked after max attempts, with their last error",
 		Args:  cobra.NoArgs,
-		RunE: func(cmd *cobra.Command, _ []string) error {
+		RunE: e.withPool(func() error {
 			if limit < 1 {
 				return errors.New("invalid --limit: must be at least 1")
 			}
-			cfg, _, err := e.load()
-			if err != nil {
-				return err
-			}
-			pool, err := openPool(cmd.Context(), cfg.DatabaseURL)
-			if err != nil {
-				return err
-			}
-			defer pool.Close()
+			return nil
+		}, func(cmd *cobra.Command, pool *pgxpool.Pool) error {
 			rows, err := forwarder.ListParked(cmd.Context(), pool, limit)
 			if err != nil {
 				return err
@@ -87,7 +72,7 @@ func newOutboxCmd(e *env) *cobra.Command {
 					r.AggregateID, r.AggregateVersion, r.Attempts, r.ParkedAt.Format(time.RFC3339), r.LastError)
 			}
 			return tw.Flush()
-		},
+		}),
 	}
 	parked.Flags().IntVar(&limit, "limit", 100, "rows to list")
 
@@ -99,22 +84,15 @@ func newOutboxCmd(e *env) *cobra.Command {
 		Use:   "retry",
 		Short: "Put parked rows back in line with a fresh attempt count: --id N or --all",
 		Args:  cobra.NoArgs,
-		RunE: func(cmd *cobra.Command, _ []string) error {
+		RunE: e.withPool(func() error {
 			switch {
 			case all && id != 0:
 				return errors.New("invalid flags: give --id or --all, not both")
 			case !all && id <= 0:
 				return errors.New("invalid --id: give a parked row's id (see `outflow outbox parked`), or --all")
 			}
-			cfg, _, err := e.load()
-			if err != nil {
-				return err
-			}
-			pool, err := openPool(cmd.Context(), cfg.DatabaseURL)
-			if err != nil {
-				return err
-			}
-			defer pool.Close()
+			return nil
+		}, func(cmd *cobra.Command, pool *pgxpool.Pool) error {
 			n, err := forwarder.RetryParked(cmd.Context(), pool, id)
 			if err != nil {
 				return err
@@ -124,7 +102,7 @@ func newOutboxCmd(e *env) *cobra.Command {
 			}
 			fmt.Fprintf(cmd.OutOrStdout(), "released %d parked rows\n", n)
 			return nil
-		},
+		}),
 	}
 	retry.Flags().Int64Var(&id, "id", 0, "the parked row to retry")
 	retry.Flags().BoolVar(&all, "all", false, "retry every parked row")
@@ -134,25 +112,18 @@ func newOutboxCmd(e *env) *cobra.Command {
 		Use:   "repartition",
 		Short: "Change the forwarder's partition count (every forwarder must be stopped)",
 		Args:  cobra.NoArgs,
-		RunE: func(cmd *cobra.Command, _ []string) error {
+		RunE: e.withPool(func() error {
 			if partitions < 1 || partitions > 4096 {
 				return errors.New("invalid --partitions: must be between 1 and 4096")
 			}
-			cfg, _, err := e.load()
-			if err != nil {
-				return err
-			}
-			pool, err := openPool(cmd.Context(), cfg.DatabaseURL)
-			if err != nil {
-				return err
-			}
-			defer pool.Close()
+			return nil
+		}, func(cmd *cobra.Command, pool *pgxpool.Pool) error {
 			if err := forwarder.Repartition(cmd.Context(), pool, partitions); err != nil {
 				return err
 			}
 			fmt.Fprintf(cmd.OutOrStdout(), "the outbox now has %d partitions\n", partitions)
 			return nil
-		},
+		}),
 	}
 	repartition.Flags().IntVar(&partitions, "partitions", 0, "the new partition count")
 	cmd.AddCommand(parked, retry, repartition)

@@ -67,6 +67,29 @@ func (e *env) load() (config.Config, *slog.Logger, error) {
 	return cfg, logger, nil
 }
 
+// withPool loads the configuration, connects to the database and runs fn,
+// closing the pool after it. check runs first, for flag errors that need no
+// database.
+func (e *env) withPool(check func() error, fn func(cmd *cobra.Command, pool *pgxpool.Pool) error) func(*cobra.Command, []string) error {
+	return func(cmd *cobra.Command, _ []string) error {
+		if check != nil {
+			if err := check(); err != nil {
+				return err
+			}
+		}
+		cfg, _, err := e.load()
+		if err != nil {
+			return err
+		}
+		pool, err := openPool(cmd.Context(), cfg.DatabaseURL)
+		if err != nil {
+			return err
+		}
+		defer pool.Close()
+		return fn(cmd, pool)
+	}
+}
+
 func openPool(ctx context.Context, dbURL string) (*pgxpool.Pool, error) {
 	pool, err := pgxpool.New(ctx, dbURL)
 	if err != nil {
