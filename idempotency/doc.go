@@ -1,0 +1,27 @@
+// Package idempotency makes a Watermill handler safe on an at-least-once,
+// possibly reordered stream: a duplicate delivery changes nothing, and each
+// aggregate's events are applied in version order.
+//
+// [Middleware] opens a transaction in the consumer's database for every
+// message and, in one statement, records (message_id, consumer) in
+// processed_messages and checks the message's aggregate_version against the
+// last one this consumer applied for that aggregate. The handler then runs
+// with that transaction in its context ([Tx]) and writes its own effects in
+// it; the transaction commits before the message is acknowledged. So:
+//
+//   - a duplicate finds its processed_messages row and is acknowledged with
+//     no effect; the same message is still processed once by each consumer;
+//   - a handler that fails leaves no row: the redelivery runs it again;
+//   - a crash after the commit and before the acknowledgement redelivers a
+//     message whose row exists: no second effect;
+//   - Strict ordering (the default) applies version N only after N-1: an
+//     older version is stale and skipped, a newer one is a gap, held back
+//     and redelivered after GapRetryDelay until the gap fills, and reported
+//     to dead_letters after GapTimeout. LatestWins applies any newer version
+//     and skips older ones.
+//
+// The bookkeeping costs one statement per message (one round trip) on top
+// of the handler's transaction. Handlers with effects outside the database
+// (an HTTP call) must not run them inside the transaction; see the
+// NotifyMerchant handler for the pattern.
+package idempotency

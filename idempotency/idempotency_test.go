@@ -1,0 +1,261 @@
+package idempotency_test
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/ThreeDotsLabs/watermill/message"
+	"github.com/google/uuid"
+	"github.com/jackc/pgx/v5"
+	"github.com/stretchr/testify/require"
+
+	"github.com/outflow-dev/outflow/events"
+	"github.com/outflow-dev/outflow/idempotency"
+	"github.com/outflow-dev/outflow/outflowtest"
+)
+
+type credited struct {
+	Amount int64 `json:"amount"`
+}
+
+func (credited) EventType() string { return "account.credited" }
+
+type bundle struct {
+	t      *testing.T
+	schema *outflowtest.Schema
+	calls  int
+	mu     sync.Mutex
+	fail   error
+}
+
+// handler adds the event's amount to a balance, in the middleware's
+// transaction, and records the order it applied versions in.
+func (b *bundle) handler(msg *message.Message) ([]*message.Message, error) {
+	b.mu.Lock()
+	b.calls++
+	fail := b.fail
+	b.mu.Unlock()
+	tx, ok := idempotency.Tx(msg.Context())
+	if !ok {
+		return nil, errors.New("no transaction in the message context")
+	}
+	env, err := events.EnvelopeFromMessage(msg)
+	if err != nil {
+		return nil, err
+	}
+	if _, err := tx.Exec(msg.Context(), `
+		INSERT INTO balances (account, total, applied) VALUES ($1, 10, ARRAY[$2::bigint])
+		ON CONFLICT (account) DO UPDATE SET total = balances.total + 10, applied = balances.applied || $2::bigint`,
+		env.AggregateID, env.AggregateVersion); err != nil {
+		return nil, err
+	}
+	return nil, fail
+}
+
+func setup(t *testing.T, cfg idempotency.Config) (*bundle, message.HandlerFunc) {
+	t.Helper()
+	b := &bundle{t: t, schema: outflowtest.NewSchema(t)}
+	_, err := b.schema.Pool.Exec(context.Background(),
+		`CREATE TABLE balances (account text PRIMARY KEY, total bigint NOT NULL, applied bigint[] NOT NULL)`)
+	require.NoError(t, err)
+	cfg.Pool = b.schema.Pool
+	if cfg.Consumer == "" {
+		cfg.Consumer = "balances"
+	}
+	mw, err := idempotency.Middleware(cfg)
+	require.NoError(t, err)
+	return b, mw(b.handler)
+}
+
+func msgFor(t *testing.T, account string, version int64) *message.Message {
+	t.Helper()
+	ev, err := events.New(context.Background(), events.Aggregate{Type: "account", ID: account, Version: version}, credited{Amount: 10})
+	require.NoError(t, err)
+	m, err := ev.Message(context.Background())
+	require.NoError(t, err)
+	return m
+}
+
+func (b *bundle) balance(account string) (int64, []int64) {
+	var total int64
+	var applied []int64
+	err := b.schema.Pool.QueryRow(context.Background(), `SELECT total, applied FROM balances WHERE account = $1`, account).Scan(&total, &applied)
+	if errors.Is(err, pgx.ErrNoRows) {
+		return 0, nil
+	}
+	require.NoError(b.t, err)
+	return total, applied
+}
+
+func TestDuplicateDeliveryHasOneEffect(t *testing.T) {
+	t.Parallel()
+	b, h := setup(t, idempotency.Config{})
+	m := msgFor(t, "a", 1)
+	for range 3 {
+		_, err := h(m.Copy())
+		require.NoError(t, err)
+	}
+	total, _ := b.balance("a")
+	require.EqualValues(t, 10, total)
+	require.Equal(t, 1, b.calls, "the handler ran once")
+}
+
+// The ack is lost after the commit (a crash): the redelivery finds the
+// processed row and has no second effect.
+func TestRedeliveryAfterCommitBeforeAck(t *testing.T) {
+	t.Parallel()
+	b, h := setup(t, idempotency.Config{})
+	m := msgFor(t, "a", 1)
+	_, err := h(m)
+	require.NoError(t, err)
+	redelivered := message.NewMessage(m.UUID, m.Payload) // as the broker sends it again
+	redelivered.Metadata = m.Metadata
+	_, err = h(redelivered)
+	require.NoError(t, err)
+	total, _ := b.balance("a")
+	require.EqualValues(t, 10, total)
+}
+
+func TestConcurrentDuplicatesApplyOnce(t *testing.T) {
+	t.Parallel()
+	b, h := setup(t, idempotency.Config{})
+	m := msgFor(t, "a", 1)
+	var wg sync.WaitGroup
+	for range 8 {
+		wg.Go(func() {
+			_, err := h(m.Copy())
+			require.NoError(t, err)
+		})
+	}
+	wg.Wait()
+	total, _ := b.balance("a")
+	require.EqualValues(t, 10, total)
+}
+
+func TestSameMessageOncePerConsumer(t *testing.T) {
+	t.Parallel()
+	b, h := setup(t, idempotency.Config{Consumer: "one"})
+	mw, err := idempotency.Middleware(idempotency.Config{Pool: b.schema.Pool, Consumer: "two"})
+	require.NoError(t, err)
+	h2 := mw(b.handler)
+	m := msgFor(t, "a", 1)
+	_, err = h(m.Copy())
+	require.NoError(t, err)
+	_, err = h2(m.Copy())
+	require.NoError(t, err)
+	total, _ := b.balance("a")
+	require.EqualValues(t, 20, total, "each consumer applies it once")
+}
+
+func TestFailedHandlerLeavesNoRow(t *testing.T) {
+	t.Parallel()
+	b, h := setup(t, idempotency.Config{})
+	b.fail = errors.New("downstream broke")
+	m := msgFor(t, "a", 1)
+	_, err := h(m.Copy())
+	require.ErrorIs(t, err, b.fail)
+	total, _ := b.balance("a")
+	require.Zero(t, total, "the handler's effect rolled back")
+
+	b.fail = nil
+	_, err = h(m.Copy())
+	require.NoError(t, err, "the redelivery runs the handler again")
+	total, _ = b.balance("a")
+	require.EqualValues(t, 10, total)
+}
+
+func TestV2BeforeV1AppliesBothInOrder(t *testing.T) {
+	t.Parallel()
+	b, h := setup(t, idempotency.Config{GapRetryDelay: time.Millisecond})
+	v1, v2 := msgFor(t, "a", 1), msgFor(t, "a", 2)
+
+	_, err := h(v2.Copy())
+	require.ErrorIs(t, err, idempotency.ErrGap, "v2 is held back until v1 is applied")
+	total, _ := b.balance("a")
+	require.Zero(t, total)
+
+	_, err = h(v1.Copy())
+	require.NoError(t, err)
+	_, err = h(v2.Copy()) // the redelivery
+	require.NoError(t, err)
+	total, applied := b.balance("a")
+	require.EqualValues(t, 20, total)
+	require.Equal(t, []int64{1, 2}, applied)
+}
+
+func TestStaleVersionSkipped(t *testing.T) {
+	t.Parallel()
+	b, h := setup(t, idempotency.Config{})
+	for v := int64(1); v <= 3; v++ {
+		_, err := h(msgFor(t, "a", v))
+		require.NoError(t, err)
+	}
+	// Another event claiming version 2 (e.g. re-emitted under a new id) is stale.
+	_, err := h(msgFor(t, "a", 2))
+	require.NoError(t, err, "a stale event is acknowledged")
+	total, applied := b.balance("a")
+	require.EqualValues(t, 30, total)
+	require.Equal(t, []int64{1, 2, 3}, applied)
+}
+
+func TestLatestWinsSkipsOlder(t *testing.T) {
+	t.Parallel()
+	b, h := setup(t, idempotency.Config{Ordering: idempotency.LatestWins})
+	for _, v := range []int64{3, 1, 5, 4} {
+		_, err := h(msgFor(t, "a", v))
+		require.NoError(t, err)
+	}
+	_, applied := b.balance("a")
+	require.Equal(t, []int64{3, 5}, applied)
+}
+
+func TestGapTimesOutIntoDeadLetters(t *testing.T) {
+	t.Parallel()
+	b, h := setup(t, idempotency.Config{GapRetryDelay: time.Millisecond, GapTimeout: 50 * time.Millisecond})
+	m := msgFor(t, "a", 7)
+	deadline := time.Now().Add(5 * time.Second)
+	for {
+		_, err := h(m.Copy())
+		if err == nil {
+			break
+		}
+		require.ErrorIs(t, err, idempotency.ErrGap)
+		require.True(t, time.Now().Before(deadline), "the gap never timed out")
+	}
+	var reason string
+	var version int64
+	require.NoError(t, b.schema.Pool.QueryRow(context.Background(),
+		`SELECT reason, aggregate_version FROM dead_letters WHERE message_id = $1`, m.UUID).Scan(&reason, &version))
+	require.Equal(t, "gap", reason)
+	require.EqualValues(t, 7, version)
+	total, _ := b.balance("a")
+	require.Zero(t, total)
+}
+
+func TestManyAggregatesInterleaved(t *testing.T) {
+	t.Parallel()
+	b, h := setup(t, idempotency.Config{GapRetryDelay: time.Millisecond})
+	// Every message twice, aggregates interleaved.
+	accts := make([]string, 3)
+	for i := range accts {
+		accts[i] = fmt.Sprintf("acct-%d-%s", i, uuid.NewString()[:4])
+	}
+	for v := int64(1); v <= 5; v++ {
+		for _, a := range accts {
+			m := msgFor(t, a, v)
+			for range 2 {
+				_, err := h(m.Copy())
+				require.NoError(t, err)
+			}
+		}
+	}
+	for _, a := range accts {
+		total, applied := b.balance(a)
+		require.EqualValues(t, 50, total)
+		require.Equal(t, []int64{1, 2, 3, 4, 5}, applied)
+	}
+}
