@@ -2,9 +2,11 @@ package idempotency
 
 import (
 	"context"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"log/slog"
+	"math/rand/v2"
 	"sync"
 	"time"
 
@@ -30,7 +32,7 @@ const (
 // is ahead of the next one expected.
 var ErrGap = errors.New("idempotency: version gap: an earlier event of the aggregate has not been applied yet")
 
-// Config configures the middleware of one consumer.
+// Config configures one consumer.
 type Config struct {
 	// Pool is the consumer's database. Required.
 	Pool *pgxpool.Pool
@@ -45,131 +47,208 @@ type Config struct {
 	// GapTimeout is how long a gap may stay open before the waiting message
 	// is dead-lettered and reported. Defaults to 5m.
 	GapTimeout time.Duration
+	// MaxAttempts is how many times a failing message is tried before it is
+	// dead. Defaults to 8.
+	MaxAttempts int
+	// RetryBackoff is the delay before the first retry; it doubles per
+	// attempt, with jitter, up to RetryBackoffMax. Defaults to 1s and 5m.
+	RetryBackoff    time.Duration
+	RetryBackoffMax time.Duration
+	// RetryPollInterval is how often Run looks for retries that are due.
+	// Defaults to 500ms.
+	RetryPollInterval time.Duration
 	// Logger defaults to slog.Default().
 	Logger *slog.Logger
 }
 
+func (c *Config) setDefaults() {
+	def := func(d *time.Duration, v time.Duration) {
+		if *d == 0 {
+			*d = v
+		}
+	}
+	def(&c.GapRetryDelay, time.Second)
+	def(&c.GapTimeout, 5*time.Minute)
+	def(&c.RetryBackoff, time.Second)
+	def(&c.RetryBackoffMax, 5*time.Minute)
+	def(&c.RetryPollInterval, 500*time.Millisecond)
+	if c.MaxAttempts == 0 {
+		c.MaxAttempts = 8
+	}
+	if c.Logger == nil {
+		c.Logger = slog.Default()
+	}
+}
+
+func (c *Config) validate() error {
+	switch {
+	case c.Pool == nil:
+		return errors.New("idempotency config: Pool is required")
+	case c.Consumer == "":
+		return errors.New("idempotency config: Consumer is required")
+	case c.GapRetryDelay < 0 || c.GapTimeout < c.GapRetryDelay:
+		return errors.New("idempotency config: GapRetryDelay must be positive and at most GapTimeout")
+	case c.MaxAttempts < 1:
+		return errors.New("idempotency config: MaxAttempts must be at least 1")
+	case c.RetryBackoff <= 0 || c.RetryBackoffMax < c.RetryBackoff:
+		return errors.New("idempotency config: RetryBackoff must be positive and at most RetryBackoffMax")
+	case c.RetryPollInterval <= 0:
+		return errors.New("idempotency config: RetryPollInterval must be positive")
+	}
+	return nil
+}
+
 type txKey struct{}
 
-// Tx returns the transaction the middleware opened for the message being
-// handled. Write the handler's effects in it: they commit with the message's
-// processed_messages row, or not at all.
+// Tx returns the transaction the consumer opened for the message being
+// handled. Write the handler's effects in it: they commit with the
+// message's processed_messages row, or not at all.
 func Tx(ctx context.Context) (pgx.Tx, bool) {
 	tx, ok := ctx.Value(txKey{}).(pgx.Tx)
 	return tx, ok
 }
 
-// Outcome is what the middleware decided for one message.
-type Outcome int
-
-const (
-	Applied Outcome = iota
-	Duplicate
-	Stale
-	Gap
-)
-
-type middleware struct {
+// Consumer makes one handler idempotent and ordered. Use its Middleware on
+// the handler, and Run it for the retries.
+type Consumer struct {
 	cfg Config
-	mu  sync.Mutex
-	gap map[string]time.Time // message id -> first time it was held for a gap
+
+	mu      sync.Mutex
+	handler message.HandlerFunc  // the wrapped handler, for retries
+	gap     map[string]time.Time // message id -> first time it was held for a gap
 }
 
-// Middleware returns the Watermill handler middleware for one consumer.
-func Middleware(cfg Config) (message.HandlerMiddleware, error) {
-	if cfg.Pool == nil {
-		return nil, errors.New("idempotency config: Pool is required")
+// NewConsumer validates cfg.
+func NewConsumer(cfg Config) (*Consumer, error) {
+	cfg.setDefaults()
+	if err := cfg.validate(); err != nil {
+		return nil, err
 	}
-	if cfg.Consumer == "" {
-		return nil, errors.New("idempotency config: Consumer is required")
-	}
-	if cfg.GapRetryDelay == 0 {
-		cfg.GapRetryDelay = time.Second
-	}
-	if cfg.GapTimeout == 0 {
-		cfg.GapTimeout = 5 * time.Minute
-	}
-	if cfg.GapRetryDelay < 0 || cfg.GapTimeout < cfg.GapRetryDelay {
-		return nil, errors.New("idempotency config: GapRetryDelay must be positive and at most GapTimeout")
-	}
-	if cfg.Logger == nil {
-		cfg.Logger = slog.Default()
-	}
-	m := &middleware{cfg: cfg, gap: make(map[string]time.Time)}
-	return m.wrap, nil
+	return &Consumer{cfg: cfg, gap: make(map[string]time.Time)}, nil
+}
+
+// Name returns the consumer's name.
+func (c *Consumer) Name() string { return c.cfg.Consumer }
+
+// outcome is what the consumer decided for one message.
+type outcome int
+
+const (
+	applied outcome = iota
+	duplicate
+	stale
+	gap
+	held
+)
+
+func (o outcome) String() string {
+	return [...]string{"applied", "duplicate", "stale", "gap", "held"}[o]
 }
 
 // claimSQL records the message and checks its version in one statement. The
-// upsert locks the aggregate's row for the transaction, so two deliveries of
-// one aggregate serialize, and sets the new version when the message
-// applies; a rollback undoes both.
+// upsert locks the aggregate's row for the transaction, so deliveries of one
+// aggregate serialize, and sets the new version when the message applies; a
+// rollback undoes both. An aggregate with an open dead letter applies
+// nothing: its later events queue behind it.
 const claimSQL = `
 WITH seen AS (
-    INSERT INTO processed_messages (message_id, consumer) VALUES ($1, $2)
+    INSERT INTO processed_messages (message_id, consumer) SELECT $1, $2 WHERE $7
     ON CONFLICT DO NOTHING RETURNING 1
+), blocked AS (
+    SELECT EXISTS (
+        SELECT 1 FROM dead_letters
+        WHERE consumer = $2 AND aggregate_type = $3 AND aggregate_id = $4
+          AND status IN ('retrying', 'dead', 'held') AND aggregate_version < $5) AS b
 ), v AS (
     INSERT INTO consumer_aggregate_versions AS c (consumer, aggregate_type, aggregate_id, version, prev_version)
-    VALUES ($2, $3, $4, CASE WHEN ($6 AND $5 = 1) OR (NOT $6 AND $5 > 0) THEN $5 ELSE 0 END, 0)
+    VALUES ($2, $3, $4, CASE WHEN NOT (SELECT b FROM blocked) AND (($6 AND $5 = 1) OR (NOT $6 AND $5 > 0)) THEN $5 ELSE 0 END, 0)
     ON CONFLICT (consumer, aggregate_type, aggregate_id) DO UPDATE SET
         prev_version = c.version,
-        version = CASE WHEN ($6 AND $5 = c.version + 1) OR (NOT $6 AND $5 > c.version) THEN $5 ELSE c.version END,
+        version = CASE WHEN NOT (SELECT b FROM blocked) AND (($6 AND $5 = c.version + 1) OR (NOT $6 AND $5 > c.version))
+                       THEN $5 ELSE c.version END,
         updated_at = now()
     RETURNING prev_version, version
 )
-SELECT (SELECT count(*) FROM seen), prev_version, version FROM v`
+SELECT (SELECT count(*) FROM seen) + CASE WHEN $7 THEN 0 ELSE 1 END, (SELECT b FROM blocked), prev_version, version FROM v`
 
-func (m *middleware) wrap(h message.HandlerFunc) message.HandlerFunc {
+// Middleware is the Watermill handler middleware. One Consumer wraps one
+// handler.
+func (c *Consumer) Middleware(h message.HandlerFunc) message.HandlerFunc {
+	c.mu.Lock()
+	c.handler = h
+	c.mu.Unlock()
 	return func(msg *message.Message) ([]*message.Message, error) {
 		env, err := events.EnvelopeFromMessage(msg)
 		if err != nil {
-			return nil, fmt.Errorf("idempotency: %w", err)
+			// No aggregate to order by and nothing a retry would fix.
+			c.cfg.Logger.Error("message without a valid envelope acknowledged and dropped", "consumer", c.cfg.Consumer,
+				"message_id", msg.UUID, "error", err.Error())
+			return nil, nil
 		}
 		ctx := msg.Context()
-		var (
-			out     []*message.Message
-			outcome Outcome
-		)
-		err = pgx.BeginFunc(ctx, m.cfg.Pool, func(tx pgx.Tx) error {
-			var (
-				fresh        int
-				prev, stored int64
-			)
-			if err := tx.QueryRow(ctx, claimSQL, env.MessageID, m.cfg.Consumer, env.AggregateType, env.AggregateID,
-				env.AggregateVersion, m.cfg.Ordering == Strict).Scan(&fresh, &prev, &stored); err != nil {
-				return fmt.Errorf("idempotency: record message: %w", err)
+		out, o, err := c.apply(ctx, h, msg, env, true)
+		switch {
+		case err != nil:
+			// The handler failed: park the message for a retry, so that
+			// other aggregates keep flowing, and acknowledge it.
+			if derr := c.park(ctx, msg, env, "retrying", "handler failed", err.Error()); derr != nil {
+				return nil, errors.Join(err, derr) // nacked: the broker redelivers
 			}
-			outcome = classify(fresh == 1, prev, stored, env.AggregateVersion)
-			switch outcome {
-			case Duplicate:
-				return errRollback
-			case Stale:
-				return nil // keep the processed row: a stale message is done
-			case Gap:
-				return errRollback
-			}
-			msg.SetContext(context.WithValue(ctx, txKey{}, tx))
-			defer msg.SetContext(ctx)
-			var err error
-			out, err = h(msg)
-			return err
-		})
-		if errors.Is(err, errRollback) {
-			err = nil
-		}
-		if err != nil {
-			return nil, err
-		}
-		switch outcome {
-		case Duplicate, Stale:
-			m.cfg.Logger.Debug("message skipped", "consumer", m.cfg.Consumer, "message_id", env.MessageID,
-				"aggregate_id", env.AggregateID, "aggregate_version", env.AggregateVersion, "outcome", outcome.String())
+			c.cfg.Logger.Warn("handler failed; retry scheduled", "consumer", c.cfg.Consumer, "message_id", env.MessageID,
+				"aggregate_id", env.AggregateID, "aggregate_version", env.AggregateVersion, "error", err.Error())
 			return nil, nil
-		case Gap:
-			return nil, m.holdGap(ctx, msg, env)
+		case o == gap:
+			return nil, c.holdGap(ctx, msg, env)
+		case o == held:
+			if err := c.park(ctx, msg, env, "held", "behind an earlier event of its aggregate", ""); err != nil {
+				return nil, err
+			}
+			return nil, nil
 		}
-		m.forgetGap(env.MessageID)
+		c.forgetGap(env.MessageID)
 		return out, nil
 	}
+}
+
+// apply runs h on msg in a transaction with the bookkeeping. fresh says
+// whether the message must be recorded in processed_messages (false for a
+// retry, whose row was written when it was parked).
+func (c *Consumer) apply(ctx context.Context, h message.HandlerFunc, msg *message.Message, env events.Envelope, fresh bool) ([]*message.Message, outcome, error) {
+	var (
+		out []*message.Message
+		o   outcome
+	)
+	err := pgx.BeginFunc(ctx, c.cfg.Pool, func(tx pgx.Tx) error {
+		var (
+			isNew        int
+			blocked      bool
+			prev, stored int64
+		)
+		if err := tx.QueryRow(ctx, claimSQL, env.MessageID, c.cfg.Consumer, env.AggregateType, env.AggregateID,
+			env.AggregateVersion, c.cfg.Ordering == Strict, fresh).Scan(&isNew, &blocked, &prev, &stored); err != nil {
+			return fmt.Errorf("idempotency: record message: %w", err)
+		}
+		o = classify(isNew == 1, blocked, prev, stored, env.AggregateVersion)
+		switch o {
+		case duplicate, gap, held:
+			return errRollback
+		case stale:
+			return nil // keep the processed row: a stale message is done
+		}
+		msg.SetContext(context.WithValue(ctx, txKey{}, tx))
+		defer msg.SetContext(ctx)
+		var err error
+		out, err = h(msg)
+		return err
+	})
+	if errors.Is(err, errRollback) {
+		err = nil
+	}
+	if err == nil && (o == duplicate || o == stale) {
+		c.cfg.Logger.Debug("message skipped", "consumer", c.cfg.Consumer, "message_id", env.MessageID,
+			"aggregate_id", env.AggregateID, "aggregate_version", env.AggregateVersion, "outcome", o.String())
+	}
+	return out, o, err
 }
 
 var errRollback = errors.New("rollback")
@@ -177,44 +256,46 @@ var errRollback = errors.New("rollback")
 // classify reads the claim statement's result. stored is the aggregate's
 // version after the upsert; it equals the message's version only when the
 // message applies.
-func classify(fresh bool, prev, stored, version int64) Outcome {
+func classify(fresh, blocked bool, prev, stored, version int64) outcome {
 	switch {
 	case !fresh:
-		return Duplicate
+		return duplicate
+	case blocked:
+		return held
 	case stored == version && prev < version:
-		return Applied
+		return applied
 	case version <= stored:
-		return Stale
+		return stale
 	default:
-		return Gap
+		return gap
 	}
-}
-
-func (o Outcome) String() string {
-	return [...]string{"applied", "duplicate", "stale", "gap"}[o]
 }
 
 // holdGap waits GapRetryDelay and returns ErrGap so the message is
 // redelivered, until GapTimeout has passed since it was first held: then it
-// is dead-lettered, reported and acknowledged.
-func (m *middleware) holdGap(ctx context.Context, msg *message.Message, env events.Envelope) error {
-	m.mu.Lock()
-	first, ok := m.gap[env.MessageID]
+// is dead-lettered and acknowledged.
+func (c *Consumer) holdGap(ctx context.Context, msg *message.Message, env events.Envelope) error {
+	c.mu.Lock()
+	first, ok := c.gap[env.MessageID]
 	if !ok {
 		first = time.Now()
-		m.gap[env.MessageID] = first
+		c.gap[env.MessageID] = first
 	}
-	m.mu.Unlock()
-	if time.Since(first) >= m.cfg.GapTimeout {
-		if err := m.deadLetter(ctx, msg, env, "gap", fmt.Sprintf("version %d waited %s for its predecessor", env.AggregateVersion, m.cfg.GapTimeout), 0); err != nil {
+	c.mu.Unlock()
+	if time.Since(first) >= c.cfg.GapTimeout {
+		// Parked, it waits in the database instead of the stream: the
+		// stream moves on, later events of the aggregate queue behind it, and
+		// Run applies it when its predecessor finally arrives.
+		errText := fmt.Sprintf("version %d waited %s for version %d", env.AggregateVersion, c.cfg.GapTimeout, env.AggregateVersion-1)
+		if err := c.park(ctx, msg, env, "held", "gap", errText); err != nil {
 			return err
 		}
-		m.forgetGap(env.MessageID)
-		m.cfg.Logger.Error("gap timed out: message dead-lettered", "consumer", m.cfg.Consumer, "message_id", env.MessageID,
+		c.forgetGap(env.MessageID)
+		c.cfg.Logger.Error("gap timed out: message parked", "consumer", c.cfg.Consumer, "message_id", env.MessageID,
 			"aggregate_id", env.AggregateID, "aggregate_version", env.AggregateVersion)
 		return nil
 	}
-	t := time.NewTimer(m.cfg.GapRetryDelay)
+	t := time.NewTimer(c.cfg.GapRetryDelay)
 	defer t.Stop()
 	select {
 	case <-ctx.Done():
@@ -223,27 +304,50 @@ func (m *middleware) holdGap(ctx context.Context, msg *message.Message, env even
 	return fmt.Errorf("%w (aggregate %s, version %d)", ErrGap, env.AggregateID, env.AggregateVersion)
 }
 
-func (m *middleware) forgetGap(id string) {
-	m.mu.Lock()
-	delete(m.gap, id)
-	m.mu.Unlock()
+func (c *Consumer) forgetGap(id string) {
+	c.mu.Lock()
+	delete(c.gap, id)
+	c.mu.Unlock()
 }
 
-// deadLetter stores the whole message for an operator and marks it
-// processed for this consumer, in one transaction.
-func (m *middleware) deadLetter(ctx context.Context, msg *message.Message, env events.Envelope, reason, errText string, attempts int) error {
-	return pgx.BeginFunc(context.WithoutCancel(ctx), m.cfg.Pool, func(tx pgx.Tx) error {
-		md := map[string]string(msg.Metadata)
+// park stores the whole message in dead_letters with status, and marks it
+// processed for this consumer, in one transaction: from then on the message
+// lives in the database, not in the broker.
+func (c *Consumer) park(ctx context.Context, msg *message.Message, env events.Envelope, status, reason, errText string) error {
+	md, err := json.Marshal(map[string]string(msg.Metadata))
+	if err != nil {
+		return err
+	}
+	attempts, next := 0, (*time.Time)(nil)
+	switch {
+	case status == "retrying":
+		attempts = 1
+		t := time.Now().Add(c.backoff(1))
+		next = &t
+	case reason == "gap":
+		t := time.Now().Add(c.cfg.GapRetryDelay)
+		next = &t
+	}
+	return pgx.BeginFunc(context.WithoutCancel(ctx), c.cfg.Pool, func(tx pgx.Tx) error {
 		if _, err := tx.Exec(ctx, `
 			INSERT INTO dead_letters (consumer, message_id, event_type, aggregate_type, aggregate_id, aggregate_version,
-			                          payload, metadata, reason, error, attempts)
-			VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11) ON CONFLICT (consumer, message_id) DO NOTHING`,
-			m.cfg.Consumer, env.MessageID, env.EventType, env.AggregateType, env.AggregateID, env.AggregateVersion,
-			[]byte(msg.Payload), md, reason, errText, attempts); err != nil {
-			return fmt.Errorf("idempotency: dead-letter: %w", err)
+			                          payload, metadata, status, reason, error, attempts, next_attempt_at)
+			VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12, $13)
+			ON CONFLICT (consumer, message_id) DO NOTHING`,
+			c.cfg.Consumer, env.MessageID, env.EventType, env.AggregateType, env.AggregateID, env.AggregateVersion,
+			[]byte(msg.Payload), md, status, reason, errText, attempts, next); err != nil {
+			return fmt.Errorf("idempotency: park message: %w", err)
 		}
 		_, err := tx.Exec(ctx, `INSERT INTO processed_messages (message_id, consumer) VALUES ($1, $2) ON CONFLICT DO NOTHING`,
-			env.MessageID, m.cfg.Consumer)
+			env.MessageID, c.cfg.Consumer)
 		return err
 	})
+}
+
+func (c *Consumer) backoff(attempt int) time.Duration {
+	d := c.cfg.RetryBackoff << min(attempt-1, 30)
+	if d <= 0 || d > c.cfg.RetryBackoffMax {
+		d = c.cfg.RetryBackoffMax
+	}
+	return d/2 + rand.N(d/2+1)
 }

@@ -25,11 +25,12 @@ type credited struct {
 func (credited) EventType() string { return "account.credited" }
 
 type bundle struct {
-	t      *testing.T
-	schema *outflowtest.Schema
-	calls  int
-	mu     sync.Mutex
-	fail   error
+	t        *testing.T
+	schema   *outflowtest.Schema
+	calls    int
+	mu       sync.Mutex
+	fail     error
+	consumer *idempotency.Consumer
 }
 
 // handler adds the event's amount to a balance, in the middleware's
@@ -66,9 +67,10 @@ func setup(t *testing.T, cfg idempotency.Config) (*bundle, message.HandlerFunc) 
 	if cfg.Consumer == "" {
 		cfg.Consumer = "balances"
 	}
-	mw, err := idempotency.Middleware(cfg)
+	c, err := idempotency.NewConsumer(cfg)
 	require.NoError(t, err)
-	return b, mw(b.handler)
+	b.consumer = c
+	return b, c.Middleware(b.handler)
 }
 
 func msgFor(t *testing.T, account string, version int64) *message.Message {
@@ -139,9 +141,9 @@ func TestConcurrentDuplicatesApplyOnce(t *testing.T) {
 func TestSameMessageOncePerConsumer(t *testing.T) {
 	t.Parallel()
 	b, h := setup(t, idempotency.Config{Consumer: "one"})
-	mw, err := idempotency.Middleware(idempotency.Config{Pool: b.schema.Pool, Consumer: "two"})
+	c2, err := idempotency.NewConsumer(idempotency.Config{Pool: b.schema.Pool, Consumer: "two"})
 	require.NoError(t, err)
-	h2 := mw(b.handler)
+	h2 := c2.Middleware(b.handler)
 	m := msgFor(t, "a", 1)
 	_, err = h(m.Copy())
 	require.NoError(t, err)
@@ -151,21 +153,85 @@ func TestSameMessageOncePerConsumer(t *testing.T) {
 	require.EqualValues(t, 20, total, "each consumer applies it once")
 }
 
-func TestFailedHandlerLeavesNoRow(t *testing.T) {
+// A failing handler's effects roll back; the message is parked for a retry
+// (and acknowledged), its aggregate's later events queue behind it while
+// other aggregates flow, and Run applies them all in order once it succeeds.
+func TestFailedHandlerRetriedInOrderWhileOthersFlow(t *testing.T) {
 	t.Parallel()
-	b, h := setup(t, idempotency.Config{})
-	b.fail = errors.New("downstream broke")
-	m := msgFor(t, "a", 1)
-	_, err := h(m.Copy())
-	require.ErrorIs(t, err, b.fail)
+	b, h := setup(t, idempotency.Config{RetryBackoff: 20 * time.Millisecond, RetryBackoffMax: 40 * time.Millisecond,
+		RetryPollInterval: 10 * time.Millisecond})
+	b.setFail(errors.New("downstream broke"))
+	_, err := h(msgFor(t, "a", 1))
+	require.NoError(t, err, "acknowledged: the message now waits in dead_letters")
 	total, _ := b.balance("a")
-	require.Zero(t, total, "the handler's effect rolled back")
+	require.Zero(t, total, "the failed attempt's effect rolled back")
 
-	b.fail = nil
-	_, err = h(m.Copy())
-	require.NoError(t, err, "the redelivery runs the handler again")
+	b.setFail(nil)
+	_, err = h(msgFor(t, "a", 2))
+	require.NoError(t, err)
+	_, err = h(msgFor(t, "b", 1))
+	require.NoError(t, err)
 	total, _ = b.balance("a")
-	require.EqualValues(t, 10, total)
+	require.Zero(t, total, "a v2 waits behind its failed v1")
+	total, _ = b.balance("b")
+	require.EqualValues(t, 10, total, "another aggregate flows")
+
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	go func() { _ = b.consumer.Run(ctx) }()
+	waitFor(t, 5*time.Second, "a applied", func() bool { total, _ := b.balance("a"); return total == 20 })
+	_, applied := b.balance("a")
+	require.Equal(t, []int64{1, 2}, applied)
+	require.Equal(t, 0, b.open())
+}
+
+func TestMaxAttemptsThenDead(t *testing.T) {
+	t.Parallel()
+	b, h := setup(t, idempotency.Config{MaxAttempts: 3, RetryBackoff: time.Millisecond, RetryBackoffMax: 2 * time.Millisecond,
+		RetryPollInterval: 5 * time.Millisecond})
+	b.setFail(errors.New("always broken"))
+	m := msgFor(t, "a", 1)
+	_, err := h(m)
+	require.NoError(t, err)
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	go func() { _ = b.consumer.Run(ctx) }()
+	waitFor(t, 5*time.Second, "the message dead", func() bool {
+		var status string
+		_ = b.schema.Pool.QueryRow(context.Background(), `SELECT status FROM dead_letters WHERE message_id = $1`, m.UUID).Scan(&status)
+		return status == "dead"
+	})
+	var attempts int
+	var lastErr string
+	require.NoError(t, b.schema.Pool.QueryRow(context.Background(),
+		`SELECT attempts, error FROM dead_letters WHERE message_id = $1`, m.UUID).Scan(&attempts, &lastErr))
+	require.Equal(t, 3, attempts)
+	require.Contains(t, lastErr, "always broken")
+	b.mu.Lock()
+	require.Equal(t, 3, b.calls)
+	b.mu.Unlock()
+}
+
+func (b *bundle) setFail(err error) {
+	b.mu.Lock()
+	b.fail = err
+	b.mu.Unlock()
+}
+
+func (b *bundle) open() int {
+	var n int
+	require.NoError(b.t, b.schema.Pool.QueryRow(context.Background(),
+		`SELECT count(*) FROM dead_letters WHERE status IN ('retrying', 'dead', 'held')`).Scan(&n))
+	return n
+}
+
+func waitFor(t *testing.T, timeout time.Duration, what string, cond func() bool) {
+	t.Helper()
+	deadline := time.Now().Add(timeout)
+	for !cond() {
+		require.True(t, time.Now().Before(deadline), "timed out waiting for %s", what)
+		time.Sleep(10 * time.Millisecond) // polling a condition, with a deadline
+	}
 }
 
 func TestV2BeforeV1AppliesBothInOrder(t *testing.T) {
@@ -226,11 +292,12 @@ func TestGapTimesOutIntoDeadLetters(t *testing.T) {
 		require.ErrorIs(t, err, idempotency.ErrGap)
 		require.True(t, time.Now().Before(deadline), "the gap never timed out")
 	}
-	var reason string
+	var reason, status string
 	var version int64
 	require.NoError(t, b.schema.Pool.QueryRow(context.Background(),
-		`SELECT reason, aggregate_version FROM dead_letters WHERE message_id = $1`, m.UUID).Scan(&reason, &version))
+		`SELECT reason, status, aggregate_version FROM dead_letters WHERE message_id = $1`, m.UUID).Scan(&reason, &status, &version))
 	require.Equal(t, "gap", reason)
+	require.Equal(t, "held", status)
 	require.EqualValues(t, 7, version)
 	total, _ := b.balance("a")
 	require.Zero(t, total)

@@ -25,7 +25,16 @@ CREATE TABLE consumer_aggregate_versions (
     PRIMARY KEY (consumer, aggregate_type, aggregate_id)
 );
 
--- Messages a consumer gave up on, kept whole for an operator.
+-- Messages a consumer could not apply yet, kept whole. status:
+--   retrying: the handler failed; tried again at next_attempt_at;
+--   dead:     out of attempts (or a gap that never filled): waits for an
+--             operator (outflow dlq retry | discard);
+--   held:     a later event of an aggregate that has an earlier row here;
+--             applied, in version order, once the earlier one is;
+--   resolved, discarded: done.
+-- While an aggregate has a retrying, dead or held row, its later events
+-- queue here, for this consumer only: other aggregates and other consumers
+-- keep flowing.
 CREATE TABLE dead_letters (
     id                bigint      GENERATED ALWAYS AS IDENTITY PRIMARY KEY,
     consumer          text        NOT NULL,
@@ -36,13 +45,17 @@ CREATE TABLE dead_letters (
     aggregate_version bigint      NOT NULL,
     payload           bytea       NOT NULL,
     metadata          jsonb       NOT NULL,
+    status            text        NOT NULL CHECK (status IN ('retrying', 'dead', 'held', 'resolved', 'discarded')),
     reason            text        NOT NULL,
-    error             text        NOT NULL,
-    attempts          integer     NOT NULL,
+    error             text        NOT NULL DEFAULT '',
+    attempts          integer     NOT NULL DEFAULT 0,
+    next_attempt_at   timestamptz,
     created_at        timestamptz NOT NULL DEFAULT now(),
     resolved_at       timestamptz,
     UNIQUE (consumer, message_id)
 );
+CREATE INDEX dead_letters_open_idx ON dead_letters (consumer, aggregate_type, aggregate_id, aggregate_version)
+    WHERE status IN ('retrying', 'dead', 'held');
 
 -- +goose Down
 DROP TABLE dead_letters;
