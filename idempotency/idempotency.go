@@ -191,7 +191,11 @@ func (c *Consumer) Middleware(h message.HandlerFunc) message.HandlerFunc {
 		case err != nil:
 			// The handler failed: park the message for a retry, so that
 			// other aggregates keep flowing, and acknowledge it.
-			if derr := c.park(ctx, msg, env, "retrying", "handler failed", err.Error()); derr != nil {
+			status := "retrying"
+			if c.cfg.MaxAttempts <= 1 {
+				status = "dead"
+			}
+			if derr := c.park(ctx, msg, env, status, "handler failed", err.Error()); derr != nil {
 				return nil, errors.Join(err, derr) // nacked: the broker redelivers
 			}
 			c.cfg.Logger.Warn("handler failed; retry scheduled", "consumer", c.cfg.Consumer, "message_id", env.MessageID,
@@ -320,6 +324,8 @@ func (c *Consumer) park(ctx context.Context, msg *message.Message, env events.En
 	}
 	attempts, next := 0, (*time.Time)(nil)
 	switch {
+	case status == "dead":
+		attempts = 1
 	case status == "retrying":
 		attempts = 1
 		t := time.Now().Add(c.backoff(1))

@@ -4,6 +4,8 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"io"
+	"log/slog"
 	"sync"
 	"testing"
 	"time"
@@ -64,6 +66,7 @@ func setup(t *testing.T, cfg idempotency.Config) (*bundle, message.HandlerFunc) 
 		`CREATE TABLE balances (account text PRIMARY KEY, total bigint NOT NULL, applied bigint[] NOT NULL)`)
 	require.NoError(t, err)
 	cfg.Pool = b.schema.Pool
+	cfg.Logger = slog.New(slog.NewTextHandler(io.Discard, nil))
 	if cfg.Consumer == "" {
 		cfg.Consumer = "balances"
 	}
@@ -325,4 +328,59 @@ func TestManyAggregatesInterleaved(t *testing.T) {
 		require.EqualValues(t, 50, total)
 		require.Equal(t, []int64{1, 2, 3, 4, 5}, applied)
 	}
+}
+
+func TestDeadLetterRetryAndDiscard(t *testing.T) {
+	t.Parallel()
+	b, h := setup(t, idempotency.Config{MaxAttempts: 1, RetryPollInterval: 5 * time.Millisecond})
+	ctx := context.Background()
+	b.setFail(errors.New("broken"))
+	// a: v1 dies (max attempts 1), v2 waits behind it.
+	_, err := h(msgFor(t, "a", 1))
+	require.NoError(t, err)
+	b.setFail(nil)
+	_, err = h(msgFor(t, "a", 2))
+	require.NoError(t, err)
+	rctx, cancel := context.WithCancel(ctx)
+	defer cancel()
+	go func() { _ = b.consumer.Run(rctx) }()
+	waitFor(t, 5*time.Second, "v1 dead", func() bool {
+		dls, err := idempotency.ListDeadLetters(ctx, b.schema.Pool, "balances", 10)
+		require.NoError(t, err)
+		return len(dls) == 2 && dls[0].Status == "dead" && dls[1].Status == "held"
+	})
+
+	// Retrying it, now that the handler works, applies v1 then v2.
+	dls, err := idempotency.ListDeadLetters(ctx, b.schema.Pool, "", 10)
+	require.NoError(t, err)
+	n, err := idempotency.RetryDeadLetter(ctx, b.schema.Pool, "", dls[0].ID)
+	require.NoError(t, err)
+	require.EqualValues(t, 1, n)
+	waitFor(t, 5*time.Second, "a applied", func() bool { total, _ := b.balance("a"); return total == 20 })
+
+	// c: v1 dies; discarding it releases v2 without applying v1.
+	b.setFail(errors.New("broken"))
+	_, err = h(msgFor(t, "c", 1))
+	require.NoError(t, err)
+	b.setFail(nil)
+	_, err = h(msgFor(t, "c", 2))
+	require.NoError(t, err)
+	var deadID int64
+	waitFor(t, 5*time.Second, "c v1 dead", func() bool {
+		dls, err := idempotency.ListDeadLetters(ctx, b.schema.Pool, "balances", 10)
+		require.NoError(t, err)
+		for _, d := range dls {
+			if d.AggregateID == "c" && d.Status == "dead" {
+				deadID = d.ID
+				return true
+			}
+		}
+		return false
+	})
+	require.ErrorIs(t, idempotency.DiscardDeadLetter(ctx, b.schema.Pool, deadID+1000), idempotency.ErrNotDead)
+	require.NoError(t, idempotency.DiscardDeadLetter(ctx, b.schema.Pool, deadID))
+	waitFor(t, 5*time.Second, "c v2 applied", func() bool { total, _ := b.balance("c"); return total == 10 })
+	_, applied := b.balance("c")
+	require.Equal(t, []int64{2}, applied)
+	require.Zero(t, b.open())
 }

@@ -1,0 +1,94 @@
+package idempotency
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgxpool"
+)
+
+// DeadLetter is a parked message, as `outflow dlq list` shows it.
+type DeadLetter struct {
+	ID               int64      `json:"id"`
+	Consumer         string     `json:"consumer"`
+	MessageID        string     `json:"message_id"`
+	EventType        string     `json:"event_type"`
+	AggregateType    string     `json:"aggregate_type"`
+	AggregateID      string     `json:"aggregate_id"`
+	AggregateVersion int64      `json:"aggregate_version"`
+	Status           string     `json:"status"`
+	Reason           string     `json:"reason"`
+	Error            string     `json:"error"`
+	Attempts         int        `json:"attempts"`
+	NextAttemptAt    *time.Time `json:"next_attempt_at"`
+	CreatedAt        time.Time  `json:"created_at"`
+}
+
+// ListDeadLetters returns open parked messages (retrying, dead, held),
+// oldest first; consumer "" lists every consumer's.
+func ListDeadLetters(ctx context.Context, pool *pgxpool.Pool, consumer string, limit int) ([]DeadLetter, error) {
+	rows, err := pool.Query(ctx, `
+		SELECT id, consumer, message_id::text, event_type, aggregate_type, aggregate_id, aggregate_version,
+		       status, reason, error, attempts, next_attempt_at, created_at
+		FROM dead_letters WHERE status IN ('retrying', 'dead', 'held') AND ($1 = '' OR consumer = $1)
+		ORDER BY id LIMIT $2`, consumer, limit)
+	if err != nil {
+		return nil, fmt.Errorf("list dead letters: %w", err)
+	}
+	out, err := pgx.CollectRows(rows, pgx.RowToStructByPos[DeadLetter])
+	if err != nil {
+		return nil, fmt.Errorf("list dead letters: %w", err)
+	}
+	return out, nil
+}
+
+// ErrNotDead is returned when retry or discard names a row that is not dead.
+var ErrNotDead = errors.New("dead letter not found or not dead")
+
+// RetryDeadLetter puts a dead message (id, or every dead one of consumer
+// when id is 0) back in line with a fresh attempt count: the consumer's Run
+// tries it at once. It returns how many rows it released.
+func RetryDeadLetter(ctx context.Context, pool *pgxpool.Pool, consumer string, id int64) (int64, error) {
+	tag, err := pool.Exec(ctx, `
+		UPDATE dead_letters SET status = 'retrying', attempts = 0, next_attempt_at = now()
+		WHERE status = 'dead' AND ($1 = '' OR consumer = $1) AND ($2 = 0 OR id = $2)`, consumer, id)
+	if err != nil {
+		return 0, fmt.Errorf("retry dead letters: %w", err)
+	}
+	if id != 0 && tag.RowsAffected() == 0 {
+		return 0, fmt.Errorf("dead letter %d: %w", id, ErrNotDead)
+	}
+	return tag.RowsAffected(), nil
+}
+
+// DiscardDeadLetter gives up on a dead message: it is recorded as handled
+// (its aggregate's version moves past it) without running the handler, and
+// the events held behind it are released in order. Nothing is deleted.
+func DiscardDeadLetter(ctx context.Context, pool *pgxpool.Pool, id int64) error {
+	return pgx.BeginFunc(ctx, pool, func(tx pgx.Tx) error {
+		var consumer, aggType, aggID string
+		var version int64
+		err := tx.QueryRow(ctx, `
+			UPDATE dead_letters SET status = 'discarded', resolved_at = now()
+			WHERE id = $1 AND status = 'dead'
+			RETURNING consumer, aggregate_type, aggregate_id, aggregate_version`, id).Scan(&consumer, &aggType, &aggID, &version)
+		if errors.Is(err, pgx.ErrNoRows) {
+			return fmt.Errorf("dead letter %d: %w", id, ErrNotDead)
+		}
+		if err != nil {
+			return fmt.Errorf("discard dead letter: %w", err)
+		}
+		_, err = tx.Exec(ctx, `
+			INSERT INTO consumer_aggregate_versions (consumer, aggregate_type, aggregate_id, version) VALUES ($1, $2, $3, $4)
+			ON CONFLICT (consumer, aggregate_type, aggregate_id) DO UPDATE
+			SET version = greatest(consumer_aggregate_versions.version, excluded.version), updated_at = now()`,
+			consumer, aggType, aggID, version)
+		if err != nil {
+			return fmt.Errorf("discard dead letter: %w", err)
+		}
+		return nil
+	})
+}
