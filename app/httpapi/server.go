@@ -54,6 +54,7 @@ func (a *API) routes() {
 	a.handle("/readyz", http.MethodGet, a.readyz)
 	a.handle("/v1/merchants", http.MethodPost, a.createMerchant)
 	a.handle("/v1/merchants/{id}", http.MethodGet, a.getMerchant)
+	a.handle("/v1/merchants/{id}/stats", http.MethodGet, a.getMerchantStats)
 	a.handle("/v1/payments", http.MethodPost, a.createPayment)
 	a.handle("/v1/payments/{id}", http.MethodGet, a.getPayment)
 	a.handle("/v1/payments/{id}/pay", http.MethodPost, a.pay)
@@ -141,6 +142,15 @@ func (a *API) getMerchant(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	writeJSON(w, http.StatusOK, m)
+}
+
+func (a *API) getMerchantStats(w http.ResponseWriter, r *http.Request) {
+	st, err := a.svc.GetMerchantStats(r.Context(), r.PathValue("id"))
+	if err != nil {
+		a.writeAppError(w, r, err)
+		return
+	}
+	writeJSON(w, http.StatusOK, st)
 }
 
 func (a *API) createPayment(w http.ResponseWriter, r *http.Request) {

@@ -124,11 +124,7 @@ func (b *Broker) Stream(topic, aggregateID string) string {
 
 // Streams lists every stream of topic, for consumers to subscribe to.
 func (b *Broker) Streams(topic string) []string {
-	out := make([]string, b.cfg.Partitions)
-	for i := range out {
-		out[i] = partitionStream(b.cfg.StreamPrefix, topic, b.cfg.Partitions, i)
-	}
-	return out
+	return TopicStreams(b.cfg.StreamPrefix, topic, b.cfg.Partitions)
 }
 
 // StreamName maps a topic and an aggregate id to a stream: the topic itself
@@ -233,4 +229,14 @@ func redact(url string) string {
 		}
 	}
 	return url
+}
+
+// TopicStreams lists every stream of topic for a given partition count: what
+// consumers subscribe to.
+func TopicStreams(prefix, topic string, partitions int) []string {
+	out := make([]string, max(partitions, 1))
+	for i := range out {
+		out[i] = partitionStream(prefix, topic, partitions, i)
+	}
+	return out
 }

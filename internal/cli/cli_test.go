@@ -91,9 +91,9 @@ func TestMigrateCommands(t *testing.T) {
 	require.Contains(t, run("migrate", "up"), "applied 1 00001_outbox.sql")
 	require.Contains(t, run("migrate", "up"), "schema is up to date")
 	require.NotContains(t, run("migrate", "status"), "pending")
-	require.Contains(t, run("migrate", "down"), "rolled back 5 00005_consumers.sql")
+	require.Contains(t, run("migrate", "down"), "rolled back 6 00006_analytics.sql")
 	require.Contains(t, run("migrate", "status"), "pending")
-	require.Contains(t, run("migrate", "up"), "applied 5")
+	require.Contains(t, run("migrate", "up"), "applied 6")
 }
 
 // SIGTERM lets an in-flight request finish, then the process exits 0.

@@ -1,0 +1,217 @@
+package handlers_test
+
+import (
+	"context"
+	"fmt"
+	"io"
+	"log/slog"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+	"github.com/redis/go-redis/v9"
+	"github.com/stretchr/testify/require"
+
+	"github.com/outflow-dev/outflow/app"
+	"github.com/outflow-dev/outflow/events"
+	"github.com/outflow-dev/outflow/events/outbox"
+	"github.com/outflow-dev/outflow/events/payment"
+	"github.com/outflow-dev/outflow/forwarder"
+	"github.com/outflow-dev/outflow/forwarder/redisstreams"
+	"github.com/outflow-dev/outflow/handlers"
+	"github.com/outflow-dev/outflow/outflowtest"
+)
+
+var quiet = slog.New(slog.NewTextHandler(io.Discard, nil))
+
+// duplicatingBroker publishes every batch through the real broker, and the
+// first few twice: the consumers see duplicates, as after a forwarder crash.
+type duplicatingBroker struct {
+	forwarder.Broker
+	left atomic.Int32
+}
+
+func (d *duplicatingBroker) Publish(ctx context.Context, msgs []forwarder.Outgoing) []error {
+	if d.left.Add(-1) >= 0 {
+		d.Broker.Publish(ctx, msgs)
+	}
+	return d.Broker.Publish(ctx, msgs)
+}
+
+type pipeline struct {
+	schema *outflowtest.Schema
+	rdb    *redis.Client
+	prefix string
+	svc    *app.Service
+}
+
+func newPipeline(t *testing.T) *pipeline {
+	t.Helper()
+	p := &pipeline{schema: outflowtest.NewSchema(t), rdb: outflowtest.Redis(t)}
+	p.prefix = outflowtest.UniqueName(t, p.rdb) + ":"
+	w, err := outbox.NewWriter(outbox.Config{Routes: app.Routes})
+	require.NoError(t, err)
+	p.svc, err = app.NewService(app.Config{Pool: p.schema.Pool, Events: w})
+	require.NoError(t, err)
+	return p
+}
+
+func (p *pipeline) runForwarder(t *testing.T, dupBatches int32) {
+	t.Helper()
+	b, err := redisstreams.New(redisstreams.Config{Client: p.rdb, StreamPrefix: p.prefix, Partitions: 2})
+	require.NoError(t, err)
+	db := &duplicatingBroker{Broker: b}
+	db.left.Store(dupBatches)
+	f, err := forwarder.New(forwarder.Config{Pool: p.schema.Pool, Broker: db, PollInterval: 50 * time.Millisecond, BatchSize: 20, Logger: quiet})
+	require.NoError(t, err)
+	run(t, f.Run)
+}
+
+func (p *pipeline) worker(t *testing.T, claimIdle time.Duration, extra ...handlers.Handler) *handlers.Worker {
+	t.Helper()
+	reg := events.NewRegistry()
+	require.NoError(t, payment.Register(reg))
+	w, err := handlers.NewWorker(handlers.WorkerConfig{
+		Pool: p.schema.Pool, RedisURL: outflowtest.RedisURL(), Registry: reg,
+		StreamPartitions: 2, StreamPrefix: p.prefix, ClaimIdle: claimIdle, Logger: quiet,
+	})
+	require.NoError(t, err)
+	require.NoError(t, w.Add(handlers.SyncAnalytics()))
+	for _, h := range extra {
+		require.NoError(t, w.Add(h))
+	}
+	return w
+}
+
+func run(t *testing.T, fn func(context.Context) error) {
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan error, 1)
+	go func() { done <- fn(ctx) }()
+	t.Cleanup(func() {
+		cancel()
+		require.NoError(t, <-done)
+	})
+}
+
+// drive creates payments and moves them; it returns what the projection
+// must show.
+func (p *pipeline) drive(t *testing.T, merchantID string, n int) app.CurrencyStats {
+	t.Helper()
+	ctx := context.Background()
+	want := app.CurrencyStats{Currency: "EUR"}
+	for i := range n {
+		pay, err := p.svc.CreatePayment(ctx, app.NewPayment{MerchantID: merchantID, Amount: int64(100 + i), Currency: "EUR"})
+		require.NoError(t, err)
+		if i%5 == 0 {
+			continue // stays pending
+		}
+		_, err = p.svc.Pay(ctx, pay.ID)
+		require.NoError(t, err)
+		want.PaidCount++
+		want.PaidAmount += pay.Amount
+		if i%3 == 0 {
+			half := pay.Amount / 2
+			_, err = p.svc.Refund(ctx, pay.ID, &half)
+			require.NoError(t, err)
+			_, err = p.svc.Refund(ctx, pay.ID, nil)
+			require.NoError(t, err)
+			want.RefundedAmount += pay.Amount
+		}
+	}
+	return want
+}
+
+func (p *pipeline) stats(t *testing.T, merchantID string) app.CurrencyStats {
+	t.Helper()
+	st, err := p.svc.GetMerchantStats(context.Background(), merchantID)
+	require.NoError(t, err)
+	if len(st.ByCurrency) == 0 {
+		return app.CurrencyStats{Currency: "EUR"}
+	}
+	return st.ByCurrency[0]
+}
+
+func waitFor(t *testing.T, timeout time.Duration, what string, cond func() bool) {
+	t.Helper()
+	deadline := time.Now().Add(timeout)
+	for !cond() {
+		require.True(t, time.Now().Before(deadline), "timed out waiting for %s", what)
+		time.Sleep(20 * time.Millisecond) // polling a condition, with a deadline
+	}
+}
+
+// Outbox -> forwarder (publishing some batches twice) -> Redis -> worker:
+// every event delivered, each one's effect exactly once.
+func TestPipelineExactlyOnceDespiteDuplicates(t *testing.T) {
+	t.Parallel()
+	p := newPipeline(t)
+	m, err := p.svc.CreateMerchant(context.Background(), app.NewMerchant{Name: "Shop", WebhookURL: "https://shop.example/h"})
+	require.NoError(t, err)
+
+	var mu sync.Mutex
+	deliveries := map[string]int{}
+	counter := handlers.Handler{Name: "counter", Topic: app.PaymentsTopic, Func: func(ctx context.Context, tx pgx.Tx, ev events.Event) error {
+		mu.Lock()
+		deliveries[ev.MessageID]++
+		mu.Unlock()
+		return nil
+	}}
+	want := p.drive(t, m.ID, 60)
+	p.runForwarder(t, 3)
+	run(t, p.worker(t, 30*time.Second, counter).Run)
+
+	waitFor(t, 30*time.Second, "the projection to match the payments", func() bool { return p.stats(t, m.ID) == want })
+	var events int
+	require.NoError(t, p.schema.Pool.QueryRow(context.Background(), `SELECT count(*) FROM outbox`).Scan(&events))
+	waitFor(t, 10*time.Second, "every event seen by the counter", func() bool {
+		mu.Lock()
+		defer mu.Unlock()
+		return len(deliveries) == events
+	})
+	mu.Lock()
+	for id, n := range deliveries {
+		require.Equal(t, 1, n, "message %s handled %d times", id, n)
+	}
+	mu.Unlock()
+	var dups int
+	require.NoError(t, p.schema.Pool.QueryRow(context.Background(), `
+		SELECT count(*) FROM (SELECT message_id FROM processed_messages GROUP BY message_id, consumer HAVING count(*) > 1) d`).Scan(&dups))
+	require.Zero(t, dups)
+}
+
+// A consumer that died holding messages (delivered, never acknowledged) has
+// them claimed by another after ClaimIdle.
+func TestDeadConsumersMessagesAreClaimed(t *testing.T) {
+	t.Parallel()
+	p := newPipeline(t)
+	ctx := context.Background()
+	m, err := p.svc.CreateMerchant(ctx, app.NewMerchant{Name: "Shop", WebhookURL: "https://shop.example/h"})
+	require.NoError(t, err)
+	want := p.drive(t, m.ID, 10)
+	p.runForwarder(t, 0)
+	streams := redisstreams.TopicStreams(p.prefix, app.PaymentsTopic, 2)
+	var total int64
+	waitFor(t, 20*time.Second, "events on the streams", func() bool {
+		total = 0
+		for _, s := range streams {
+			n, _ := p.rdb.XLen(ctx, s).Result()
+			total += n
+		}
+		var events int64
+		require.NoError(t, p.schema.Pool.QueryRow(ctx, `SELECT count(*) FROM outbox`).Scan(&events))
+		return total == events
+	})
+	// The dead consumer: reads everything in the group, acknowledges nothing.
+	for _, s := range streams {
+		require.NoError(t, p.rdb.XGroupCreateMkStream(ctx, s, "sync-analytics", "0").Err())
+		_, err := p.rdb.XReadGroup(ctx, &redis.XReadGroupArgs{Group: "sync-analytics", Consumer: "dead", Streams: []string{s, ">"}, Count: 1000}).Result()
+		require.NoError(t, err)
+	}
+	start := time.Now()
+	run(t, p.worker(t, 500*time.Millisecond).Run)
+	waitFor(t, 30*time.Second, "the dead consumer's messages applied", func() bool { return p.stats(t, m.ID) == want })
+	require.GreaterOrEqual(t, time.Since(start), 400*time.Millisecond, "claimed only after the idle time")
+	t.Log(fmt.Sprintf("claimed and applied %d messages in %s", total, time.Since(start).Round(time.Millisecond)))
+}

@@ -1,0 +1,205 @@
+package handlers
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"os"
+	"slices"
+	"sync"
+	"time"
+
+	"github.com/ThreeDotsLabs/watermill"
+	"github.com/ThreeDotsLabs/watermill-redisstream/pkg/redisstream"
+	"github.com/ThreeDotsLabs/watermill/message"
+	"github.com/ThreeDotsLabs/watermill/message/router/middleware"
+	"github.com/google/uuid"
+	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgxpool"
+
+	"github.com/outflow-dev/outflow/events"
+	"github.com/outflow-dev/outflow/forwarder/redisstreams"
+	"github.com/outflow-dev/outflow/idempotency"
+)
+
+// Func handles one event inside the consumer's transaction tx.
+type Func func(ctx context.Context, tx pgx.Tx, ev events.Event) error
+
+// Handler is one consumer.
+type Handler struct {
+	// Name is the consumer's name: its consumer group and its
+	// deduplication key. Required, unique.
+	Name string
+	// Topic is the topic it reads. Required.
+	Topic string
+	// EventTypes lists the types Func receives; others only advance the
+	// aggregate's version. Empty means every type.
+	EventTypes []string
+	// Ordering defaults to idempotency.Strict.
+	Ordering idempotency.Ordering
+	// Func is the handler. Required.
+	Func Func
+}
+
+// WorkerConfig configures a [Worker].
+type WorkerConfig struct {
+	// Pool is the consumers' database. Required.
+	Pool *pgxpool.Pool
+	// RedisURL is where the streams are. Required.
+	RedisURL string
+	// Registry decodes events. Required.
+	Registry *events.Registry
+	// StreamPartitions must match the forwarder's. Defaults to 1.
+	StreamPartitions int
+	// StreamPrefix must match the forwarder's. Defaults to "".
+	StreamPrefix string
+	// ClaimIdle is how long a delivered message may stay unacknowledged
+	// before another consumer of the group claims it: a dead worker's
+	// messages are redelivered after it. Keep it above the slowest
+	// handler. Defaults to 30s.
+	ClaimIdle time.Duration
+	// Idempotency is the base configuration of every handler's consumer
+	// (retries, gaps); Pool, Consumer and Ordering are set per handler.
+	Idempotency idempotency.Config
+	// InstanceID names this process in the consumer groups. Defaults to a
+	// random id.
+	InstanceID string
+	// Logger defaults to slog.Default().
+	Logger *slog.Logger
+}
+
+// Worker runs handlers.
+type Worker struct {
+	cfg      WorkerConfig
+	handlers []Handler
+}
+
+// NewWorker validates cfg.
+func NewWorker(cfg WorkerConfig) (*Worker, error) {
+	switch {
+	case cfg.Pool == nil:
+		return nil, errors.New("worker config: Pool is required")
+	case cfg.RedisURL == "":
+		return nil, errors.New("worker config: RedisURL is required")
+	case cfg.Registry == nil:
+		return nil, errors.New("worker config: Registry is required")
+	}
+	if cfg.StreamPartitions == 0 {
+		cfg.StreamPartitions = 1
+	}
+	if cfg.ClaimIdle == 0 {
+		cfg.ClaimIdle = 30 * time.Second
+	}
+	if cfg.InstanceID == "" {
+		host, _ := os.Hostname()
+		cfg.InstanceID = fmt.Sprintf("%s-%d-%s", host, os.Getpid(), uuid.NewString()[:8])
+	}
+	if cfg.Logger == nil {
+		cfg.Logger = slog.Default()
+	}
+	return &Worker{cfg: cfg}, nil
+}
+
+// Add registers a handler. Call it before Run.
+func (w *Worker) Add(h Handler) error {
+	switch {
+	case h.Name == "" || h.Topic == "" || h.Func == nil:
+		return errors.New("handler: Name, Topic and Func are required")
+	case slices.ContainsFunc(w.handlers, func(o Handler) bool { return o.Name == h.Name }):
+		return fmt.Errorf("handler %q: the name is taken", h.Name)
+	}
+	w.handlers = append(w.handlers, h)
+	return nil
+}
+
+// Run consumes until ctx is done, then lets the messages in flight finish.
+// It fails at start when Redis is unreachable.
+func (w *Worker) Run(ctx context.Context) error {
+	logger := watermill.NewSlogLogger(w.cfg.Logger)
+	router, err := message.NewRouter(message.RouterConfig{CloseTimeout: 30 * time.Second}, logger)
+	if err != nil {
+		return err
+	}
+	router.AddMiddleware(middleware.Recoverer)
+
+	var (
+		clients   []interface{ Close() error }
+		consumers []*idempotency.Consumer
+	)
+	defer func() {
+		for _, c := range clients {
+			_ = c.Close()
+		}
+	}()
+	for _, h := range w.handlers {
+		icfg := w.cfg.Idempotency
+		icfg.Pool, icfg.Consumer, icfg.Ordering = w.cfg.Pool, h.Name, h.Ordering
+		if icfg.Logger == nil {
+			icfg.Logger = w.cfg.Logger
+		}
+		consumer, err := idempotency.NewConsumer(icfg)
+		if err != nil {
+			return fmt.Errorf("handler %q: %w", h.Name, err)
+		}
+		consumers = append(consumers, consumer)
+		fn := consumer.Middleware(w.handlerFunc(h))
+		for _, stream := range redisstreams.TopicStreams(w.cfg.StreamPrefix, h.Topic, w.cfg.StreamPartitions) {
+			// Each subscriber has a client of its own: closing a subscriber
+			// closes its client.
+			client, err := redisstreams.NewClient(ctx, w.cfg.RedisURL)
+			if err != nil {
+				return err
+			}
+			clients = append(clients, client)
+			sub, err := redisstream.NewSubscriber(redisstream.SubscriberConfig{
+				Client:                        client,
+				Consumer:                      w.cfg.InstanceID,
+				ConsumerGroup:                 h.Name,
+				OldestId:                      "0",
+				MaxIdleTime:                   w.cfg.ClaimIdle,
+				ClaimInterval:                 max(w.cfg.ClaimIdle/4, 100*time.Millisecond),
+				NackResendSleep:               100 * time.Millisecond,
+				DisableIndefiniteInitialBlock: true,
+			}, logger)
+			if err != nil {
+				return err
+			}
+			router.AddConsumerHandler(h.Name+"@"+stream, stream, sub, func(msg *message.Message) error {
+				_, err := fn(msg)
+				return err
+			})
+		}
+	}
+
+	var wg sync.WaitGroup
+	rctx, cancel := context.WithCancel(ctx)
+	defer cancel()
+	for _, c := range consumers {
+		wg.Go(func() { _ = c.Run(rctx) })
+	}
+	err = router.Run(ctx)
+	cancel()
+	wg.Wait()
+	return err
+}
+
+// handlerFunc decodes the event and calls h.Func with the middleware's
+// transaction. Types h does not list are acknowledged unseen (their
+// version still counts).
+func (w *Worker) handlerFunc(h Handler) message.HandlerFunc {
+	return func(msg *message.Message) ([]*message.Message, error) {
+		if t := msg.Metadata.Get(events.EventTypeKey); len(h.EventTypes) > 0 && !slices.Contains(h.EventTypes, t) {
+			return nil, nil
+		}
+		ev, err := w.cfg.Registry.DecodeMessage(msg)
+		if err != nil {
+			return nil, err
+		}
+		tx, ok := idempotency.Tx(msg.Context())
+		if !ok {
+			return nil, errors.New("handlers: no transaction in the message context")
+		}
+		return nil, h.Func(msg.Context(), tx, ev)
+	}
+}
