@@ -79,6 +79,7 @@ func (p *pipeline) worker(t *testing.T, claimIdle time.Duration, extra ...handle
 	})
 	require.NoError(t, err)
 	require.NoError(t, w.Add(handlers.SyncAnalytics()))
+	require.NoError(t, w.Add(handlers.NotifyMerchant(p.schema.Pool, handlers.NotifyConfig{})))
 	for _, h := range extra {
 		require.NoError(t, w.Add(h))
 	}
@@ -175,6 +176,20 @@ func TestPipelineExactlyOnceDespiteDuplicates(t *testing.T) {
 		require.Equal(t, 1, n, "message %s handled %d times", id, n)
 	}
 	mu.Unlock()
+	// One webhook delivery per paid or refunded event, keyed by its message id.
+	var paidOrRefunded int
+	require.NoError(t, p.schema.Pool.QueryRow(context.Background(),
+		`SELECT count(*) FROM outbox WHERE event_type IN ('payment.paid', 'payment.refunded')`).Scan(&paidOrRefunded))
+	waitFor(t, 10*time.Second, "a webhook delivery per paid or refunded event", func() bool {
+		var deliveriesN, matching int
+		require.NoError(t, p.schema.Pool.QueryRow(context.Background(), `
+			SELECT (SELECT count(*) FROM webhook_deliveries),
+			       (SELECT count(*) FROM webhook_deliveries d JOIN outbox o ON o.message_id = d.message_id
+			        WHERE o.event_type IN ('payment.paid', 'payment.refunded'))`).Scan(&deliveriesN, &matching))
+		require.LessOrEqual(t, deliveriesN, paidOrRefunded, "never two deliveries for one event")
+		return deliveriesN == paidOrRefunded && matching == paidOrRefunded
+	})
+
 	var dups int
 	require.NoError(t, p.schema.Pool.QueryRow(context.Background(), `
 		SELECT count(*) FROM (SELECT message_id FROM processed_messages GROUP BY message_id, consumer HAVING count(*) > 1) d`).Scan(&dups))

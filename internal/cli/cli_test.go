@@ -91,9 +91,9 @@ func TestMigrateCommands(t *testing.T) {
 	require.Contains(t, run("migrate", "up"), "applied 1 00001_outbox.sql")
 	require.Contains(t, run("migrate", "up"), "schema is up to date")
 	require.NotContains(t, run("migrate", "status"), "pending")
-	require.Contains(t, run("migrate", "down"), "rolled back 6 00006_analytics.sql")
+	require.Contains(t, run("migrate", "down"), "rolled back 7 00007_webhooks.sql")
 	require.Contains(t, run("migrate", "status"), "pending")
-	require.Contains(t, run("migrate", "up"), "applied 6")
+	require.Contains(t, run("migrate", "up"), "applied 7")
 }
 
 // SIGTERM lets an in-flight request finish, then the process exits 0.
@@ -228,7 +228,9 @@ func TestOutboxCommandFlags(t *testing.T) {
 		"outbox retry --id 99":          "row 99 is not parked",
 		"outbox parked --limit 0":       "invalid --limit",
 		"forward --batch-size 0":        "invalid --batch-size",
-		"serve --roles worker":          `unknown role "worker"`,
+		"worker --claim-idle 0s":        "invalid --claim-idle",
+		"dlq retry":                     "invalid --id",
+		"dlq discard --id 42":           "not found or not dead",
 		"outbox repartition":            "invalid --partitions",
 		"forward --stream-partitions 0": "invalid --stream-partitions",
 	} {

@@ -40,6 +40,8 @@ same transaction, and forwards committed events to a broker: never lost, never a
 		newMigrateCmd(e),
 		newServeCmd(e),
 		newForwardCmd(e),
+		newWorkerCmd(e),
+		newDLQCmd(e),
 		newStatsCmd(e),
 		newOutboxCmd(e),
 		newDemoCmd(e),

@@ -21,7 +21,7 @@ import (
 )
 
 // knownRoles lists the roles one process can run.
-var knownRoles = []string{"api", "forwarder"}
+var knownRoles = []string{"api", "forwarder", "worker"}
 
 func newServeCmd(e *env) *cobra.Command {
 	var (
@@ -30,10 +30,11 @@ func newServeCmd(e *env) *cobra.Command {
 	)
 	cmd := &cobra.Command{
 		Use:   "serve",
-		Short: "Run the payments service: any mix of the HTTP API and the forwarder",
+		Short: "Run the payments service: any mix of the HTTP API, the forwarder and the workers",
 		Args:  cobra.NoArgs,
 	}
 	fwd := addForwardFlags(cmd.Flags())
+	wrk := addWorkerFlags(cmd.Flags(), true)
 	cmd.RunE = func(cmd *cobra.Command, _ []string) error {
 		if len(roles) == 0 {
 			return fmt.Errorf("invalid --roles: give at least one of %s", strings.Join(knownRoles, ", "))
@@ -49,6 +50,10 @@ func newServeCmd(e *env) *cobra.Command {
 		if err := fwd.validate(); err != nil {
 			return err
 		}
+		wrk.streamPartitions = fwd.streamPartitions
+		if err := wrk.validate(); err != nil {
+			return err
+		}
 		cfg, logger, err := e.load()
 		if err != nil {
 			return err
@@ -61,17 +66,33 @@ func newServeCmd(e *env) *cobra.Command {
 				return err
 			}
 		}
-		if !slices.Contains(roles, "api") {
-			return runForwarder(ctx)
+		var runWorker func(context.Context) error
+		if slices.Contains(roles, "worker") {
+			if runWorker, err = buildWorker(ctx, cfg.DatabaseURL, cfg.RedisURL, wrk, logger); err != nil {
+				return err
+			}
 		}
-		fwdDone := make(chan error, 1)
-		if runForwarder != nil {
-			go func() { fwdDone <- runForwarder(ctx) }()
-		} else {
-			fwdDone <- nil
+		// Every role runs until ctx is done (SIGTERM), then drains.
+		var runs []func(context.Context) error
+		for _, r := range []func(context.Context) error{runForwarder, runWorker} {
+			if r != nil {
+				runs = append(runs, r)
+			}
 		}
-		err = serve(ctx, cfg.DatabaseURL, cfg.HTTPAddr, shutdownTimeout, reg, logger)
-		return errors.Join(err, <-fwdDone)
+		if slices.Contains(roles, "api") {
+			runs = append(runs, func(ctx context.Context) error {
+				return serve(ctx, cfg.DatabaseURL, cfg.HTTPAddr, shutdownTimeout, reg, logger)
+			})
+		}
+		errs := make(chan error, len(runs))
+		for _, r := range runs {
+			go func() { errs <- r(ctx) }()
+		}
+		var all []error
+		for range runs {
+			all = append(all, <-errs)
+		}
+		return errors.Join(all...)
 	}
 	cmd.Flags().StringSliceVar(&roles, "roles", []string{"api"}, "roles to run in this process: "+strings.Join(knownRoles, ","))
 	cmd.Flags().DurationVar(&shutdownTimeout, "shutdown-timeout", 15*time.Second, "how long SIGTERM waits for in-flight requests")

@@ -1,0 +1,115 @@
+package handlers_test
+
+import (
+	"context"
+	"crypto/hmac"
+	"crypto/sha256"
+	"encoding/base64"
+	"io"
+	"net/http"
+	"net/http/httptest"
+	"strings"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/require"
+
+	"github.com/outflow-dev/outflow/app"
+	"github.com/outflow-dev/outflow/handlers"
+)
+
+// The example of the Standard Webhooks specification (and of the svix
+// libraries that implement it).
+func TestSignMatchesTheStandardWebhooksVector(t *testing.T) {
+	t.Parallel()
+	sig, err := handlers.Sign("whsec_MfKQ9r8GKYqrTwjUPD8ILPZIo2LaLaSw", "msg_p5jXN8AQM9LWM0D4loKWxJek", "1614265330", []byte(`{"test": 2432232314}`))
+	require.NoError(t, err)
+	require.Equal(t, "v1,g0hM9SsE+OTPJTGt/tmIKtSyZlE3uFJELVlNIOLJ1OE=", sig)
+}
+
+// verify is the reference algorithm, written from the specification, as a
+// merchant would run it.
+func verify(secret string, h http.Header, body []byte) bool {
+	key, _ := base64.StdEncoding.DecodeString(strings.TrimPrefix(secret, "whsec_"))
+	mac := hmac.New(sha256.New, key)
+	mac.Write([]byte(h.Get("webhook-id") + "." + h.Get("webhook-timestamp") + "." + string(body)))
+	want := base64.StdEncoding.EncodeToString(mac.Sum(nil))
+	for _, s := range strings.Fields(h.Get("webhook-signature")) {
+		if v, sig, ok := strings.Cut(s, ","); ok && v == "v1" && hmac.Equal([]byte(sig), []byte(want)) {
+			return true
+		}
+	}
+	return false
+}
+
+func TestRetryableStatuses(t *testing.T) {
+	t.Parallel()
+	for code, want := range map[int]bool{0: true, 200: false, 400: false, 401: false, 404: false, 410: false, 429: true, 500: true, 502: true, 503: true} {
+		require.Equal(t, want, handlers.Retryable(code), "status %d", code)
+	}
+}
+
+// Deliveries go out signed, are retried on 5xx, 429 and timeouts, and die
+// at once on other 4xx; every attempt is recorded.
+func TestSenderRetriesAndDeadLetters(t *testing.T) {
+	t.Parallel()
+	p := newPipeline(t)
+	ctx := context.Background()
+	var calls atomic.Int32
+	var secret atomic.Value
+	var badSignature atomic.Bool
+	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		body, _ := io.ReadAll(r.Body)
+		if s, ok := secret.Load().(string); ok && strings.HasSuffix(r.URL.Path, "/flaky") && !verify(s, r.Header, body) {
+			badSignature.Store(true)
+		}
+		switch {
+		case strings.HasSuffix(r.URL.Path, "/flaky"):
+			switch calls.Add(1) {
+			case 1:
+				w.WriteHeader(http.StatusInternalServerError)
+			case 2:
+				w.WriteHeader(http.StatusTooManyRequests)
+			case 3:
+				time.Sleep(300 * time.Millisecond) // past the sender's timeout
+			default:
+				w.WriteHeader(http.StatusNoContent)
+			}
+		case strings.HasSuffix(r.URL.Path, "/gone"):
+			w.WriteHeader(http.StatusGone)
+		}
+	}))
+	t.Cleanup(srv.Close)
+
+	flaky, err := p.svc.CreateMerchant(ctx, app.NewMerchant{Name: "Flaky", WebhookURL: srv.URL + "/flaky"})
+	require.NoError(t, err)
+	secret.Store(flaky.WebhookSecret)
+	gone, err := p.svc.CreateMerchant(ctx, app.NewMerchant{Name: "Gone", WebhookURL: srv.URL + "/gone"})
+	require.NoError(t, err)
+	for _, m := range []app.CreatedMerchant{flaky, gone} {
+		_, err := p.schema.Pool.Exec(ctx, `INSERT INTO webhook_deliveries (message_id, merchant_id, url, event_type, body)
+			VALUES (gen_random_uuid(), $1, $2, 'payment.paid', '{"type":"payment.paid"}')`, m.ID, m.WebhookURL)
+		require.NoError(t, err)
+	}
+
+	sender := handlers.NewSender(p.schema.Pool, handlers.NotifyConfig{Timeout: 100 * time.Millisecond, Backoff: 10 * time.Millisecond,
+		BackoffMax: 20 * time.Millisecond, PollInterval: 10 * time.Millisecond, Logger: quiet})
+	run(t, sender.Run)
+
+	status := func(url string) (string, int) {
+		var s string
+		var n int
+		require.NoError(t, p.schema.Pool.QueryRow(ctx, `
+			SELECT d.status, (SELECT count(*) FROM webhook_attempts a WHERE a.delivery_id = d.id)
+			FROM webhook_deliveries d WHERE url = $1`, url).Scan(&s, &n))
+		return s, n
+	}
+	waitFor(t, 10*time.Second, "the flaky merchant served", func() bool { s, _ := status(flaky.WebhookURL); return s == "delivered" })
+	_, attempts := status(flaky.WebhookURL)
+	require.Equal(t, 4, attempts, "500, 429 and a timeout were retried")
+	waitFor(t, 10*time.Second, "the gone merchant given up", func() bool { s, _ := status(gone.WebhookURL); return s == "dead" })
+	_, attempts = status(gone.WebhookURL)
+	require.Equal(t, 1, attempts, "a 410 is not retried")
+	require.False(t, badSignature.Load(), "every delivery verifies with the merchant's secret")
+}

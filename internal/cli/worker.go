@@ -1,0 +1,214 @@
+package cli
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"text/tabwriter"
+	"time"
+
+	"github.com/jackc/pgx/v5/pgxpool"
+	"github.com/spf13/cobra"
+	"github.com/spf13/pflag"
+
+	"github.com/outflow-dev/outflow/events"
+	"github.com/outflow-dev/outflow/events/payment"
+	"github.com/outflow-dev/outflow/handlers"
+	"github.com/outflow-dev/outflow/idempotency"
+)
+
+// workerOptions are the consumers' tuning flags, shared by `worker` and
+// `serve --roles worker`.
+type workerOptions struct {
+	streamPartitions int
+	claimIdle        time.Duration
+	maxAttempts      int
+	retryBackoff     time.Duration
+	retryBackoffMax  time.Duration
+	gapTimeout       time.Duration
+}
+
+func addWorkerFlags(fs *pflag.FlagSet, sharedStreamPartitions bool) *workerOptions {
+	o := &workerOptions{}
+	if !sharedStreamPartitions {
+		fs.IntVar(&o.streamPartitions, "stream-partitions", 1, "Redis streams per topic (the forwarder's value)")
+	}
+	fs.DurationVar(&o.claimIdle, "claim-idle", 30*time.Second, "a message unacknowledged this long is claimed by another worker (keep above the slowest handler)")
+	fs.IntVar(&o.maxAttempts, "handler-max-attempts", 8, "attempts before a failing message is dead-lettered")
+	fs.DurationVar(&o.retryBackoff, "handler-retry-backoff", time.Second, "first retry delay of a failing message (doubles, with jitter)")
+	fs.DurationVar(&o.retryBackoffMax, "handler-retry-backoff-max", 5*time.Minute, "largest retry delay of a failing message")
+	fs.DurationVar(&o.gapTimeout, "gap-timeout", 5*time.Minute, "how long an event waits for its predecessor before it is parked")
+	return o
+}
+
+func (o *workerOptions) validate() error {
+	switch {
+	case o.streamPartitions < 1 || o.streamPartitions > 1024:
+		return errors.New("invalid --stream-partitions: must be between 1 and 1024")
+	case o.claimIdle < time.Second:
+		return errors.New("invalid --claim-idle: must be at least 1s")
+	case o.maxAttempts < 1:
+		return errors.New("invalid --handler-max-attempts: must be at least 1")
+	case o.retryBackoff <= 0 || o.retryBackoffMax < o.retryBackoff:
+		return errors.New("invalid --handler-retry-backoff / --handler-retry-backoff-max: positive, and the first at most the second")
+	case o.gapTimeout < time.Second:
+		return errors.New("invalid --gap-timeout: must be at least 1s")
+	}
+	return nil
+}
+
+// buildWorker returns a function that runs the reference consumers until
+// ctx is done.
+func buildWorker(ctx context.Context, dbURL, redisURL string, o *workerOptions, logger *slog.Logger) (func(context.Context) error, error) {
+	pool, err := openPool(ctx, dbURL)
+	if err != nil {
+		return nil, err
+	}
+	reg := events.NewRegistry()
+	if err := payment.Register(reg); err != nil {
+		pool.Close()
+		return nil, err
+	}
+	w, err := handlers.NewWorker(handlers.WorkerConfig{
+		Pool: pool, RedisURL: redisURL, Registry: reg, StreamPartitions: o.streamPartitions, ClaimIdle: o.claimIdle,
+		Idempotency: idempotency.Config{MaxAttempts: o.maxAttempts, RetryBackoff: o.retryBackoff,
+			RetryBackoffMax: o.retryBackoffMax, GapTimeout: o.gapTimeout},
+		Logger: logger,
+	})
+	if err != nil {
+		pool.Close()
+		return nil, err
+	}
+	for _, h := range []handlers.Handler{handlers.SyncAnalytics(), handlers.NotifyMerchant(pool, handlers.NotifyConfig{})} {
+		if err := w.Add(h); err != nil {
+			pool.Close()
+			return nil, err
+		}
+	}
+	sender := handlers.NewSender(pool, handlers.NotifyConfig{Logger: logger})
+	return func(ctx context.Context) error {
+		defer pool.Close()
+		sctx, stop := context.WithCancel(ctx)
+		sent := make(chan struct{})
+		go func() { defer close(sent); _ = sender.Run(sctx) }()
+		err := w.Run(ctx)
+		stop()
+		<-sent
+		return err
+	}, nil
+}
+
+func newWorkerCmd(e *env) *cobra.Command {
+	cmd := &cobra.Command{
+		Use:   "worker",
+		Short: "Run the consumers (SyncAnalytics, NotifyMerchant): idempotent, ordered per aggregate",
+		Args:  cobra.NoArgs,
+	}
+	opts := addWorkerFlags(cmd.Flags(), false)
+	cmd.RunE = func(cmd *cobra.Command, _ []string) error {
+		if err := opts.validate(); err != nil {
+			return err
+		}
+		cfg, logger, err := e.load()
+		if err != nil {
+			return err
+		}
+		run, err := buildWorker(cmd.Context(), cfg.DatabaseURL, cfg.RedisURL, opts, logger)
+		if err != nil {
+			return err
+		}
+		return run(cmd.Context())
+	}
+	return cmd
+}
+
+func newDLQCmd(e *env) *cobra.Command {
+	cmd := &cobra.Command{
+		Use:   "dlq",
+		Short: "List, retry or discard messages the consumers parked",
+	}
+	var (
+		consumer string
+		limit    int
+	)
+	list := &cobra.Command{
+		Use:   "list",
+		Short: "List parked messages: retrying, dead, and held behind them",
+		Args:  cobra.NoArgs,
+		RunE: e.withPool(func() error {
+			if limit < 1 {
+				return errors.New("invalid --limit: must be at least 1")
+			}
+			return nil
+		}, func(cmd *cobra.Command, pool *pgxpool.Pool) error {
+			dls, err := idempotency.ListDeadLetters(cmd.Context(), pool, consumer, limit)
+			if err != nil {
+				return err
+			}
+			if len(dls) == 0 {
+				fmt.Fprintln(cmd.OutOrStdout(), "no parked messages")
+				return nil
+			}
+			tw := tabwriter.NewWriter(cmd.OutOrStdout(), 0, 4, 2, ' ', 0)
+			fmt.Fprintln(tw, "ID\tCONSUMER\tSTATUS\tEVENT\tAGGREGATE\tVERSION\tATTEMPTS\tREASON\tERROR")
+			for _, d := range dls {
+				fmt.Fprintf(tw, "%d\t%s\t%s\t%s\t%s\t%d\t%d\t%s\t%s\n", d.ID, d.Consumer, d.Status, d.EventType,
+					d.AggregateID, d.AggregateVersion, d.Attempts, d.Reason, d.Error)
+			}
+			return tw.Flush()
+		}),
+	}
+	list.Flags().StringVar(&consumer, "consumer", "", "only this consumer's")
+	list.Flags().IntVar(&limit, "limit", 100, "rows to list")
+
+	var (
+		id  int64
+		all bool
+	)
+	retry := &cobra.Command{
+		Use:   "retry",
+		Short: "Retry dead messages with a fresh attempt count: --id N or --all",
+		Args:  cobra.NoArgs,
+		RunE: e.withPool(func() error {
+			switch {
+			case all && id != 0:
+				return errors.New("invalid flags: give --id or --all, not both")
+			case !all && id <= 0:
+				return errors.New("invalid --id: give a dead message's id (see `outflow dlq list`), or --all")
+			}
+			return nil
+		}, func(cmd *cobra.Command, pool *pgxpool.Pool) error {
+			n, err := idempotency.RetryDeadLetter(cmd.Context(), pool, "", id)
+			if err != nil {
+				return err
+			}
+			fmt.Fprintf(cmd.OutOrStdout(), "released %d dead messages for retry\n", n)
+			return nil
+		}),
+	}
+	retry.Flags().Int64Var(&id, "id", 0, "the dead message to retry")
+	retry.Flags().BoolVar(&all, "all", false, "retry every dead message")
+
+	var discardID int64
+	discard := &cobra.Command{
+		Use:   "discard",
+		Short: "Give up on a dead message: count it handled and release the events held behind it",
+		Args:  cobra.NoArgs,
+		RunE: e.withPool(func() error {
+			if discardID <= 0 {
+				return errors.New("invalid --id: give a dead message's id (see `outflow dlq list`)")
+			}
+			return nil
+		}, func(cmd *cobra.Command, pool *pgxpool.Pool) error {
+			if err := idempotency.DiscardDeadLetter(cmd.Context(), pool, discardID); err != nil {
+				return err
+			}
+			fmt.Fprintf(cmd.OutOrStdout(), "discarded %d\n", discardID)
+			return nil
+		}),
+	}
+	discard.Flags().Int64Var(&discardID, "id", 0, "the dead message to discard")
+	cmd.AddCommand(list, retry, discard)
+	return cmd
+}
