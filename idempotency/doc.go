@@ -15,10 +15,18 @@
 //   - a crash after the commit and before the acknowledgement redelivers a
 //     message whose row exists: no second effect;
 //   - Strict ordering (the default) applies version N only after N-1: an
-//     older version is stale and skipped, a newer one is a gap, held back
-//     and redelivered after GapRetryDelay until the gap fills, and reported
-//     to dead_letters after GapTimeout. LatestWins applies any newer version
-//     and skips older ones.
+//     older version is stale and skipped; a newer one is a gap: it is held in
+//     dead_letters (so the stream keeps flowing: its predecessor may be right
+//     behind it), tried again every GapRetryDelay by [Consumer.Run] until the
+//     gap fills, and marked dead and reported after GapTimeout. LatestWins
+//     applies any newer version and skips older ones;
+//   - a handler that fails rolls its effects back; the message is parked in
+//     dead_letters and retried by Run with jittered exponential backoff
+//     (RetryBackoff, doubling up to RetryBackoffMax), then marked dead after
+//     MaxAttempts. While an aggregate has a parked message, its later events
+//     are held behind it, for this consumer only; other aggregates and other
+//     consumers keep flowing. `outflow dlq list | retry | discard` manages
+//     them.
 //
 // The bookkeeping costs one statement per message (one round trip) on top
 // of the handler's transaction. Handlers with effects outside the database

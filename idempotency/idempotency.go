@@ -28,10 +28,6 @@ const (
 	LatestWins
 )
 
-// ErrGap is returned (and the message redelivered) when a message's version
-// is ahead of the next one expected.
-var ErrGap = errors.New("idempotency: version gap: an earlier event of the aggregate has not been applied yet")
-
 // Config configures one consumer.
 type Config struct {
 	// Pool is the consumer's database. Required.
@@ -41,11 +37,11 @@ type Config struct {
 	Consumer string
 	// Ordering defaults to Strict.
 	Ordering Ordering
-	// GapRetryDelay is how long a message that arrived ahead of its
-	// predecessor waits before it is redelivered. Defaults to 1s.
+	// GapRetryDelay is how often a message that arrived ahead of its
+	// predecessor (held in dead_letters) is tried again. Defaults to 1s.
 	GapRetryDelay time.Duration
 	// GapTimeout is how long a gap may stay open before the waiting message
-	// is dead-lettered and reported. Defaults to 5m.
+	// is marked dead and reported. Defaults to 5m.
 	GapTimeout time.Duration
 	// MaxAttempts is how many times a failing message is tried before it is
 	// dead. Defaults to 8.
@@ -114,8 +110,7 @@ type Consumer struct {
 	cfg Config
 
 	mu      sync.Mutex
-	handler message.HandlerFunc  // the wrapped handler, for retries
-	gap     map[string]time.Time // message id -> first time it was held for a gap
+	handler message.HandlerFunc // the wrapped handler, for retries
 }
 
 // NewConsumer validates cfg.
@@ -124,7 +119,7 @@ func NewConsumer(cfg Config) (*Consumer, error) {
 	if err := cfg.validate(); err != nil {
 		return nil, err
 	}
-	return &Consumer{cfg: cfg, gap: make(map[string]time.Time)}, nil
+	return &Consumer{cfg: cfg}, nil
 }
 
 // Name returns the consumer's name.
@@ -202,14 +197,19 @@ func (c *Consumer) Middleware(h message.HandlerFunc) message.HandlerFunc {
 				"aggregate_id", env.AggregateID, "aggregate_version", env.AggregateVersion, "error", err.Error())
 			return nil, nil
 		case o == gap:
-			return nil, c.holdGap(ctx, msg, env)
+			// Held in the database, not in the stream: the stream keeps
+			// flowing (the predecessor may be behind this very message), and
+			// Run applies it once the predecessor is in.
+			if err := c.park(ctx, msg, env, "held", "gap", fmt.Sprintf("version %d arrived before version %d", env.AggregateVersion, env.AggregateVersion-1)); err != nil {
+				return nil, err
+			}
+			return nil, nil
 		case o == held:
 			if err := c.park(ctx, msg, env, "held", "behind an earlier event of its aggregate", ""); err != nil {
 				return nil, err
 			}
 			return nil, nil
 		}
-		c.forgetGap(env.MessageID)
 		return out, nil
 	}
 }
@@ -273,45 +273,6 @@ func classify(fresh, blocked bool, prev, stored, version int64) outcome {
 	default:
 		return gap
 	}
-}
-
-// holdGap waits GapRetryDelay and returns ErrGap so the message is
-// redelivered, until GapTimeout has passed since it was first held: then it
-// is dead-lettered and acknowledged.
-func (c *Consumer) holdGap(ctx context.Context, msg *message.Message, env events.Envelope) error {
-	c.mu.Lock()
-	first, ok := c.gap[env.MessageID]
-	if !ok {
-		first = time.Now()
-		c.gap[env.MessageID] = first
-	}
-	c.mu.Unlock()
-	if time.Since(first) >= c.cfg.GapTimeout {
-		// Parked, it waits in the database instead of the stream: the
-		// stream moves on, later events of the aggregate queue behind it, and
-		// Run applies it when its predecessor finally arrives.
-		errText := fmt.Sprintf("version %d waited %s for version %d", env.AggregateVersion, c.cfg.GapTimeout, env.AggregateVersion-1)
-		if err := c.park(ctx, msg, env, "held", "gap", errText); err != nil {
-			return err
-		}
-		c.forgetGap(env.MessageID)
-		c.cfg.Logger.Error("gap timed out: message parked", "consumer", c.cfg.Consumer, "message_id", env.MessageID,
-			"aggregate_id", env.AggregateID, "aggregate_version", env.AggregateVersion)
-		return nil
-	}
-	t := time.NewTimer(c.cfg.GapRetryDelay)
-	defer t.Stop()
-	select {
-	case <-ctx.Done():
-	case <-t.C:
-	}
-	return fmt.Errorf("%w (aggregate %s, version %d)", ErrGap, env.AggregateID, env.AggregateVersion)
-}
-
-func (c *Consumer) forgetGap(id string) {
-	c.mu.Lock()
-	delete(c.gap, id)
-	c.mu.Unlock()
 }
 
 // park stores the whole message in dead_letters with status, and marks it

@@ -42,7 +42,7 @@ func (c *Consumer) Run(ctx context.Context) error {
 // dueSQL picks, per aggregate, its lowest open row when it may run: a
 // retrying row whose time has come, or a held row with nothing earlier open.
 const dueSQL = `
-SELECT d.id, d.message_id::text, d.payload, d.metadata::text, d.status, d.attempts
+SELECT d.id, d.message_id::text, d.payload, d.metadata::text, d.status, d.attempts, d.created_at
 FROM dead_letters d
 WHERE d.consumer = $1 AND d.status IN ('retrying', 'held')
   AND (d.next_attempt_at IS NULL OR d.next_attempt_at <= now())
@@ -70,8 +70,9 @@ func (c *Consumer) retryDue(ctx context.Context) (int, error) {
 			payload   []byte
 			status    string
 			attempts  int
+			created   time.Time
 		)
-		err := lock.QueryRow(ctx, dueSQL, c.cfg.Consumer).Scan(&id, &msgID, &payload, &md, &status, &attempts)
+		err := lock.QueryRow(ctx, dueSQL, c.cfg.Consumer).Scan(&id, &msgID, &payload, &md, &status, &attempts, &created)
 		if errors.Is(err, pgx.ErrNoRows) {
 			return nil
 		}
@@ -97,10 +98,16 @@ func (c *Consumer) retryDue(ctx context.Context) (int, error) {
 			_, err = lock.Exec(ctx, `UPDATE dead_letters SET status = 'resolved', resolved_at = now() WHERE id = $1`, id)
 			c.cfg.Logger.Info("parked message applied", "consumer", c.cfg.Consumer, "message_id", msgID,
 				"aggregate_id", env.AggregateID, "aggregate_version", env.AggregateVersion, "outcome", o.String())
-		case herr == nil: // a gap or still blocked: wait for the earlier event
+		case herr == nil && time.Since(created) >= c.cfg.GapTimeout: // the gap never filled: report it
 			n = 0
-			_, err = lock.Exec(ctx, `UPDATE dead_letters SET next_attempt_at = now() + $2::interval WHERE id = $1`,
-				id, c.cfg.GapRetryDelay.String())
+			_, err = lock.Exec(ctx, `UPDATE dead_letters SET status = 'dead', error = $2, next_attempt_at = NULL WHERE id = $1`,
+				id, fmt.Sprintf("version %d waited %s for version %d", env.AggregateVersion, c.cfg.GapTimeout, env.AggregateVersion-1))
+			c.cfg.Logger.Error("gap timed out: message dead", "consumer", c.cfg.Consumer, "message_id", msgID,
+				"aggregate_id", env.AggregateID, "aggregate_version", env.AggregateVersion)
+		case herr == nil: // a gap: wait for the earlier event
+			n = 0
+			_, err = lock.Exec(ctx, `UPDATE dead_letters SET next_attempt_at = $2 WHERE id = $1`,
+				id, time.Now().Add(c.cfg.GapRetryDelay))
 		default:
 			attempts++
 			if attempts >= c.cfg.MaxAttempts {

@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# The main job: services up, migrate, start the service (API and forwarder),
+# The main job: services up, migrate, start the service (API, forwarder, workers),
 # drive payments through its HTTP API, report what reached the outbox and the
 # broker. Run by `make demo`.
 set -euo pipefail
@@ -14,7 +14,7 @@ go build -o "$BIN" ./cmd/outflow
 "$BIN" migrate up
 
 log=$(mktemp -t outflow-serve.XXXXXX.log)
-"$BIN" serve --roles api,forwarder 2>"$log" &
+"$BIN" serve --roles api,forwarder,worker 2>"$log" &
 pid=$!
 trap 'kill "$pid" 2>/dev/null || true' EXIT
 

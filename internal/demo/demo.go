@@ -33,6 +33,8 @@ type Config struct {
 	// ForwardTimeout is how long to wait for a forwarder to publish the
 	// run's events. Zero skips the wait.
 	ForwardTimeout time.Duration
+	// Consumers waits for the workers and verifies their effects.
+	Consumers bool
 }
 
 // Run drives the API and prints the report. It returns an error when the
@@ -54,14 +56,23 @@ func Run(ctx context.Context, cfg Config) error {
 		return fmt.Errorf("read database clock: %w", err)
 	}
 
+	rcv, err := startReceiver()
+	if err != nil {
+		return fmt.Errorf("start the webhook receiver: %w", err)
+	}
+	defer rcv.close()
 	var merchant struct {
-		ID string `json:"id"`
+		ID     string `json:"id"`
+		Secret string `json:"webhook_secret"`
 	}
 	if err := c.post(ctx, "/v1/merchants", map[string]string{
-		"name": "Demo Coffee " + uuid.NewString()[:8], "webhook_url": "http://127.0.0.1:9/webhooks",
+		"name": "Demo Coffee " + uuid.NewString()[:8], "webhook_url": rcv.url,
 	}, &merchant); err != nil {
 		return fmt.Errorf("create merchant: %w", err)
 	}
+	rcv.mu.Lock()
+	rcv.secret = merchant.Secret
+	rcv.mu.Unlock()
 
 	start := time.Now()
 	var (
@@ -99,7 +110,7 @@ func Run(ctx context.Context, cfg Config) error {
 	}
 	fmt.Fprintf(cfg.Out, "drove %d payments (%d events) in %s: %.0f commands/s\n",
 		cfg.Payments, acked.Load(), elapsed.Round(time.Millisecond), float64(acked.Load())/elapsed.Seconds())
-	return report(ctx, cfg, since, acked.Load())
+	return report(ctx, cfg, since, acked.Load(), merchant.ID, c, rcv)
 }
 
 // onePayment creates a payment and moves it through a random path. It
@@ -144,7 +155,7 @@ func onePayment(ctx context.Context, c *client, merchantID, currency string, i i
 	return n, nil
 }
 
-func report(ctx context.Context, cfg Config, since time.Time, acked int64) error {
+func report(ctx context.Context, cfg Config, since time.Time, acked int64, merchantID string, c *client, rcv *receiver) error {
 	out := cfg.Out
 	rows, err := cfg.Pool.Query(ctx, `
 		SELECT event_type, count(*) FROM outbox WHERE created_at >= $1 GROUP BY event_type ORDER BY event_type`, since)
@@ -194,7 +205,13 @@ func report(ctx context.Context, cfg Config, since time.Time, acked int64) error
 		return fmt.Errorf("outbox holds %d events for %d acknowledged, %d payments with broken versions", total, acked, broken)
 	}
 	fmt.Fprintln(out, "\nOK: every acknowledged command left exactly one event, versions gapless.")
-	return waitForwarded(ctx, cfg, since, total)
+	if err := waitForwarded(ctx, cfg, since, total); err != nil {
+		return err
+	}
+	if !cfg.Consumers {
+		return nil
+	}
+	return verifyConsumers(ctx, cfg, c, merchantID, since, rcv)
 }
 
 // waitForwarded waits for the forwarder to publish this run's rows, when
