@@ -76,7 +76,7 @@ func setup(t *testing.T, cfg idempotency.Config) (*bundle, message.HandlerFunc) 
 	return b, c.Middleware(b.handler)
 }
 
-func msgFor(t *testing.T, account string, version int64) *message.Message {
+func msgFor(t testing.TB, account string, version int64) *message.Message {
 	t.Helper()
 	ev, err := events.New(context.Background(), events.Aggregate{Type: "account", ID: account, Version: version}, credited{Amount: 10})
 	require.NoError(t, err)
