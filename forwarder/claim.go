@@ -5,7 +5,6 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
-	"math/rand/v2"
 	"strconv"
 	"time"
 
@@ -13,6 +12,7 @@ import (
 	"github.com/jackc/pgx/v5"
 
 	"github.com/outflow-dev/outflow/events"
+	"github.com/outflow-dev/outflow/internal/backoff"
 )
 
 // partitionExpr maps a row to its partition. hashtextextended is stable
@@ -246,12 +246,7 @@ func (f *Forwarder) classify(claimed []row, results []error, res *batchResult) m
 }
 
 func (f *Forwarder) retryDelay(attempt int) time.Duration {
-	d := f.cfg.RetryBackoff << min(attempt-1, 30)
-	if d <= 0 || d > f.cfg.RetryBackoffMax {
-		d = f.cfg.RetryBackoffMax
-	}
-	// Full jitter: failing rows of many aggregates do not retry in step.
-	return d/2 + rand.N(d/2+1)
+	return backoff.Delay(f.cfg.RetryBackoff, f.cfg.RetryBackoffMax, attempt)
 }
 
 func (f *Forwarder) mark(ctx context.Context, tx pgx.Tx, m marks) error {

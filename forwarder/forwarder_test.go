@@ -161,17 +161,6 @@ func (e *env) count(where string) int {
 	return n
 }
 
-func waitFor(t *testing.T, timeout time.Duration, what string, cond func() bool) {
-	t.Helper()
-	deadline := time.Now().Add(timeout)
-	for !cond() {
-		if time.Now().After(deadline) {
-			t.Fatalf("timed out after %s waiting for %s", timeout, what)
-		}
-		time.Sleep(20 * time.Millisecond) // polling a condition, with a deadline
-	}
-}
-
 // requireInOrder checks that every row reached the stream and that each
 // aggregate's first deliveries come in version order (duplicates allowed).
 func requireInOrder(t *testing.T, entries []entry, wantRows int) {
@@ -196,7 +185,7 @@ func TestForwardsEverythingInOrderInWatermillFormat(t *testing.T) {
 	e.writeMany(aggs, 1, 10)
 	e.run(e.config(func(c *forwarder.Config) { c.BatchSize = 37 }))
 
-	waitFor(t, 20*time.Second, "every row published", func() bool { return e.count("published_at IS NULL") == 0 })
+	outflowtest.WaitFor(t, 20*time.Second, "every row published", func() bool { return e.count("published_at IS NULL") == 0 })
 	entries := e.stream()
 	requireInOrder(t, entries, 200)
 	require.Len(t, entries, 200, "no duplicate without a crash")
@@ -234,11 +223,11 @@ func TestOutOfOrderCommitLosesNothing(t *testing.T) {
 	require.NoError(t, e.writer.PublishTx(ctx, txA, evA))
 
 	idB := e.write("b", 1, testPayload{N: 2})
-	waitFor(t, 10*time.Second, "B on the stream", func() bool { return len(e.stream()) == 1 })
+	outflowtest.WaitFor(t, 10*time.Second, "B on the stream", func() bool { return len(e.stream()) == 1 })
 	require.Equal(t, idB, e.stream()[0].messageID)
 
 	require.NoError(t, txA.Commit(ctx))
-	waitFor(t, 10*time.Second, "A on the stream", func() bool { return len(e.stream()) == 2 })
+	outflowtest.WaitFor(t, 10*time.Second, "A on the stream", func() bool { return len(e.stream()) == 2 })
 	require.Equal(t, evA.MessageID, e.stream()[1].messageID)
 
 	var idA, idBrow int64
@@ -277,7 +266,7 @@ func TestCrashAfterPublishBeforeMarkDuplicatesNeverLoses(t *testing.T) {
 	e.writeMany(aggs, 1, 4)
 	e.run(e.config(func(c *forwarder.Config) { c.Broker = &crashingBroker{Broker: e.broker, crashes: 2} }))
 
-	waitFor(t, 20*time.Second, "every row published", func() bool { return e.count("published_at IS NULL") == 0 })
+	outflowtest.WaitFor(t, 20*time.Second, "every row published", func() bool { return e.count("published_at IS NULL") == 0 })
 	entries := e.stream()
 	requireInOrder(t, entries, 20)
 	require.Greater(t, len(entries), 20, "the crashed batches were published again")
@@ -296,8 +285,8 @@ func TestPoisonRowParkedWhileOthersFlow(t *testing.T) {
 		c.MaxPayloadBytes = 1000
 		c.MaxAttempts = 3
 	}))
-	waitFor(t, 20*time.Second, "the poison row parked", func() bool { return e.count("parked_at IS NOT NULL") == 1 })
-	waitFor(t, 20*time.Second, "the other aggregates forwarded", func() bool { return len(e.stream()) == 30 })
+	outflowtest.WaitFor(t, 20*time.Second, "the poison row parked", func() bool { return e.count("parked_at IS NOT NULL") == 1 })
+	outflowtest.WaitFor(t, 20*time.Second, "the other aggregates forwarded", func() bool { return len(e.stream()) == 30 })
 
 	parked, err := forwarder.ListParked(context.Background(), e.schema.Pool, 10)
 	require.NoError(t, err)
@@ -315,7 +304,7 @@ func TestPoisonRowParkedWhileOthersFlow(t *testing.T) {
 	require.NoError(t, err)
 	require.EqualValues(t, 1, n)
 	e.run(e.config())
-	waitFor(t, 20*time.Second, "x forwarded", func() bool { return e.count("published_at IS NULL") == 0 })
+	outflowtest.WaitFor(t, 20*time.Second, "x forwarded", func() bool { return e.count("published_at IS NULL") == 0 })
 	requireInOrder(t, e.stream(), 32)
 }
 
@@ -335,7 +324,7 @@ func TestRedisOutageBurnsNoAttempt(t *testing.T) {
 	aggs := aggregates(10)
 	e.writeMany(aggs, 1, 5)
 	e.run(e.config(func(c *forwarder.Config) { c.MaxAttempts = 2 }))
-	waitFor(t, 20*time.Second, "the first rows forwarded", func() bool { return e.count("published_at IS NULL") == 0 })
+	outflowtest.WaitFor(t, 20*time.Second, "the first rows forwarded", func() bool { return e.count("published_at IS NULL") == 0 })
 
 	srv.Stop()
 	e.writeMany(aggs, 6, 5)
@@ -345,7 +334,7 @@ func TestRedisOutageBurnsNoAttempt(t *testing.T) {
 	require.Zero(t, e.count("attempts > 0 OR parked_at IS NOT NULL"), "an outage burns no attempt and parks nothing")
 
 	srv.Start()
-	waitFor(t, 30*time.Second, "the backlog drained", func() bool { return e.count("published_at IS NULL") == 0 })
+	outflowtest.WaitFor(t, 30*time.Second, "the backlog drained", func() bool { return e.count("published_at IS NULL") == 0 })
 	requireInOrder(t, e.stream(), 100)
 }
 
@@ -355,13 +344,13 @@ func TestNotifyWakesTheForwarder(t *testing.T) {
 	e.run(e.config(func(c *forwarder.Config) { c.PollInterval = time.Hour }))
 	// The forwarder drains what is there at start, then only a notification
 	// can wake it within the hour.
-	waitFor(t, 10*time.Second, "partitions leased", func() bool {
+	outflowtest.WaitFor(t, 10*time.Second, "partitions leased", func() bool {
 		return e.countPartitionsOwned() > 0
 	})
 	time.Sleep(200 * time.Millisecond) // let it go idle on its hour-long poll
 	start := time.Now()
 	id := e.write("n", 1, testPayload{N: 1})
-	waitFor(t, 5*time.Second, "the row on the stream", func() bool { return len(e.stream()) == 1 })
+	outflowtest.WaitFor(t, 5*time.Second, "the row on the stream", func() bool { return len(e.stream()) == 1 })
 	require.Equal(t, id, e.stream()[0].messageID)
 	t.Logf("commit to stream: %s", time.Since(start))
 }
@@ -386,7 +375,7 @@ func TestConcurrentForwardersKeepPerAggregateOrder(t *testing.T) {
 	}
 	// Rows keep arriving while the three share the partitions.
 	e.writeMany(aggs, 1, 100)
-	waitFor(t, 90*time.Second, "20k rows forwarded", func() bool { return e.count("published_at IS NULL") == 0 })
+	outflowtest.WaitFor(t, 90*time.Second, "20k rows forwarded", func() bool { return e.count("published_at IS NULL") == 0 })
 	requireInOrder(t, e.stream(), 20_000)
 
 	var owners int
@@ -399,14 +388,14 @@ func TestGracefulShutdownReleasesPartitions(t *testing.T) {
 	t.Parallel()
 	e := setup(t)
 	_, stop := e.run(e.config())
-	waitFor(t, 10*time.Second, "partitions leased", func() bool { return e.countPartitionsOwned() == 16 })
+	outflowtest.WaitFor(t, 10*time.Second, "partitions leased", func() bool { return e.countPartitionsOwned() == 16 })
 	stop()
 	require.Zero(t, e.countPartitionsOwned(), "a stopped forwarder leaves nothing leased")
 
 	// The next instance starts at once, without waiting for a lease to expire.
 	e.run(e.config(func(c *forwarder.Config) { c.TakeoverAfter = time.Hour }))
 	e.write("after", 1, testPayload{N: 1})
-	waitFor(t, 10*time.Second, "forwarded by the next instance", func() bool { return len(e.stream()) == 1 })
+	outflowtest.WaitFor(t, 10*time.Second, "forwarded by the next instance", func() bool { return len(e.stream()) == 1 })
 }
 
 // A dead instance's partitions move to a live one once its leases expire.
@@ -425,7 +414,7 @@ func TestTakeoverOfADeadInstance(t *testing.T) {
 
 	start := time.Now()
 	e.run(e.config(func(c *forwarder.Config) { c.TakeoverAfter = 2 * time.Second }))
-	waitFor(t, 10*time.Second, "the row forwarded after takeover", func() bool { return len(e.stream()) == 1 })
+	outflowtest.WaitFor(t, 10*time.Second, "the row forwarded after takeover", func() bool { return len(e.stream()) == 1 })
 	took := time.Since(start)
 	require.GreaterOrEqual(t, took, time.Second, "it waited for the dead leases")
 	require.Less(t, took, 2*time.Second+2*time.Second, "within TakeoverAfter + LeaseRenewInterval, with slack")
@@ -435,7 +424,7 @@ func TestPartitionCountMustMatch(t *testing.T) {
 	t.Parallel()
 	e := setup(t)
 	_, stop := e.run(e.config())
-	waitFor(t, 10*time.Second, "partitions created", func() bool { return e.countPartitionsOwned() == 16 })
+	outflowtest.WaitFor(t, 10*time.Second, "partitions created", func() bool { return e.countPartitionsOwned() == 16 })
 	stop()
 	f, err := forwarder.New(e.config(func(c *forwarder.Config) { c.Partitions = 8 }))
 	require.NoError(t, err)
@@ -443,7 +432,7 @@ func TestPartitionCountMustMatch(t *testing.T) {
 	require.NoError(t, forwarder.Repartition(context.Background(), e.schema.Pool, 8))
 	e.run(e.config(func(c *forwarder.Config) { c.Partitions = 8 }))
 	e.write("r", 1, testPayload{N: 1})
-	waitFor(t, 10*time.Second, "forwarded with 8 partitions", func() bool { return len(e.stream()) == 1 })
+	outflowtest.WaitFor(t, 10*time.Second, "forwarded with 8 partitions", func() bool { return len(e.stream()) == 1 })
 }
 
 func TestPurgeDeletesOnlyOldPublishedRows(t *testing.T) {
@@ -479,7 +468,7 @@ func TestTrimKeepsWhatAGroupHasNotAcknowledged(t *testing.T) {
 	ctx := context.Background()
 	e.writeMany(aggregates(1), 1, 10)
 	e.run(e.config())
-	waitFor(t, 10*time.Second, "forwarded", func() bool { return len(e.stream()) == 10 })
+	outflowtest.WaitFor(t, 10*time.Second, "forwarded", func() bool { return len(e.stream()) == 10 })
 
 	n, err := e.broker.Trim(ctx, e.topic)
 	require.NoError(t, err)

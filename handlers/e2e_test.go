@@ -134,15 +134,6 @@ func (p *pipeline) stats(t *testing.T, merchantID string) app.CurrencyStats {
 	return st.ByCurrency[0]
 }
 
-func waitFor(t *testing.T, timeout time.Duration, what string, cond func() bool) {
-	t.Helper()
-	deadline := time.Now().Add(timeout)
-	for !cond() {
-		require.True(t, time.Now().Before(deadline), "timed out waiting for %s", what)
-		time.Sleep(20 * time.Millisecond) // polling a condition, with a deadline
-	}
-}
-
 // Outbox -> forwarder (publishing some batches twice) -> Redis -> worker:
 // every event delivered, each one's effect exactly once.
 func TestPipelineExactlyOnceDespiteDuplicates(t *testing.T) {
@@ -163,10 +154,10 @@ func TestPipelineExactlyOnceDespiteDuplicates(t *testing.T) {
 	p.runForwarder(t, 3)
 	run(t, p.worker(t, 30*time.Second, counter).Run)
 
-	waitFor(t, 30*time.Second, "the projection to match the payments", func() bool { return p.stats(t, m.ID) == want })
+	outflowtest.WaitFor(t, 30*time.Second, "the projection to match the payments", func() bool { return p.stats(t, m.ID) == want })
 	var events int
 	require.NoError(t, p.schema.Pool.QueryRow(context.Background(), `SELECT count(*) FROM outbox`).Scan(&events))
-	waitFor(t, 10*time.Second, "every event seen by the counter", func() bool {
+	outflowtest.WaitFor(t, 10*time.Second, "every event seen by the counter", func() bool {
 		mu.Lock()
 		defer mu.Unlock()
 		return len(deliveries) == events
@@ -180,7 +171,7 @@ func TestPipelineExactlyOnceDespiteDuplicates(t *testing.T) {
 	var paidOrRefunded int
 	require.NoError(t, p.schema.Pool.QueryRow(context.Background(),
 		`SELECT count(*) FROM outbox WHERE event_type IN ('payment.paid', 'payment.refunded')`).Scan(&paidOrRefunded))
-	waitFor(t, 10*time.Second, "a webhook delivery per paid or refunded event", func() bool {
+	outflowtest.WaitFor(t, 10*time.Second, "a webhook delivery per paid or refunded event", func() bool {
 		var deliveriesN, matching int
 		require.NoError(t, p.schema.Pool.QueryRow(context.Background(), `
 			SELECT (SELECT count(*) FROM webhook_deliveries),
@@ -208,7 +199,7 @@ func TestDeadConsumersMessagesAreClaimed(t *testing.T) {
 	p.runForwarder(t, 0)
 	streams := redisstreams.TopicStreams(p.prefix, app.PaymentsTopic, 2)
 	var total int64
-	waitFor(t, 20*time.Second, "events on the streams", func() bool {
+	outflowtest.WaitFor(t, 20*time.Second, "events on the streams", func() bool {
 		total = 0
 		for _, s := range streams {
 			n, _ := p.rdb.XLen(ctx, s).Result()
@@ -226,7 +217,7 @@ func TestDeadConsumersMessagesAreClaimed(t *testing.T) {
 	}
 	start := time.Now()
 	run(t, p.worker(t, 500*time.Millisecond).Run)
-	waitFor(t, 30*time.Second, "the dead consumer's messages applied", func() bool { return p.stats(t, m.ID) == want })
+	outflowtest.WaitFor(t, 30*time.Second, "the dead consumer's messages applied", func() bool { return p.stats(t, m.ID) == want })
 	require.GreaterOrEqual(t, time.Since(start), 400*time.Millisecond, "claimed only after the idle time")
 	t.Log(fmt.Sprintf("claimed and applied %d messages in %s", total, time.Since(start).Round(time.Millisecond)))
 }

@@ -11,7 +11,6 @@ import (
 	"fmt"
 	"io"
 	"log/slog"
-	"math/rand/v2"
 	"net/http"
 	"strconv"
 	"strings"
@@ -23,6 +22,7 @@ import (
 	"github.com/outflow-dev/outflow/app"
 	"github.com/outflow-dev/outflow/events"
 	"github.com/outflow-dev/outflow/events/payment"
+	"github.com/outflow-dev/outflow/internal/backoff"
 )
 
 // NotifyConfig configures the merchant webhook sender.
@@ -258,11 +258,7 @@ func outcome(code int, err error) string {
 }
 
 func (s *Sender) backoff(attempt int) time.Duration {
-	d := s.cfg.Backoff << min(attempt-1, 30)
-	if d <= 0 || d > s.cfg.BackoffMax {
-		d = s.cfg.BackoffMax
-	}
-	return d/2 + rand.N(d/2+1)
+	return backoff.Delay(s.cfg.Backoff, s.cfg.BackoffMax, attempt)
 }
 
 // Sign computes a Standard Webhooks signature header value:

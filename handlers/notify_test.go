@@ -17,6 +17,7 @@ import (
 
 	"github.com/outflow-dev/outflow/app"
 	"github.com/outflow-dev/outflow/handlers"
+	"github.com/outflow-dev/outflow/outflowtest"
 )
 
 // The example of the Standard Webhooks specification (and of the svix
@@ -105,10 +106,10 @@ func TestSenderRetriesAndDeadLetters(t *testing.T) {
 			FROM webhook_deliveries d WHERE url = $1`, url).Scan(&s, &n))
 		return s, n
 	}
-	waitFor(t, 10*time.Second, "the flaky merchant served", func() bool { s, _ := status(flaky.WebhookURL); return s == "delivered" })
+	outflowtest.WaitFor(t, 10*time.Second, "the flaky merchant served", func() bool { s, _ := status(flaky.WebhookURL); return s == "delivered" })
 	_, attempts := status(flaky.WebhookURL)
 	require.Equal(t, 4, attempts, "500, 429 and a timeout were retried")
-	waitFor(t, 10*time.Second, "the gone merchant given up", func() bool { s, _ := status(gone.WebhookURL); return s == "dead" })
+	outflowtest.WaitFor(t, 10*time.Second, "the gone merchant given up", func() bool { s, _ := status(gone.WebhookURL); return s == "dead" })
 	_, attempts = status(gone.WebhookURL)
 	require.Equal(t, 1, attempts, "a 410 is not retried")
 	require.False(t, badSignature.Load(), "every delivery verifies with the merchant's secret")

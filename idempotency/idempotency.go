@@ -6,7 +6,6 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
-	"math/rand/v2"
 	"sync"
 	"time"
 
@@ -15,6 +14,7 @@ import (
 	"github.com/jackc/pgx/v5/pgxpool"
 
 	"github.com/outflow-dev/outflow/events"
+	"github.com/outflow-dev/outflow/internal/backoff"
 )
 
 // Ordering says how a consumer treats aggregate versions.
@@ -312,9 +312,5 @@ func (c *Consumer) park(ctx context.Context, msg *message.Message, env events.En
 }
 
 func (c *Consumer) backoff(attempt int) time.Duration {
-	d := c.cfg.RetryBackoff << min(attempt-1, 30)
-	if d <= 0 || d > c.cfg.RetryBackoffMax {
-		d = c.cfg.RetryBackoffMax
-	}
-	return d/2 + rand.N(d/2+1)
+	return backoff.Delay(c.cfg.RetryBackoff, c.cfg.RetryBackoffMax, attempt)
 }

@@ -182,10 +182,10 @@ func TestFailedHandlerRetriedInOrderWhileOthersFlow(t *testing.T) {
 	ctx, cancel := context.WithCancel(context.Background())
 	defer cancel()
 	go func() { _ = b.consumer.Run(ctx) }()
-	waitFor(t, 5*time.Second, "a applied", func() bool { total, _ := b.balance("a"); return total == 20 })
+	outflowtest.WaitFor(t, 5*time.Second, "a applied", func() bool { total, _ := b.balance("a"); return total == 20 })
 	_, applied := b.balance("a")
 	require.Equal(t, []int64{1, 2}, applied)
-	waitFor(t, 5*time.Second, "no open dead letter", func() bool { return b.open() == 0 })
+	outflowtest.WaitFor(t, 5*time.Second, "no open dead letter", func() bool { return b.open() == 0 })
 }
 
 func TestMaxAttemptsThenDead(t *testing.T) {
@@ -199,7 +199,7 @@ func TestMaxAttemptsThenDead(t *testing.T) {
 	ctx, cancel := context.WithCancel(context.Background())
 	defer cancel()
 	go func() { _ = b.consumer.Run(ctx) }()
-	waitFor(t, 5*time.Second, "the message dead", func() bool {
+	outflowtest.WaitFor(t, 5*time.Second, "the message dead", func() bool {
 		var status string
 		_ = b.schema.Pool.QueryRow(context.Background(), `SELECT status FROM dead_letters WHERE message_id = $1`, m.UUID).Scan(&status)
 		return status == "dead"
@@ -228,15 +228,6 @@ func (b *bundle) open() int {
 	return n
 }
 
-func waitFor(t *testing.T, timeout time.Duration, what string, cond func() bool) {
-	t.Helper()
-	deadline := time.Now().Add(timeout)
-	for !cond() {
-		require.True(t, time.Now().Before(deadline), "timed out waiting for %s", what)
-		time.Sleep(10 * time.Millisecond) // polling a condition, with a deadline
-	}
-}
-
 // v2 arrives first: it is held (and the stream moves on); v1 applies when
 // it arrives; Run then applies v2.
 func TestV2BeforeV1AppliesBothInOrder(t *testing.T) {
@@ -254,10 +245,10 @@ func TestV2BeforeV1AppliesBothInOrder(t *testing.T) {
 	ctx, cancel := context.WithCancel(context.Background())
 	defer cancel()
 	go func() { _ = b.consumer.Run(ctx) }()
-	waitFor(t, 5*time.Second, "both applied", func() bool { total, _ := b.balance("a"); return total == 20 })
+	outflowtest.WaitFor(t, 5*time.Second, "both applied", func() bool { total, _ := b.balance("a"); return total == 20 })
 	_, applied := b.balance("a")
 	require.Equal(t, []int64{1, 2}, applied)
-	waitFor(t, 5*time.Second, "no open dead letter", func() bool { return b.open() == 0 })
+	outflowtest.WaitFor(t, 5*time.Second, "no open dead letter", func() bool { return b.open() == 0 })
 }
 
 func TestStaleVersionSkipped(t *testing.T) {
@@ -296,7 +287,7 @@ func TestGapTimesOutIntoDeadLetters(t *testing.T) {
 	ctx, cancel := context.WithCancel(context.Background())
 	defer cancel()
 	go func() { _ = b.consumer.Run(ctx) }()
-	waitFor(t, 5*time.Second, "the gap reported dead", func() bool {
+	outflowtest.WaitFor(t, 5*time.Second, "the gap reported dead", func() bool {
 		var status string
 		_ = b.schema.Pool.QueryRow(context.Background(), `SELECT status FROM dead_letters WHERE message_id = $1`, m.UUID).Scan(&status)
 		return status == "dead"
@@ -347,7 +338,7 @@ func TestDeadLetterRetryAndDiscard(t *testing.T) {
 	rctx, cancel := context.WithCancel(ctx)
 	defer cancel()
 	go func() { _ = b.consumer.Run(rctx) }()
-	waitFor(t, 5*time.Second, "v1 dead", func() bool {
+	outflowtest.WaitFor(t, 5*time.Second, "v1 dead", func() bool {
 		dls, err := idempotency.ListDeadLetters(ctx, b.schema.Pool, "balances", 10)
 		require.NoError(t, err)
 		return len(dls) == 2 && dls[0].Status == "dead" && dls[1].Status == "held"
@@ -359,7 +350,7 @@ func TestDeadLetterRetryAndDiscard(t *testing.T) {
 	n, err := idempotency.RetryDeadLetter(ctx, b.schema.Pool, "", dls[0].ID)
 	require.NoError(t, err)
 	require.EqualValues(t, 1, n)
-	waitFor(t, 5*time.Second, "a applied", func() bool { total, _ := b.balance("a"); return total == 20 })
+	outflowtest.WaitFor(t, 5*time.Second, "a applied", func() bool { total, _ := b.balance("a"); return total == 20 })
 
 	// c: v1 dies; discarding it releases v2 without applying v1.
 	b.setFail(errors.New("broken"))
@@ -369,7 +360,7 @@ func TestDeadLetterRetryAndDiscard(t *testing.T) {
 	_, err = h(msgFor(t, "c", 2))
 	require.NoError(t, err)
 	var deadID int64
-	waitFor(t, 5*time.Second, "c v1 dead", func() bool {
+	outflowtest.WaitFor(t, 5*time.Second, "c v1 dead", func() bool {
 		dls, err := idempotency.ListDeadLetters(ctx, b.schema.Pool, "balances", 10)
 		require.NoError(t, err)
 		for _, d := range dls {
@@ -382,8 +373,8 @@ func TestDeadLetterRetryAndDiscard(t *testing.T) {
 	})
 	require.ErrorIs(t, idempotency.DiscardDeadLetter(ctx, b.schema.Pool, deadID+1000), idempotency.ErrNotDead)
 	require.NoError(t, idempotency.DiscardDeadLetter(ctx, b.schema.Pool, deadID))
-	waitFor(t, 5*time.Second, "c v2 applied", func() bool { total, _ := b.balance("c"); return total == 10 })
+	outflowtest.WaitFor(t, 5*time.Second, "c v2 applied", func() bool { total, _ := b.balance("c"); return total == 10 })
 	_, applied := b.balance("c")
 	require.Equal(t, []int64{2}, applied)
-	waitFor(t, 5*time.Second, "no open dead letter", func() bool { return b.open() == 0 })
+	outflowtest.WaitFor(t, 5*time.Second, "no open dead letter", func() bool { return b.open() == 0 })
 }

@@ -129,6 +129,9 @@ func TestServeDrainsOnSIGTERM(t *testing.T) {
 	req, err := http.NewRequestWithContext(context.Background(), http.MethodPost, base+"/v1/merchants", body)
 	require.NoError(t, err)
 	req.ContentLength = int64(len(body.first) + len(body.rest))
+	// The body is sent only once the handler reads it (100 Continue): when
+	// body.started fires, the request is in flight on the server.
+	req.Header.Set("Expect", "100-continue")
 	type result struct {
 		status int
 		err    error
@@ -267,7 +270,7 @@ func TestKilledForwarderLosesNothing(t *testing.T) {
 	first := command(env, args...)
 	require.NoError(t, first.Start())
 	// Kill it in the middle of the work.
-	waitFor(t, 20*time.Second, "the first forwarder under way", func() bool {
+	outflowtest.WaitFor(t, 20*time.Second, "the first forwarder under way", func() bool {
 		var n int
 		require.NoError(t, s.Pool.QueryRow(ctx, `SELECT count(*) FROM outbox WHERE published_at IS NOT NULL`).Scan(&n))
 		return n > 0
@@ -279,7 +282,7 @@ func TestKilledForwarderLosesNothing(t *testing.T) {
 	second := command(env, args...)
 	require.NoError(t, second.Start())
 	t.Cleanup(func() { _ = second.Process.Signal(syscall.SIGTERM); _ = second.Wait() })
-	waitFor(t, 30*time.Second, "every row forwarded", func() bool {
+	outflowtest.WaitFor(t, 30*time.Second, "every row forwarded", func() bool {
 		var n int
 		require.NoError(t, s.Pool.QueryRow(ctx, `SELECT count(*) FROM outbox WHERE published_at IS NULL`).Scan(&n))
 		return n == 0
@@ -303,13 +306,4 @@ func TestKilledForwarderLosesNothing(t *testing.T) {
 		last[agg] = v
 	}
 	require.Len(t, seen, 5000, "every row on the stream, duplicates aside")
-}
-
-func waitFor(t *testing.T, timeout time.Duration, what string, cond func() bool) {
-	t.Helper()
-	deadline := time.Now().Add(timeout)
-	for !cond() {
-		require.True(t, time.Now().Before(deadline), "timed out waiting for %s", what)
-		time.Sleep(20 * time.Millisecond) // polling a condition, with a deadline
-	}
 }
