@@ -1,0 +1,46 @@
+package handlers_test
+
+import (
+	"context"
+	"os"
+
+	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgxpool"
+
+	"github.com/outflow-dev/outflow/events"
+	"github.com/outflow-dev/outflow/events/payment"
+	"github.com/outflow-dev/outflow/handlers"
+)
+
+// A consumer is a name, a topic, the event types it wants and a function
+// that writes its effects in the transaction it is given.
+func ExampleWorker_Add() {
+	ctx := context.Background()
+	pool, err := pgxpool.New(ctx, os.Getenv("DATABASE_URL"))
+	if err != nil {
+		panic(err)
+	}
+	defer pool.Close()
+	registry := events.NewRegistry()
+	if err := payment.Register(registry); err != nil {
+		panic(err)
+	}
+	w, err := handlers.NewWorker(handlers.WorkerConfig{Pool: pool, RedisURL: os.Getenv("REDIS_URL"), Registry: registry})
+	if err != nil {
+		panic(err)
+	}
+	err = w.Add(handlers.Handler{
+		Name:       "loyalty-points",
+		Topic:      "payments",
+		EventTypes: []string{payment.PaidType},
+		Func: func(ctx context.Context, tx pgx.Tx, ev events.Event) error {
+			paid := ev.Payload.(payment.Paid)
+			_, err := tx.Exec(ctx, `UPDATE loyalty SET points = points + $2 WHERE merchant_id = $1`, paid.MerchantID, paid.Amount/100)
+			return err
+		},
+	})
+	if err != nil {
+		panic(err)
+	}
+	_ = w.Run(ctx) // until ctx is done
+}
