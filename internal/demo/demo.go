@@ -75,6 +75,8 @@ func Run(ctx context.Context, cfg Config) error {
 	rcv.mu.Unlock()
 
 	start := time.Now()
+	stopProgress := progress(ctx, cfg, since)
+	defer stopProgress()
 	var (
 		wg       sync.WaitGroup
 		next     atomic.Int64
@@ -104,6 +106,7 @@ func Run(ctx context.Context, cfg Config) error {
 		})
 	}
 	wg.Wait()
+	stopProgress()
 	elapsed := time.Since(start)
 	if firstErr != nil {
 		return fmt.Errorf("%d payments failed; first: %w", failures.Load(), firstErr)
