@@ -45,17 +45,6 @@ func (r *Registry) Register(ps ...Payload) error {
 	return nil
 }
 
-// Types lists the registered event types.
-func (r *Registry) Types() []string {
-	r.mu.RLock()
-	defer r.mu.RUnlock()
-	out := make([]string, 0, len(r.types))
-	for k := range r.types {
-		out = append(out, k)
-	}
-	return out
-}
-
 // Validator is implemented by payloads that check themselves after decoding.
 type Validator interface {
 	Validate() error

@@ -36,9 +36,6 @@ func New(cfg Config) (*Forwarder, error) {
 	return &Forwarder{cfg: cfg, metrics: m, wake: make(chan struct{}, 1)}, nil
 }
 
-// InstanceID returns the name this instance leases partitions under.
-func (f *Forwarder) InstanceID() string { return f.cfg.InstanceID }
-
 // Run forwards until ctx is done, then finishes the batch in flight, hands
 // its partitions back so that other instances take them at once, and
 // returns nil. It returns an error only when it cannot start (the schema is

@@ -13,6 +13,7 @@ import (
 	"github.com/ThreeDotsLabs/watermill-redisstream/pkg/redisstream"
 	"github.com/google/uuid"
 	"github.com/jackc/pgx/v5"
+	"github.com/prometheus/client_golang/prometheus"
 	"github.com/redis/go-redis/v9"
 	"github.com/stretchr/testify/require"
 
@@ -323,13 +324,17 @@ func TestRedisOutageBurnsNoAttempt(t *testing.T) {
 
 	aggs := aggregates(10)
 	e.writeMany(aggs, 1, 5)
-	e.run(e.config(func(c *forwarder.Config) { c.MaxAttempts = 2 }))
+	reg := prometheus.NewRegistry()
+	e.run(e.config(func(c *forwarder.Config) { c.MaxAttempts = 2; c.Registerer = reg }))
 	outflowtest.WaitFor(t, 20*time.Second, "the first rows forwarded", func() bool { return e.count("published_at IS NULL") == 0 })
 
 	srv.Stop()
 	e.writeMany(aggs, 6, 5)
-	// Long enough for many retries with MaxAttempts 2, had the outage counted.
-	time.Sleep(1500 * time.Millisecond)
+	// Several failed tries: enough to park every row with MaxAttempts 2,
+	// had the outage counted against them.
+	outflowtest.WaitFor(t, 20*time.Second, "several tries against the dead Redis", func() bool {
+		return counter(t, reg, "outflow_forwarder_broker_unavailable_total") >= 4
+	})
 	require.Equal(t, 50, e.count("published_at IS NULL"), "nothing can be published while Redis is down")
 	require.Zero(t, e.count("attempts > 0 OR parked_at IS NOT NULL"), "an outage burns no attempt and parks nothing")
 
@@ -341,17 +346,18 @@ func TestRedisOutageBurnsNoAttempt(t *testing.T) {
 func TestNotifyWakesTheForwarder(t *testing.T) {
 	t.Parallel()
 	e := setup(t)
-	e.run(e.config(func(c *forwarder.Config) { c.PollInterval = time.Hour }))
-	// The forwarder drains what is there at start, then only a notification
-	// can wake it within the hour.
+	reg := prometheus.NewRegistry()
+	e.run(e.config(func(c *forwarder.Config) { c.PollInterval = time.Hour; c.Registerer = reg }))
+	// With an hour-long poll, only a notification can wake an idle forwarder.
 	outflowtest.WaitFor(t, 10*time.Second, "partitions leased", func() bool {
 		return e.countPartitionsOwned() > 0
 	})
-	time.Sleep(200 * time.Millisecond) // let it go idle on its hour-long poll
 	start := time.Now()
 	id := e.write("n", 1, testPayload{N: 1})
 	outflowtest.WaitFor(t, 5*time.Second, "the row on the stream", func() bool { return len(e.stream()) == 1 })
 	require.Equal(t, id, e.stream()[0].messageID)
+	require.GreaterOrEqual(t, counter(t, reg, "outflow_forwarder_notifications_total"), 1.0,
+		"the commit notified the forwarder")
 	t.Logf("commit to stream: %s", time.Since(start))
 }
 
@@ -495,4 +501,17 @@ func firstAtOrAfter(entries []redis.XMessage, id string) string {
 		}
 	}
 	return ""
+}
+
+// counter reads a counter's value from reg.
+func counter(t *testing.T, reg *prometheus.Registry, name string) float64 {
+	t.Helper()
+	mfs, err := reg.Gather()
+	require.NoError(t, err)
+	for _, mf := range mfs {
+		if mf.GetName() == name {
+			return mf.GetMetric()[0].GetCounter().GetValue()
+		}
+	}
+	return 0
 }

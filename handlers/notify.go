@@ -23,6 +23,7 @@ import (
 	"github.com/outflow-dev/outflow/events"
 	"github.com/outflow-dev/outflow/events/payment"
 	"github.com/outflow-dev/outflow/internal/backoff"
+	"github.com/outflow-dev/outflow/internal/poll"
 )
 
 // NotifyConfig configures the merchant webhook sender.
@@ -124,24 +125,9 @@ func NewSender(pool *pgxpool.Pool, cfg NotifyConfig) *Sender {
 
 // Run delivers due webhooks until ctx is done.
 func (s *Sender) Run(ctx context.Context) error {
-	t := time.NewTicker(s.cfg.PollInterval)
-	defer t.Stop()
-	for {
-		for {
-			n, err := s.SendDue(ctx, 20)
-			if err != nil && ctx.Err() == nil {
-				s.cfg.Logger.Warn("send webhooks", "error", err.Error())
-			}
-			if n == 0 || err != nil {
-				break
-			}
-		}
-		select {
-		case <-ctx.Done():
-			return nil
-		case <-t.C:
-		}
-	}
+	poll.Drain(ctx, s.cfg.PollInterval, func(ctx context.Context) (int, error) { return s.SendDue(ctx, 20) },
+		func(err error) { s.cfg.Logger.Warn("send webhooks", "error", err.Error()) })
+	return nil
 }
 
 type delivery struct {

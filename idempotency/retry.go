@@ -11,6 +11,7 @@ import (
 	"github.com/jackc/pgx/v5"
 
 	"github.com/outflow-dev/outflow/events"
+	"github.com/outflow-dev/outflow/internal/poll"
 )
 
 // Run retries parked messages until ctx is done: a failed message when its
@@ -19,24 +20,10 @@ import (
 // process; several processes share the work (rows are claimed with SKIP
 // LOCKED).
 func (c *Consumer) Run(ctx context.Context) error {
-	t := time.NewTicker(c.cfg.RetryPollInterval)
-	defer t.Stop()
-	for {
-		for {
-			n, err := c.retryDue(ctx)
-			if err != nil && ctx.Err() == nil {
-				c.cfg.Logger.Warn("retry parked messages", "consumer", c.cfg.Consumer, "error", err.Error())
-			}
-			if n == 0 || err != nil {
-				break
-			}
-		}
-		select {
-		case <-ctx.Done():
-			return nil
-		case <-t.C:
-		}
-	}
+	poll.Drain(ctx, c.cfg.RetryPollInterval, c.retryDue, func(err error) {
+		c.cfg.Logger.Warn("retry parked messages", "consumer", c.cfg.Consumer, "error", err.Error())
+	})
+	return nil
 }
 
 // dueSQL picks, per aggregate, its lowest open row when it may run: a

@@ -29,10 +29,8 @@ import (
 	"time"
 
 	"github.com/ThreeDotsLabs/watermill-redisstream/pkg/redisstream"
-	"github.com/ThreeDotsLabs/watermill/message"
 	"github.com/redis/go-redis/v9"
 
-	"github.com/outflow-dev/outflow/events"
 	"github.com/outflow-dev/outflow/forwarder"
 )
 
@@ -210,16 +208,6 @@ func classify(err error) error {
 	// Anything else (a refused or dropped connection, a timeout, a closed
 	// client) is the path to Redis failing, not the entry.
 	return fmt.Errorf("%w: %v", forwarder.ErrBrokerUnavailable, err)
-}
-
-// PublishMessages is a Watermill-style publish of msgs to topic, keyed by
-// their aggregate_id metadata, in one pipeline.
-func (b *Broker) PublishMessages(ctx context.Context, topic string, msgs ...*message.Message) error {
-	out := make([]forwarder.Outgoing, len(msgs))
-	for i, m := range msgs {
-		out[i] = forwarder.Outgoing{Topic: topic, AggregateID: m.Metadata.Get(events.AggregateIDKey), Message: m}
-	}
-	return errors.Join(b.Publish(ctx, out)...)
 }
 
 func redact(url string) string {

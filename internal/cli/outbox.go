@@ -84,15 +84,7 @@ func newOutboxCmd(e *env) *cobra.Command {
 		Use:   "retry",
 		Short: "Put parked rows back in line with a fresh attempt count: --id N or --all",
 		Args:  cobra.NoArgs,
-		RunE: e.withPool(func() error {
-			switch {
-			case all && id != 0:
-				return errors.New("invalid flags: give --id or --all, not both")
-			case !all && id <= 0:
-				return errors.New("invalid --id: give a parked row's id (see `outflow outbox parked`), or --all")
-			}
-			return nil
-		}, func(cmd *cobra.Command, pool *pgxpool.Pool) error {
+		RunE: e.withPool(func() error { return checkIDOrAll(id, all, "a parked row's id (see `outflow outbox parked`)") }, func(cmd *cobra.Command, pool *pgxpool.Pool) error {
 			n, err := forwarder.RetryParked(cmd.Context(), pool, id)
 			if err != nil {
 				return err
@@ -128,4 +120,15 @@ func newOutboxCmd(e *env) *cobra.Command {
 	repartition.Flags().IntVar(&partitions, "partitions", 0, "the new partition count")
 	cmd.AddCommand(parked, retry, repartition)
 	return cmd
+}
+
+// checkIDOrAll validates the --id N | --all pair of the retry commands.
+func checkIDOrAll(id int64, all bool, what string) error {
+	switch {
+	case all && id != 0:
+		return errors.New("invalid flags: give --id or --all, not both")
+	case !all && id <= 0:
+		return fmt.Errorf("invalid --id: give %s, or --all", what)
+	}
+	return nil
 }

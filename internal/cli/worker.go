@@ -170,15 +170,7 @@ func newDLQCmd(e *env) *cobra.Command {
 		Use:   "retry",
 		Short: "Retry dead messages with a fresh attempt count: --id N or --all",
 		Args:  cobra.NoArgs,
-		RunE: e.withPool(func() error {
-			switch {
-			case all && id != 0:
-				return errors.New("invalid flags: give --id or --all, not both")
-			case !all && id <= 0:
-				return errors.New("invalid --id: give a dead message's id (see `outflow dlq list`), or --all")
-			}
-			return nil
-		}, func(cmd *cobra.Command, pool *pgxpool.Pool) error {
+		RunE: e.withPool(func() error { return checkIDOrAll(id, all, "a dead message's id (see `outflow dlq list`)") }, func(cmd *cobra.Command, pool *pgxpool.Pool) error {
 			n, err := idempotency.RetryDeadLetter(cmd.Context(), pool, "", id)
 			if err != nil {
 				return err
