@@ -53,6 +53,10 @@ type Config struct {
 	// RetryPollInterval is how often Run looks for retries that are due.
 	// Defaults to 500ms.
 	RetryPollInterval time.Duration
+	// MaxBatch is how many messages handled at the same time may share one
+	// transaction. Defaults to 100; 1 gives every message a transaction of
+	// its own.
+	MaxBatch int
 	// Logger defaults to slog.Default().
 	Logger *slog.Logger
 }
@@ -70,6 +74,9 @@ func (c *Config) setDefaults() {
 	def(&c.RetryPollInterval, 500*time.Millisecond)
 	if c.MaxAttempts == 0 {
 		c.MaxAttempts = 8
+	}
+	if c.MaxBatch == 0 {
+		c.MaxBatch = 100
 	}
 	if c.Logger == nil {
 		c.Logger = slog.Default()
@@ -90,6 +97,8 @@ func (c *Config) validate() error {
 		return errors.New("idempotency config: RetryBackoff must be positive and at most RetryBackoffMax")
 	case c.RetryPollInterval <= 0:
 		return errors.New("idempotency config: RetryPollInterval must be positive")
+	case c.MaxBatch < 1:
+		return errors.New("idempotency config: MaxBatch must be at least 1")
 	}
 	return nil
 }
@@ -111,6 +120,8 @@ type Consumer struct {
 
 	mu      sync.Mutex
 	handler message.HandlerFunc // the wrapped handler, for retries
+
+	batch batcher
 }
 
 // NewConsumer validates cfg.
@@ -142,13 +153,17 @@ func (o outcome) String() string {
 
 // claimSQL records the message and checks its version in one statement. The
 // upsert locks the aggregate's row for the transaction, so deliveries of one
-// aggregate serialize, and sets the new version when the message applies; a
-// rollback undoes both. An aggregate with an open dead letter applies
-// nothing: its later events queue behind it.
+// aggregate serialize, and sets the new version only when the message
+// applies: a duplicate, a gap or a held message leaves it as it was, so a
+// batch can keep the statement's effects for the messages it does not
+// apply. An aggregate with an open dead letter applies nothing: its later
+// events queue behind it.
 const claimSQL = `
 WITH seen AS (
     INSERT INTO processed_messages (message_id, consumer) SELECT $1, $2 WHERE $7
     ON CONFLICT DO NOTHING RETURNING 1
+), fresh AS (
+    SELECT (SELECT count(*) FROM seen) > 0 OR NOT $7 AS f
 ), blocked AS (
     SELECT EXISTS (
         SELECT 1 FROM dead_letters
@@ -156,18 +171,22 @@ WITH seen AS (
           AND status IN ('retrying', 'dead', 'held') AND aggregate_version < $5) AS b
 ), v AS (
     INSERT INTO consumer_aggregate_versions AS c (consumer, aggregate_type, aggregate_id, version, prev_version)
-    VALUES ($2, $3, $4, CASE WHEN NOT (SELECT b FROM blocked) AND (($6 AND $5 = 1) OR (NOT $6 AND $5 > 0)) THEN $5 ELSE 0 END, 0)
+    VALUES ($2, $3, $4, CASE WHEN (SELECT f FROM fresh) AND NOT (SELECT b FROM blocked)
+                              AND (($6 AND $5 = 1) OR (NOT $6 AND $5 > 0)) THEN $5 ELSE 0 END, 0)
     ON CONFLICT (consumer, aggregate_type, aggregate_id) DO UPDATE SET
         prev_version = c.version,
-        version = CASE WHEN NOT (SELECT b FROM blocked) AND (($6 AND $5 = c.version + 1) OR (NOT $6 AND $5 > c.version))
+        version = CASE WHEN (SELECT f FROM fresh) AND NOT (SELECT b FROM blocked)
+                            AND (($6 AND $5 = c.version + 1) OR (NOT $6 AND $5 > c.version))
                        THEN $5 ELSE c.version END,
         updated_at = now()
     RETURNING prev_version, version
 )
-SELECT (SELECT count(*) FROM seen) + CASE WHEN $7 THEN 0 ELSE 1 END, (SELECT b FROM blocked), prev_version, version FROM v`
+SELECT (SELECT f FROM fresh), (SELECT b FROM blocked), prev_version, version FROM v`
 
 // Middleware is the Watermill handler middleware. One Consumer wraps one
-// handler.
+// handler. Messages handled concurrently (a subscriber that delivers a
+// batch at once, several subscribers feeding one handler) share
+// transactions, up to MaxBatch per transaction; see the package doc.
 func (c *Consumer) Middleware(h message.HandlerFunc) message.HandlerFunc {
 	c.mu.Lock()
 	c.handler = h
@@ -180,38 +199,52 @@ func (c *Consumer) Middleware(h message.HandlerFunc) message.HandlerFunc {
 				"message_id", msg.UUID, "error", err.Error())
 			return nil, nil
 		}
-		ctx := msg.Context()
-		out, o, err := c.apply(ctx, h, msg, env, true)
-		switch {
-		case err != nil:
-			// The handler failed: park the message for a retry, so that
-			// other aggregates keep flowing, and acknowledge it.
-			status := "retrying"
-			if c.cfg.MaxAttempts <= 1 {
-				status = "dead"
-			}
-			if derr := c.park(ctx, msg, env, status, "handler failed", err.Error()); derr != nil {
-				return nil, errors.Join(err, derr) // nacked: the broker redelivers
-			}
-			c.cfg.Logger.Warn("handler failed; retry scheduled", "consumer", c.cfg.Consumer, "message_id", env.MessageID,
-				"aggregate_id", env.AggregateID, "aggregate_version", env.AggregateVersion, "error", err.Error())
-			return nil, nil
-		case o == gap:
-			// Held in the database, not in the stream: the stream keeps
-			// flowing (the predecessor may be behind this very message), and
-			// Run applies it once the predecessor is in.
-			if err := c.park(ctx, msg, env, "held", "gap", fmt.Sprintf("version %d arrived before version %d", env.AggregateVersion, env.AggregateVersion-1)); err != nil {
-				return nil, err
-			}
-			return nil, nil
-		case o == held:
-			if err := c.park(ctx, msg, env, "held", "behind an earlier event of its aggregate", ""); err != nil {
-				return nil, err
-			}
-			return nil, nil
+		if c.cfg.MaxBatch > 1 {
+			return c.batch.do(c, h, msg, env)
 		}
-		return out, nil
+		return c.handleOne(h, msg, env)
 	}
+}
+
+// handleOne runs one message in a transaction of its own.
+func (c *Consumer) handleOne(h message.HandlerFunc, msg *message.Message, env events.Envelope) ([]*message.Message, error) {
+	ctx := msg.Context()
+	out, o, err := c.apply(ctx, h, msg, env, true)
+	switch {
+	case err != nil:
+		// The handler failed: park the message for a retry, so that
+		// other aggregates keep flowing, and acknowledge it.
+		if derr := c.park(ctx, msg, env, c.failedStatus(), "handler failed", err.Error()); derr != nil {
+			return nil, errors.Join(err, derr) // nacked: the broker redelivers
+		}
+		c.cfg.Logger.Warn("handler failed; retry scheduled", "consumer", c.cfg.Consumer, "message_id", env.MessageID,
+			"aggregate_id", env.AggregateID, "aggregate_version", env.AggregateVersion, "error", err.Error())
+		return nil, nil
+	case o == gap || o == held:
+		// Held in the database, not in the stream: the stream keeps
+		// flowing (the predecessor may be behind this very message), and
+		// Run applies it once the predecessor is in.
+		reason, text := holdReason(o, env)
+		if err := c.park(ctx, msg, env, "held", reason, text); err != nil {
+			return nil, err
+		}
+		return nil, nil
+	}
+	return out, nil
+}
+
+func (c *Consumer) failedStatus() string {
+	if c.cfg.MaxAttempts <= 1 {
+		return "dead"
+	}
+	return "retrying"
+}
+
+func holdReason(o outcome, env events.Envelope) (reason, text string) {
+	if o == gap {
+		return "gap", fmt.Sprintf("version %d arrived before version %d", env.AggregateVersion, env.AggregateVersion-1)
+	}
+	return "behind an earlier event of its aggregate", ""
 }
 
 // apply runs h on msg in a transaction with the bookkeeping. fresh says
@@ -224,15 +257,14 @@ func (c *Consumer) apply(ctx context.Context, h message.HandlerFunc, msg *messag
 	)
 	err := pgx.BeginFunc(ctx, c.cfg.Pool, func(tx pgx.Tx) error {
 		var (
-			isNew        int
-			blocked      bool
-			prev, stored int64
+			isNew, blocked bool
+			prev, stored   int64
 		)
 		if err := tx.QueryRow(ctx, claimSQL, env.MessageID, c.cfg.Consumer, env.AggregateType, env.AggregateID,
 			env.AggregateVersion, c.cfg.Ordering == Strict, fresh).Scan(&isNew, &blocked, &prev, &stored); err != nil {
 			return fmt.Errorf("idempotency: record message: %w", err)
 		}
-		o = classify(isNew == 1, blocked, prev, stored, env.AggregateVersion)
+		o = classify(isNew, blocked, prev, stored, env.AggregateVersion)
 		switch o {
 		case duplicate, gap, held:
 			return errRollback
@@ -279,6 +311,13 @@ func classify(fresh, blocked bool, prev, stored, version int64) outcome {
 // processed for this consumer, in one transaction: from then on the message
 // lives in the database, not in the broker.
 func (c *Consumer) park(ctx context.Context, msg *message.Message, env events.Envelope, status, reason, errText string) error {
+	return pgx.BeginFunc(context.WithoutCancel(ctx), c.cfg.Pool, func(tx pgx.Tx) error {
+		return c.parkTx(ctx, tx, msg, env, status, reason, errText)
+	})
+}
+
+// parkTx is park inside the caller's transaction.
+func (c *Consumer) parkTx(ctx context.Context, tx pgx.Tx, msg *message.Message, env events.Envelope, status, reason, errText string) error {
 	md, err := json.Marshal(map[string]string(msg.Metadata))
 	if err != nil {
 		return err
@@ -295,20 +334,21 @@ func (c *Consumer) park(ctx context.Context, msg *message.Message, env events.En
 		t := time.Now().Add(c.cfg.GapRetryDelay)
 		next = &t
 	}
-	return pgx.BeginFunc(context.WithoutCancel(ctx), c.cfg.Pool, func(tx pgx.Tx) error {
-		if _, err := tx.Exec(ctx, `
-			INSERT INTO dead_letters (consumer, message_id, event_type, aggregate_type, aggregate_id, aggregate_version,
-			                          payload, metadata, status, reason, error, attempts, next_attempt_at)
-			VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12, $13)
-			ON CONFLICT (consumer, message_id) DO NOTHING`,
-			c.cfg.Consumer, env.MessageID, env.EventType, env.AggregateType, env.AggregateID, env.AggregateVersion,
-			[]byte(msg.Payload), md, status, reason, errText, attempts, next); err != nil {
-			return fmt.Errorf("idempotency: park message: %w", err)
-		}
-		_, err := tx.Exec(ctx, `INSERT INTO processed_messages (message_id, consumer) VALUES ($1, $2) ON CONFLICT DO NOTHING`,
-			env.MessageID, c.cfg.Consumer)
-		return err
-	})
+	ctx = context.WithoutCancel(ctx)
+	if _, err := tx.Exec(ctx, `
+		INSERT INTO dead_letters (consumer, message_id, event_type, aggregate_type, aggregate_id, aggregate_version,
+		                          payload, metadata, status, reason, error, attempts, next_attempt_at)
+		VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12, $13)
+		ON CONFLICT (consumer, message_id) DO NOTHING`,
+		c.cfg.Consumer, env.MessageID, env.EventType, env.AggregateType, env.AggregateID, env.AggregateVersion,
+		[]byte(msg.Payload), md, status, reason, errText, attempts, next); err != nil {
+		return fmt.Errorf("idempotency: park message: %w", err)
+	}
+	if _, err := tx.Exec(ctx, `INSERT INTO processed_messages (message_id, consumer) VALUES ($1, $2) ON CONFLICT DO NOTHING`,
+		env.MessageID, c.cfg.Consumer); err != nil {
+		return fmt.Errorf("idempotency: park message: %w", err)
+	}
+	return nil
 }
 
 func (c *Consumer) backoff(attempt int) time.Duration {

@@ -1,0 +1,185 @@
+package idempotency
+
+import (
+	"cmp"
+	"context"
+	"fmt"
+	"runtime/debug"
+	"slices"
+	"sync"
+
+	"github.com/ThreeDotsLabs/watermill/message"
+	"github.com/jackc/pgx/v5"
+
+	"github.com/outflow-dev/outflow/events"
+)
+
+// batcher lets messages handled at the same time share one transaction,
+// the way PostgreSQL lets concurrent commits share one WAL flush: the first
+// message to arrive while no batch of its consumer runs leads. It takes the
+// messages waiting (up to MaxBatch), runs them in one transaction and hands
+// each its result; messages arriving meanwhile wait for the next leader.
+// There is no timer and no goroutine of its own: a lone message runs at
+// once, alone, and batches grow only when messages arrive faster than
+// transactions commit, which is when they pay.
+type batcher struct {
+	mu      sync.Mutex
+	cond    *sync.Cond
+	queue   []*pending
+	running bool
+}
+
+// pending is one message waiting in a batch, and then its result.
+type pending struct {
+	msg  *message.Message
+	env  events.Envelope
+	out  []*message.Message
+	err  error
+	done bool
+}
+
+func (b *batcher) do(c *Consumer, h message.HandlerFunc, msg *message.Message, env events.Envelope) ([]*message.Message, error) {
+	p := &pending{msg: msg, env: env}
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	if b.cond == nil {
+		b.cond = sync.NewCond(&b.mu)
+	}
+	b.queue = append(b.queue, p)
+	for !p.done {
+		if b.running {
+			b.cond.Wait()
+			continue
+		}
+		n := min(len(b.queue), c.cfg.MaxBatch)
+		batch := slices.Clone(b.queue[:n])
+		b.queue = slices.Delete(b.queue, 0, n)
+		b.running = true
+		b.mu.Unlock()
+		c.runBatch(h, batch)
+		b.mu.Lock()
+		b.running = false
+		for _, q := range batch {
+			q.done = true
+		}
+		b.cond.Broadcast()
+	}
+	return p.out, p.err
+}
+
+// runBatch settles every message of batch: in one transaction when it can,
+// else each in a transaction of its own, as if it had arrived alone. It
+// never panics: the leader runs other messages' handlers, and a panic
+// escaping here would leave the batcher running forever.
+func (c *Consumer) runBatch(h message.HandlerFunc, batch []*pending) {
+	h = recovering(h)
+	if len(batch) > 1 {
+		err := c.applyBatch(h, batch)
+		if err == nil {
+			return
+		}
+		// One message failed (or the transaction did: a deadlock with
+		// another process, say). Its effects and everyone's rolled back;
+		// running them one by one parks just the failing one.
+		c.cfg.Logger.Debug("batch failed; its messages run one by one", "consumer", c.cfg.Consumer,
+			"messages", len(batch), "error", err.Error())
+	}
+	for _, p := range batch {
+		p.out, p.err = c.handleOneSafe(h, p)
+	}
+}
+
+func (c *Consumer) handleOneSafe(h message.HandlerFunc, p *pending) (out []*message.Message, err error) {
+	defer func() {
+		if r := recover(); r != nil {
+			out, err = nil, fmt.Errorf("idempotency: %v", r)
+		}
+	}()
+	return c.handleOne(h, p.msg, p.env)
+}
+
+// recovering turns a handler's panic into its error, so the message is
+// parked and retried like any failure instead of taking the batch down.
+func recovering(h message.HandlerFunc) message.HandlerFunc {
+	return func(msg *message.Message) (out []*message.Message, err error) {
+		defer func() {
+			if r := recover(); r != nil {
+				out, err = nil, fmt.Errorf("handler panicked: %v\n%s", r, debug.Stack())
+			}
+		}()
+		return h(msg)
+	}
+}
+
+// applyBatch runs batch in one transaction: every message's bookkeeping in
+// one pipelined round trip, then the handlers of the messages that apply,
+// then held messages parked, then one commit. Messages are taken in
+// aggregate and version order, so that two versions of one aggregate in the
+// batch apply in order and concurrent batches lock aggregates in the same
+// order. Any error rolls everything back and is returned; nothing has
+// happened then.
+func (c *Consumer) applyBatch(h message.HandlerFunc, batch []*pending) error {
+	slices.SortStableFunc(batch, func(a, b *pending) int {
+		return cmp.Or(cmp.Compare(a.env.AggregateType, b.env.AggregateType),
+			cmp.Compare(a.env.AggregateID, b.env.AggregateID),
+			cmp.Compare(a.env.AggregateVersion, b.env.AggregateVersion))
+	})
+	// The transaction outlives any one message's context: its commit
+	// decides for all of them.
+	ctx := context.WithoutCancel(batch[0].msg.Context())
+	outcomes := make([]outcome, len(batch))
+	err := pgx.BeginFunc(ctx, c.cfg.Pool, func(tx pgx.Tx) error {
+		var q pgx.Batch
+		for _, p := range batch {
+			q.Queue(claimSQL, p.env.MessageID, c.cfg.Consumer, p.env.AggregateType, p.env.AggregateID,
+				p.env.AggregateVersion, c.cfg.Ordering == Strict, true)
+		}
+		res := tx.SendBatch(ctx, &q)
+		for i, p := range batch {
+			var (
+				fresh, blocked bool
+				prev, stored   int64
+			)
+			if err := res.QueryRow().Scan(&fresh, &blocked, &prev, &stored); err != nil {
+				_ = res.Close()
+				return fmt.Errorf("idempotency: record batch: %w", err)
+			}
+			outcomes[i] = classify(fresh, blocked, prev, stored, p.env.AggregateVersion)
+		}
+		if err := res.Close(); err != nil {
+			return fmt.Errorf("idempotency: record batch: %w", err)
+		}
+		for i, p := range batch {
+			switch outcomes[i] {
+			case applied:
+				mctx := p.msg.Context()
+				p.msg.SetContext(context.WithValue(mctx, txKey{}, tx))
+				out, err := h(p.msg)
+				p.msg.SetContext(mctx)
+				if err != nil {
+					return fmt.Errorf("message %s: %w", p.env.MessageID, err)
+				}
+				p.out = out
+			case gap, held:
+				reason, text := holdReason(outcomes[i], p.env)
+				if err := c.parkTx(ctx, tx, p.msg, p.env, "held", reason, text); err != nil {
+					return err
+				}
+			}
+		}
+		return nil
+	})
+	if err != nil {
+		for _, p := range batch {
+			p.out = nil
+		}
+		return err
+	}
+	for i, p := range batch {
+		if o := outcomes[i]; o == duplicate || o == stale {
+			c.cfg.Logger.Debug("message skipped", "consumer", c.cfg.Consumer, "message_id", p.env.MessageID,
+				"aggregate_id", p.env.AggregateID, "aggregate_version", p.env.AggregateVersion, "outcome", o.String())
+		}
+	}
+	return nil
+}

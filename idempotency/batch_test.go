@@ -1,0 +1,240 @@
+package idempotency_test
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"math/rand/v2"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/ThreeDotsLabs/watermill/message"
+	"github.com/stretchr/testify/require"
+
+	"github.com/outflow-dev/outflow/events"
+	"github.com/outflow-dev/outflow/idempotency"
+	"github.com/outflow-dev/outflow/outflowtest"
+)
+
+// batchRig is a consumer whose handler credits balances, records the
+// transaction each message ran in, can fail for one account, and can hold
+// its first call until released, so that the messages sent meanwhile queue
+// into one batch.
+type batchRig struct {
+	*bundle
+	h        message.HandlerFunc
+	gate     chan struct{}
+	entered  chan struct{}
+	failAcct string
+	txs      map[string]int64 // message id -> transaction id
+}
+
+func newBatchRig(t *testing.T, cfg idempotency.Config) *batchRig {
+	t.Helper()
+	r := &batchRig{gate: make(chan struct{}), entered: make(chan struct{}, 1), txs: map[string]int64{}}
+	b, _ := setup(t, cfg)
+	r.bundle = b
+	r.h = b.consumer.Middleware(func(msg *message.Message) ([]*message.Message, error) {
+		env, err := events.EnvelopeFromMessage(msg)
+		if err != nil {
+			return nil, err
+		}
+		if env.AggregateID == "gate" {
+			r.entered <- struct{}{}
+			<-r.gate
+		}
+		tx, _ := idempotency.Tx(msg.Context())
+		var txid int64
+		if err := tx.QueryRow(msg.Context(), `SELECT txid_current()`).Scan(&txid); err != nil {
+			return nil, err
+		}
+		b.mu.Lock()
+		r.txs[msg.UUID] = txid
+		fail := r.failAcct == env.AggregateID
+		b.mu.Unlock()
+		if fail {
+			return nil, errors.New("this account is broken")
+		}
+		return b.handler(msg)
+	})
+	return r
+}
+
+// sendQueued delivers msgs concurrently while the gate holds the running
+// batch, so they all queue, then opens the gate: they run as one batch.
+func (r *batchRig) sendQueued(t *testing.T, msgs ...*message.Message) {
+	t.Helper()
+	var wg sync.WaitGroup
+	wg.Go(func() {
+		_, err := r.h(msgFor(t, "gate", 1))
+		require.NoError(t, err)
+	})
+	<-r.entered
+	for _, m := range msgs {
+		wg.Go(func() {
+			_, err := r.h(m)
+			require.NoError(t, err, "acknowledged")
+		})
+	}
+	outflowtest.WaitFor(t, 5*time.Second, "every message queued", func() bool { return r.consumer.Queued() == len(msgs) })
+	close(r.gate)
+	wg.Wait()
+}
+
+func (r *batchRig) transactions(ids ...string) map[int64]bool {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	txs := map[int64]bool{}
+	for _, id := range ids {
+		if tx, ok := r.txs[id]; ok {
+			txs[tx] = true
+		}
+	}
+	return txs
+}
+
+// Out of order, with duplicates, in one batch: one transaction applies each
+// version once, in order.
+func TestBatchAppliesInVersionOrderOnce(t *testing.T) {
+	t.Parallel()
+	r := newBatchRig(t, idempotency.Config{})
+	a1, a2, a3, b1 := msgFor(t, "a", 1), msgFor(t, "a", 2), msgFor(t, "a", 3), msgFor(t, "b", 1)
+	r.sendQueued(t, a3, a2.Copy(), a1, a2.Copy(), b1, a1.Copy())
+
+	total, applied := r.balance("a")
+	require.EqualValues(t, 30, total)
+	require.Equal(t, []int64{1, 2, 3}, applied)
+	total, _ = r.balance("b")
+	require.EqualValues(t, 10, total)
+	require.Len(t, r.transactions(a1.UUID, a2.UUID, a3.UUID, b1.UUID), 1, "the four messages shared one transaction")
+	r.mu.Lock()
+	require.Equal(t, 5, r.calls, "the gate and four messages: duplicates never reach the handler")
+	r.mu.Unlock()
+	require.Zero(t, r.open())
+}
+
+// One failing message in a batch: the batch rolls back and runs message by
+// message, so only the failing one is parked (its aggregate's later event
+// held behind it) and the rest apply once.
+func TestBatchFailureParksOnlyTheFailingMessage(t *testing.T) {
+	t.Parallel()
+	r := newBatchRig(t, idempotency.Config{RetryBackoff: 10 * time.Millisecond, RetryBackoffMax: 20 * time.Millisecond,
+		RetryPollInterval: 5 * time.Millisecond})
+	r.failAcct = "a"
+	r.sendQueued(t, msgFor(t, "a", 1), msgFor(t, "a", 2), msgFor(t, "b", 1), msgFor(t, "b", 2))
+
+	total, _ := r.balance("a")
+	require.Zero(t, total, "the failing aggregate applied nothing")
+	total, applied := r.balance("b")
+	require.EqualValues(t, 20, total, "the batch's rollback did not lose or double b")
+	require.Equal(t, []int64{1, 2}, applied)
+	require.Equal(t, 2, r.open(), "a v1 retrying, a v2 held behind it")
+
+	r.mu.Lock()
+	r.failAcct = ""
+	r.mu.Unlock()
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	go func() { _ = r.consumer.Run(ctx) }()
+	outflowtest.WaitFor(t, 5*time.Second, "a applied after its retry", func() bool { total, _ := r.balance("a"); return total == 20 })
+	_, applied = r.balance("a")
+	require.Equal(t, []int64{1, 2}, applied)
+}
+
+// A panicking handler in a batch is a failure of its message, not of the
+// consumer: the batcher keeps serving.
+func TestBatchSurvivesPanic(t *testing.T) {
+	t.Parallel()
+	b, _ := setup(t, idempotency.Config{MaxAttempts: 1})
+	h := b.consumer.Middleware(func(msg *message.Message) ([]*message.Message, error) {
+		env, _ := events.EnvelopeFromMessage(msg)
+		if env.AggregateID == "boom" {
+			panic("handler bug")
+		}
+		return b.handler(msg)
+	})
+	var wg sync.WaitGroup
+	for i := range 20 {
+		wg.Go(func() {
+			acct, version := fmt.Sprintf("ok-%d", i), int64(1)
+			if i%5 == 0 {
+				acct, version = "boom", int64(1+i/5)
+			}
+			_, err := h(msgFor(t, acct, version))
+			require.NoError(t, err)
+		})
+	}
+	wg.Wait()
+	for i := range 20 {
+		if i%5 != 0 {
+			total, _ := b.balance(fmt.Sprintf("ok-%d", i))
+			require.EqualValues(t, 10, total)
+		}
+	}
+	var dead int
+	require.NoError(t, b.schema.Pool.QueryRow(context.Background(),
+		`SELECT count(*) FROM dead_letters WHERE aggregate_id = 'boom' AND status = 'dead' AND error LIKE '%handler bug%'`).Scan(&dead))
+	require.Equal(t, 1, dead, "boom v1 dead with its panic; its later versions held behind it")
+}
+
+// Many concurrent deliveries, shuffled and duplicated: every aggregate ends
+// with each version applied once, in order, and transactions were shared.
+func TestBatchConcurrentShuffledDuplicated(t *testing.T) {
+	t.Parallel()
+	b, _ := setup(t, idempotency.Config{GapRetryDelay: 5 * time.Millisecond, RetryPollInterval: 5 * time.Millisecond})
+	r := &batchRig{bundle: b, txs: map[string]int64{}}
+	h := b.consumer.Middleware(func(msg *message.Message) ([]*message.Message, error) {
+		tx, _ := idempotency.Tx(msg.Context())
+		var txid int64
+		if err := tx.QueryRow(msg.Context(), `SELECT txid_current()`).Scan(&txid); err != nil {
+			return nil, err
+		}
+		b.mu.Lock()
+		r.txs[msg.UUID] = txid
+		b.mu.Unlock()
+		return b.handler(msg)
+	})
+	const aggregates, versions = 20, 10
+	var msgs []*message.Message
+	for a := range aggregates {
+		for v := int64(1); v <= versions; v++ {
+			m := msgFor(t, fmt.Sprintf("acct-%02d", a), v)
+			msgs = append(msgs, m, m.Copy())
+		}
+	}
+	rand.Shuffle(len(msgs), func(i, j int) { msgs[i], msgs[j] = msgs[j], msgs[i] })
+
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	go func() { _ = b.consumer.Run(ctx) }()
+	var wg sync.WaitGroup
+	sem := make(chan struct{}, 50)
+	for _, m := range msgs {
+		sem <- struct{}{}
+		wg.Go(func() {
+			defer func() { <-sem }()
+			_, err := h(m)
+			require.NoError(t, err)
+		})
+	}
+	wg.Wait()
+	want := make([]int64, versions)
+	for i := range want {
+		want[i] = int64(i + 1)
+	}
+	for a := range aggregates {
+		acct := fmt.Sprintf("acct-%02d", a)
+		outflowtest.WaitFor(t, 10*time.Second, acct+" applied", func() bool { total, _ := b.balance(acct); return total == 10*versions })
+		_, applied := b.balance(acct)
+		require.Equal(t, want, applied)
+	}
+	r.mu.Lock()
+	applied, txs := len(r.txs), map[int64]bool{}
+	for _, tx := range r.txs {
+		txs[tx] = true
+	}
+	r.mu.Unlock()
+	require.Equal(t, aggregates*versions, applied)
+	t.Logf("%d messages applied in %d transactions", applied, len(txs))
+}

@@ -1,0 +1,8 @@
+package idempotency
+
+// Queued reports how many messages wait for the consumer's running batch.
+func (c *Consumer) Queued() int {
+	c.batch.mu.Lock()
+	defer c.batch.mu.Unlock()
+	return len(c.batch.queue)
+}
