@@ -32,4 +32,12 @@
 // of the handler's transaction. Handlers with effects outside the database
 // (an HTTP call) must not run them inside the transaction; see the
 // NotifyMerchant handler for the pattern.
+//
+// [Retention] keeps the bookkeeping bounded: it purges processed_messages
+// rows, and resolved or discarded dead_letters rows, older than its
+// retention (15 days by default, the forwarder's retention of published
+// outbox rows), in short batched transactions. It never purges
+// consumer_aggregate_versions nor open dead letters: a redelivery older than
+// the retention is recorded as new, and its version, at or below the stored
+// one, is what still skips it as stale.
 package idempotency

@@ -12,7 +12,9 @@
 // response; a retry with the same key and the same request gets that
 // response back (with Idempotent-Replayed: true) and has no second effect.
 // Two concurrent requests with one key serialize on the key's row, so the
-// second waits for the first and then replays it.
+// second waits for the first and then replays it. [KeyExpiry] deletes keys
+// older than a TTL (24h by default, as Stripe does); a request whose key
+// has expired runs as a new one.
 //
 // Request bodies and responses are never logged: a merchant's response holds
 // its webhook secret.

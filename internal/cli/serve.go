@@ -27,6 +27,7 @@ func newServeCmd(e *env) *cobra.Command {
 	var (
 		roles           []string
 		shutdownTimeout time.Duration
+		keyTTL          time.Duration
 	)
 	cmd := &cobra.Command{
 		Use:   "serve",
@@ -46,6 +47,9 @@ func newServeCmd(e *env) *cobra.Command {
 		}
 		if shutdownTimeout <= 0 {
 			return fmt.Errorf("invalid --shutdown-timeout: must be positive")
+		}
+		if err := validateRetention("idempotency-key-ttl", keyTTL, time.Minute); err != nil {
+			return err
 		}
 		if err := fwd.validate(); err != nil {
 			return err
@@ -81,7 +85,7 @@ func newServeCmd(e *env) *cobra.Command {
 		}
 		if slices.Contains(roles, "api") {
 			runs = append(runs, func(ctx context.Context) error {
-				return serve(ctx, cfg.DatabaseURL, cfg.HTTPAddr, shutdownTimeout, reg, logger)
+				return serve(ctx, cfg.DatabaseURL, cfg.HTTPAddr, shutdownTimeout, keyTTL, reg, logger)
 			})
 		}
 		errs := make(chan error, len(runs))
@@ -96,10 +100,12 @@ func newServeCmd(e *env) *cobra.Command {
 	}
 	cmd.Flags().StringSliceVar(&roles, "roles", []string{"api"}, "roles to run in this process: "+strings.Join(knownRoles, ","))
 	cmd.Flags().DurationVar(&shutdownTimeout, "shutdown-timeout", 15*time.Second, "how long SIGTERM waits for in-flight requests")
+	cmd.Flags().DurationVar(&keyTTL, "idempotency-key-ttl", 24*time.Hour,
+		"how long the api role keeps an Idempotency-Key and its response (longer than any client retries; negative: forever)")
 	return cmd
 }
 
-func serve(ctx context.Context, dbURL, addr string, shutdownTimeout time.Duration, reg *prometheus.Registry, logger *slog.Logger) error {
+func serve(ctx context.Context, dbURL, addr string, shutdownTimeout, keyTTL time.Duration, reg *prometheus.Registry, logger *slog.Logger) error {
 	pool, err := openPool(ctx, dbURL)
 	if err != nil {
 		return err
@@ -117,6 +123,16 @@ func serve(ctx context.Context, dbURL, addr string, shutdownTimeout time.Duratio
 	api, err := httpapi.New(httpapi.Config{Service: svc, Pool: pool, Logger: logger})
 	if err != nil {
 		return err
+	}
+	expire, err := keyExpiry(pool, keyTTL, logger)
+	if err != nil {
+		return err
+	}
+	if expire != nil {
+		ectx, stop := context.WithCancel(ctx)
+		expired := make(chan struct{})
+		go func() { defer close(expired); _ = expire(ectx) }()
+		defer func() { stop(); <-expired }() // before pool.Close()
 	}
 
 	mux := http.NewServeMux()

@@ -27,6 +27,7 @@ type workerOptions struct {
 	retryBackoff     time.Duration
 	retryBackoffMax  time.Duration
 	gapTimeout       time.Duration
+	retention        time.Duration
 }
 
 func addWorkerFlags(fs *pflag.FlagSet, sharedStreamPartitions bool) *workerOptions {
@@ -39,6 +40,8 @@ func addWorkerFlags(fs *pflag.FlagSet, sharedStreamPartitions bool) *workerOptio
 	fs.DurationVar(&o.retryBackoff, "handler-retry-backoff", time.Second, "first retry delay of a failing message (doubles, with jitter)")
 	fs.DurationVar(&o.retryBackoffMax, "handler-retry-backoff-max", 5*time.Minute, "largest retry delay of a failing message")
 	fs.DurationVar(&o.gapTimeout, "gap-timeout", 5*time.Minute, "how long an event waits for its predecessor before it is parked")
+	fs.DurationVar(&o.retention, "processed-retention", 15*24*time.Hour,
+		"how long processed_messages and resolved dead letters are kept (above the longest redelivery window; negative: forever)")
 	return o
 }
 
@@ -55,7 +58,7 @@ func (o *workerOptions) validate() error {
 	case o.gapTimeout < time.Second:
 		return errors.New("invalid --gap-timeout: must be at least 1s")
 	}
-	return nil
+	return validateRetention("processed-retention", o.retention, time.Hour)
 }
 
 // buildWorker returns a function that runs the reference consumers until
@@ -87,11 +90,21 @@ func buildWorker(ctx context.Context, dbURL, redisURL string, o *workerOptions, 
 		}
 	}
 	sender := handlers.NewSender(pool, handlers.NotifyConfig{Logger: logger})
+	purge, err := consumerRetention(pool, o.retention, logger)
+	if err != nil {
+		pool.Close()
+		return nil, err
+	}
 	return func(ctx context.Context) error {
 		defer pool.Close()
 		sctx, stop := context.WithCancel(ctx)
 		sent := make(chan struct{})
 		go func() { defer close(sent); _ = sender.Run(sctx) }()
+		if purge != nil {
+			purged := make(chan struct{})
+			go func() { defer close(purged); _ = purge(sctx) }()
+			defer func() { <-purged }() // after stop(), before pool.Close()
+		}
 		err := w.Run(ctx)
 		stop()
 		<-sent
