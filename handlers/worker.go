@@ -11,7 +11,6 @@ import (
 	"time"
 
 	"github.com/ThreeDotsLabs/watermill"
-	"github.com/ThreeDotsLabs/watermill-redisstream/pkg/redisstream"
 	"github.com/ThreeDotsLabs/watermill/message"
 	"github.com/ThreeDotsLabs/watermill/message/router/middleware"
 	"github.com/google/uuid"
@@ -59,8 +58,14 @@ type WorkerConfig struct {
 	// messages are redelivered after it. Keep it above the slowest
 	// handler. Defaults to 30s.
 	ClaimIdle time.Duration
+	// BatchSize is how many stream entries one read takes and hands to the
+	// handler at once; the idempotency middleware shares one transaction
+	// among the messages it handles together (up to
+	// Idempotency.MaxBatch). Defaults to 100.
+	BatchSize int
 	// Idempotency is the base configuration of every handler's consumer
-	// (retries, gaps); Pool, Consumer and Ordering are set per handler.
+	// (retries, gaps, MaxBatch); Pool, Consumer and Ordering are set per
+	// handler.
 	Idempotency idempotency.Config
 	// InstanceID names this process in the consumer groups. Defaults to a
 	// random id.
@@ -90,6 +95,12 @@ func NewWorker(cfg WorkerConfig) (*Worker, error) {
 	}
 	if cfg.ClaimIdle == 0 {
 		cfg.ClaimIdle = 30 * time.Second
+	}
+	if cfg.BatchSize == 0 {
+		cfg.BatchSize = 100
+	}
+	if cfg.BatchSize < 1 {
+		return nil, errors.New("worker config: BatchSize must be at least 1")
 	}
 	if cfg.InstanceID == "" {
 		host, _ := os.Hostname()
@@ -144,27 +155,26 @@ func (w *Worker) Run(ctx context.Context) error {
 		}
 		consumers = append(consumers, consumer)
 		fn := consumer.Middleware(w.handlerFunc(h))
+		// One client per handler, its pool sized for one blocking read per
+		// stream plus the acks.
+		client, err := redisstreams.NewClient(ctx, w.cfg.RedisURL)
+		if err != nil {
+			return err
+		}
+		clients = append(clients, client)
+		sub, err := redisstreams.NewSubscriber(redisstreams.SubscriberConfig{
+			Client:          client,
+			ConsumerGroup:   h.Name,
+			Consumer:        w.cfg.InstanceID,
+			BatchSize:       w.cfg.BatchSize,
+			ClaimIdle:       w.cfg.ClaimIdle,
+			NackResendSleep: 100 * time.Millisecond,
+			Logger:          logger,
+		})
+		if err != nil {
+			return err
+		}
 		for _, stream := range redisstreams.TopicStreams(w.cfg.StreamPrefix, h.Topic, w.cfg.StreamPartitions) {
-			// Each subscriber has a client of its own: closing a subscriber
-			// closes its client.
-			client, err := redisstreams.NewClient(ctx, w.cfg.RedisURL)
-			if err != nil {
-				return err
-			}
-			clients = append(clients, client)
-			sub, err := redisstream.NewSubscriber(redisstream.SubscriberConfig{
-				Client:                        client,
-				Consumer:                      w.cfg.InstanceID,
-				ConsumerGroup:                 h.Name,
-				OldestId:                      "0",
-				MaxIdleTime:                   w.cfg.ClaimIdle,
-				ClaimInterval:                 max(w.cfg.ClaimIdle/4, 100*time.Millisecond),
-				NackResendSleep:               100 * time.Millisecond,
-				DisableIndefiniteInitialBlock: true,
-			}, logger)
-			if err != nil {
-				return err
-			}
 			router.AddConsumerHandler(h.Name+"@"+stream, stream, sub, func(msg *message.Message) error {
 				_, err := fn(msg)
 				return err

@@ -28,6 +28,7 @@ type workerOptions struct {
 	retryBackoffMax  time.Duration
 	gapTimeout       time.Duration
 	retention        time.Duration
+	batchSize        int
 }
 
 func addWorkerFlags(fs *pflag.FlagSet, sharedStreamPartitions bool) *workerOptions {
@@ -36,6 +37,7 @@ func addWorkerFlags(fs *pflag.FlagSet, sharedStreamPartitions bool) *workerOptio
 		fs.IntVar(&o.streamPartitions, "stream-partitions", 1, "Redis streams per topic (the forwarder's value)")
 	}
 	fs.DurationVar(&o.claimIdle, "claim-idle", 30*time.Second, "a message unacknowledged this long is claimed by another worker (keep above the slowest handler)")
+	fs.IntVar(&o.batchSize, "consumer-batch-size", 100, "stream entries read at once; messages handled together share one transaction (1: one transaction per message)")
 	fs.IntVar(&o.maxAttempts, "handler-max-attempts", 8, "attempts before a failing message is dead-lettered")
 	fs.DurationVar(&o.retryBackoff, "handler-retry-backoff", time.Second, "first retry delay of a failing message (doubles, with jitter)")
 	fs.DurationVar(&o.retryBackoffMax, "handler-retry-backoff-max", 5*time.Minute, "largest retry delay of a failing message")
@@ -51,6 +53,8 @@ func (o *workerOptions) validate() error {
 		return errors.New("invalid --stream-partitions: must be between 1 and 1024")
 	case o.claimIdle < time.Second:
 		return errors.New("invalid --claim-idle: must be at least 1s")
+	case o.batchSize < 1 || o.batchSize > 10000:
+		return errors.New("invalid --consumer-batch-size: must be between 1 and 10000")
 	case o.maxAttempts < 1:
 		return errors.New("invalid --handler-max-attempts: must be at least 1")
 	case o.retryBackoff <= 0 || o.retryBackoffMax < o.retryBackoff:
@@ -75,7 +79,8 @@ func buildWorker(ctx context.Context, dbURL, redisURL string, o *workerOptions, 
 	}
 	w, err := handlers.NewWorker(handlers.WorkerConfig{
 		Pool: pool, RedisURL: redisURL, Registry: reg, StreamPartitions: o.streamPartitions, ClaimIdle: o.claimIdle,
-		Idempotency: idempotency.Config{MaxAttempts: o.maxAttempts, RetryBackoff: o.retryBackoff,
+		BatchSize: o.batchSize,
+		Idempotency: idempotency.Config{MaxBatch: o.batchSize, MaxAttempts: o.maxAttempts, RetryBackoff: o.retryBackoff,
 			RetryBackoffMax: o.retryBackoffMax, GapTimeout: o.gapTimeout},
 		Logger: logger,
 	})
