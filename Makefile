@@ -17,8 +17,8 @@ services-up: ## Start PostgreSQL and Redis if nothing answers at DATABASE_URL / 
 services-down: ## Stop the services that services-up started
 	@scripts/services.sh down
 
-demo: ## The main job: services, migrate, serve, drive payments, report the outbox
-	@scripts/demo.sh
+demo: ## The main job: services, migrate, serve, drive payments, verify, report (CHAOS=1: with crashes)
+	@CHAOS='$(CHAOS)' scripts/demo.sh
 
 test: services-up lint ## Every test, with the race detector, against real services
 	$(GO) test -race -count=1 -timeout 15m $(PKGS)

@@ -36,6 +36,7 @@ func newDemoCmd(e *env) *cobra.Command {
 	cmd.Flags().IntVar(&cfg.Payments, "payments", 300, "how many payments to create")
 	cmd.Flags().IntVar(&cfg.Concurrency, "concurrency", 8, "concurrent API clients")
 	cmd.Flags().BoolVar(&cfg.Consumers, "consumers", true, "wait for the workers and verify their effects (analytics, webhooks)")
-	cmd.Flags().DurationVar(&cfg.ForwardTimeout, "forward-timeout", 30*time.Second, "how long to wait for the forwarder to publish the run's events (0: do not wait)")
+	cmd.Flags().Float64Var(&cfg.Rate, "rate", 0, "payments started per second (0: as fast as the API answers)")
+	cmd.Flags().DurationVar(&cfg.ForwardTimeout, "forward-timeout", 30*time.Second, "how long to wait for the run's events to be forwarded and handled (0: do not wait)")
 	return cmd
 }

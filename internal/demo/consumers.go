@@ -60,69 +60,144 @@ func (r *receiver) counts() (ids, deliveries, bad int) {
 	return len(r.ids), deliveries, r.bad
 }
 
+// compare returns how many of want the merchant has not received, and how
+// many ids it received that are not in want.
+func (r *receiver) compare(want map[string]bool) (missing, unexpected int) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	for id := range want {
+		if r.ids[id] == 0 {
+			missing++
+		}
+	}
+	for id := range r.ids {
+		if !want[id] {
+			unexpected++
+		}
+	}
+	return missing, unexpected
+}
+
 func (r *receiver) close() { _ = r.srv.Close() }
 
-// verifyConsumers waits for the workers and checks their effects: the
-// analytics projection equals the sums of the API's payments, and the
-// merchant received exactly the paid and refunded events' ids.
-func verifyConsumers(ctx context.Context, cfg Config, c *client, merchantID string, since time.Time, rcv *receiver) error {
+// verifyConsumers waits for the workers and checks their effects: both
+// consumers processed every event of the run, the analytics projection
+// equals the sums of the API's payments, and the merchant received exactly
+// the paid and refunded events' ids (a delivery twice is allowed and
+// counted: webhooks are at-least-once).
+func verifyConsumers(ctx context.Context, cfg Config, c *client, merchantID string, since, deadline time.Time, rcv *receiver) error {
 	out := cfg.Out
-	rows, err := cfg.Pool.Query(ctx, `
-		SELECT currency, count(*) FILTER (WHERE status <> 'pending' AND status <> 'canceled'),
-		       coalesce(sum(amount) FILTER (WHERE status <> 'pending' AND status <> 'canceled'), 0)::bigint,
-		       coalesce(sum(refunded_amount), 0)::bigint
-		FROM payments WHERE merchant_id = $1 GROUP BY currency ORDER BY currency`, merchantID)
+	want, err := apiSums(ctx, cfg, merchantID)
 	if err != nil {
 		return err
 	}
-	var want []app.CurrencyStats
+	webhookIDs := make(map[string]bool)
+	rows, err := cfg.Pool.Query(ctx, `SELECT message_id::text FROM outbox WHERE created_at >= $1
+		AND event_type IN ('payment.paid', 'payment.refunded')`, since)
+	if err != nil {
+		return fmt.Errorf("read the run's webhook events: %w", err)
+	}
 	for rows.Next() {
-		var s app.CurrencyStats
-		if err := rows.Scan(&s.Currency, &s.PaidCount, &s.PaidAmount, &s.RefundedAmount); err != nil {
-			return err
+		var id string
+		if err := rows.Scan(&id); err != nil {
+			return fmt.Errorf("read the run's webhook events: %w", err)
 		}
-		want = append(want, s)
+		webhookIDs[id] = true
 	}
 	if err := rows.Err(); err != nil {
-		return err
-	}
-	var events int
-	if err := cfg.Pool.QueryRow(ctx, `SELECT count(*) FROM outbox WHERE created_at >= $1
-		AND event_type IN ('payment.paid', 'payment.refunded')`, since).Scan(&events); err != nil {
-		return err
+		return fmt.Errorf("read the run's webhook events: %w", err)
 	}
 
-	deadline := time.Now().Add(cfg.ForwardTimeout)
-	var got app.MerchantStats
+	var (
+		got                 app.MerchantStats
+		pc                  counts
+		missing, unexpected int
+	)
 	for {
 		got = app.MerchantStats{}
 		if err := c.get(ctx, "/v1/merchants/"+merchantID+"/stats", &got); err != nil {
 			return err
 		}
-		ids, _, _ := rcv.counts()
-		if slices.Equal(got.ByCurrency, want) && ids == events {
+		if pc, err = readCounts(ctx, cfg, since); err != nil {
+			return err
+		}
+		missing, unexpected = rcv.compare(webhookIDs)
+		// The projection only ever grows: above the API's sums it stays
+		// above, so an effect applied twice fails now, not at the deadline.
+		if exceeds(got.ByCurrency, want) {
+			fmt.Fprintf(out, "  analytics: %+v\n  expected:  %+v\n", got.ByCurrency, want)
+			return fmt.Errorf("the analytics projection exceeds the API's payments: an effect was applied twice")
+		}
+		if unexpected > 0 {
+			return fmt.Errorf("the merchant received %d webhook ids that are no paid or refunded event of this run", unexpected)
+		}
+		if slices.Equal(got.ByCurrency, want) && missing == 0 && pc.analytics == pc.written && pc.notify == pc.written {
 			break
 		}
 		if time.Now().After(deadline) {
 			fmt.Fprintf(out, "consumers: not caught up after %s (is a worker running? `outflow worker`)\n", cfg.ForwardTimeout)
-			fmt.Fprintf(out, "  analytics: %+v\n  expected:  %+v\n  webhooks: %d ids of %d events\n", got.ByCurrency, want, ids, events)
+			fmt.Fprintf(out, "  analytics: %+v\n  expected:  %+v\n", got.ByCurrency, want)
+			fmt.Fprintf(out, "  processed: sync-analytics %d, notify-merchant %d of %d events; webhooks: %d of %d ids missing\n",
+				pc.analytics, pc.notify, pc.written, missing, len(webhookIDs))
 			return fmt.Errorf("consumers did not catch up")
 		}
 		time.Sleep(100 * time.Millisecond)
 	}
 	ids, deliveries, bad := rcv.counts()
 	fmt.Fprintln(out, "\nconsumers:")
+	fmt.Fprintf(out, "  processed once each: sync-analytics %d, notify-merchant %d, of %d events\n", pc.analytics, pc.notify, pc.written)
 	for _, s := range got.ByCurrency {
 		fmt.Fprintf(out, "  sync-analytics  %s: paid %d payments, %d paid, %d refunded (equal to the API's payments)\n",
 			s.Currency, s.PaidCount, s.PaidAmount, s.RefundedAmount)
 	}
 	fmt.Fprintf(out, "  notify-merchant: %d webhook ids received for %d paid/refunded events, %d deliveries (%d duplicates), %d bad signatures\n",
-		ids, events, deliveries, deliveries-ids, bad)
+		ids, len(webhookIDs), deliveries, deliveries-ids, bad)
 	if bad > 0 {
 		return fmt.Errorf("%d webhooks failed signature verification", bad)
 	}
 	fmt.Fprintln(out, "OK: every event delivered; each handler's effect exactly once.")
 	return nil
+}
+
+// apiSums is what the analytics projection must show for the merchant: the
+// sums of its payments, per currency, as the API's own tables hold them.
+func apiSums(ctx context.Context, cfg Config, merchantID string) ([]app.CurrencyStats, error) {
+	rows, err := cfg.Pool.Query(ctx, `
+		SELECT currency, count(*) FILTER (WHERE status <> 'pending' AND status <> 'canceled'),
+		       coalesce(sum(amount) FILTER (WHERE status <> 'pending' AND status <> 'canceled'), 0)::bigint,
+		       coalesce(sum(refunded_amount), 0)::bigint
+		FROM payments WHERE merchant_id = $1 GROUP BY currency ORDER BY currency`, merchantID)
+	if err != nil {
+		return nil, fmt.Errorf("sum the API's payments: %w", err)
+	}
+	var want []app.CurrencyStats
+	for rows.Next() {
+		var s app.CurrencyStats
+		if err := rows.Scan(&s.Currency, &s.PaidCount, &s.PaidAmount, &s.RefundedAmount); err != nil {
+			return nil, fmt.Errorf("sum the API's payments: %w", err)
+		}
+		want = append(want, s)
+	}
+	if err := rows.Err(); err != nil {
+		return nil, fmt.Errorf("sum the API's payments: %w", err)
+	}
+	return want, nil
+}
+
+// exceeds reports whether any currency of got is above want, or absent from
+// want: more than the payments add up to.
+func exceeds(got, want []app.CurrencyStats) bool {
+	for _, g := range got {
+		i := slices.IndexFunc(want, func(w app.CurrencyStats) bool { return w.Currency == g.Currency })
+		if i < 0 {
+			return true
+		}
+		w := want[i]
+		if g.PaidCount > w.PaidCount || g.PaidAmount > w.PaidAmount || g.RefundedAmount > w.RefundedAmount {
+			return true
+		}
+	}
+	return false
 }
 
 func (c *client) get(ctx context.Context, path string, out any) error {

@@ -35,6 +35,10 @@ type Config struct {
 	ForwardTimeout time.Duration
 	// Consumers waits for the workers and verifies their effects.
 	Consumers bool
+	// Rate paces the load at this many payments per second, so that it
+	// lasts long enough for something to happen during it (the chaos
+	// demo kills processes mid-run). Zero drives as fast as the API goes.
+	Rate float64
 }
 
 // Run drives the API and prints the report. It returns an error when the
@@ -49,7 +53,7 @@ func Run(ctx context.Context, cfg Config) error {
 	if cfg.Concurrency <= 0 {
 		cfg.Concurrency = 8
 	}
-	c := &client{base: cfg.APIURL, http: &http.Client{Timeout: 10 * time.Second}}
+	c := &client{base: cfg.APIURL, http: &http.Client{Timeout: 10 * time.Second}, times: &requestTimes{}}
 
 	var since time.Time
 	if err := cfg.Pool.QueryRow(ctx, `SELECT now()`).Scan(&since); err != nil {
@@ -85,6 +89,12 @@ func Run(ctx context.Context, cfg Config) error {
 		firstErr error
 		errOnce  sync.Once
 	)
+	var pace <-chan time.Time // nil: unpaced
+	if cfg.Rate > 0 {
+		t := time.NewTicker(time.Duration(float64(time.Second) / cfg.Rate))
+		defer t.Stop()
+		pace = t.C
+	}
 	currencies := []string{"EUR", "USD", "BRL", "GBP"}
 	for range cfg.Concurrency {
 		wg.Go(func() {
@@ -92,6 +102,13 @@ func Run(ctx context.Context, cfg Config) error {
 				i := int(next.Add(1))
 				if i > cfg.Payments || ctx.Err() != nil {
 					return
+				}
+				if pace != nil {
+					select {
+					case <-pace:
+					case <-ctx.Done():
+						return
+					}
 				}
 				n, err := onePayment(ctx, c, merchant.ID, currencies[i%len(currencies)], i)
 				acked.Add(int64(n))
@@ -106,14 +123,26 @@ func Run(ctx context.Context, cfg Config) error {
 		})
 	}
 	wg.Wait()
-	stopProgress()
 	elapsed := time.Since(start)
 	if firstErr != nil {
+		stopProgress()
 		return fmt.Errorf("%d payments failed; first: %w", failures.Load(), firstErr)
 	}
 	fmt.Fprintf(cfg.Out, "drove %d payments (%d events) in %s: %.0f commands/s\n",
 		cfg.Payments, acked.Load(), elapsed.Round(time.Millisecond), float64(acked.Load())/elapsed.Seconds())
-	return report(ctx, cfg, since, acked.Load(), merchant.ID, c, rcv)
+	// One deadline for every wait below. The progress line keeps running
+	// while the pipeline drains (after a chaos run that can take a while),
+	// and stops before the report so the two do not interleave.
+	deadline := time.Now().Add(cfg.ForwardTimeout)
+	if err := waitDrained(ctx, cfg, since, deadline, rcv); err != nil {
+		stopProgress()
+		return err
+	}
+	stopProgress()
+	if err := report(ctx, cfg, since, deadline, acked.Load(), merchant.ID, c, rcv); err != nil {
+		return err
+	}
+	return reportLatency(ctx, cfg, since, c.times)
 }
 
 // onePayment creates a payment and moves it through a random path. It
@@ -158,7 +187,7 @@ func onePayment(ctx context.Context, c *client, merchantID, currency string, i i
 	return n, nil
 }
 
-func report(ctx context.Context, cfg Config, since time.Time, acked int64, merchantID string, c *client, rcv *receiver) error {
+func report(ctx context.Context, cfg Config, since, deadline time.Time, acked int64, merchantID string, c *client, rcv *receiver) error {
 	out := cfg.Out
 	rows, err := cfg.Pool.Query(ctx, `
 		SELECT event_type, count(*) FROM outbox WHERE created_at >= $1 GROUP BY event_type ORDER BY event_type`, since)
@@ -208,19 +237,18 @@ func report(ctx context.Context, cfg Config, since time.Time, acked int64, merch
 		return fmt.Errorf("outbox holds %d events for %d acknowledged, %d payments with broken versions", total, acked, broken)
 	}
 	fmt.Fprintln(out, "\nOK: every acknowledged command left exactly one event, versions gapless.")
-	if err := waitForwarded(ctx, cfg, since, total); err != nil {
+	if err := waitForwarded(ctx, cfg, since, deadline, total); err != nil {
 		return err
 	}
 	if !cfg.Consumers {
 		return nil
 	}
-	return verifyConsumers(ctx, cfg, c, merchantID, since, rcv)
+	return verifyConsumers(ctx, cfg, c, merchantID, since, deadline, rcv)
 }
 
 // waitForwarded waits for the forwarder to publish this run's rows, when
 // one runs, and reports how long the last ones took.
-func waitForwarded(ctx context.Context, cfg Config, since time.Time, total int64) error {
-	deadline := time.Now().Add(cfg.ForwardTimeout)
+func waitForwarded(ctx context.Context, cfg Config, since, deadline time.Time, total int64) error {
 	for {
 		var pending, parked int64
 		var lagMs float64
@@ -245,8 +273,9 @@ func waitForwarded(ctx context.Context, cfg Config, since time.Time, total int64
 }
 
 type client struct {
-	base string
-	http *http.Client
+	base  string
+	http  *http.Client
+	times *requestTimes // every POST's duration, for the latency report
 }
 
 func (c *client) post(ctx context.Context, path string, body, out any) error {
@@ -270,12 +299,14 @@ func (c *client) postKey(ctx context.Context, path string, body, out any, key st
 	if key != "" {
 		req.Header.Set("Idempotency-Key", key)
 	}
+	began := time.Now()
 	resp, err := c.http.Do(req)
 	if err != nil {
 		return fmt.Errorf("POST %s: %w", path, err)
 	}
 	defer resp.Body.Close()
 	data, err := io.ReadAll(resp.Body)
+	c.times.add(time.Since(began))
 	if err != nil {
 		return fmt.Errorf("POST %s: read response: %w", path, err)
 	}

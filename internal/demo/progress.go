@@ -7,6 +7,35 @@ import (
 	"time"
 )
 
+// counts is how far this run's events have gone through the pipeline.
+type counts struct {
+	written, forwarded, parked int64
+	analytics, notify          int64 // processed by sync-analytics, notify-merchant
+	webhooks                   int64 // paid and refunded events: one webhook each
+	lag                        time.Duration
+}
+
+func readCounts(ctx context.Context, cfg Config, since time.Time) (counts, error) {
+	var c counts
+	var lag float64
+	// Only this run's messages count, joined on the consumers' primary key.
+	err := cfg.Pool.QueryRow(ctx, `
+		WITH run AS (SELECT message_id, event_type, created_at, published_at, parked_at FROM outbox WHERE created_at >= $1)
+		SELECT count(*), count(published_at), count(parked_at),
+		       (SELECT count(*) FROM run JOIN processed_messages p USING (message_id) WHERE p.consumer = 'sync-analytics'),
+		       (SELECT count(*) FROM run JOIN processed_messages p USING (message_id) WHERE p.consumer = 'notify-merchant'),
+		       count(*) FILTER (WHERE event_type IN ('payment.paid', 'payment.refunded')),
+		       -- now() is this statement's start, which can precede the
+		       -- created_at of a row committed while it began: clamp at 0.
+		       greatest(coalesce(extract(epoch FROM now() - min(created_at) FILTER (WHERE published_at IS NULL)), 0), 0)::float8
+		FROM run`, since).Scan(&c.written, &c.forwarded, &c.parked, &c.analytics, &c.notify, &c.webhooks, &lag)
+	if err != nil {
+		return c, fmt.Errorf("read pipeline progress: %w", err)
+	}
+	c.lag = time.Duration(lag * float64(time.Second))
+	return c, nil
+}
+
 // progress prints, every second, what this run has written to the outbox,
 // what the forwarder published, what the SyncAnalytics consumer handled and
 // the age of the oldest pending row. The returned function stops it.
@@ -22,20 +51,40 @@ func progress(ctx context.Context, cfg Config, since time.Time) func() {
 				return
 			case <-t.C:
 			}
-			var written, forwarded, handled int64
-			var lag float64
-			err := cfg.Pool.QueryRow(pctx, `
-				SELECT count(*), count(published_at),
-				       (SELECT count(*) FROM processed_messages WHERE consumer = 'sync-analytics' AND processed_at >= $1),
-				       coalesce(extract(epoch FROM now() - min(created_at) FILTER (WHERE published_at IS NULL)), 0)::float8
-				FROM outbox WHERE created_at >= $1`, since).Scan(&written, &forwarded, &handled, &lag)
+			c, err := readCounts(pctx, cfg, since)
 			if err != nil {
 				continue // the report at the end says what matters
 			}
 			fmt.Fprintf(cfg.Out, "  written %6d   forwarded %6d   handled (sync-analytics) %6d   lag %5.0f ms\n",
-				written, forwarded, handled, lag*1000)
+				c.written, c.forwarded, c.analytics, float64(c.lag)/float64(time.Millisecond))
 		}
 	})
 	var once sync.Once
 	return func() { once.Do(func() { cancel(); wg.Wait() }) }
+}
+
+// waitDrained waits until the deadline for every event of the run to be
+// forwarded and, with Consumers, handled by both consumers and received as a
+// webhook. It does not judge: the report checks what arrived, and how.
+func waitDrained(ctx context.Context, cfg Config, since, deadline time.Time, rcv *receiver) error {
+	for time.Now().Before(deadline) {
+		c, err := readCounts(ctx, cfg, since)
+		if err != nil {
+			return err
+		}
+		ids, _, _ := rcv.counts()
+		done := c.forwarded+c.parked == c.written
+		if cfg.Consumers {
+			done = done && c.analytics == c.written && c.notify == c.written && int64(ids) >= c.webhooks
+		}
+		if done {
+			return nil
+		}
+		select {
+		case <-ctx.Done():
+			return ctx.Err()
+		case <-time.After(200 * time.Millisecond):
+		}
+	}
+	return nil
 }

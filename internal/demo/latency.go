@@ -1,0 +1,111 @@
+package demo
+
+import (
+	"context"
+	"fmt"
+	"io"
+	"slices"
+	"sync"
+	"time"
+)
+
+// requestTimes collects the client-side duration of every API command the
+// load sends: what a caller of the API waits, network and retries included.
+type requestTimes struct {
+	mu sync.Mutex
+	d  []time.Duration
+}
+
+func (r *requestTimes) add(d time.Duration) {
+	r.mu.Lock()
+	r.d = append(r.d, d)
+	r.mu.Unlock()
+}
+
+// percentiles returns the nearest-rank percentiles qs (0..1) and the max.
+func (r *requestTimes) percentiles(qs ...float64) (ps []time.Duration, maxd time.Duration, n int) {
+	r.mu.Lock()
+	d := slices.Clone(r.d)
+	r.mu.Unlock()
+	if len(d) == 0 {
+		return make([]time.Duration, len(qs)), 0, 0
+	}
+	slices.Sort(d)
+	for _, q := range qs {
+		i := int(q*float64(len(d))+0.5) - 1
+		ps = append(ps, d[min(max(i, 0), len(d)-1)])
+	}
+	return ps, d[len(d)-1], len(d)
+}
+
+// pipelineLatencies measures each stage from the outbox row's created_at
+// (the command's transaction start) to the moment the row reached it, on
+// the database's clock at both ends, so no clock skew enters.
+// processed_at is the consumer's first processing: a redelivery finds
+// its row and leaves it alone, so duplicates do not flatter the figures.
+const pipelineLatencies = `
+	WITH run AS (SELECT message_id, created_at, published_at FROM outbox WHERE created_at >= $1),
+	stage AS (
+		SELECT 'outbox row -> on the broker' AS name, 1 AS ord,
+		       extract(epoch FROM published_at - created_at) * 1000 AS ms
+		FROM run WHERE published_at IS NOT NULL
+		UNION ALL
+		SELECT 'outbox row -> sync-analytics applied', 2,
+		       extract(epoch FROM p.processed_at - run.created_at) * 1000
+		FROM run JOIN processed_messages p ON p.message_id = run.message_id AND p.consumer = 'sync-analytics'
+		UNION ALL
+		SELECT 'outbox row -> webhook delivered', 3,
+		       extract(epoch FROM w.delivered_at - run.created_at) * 1000
+		FROM run JOIN webhook_deliveries w ON w.message_id = run.message_id AND w.delivered_at IS NOT NULL)
+	SELECT name, count(*), percentile_cont(ARRAY[0.5, 0.95, 0.99]) WITHIN GROUP (ORDER BY ms)::float8[], max(ms)::float8
+	FROM stage GROUP BY name, ord ORDER BY ord`
+
+// reportLatency prints the percentiles of the API's commands, measured by
+// the client, and of each pipeline stage, measured by the database.
+func reportLatency(ctx context.Context, cfg Config, since time.Time, rt *requestTimes) error {
+	out := cfg.Out
+	fmt.Fprintf(out, "\nlatency\n  %-37s %9s %9s %9s %9s %8s\n", "", "p50", "p95", "p99", "max", "samples")
+	ps, maxd, n := rt.percentiles(0.5, 0.95, 0.99)
+	printLatency(out, "API command (client-side)", ms(ps[0]), ms(ps[1]), ms(ps[2]), ms(maxd), n)
+	rows, err := cfg.Pool.Query(ctx, pipelineLatencies, since)
+	if err != nil {
+		return fmt.Errorf("read pipeline latencies: %w", err)
+	}
+	defer rows.Close()
+	for rows.Next() {
+		var (
+			name  string
+			n     int
+			p     []float64
+			maxMs float64
+		)
+		if err := rows.Scan(&name, &n, &p, &maxMs); err != nil {
+			return fmt.Errorf("read pipeline latencies: %w", err)
+		}
+		printLatency(out, name, p[0], p[1], p[2], maxMs, n)
+	}
+	if err := rows.Err(); err != nil {
+		return fmt.Errorf("read pipeline latencies: %w", err)
+	}
+	fmt.Fprintln(out, "  (stages from the outbox row's created_at, the command's transaction start, on the database clock)")
+	return nil
+}
+
+func printLatency(out io.Writer, name string, p50, p95, p99, maxMs float64, n int) {
+	fmt.Fprintf(out, "  %-37s %9s %9s %9s %9s %8d\n", name, fmtMs(p50), fmtMs(p95), fmtMs(p99), fmtMs(maxMs), n)
+}
+
+// fmtMs prints milliseconds to three significant figures, in seconds from
+// one second up: a chaos run's tail is seconds, a quiet run's milliseconds.
+func fmtMs(v float64) string {
+	switch {
+	case v >= 1000:
+		return fmt.Sprintf("%.2f s", v/1000)
+	case v >= 100:
+		return fmt.Sprintf("%.0f ms", v)
+	default:
+		return fmt.Sprintf("%.1f ms", v)
+	}
+}
+
+func ms(d time.Duration) float64 { return float64(d) / float64(time.Millisecond) }
