@@ -10,6 +10,7 @@ import (
 	"github.com/outflow-dev/outflow/app"
 	"github.com/outflow-dev/outflow/events"
 	"github.com/outflow-dev/outflow/events/payment"
+	"github.com/outflow-dev/outflow/idempotency"
 )
 
 // SyncAnalytics keeps the per-merchant projection merchant_stats_daily:
@@ -36,7 +37,9 @@ func SyncAnalytics() Handler {
 			default:
 				return errors.New("sync-analytics: unexpected payload")
 			}
-			_, err := tx.Exec(ctx, `
+			// A blind, commutative upsert: queued, it travels with the
+			// batch's other queued statements in one round trip.
+			return idempotency.QueueExec(ctx, `
 				INSERT INTO merchant_stats_daily (merchant_id, currency, day, paid_count, paid_amount, refunded_amount)
 				VALUES ($1, $2, $3::date, $4, $5, $6)
 				ON CONFLICT (merchant_id, currency, day) DO UPDATE SET
@@ -44,7 +47,6 @@ func SyncAnalytics() Handler {
 					paid_amount = merchant_stats_daily.paid_amount + excluded.paid_amount,
 					refunded_amount = merchant_stats_daily.refunded_amount + excluded.refunded_amount`,
 				merchant, currency, day.UTC(), paidN, paid, refund)
-			return err
 		},
 	}
 }

@@ -238,3 +238,41 @@ func TestBatchConcurrentShuffledDuplicated(t *testing.T) {
 	require.Equal(t, aggregates*versions, applied)
 	t.Logf("%d messages applied in %d transactions", applied, len(txs))
 }
+
+// Queued statements commit with the message or not at all: one that fails
+// fails its message, which is parked like any failure, and other messages
+// of the batch keep their effects.
+func TestQueuedStatementsCommitWithTheirMessage(t *testing.T) {
+	t.Parallel()
+	b, _ := setup(t, idempotency.Config{MaxAttempts: 1})
+	require.Error(t, idempotency.QueueExec(context.Background(), `SELECT 1`), "outside a handled message")
+	h := b.consumer.Middleware(func(msg *message.Message) ([]*message.Message, error) {
+		env, _ := events.EnvelopeFromMessage(msg)
+		total := 10
+		if env.AggregateID == "bad" {
+			total = -1 // breaks the CHECK below when the queue is sent
+		}
+		return nil, idempotency.QueueExec(msg.Context(), `
+			INSERT INTO balances (account, total, applied) VALUES ($1, $2, ARRAY[$3::bigint])
+			ON CONFLICT (account) DO UPDATE SET total = balances.total + excluded.total, applied = balances.applied || $3::bigint`,
+			env.AggregateID, total, env.AggregateVersion)
+	})
+	_, err := b.schema.Pool.Exec(context.Background(), `ALTER TABLE balances ADD CHECK (total >= 0)`)
+	require.NoError(t, err)
+	var wg sync.WaitGroup
+	for _, acct := range []string{"a", "bad", "c", "d"} {
+		wg.Go(func() {
+			_, err := h(msgFor(t, acct, 1))
+			require.NoError(t, err)
+		})
+	}
+	wg.Wait()
+	for _, acct := range []string{"a", "c", "d"} {
+		total, applied := b.balance(acct)
+		require.EqualValues(t, 10, total, acct)
+		require.Equal(t, []int64{1}, applied)
+	}
+	total, _ := b.balance("bad")
+	require.Zero(t, total)
+	require.Equal(t, 1, b.open(), "the failing message is dead-lettered")
+}

@@ -50,8 +50,9 @@ type Config struct {
 	// attempt, with jitter, up to RetryBackoffMax. Defaults to 1s and 5m.
 	RetryBackoff    time.Duration
 	RetryBackoffMax time.Duration
-	// RetryPollInterval is how often Run looks for retries that are due.
-	// Defaults to 500ms.
+	// RetryPollInterval is how often Run looks for retries that are due,
+	// and so how long a held message may wait once its predecessor is in.
+	// Defaults to 100ms.
 	RetryPollInterval time.Duration
 	// MaxBatch is how many messages handled at the same time may share one
 	// transaction. Defaults to 100; 1 gives every message a transaction of
@@ -71,7 +72,7 @@ func (c *Config) setDefaults() {
 	def(&c.GapTimeout, 5*time.Minute)
 	def(&c.RetryBackoff, time.Second)
 	def(&c.RetryBackoffMax, 5*time.Minute)
-	def(&c.RetryPollInterval, 500*time.Millisecond)
+	def(&c.RetryPollInterval, 100*time.Millisecond)
 	if c.MaxAttempts == 0 {
 		c.MaxAttempts = 8
 	}
@@ -104,6 +105,40 @@ func (c *Config) validate() error {
 }
 
 type txKey struct{}
+
+type queueKey struct{}
+
+// QueueExec queues a statement into the transaction of the message being
+// handled, to be sent with every other queued statement of the transaction
+// in one round trip, just before the commit. It is for blind writes (an
+// upsert of a counter, an insert) whose results the handler does not read:
+// in a shared transaction, the statements run after every handler of the
+// batch has returned. An error from one of them fails the transaction like
+// a handler error. It returns an error when ctx is not a handled message's.
+func QueueExec(ctx context.Context, sql string, args ...any) error {
+	q, ok := ctx.Value(queueKey{}).(*pgx.Batch)
+	if !ok {
+		return errors.New("idempotency: QueueExec outside a handled message")
+	}
+	q.Queue(sql, args...)
+	return nil
+}
+
+// withTx gives a handler's message context its transaction and queue.
+func withTx(ctx context.Context, tx pgx.Tx, q *pgx.Batch) context.Context {
+	return context.WithValue(context.WithValue(ctx, txKey{}, tx), queueKey{}, q)
+}
+
+// sendQueued sends what the handlers queued.
+func sendQueued(ctx context.Context, tx pgx.Tx, q *pgx.Batch) error {
+	if q.Len() == 0 {
+		return nil
+	}
+	if err := tx.SendBatch(ctx, q).Close(); err != nil {
+		return fmt.Errorf("idempotency: queued statements: %w", err)
+	}
+	return nil
+}
 
 // Tx returns the transaction the consumer opened for the message being
 // handled. Write the handler's effects in it: they commit with the
@@ -271,11 +306,14 @@ func (c *Consumer) apply(ctx context.Context, h message.HandlerFunc, msg *messag
 		case stale:
 			return nil // keep the processed row: a stale message is done
 		}
-		msg.SetContext(context.WithValue(ctx, txKey{}, tx))
+		var q pgx.Batch
+		msg.SetContext(withTx(ctx, tx, &q))
 		defer msg.SetContext(ctx)
 		var err error
-		out, err = h(msg)
-		return err
+		if out, err = h(msg); err != nil {
+			return err
+		}
+		return sendQueued(ctx, tx, &q)
 	})
 	if errors.Is(err, errRollback) {
 		err = nil

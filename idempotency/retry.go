@@ -27,12 +27,18 @@ func (c *Consumer) Run(ctx context.Context) error {
 }
 
 // dueSQL picks, per aggregate, its lowest open row when it may run: a
-// retrying row whose time has come, or a held row with nothing earlier open.
+// retrying row whose time has come, or a held row with nothing earlier open
+// whose time has come or whose predecessor has just been applied (a gap that
+// closed need not wait for its next try).
 const dueSQL = `
 SELECT d.id, d.message_id::text, d.payload, d.metadata::text, d.status, d.attempts, d.created_at
 FROM dead_letters d
 WHERE d.consumer = $1 AND d.status IN ('retrying', 'held')
-  AND (d.next_attempt_at IS NULL OR d.next_attempt_at <= now())
+  AND (d.next_attempt_at IS NULL OR d.next_attempt_at <= now()
+       OR (d.status = 'held' AND EXISTS (
+           SELECT 1 FROM consumer_aggregate_versions c
+           WHERE c.consumer = d.consumer AND c.aggregate_type = d.aggregate_type AND c.aggregate_id = d.aggregate_id
+             AND c.version = d.aggregate_version - 1)))
   AND NOT EXISTS (
       SELECT 1 FROM dead_letters e
       WHERE e.consumer = d.consumer AND e.aggregate_type = d.aggregate_type AND e.aggregate_id = d.aggregate_id

@@ -3,6 +3,7 @@
 //
 //	outflow-bench pay [-ops 6000] [-slices 20] [-clients 1,4,16]
 //	outflow-bench forward [-backlog 100000] [-rate 1000] [-duration 10s] [-published 1000000] [-only throughput,latency,claim]
+//	outflow-bench pipeline [-backlog 60000] [-rate 3000] [-duration 20s] [-producers 16] [-per-tx 1] [-consumer-batch 100] [-only drain,steady]
 //
 // The database is BENCH_DATABASE_URL, defaulting to the test database.
 package main
@@ -35,7 +36,7 @@ func main() {
 
 func run(ctx context.Context, args []string) error {
 	if len(args) == 0 {
-		return fmt.Errorf("usage: outflow-bench pay|forward [flags]")
+		return fmt.Errorf("usage: outflow-bench pay|forward|pipeline [flags]")
 	}
 	dbURL := os.Getenv("BENCH_DATABASE_URL")
 	if dbURL == "" {
@@ -70,11 +71,7 @@ func run(ctx context.Context, args []string) error {
 		if err := fs.Parse(args[1:]); err != nil {
 			return err
 		}
-		redisURL := os.Getenv("REDIS_URL")
-		if redisURL == "" {
-			redisURL = "redis://127.0.0.1:6379/0"
-		}
-		opts, err := redis.ParseURL(redisURL)
+		opts, err := redis.ParseURL(redisURL())
 		if err != nil {
 			return fmt.Errorf("REDIS_URL: %w", err)
 		}
@@ -82,9 +79,33 @@ func run(ctx context.Context, args []string) error {
 		defer rdb.Close()
 		return bench.Forward(ctx, bench.ForwardConfig{DatabaseURL: dbURL, Redis: rdb, Backlog: *backlog, Rate: *rate,
 			Duration: *dur, Published: *published, Only: splitNonEmpty(*only), Out: os.Stdout})
+	case "pipeline":
+		fs := flag.NewFlagSet("pipeline", flag.ContinueOnError)
+		backlog := fs.Int("backlog", 60_000, "events each drain variant moves end to end")
+		rate := fs.Int("rate", 3000, "events per second offered in the steady run")
+		dur := fs.Duration("duration", 20*time.Second, "length of the steady run")
+		producers := fs.Int("producers", 16, "goroutines committing the steady run's events")
+		only := fs.String("only", "", "comma-separated parts to run: drain, steady (default both)")
+		consumerBatch := fs.Int("consumer-batch", 100, "the steady worker's read and shared-transaction size")
+		perTx := fs.Int("per-tx", 1, "events of distinct payments per producer transaction in the steady run")
+		if err := fs.Parse(args[1:]); err != nil {
+			return err
+		}
+		if *backlog < 1 || *rate < 1 || *dur <= 0 || *producers < 1 {
+			return fmt.Errorf("invalid -backlog, -rate, -duration or -producers: must be positive")
+		}
+		return bench.Pipeline(ctx, bench.PipelineConfig{DatabaseURL: dbURL, RedisURL: redisURL(), Backlog: *backlog,
+			Rate: *rate, Duration: *dur, Producers: *producers, PerTx: *perTx, ConsumerBatch: *consumerBatch, Only: splitNonEmpty(*only), Out: os.Stdout})
 	default:
-		return fmt.Errorf("unknown benchmark %q (known: pay, forward)", args[0])
+		return fmt.Errorf("unknown benchmark %q (known: pay, forward, pipeline)", args[0])
 	}
+}
+
+func redisURL() string {
+	if u := os.Getenv("REDIS_URL"); u != "" {
+		return u
+	}
+	return "redis://127.0.0.1:6379/0"
 }
 
 func parseInts(s string) ([]int, error) {

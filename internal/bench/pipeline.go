@@ -1,0 +1,453 @@
+package bench
+
+import (
+	"context"
+	"fmt"
+	"io"
+	"slices"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/ThreeDotsLabs/watermill"
+	"github.com/ThreeDotsLabs/watermill/message"
+	"github.com/google/uuid"
+	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgxpool"
+
+	"github.com/outflow-dev/outflow/events"
+	"github.com/outflow-dev/outflow/events/outbox"
+	"github.com/outflow-dev/outflow/events/payment"
+	"github.com/outflow-dev/outflow/forwarder"
+	"github.com/outflow-dev/outflow/forwarder/redisstreams"
+	"github.com/outflow-dev/outflow/handlers"
+	"github.com/outflow-dev/outflow/idempotency"
+)
+
+// PipelineConfig configures [Pipeline].
+type PipelineConfig struct {
+	DatabaseURL string
+	RedisURL    string
+	// Backlog is how many events each drain variant moves.
+	Backlog int
+	// Rate and Duration shape the steady run: events per second offered,
+	// one per transaction, for Duration.
+	Rate     int
+	Duration time.Duration
+	// Producers is how many goroutines commit the steady run's events.
+	Producers int
+	// ConsumerBatch is the steady worker's read and shared-transaction
+	// size. Defaults to the worker's default (100).
+	ConsumerBatch int
+	// PerTx is how many events (of distinct payments) one producer
+	// transaction commits. Defaults to 1.
+	PerTx int
+	// Only lists the parts to run: drain, steady. Empty runs both.
+	Only []string
+	Out  io.Writer
+}
+
+// Pipeline measures the whole pipeline without the HTTP API: payment events
+// in the outbox, the forwarder, Redis Streams, and SyncAnalytics behind the
+// idempotency middleware, everything on this machine at once.
+//
+// Drain: the same backlog of payment events (created, paid, a fifth
+// refunded; versions in order per payment) is moved end to end by three
+// consumers, back to back: SyncAnalytics's effect as a plain Watermill
+// handler with a transaction per message (no deduplication, no order: the
+// baseline), behind the middleware with a transaction per message, and
+// behind the middleware with shared transactions (the default).
+//
+// Steady: producers commit events at Rate for Duration while the forwarder
+// and the default worker run; it reports the rate consumed, the lag left
+// when the producers stop, and commit-to-handled latency.
+func Pipeline(ctx context.Context, cfg PipelineConfig) error {
+	out := cfg.Out
+	fmt.Fprintf(out, "pipeline: outbox -> forwarder -> Redis Streams -> SyncAnalytics, %d events per drain\n\n", cfg.Backlog)
+	variants := []struct {
+		name         string
+		plain        bool
+		read, shared int
+	}{
+		{"plain handler, one message at a time, 1 tx each (baseline)", true, 1, 1},
+		{"middleware, one message at a time, 1 tx each", false, 1, 1},
+		{"plain handler, 100 in flight, 1 tx each", true, 100, 1},
+		{"middleware, 100 in flight, shared transactions (default)", false, 100, 100},
+	}
+	runs := func(part string) bool { return len(cfg.Only) == 0 || slices.Contains(cfg.Only, part) }
+	if !runs("drain") {
+		variants = nil
+	}
+	rates := make([]float64, len(variants))
+	for i, v := range variants {
+		r, err := drain(ctx, cfg, v.plain, v.read, v.shared)
+		if err != nil {
+			return fmt.Errorf("drain (%s): %w", v.name, err)
+		}
+		rates[i] = r
+	}
+	if len(variants) > 0 {
+		fmt.Fprintf(out, "| consumer | events/s end to end | vs baseline |\n| --- | ---: | ---: |\n")
+		for i, v := range variants {
+			fmt.Fprintf(out, "| %s | %.0f | %.2fx |\n", v.name, rates[i], rates[i]/rates[0])
+		}
+		fmt.Fprintln(out)
+	}
+	if !runs("steady") {
+		return nil
+	}
+
+	s, err := steady(ctx, cfg)
+	if err != nil {
+		return fmt.Errorf("steady run: %w", err)
+	}
+	fmt.Fprintf(out, "steady: offered %d events/s for %s (%d producers, %d events per transaction): committed %.0f/s, handled %.0f/s;\n"+
+		"  lag when the producers stopped: %d events, all handled %.2fs later; commit-to-handled latency p50 %.1f ms, p99 %.1f ms, max %.1f ms\n\n",
+		cfg.Rate, cfg.Duration, cfg.Producers, max(cfg.PerTx, 1), s.committedRate, s.handledRate, s.lagAtStop, s.catchUp.Seconds(), s.p50, s.p99, s.max)
+	return nil
+}
+
+// seedPayments writes n payment events: payments of three or two events
+// (created, paid, and refunded for one in five), in version order, for 50
+// merchants.
+func seedPayments(ctx context.Context, pool *pgxpool.Pool, topic string, n int) error {
+	_, err := pool.Exec(ctx, `
+		WITH p AS (
+			SELECT g, gen_random_uuid()::text AS id, 'merchant-' || (g % 50) AS merchant, 1000 + (g % 9000) AS amount
+			FROM generate_series(1, $2::int) g
+		), e AS (
+			SELECT p.*, v FROM p CROSS JOIN LATERAL generate_series(1, CASE WHEN p.g % 5 = 0 THEN 3 ELSE 2 END) v
+		)
+		INSERT INTO outbox (message_id, topic, aggregate_type, aggregate_id, aggregate_version, event_type, payload, occurred_at)
+		SELECT gen_random_uuid(), $1, 'payment', id, v,
+		       (ARRAY['payment.created', 'payment.paid', 'payment.refunded'])[v],
+		       jsonb_build_object('payment_id', id, 'merchant_id', merchant, 'amount', amount, 'currency', 'EUR',
+		                          'status', 'x', 'created_at', now(), 'paid_at', now(), 'refunded_at', now(),
+		                          'refunded_amount', amount, 'payment_amount', amount),
+		       now()
+		FROM (SELECT * FROM e ORDER BY g, v LIMIT $3) e`, topic, n/2+1, n)
+	if err != nil {
+		return fmt.Errorf("seed outbox: %w", err)
+	}
+	_, err = pool.Exec(ctx, `VACUUM ANALYZE outbox`)
+	return err
+}
+
+// drain moves a seeded backlog through forwarder and consumer and returns
+// events per second, from the start of both to the last event handled.
+func drain(ctx context.Context, cfg PipelineConfig, plain bool, read, shared int) (float64, error) {
+	pool, dropSchema, err := Schema(ctx, cfg.DatabaseURL, 16)
+	if err != nil {
+		return 0, err
+	}
+	defer dropSchema()
+	topic := "bench." + uuid.NewString()[:8]
+	rdb, err := redisstreams.NewClient(ctx, cfg.RedisURL)
+	if err != nil {
+		return 0, err
+	}
+	defer rdb.Close()
+	defer rdb.Del(context.WithoutCancel(ctx), topic)
+	if err := seedPayments(ctx, pool, topic, cfg.Backlog); err != nil {
+		return 0, err
+	}
+	rctx, cancel := context.WithCancel(ctx)
+	defer cancel()
+	var wg sync.WaitGroup
+	defer wg.Wait()
+	defer cancel()
+
+	broker, err := redisstreams.New(redisstreams.Config{Client: rdb})
+	if err != nil {
+		return 0, err
+	}
+	f, err := forwarder.New(forwarder.Config{Pool: pool, Broker: broker, Logger: quietLogger()})
+	if err != nil {
+		return 0, err
+	}
+	reg := events.NewRegistry()
+	if err := payment.Register(reg); err != nil {
+		return 0, err
+	}
+	var handled func(context.Context) (int, error)
+	start := time.Now()
+	wg.Go(func() { _ = f.Run(rctx) })
+	if plain {
+		var n atomic.Int64
+		run, err := plainConsumer(rctx, cfg.RedisURL, pool, reg, topic, read, &n)
+		if err != nil {
+			return 0, err
+		}
+		wg.Go(func() { _ = run() })
+		handled = func(context.Context) (int, error) { return int(n.Load()), nil }
+	} else {
+		w, err := handlers.NewWorker(handlers.WorkerConfig{Pool: pool, RedisURL: cfg.RedisURL, Registry: reg,
+			BatchSize: read, Idempotency: idempotency.Config{MaxBatch: shared}, Logger: quietLogger()})
+		if err != nil {
+			return 0, err
+		}
+		h := handlers.SyncAnalytics()
+		h.Topic = topic
+		if err := w.Add(h); err != nil {
+			return 0, err
+		}
+		wg.Go(func() { _ = w.Run(rctx) })
+		handled = func(ctx context.Context) (int, error) { return countHandled(ctx, pool) }
+	}
+	deadline := time.Now().Add(10 * time.Minute)
+	for {
+		n, err := handled(ctx)
+		if err != nil {
+			return 0, err
+		}
+		if n >= cfg.Backlog {
+			break
+		}
+		if time.Now().After(deadline) {
+			return 0, fmt.Errorf("only %d of %d events handled in 10 minutes", n, cfg.Backlog)
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+	rate := float64(cfg.Backlog) / time.Since(start).Seconds()
+	if err := checkProjection(ctx, pool, cfg.Backlog); err != nil {
+		return 0, err
+	}
+	var held int
+	if err := pool.QueryRow(ctx, `SELECT count(*) FROM dead_letters`).Scan(&held); err != nil {
+		return 0, err
+	}
+	if held > 0 {
+		fmt.Fprintf(cfg.Out, "  (%d events arrived before their predecessor and were held, then applied)\n", held)
+	}
+	return rate, nil
+}
+
+// countHandled counts the messages the consumer is done with: recorded as
+// processed and not waiting in dead_letters (a message held for its
+// predecessor has its processed row already).
+func countHandled(ctx context.Context, pool *pgxpool.Pool) (int, error) {
+	var n int
+	err := pool.QueryRow(ctx, `SELECT (SELECT count(*) FROM processed_messages)
+		- (SELECT count(*) FROM dead_letters WHERE status IN ('retrying', 'dead', 'held'))`).Scan(&n)
+	return n, err
+}
+
+// checkProjection fails the run unless the projection counted every paid
+// event exactly once: a benchmark of a consumer that loses or doubles
+// effects would measure nothing.
+func checkProjection(ctx context.Context, pool *pgxpool.Pool, n int) error {
+	var want, got int64
+	if err := pool.QueryRow(ctx, `SELECT count(*) FROM outbox WHERE event_type = 'payment.paid'`).Scan(&want); err != nil {
+		return err
+	}
+	if err := pool.QueryRow(ctx, `SELECT coalesce(sum(paid_count), 0) FROM merchant_stats_daily`).Scan(&got); err != nil {
+		return err
+	}
+	if got != want {
+		return fmt.Errorf("projection counted %d paid events, the outbox holds %d", got, want)
+	}
+	return nil
+}
+
+// plainConsumer is the baseline: SyncAnalytics's effect as a plain
+// Watermill handler (one autocommitted upsert per paid or refunded event;
+// nothing for the others), on the same subscriber, with neither
+// deduplication nor version order.
+func plainConsumer(ctx context.Context, redisURL string, pool *pgxpool.Pool, reg *events.Registry, topic string, read int, n *atomic.Int64) (func() error, error) {
+	client, err := redisstreams.NewClient(ctx, redisURL)
+	if err != nil {
+		return nil, err
+	}
+	sub, err := redisstreams.NewSubscriber(redisstreams.SubscriberConfig{Client: client, ConsumerGroup: "plain", Consumer: "bench", BatchSize: read})
+	if err != nil {
+		client.Close()
+		return nil, err
+	}
+	router, err := message.NewRouter(message.RouterConfig{}, watermill.NopLogger{})
+	if err != nil {
+		client.Close()
+		return nil, err
+	}
+	router.AddConsumerHandler("plain", topic, sub, func(msg *message.Message) error {
+		defer n.Add(1)
+		t := msg.Metadata.Get(events.EventTypeKey)
+		if t != payment.PaidType && t != payment.RefundedType {
+			return nil
+		}
+		ev, err := reg.DecodeMessage(msg)
+		if err != nil {
+			return err
+		}
+		var (
+			merchant, currency  string
+			day                 time.Time
+			paidN, paid, refund int64
+		)
+		switch p := ev.Payload.(type) {
+		case payment.Paid:
+			merchant, currency, day, paidN, paid = p.MerchantID, p.Currency, p.PaidAt, 1, p.Amount
+		case payment.Refunded:
+			merchant, currency, day, refund = p.MerchantID, p.Currency, p.RefundedAt, p.Amount
+		}
+		// SyncAnalytics's statement, sent on its own.
+		_, err = pool.Exec(msg.Context(), `
+			INSERT INTO merchant_stats_daily (merchant_id, currency, day, paid_count, paid_amount, refunded_amount)
+			VALUES ($1, $2, $3::date, $4, $5, $6)
+			ON CONFLICT (merchant_id, currency, day) DO UPDATE SET
+				paid_count = merchant_stats_daily.paid_count + excluded.paid_count,
+				paid_amount = merchant_stats_daily.paid_amount + excluded.paid_amount,
+				refunded_amount = merchant_stats_daily.refunded_amount + excluded.refunded_amount`,
+			merchant, currency, day.UTC(), paidN, paid, refund)
+		return err
+	})
+	return func() error {
+		defer client.Close()
+		return router.Run(ctx)
+	}, nil
+}
+
+type steadyResult struct {
+	committedRate, handledRate float64
+	lagAtStop                  int
+	catchUp                    time.Duration
+	p50, p99, max              float64
+}
+
+// steady offers Rate events per second, one per transaction, through the
+// outbox writer while the forwarder and the default worker run.
+func steady(ctx context.Context, cfg PipelineConfig) (steadyResult, error) {
+	pool, dropSchema, err := Schema(ctx, cfg.DatabaseURL, int32(cfg.Producers+12))
+	if err != nil {
+		return steadyResult{}, err
+	}
+	defer dropSchema()
+	topic := "bench." + uuid.NewString()[:8]
+	rdb, err := redisstreams.NewClient(ctx, cfg.RedisURL)
+	if err != nil {
+		return steadyResult{}, err
+	}
+	defer rdb.Close()
+	defer rdb.Del(context.WithoutCancel(ctx), topic)
+
+	rctx, cancel := context.WithCancel(ctx)
+	var wg sync.WaitGroup
+	defer wg.Wait()
+	defer cancel()
+	broker, err := redisstreams.New(redisstreams.Config{Client: rdb})
+	if err != nil {
+		return steadyResult{}, err
+	}
+	f, err := forwarder.New(forwarder.Config{Pool: pool, Broker: broker, Logger: quietLogger()})
+	if err != nil {
+		return steadyResult{}, err
+	}
+	reg := events.NewRegistry()
+	if err := payment.Register(reg); err != nil {
+		return steadyResult{}, err
+	}
+	w, err := handlers.NewWorker(handlers.WorkerConfig{Pool: pool, RedisURL: cfg.RedisURL, Registry: reg, Logger: quietLogger(),
+		BatchSize: cfg.ConsumerBatch, Idempotency: idempotency.Config{MaxBatch: cfg.ConsumerBatch}})
+	if err != nil {
+		return steadyResult{}, err
+	}
+	h := handlers.SyncAnalytics()
+	h.Topic = topic
+	if err := w.Add(h); err != nil {
+		return steadyResult{}, err
+	}
+	writer, err := outbox.NewWriter(outbox.Config{Routes: outbox.Routes{"*": topic}})
+	if err != nil {
+		return steadyResult{}, err
+	}
+	wg.Go(func() { _ = f.Run(rctx) })
+	wg.Go(func() { _ = w.Run(rctx) })
+	time.Sleep(time.Second) // leases taken, consumer group created
+
+	perTx := max(cfg.PerTx, 1)
+	total := int(cfg.Duration.Seconds()*float64(cfg.Rate)) / perTx * perTx
+	jobs := make(chan int, cfg.Rate)
+	var (
+		pwg     sync.WaitGroup
+		prodErr atomic.Value
+		ok      atomic.Int64
+	)
+	for range cfg.Producers {
+		pwg.Go(func() {
+			for first := range jobs {
+				evs := make([]events.Event, 0, perTx)
+				for i := first; i < first+perTx; i++ {
+					// Event i: a group of perTx payments at one version;
+					// the next group is the same payments' next version.
+					// Created, paid, and refunded for every payment.
+					pay := (i/(3*perTx))*perTx + i%perTx
+					v := int64((i/perTx)%3 + 1)
+					ev, err := events.New(ctx, events.Aggregate{Type: payment.AggregateType, ID: fmt.Sprintf("pay-%d", pay), Version: v},
+						benchPayment(pay, v))
+					if err != nil {
+						prodErr.Store(err)
+						continue
+					}
+					evs = append(evs, ev)
+				}
+				err := pgx.BeginFunc(ctx, pool, func(tx pgx.Tx) error { return writer.PublishTx(ctx, tx, evs...) })
+				if err != nil {
+					prodErr.Store(err)
+					continue
+				}
+				ok.Add(int64(len(evs)))
+			}
+		})
+	}
+	// Groups go to the channel in order and are taken by whichever producer
+	// is free, so a payment's events may commit out of order: the
+	// consumer's version order is part of what runs.
+	start := time.Now()
+	tick := time.NewTicker(time.Second * time.Duration(perTx) / time.Duration(cfg.Rate))
+	for i := 0; i < total; i += perTx {
+		<-tick.C
+		jobs <- i
+	}
+	tick.Stop()
+	close(jobs)
+	pwg.Wait()
+	produced := time.Since(start)
+	if e, ok := prodErr.Load().(error); ok {
+		return steadyResult{}, fmt.Errorf("produce: %w", e)
+	}
+	count := func() int {
+		n, _ := countHandled(ctx, pool)
+		return n
+	}
+	n := int(ok.Load())
+	res := steadyResult{committedRate: float64(n) / produced.Seconds(), lagAtStop: n - count()}
+	stopped := time.Now()
+	for count() < n {
+		if time.Since(stopped) > 5*time.Minute {
+			return steadyResult{}, fmt.Errorf("the consumer did not catch up")
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+	res.catchUp = time.Since(stopped)
+	res.handledRate = float64(n) / time.Since(start).Seconds()
+	// processed_at is the consumer transaction's start (now()), created_at
+	// the producer's: one clock, the database's.
+	err = pool.QueryRow(ctx, `
+		SELECT percentile_cont(0.5) WITHIN GROUP (ORDER BY d), percentile_cont(0.99) WITHIN GROUP (ORDER BY d), max(d)
+		FROM (SELECT extract(epoch FROM p.processed_at - o.created_at) * 1000 AS d
+		      FROM outbox o JOIN processed_messages p ON p.message_id = o.message_id) x`).Scan(&res.p50, &res.p99, &res.max)
+	return res, err
+}
+
+func benchPayment(pay int, v int64) events.Payload {
+	now := time.Now()
+	id, merchant := fmt.Sprintf("pay-%d", pay), fmt.Sprintf("merchant-%d", pay%50)
+	switch v {
+	case 1:
+		return payment.Created{PaymentID: id, MerchantID: merchant, Amount: 1000, Currency: "EUR", Status: "pending", CreatedAt: now}
+	case 2:
+		return payment.Paid{PaymentID: id, MerchantID: merchant, Amount: 1000, Currency: "EUR", PaidAt: now}
+	default:
+		return payment.Refunded{PaymentID: id, MerchantID: merchant, Amount: 1000, RefundedAmount: 1000, PaymentAmount: 1000,
+			Currency: "EUR", Status: "refunded", RefundedAt: now}
+	}
+}
