@@ -15,6 +15,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/outflow-dev/outflow/app"
+	"github.com/outflow-dev/outflow/brokers"
 	"github.com/outflow-dev/outflow/events"
 	"github.com/outflow-dev/outflow/events/outbox"
 	"github.com/outflow-dev/outflow/events/payment"
@@ -41,10 +42,37 @@ func (d *duplicatingBroker) Publish(ctx context.Context, msgs []forwarder.Outgoi
 }
 
 type pipeline struct {
-	schema *outflowtest.Schema
-	rdb    *redis.Client
-	prefix string
-	svc    *app.Service
+	schema  *outflowtest.Schema
+	rdb     *redis.Client
+	prefix  string
+	svc     *app.Service
+	backend brokers.Backend // nil: Redis at the test URL, streams under prefix
+}
+
+// backends opens each backend the end-to-end suite runs on, isolated per
+// test (own stream or subject prefix, deleted afterwards).
+var backends = []struct {
+	kind brokers.Kind
+	open func(t *testing.T) brokers.Backend
+}{
+	{brokers.Redis, func(t *testing.T) brokers.Backend {
+		prefix := outflowtest.UniqueName(t, outflowtest.Redis(t)) + ":"
+		return openBackend(t, brokers.Config{Kind: brokers.Redis, Partitions: 2,
+			Redis: brokers.RedisConfig{URL: outflowtest.RedisURL(), StreamPrefix: prefix}})
+	}},
+	{brokers.NATS, func(t *testing.T) brokers.Backend {
+		return openBackend(t, brokers.Config{Kind: brokers.NATS, Partitions: 2,
+			NATS: brokers.NATSConfig{URL: outflowtest.NATSURL(), StreamPrefix: outflowtest.NATSPrefix(t)}})
+	}},
+}
+
+func openBackend(t *testing.T, cfg brokers.Config) brokers.Backend {
+	t.Helper()
+	cfg.Logger = quiet
+	b, err := brokers.Open(context.Background(), cfg)
+	require.NoError(t, err)
+	t.Cleanup(func() { b.Close() })
+	return b
 }
 
 func newPipeline(t *testing.T) *pipeline {
@@ -60,8 +88,14 @@ func newPipeline(t *testing.T) *pipeline {
 
 func (p *pipeline) runForwarder(t *testing.T, dupBatches int32) {
 	t.Helper()
-	b, err := redisstreams.New(redisstreams.Config{Client: p.rdb, StreamPrefix: p.prefix, Partitions: 2})
-	require.NoError(t, err)
+	var b forwarder.Broker
+	if p.backend != nil {
+		b = p.backend.Broker()
+	} else {
+		rb, err := redisstreams.New(redisstreams.Config{Client: p.rdb, StreamPrefix: p.prefix, Partitions: 2})
+		require.NoError(t, err)
+		b = rb
+	}
 	db := &duplicatingBroker{Broker: b}
 	db.left.Store(dupBatches)
 	f, err := forwarder.New(forwarder.Config{Pool: p.schema.Pool, Broker: db, PollInterval: 50 * time.Millisecond, BatchSize: 20, Logger: quiet})
@@ -74,7 +108,7 @@ func (p *pipeline) worker(t *testing.T, claimIdle time.Duration, extra ...handle
 	reg := events.NewRegistry()
 	require.NoError(t, payment.Register(reg))
 	w, err := handlers.NewWorker(handlers.WorkerConfig{
-		Pool: p.schema.Pool, RedisURL: outflowtest.RedisURL(), Registry: reg,
+		Pool: p.schema.Pool, RedisURL: outflowtest.RedisURL(), Broker: p.backend, Registry: reg,
 		StreamPartitions: 2, StreamPrefix: p.prefix, ClaimIdle: claimIdle, Logger: quiet,
 	})
 	require.NoError(t, err)
@@ -134,11 +168,22 @@ func (p *pipeline) stats(t *testing.T, merchantID string) app.CurrencyStats {
 	return st.ByCurrency[0]
 }
 
-// Outbox -> forwarder (publishing some batches twice) -> Redis -> worker:
-// every event delivered, each one's effect exactly once.
+// Outbox -> forwarder (publishing some batches twice) -> broker -> a
+// worker killed mid-run and another: every event delivered, each one's
+// effect exactly once, on every backend.
 func TestPipelineExactlyOnceDespiteDuplicates(t *testing.T) {
 	t.Parallel()
-	p := newPipeline(t)
+	for _, b := range backends {
+		t.Run(string(b.kind), func(t *testing.T) {
+			t.Parallel()
+			p := newPipeline(t)
+			p.backend = b.open(t)
+			exactlyOnce(t, p)
+		})
+	}
+}
+
+func exactlyOnce(t *testing.T, p *pipeline) {
 	m, err := p.svc.CreateMerchant(context.Background(), app.NewMerchant{Name: "Shop", WebhookURL: "https://shop.example/h"})
 	require.NoError(t, err)
 
@@ -150,13 +195,32 @@ func TestPipelineExactlyOnceDespiteDuplicates(t *testing.T) {
 		mu.Unlock()
 		return nil
 	}}
+	var events int
+	countEvents := func() int {
+		require.NoError(t, p.schema.Pool.QueryRow(context.Background(), `SELECT count(*) FROM outbox`).Scan(&events))
+		return events
+	}
 	want := p.drive(t, m.ID, 60)
 	p.runForwarder(t, 3)
-	run(t, p.worker(t, 30*time.Second, counter).Run)
+
+	// The first worker stops (as a crash would, from the broker's view:
+	// whatever it held unacknowledged goes to the next) once it has handled
+	// some of the events; a second one finishes.
+	first := p.worker(t, time.Second, counter)
+	ctx, stop := context.WithCancel(context.Background())
+	firstDone := make(chan error, 1)
+	go func() { firstDone <- first.Run(ctx) }()
+	outflowtest.WaitFor(t, 30*time.Second, "the first worker to handle some events", func() bool {
+		var n int
+		require.NoError(t, p.schema.Pool.QueryRow(context.Background(), `SELECT count(*) FROM processed_messages WHERE consumer = 'sync-analytics'`).Scan(&n))
+		return n > 0
+	})
+	stop()
+	require.NoError(t, <-firstDone)
+	run(t, p.worker(t, time.Second, counter).Run)
 
 	outflowtest.WaitFor(t, 30*time.Second, "the projection to match the payments", func() bool { return p.stats(t, m.ID) == want })
-	var events int
-	require.NoError(t, p.schema.Pool.QueryRow(context.Background(), `SELECT count(*) FROM outbox`).Scan(&events))
+	countEvents()
 	outflowtest.WaitFor(t, 10*time.Second, "every event seen by the counter", func() bool {
 		mu.Lock()
 		defer mu.Unlock()

@@ -17,8 +17,8 @@ import (
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgxpool"
 
+	"github.com/outflow-dev/outflow/brokers"
 	"github.com/outflow-dev/outflow/events"
-	"github.com/outflow-dev/outflow/forwarder/redisstreams"
 	"github.com/outflow-dev/outflow/idempotency"
 )
 
@@ -45,11 +45,15 @@ type Handler struct {
 type WorkerConfig struct {
 	// Pool is the consumers' database. Required.
 	Pool *pgxpool.Pool
-	// RedisURL is where the streams are. Required.
+	// Broker is the backend the handlers read from (see package brokers);
+	// the worker does not close it. Nil means Redis Streams at RedisURL.
+	Broker brokers.Backend
+	// RedisURL is where the streams are when Broker is nil.
 	RedisURL string
 	// Registry decodes events. Required.
 	Registry *events.Registry
-	// StreamPartitions must match the forwarder's. Defaults to 1.
+	// StreamPartitions must match the forwarder's (when Broker is nil; a
+	// Broker has its own). Defaults to 1.
 	StreamPartitions int
 	// StreamPrefix must match the forwarder's. Defaults to "".
 	StreamPrefix string
@@ -85,8 +89,8 @@ func NewWorker(cfg WorkerConfig) (*Worker, error) {
 	switch {
 	case cfg.Pool == nil:
 		return nil, errors.New("worker config: Pool is required")
-	case cfg.RedisURL == "":
-		return nil, errors.New("worker config: RedisURL is required")
+	case cfg.Broker == nil && cfg.RedisURL == "":
+		return nil, errors.New("worker config: Broker or RedisURL is required")
 	case cfg.Registry == nil:
 		return nil, errors.New("worker config: Registry is required")
 	}
@@ -134,6 +138,14 @@ func (w *Worker) Run(ctx context.Context) error {
 	}
 	router.AddMiddleware(middleware.Recoverer)
 
+	backend := w.cfg.Broker
+	if backend == nil {
+		if backend, err = brokers.Open(ctx, brokers.Config{Kind: brokers.Redis, Partitions: w.cfg.StreamPartitions,
+			Redis: brokers.RedisConfig{URL: w.cfg.RedisURL, StreamPrefix: w.cfg.StreamPrefix}, Logger: w.cfg.Logger}); err != nil {
+			return err
+		}
+		defer backend.Close()
+	}
 	var (
 		clients   []interface{ Close() error }
 		consumers []*idempotency.Consumer
@@ -155,26 +167,13 @@ func (w *Worker) Run(ctx context.Context) error {
 		}
 		consumers = append(consumers, consumer)
 		fn := consumer.Middleware(w.handlerFunc(h))
-		// One client per handler, its pool sized for one blocking read per
-		// stream plus the acks.
-		client, err := redisstreams.NewClient(ctx, w.cfg.RedisURL)
+		sub, err := backend.Subscriber(h.Name, w.cfg.InstanceID, brokers.SubscriberOptions{
+			InFlight: w.cfg.BatchSize, ClaimIdle: w.cfg.ClaimIdle})
 		if err != nil {
 			return err
 		}
-		clients = append(clients, client)
-		sub, err := redisstreams.NewSubscriber(redisstreams.SubscriberConfig{
-			Client:          client,
-			ConsumerGroup:   h.Name,
-			Consumer:        w.cfg.InstanceID,
-			BatchSize:       w.cfg.BatchSize,
-			ClaimIdle:       w.cfg.ClaimIdle,
-			NackResendSleep: 100 * time.Millisecond,
-			Logger:          logger,
-		})
-		if err != nil {
-			return err
-		}
-		for _, stream := range redisstreams.TopicStreams(w.cfg.StreamPrefix, h.Topic, w.cfg.StreamPartitions) {
+		clients = append(clients, sub)
+		for _, stream := range backend.Topics(h.Topic) {
 			router.AddConsumerHandler(h.Name+"@"+stream, stream, sub, func(msg *message.Message) error {
 				_, err := fn(msg)
 				return err

@@ -55,6 +55,30 @@ redis_ready() {
 	fi
 }
 
+# NATS with JetStream, for the nats broker and its tests (host:port only).
+NATS_HOST=${NATS_HOST:-127.0.0.1}
+NATS_PORT=${NATS_PORT:-4222}
+nats_ready() { tcp_open "$NATS_HOST" "$NATS_PORT"; }
+
+start_nats() {
+	local dir="$STATE/nats"
+	if command -v nats-server >/dev/null && local_host "$NATS_HOST"; then
+		mkdir -p "$dir"
+		say "starting NATS (JetStream) on $NATS_HOST:$NATS_PORT (data in $dir)"
+		nats-server -a 127.0.0.1 -p "$NATS_PORT" -js -sd "$dir" -P "$dir/nats.pid" -l "$dir/nats.log" &
+		echo local >"$STATE/nats.how"
+	elif docker_ok; then
+		say "starting NATS with docker compose"
+		docker compose up -d nats
+		echo docker >"$STATE/nats.how"
+	else
+		die "nothing answers at $NATS_HOST:$NATS_PORT and there is no local nats-server nor a running Docker engine.
+Install NATS (Debian/Ubuntu: apt-get install nats-server; macOS: brew install nats-server)
+or Docker, or set OUTFLOW_TEST_NATS_URL / NATS_URL to a server you run."
+	fi
+	wait_for NATS nats_ready
+}
+
 wait_for() { # name check-fn
 	for _ in $(seq 1 60); do "$2" && return 0; sleep 0.5; done
 	die "$1 did not come up within 30 s"
@@ -153,6 +177,7 @@ up() {
 	mkdir -p "$STATE"
 	if pg_ready; then say "PostgreSQL answers at $PG_HOST:$PG_PORT"; else start_postgres; fi
 	if redis_ready; then say "Redis answers at $REDIS_HOST:$REDIS_PORT"; else start_redis; fi
+	if nats_ready; then say "NATS answers at $NATS_HOST:$NATS_PORT"; else start_nats; fi
 	create_database "$PG_DB"
 	create_database "${OUTFLOW_TEST_DB:-outflow_test}"
 }
@@ -166,6 +191,9 @@ down() {
 	if [ "$(cat "$STATE/redis.how" 2>/dev/null)" = local ] && [ -f "$STATE/redis/redis.pid" ]; then
 		kill "$(cat "$STATE/redis/redis.pid")" && say "stopped Redis"
 	fi
+	if [ "$(cat "$STATE/nats.how" 2>/dev/null)" = local ] && [ -f "$STATE/nats/nats.pid" ]; then
+		kill "$(cat "$STATE/nats/nats.pid")" && say "stopped NATS"
+	fi
 	if grep -qs docker "$STATE"/*.how; then docker compose down && say "stopped docker compose services"; fi
 	rm -f "$STATE"/*.how
 }
@@ -173,6 +201,7 @@ down() {
 status() {
 	if pg_ready; then say "PostgreSQL: up at $PG_HOST:$PG_PORT"; else say "PostgreSQL: down at $PG_HOST:$PG_PORT"; fi
 	if redis_ready; then say "Redis: up at $REDIS_HOST:$REDIS_PORT"; else say "Redis: down at $REDIS_HOST:$REDIS_PORT"; fi
+	if nats_ready; then say "NATS: up at $NATS_HOST:$NATS_PORT"; else say "NATS: down at $NATS_HOST:$NATS_PORT"; fi
 }
 
 case ${1:-} in

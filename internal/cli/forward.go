@@ -15,8 +15,9 @@ import (
 	"github.com/spf13/cobra"
 	"github.com/spf13/pflag"
 
+	"github.com/outflow-dev/outflow/brokers"
 	"github.com/outflow-dev/outflow/forwarder"
-	"github.com/outflow-dev/outflow/forwarder/redisstreams"
+	"github.com/outflow-dev/outflow/internal/config"
 )
 
 // forwardOptions are the forwarder's tuning flags, shared by `forward` and
@@ -91,7 +92,7 @@ when one dies. SIGTERM finishes the batch in flight and hands the partitions bac
 		}
 		ctx := cmd.Context()
 		reg := newRegistry()
-		run, err := buildForwarder(ctx, cfg.DatabaseURL, cfg.RedisURL, opts, reg, logger)
+		run, err := buildForwarder(ctx, cfg, opts, reg, logger)
 		if err != nil {
 			return err
 		}
@@ -116,41 +117,37 @@ func newRegistry() *prometheus.Registry {
 	return reg
 }
 
-// buildForwarder connects to PostgreSQL and Redis (failing fast, naming the
-// URL, when either is unreachable) and returns a function that runs the
-// forwarder, and the stream trimmer, until ctx is done.
-func buildForwarder(ctx context.Context, dbURL, redisURL string, o *forwardOptions, reg prometheus.Registerer, logger *slog.Logger) (func(context.Context) error, error) {
-	pool, err := openPool(ctx, dbURL)
+// buildForwarder connects to PostgreSQL and the broker (failing fast,
+// naming the URL, when either is unreachable) and returns a function that
+// runs the forwarder, and the Redis stream trimmer, until ctx is done.
+func buildForwarder(ctx context.Context, c config.Config, o *forwardOptions, reg prometheus.Registerer, logger *slog.Logger) (func(context.Context) error, error) {
+	pool, err := openPool(ctx, c.DatabaseURL)
 	if err != nil {
 		return nil, err
 	}
-	client, err := redisstreams.NewClient(ctx, redisURL)
+	backend, err := brokers.Open(ctx, c.BrokerConfig(o.streamPartitions, logger))
 	if err != nil {
 		pool.Close()
-		return nil, err
-	}
-	broker, err := redisstreams.New(redisstreams.Config{Client: client, Partitions: o.streamPartitions})
-	if err != nil {
-		pool.Close()
-		client.Close()
 		return nil, err
 	}
 	cfg := o.cfg
-	cfg.Pool, cfg.Broker, cfg.Registerer, cfg.Logger = pool, broker, reg, logger
+	cfg.Pool, cfg.Broker, cfg.Registerer, cfg.Logger = pool, backend.Broker(), reg, logger
 	f, err := forwarder.New(cfg)
 	if err != nil {
 		pool.Close()
-		client.Close()
+		backend.Close()
 		return nil, err
 	}
 	return func(ctx context.Context) error {
 		defer pool.Close()
-		defer client.Close()
+		defer backend.Close()
 		tctx, stopTrim := context.WithCancel(ctx)
 		trimDone := make(chan struct{})
 		go func() {
 			defer close(trimDone)
-			trimLoop(tctx, pool, broker, o.trimInterval, logger)
+			if rb := brokers.RedisBroker(backend); rb != nil {
+				trimLoop(tctx, pool, rb, o.trimInterval, logger)
+			}
 		}()
 		err := f.Run(ctx)
 		stopTrim()

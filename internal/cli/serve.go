@@ -66,13 +66,13 @@ func newServeCmd(e *env) *cobra.Command {
 		reg := newRegistry()
 		var runForwarder func(context.Context) error
 		if slices.Contains(roles, "forwarder") {
-			if runForwarder, err = buildForwarder(ctx, cfg.DatabaseURL, cfg.RedisURL, fwd, reg, logger); err != nil {
+			if runForwarder, err = buildForwarder(ctx, cfg, fwd, reg, logger); err != nil {
 				return err
 			}
 		}
 		var runWorker func(context.Context) error
 		if slices.Contains(roles, "worker") {
-			if runWorker, err = buildWorker(ctx, cfg.DatabaseURL, cfg.RedisURL, wrk, logger); err != nil {
+			if runWorker, err = buildWorker(ctx, cfg, wrk, logger); err != nil {
 				return err
 			}
 		}

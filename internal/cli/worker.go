@@ -12,10 +12,12 @@ import (
 	"github.com/spf13/cobra"
 	"github.com/spf13/pflag"
 
+	"github.com/outflow-dev/outflow/brokers"
 	"github.com/outflow-dev/outflow/events"
 	"github.com/outflow-dev/outflow/events/payment"
 	"github.com/outflow-dev/outflow/handlers"
 	"github.com/outflow-dev/outflow/idempotency"
+	"github.com/outflow-dev/outflow/internal/config"
 )
 
 // workerOptions are the consumers' tuning flags, shared by `worker` and
@@ -67,8 +69,8 @@ func (o *workerOptions) validate() error {
 
 // buildWorker returns a function that runs the reference consumers until
 // ctx is done.
-func buildWorker(ctx context.Context, dbURL, redisURL string, o *workerOptions, logger *slog.Logger) (func(context.Context) error, error) {
-	pool, err := openPool(ctx, dbURL)
+func buildWorker(ctx context.Context, c config.Config, o *workerOptions, logger *slog.Logger) (func(context.Context) error, error) {
+	pool, err := openPool(ctx, c.DatabaseURL)
 	if err != nil {
 		return nil, err
 	}
@@ -77,8 +79,13 @@ func buildWorker(ctx context.Context, dbURL, redisURL string, o *workerOptions, 
 		pool.Close()
 		return nil, err
 	}
+	backend, err := brokers.Open(ctx, c.BrokerConfig(o.streamPartitions, logger))
+	if err != nil {
+		pool.Close()
+		return nil, err
+	}
 	w, err := handlers.NewWorker(handlers.WorkerConfig{
-		Pool: pool, RedisURL: redisURL, Registry: reg, StreamPartitions: o.streamPartitions, ClaimIdle: o.claimIdle,
+		Pool: pool, Broker: backend, Registry: reg, ClaimIdle: o.claimIdle,
 		BatchSize: o.batchSize,
 		Idempotency: idempotency.Config{MaxBatch: o.batchSize, MaxAttempts: o.maxAttempts, RetryBackoff: o.retryBackoff,
 			RetryBackoffMax: o.retryBackoffMax, GapTimeout: o.gapTimeout},
@@ -86,11 +93,13 @@ func buildWorker(ctx context.Context, dbURL, redisURL string, o *workerOptions, 
 	})
 	if err != nil {
 		pool.Close()
+		backend.Close()
 		return nil, err
 	}
 	for _, h := range []handlers.Handler{handlers.SyncAnalytics(), handlers.NotifyMerchant(pool, handlers.NotifyConfig{})} {
 		if err := w.Add(h); err != nil {
 			pool.Close()
+			backend.Close()
 			return nil, err
 		}
 	}
@@ -98,10 +107,12 @@ func buildWorker(ctx context.Context, dbURL, redisURL string, o *workerOptions, 
 	purge, err := consumerRetention(pool, o.retention, logger)
 	if err != nil {
 		pool.Close()
+		backend.Close()
 		return nil, err
 	}
 	return func(ctx context.Context) error {
 		defer pool.Close()
+		defer backend.Close()
 		sctx, stop := context.WithCancel(ctx)
 		sent := make(chan struct{})
 		go func() { defer close(sent); _ = sender.Run(sctx) }()
@@ -132,7 +143,7 @@ func newWorkerCmd(e *env) *cobra.Command {
 		if err != nil {
 			return err
 		}
-		run, err := buildWorker(cmd.Context(), cfg.DatabaseURL, cfg.RedisURL, opts, logger)
+		run, err := buildWorker(cmd.Context(), cfg, opts, logger)
 		if err != nil {
 			return err
 		}

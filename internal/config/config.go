@@ -13,6 +13,8 @@ import (
 
 	"github.com/jackc/pgx/v5/pgxpool"
 	"github.com/spf13/pflag"
+
+	"github.com/outflow-dev/outflow/brokers"
 )
 
 // Defaults.
@@ -21,6 +23,8 @@ const (
 	DefaultRedisURL    = "redis://127.0.0.1:6379/0"
 	DefaultHTTPAddr    = "127.0.0.1:8080"
 	DefaultLogLevel    = "info"
+	DefaultBroker      = "redis"
+	DefaultNATSURL     = "nats://127.0.0.1:4222"
 )
 
 // Config is what every subcommand shares.
@@ -29,6 +33,10 @@ type Config struct {
 	RedisURL    string
 	HTTPAddr    string
 	LogLevel    slog.Level
+	// Broker is the backend the forwarder publishes to and the workers
+	// read from.
+	Broker  brokers.Kind
+	NATSURL string
 }
 
 // setting ties a flag to its environment variable and default.
@@ -41,6 +49,8 @@ var settings = []setting{
 	{"redis-url", "REDIS_URL", DefaultRedisURL, "Redis connection URL"},
 	{"http-addr", "HTTP_ADDR", DefaultHTTPAddr, "address the HTTP API listens on"},
 	{"log-level", "LOG_LEVEL", DefaultLogLevel, "debug, info, warn or error"},
+	{"broker", "OUTFLOW_BROKER", DefaultBroker, "broker backend: redis or nats"},
+	{"nats-url", "NATS_URL", DefaultNATSURL, "NATS (JetStream) URL, for --broker nats"},
 }
 
 // Flags holds the raw values of the shared flags.
@@ -85,6 +95,10 @@ func (f *Flags) Load() (Config, error) {
 			cfg.HTTPAddr, err = v, validateAddr(v)
 		case "log-level":
 			cfg.LogLevel, err = parseLevel(v)
+		case "broker":
+			cfg.Broker, err = brokers.ParseKind(v)
+		case "nats-url":
+			cfg.NATSURL, err = v, validateNATSURL(v)
 		}
 		if err != nil {
 			return Config{}, fmt.Errorf("invalid %s: %w", src, err)
@@ -118,6 +132,26 @@ func validateRedisURL(v string) error {
 		return fmt.Errorf("the URL has no host")
 	}
 	return nil
+}
+
+func validateNATSURL(v string) error {
+	u, err := url.Parse(v)
+	if err != nil {
+		return fmt.Errorf("cannot parse the URL")
+	}
+	if u.Scheme != "nats" && u.Scheme != "tls" {
+		return fmt.Errorf("want a nats:// or tls:// URL, not %q", u.Scheme+"://")
+	}
+	if u.Host == "" {
+		return fmt.Errorf("the URL has no host")
+	}
+	return nil
+}
+
+// BrokerConfig is the broker block the configuration names.
+func (c Config) BrokerConfig(partitions int, logger *slog.Logger) brokers.Config {
+	return brokers.Config{Kind: c.Broker, Partitions: partitions, Logger: logger,
+		Redis: brokers.RedisConfig{URL: c.RedisURL}, NATS: brokers.NATSConfig{URL: c.NATSURL}}
 }
 
 func validateAddr(v string) error {
