@@ -26,6 +26,7 @@ test: services-up lint ## Every test, with the race detector, against real servi
 bench: services-up ## Benchmarks, with ratios against a baseline measured in the same run
 	$(GO) run ./cmd/outflow-bench pay
 	$(GO) run ./cmd/outflow-bench forward
+	$(GO) run ./cmd/outflow-bench pipeline -per-tx 5
 	$(GO) test -run '^$$' -bench Handler -benchtime 3000x -count 3 ./idempotency
 
 lint: ## go vet and gofmt
