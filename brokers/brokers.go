@@ -21,10 +21,13 @@ type Kind string
 const (
 	Redis Kind = "redis"
 	NATS  Kind = "nats"
+	AMQP  Kind = "amqp"
+	Kafka Kind = "kafka"
+	SQL   Kind = "sql"
 )
 
 // Kinds lists the backends this build knows, the default first.
-var Kinds = []Kind{Redis, NATS}
+var Kinds = []Kind{Redis, NATS, AMQP, Kafka, SQL}
 
 // ErrUnknownKind is returned for a Kind that is not in [Kinds].
 var ErrUnknownKind = errors.New("unknown broker")
@@ -41,6 +44,9 @@ type Config struct {
 	Partitions int
 	Redis      RedisConfig
 	NATS       NATSConfig
+	AMQP       AMQPConfig
+	Kafka      KafkaConfig
+	SQL        SQLConfig
 	// Logger defaults to slog.Default().
 	Logger *slog.Logger
 }
@@ -119,6 +125,12 @@ func Open(ctx context.Context, cfg Config) (Backend, error) {
 		return openRedis(ctx, cfg)
 	case NATS:
 		return openNATS(ctx, cfg)
+	case AMQP:
+		return openAMQP(ctx, cfg)
+	case Kafka:
+		return openKafka(ctx, cfg)
+	case SQL:
+		return openSQL(ctx, cfg)
 	}
 	_, err := ParseKind(string(cfg.Kind))
 	return nil, err

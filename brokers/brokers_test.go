@@ -20,13 +20,14 @@ func TestParseKind(t *testing.T) {
 		{"redis", brokers.Redis, false},
 		{" NATS ", brokers.NATS, false},
 		{"kafka9", "", true},
+		{"amqp", brokers.AMQP, false},
 		{"", "", true},
 	}
 	for _, tt := range tests {
 		got, err := brokers.ParseKind(tt.in)
 		if tt.err {
 			require.ErrorIs(t, err, brokers.ErrUnknownKind, tt.in)
-			require.Contains(t, err.Error(), "known: redis, nats")
+			require.Contains(t, err.Error(), "known: redis, nats, amqp, kafka, sql")
 			continue
 		}
 		require.NoError(t, err)

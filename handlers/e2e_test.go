@@ -49,12 +49,16 @@ type pipeline struct {
 	backend brokers.Backend // nil: Redis at the test URL, streams under prefix
 }
 
-// backends opens each backend the end-to-end suite runs on, isolated per
-// test (own stream or subject prefix, deleted afterwards).
-var backends = []struct {
+// testBackend opens one backend for a test, isolated (own stream, subject,
+// queue or table names, deleted afterwards).
+type testBackend struct {
 	kind brokers.Kind
 	open func(t *testing.T) brokers.Backend
-}{
+}
+
+// backends lists each backend the end-to-end suite runs on; files
+// e2e_<kind>_test.go add theirs in init.
+var backends = []testBackend{
 	{brokers.Redis, func(t *testing.T) brokers.Backend {
 		prefix := outflowtest.UniqueName(t, outflowtest.Redis(t)) + ":"
 		return openBackend(t, brokers.Config{Kind: brokers.Redis, Partitions: 2,

@@ -25,6 +25,8 @@ const (
 	DefaultLogLevel    = "info"
 	DefaultBroker      = "redis"
 	DefaultNATSURL     = "nats://127.0.0.1:4222"
+	DefaultAMQPURL     = "amqp://guest:guest@127.0.0.1:5672/"
+	DefaultKafkaBroker = "127.0.0.1:9092"
 )
 
 // Config is what every subcommand shares.
@@ -35,8 +37,13 @@ type Config struct {
 	LogLevel    slog.Level
 	// Broker is the backend the forwarder publishes to and the workers
 	// read from.
-	Broker  brokers.Kind
-	NATSURL string
+	Broker       brokers.Kind
+	NATSURL      string
+	AMQPURL      string
+	KafkaBrokers []string
+	// BrokerDatabaseURL is the PostgreSQL of the sql broker; empty means
+	// DatabaseURL.
+	BrokerDatabaseURL string
 }
 
 // setting ties a flag to its environment variable and default.
@@ -49,8 +56,11 @@ var settings = []setting{
 	{"redis-url", "REDIS_URL", DefaultRedisURL, "Redis connection URL"},
 	{"http-addr", "HTTP_ADDR", DefaultHTTPAddr, "address the HTTP API listens on"},
 	{"log-level", "LOG_LEVEL", DefaultLogLevel, "debug, info, warn or error"},
-	{"broker", "OUTFLOW_BROKER", DefaultBroker, "broker backend: redis or nats"},
+	{"broker", "OUTFLOW_BROKER", DefaultBroker, "broker backend: redis, nats, amqp, kafka or sql"},
 	{"nats-url", "NATS_URL", DefaultNATSURL, "NATS (JetStream) URL, for --broker nats"},
+	{"amqp-url", "AMQP_URL", DefaultAMQPURL, "RabbitMQ URL, for --broker amqp"},
+	{"kafka-brokers", "KAFKA_BROKERS", DefaultKafkaBroker, "comma-separated Kafka bootstrap brokers (host:port), for --broker kafka"},
+	{"broker-database-url", "BROKER_DATABASE_URL", "", "PostgreSQL URL of the sql broker's tables, for --broker sql (default: --database-url)"},
 }
 
 // Flags holds the raw values of the shared flags.
@@ -99,6 +109,15 @@ func (f *Flags) Load() (Config, error) {
 			cfg.Broker, err = brokers.ParseKind(v)
 		case "nats-url":
 			cfg.NATSURL, err = v, validateNATSURL(v)
+		case "amqp-url":
+			cfg.AMQPURL, err = v, validateAMQPURL(v)
+		case "kafka-brokers":
+			cfg.KafkaBrokers, err = parseHostPorts(v)
+		case "broker-database-url":
+			if v != "" {
+				err = validateDatabaseURL(v)
+			}
+			cfg.BrokerDatabaseURL = v
 		}
 		if err != nil {
 			return Config{}, fmt.Errorf("invalid %s: %w", src, err)
@@ -148,10 +167,42 @@ func validateNATSURL(v string) error {
 	return nil
 }
 
+func validateAMQPURL(v string) error {
+	u, err := url.Parse(v)
+	if err != nil {
+		return fmt.Errorf("cannot parse the URL")
+	}
+	if u.Scheme != "amqp" && u.Scheme != "amqps" {
+		return fmt.Errorf("want an amqp:// or amqps:// URL, not %q", u.Scheme+"://")
+	}
+	if u.Host == "" {
+		return fmt.Errorf("the URL has no host")
+	}
+	return nil
+}
+
+func parseHostPorts(v string) ([]string, error) {
+	var out []string
+	for _, hp := range strings.Split(v, ",") {
+		hp = strings.TrimSpace(hp)
+		if _, _, err := net.SplitHostPort(hp); err != nil {
+			return nil, fmt.Errorf("want host:port[,host:port...]: %q", hp)
+		}
+		out = append(out, hp)
+	}
+	return out, nil
+}
+
 // BrokerConfig is the broker block the configuration names.
 func (c Config) BrokerConfig(partitions int, logger *slog.Logger) brokers.Config {
+	dbURL := c.BrokerDatabaseURL
+	if dbURL == "" {
+		dbURL = c.DatabaseURL
+	}
 	return brokers.Config{Kind: c.Broker, Partitions: partitions, Logger: logger,
-		Redis: brokers.RedisConfig{URL: c.RedisURL}, NATS: brokers.NATSConfig{URL: c.NATSURL}}
+		Redis: brokers.RedisConfig{URL: c.RedisURL}, NATS: brokers.NATSConfig{URL: c.NATSURL},
+		AMQP: brokers.AMQPConfig{URL: c.AMQPURL}, Kafka: brokers.KafkaConfig{Brokers: c.KafkaBrokers},
+		SQL: brokers.SQLConfig{DatabaseURL: dbURL}}
 }
 
 func validateAddr(v string) error {
