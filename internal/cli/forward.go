@@ -26,6 +26,7 @@ type forwardOptions struct {
 	cfg              forwarder.Config
 	streamPartitions int
 	trimInterval     time.Duration
+	cutoverTo        string
 }
 
 func addForwardFlags(fs *pflag.FlagSet) *forwardOptions {
@@ -40,6 +41,7 @@ func addForwardFlags(fs *pflag.FlagSet) *forwardOptions {
 	fs.IntVar(&o.cfg.MaxPayloadBytes, "max-payload-bytes", 1<<20, "larger payloads are parked without being sent")
 	fs.DurationVar(&o.cfg.Retention, "retention", 15*24*time.Hour, "how long published rows are kept (negative: forever)")
 	fs.IntVar(&o.streamPartitions, "stream-partitions", 1, "Redis streams per topic, by hash of the aggregate id")
+	fs.StringVar(&o.cutoverTo, "cutover-to", "", "also publish every event to this broker (redis, nats, ...), for a live cutover: see docs/brokers.md")
 	fs.DurationVar(&o.trimInterval, "trim-interval", time.Minute, "how often streams drop what every consumer group acknowledged (0: never)")
 	return o
 }
@@ -64,6 +66,9 @@ func (o *forwardOptions) validate() error {
 		return errors.New("invalid --retention: must be non-zero (negative keeps rows forever)")
 	case o.streamPartitions < 1 || o.streamPartitions > 1024:
 		return errors.New("invalid --stream-partitions: must be between 1 and 1024")
+	case o.cutoverTo != "" && !validKind(o.cutoverTo):
+		_, err := brokers.ParseKind(o.cutoverTo)
+		return fmt.Errorf("invalid --cutover-to: %w", err)
 	case o.trimInterval < 0:
 		return errors.New("invalid --trim-interval: must not be negative")
 	}
@@ -130,17 +135,37 @@ func buildForwarder(ctx context.Context, c config.Config, o *forwardOptions, reg
 		pool.Close()
 		return nil, err
 	}
+	broker := backend.Broker()
+	closeBackends := backend.Close
+	if o.cutoverTo != "" {
+		tc := c
+		tc.Broker, _ = brokers.ParseKind(o.cutoverTo)
+		if tc.Broker == c.Broker {
+			pool.Close()
+			backend.Close()
+			return nil, errors.New("invalid --cutover-to: it names the --broker already in use")
+		}
+		next, err := brokers.Open(ctx, tc.BrokerConfig(o.streamPartitions, logger))
+		if err != nil {
+			pool.Close()
+			backend.Close()
+			return nil, fmt.Errorf("--cutover-to: %w", err)
+		}
+		broker = brokers.Tee(broker, next.Broker())
+		closeBackends = func() error { return errors.Join(next.Close(), backend.Close()) }
+		logger.Info("cutover: publishing every event to both brokers", "from", string(c.Broker), "to", string(tc.Broker))
+	}
 	cfg := o.cfg
-	cfg.Pool, cfg.Broker, cfg.Registerer, cfg.Logger = pool, backend.Broker(), reg, logger
+	cfg.Pool, cfg.Broker, cfg.Registerer, cfg.Logger = pool, broker, reg, logger
 	f, err := forwarder.New(cfg)
 	if err != nil {
 		pool.Close()
-		backend.Close()
+		closeBackends()
 		return nil, err
 	}
 	return func(ctx context.Context) error {
 		defer pool.Close()
-		defer backend.Close()
+		defer closeBackends()
 		tctx, stopTrim := context.WithCancel(ctx)
 		trimDone := make(chan struct{})
 		go func() {
@@ -154,6 +179,11 @@ func buildForwarder(ctx context.Context, c config.Config, o *forwardOptions, reg
 		<-trimDone
 		return err
 	}, nil
+}
+
+func validKind(s string) bool {
+	_, err := brokers.ParseKind(s)
+	return err == nil
 }
 
 // serveBackground serves h on addr until the returned stop is called.
