@@ -134,6 +134,12 @@ func (nb natsBroker) Publish(ctx context.Context, msgs []forwarder.Outgoing) []e
 	b := nb.b
 	errs := make([]error, len(msgs))
 	for i, m := range msgs {
+		if i > 0 && errors.Is(errs[i-1], forwarder.ErrBrokerUnavailable) {
+			// The server is gone: the rest would each wait out the
+			// publish timeout for the same answer.
+			errs[i] = errs[i-1]
+			continue
+		}
 		if err := b.ensureStream(m.Topic); err != nil {
 			errs[i] = fmt.Errorf("%w: %w", forwarder.ErrBrokerUnavailable, err)
 			continue
@@ -156,13 +162,14 @@ func (b *natsBackend) Subscriber(group, consumer string, opts SubscriberOptions)
 	jsc := b.jsc
 	jsc.DurablePrefix = group
 	jsc.SubscribeOptions = []nats.SubOpt{nats.DeliverAll(), nats.AckExplicit(), nats.AckWait(opts.ClaimIdle),
-		nats.MaxAckPending(2 * opts.InFlight)}
+		nats.MaxAckPending(2 * min(opts.InFlight, 8))}
 	sub, err := wmnats.NewSubscriber(wmnats.SubscriberConfig{
 		URL:              b.cfg.NATS.URL,
 		QueueGroupPrefix: group,
-		// Each subscription has one callback in flight: InFlight of them
-		// let the middleware share transactions.
-		SubscribersCount: min(opts.InFlight, 64),
+		// Each subscription has one callback in flight: several let the
+		// middleware share transactions. More than a few make subscribing
+		// (one round trip each, at start) slow for little gain.
+		SubscribersCount: min(opts.InFlight, 8),
 		AckWaitTimeout:   opts.ClaimIdle,
 		CloseTimeout:     5 * time.Second,
 		Unmarshaler:      &wmnats.NATSMarshaler{},

@@ -1,8 +1,13 @@
 package outflowtest
 
 import (
+	"fmt"
+	"net"
 	"os"
+	"os/exec"
+	"strconv"
 	"strings"
+	"syscall"
 	"testing"
 	"time"
 
@@ -54,4 +59,83 @@ func NATSPrefix(t testing.TB) string {
 		}
 	})
 	return prefix
+}
+
+// NATSServer is a nats-server (JetStream, file storage) of the test's own,
+// which the test may stop and start again on the same port to play an
+// outage. The shared server is never touched.
+type NATSServer struct {
+	t    testing.TB
+	dir  string
+	Port int
+	URL  string
+	cmd  *exec.Cmd
+}
+
+// StartNATS starts a nats-server with JetStream on a free port, stopped
+// when t ends. It fails the test if nats-server is not installed.
+func StartNATS(t testing.TB) *NATSServer {
+	t.Helper()
+	bin, err := exec.LookPath("nats-server")
+	if err != nil {
+		if _, serr := os.Stat("/usr/sbin/nats-server"); serr != nil {
+			t.Fatalf("outflowtest: this test starts its own nats-server and none is installed: " +
+				"install NATS (Debian: apt-get install nats-server; macOS: brew install nats-server)")
+		}
+		bin = "/usr/sbin/nats-server"
+	}
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	port := ln.Addr().(*net.TCPAddr).Port
+	ln.Close()
+	s := &NATSServer{t: t, dir: t.TempDir(), Port: port, URL: fmt.Sprintf("nats://127.0.0.1:%d", port)}
+	s.start(bin)
+	t.Cleanup(s.Stop)
+	return s
+}
+
+// Start starts the server again, with the streams it had.
+func (s *NATSServer) Start() {
+	s.t.Helper()
+	bin, err := exec.LookPath("nats-server")
+	if err != nil {
+		bin = "/usr/sbin/nats-server"
+	}
+	s.start(bin)
+}
+
+func (s *NATSServer) start(bin string) {
+	s.cmd = exec.Command(bin, "-a", "127.0.0.1", "-p", strconv.Itoa(s.Port), "-js", "-sd", s.dir)
+	if err := s.cmd.Start(); err != nil {
+		s.t.Fatalf("outflowtest: start nats-server: %v", err)
+	}
+	deadline := time.Now().Add(10 * time.Second)
+	for {
+		if conn, err := nats.Connect(s.URL, nats.Timeout(200*time.Millisecond)); err == nil {
+			js, jerr := conn.JetStream()
+			if jerr == nil {
+				_, jerr = js.AccountInfo()
+			}
+			conn.Close()
+			if jerr == nil {
+				return
+			}
+		}
+		if time.Now().After(deadline) {
+			s.t.Fatalf("outflowtest: nats-server on port %d did not answer", s.Port)
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+}
+
+// Stop stops the server; JetStream's file storage keeps the streams.
+func (s *NATSServer) Stop() {
+	if s.cmd == nil || s.cmd.Process == nil {
+		return
+	}
+	_ = s.cmd.Process.Signal(syscall.SIGTERM)
+	_ = s.cmd.Wait()
+	s.cmd = nil
 }
