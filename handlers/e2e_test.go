@@ -5,7 +5,6 @@ import (
 	"fmt"
 	"io"
 	"log/slog"
-	"sync"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -124,6 +123,33 @@ func (p *pipeline) worker(t *testing.T, claimIdle time.Duration, extra ...handle
 	return w
 }
 
+// countingHandler is a consumer whose effect, in its transaction, is a row
+// per message it applied; counted reads them back. (A handler may run more
+// than once when its transaction rolls back, a shared batch's included:
+// what must happen once is the committed effect.)
+func countingHandler(t *testing.T, p *pipeline) (handlers.Handler, func() map[string]int) {
+	t.Helper()
+	_, err := p.schema.Pool.Exec(context.Background(), `CREATE TABLE counted (message_id text NOT NULL)`)
+	require.NoError(t, err)
+	h := handlers.Handler{Name: "counter", Topic: app.PaymentsTopic, Func: func(ctx context.Context, tx pgx.Tx, ev events.Event) error {
+		_, err := tx.Exec(ctx, `INSERT INTO counted (message_id) VALUES ($1)`, ev.MessageID)
+		return err
+	}}
+	return h, func() map[string]int {
+		rows, err := p.schema.Pool.Query(context.Background(), `SELECT message_id, count(*) FROM counted GROUP BY message_id`)
+		require.NoError(t, err)
+		out := map[string]int{}
+		for rows.Next() {
+			var id string
+			var n int
+			require.NoError(t, rows.Scan(&id, &n))
+			out[id] = n
+		}
+		require.NoError(t, rows.Err())
+		return out
+	}
+}
+
 func run(t *testing.T, fn func(context.Context) error) {
 	ctx, cancel := context.WithCancel(context.Background())
 	done := make(chan error, 1)
@@ -191,14 +217,7 @@ func exactlyOnce(t *testing.T, p *pipeline) {
 	m, err := p.svc.CreateMerchant(context.Background(), app.NewMerchant{Name: "Shop", WebhookURL: "https://shop.example/h"})
 	require.NoError(t, err)
 
-	var mu sync.Mutex
-	deliveries := map[string]int{}
-	counter := handlers.Handler{Name: "counter", Topic: app.PaymentsTopic, Func: func(ctx context.Context, tx pgx.Tx, ev events.Event) error {
-		mu.Lock()
-		deliveries[ev.MessageID]++
-		mu.Unlock()
-		return nil
-	}}
+	counter, counted := countingHandler(t, p)
 	var events int
 	countEvents := func() int {
 		require.NoError(t, p.schema.Pool.QueryRow(context.Background(), `SELECT count(*) FROM outbox`).Scan(&events))
@@ -226,16 +245,10 @@ func exactlyOnce(t *testing.T, p *pipeline) {
 
 	outflowtest.WaitFor(t, 30*time.Second, "the projection to match the payments", func() bool { return p.stats(t, m.ID) == want })
 	countEvents()
-	outflowtest.WaitFor(t, 10*time.Second, "every event seen by the counter", func() bool {
-		mu.Lock()
-		defer mu.Unlock()
-		return len(deliveries) == events
-	})
-	mu.Lock()
-	for id, n := range deliveries {
-		require.Equal(t, 1, n, "message %s handled %d times", id, n)
+	outflowtest.WaitFor(t, 10*time.Second, "every event counted", func() bool { return len(counted()) == events })
+	for id, n := range counted() {
+		require.Equal(t, 1, n, "message %s applied %d times", id, n)
 	}
-	mu.Unlock()
 	// One webhook delivery per paid or refunded event, keyed by its message id.
 	var paidOrRefunded int
 	require.NoError(t, p.schema.Pool.QueryRow(context.Background(),
