@@ -1,15 +1,369 @@
 package brokers
 
 import (
+	"cmp"
 	"context"
 	"errors"
+	"fmt"
+	"strings"
+	"sync"
+	"time"
+
+	"github.com/IBM/sarama"
+	"github.com/ThreeDotsLabs/watermill"
+	"github.com/ThreeDotsLabs/watermill-kafka/v3/pkg/kafka"
+	"github.com/ThreeDotsLabs/watermill/message"
+
+	"github.com/outflow-dev/outflow/forwarder"
 )
 
-// KafkaConfig is the kafka block.
+// KafkaConfig is the Kafka block.
 type KafkaConfig struct {
+	// Brokers are the bootstrap brokers, host:port. Defaults to
+	// 127.0.0.1:9092.
 	Brokers []string
+	// TopicPrefix is prepended to every Kafka topic name and consumer
+	// group id, so deployments can share a cluster. It may hold only
+	// letters, digits, '.', '_' and '-'. Defaults to "".
+	TopicPrefix string
+	// TopicPartitions is the partition count of each topic the backend
+	// creates (topics that already exist keep theirs). A group has at most
+	// this many messages in flight per handler, one per partition.
+	// [Config.Partitions] is not used by Kafka. Defaults to 8.
+	TopicPartitions int32
+	// ReplicationFactor of each topic the backend creates. Defaults to -1,
+	// the broker's default.replication.factor (needs Version 2.4 or later).
+	ReplicationFactor int16
+	// Version is the Kafka protocol version sarama speaks, such as "2.8.0"
+	// or "3.6.0". Defaults to 2.8.0.
+	Version string
+	// DialTimeout bounds connecting to one broker; Open gives up on an
+	// unreachable cluster after about this long. Defaults to 3s.
+	DialTimeout time.Duration
+	// PublishTimeout is how long the partition leader waits for all
+	// in-sync replicas to acknowledge a batch. Defaults to 10s.
+	PublishTimeout time.Duration
+	// SessionTimeout is how long a consumer may go without a heartbeat
+	// before its group gives its partitions to another; it must lie within
+	// the broker's group.min.session.timeout.ms (6s by default) and
+	// group.max.session.timeout.ms. A consumer that stops cleanly leaves at
+	// once. Defaults to 10s.
+	SessionTimeout time.Duration
+}
+
+// An Outflow topic is one Kafka topic, <prefix><topic> with the characters
+// Kafka forbids made '_'; its partitions spread the load. The key of every
+// record is the aggregate id, so sarama's hash partitioner keeps one
+// aggregate on one partition, in order. The wire format is
+// watermill-kafka's (payload as value, metadata as headers, the message id
+// in _watermill_message_uuid), so its subscriber reads what the forwarder
+// wrote. Each consumer group (handler) is a Kafka consumer group starting
+// at the oldest offset; an ack marks the offset, committed every second.
+type kafkaBackend struct {
+	cfg      Config
+	client   sarama.Client
+	producer sarama.SyncProducer
+	admin    sarama.ClusterAdmin
+
+	mu     sync.Mutex
+	topics map[string]bool
 }
 
 func openKafka(ctx context.Context, cfg Config) (Backend, error) {
-	return nil, errors.New("broker kafka: not built yet")
+	k := &cfg.Kafka
+	if len(k.Brokers) == 0 {
+		k.Brokers = []string{"127.0.0.1:9092"}
+	}
+	if k.TopicPartitions == 0 {
+		k.TopicPartitions = 8
+	}
+	if k.ReplicationFactor == 0 {
+		k.ReplicationFactor = -1
+	}
+	if k.Version == "" {
+		k.Version = "2.8.0"
+	}
+	k.DialTimeout = cmp.Or(k.DialTimeout, 3*time.Second)
+	k.PublishTimeout = cmp.Or(k.PublishTimeout, 10*time.Second)
+	k.SessionTimeout = cmp.Or(k.SessionTimeout, 10*time.Second)
+	switch {
+	case kafkaName(k.TopicPrefix) != k.TopicPrefix:
+		return nil, fmt.Errorf("kafka config: TopicPrefix %q may hold only letters, digits, '.', '_' and '-'", k.TopicPrefix)
+	case k.TopicPartitions < 1:
+		return nil, errors.New("kafka config: TopicPartitions must be at least 1")
+	case k.ReplicationFactor < -1:
+		return nil, errors.New("kafka config: ReplicationFactor must be -1 (broker default) or at least 1")
+	case k.DialTimeout < 0 || k.PublishTimeout < 0 || k.SessionTimeout < 0:
+		return nil, errors.New("kafka config: DialTimeout, PublishTimeout and SessionTimeout must not be negative")
+	}
+	if _, err := sarama.ParseKafkaVersion(k.Version); err != nil {
+		return nil, fmt.Errorf("kafka config: Version: %w", err)
+	}
+	b := &kafkaBackend{cfg: cfg, topics: map[string]bool{}}
+
+	fail := func(err error) error {
+		return fmt.Errorf("connect to Kafka at %s: %w (is it running? check --kafka-brokers)", strings.Join(k.Brokers, ","), err)
+	}
+	// The probe fails fast: one retry, the whole metadata refresh bounded
+	// by DialTimeout. The client kept afterwards retries as sarama does.
+	probeCfg := b.saramaConfig()
+	probeCfg.Metadata.Retry.Max = 1
+	probeCfg.Metadata.Timeout = k.DialTimeout
+	probe, err := newKafkaClient(ctx, k.Brokers, probeCfg)
+	if err != nil {
+		return nil, fail(err)
+	}
+	if err := probe.Close(); err != nil {
+		return nil, fail(err)
+	}
+	if b.client, err = newKafkaClient(ctx, k.Brokers, b.producerConfig()); err != nil {
+		return nil, fail(err)
+	}
+	if b.producer, err = sarama.NewSyncProducerFromClient(b.client); err != nil {
+		b.client.Close()
+		return nil, fail(err)
+	}
+	if b.admin, err = sarama.NewClusterAdminFromClient(b.client); err != nil {
+		b.producer.Close()
+		b.client.Close()
+		return nil, fail(err)
+	}
+	return b, nil
+}
+
+// newKafkaClient is sarama.NewClient, which takes no context, given up on
+// when ctx ends.
+func newKafkaClient(ctx context.Context, brokers []string, cfg *sarama.Config) (sarama.Client, error) {
+	type result struct {
+		c   sarama.Client
+		err error
+	}
+	done := make(chan result, 1)
+	go func() {
+		c, err := sarama.NewClient(brokers, cfg)
+		done <- result{c, err}
+	}()
+	select {
+	case r := <-done:
+		return r.c, r.err
+	case <-ctx.Done():
+		go func() {
+			if r := <-done; r.c != nil {
+				_ = r.c.Close()
+			}
+		}()
+		return nil, ctx.Err()
+	}
+}
+
+// saramaConfig is what producer and consumers share.
+func (b *kafkaBackend) saramaConfig() *sarama.Config {
+	k := b.cfg.Kafka
+	c := sarama.NewConfig()
+	c.Version, _ = sarama.ParseKafkaVersion(k.Version) // validated in openKafka
+	c.ClientID = "outflow"
+	c.Net.DialTimeout = k.DialTimeout
+	return c
+}
+
+// producerConfig: acknowledged by all in-sync replicas, idempotent (the
+// broker drops a retried batch it already has, and one in flight per
+// connection keeps a partition's order across retries).
+func (b *kafkaBackend) producerConfig() *sarama.Config {
+	c := b.saramaConfig()
+	c.Producer.RequiredAcks = sarama.WaitForAll
+	c.Producer.Idempotent = true
+	c.Net.MaxOpenRequests = 1
+	c.Producer.Retry.Max = 5
+	c.Producer.Timeout = b.cfg.Kafka.PublishTimeout
+	c.Producer.Return.Successes = true
+	c.Producer.Return.Errors = true
+	c.Producer.Partitioner = sarama.NewHashPartitioner
+	c.Admin.Timeout = b.cfg.Kafka.PublishTimeout
+	return c
+}
+
+func (b *kafkaBackend) Kind() Kind { return Kafka }
+
+// kafkaTopic is topic's Kafka name: the prefix, then topic with every
+// character outside [a-zA-Z0-9._-] (Outflow also allows '$' and ':') made
+// '_'. Two topics differing only there share one Kafka topic.
+func (b *kafkaBackend) kafkaTopic(topic string) string {
+	return b.cfg.Kafka.TopicPrefix + kafkaName(topic)
+}
+
+// kafkaName makes '_' of every character outside [a-zA-Z0-9._-], the only
+// ones Kafka allows in topic names and client ids.
+func kafkaName(s string) string {
+	return strings.Map(func(r rune) rune {
+		switch {
+		case 'a' <= r && r <= 'z', 'A' <= r && r <= 'Z', '0' <= r && r <= '9', r == '.', r == '_', r == '-':
+			return r
+		}
+		return '_'
+	}, s)
+}
+
+// validKafkaTopic is the rest of Kafka's rule on names.
+func validKafkaTopic(name string) error {
+	if name == "" || name == "." || name == ".." || len(name) > 249 {
+		return fmt.Errorf("kafka topic name %q is invalid (1 to 249 characters, not \".\" or \"..\")", name)
+	}
+	return nil
+}
+
+// Topics is the one Kafka topic: Kafka partitions do the spreading.
+func (b *kafkaBackend) Topics(topic string) []string {
+	return []string{b.kafkaTopic(topic)}
+}
+
+// ensureTopic creates a Kafka topic once per process; one that exists is
+// left as it is.
+func (b *kafkaBackend) ensureTopic(name string) error {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	if b.topics[name] {
+		return nil
+	}
+	err := b.admin.CreateTopic(name, &sarama.TopicDetail{
+		NumPartitions: b.cfg.Kafka.TopicPartitions, ReplicationFactor: b.cfg.Kafka.ReplicationFactor,
+	}, false)
+	if err != nil && !errors.Is(err, sarama.ErrTopicAlreadyExists) {
+		return fmt.Errorf("create Kafka topic %q: %w", name, err)
+	}
+	b.topics[name] = true
+	return nil
+}
+
+func (b *kafkaBackend) Broker() forwarder.Broker { return kafkaBroker{b} }
+
+type kafkaBroker struct{ b *kafkaBackend }
+
+// Publish sends the whole batch through one SendMessages: sarama groups it
+// per partition leader and keeps each partition's order. A record too
+// large, or one sarama refuses before sending, is the row's fault;
+// anything else (no broker, no leader, timeouts) is the broker's.
+func (kb kafkaBroker) Publish(ctx context.Context, msgs []forwarder.Outgoing) []error {
+	b := kb.b
+	errs := make([]error, len(msgs))
+	batch := make([]*sarama.ProducerMessage, 0, len(msgs))
+	sent := make([]int, 0, len(msgs)) // batch[j] is msgs[sent[j]]
+	for i, m := range msgs {
+		name := b.kafkaTopic(m.Topic)
+		if err := validKafkaTopic(name); err != nil {
+			errs[i] = err
+			continue
+		}
+		if err := b.ensureTopic(name); err != nil {
+			errs[i] = fmt.Errorf("%w: %w", forwarder.ErrBrokerUnavailable, err)
+			continue
+		}
+		pm, err := kafka.DefaultMarshaler{}.Marshal(name, m.Message)
+		if err != nil {
+			errs[i] = fmt.Errorf("marshal for Kafka: %w", err)
+			continue
+		}
+		if m.AggregateID != "" {
+			pm.Key = sarama.StringEncoder(m.AggregateID)
+		}
+		pm.Metadata = i
+		batch = append(batch, pm)
+		sent = append(sent, i)
+	}
+	if len(batch) == 0 {
+		return errs
+	}
+	done := make(chan error, 1)
+	go func() { done <- b.producer.SendMessages(batch) }()
+	var err error
+	select {
+	case err = <-done:
+	case <-ctx.Done():
+		// Sent or not, the rows stay pending: at worst published twice.
+		for _, i := range sent {
+			errs[i] = fmt.Errorf("%w: publish to Kafka: %w", forwarder.ErrBrokerUnavailable, ctx.Err())
+		}
+		return errs
+	}
+	var perrs sarama.ProducerErrors
+	switch {
+	case err == nil:
+	case errors.As(err, &perrs):
+		for _, pe := range perrs {
+			errs[pe.Msg.Metadata.(int)] = kafkaPublishError(pe.Err)
+		}
+	default:
+		for _, i := range sent {
+			errs[i] = kafkaPublishError(err)
+		}
+	}
+	return errs
+}
+
+func kafkaPublishError(err error) error {
+	var confErr sarama.ConfigurationError
+	switch {
+	case errors.Is(err, sarama.ErrMessageSizeTooLarge), errors.As(err, &confErr):
+		// Over Producer.MaxMessageBytes (1 MB) is refused by sarama as a
+		// ConfigurationError, over the broker's message.max.bytes by the
+		// broker.
+		return fmt.Errorf("publish to Kafka (message too large?): %w", err)
+	case errors.Is(err, sarama.ErrInvalidRecord), errors.Is(err, sarama.ErrInvalidTopic):
+		return fmt.Errorf("publish to Kafka: %w", err)
+	}
+	return fmt.Errorf("%w: publish to Kafka: %w", forwarder.ErrBrokerUnavailable, err)
+}
+
+// Subscriber is a watermill-kafka subscriber in consumer group
+// <prefix><group>. Kafka gives each partition to one member and delivers
+// its messages one at a time, the next only after the ack; partitions run
+// concurrently, so the middleware shares transactions across them (at most
+// TopicPartitions messages in flight: InFlight is not used). ClaimIdle is
+// not used either: a live member keeps its partitions, a dead one loses
+// them after SessionTimeout. A nack resends the message after 1s, holding
+// its partition.
+func (b *kafkaBackend) Subscriber(group, consumer string, opts SubscriberOptions) (message.Subscriber, error) {
+	c := b.saramaConfig()
+	c.ClientID = "outflow-" + kafkaName(consumer)
+	c.Consumer.Return.Errors = true
+	c.Consumer.Offsets.Initial = sarama.OffsetOldest // a new group reads the backlog
+	c.Consumer.Offsets.AutoCommit.Interval = time.Second
+	c.Consumer.Group.Session.Timeout = b.cfg.Kafka.SessionTimeout
+	c.Consumer.Group.Heartbeat.Interval = b.cfg.Kafka.SessionTimeout / 3
+	c.Consumer.Group.Rebalance.Timeout = b.cfg.Kafka.SessionTimeout
+	c.Consumer.Group.Rebalance.GroupStrategies = []sarama.BalanceStrategy{sarama.NewBalanceStrategyRoundRobin()}
+	sub, err := kafka.NewSubscriber(kafka.SubscriberConfig{
+		Brokers:               b.cfg.Kafka.Brokers,
+		Unmarshaler:           kafka.DefaultMarshaler{},
+		OverwriteSaramaConfig: c,
+		ConsumerGroup:         b.cfg.Kafka.TopicPrefix + group,
+		NackResendSleep:       time.Second,
+		ReconnectRetrySleep:   time.Second,
+	}, watermill.NewSlogLogger(b.cfg.Logger))
+	if err != nil {
+		return nil, fmt.Errorf("kafka subscriber for %q: %w", group, err)
+	}
+	return &kafkaSubscriber{Subscriber: sub, b: b}, nil
+}
+
+// kafkaSubscriber creates the topic before subscribing, so a consumer that
+// starts before any event was published does not fail.
+type kafkaSubscriber struct {
+	*kafka.Subscriber
+	b *kafkaBackend
+}
+
+func (s *kafkaSubscriber) Subscribe(ctx context.Context, topic string) (<-chan *message.Message, error) {
+	if err := validKafkaTopic(topic); err != nil {
+		return nil, err
+	}
+	if err := s.b.ensureTopic(topic); err != nil {
+		return nil, err
+	}
+	return s.Subscriber.Subscribe(ctx, topic)
+}
+
+// Close flushes and closes the producer, then the client.
+func (b *kafkaBackend) Close() error {
+	return errors.Join(b.producer.Close(), b.admin.Close())
 }

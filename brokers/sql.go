@@ -3,13 +3,422 @@ package brokers
 import (
 	"context"
 	"errors"
+	"fmt"
+	"regexp"
+	"strings"
+	"sync"
+	"time"
+
+	"github.com/ThreeDotsLabs/watermill"
+	wmsql "github.com/ThreeDotsLabs/watermill-sql/v4/pkg/sql"
+	"github.com/ThreeDotsLabs/watermill/message"
+	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgconn"
+	"github.com/jackc/pgx/v5/pgxpool"
+
+	"github.com/outflow-dev/outflow/forwarder"
 )
 
-// SQLConfig is the sql block.
+// SQLConfig is the sql block: PostgreSQL only, no broker. The forwarder
+// appends outbox rows to watermill-sql message tables and the workers read
+// them with watermill-sql's subscriber, one consumer group per handler.
 type SQLConfig struct {
+	// DatabaseURL is the PostgreSQL holding the message tables
+	// (--broker-database-url, defaulting to --database-url). Tables are
+	// created in the first schema of the URL's search_path. Required.
 	DatabaseURL string
+	// TablePrefix is prepended to every topic: topic t is the tables
+	// watermill_<prefix><t> (messages) and watermill_offsets_<prefix><t>
+	// (one row per consumer group). Letters, digits and - $ : . _ only, and
+	// prefix plus topic at most 45 characters (PostgreSQL cuts identifiers
+	// at 63 bytes). Defaults to "".
+	TablePrefix string
+	// PollInterval is how long a subscription waits after a poll found
+	// nothing. watermill's default is 1 s; 100 ms bounds the idle delivery
+	// latency at a tenth of that. Each poll is one short REPEATABLE READ
+	// transaction that locks the group's offsets row, so it costs a
+	// transaction id: 10 per second per subscription at 100 ms. Defaults to
+	// 100ms.
+	PollInterval time.Duration
+	// AckDeadline is how long the subscriber waits for one message's ack
+	// before it ends the batch (committing the offsets acked so far) and
+	// reads the message again; the handler is not interrupted. Defaults to the worker's ClaimIdle
+	// (--claim-idle, 30 s).
+	AckDeadline time.Duration
+	// SubscribeBatchSize is how many rows one poll reads. They are handed
+	// to the handler one at a time (each waits for the previous ack), in one
+	// transaction that holds a transaction id until the batch ends: while it
+	// is open, rows committed after it began are invisible to every group
+	// of the database. Larger batches save polls, smaller ones bound that
+	// delay. Defaults to the worker's batch size (--consumer-batch-size,
+	// 100).
+	SubscribeBatchSize int
+	// MaxConns is the size of the broker's connection pool. Every
+	// subscription holds one connection (and a transaction) while it
+	// handles a batch or waits on its group's lock; the forwarder takes one
+	// per Publish. Subscribe fails when a subscription would leave no
+	// connection free (rather than hang). Defaults to pool_max_conns in
+	// DatabaseURL, else 20.
+	MaxConns int32
+}
+
+// sqlTopicChars is watermill-sql's rule for topics (they are spliced into
+// table names).
+var sqlTopicChars = regexp.MustCompile(`^[A-Za-z0-9\-\$\:\.\_]*$`)
+
+// maxSQLTopic keeps "watermill_offsets_" + topic within PostgreSQL's 63-byte
+// identifiers: a longer name would be cut and two topics could share a table.
+const maxSQLTopic = 63 - len("watermill_offsets_")
+
+// A topic is one table, watermill_<prefix><topic>, read in (transaction id,
+// offset) order; Partitions does not apply (one group of one table is
+// serialized by a row lock whatever the partitioning). Offsets per group
+// are in watermill_offsets_<prefix><topic>.
+type sqlBackend struct {
+	cfg    Config
+	pool   *pgxpool.Pool
+	db     wmsql.Beginner
+	schema wmsql.DefaultPostgreSQLSchema
+	offs   wmsql.DefaultPostgreSQLOffsetsAdapter
+	init   *wmsql.Subscriber // never subscribes: runs the DDL
+	logger watermill.LoggerAdapter
+
+	mu     sync.Mutex
+	tables map[string]bool
+	subs   int // subscriptions holding (or waiting for) a connection
 }
 
 func openSQL(ctx context.Context, cfg Config) (Backend, error) {
-	return nil, errors.New("broker sql: not built yet")
+	s := &cfg.SQL
+	if s.DatabaseURL == "" {
+		return nil, errors.New("sql broker: DatabaseURL (--broker-database-url or --database-url) is required")
+	}
+	if s.PollInterval == 0 {
+		s.PollInterval = 100 * time.Millisecond
+	}
+	if s.PollInterval < 0 || s.AckDeadline < 0 || s.SubscribeBatchSize < 0 || s.MaxConns < 0 {
+		return nil, errors.New("sql broker: PollInterval, AckDeadline, SubscribeBatchSize and MaxConns must not be negative")
+	}
+	if err := checkSQLTopic(s.TablePrefix); err != nil {
+		return nil, fmt.Errorf("TablePrefix: %w", err)
+	}
+	if cfg.Partitions > 1 {
+		cfg.Logger.Warn("sql broker: Partitions ignored: a topic is one table, and one consumer group reads it serially", "partitions", cfg.Partitions)
+	}
+	where := redact(s.DatabaseURL)
+	pcfg, err := pgxpool.ParseConfig(s.DatabaseURL)
+	if err != nil {
+		return nil, fmt.Errorf("sql broker: database URL %s: %w", where, err)
+	}
+	if s.MaxConns > 0 {
+		pcfg.MaxConns = s.MaxConns
+	} else if !strings.Contains(s.DatabaseURL, "pool_max_conns") {
+		pcfg.MaxConns = 20
+	}
+	s.MaxConns = pcfg.MaxConns
+	if pcfg.ConnConfig.ConnectTimeout == 0 || pcfg.ConnConfig.ConnectTimeout > 5*time.Second {
+		pcfg.ConnConfig.ConnectTimeout = 3 * time.Second
+	}
+	fail := func(err error) error {
+		return fmt.Errorf("connect to PostgreSQL (sql broker) at %s: %w (is it running? try `make services-up`)", where, err)
+	}
+	pool, err := pgxpool.NewWithConfig(ctx, pcfg)
+	if err != nil {
+		return nil, fail(err)
+	}
+	pctx, cancel := context.WithTimeout(ctx, 5*time.Second)
+	defer cancel()
+	if err := pool.Ping(pctx); err != nil {
+		pool.Close()
+		return nil, fail(err)
+	}
+	b := &sqlBackend{cfg: cfg, pool: pool, db: wmsql.BeginnerFromPgx(pool), tables: map[string]bool{},
+		logger: watermill.NewSlogLogger(cfg.Logger)}
+	// BYTEA, not JSON: a payload the json type would refuse must not fail
+	// its whole batch's INSERT. The DDL runs in a transaction under
+	// watermill's advisory lock, so instances creating one table at once do
+	// not race.
+	b.schema = wmsql.DefaultPostgreSQLSchema{
+		GeneratePayloadType: func(string) string { return "BYTEA" },
+		SubscribeBatchSize:  s.SubscribeBatchSize,
+	}
+	b.init, err = wmsql.NewSubscriber(b.db, wmsql.SubscriberConfig{SchemaAdapter: b.schema, OffsetsAdapter: b.offs}, b.logger)
+	if err != nil {
+		pool.Close()
+		return nil, err
+	}
+	return b, nil
+}
+
+// errSQLTopic marks a topic that cannot name a table: the row's fault, not
+// the database's.
+var errSQLTopic = errors.New("sql broker: topic cannot name a table")
+
+func checkSQLTopic(topic string) error {
+	if !sqlTopicChars.MatchString(topic) {
+		return fmt.Errorf("%w: %q: only letters, digits and - $ : . _", errSQLTopic, topic)
+	}
+	if len(topic) > maxSQLTopic {
+		return fmt.Errorf("%w: %q is over %d characters (PostgreSQL cuts identifiers at 63 bytes)", errSQLTopic, topic, maxSQLTopic)
+	}
+	return nil
+}
+
+func (b *sqlBackend) Kind() Kind { return SQL }
+
+// Topics is the one prefixed topic: a table has no partitions.
+func (b *sqlBackend) Topics(topic string) []string {
+	return []string{b.cfg.SQL.TablePrefix + topic}
+}
+
+// ensureTables creates the message and offsets tables of topic (already
+// prefixed) once per process.
+func (b *sqlBackend) ensureTables(topic string) error {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	if b.tables[topic] {
+		return nil
+	}
+	if err := checkSQLTopic(topic); err != nil {
+		return err
+	}
+	if err := b.init.SubscribeInitialize(topic); err != nil {
+		return fmt.Errorf("sql broker: create tables of %q: %w", topic, err)
+	}
+	b.tables[topic] = true
+	return nil
+}
+
+func (b *sqlBackend) Broker() forwarder.Broker { return sqlBroker{b} }
+
+type sqlBroker struct{ b *sqlBackend }
+
+// maxRowsPerInsert keeps one INSERT under PostgreSQL's 65535 parameters
+// (three per message).
+const maxRowsPerInsert = 5000
+
+// Publish appends the batch in one transaction: one multi-row INSERT per
+// topic, rows in the order given. A failure of the database or the
+// connection wraps ErrBrokerUnavailable; a row the database refuses (a data
+// exception: the INSERT cannot say which row) makes the batch's rows be
+// tried one by one, each in its own transaction, so only that row fails.
+func (sb sqlBroker) Publish(ctx context.Context, msgs []forwarder.Outgoing) []error {
+	b := sb.b
+	errs := make([]error, len(msgs))
+	var topics []string
+	byTopic := map[string][]int{}
+	for i, m := range msgs {
+		topic := b.cfg.SQL.TablePrefix + m.Topic
+		if err := b.ensureTables(topic); err != nil {
+			errs[i] = sqlError(err)
+			continue
+		}
+		if _, ok := byTopic[topic]; !ok {
+			topics = append(topics, topic)
+		}
+		byTopic[topic] = append(byTopic[topic], i)
+	}
+	if len(topics) == 0 {
+		return errs
+	}
+	err := b.insert(ctx, msgs, topics, byTopic)
+	if err == nil {
+		return errs
+	}
+	if err = sqlError(err); errors.Is(err, forwarder.ErrBrokerUnavailable) {
+		for _, t := range topics {
+			for _, i := range byTopic[t] {
+				errs[i] = err
+			}
+		}
+		return errs
+	}
+	for _, t := range topics {
+		for _, i := range byTopic[t] {
+			if err := b.insert(ctx, msgs, []string{t}, map[string][]int{t: {i}}); err != nil {
+				errs[i] = sqlError(err)
+			}
+		}
+	}
+	return errs
+}
+
+func (b *sqlBackend) insert(ctx context.Context, msgs []forwarder.Outgoing, topics []string, byTopic map[string][]int) error {
+	return pgx.BeginFunc(ctx, b.pool, func(tx pgx.Tx) error {
+		pub, err := wmsql.NewPublisher(wmsql.TxFromPgx(tx), wmsql.PublisherConfig{SchemaAdapter: b.schema}, b.logger)
+		if err != nil {
+			return err
+		}
+		for _, t := range topics {
+			idx := byTopic[t]
+			for len(idx) > 0 {
+				n := min(len(idx), maxRowsPerInsert)
+				batch := make([]*message.Message, n)
+				for j, i := range idx[:n] {
+					batch[j] = msgs[i].Message
+				}
+				batch[0].SetContext(ctx) // the INSERT runs with the first message's context
+				if err := pub.Publish(t, batch...); err != nil {
+					return err
+				}
+				idx = idx[n:]
+			}
+		}
+		return nil
+	})
+}
+
+// sqlError wraps err in ErrBrokerUnavailable unless PostgreSQL refused the
+// data itself (SQLSTATE classes 22, data exception, and 54, program limit
+// exceeded) or the topic cannot name a table.
+func sqlError(err error) error {
+	var pgErr *pgconn.PgError
+	if errors.As(err, &pgErr) && (strings.HasPrefix(pgErr.Code, "22") || strings.HasPrefix(pgErr.Code, "54")) {
+		return fmt.Errorf("sql broker: insert refused: %w", err)
+	}
+	if errors.Is(err, errSQLTopic) || errors.Is(err, wmsql.ErrInvalidTopicName) {
+		return err
+	}
+	return fmt.Errorf("%w: sql broker: %w", forwarder.ErrBrokerUnavailable, err)
+}
+
+// Subscriber is one consumer group (watermill-sql ConsumerGroup = group).
+// consumer is not used: the instances of a group take turns on the group's
+// offsets row lock, so they are standbys, not parallel consumers.
+func (b *sqlBackend) Subscriber(group, consumer string, opts SubscriberOptions) (message.Subscriber, error) {
+	opts.setDefaults()
+	s := b.cfg.SQL
+	if s.AckDeadline == 0 {
+		s.AckDeadline = opts.ClaimIdle
+	}
+	schema := b.schema
+	if schema.SubscribeBatchSize == 0 {
+		schema.SubscribeBatchSize = opts.InFlight
+	}
+	sub, err := wmsql.NewSubscriber(b.db, wmsql.SubscriberConfig{
+		ConsumerGroup:  group,
+		AckDeadline:    &s.AckDeadline,
+		PollInterval:   s.PollInterval,
+		ResendInterval: time.Second,
+		RetryInterval:  time.Second,
+		SchemaAdapter:  schema,
+		OffsetsAdapter: b.offs,
+	}, b.logger)
+	if err != nil {
+		return nil, fmt.Errorf("sql subscriber for %q: %w", group, err)
+	}
+	return &sqlSubscriber{b: b, sub: sub}, nil
+}
+
+// sqlSubscriber creates a topic's tables before subscribing, counts its
+// subscriptions against the pool, and on Close cancels subscriptions that
+// do not stop by themselves (one blocked on its group's lock).
+type sqlSubscriber struct {
+	b   *sqlBackend
+	sub *wmsql.Subscriber
+
+	mu      sync.Mutex
+	n       int
+	cancels []context.CancelFunc
+	closed  bool
+	done    chan struct{} // closed by Close
+}
+
+func (s *sqlSubscriber) Subscribe(ctx context.Context, topic string) (<-chan *message.Message, error) {
+	if err := s.b.ensureTables(topic); err != nil {
+		return nil, err
+	}
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.closed {
+		return nil, wmsql.ErrSubscriberClosed
+	}
+	b := s.b
+	b.mu.Lock()
+	if int32(b.subs+1) >= b.cfg.SQL.MaxConns {
+		b.mu.Unlock()
+		return nil, fmt.Errorf("sql broker: subscription %d to %q needs a pool over %d connections (each holds one while it handles a batch): raise MaxConns or pool_max_conns",
+			b.subs+1, topic, b.cfg.SQL.MaxConns)
+	}
+	b.subs++
+	b.mu.Unlock()
+	ctx, cancel := context.WithCancel(ctx)
+	ch, err := s.sub.Subscribe(ctx, topic)
+	if err != nil {
+		cancel()
+		b.release(1)
+		return nil, err
+	}
+	s.n++
+	s.cancels = append(s.cancels, cancel)
+	if s.done == nil {
+		s.done = make(chan struct{})
+	}
+	out := make(chan *message.Message)
+	go s.forward(ch, out)
+	return out, nil
+}
+
+// forward hands the messages on with contexts that the subscriber does not
+// cancel: watermill-sql cancels a message's context at its ack deadline and
+// when the subscription closes, which would roll back a handler's
+// transaction mid-way (its work done, its effects lost, run again). As with
+// Redis and NATS, a handler past the deadline runs to its end; its message
+// is redelivered and the middleware drops the duplicate.
+func (s *sqlSubscriber) forward(in <-chan *message.Message, out chan<- *message.Message) {
+	defer close(out)
+	for m := range in {
+		m.SetContext(context.WithoutCancel(m.Context()))
+		select {
+		case out <- m:
+		case <-s.done:
+			for range in { // until the subscription ends
+			}
+			return
+		}
+	}
+}
+
+func (b *sqlBackend) release(n int) {
+	b.mu.Lock()
+	b.subs -= n
+	b.mu.Unlock()
+}
+
+// Close stops the subscriptions: a batch in progress commits the offsets
+// acked so far. A subscription still running after a second (waiting on
+// its group's lock or a connection) is cancelled.
+func (s *sqlSubscriber) Close() error {
+	s.mu.Lock()
+	if s.closed {
+		s.mu.Unlock()
+		return nil
+	}
+	s.closed = true
+	cancels, n := s.cancels, s.n
+	if s.done != nil {
+		close(s.done)
+	}
+	s.mu.Unlock()
+	done := make(chan error, 1)
+	go func() { done <- s.sub.Close() }()
+	var err error
+	select {
+	case err = <-done:
+	case <-time.After(time.Second):
+		for _, c := range cancels {
+			c()
+		}
+		err = <-done
+	}
+	for _, c := range cancels {
+		c()
+	}
+	s.b.release(n)
+	return err
+}
+
+func (b *sqlBackend) Close() error {
+	b.pool.Close()
+	return nil
 }

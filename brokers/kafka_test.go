@@ -1,0 +1,125 @@
+package brokers_test
+
+import (
+	"context"
+	"fmt"
+	"io"
+	"log/slog"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/ThreeDotsLabs/watermill"
+	"github.com/ThreeDotsLabs/watermill-kafka/v3/pkg/kafka"
+	"github.com/ThreeDotsLabs/watermill/message"
+	"github.com/stretchr/testify/require"
+	"github.com/twmb/franz-go/pkg/kfake"
+
+	"github.com/outflow-dev/outflow/brokers"
+	"github.com/outflow-dev/outflow/forwarder"
+	"github.com/outflow-dev/outflow/outflowtest"
+)
+
+var kafkaTestLogger = slog.New(slog.NewTextHandler(io.Discard, nil))
+
+func openTestKafka(t *testing.T, addrs []string) brokers.Backend {
+	t.Helper()
+	b, err := brokers.Open(context.Background(), brokers.Config{Kind: brokers.Kafka, Logger: kafkaTestLogger,
+		Kafka: brokers.KafkaConfig{Brokers: addrs, TopicPrefix: "t.", TopicPartitions: 4, SessionTimeout: 2 * time.Second}})
+	require.NoError(t, err)
+	t.Cleanup(func() { require.NoError(t, b.Close()) })
+	return b
+}
+
+func kafkaOutgoing(topic, aggregate string, seq int) forwarder.Outgoing {
+	m := message.NewMessage(watermill.NewUUID(), []byte(fmt.Sprint(seq)))
+	m.Metadata.Set("seq", fmt.Sprint(seq))
+	return forwarder.Outgoing{Topic: topic, AggregateID: aggregate, Message: m}
+}
+
+// A batch published before any consumer exists is read by a new group from
+// the start; each aggregate stays on one partition, in order; the Outflow
+// topic's '$' and ':' become '_'.
+func TestKafkaBatchKeepsAggregateOrder(t *testing.T) {
+	t.Parallel()
+	b := openTestKafka(t, outflowtest.Kafka(t))
+	const topic, aggregates, perAggregate = "pay:ments$", 5, 20
+	require.Equal(t, []string{"t.pay_ments_"}, b.Topics(topic))
+
+	var msgs []forwarder.Outgoing
+	for i := range perAggregate {
+		for a := range aggregates {
+			msgs = append(msgs, kafkaOutgoing(topic, fmt.Sprint("agg-", a), i))
+		}
+	}
+	start := time.Now()
+	for _, err := range b.Broker().Publish(context.Background(), msgs) {
+		require.NoError(t, err)
+	}
+	t.Logf("published %d in one batch in %s", len(msgs), time.Since(start).Round(time.Millisecond))
+
+	sub, err := b.Subscriber("g1", "worker:1", brokers.SubscriberOptions{})
+	require.NoError(t, err)
+	t.Cleanup(func() { require.NoError(t, sub.Close()) })
+	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
+	defer cancel()
+	ch, err := sub.Subscribe(ctx, b.Topics(topic)[0])
+	require.NoError(t, err)
+
+	next := map[string]int{}
+	partition := map[string]int32{}
+	for range msgs {
+		var m *message.Message
+		select {
+		case m = <-ch:
+		case <-ctx.Done():
+			t.Fatalf("got %v of %d before the deadline", next, len(msgs))
+		}
+		key, _ := kafka.MessageKeyFromCtx(m.Context())
+		p, _ := kafka.MessagePartitionFromCtx(m.Context())
+		agg := string(key)
+		if q, ok := partition[agg]; ok {
+			require.Equal(t, q, p, "aggregate %s moved partitions", agg)
+		}
+		partition[agg] = p
+		require.Equal(t, fmt.Sprint(next[agg]), m.Metadata.Get("seq"), "aggregate %s out of order", agg)
+		next[agg]++
+		m.Ack()
+	}
+	require.Len(t, next, aggregates)
+	t.Logf("consumed in %s", time.Since(start).Round(time.Millisecond))
+}
+
+// A record over the producer's limit is the row's fault; the others of its
+// batch go through.
+func TestKafkaMessageTooLargeIsTheRows(t *testing.T) {
+	t.Parallel()
+	b := openTestKafka(t, outflowtest.Kafka(t))
+	big := kafkaOutgoing("payments", "a", 1)
+	big.Message.Payload = []byte(strings.Repeat("x", 2<<20))
+	errs := b.Broker().Publish(context.Background(), []forwarder.Outgoing{kafkaOutgoing("payments", "a", 0), big, kafkaOutgoing("payments", "b", 0)})
+	require.NoError(t, errs[0])
+	require.Error(t, errs[1])
+	require.NotErrorIs(t, errs[1], forwarder.ErrBrokerUnavailable)
+	require.NoError(t, errs[2])
+}
+
+// Once the cluster is gone, publishing fails as the broker's fault, in
+// bounded time.
+func TestKafkaDownIsBrokerUnavailable(t *testing.T) {
+	t.Parallel()
+	c, err := kfake.NewCluster(kfake.NumBrokers(1), kfake.AllowAutoTopicCreation())
+	require.NoError(t, err)
+	b := openTestKafka(t, c.ListenAddrs())
+	for _, err := range b.Broker().Publish(context.Background(), []forwarder.Outgoing{kafkaOutgoing("payments", "a", 0)}) {
+		require.NoError(t, err)
+	}
+	c.Close()
+	start := time.Now()
+	errs := b.Broker().Publish(context.Background(), []forwarder.Outgoing{kafkaOutgoing("payments", "a", 1), kafkaOutgoing("other", "b", 0)})
+	for _, err := range errs {
+		require.ErrorIs(t, err, forwarder.ErrBrokerUnavailable)
+	}
+	require.Less(t, time.Since(start), 15*time.Second)
+	t.Logf("failed in %s: %v", time.Since(start).Round(time.Millisecond), errs[0])
+}

@@ -1,0 +1,215 @@
+package brokers_test
+
+import (
+	"context"
+	"fmt"
+	"io"
+	"log/slog"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/ThreeDotsLabs/watermill/message"
+	"github.com/stretchr/testify/require"
+
+	"github.com/outflow-dev/outflow/brokers"
+	"github.com/outflow-dev/outflow/forwarder"
+	"github.com/outflow-dev/outflow/outflowtest"
+)
+
+var quiet = slog.New(slog.NewTextHandler(io.Discard, nil))
+
+func openSQLBackend(t *testing.T, url string, cfg brokers.SQLConfig) brokers.Backend {
+	t.Helper()
+	cfg.DatabaseURL = url
+	if cfg.PollInterval == 0 {
+		cfg.PollInterval = 20 * time.Millisecond
+	}
+	b, err := brokers.Open(context.Background(), brokers.Config{Kind: brokers.SQL, SQL: cfg, Logger: quiet})
+	require.NoError(t, err)
+	t.Cleanup(func() { b.Close() })
+	return b
+}
+
+func outgoing(topic string, n, from int) []forwarder.Outgoing {
+	out := make([]forwarder.Outgoing, n)
+	for i := range out {
+		m := message.NewMessage(fmt.Sprintf("00000000-0000-0000-0000-%012d", from+i), []byte(fmt.Sprintf(`{"n":%d}`, from+i)))
+		m.Metadata.Set("n", fmt.Sprint(from+i))
+		out[i] = forwarder.Outgoing{Topic: topic, AggregateID: "a", Message: m}
+	}
+	return out
+}
+
+// consume reads n messages of topic as group, acking each, and returns
+// their "n" metadata in delivery order.
+func consume(t *testing.T, b brokers.Backend, group, topic string, n int) []string {
+	t.Helper()
+	sub, err := b.Subscriber(group, "c1", brokers.SubscriberOptions{InFlight: 10, ClaimIdle: 5 * time.Second})
+	require.NoError(t, err)
+	defer sub.Close()
+	ch, err := sub.Subscribe(context.Background(), b.Topics(topic)[0])
+	require.NoError(t, err)
+	var got []string
+	timeout := time.After(20 * time.Second)
+	for len(got) < n {
+		select {
+		case m := <-ch:
+			got = append(got, m.Metadata.Get("n"))
+			m.Ack()
+		case <-timeout:
+			t.Fatalf("%s: %d of %d messages", group, len(got), n)
+		}
+	}
+	return got
+}
+
+// A batch over two topics goes in one transaction, each topic's rows in
+// order; every consumer group reads all of its topic, in order.
+func TestSQLPublishAndConsumeInOrderPerGroup(t *testing.T) {
+	t.Parallel()
+	s := outflowtest.NewEmptySchema(t)
+	b := openSQLBackend(t, s.URL, brokers.SQLConfig{TablePrefix: "t_"})
+	require.Equal(t, []string{"t_orders"}, b.Topics("orders"))
+	var batch []forwarder.Outgoing
+	for i := range 10 { // interleaved topics
+		batch = append(batch, outgoing("orders", 1, i)...)
+		batch = append(batch, outgoing("refunds", 1, 100+i)...)
+	}
+	for _, err := range b.Broker().Publish(context.Background(), batch) {
+		require.NoError(t, err)
+	}
+	for _, err := range b.Broker().Publish(context.Background(), outgoing("orders", 5, 10)) {
+		require.NoError(t, err)
+	}
+	want := make([]string, 15)
+	for i := range want {
+		want[i] = fmt.Sprint(i)
+	}
+	require.Equal(t, want, consume(t, b, "g1", "orders", 15))
+	require.Equal(t, want, consume(t, b, "g2", "orders", 15))
+	require.Len(t, consume(t, b, "g1", "refunds", 10), 10)
+
+	var xids int
+	require.NoError(t, s.Pool.QueryRow(context.Background(),
+		`SELECT count(DISTINCT transaction_id) FROM "watermill_t_orders"`).Scan(&xids))
+	require.Equal(t, 2, xids, "one transaction per Publish")
+}
+
+// A topic that cannot name a table fails its own rows only, and not as an
+// outage; the others of the batch go through.
+func TestSQLBadTopicFailsItsRowsOnly(t *testing.T) {
+	t.Parallel()
+	s := outflowtest.NewEmptySchema(t)
+	b := openSQLBackend(t, s.URL, brokers.SQLConfig{})
+	batch := append(outgoing("ok", 2, 0), outgoing("bad topic;", 1, 2)...)
+	batch = append(batch, outgoing("x123456789x123456789x123456789x123456789x123456789", 1, 3)...)
+	errs := b.Broker().Publish(context.Background(), batch)
+	require.NoError(t, errs[0])
+	require.NoError(t, errs[1])
+	for _, err := range errs[2:] {
+		require.Error(t, err)
+		require.NotErrorIs(t, err, forwarder.ErrBrokerUnavailable)
+	}
+}
+
+// A row the database refuses (a message id over the uuid column's 36
+// characters) fails alone: the batch is retried row by row.
+func TestSQLRefusedRowFailsAlone(t *testing.T) {
+	t.Parallel()
+	s := outflowtest.NewEmptySchema(t)
+	b := openSQLBackend(t, s.URL, brokers.SQLConfig{})
+	batch := outgoing("ok", 3, 0)
+	batch[1].Message.UUID = "this-id-is-far-longer-than-thirty-six-characters"
+	errs := b.Broker().Publish(context.Background(), batch)
+	require.NoError(t, errs[0])
+	require.Error(t, errs[1])
+	require.NotErrorIs(t, errs[1], forwarder.ErrBrokerUnavailable)
+	require.NoError(t, errs[2])
+	require.Equal(t, []string{"0", "2"}, consume(t, b, "g", "ok", 2))
+}
+
+// The database gone after Open: Publish reports an outage.
+func TestSQLPublishAfterCloseIsUnavailable(t *testing.T) {
+	t.Parallel()
+	s := outflowtest.NewEmptySchema(t)
+	b := openSQLBackend(t, s.URL, brokers.SQLConfig{})
+	require.NoError(t, b.Close())
+	for _, err := range b.Broker().Publish(context.Background(), outgoing("ok", 2, 0)) {
+		require.ErrorIs(t, err, forwarder.ErrBrokerUnavailable)
+	}
+}
+
+// Instances creating one topic's tables at once do not race.
+func TestSQLConcurrentFirstUse(t *testing.T) {
+	t.Parallel()
+	s := outflowtest.NewEmptySchema(t)
+	var wg sync.WaitGroup
+	errs := make(chan error, 8*3)
+	for i := range 8 {
+		b := openSQLBackend(t, s.URL, brokers.SQLConfig{MaxConns: 4})
+		wg.Go(func() {
+			for _, err := range b.Broker().Publish(context.Background(), outgoing("fresh", 3, 3*i)) {
+				errs <- err
+			}
+		})
+	}
+	wg.Wait()
+	close(errs)
+	for err := range errs {
+		require.NoError(t, err)
+	}
+	var n int
+	require.NoError(t, s.Pool.QueryRow(context.Background(), `SELECT count(*) FROM "watermill_fresh"`).Scan(&n))
+	require.Equal(t, 24, n)
+}
+
+// Subscriptions that would exhaust the pool fail at Subscribe instead of
+// hanging.
+func TestSQLSubscriptionsBoundedByPool(t *testing.T) {
+	t.Parallel()
+	s := outflowtest.NewEmptySchema(t)
+	b := openSQLBackend(t, s.URL, brokers.SQLConfig{MaxConns: 2})
+	sub1, err := b.Subscriber("g1", "c", brokers.SubscriberOptions{})
+	require.NoError(t, err)
+	_, err = sub1.Subscribe(context.Background(), "a")
+	require.NoError(t, err)
+	sub2, err := b.Subscriber("g2", "c", brokers.SubscriberOptions{})
+	require.NoError(t, err)
+	_, err = sub2.Subscribe(context.Background(), "a")
+	require.ErrorContains(t, err, "MaxConns")
+	require.NoError(t, sub2.Close())
+	require.NoError(t, sub1.Close())
+	sub3, err := b.Subscriber("g3", "c", brokers.SubscriberOptions{})
+	require.NoError(t, err)
+	_, err = sub3.Subscribe(context.Background(), "a")
+	require.NoError(t, err, "closed subscriptions free their connection")
+	require.NoError(t, sub3.Close())
+}
+
+// Two instances of one group: the second is a standby blocked on the
+// group's lock; closing it returns promptly, and it loses nothing.
+func TestSQLStandbyClosesPromptly(t *testing.T) {
+	t.Parallel()
+	s := outflowtest.NewEmptySchema(t)
+	b := openSQLBackend(t, s.URL, brokers.SQLConfig{SubscribeBatchSize: 5})
+	for _, err := range b.Broker().Publish(context.Background(), outgoing("q", 10, 0)) {
+		require.NoError(t, err)
+	}
+	active, err := b.Subscriber("g", "a", brokers.SubscriberOptions{ClaimIdle: 5 * time.Second})
+	require.NoError(t, err)
+	ch, err := active.Subscribe(context.Background(), "q")
+	require.NoError(t, err)
+	first := <-ch // holds the group's row lock until acked
+	standby, err := b.Subscriber("g", "b", brokers.SubscriberOptions{})
+	require.NoError(t, err)
+	_, err = standby.Subscribe(context.Background(), "q")
+	require.NoError(t, err)
+	time.Sleep(100 * time.Millisecond)
+	start := time.Now()
+	require.NoError(t, standby.Close())
+	require.Less(t, time.Since(start), 3*time.Second)
+	first.Ack()
+	require.NoError(t, active.Close())
+	require.Len(t, consume(t, b, "g", "q", 9), 9, "the rest of the topic after the acked first")
+}
