@@ -3,13 +3,453 @@ package brokers
 import (
 	"context"
 	"errors"
+	"fmt"
+	"net"
+	"sync"
+	"time"
+
+	"github.com/ThreeDotsLabs/watermill"
+	wmamqp "github.com/ThreeDotsLabs/watermill-amqp/v3/pkg/amqp"
+	"github.com/ThreeDotsLabs/watermill/message"
+	amqp091 "github.com/rabbitmq/amqp091-go"
+
+	"github.com/outflow-dev/outflow/forwarder"
+	"github.com/outflow-dev/outflow/forwarder/redisstreams"
 )
 
-// AMQPConfig is the amqp block.
+// AMQPConfig is the RabbitMQ (AMQP 0-9-1) block.
 type AMQPConfig struct {
+	// URL defaults to amqp://guest:guest@127.0.0.1:5672/.
 	URL string
+	// Prefix is prepended to every exchange and queue name. Defaults to "".
+	Prefix string
+	// Groups lists, per topic, the consumer groups whose queues the
+	// forwarder declares and binds before its first publish to the topic:
+	// RabbitMQ drops what reaches an exchange with no queue bound, so an
+	// event published before a group's first worker ever subscribed would
+	// be lost to that group. List every handler (consumer group) of every
+	// topic. Nil defaults to [DefaultAMQPGroups]; an empty map declares
+	// none (a worker declares its own queue when it subscribes).
+	Groups map[string][]string
+	// NackDelay is how long a nacked message is held before RabbitMQ
+	// requeues it (RabbitMQ redelivers a requeued message at once).
+	// Defaults to 1s.
+	NackDelay time.Duration
+	// ConnectTimeout bounds one dial and handshake. Defaults to 3s.
+	ConnectTimeout time.Duration
 }
 
+// DefaultAMQPGroups are the reference handlers' consumer groups on the
+// reference service's topic: what [AMQPConfig.Groups] defaults to.
+var DefaultAMQPGroups = map[string][]string{"payments": {"sync-analytics", "notify-merchant"}}
+
+// ErrUnroutable is returned for a message RabbitMQ returned because no queue
+// is bound to its exchange: no group in [AMQPConfig.Groups] for its topic
+// and no worker has subscribed yet. It is the row's failure (retried, then
+// parked), not an outage.
+var ErrUnroutable = errors.New("no queue bound to the exchange")
+
+// AMQPQueueName is the queue of consumer group on exchange (one broker
+// topic, see [Backend.Topics]).
+func AMQPQueueName(exchange, group string) string {
+	return wmamqp.GenerateQueueNameTopicNameWithSuffix(group)(exchange)
+}
+
+// A broker topic (a topic, or one of its partitions) is a durable fanout
+// exchange of that name; each consumer group has a durable queue bound to
+// it, named [AMQPQueueName], which the group's instances share (competing
+// consumers). Messages are persistent, published with publisher confirms
+// and the mandatory flag: Publish returns nil only once RabbitMQ confirmed
+// the message, and a message no queue took is returned as [ErrUnroutable].
+// The forwarder's publishing is Outflow's own (one channel in confirm mode,
+// pipelined, in order) because watermill-amqp's publisher waits for each
+// confirm in turn and ignores returns; the wire format is watermill-amqp's
+// (its DefaultMarshaler), and the workers use its subscriber.
+type amqpBackend struct {
+	cfg  Config
+	wcfg wmamqp.Config
+	log  watermill.LoggerAdapter
+
+	mu       sync.Mutex // serialises Publish: one channel, one order
+	conn     *amqp091.Connection
+	ch       *amqp091.Channel
+	returns  chan amqp091.Return
+	prepared map[string]bool
+}
+
+// amqpPrefetch is each consumer's prefetch: one message in its handler,
+// the next already on its way.
+const amqpPrefetch = 2
+
+// amqpWindow bounds the messages awaiting confirmation on the channel.
+const amqpWindow = 256
+
 func openAMQP(ctx context.Context, cfg Config) (Backend, error) {
-	return nil, errors.New("broker amqp: not built yet")
+	a := &cfg.AMQP
+	if a.URL == "" {
+		a.URL = "amqp://guest:guest@127.0.0.1:5672/"
+	}
+	if a.Groups == nil {
+		a.Groups = DefaultAMQPGroups
+	}
+	if a.NackDelay <= 0 {
+		a.NackDelay = time.Second
+	}
+	if a.ConnectTimeout <= 0 {
+		a.ConnectTimeout = 3 * time.Second
+	}
+	b := &amqpBackend{cfg: cfg, log: watermill.NewSlogLogger(cfg.Logger), prepared: map[string]bool{}}
+	b.wcfg = wmamqp.NewDurablePubSubConfig(a.URL, nil)
+	b.wcfg.Exchange.Type = "fanout"
+	b.wcfg.Connection.AmqpConfig = b.amqpConfig("outflow")
+	b.wcfg.Connection.Reconnect = &wmamqp.ReconnectConfig{
+		BackoffInitialInterval: 200 * time.Millisecond, BackoffRandomizationFactor: 0.5,
+		BackoffMultiplier: 1.5, BackoffMaxInterval: 5 * time.Second,
+	}
+	if err := b.connect(ctx); err != nil {
+		return nil, err
+	}
+	return b, nil
+}
+
+func (b *amqpBackend) amqpConfig(name string) *amqp091.Config {
+	props := amqp091.NewConnectionProperties()
+	props.SetClientConnectionName(name)
+	return &amqp091.Config{
+		Heartbeat:  10 * time.Second,
+		Properties: props,
+		Dial:       amqp091.DefaultDial(b.cfg.AMQP.ConnectTimeout),
+	}
+}
+
+// connect (re)opens the publishing connection and its confirm channel.
+// Called with mu held, or before the backend is shared.
+func (b *amqpBackend) connect(ctx context.Context) error {
+	fail := func(err error) error {
+		return fmt.Errorf("connect to RabbitMQ at %s: %w (is it running? try `make services-up`)", redact(b.cfg.AMQP.URL), err)
+	}
+	if b.conn != nil {
+		_ = b.conn.Close()
+	}
+	b.conn, b.ch = nil, nil
+	if err := ctx.Err(); err != nil {
+		return fail(err)
+	}
+	conf := b.amqpConfig("outflow-forwarder")
+	timeout := b.cfg.AMQP.ConnectTimeout
+	if d, ok := ctx.Deadline(); ok {
+		timeout = min(timeout, time.Until(d))
+	}
+	conf.Dial = func(network, addr string) (net.Conn, error) {
+		return amqp091.DefaultDial(timeout)(network, addr)
+	}
+	conn, err := amqp091.DialConfig(b.cfg.AMQP.URL, *conf)
+	if err != nil {
+		return fail(err)
+	}
+	ch, err := conn.Channel()
+	if err == nil {
+		err = ch.Confirm(false)
+	}
+	if err != nil {
+		_ = conn.Close()
+		return fail(err)
+	}
+	b.conn, b.ch = conn, ch
+	b.returns = ch.NotifyReturn(make(chan amqp091.Return, amqpWindow))
+	return nil
+}
+
+func (b *amqpBackend) Kind() Kind { return AMQP }
+
+func (b *amqpBackend) Topics(topic string) []string {
+	return redisstreams.TopicStreams(b.cfg.AMQP.Prefix, topic, b.cfg.Partitions)
+}
+
+// prepare declares topic's exchanges and binds the queues of its groups,
+// once per connection; redeclaring what exists is a no-op for the server.
+func (b *amqpBackend) prepare(topic string) error {
+	if b.prepared[topic] {
+		return nil
+	}
+	for _, exchange := range b.Topics(topic) {
+		if err := b.wcfg.TopologyBuilder.ExchangeDeclare(b.ch, exchange, b.wcfg); err != nil {
+			return fmt.Errorf("declare RabbitMQ exchange %q: %w", exchange, err)
+		}
+		for _, group := range b.cfg.AMQP.Groups[topic] {
+			params := wmamqp.BuildTopologyParams{Topic: exchange, QueueName: AMQPQueueName(exchange, group), ExchangeName: exchange}
+			if err := b.wcfg.TopologyBuilder.BuildTopology(b.ch, params, b.wcfg, b.log); err != nil {
+				return fmt.Errorf("declare RabbitMQ queue %q: %w", params.QueueName, err)
+			}
+		}
+	}
+	b.prepared[topic] = true
+	return nil
+}
+
+func (b *amqpBackend) Broker() forwarder.Broker { return amqpBroker{b} }
+
+type amqpBroker struct{ b *amqpBackend }
+
+// Publish sends the messages in order on one confirm channel, up to
+// amqpWindow before waiting for their confirms. A lost connection fails
+// the rest of the batch as unavailable; the next call reconnects.
+func (ab amqpBroker) Publish(ctx context.Context, msgs []forwarder.Outgoing) []error {
+	b := ab.b
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	errs := make([]error, len(msgs))
+	down := func(from int, err error) {
+		for i := from; i < len(msgs); i++ {
+			if errs[i] == nil {
+				errs[i] = fmt.Errorf("%w: %w", forwarder.ErrBrokerUnavailable, err)
+			}
+		}
+	}
+	if b.ch == nil || b.ch.IsClosed() {
+		if err := b.connect(ctx); err != nil {
+			down(0, err)
+			return errs
+		}
+		b.prepared = map[string]bool{}
+	}
+	for start := 0; start < len(msgs); start += amqpWindow {
+		window := msgs[start:min(start+amqpWindow, len(msgs))]
+		b.drainReturns(nil)
+		confirms := make([]*amqp091.DeferredConfirmation, len(window))
+		for i, m := range window {
+			if err := b.prepare(m.Topic); err != nil {
+				down(start+i, err)
+				break
+			}
+			pub, err := wmamqp.DefaultMarshaler{}.Marshal(m.Message)
+			if err != nil {
+				errs[start+i] = fmt.Errorf("marshal for RabbitMQ: %w", err)
+				continue
+			}
+			pub.MessageId = m.Message.UUID
+			exchange := redisstreams.StreamName(b.cfg.AMQP.Prefix, m.Topic, b.cfg.Partitions, m.AggregateID)
+			confirms[i], err = b.ch.PublishWithDeferredConfirmWithContext(ctx, exchange, "", true, false, pub)
+			if err != nil {
+				down(start+i, fmt.Errorf("publish to RabbitMQ: %w", err))
+				break
+			}
+		}
+		for i, dc := range confirms {
+			if dc == nil {
+				continue
+			}
+			ok, err := dc.WaitContext(ctx)
+			switch {
+			case err != nil:
+				down(start+i, fmt.Errorf("wait for the RabbitMQ confirm: %w", err))
+			case !ok && b.ch.IsClosed():
+				down(start+i, errors.New("RabbitMQ channel closed before the confirm"))
+			case !ok:
+				errs[start+i] = fmt.Errorf("%w: RabbitMQ nacked the message", forwarder.ErrBrokerUnavailable)
+			}
+		}
+		// A return precedes its message's confirm on the wire, so every
+		// return of the window is in the channel by now.
+		returned := map[string]bool{}
+		b.drainReturns(returned)
+		for i, m := range window {
+			if errs[start+i] == nil && returned[m.Message.UUID] {
+				errs[start+i] = fmt.Errorf("%w %q (RabbitMQ returned message %s: list topic %q's groups in AMQPConfig.Groups)",
+					ErrUnroutable, redisstreams.StreamName(b.cfg.AMQP.Prefix, m.Topic, b.cfg.Partitions, m.AggregateID), m.Message.UUID, m.Topic)
+			}
+		}
+		if b.ch.IsClosed() {
+			down(start+len(window), errors.New("RabbitMQ channel closed"))
+			break
+		}
+	}
+	return errs
+}
+
+// drainReturns empties the returns channel, noting the message ids into
+// ids when it is not nil.
+func (b *amqpBackend) drainReturns(ids map[string]bool) {
+	for {
+		select {
+		case r, ok := <-b.returns:
+			if !ok {
+				return
+			}
+			if ids != nil {
+				ids[r.MessageId] = true
+			}
+		default:
+			return
+		}
+	}
+}
+
+func (b *amqpBackend) Subscriber(group, consumer string, opts SubscriberOptions) (message.Subscriber, error) {
+	opts.setDefaults()
+	wcfg := b.wcfg
+	wcfg.Queue.GenerateName = wmamqp.GenerateQueueNameTopicNameWithSuffix(group)
+	wcfg.Consume.Consumer = ""
+	wcfg.Consume.Qos.PrefetchCount = amqpPrefetch
+	wcfg.Connection.AmqpConfig = b.amqpConfig("outflow-" + group + "-" + consumer)
+	wcfg.TopologyBuilder = &onceTopology{done: map[string]bool{}}
+	sub, err := wmamqp.NewSubscriber(wcfg, watermill.NewSlogLogger(b.cfg.Logger))
+	if err != nil {
+		return nil, fmt.Errorf("RabbitMQ subscriber for %q at %s: %w", group, redact(b.cfg.AMQP.URL), err)
+	}
+	// Each consumer has one message in its handler: several let the
+	// middleware share transactions; more than a few make subscribing
+	// (several round trips each, at start) slow for little gain. Each is a
+	// channel, on one connection per group: RabbitMQ's default channel_max
+	// is 2047.
+	consumers := max(1, min(opts.InFlight, 8, 1024/b.cfg.Partitions))
+	return &amqpSubscriber{sub: sub, consumers: consumers, nackDelay: b.cfg.AMQP.NackDelay,
+		closed: make(chan struct{})}, nil
+}
+
+// onceTopology declares a queue, its exchange and their binding once per
+// subscriber rather than once per subscription (and reconnection): they
+// are durable.
+type onceTopology struct {
+	wmamqp.DefaultTopologyBuilder
+	mu   sync.Mutex
+	done map[string]bool
+}
+
+func (o *onceTopology) BuildTopology(ch *amqp091.Channel, params wmamqp.BuildTopologyParams, cfg wmamqp.Config, log watermill.LoggerAdapter) error {
+	o.mu.Lock()
+	defer o.mu.Unlock()
+	if o.done[params.QueueName] {
+		return nil
+	}
+	if err := o.DefaultTopologyBuilder.BuildTopology(ch, params, cfg, log); err != nil {
+		return err
+	}
+	o.done[params.QueueName] = true
+	return nil
+}
+
+// amqpSubscriber consumes a queue with several watermill-amqp
+// subscriptions (each hands out one message at a time and waits for its
+// ack), so that the middleware has several in flight to share a
+// transaction. It holds a nacked message for nackDelay before passing the
+// nack on, as RabbitMQ would redeliver it at once.
+type amqpSubscriber struct {
+	sub       *wmamqp.Subscriber
+	consumers int
+	nackDelay time.Duration
+
+	closeOnce sync.Once
+	closed    chan struct{}
+	wg        sync.WaitGroup
+}
+
+func (s *amqpSubscriber) Subscribe(ctx context.Context, topic string) (<-chan *message.Message, error) {
+	select {
+	case <-s.closed:
+		return nil, errors.New("RabbitMQ subscriber is closed")
+	default:
+	}
+	// Each subscription declares the queue and opens its channel: in
+	// parallel, as they are several round trips each.
+	ins := make([]<-chan *message.Message, s.consumers)
+	errs := make([]error, s.consumers)
+	var subscribing sync.WaitGroup
+	for i := range ins {
+		subscribing.Go(func() { ins[i], errs[i] = s.sub.Subscribe(ctx, topic) })
+	}
+	subscribing.Wait()
+	if err := errors.Join(errs...); err != nil {
+		return nil, fmt.Errorf("subscribe to RabbitMQ exchange %q: %w", topic, err)
+	}
+	out := make(chan *message.Message)
+	var wg sync.WaitGroup
+	for _, in := range ins {
+		wg.Go(func() { s.relay(ctx, in, out) })
+	}
+	s.wg.Go(func() {
+		wg.Wait()
+		close(out)
+	})
+	return out, nil
+}
+
+// relay passes each message of in to out as a copy, and the copy's ack or
+// (delayed) nack back. On Close it stops handing out messages but waits,
+// up to amqpCloseWait, for the one it handed out to be acked: what it
+// still holds the watermill-amqp subscriber nacks when closed, so RabbitMQ
+// requeues it.
+func (s *amqpSubscriber) relay(ctx context.Context, in <-chan *message.Message, out chan<- *message.Message) {
+	for {
+		var m *message.Message
+		select {
+		case m = <-in:
+		case <-s.closed:
+			return
+		}
+		if m == nil {
+			return // in is closed
+		}
+		c := message.NewMessage(m.UUID, m.Payload)
+		c.Metadata = m.Metadata
+		c.SetContext(m.Context())
+		select {
+		case out <- c:
+		case <-ctx.Done():
+			m.Nack()
+			continue
+		case <-s.closed:
+			return
+		}
+		select {
+		case <-c.Acked():
+			m.Ack()
+			continue
+		case <-c.Nacked():
+		case <-s.closed:
+			t := time.NewTimer(amqpCloseWait)
+			select {
+			case <-c.Acked():
+				m.Ack()
+			case <-c.Nacked():
+			case <-t.C:
+			}
+			t.Stop()
+			return
+		}
+		t := time.NewTimer(s.nackDelay)
+		select {
+		case <-t.C:
+			m.Nack()
+		case <-s.closed:
+			t.Stop()
+			return
+		}
+	}
+}
+
+// amqpCloseWait bounds how long Close waits for the handler of a message in
+// flight to ack it.
+const amqpCloseWait = 15 * time.Second
+
+// Close stops the subscriptions, lets the messages in flight be acked,
+// then closes the connection (RabbitMQ requeues what was not acked).
+func (s *amqpSubscriber) Close() error {
+	s.closeOnce.Do(func() { close(s.closed) })
+	s.wg.Wait()
+	return s.sub.Close()
+}
+
+func (b *amqpBackend) Close() error {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	if b.conn == nil {
+		return nil
+	}
+	err := b.conn.Close()
+	b.conn, b.ch = nil, nil
+	if err != nil && !errors.Is(err, amqp091.ErrClosed) {
+		return err
+	}
+	return nil
 }

@@ -49,6 +49,7 @@ func TestUnreachableBackendFailsAtOpen(t *testing.T) {
 	}{
 		{brokers.Config{Kind: brokers.Redis, Redis: brokers.RedisConfig{URL: "redis://:s3cret@" + addr + "/0"}}, "Redis"},
 		{brokers.Config{Kind: brokers.NATS, NATS: brokers.NATSConfig{URL: "nats://u:s3cret@" + addr}}, "NATS"},
+		{brokers.Config{Kind: brokers.AMQP, AMQP: brokers.AMQPConfig{URL: "amqp://u:s3cret@" + addr + "/"}}, "RabbitMQ"},
 		{brokers.Config{Kind: brokers.Kafka, Kafka: brokers.KafkaConfig{Brokers: []string{addr}}}, "Kafka"},
 		{brokers.Config{Kind: brokers.SQL, SQL: brokers.SQLConfig{DatabaseURL: "postgres://u:s3cret@" + addr + "/outflow?sslmode=disable"}}, "PostgreSQL (sql broker)"},
 	} {

@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# Brings up the services Outflow needs (PostgreSQL, Redis) when nothing
+# Brings up the services Outflow needs (PostgreSQL, Redis, NATS, RabbitMQ) when nothing
 # answers at the configured URLs: first from locally installed binaries, in
 # the git-ignored .services/ directory, else with docker compose. It never
 # touches a server that already answers.
@@ -77,6 +77,38 @@ Install NATS (Debian/Ubuntu: apt-get install nats-server; macOS: brew install na
 or Docker, or set OUTFLOW_TEST_NATS_URL / NATS_URL to a server you run."
 	fi
 	wait_for NATS nats_ready
+}
+
+# RabbitMQ, for the amqp broker and its tests (host:port only).
+AMQP_HOST=${AMQP_HOST:-127.0.0.1}
+AMQP_PORT=${AMQP_PORT:-5672}
+amqp_ready() { tcp_open "$AMQP_HOST" "$AMQP_PORT"; }
+
+start_rabbitmq() {
+	local dir="$STATE/rabbitmq" bin
+	# Debian's /usr/sbin/rabbitmq-server re-runs itself as the rabbitmq user
+	# with its state in /var/lib/rabbitmq: run the real script instead.
+	bin=/usr/lib/rabbitmq/bin/rabbitmq-server
+	[ -x "$bin" ] || bin=$(command -v rabbitmq-server || true)
+	if [ -n "$bin" ] && local_host "$AMQP_HOST"; then
+		mkdir -p "$dir"
+		say "starting RabbitMQ on $AMQP_HOST:$AMQP_PORT (data in $dir)"
+		HOME="$dir" RABBITMQ_NODENAME="outflow$AMQP_PORT@localhost" RABBITMQ_NODE_IP_ADDRESS=127.0.0.1 \
+			RABBITMQ_NODE_PORT="$AMQP_PORT" RABBITMQ_DIST_PORT=$((AMQP_PORT + 20000)) \
+			RABBITMQ_MNESIA_BASE="$dir/mnesia" RABBITMQ_LOG_BASE="$dir/log" RABBITMQ_PID_FILE="$dir/rabbitmq.pid" \
+			RABBITMQ_CONFIG_FILE="$dir/rabbitmq" RABBITMQ_ENABLED_PLUGINS_FILE="$dir/enabled_plugins" \
+			"$bin" >"$dir/rabbitmq.out" 2>&1 &
+		echo local >"$STATE/rabbitmq.how"
+	elif docker_ok; then
+		say "starting RabbitMQ with docker compose"
+		docker compose up -d rabbitmq
+		echo docker >"$STATE/rabbitmq.how"
+	else
+		die "nothing answers at $AMQP_HOST:$AMQP_PORT and there is no local rabbitmq-server nor a running Docker engine.
+Install RabbitMQ (Debian/Ubuntu: apt-get install rabbitmq-server; macOS: brew install rabbitmq)
+or Docker, or set OUTFLOW_TEST_AMQP_URL / AMQP_URL to a server you run."
+	fi
+	wait_for RabbitMQ amqp_ready
 }
 
 wait_for() { # name check-fn
@@ -178,6 +210,7 @@ up() {
 	if pg_ready; then say "PostgreSQL answers at $PG_HOST:$PG_PORT"; else start_postgres; fi
 	if redis_ready; then say "Redis answers at $REDIS_HOST:$REDIS_PORT"; else start_redis; fi
 	if nats_ready; then say "NATS answers at $NATS_HOST:$NATS_PORT"; else start_nats; fi
+	if amqp_ready; then say "RabbitMQ answers at $AMQP_HOST:$AMQP_PORT"; else start_rabbitmq; fi
 	create_database "$PG_DB"
 	create_database "${OUTFLOW_TEST_DB:-outflow_test}"
 }
@@ -194,6 +227,9 @@ down() {
 	if [ "$(cat "$STATE/nats.how" 2>/dev/null)" = local ] && [ -f "$STATE/nats/nats.pid" ]; then
 		kill "$(cat "$STATE/nats/nats.pid")" && say "stopped NATS"
 	fi
+	if [ "$(cat "$STATE/rabbitmq.how" 2>/dev/null)" = local ] && [ -f "$STATE/rabbitmq/rabbitmq.pid" ]; then
+		kill "$(cat "$STATE/rabbitmq/rabbitmq.pid")" && say "stopped RabbitMQ"
+	fi
 	if grep -qs docker "$STATE"/*.how; then docker compose down && say "stopped docker compose services"; fi
 	rm -f "$STATE"/*.how
 }
@@ -202,6 +238,7 @@ status() {
 	if pg_ready; then say "PostgreSQL: up at $PG_HOST:$PG_PORT"; else say "PostgreSQL: down at $PG_HOST:$PG_PORT"; fi
 	if redis_ready; then say "Redis: up at $REDIS_HOST:$REDIS_PORT"; else say "Redis: down at $REDIS_HOST:$REDIS_PORT"; fi
 	if nats_ready; then say "NATS: up at $NATS_HOST:$NATS_PORT"; else say "NATS: down at $NATS_HOST:$NATS_PORT"; fi
+	if amqp_ready; then say "RabbitMQ: up at $AMQP_HOST:$AMQP_PORT"; else say "RabbitMQ: down at $AMQP_HOST:$AMQP_PORT"; fi
 }
 
 case ${1:-} in
