@@ -157,26 +157,18 @@ func (nb natsBroker) Publish(ctx context.Context, msgs []forwarder.Outgoing) []e
 	return errs
 }
 
+// Subscriber is a [NATSSubscriber]: a pull consumer delivering a whole
+// fetch at once.
 func (b *natsBackend) Subscriber(group, consumer string, opts SubscriberOptions) (message.Subscriber, error) {
 	opts.setDefaults()
-	jsc := b.jsc
-	jsc.DurablePrefix = group
-	jsc.SubscribeOptions = []nats.SubOpt{nats.DeliverAll(), nats.AckExplicit(), nats.AckWait(opts.ClaimIdle),
-		nats.MaxAckPending(2 * min(opts.InFlight, 8))}
-	sub, err := wmnats.NewSubscriber(wmnats.SubscriberConfig{
-		URL:              b.cfg.NATS.URL,
-		QueueGroupPrefix: group,
-		// Each subscription has one callback in flight: several let the
-		// middleware share transactions. More than a few make subscribing
-		// (one round trip each, at start) slow for little gain.
-		SubscribersCount: min(opts.InFlight, 8),
-		AckWaitTimeout:   opts.ClaimIdle,
-		CloseTimeout:     5 * time.Second,
-		Unmarshaler:      &wmnats.NATSMarshaler{},
-		NakDelay:         wmnats.NewStaticDelay(time.Second),
-		JetStream:        jsc,
-		NatsOptions:      []nats.Option{nats.Name(consumer)},
-	}, watermill.NewSlogLogger(b.cfg.Logger))
+	sub, err := NewNATSSubscriber(NATSSubscriberConfig{
+		JetStream: b.js,
+		Group:     group,
+		Stream:    func(subject string) string { return streamName(b.streamTopic(subject)) },
+		BatchSize: opts.InFlight,
+		AckWait:   opts.ClaimIdle,
+		Logger:    watermill.NewSlogLogger(b.cfg.Logger),
+	})
 	if err != nil {
 		return nil, fmt.Errorf("NATS subscriber for %q: %w", group, err)
 	}
@@ -186,19 +178,30 @@ func (b *natsBackend) Subscriber(group, consumer string, opts SubscriberOptions)
 // provisioningSubscriber creates a topic's stream before subscribing, so a
 // consumer that starts before any event was published does not fail.
 type provisioningSubscriber struct {
-	*wmnats.Subscriber
+	message.Subscriber
 	b *natsBackend
 }
 
 func (s *provisioningSubscriber) Subscribe(ctx context.Context, subject string) (<-chan *message.Message, error) {
-	topic := strings.TrimPrefix(subject, s.b.cfg.NATS.StreamPrefix)
-	if i := strings.LastIndexByte(topic, '.'); i >= 0 && s.b.cfg.Partitions > 1 {
-		topic = topic[:i]
-	}
-	if err := s.b.ensureStream(topic); err != nil {
+	if err := s.b.ensureStream(s.b.topicOf(subject)); err != nil {
 		return nil, err
 	}
 	return s.Subscriber.Subscribe(ctx, subject)
+}
+
+// topicOf is the Outflow topic of a subject: the subject without its
+// prefix and partition suffix.
+func (b *natsBackend) topicOf(subject string) string {
+	topic := strings.TrimPrefix(subject, b.cfg.NATS.StreamPrefix)
+	if i := strings.LastIndexByte(topic, '.'); i >= 0 && b.cfg.Partitions > 1 {
+		topic = topic[:i]
+	}
+	return topic
+}
+
+// streamTopic is the prefixed topic whose stream captures subject.
+func (b *natsBackend) streamTopic(subject string) string {
+	return b.cfg.NATS.StreamPrefix + b.topicOf(subject)
 }
 
 func (b *natsBackend) Close() error {

@@ -1,0 +1,203 @@
+package brokers
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"sync"
+	"time"
+
+	"github.com/ThreeDotsLabs/watermill"
+	wmnats "github.com/ThreeDotsLabs/watermill-nats/v2/pkg/nats"
+	"github.com/ThreeDotsLabs/watermill/message"
+	"github.com/nats-io/nats.go"
+
+	"github.com/outflow-dev/outflow/internal/backoff"
+)
+
+// NATSSubscriberConfig configures a [NATSSubscriber].
+type NATSSubscriberConfig struct {
+	// JetStream is the connection's JetStream context. Required; the
+	// subscriber does not close the connection.
+	JetStream nats.JetStreamContext
+	// Group is the durable consumer's name stem, one per logical consumer:
+	// the durable of subject s is Group_<s with dots as underscores>.
+	// Required.
+	Group string
+	// Stream maps a subject to its stream's name. Required.
+	Stream func(subject string) string
+	// BatchSize is how many messages one fetch takes and delivers at once.
+	// Defaults to 100.
+	BatchSize int
+	// AckWait is how long a delivered message may stay unacked before the
+	// server gives it to another fetch: a dead consumer's messages move
+	// after it. Defaults to 30s.
+	AckWait time.Duration
+	// NakDelay is how long a nacked message waits before redelivery.
+	// Defaults to 1s.
+	NakDelay time.Duration
+	// FetchWait bounds one fetch; it also bounds how long Close waits for a
+	// fetch in flight. Defaults to 1s.
+	FetchWait time.Duration
+	// Logger defaults to watermill.NopLogger.
+	Logger watermill.LoggerAdapter
+}
+
+// NATSSubscriber is a Watermill subscriber on a JetStream pull consumer
+// that delivers a whole fetch at once, so that the idempotency middleware
+// can share transactions among its messages: watermill-nats's subscriber
+// runs one callback, one message, at a time per subscription. A message is
+// acked on the server only after it was acked; a nacked one is redelivered
+// by the server after NakDelay; an unacked one after AckWait. Instances of a
+// group share the durable consumer, so they share the messages. The next
+// fetch starts when every message of the previous one is settled; messages
+// of one fetch are handled concurrently, and the middleware's version check
+// keeps each aggregate in order.
+type NATSSubscriber struct {
+	cfg       NATSSubscriberConfig
+	closing   chan struct{}
+	closeOnce sync.Once
+	wg        sync.WaitGroup
+}
+
+var _ message.Subscriber = (*NATSSubscriber)(nil)
+
+// NewNATSSubscriber validates cfg. It starts nothing: Subscribe does.
+func NewNATSSubscriber(cfg NATSSubscriberConfig) (*NATSSubscriber, error) {
+	switch {
+	case cfg.JetStream == nil || cfg.Group == "" || cfg.Stream == nil:
+		return nil, errors.New("nats subscriber config: JetStream, Group and Stream are required")
+	case cfg.BatchSize < 0 || cfg.AckWait < 0 || cfg.NakDelay < 0 || cfg.FetchWait < 0:
+		return nil, errors.New("nats subscriber config: sizes and durations must not be negative")
+	}
+	if cfg.BatchSize == 0 {
+		cfg.BatchSize = 100
+	}
+	if cfg.AckWait == 0 {
+		cfg.AckWait = 30 * time.Second
+	}
+	if cfg.NakDelay == 0 {
+		cfg.NakDelay = time.Second
+	}
+	if cfg.FetchWait == 0 {
+		cfg.FetchWait = time.Second
+	}
+	if cfg.Logger == nil {
+		cfg.Logger = watermill.NopLogger{}
+	}
+	return &NATSSubscriber{cfg: cfg, closing: make(chan struct{})}, nil
+}
+
+// Subscribe binds (creating it if missing) the group's durable pull
+// consumer on subject and delivers its messages until ctx is done or Close
+// is called; the channel is closed then.
+func (s *NATSSubscriber) Subscribe(ctx context.Context, subject string) (<-chan *message.Message, error) {
+	select {
+	case <-s.closing:
+		return nil, errors.New("nats subscriber: closed")
+	default:
+	}
+	durable := s.cfg.Group + "_" + streamName(subject)
+	sub, err := s.cfg.JetStream.PullSubscribe(subject, durable, nats.BindStream(s.cfg.Stream(subject)),
+		nats.ManualAck(), nats.AckExplicit(), nats.DeliverAll(), nats.AckWait(s.cfg.AckWait),
+		nats.MaxAckPending(max(4*s.cfg.BatchSize, 1000)), nats.Context(ctx))
+	if err != nil {
+		return nil, fmt.Errorf("nats subscriber: bind %q on %q: %w", durable, subject, err)
+	}
+	out := make(chan *message.Message)
+	lctx, cancel := context.WithCancel(ctx)
+	s.wg.Add(1)
+	go func() {
+		defer s.wg.Done()
+		defer close(out)
+		defer cancel()
+		go func() {
+			select {
+			case <-s.closing:
+				cancel()
+			case <-lctx.Done():
+			}
+		}()
+		s.consume(lctx, sub, out, watermill.LogFields{"subject": subject, "durable": durable})
+	}()
+	return out, nil
+}
+
+// Close stops every subscription and waits for them; messages in flight
+// are redelivered after AckWait. It is safe to call more than once.
+func (s *NATSSubscriber) Close() error {
+	s.closeOnce.Do(func() { close(s.closing) })
+	s.wg.Wait()
+	return nil
+}
+
+func (s *NATSSubscriber) consume(ctx context.Context, sub *nats.Subscription, out chan<- *message.Message, fields watermill.LogFields) {
+	defer func() { _ = sub.Drain() }()
+	var unmarshaler wmnats.NATSMarshaler
+	failures := 0
+	for ctx.Err() == nil {
+		fctx, cancel := context.WithTimeout(ctx, s.cfg.FetchWait)
+		msgs, err := sub.Fetch(s.cfg.BatchSize, nats.Context(fctx))
+		cancel()
+		if err != nil && !errors.Is(err, context.DeadlineExceeded) && !errors.Is(err, nats.ErrTimeout) {
+			if ctx.Err() != nil {
+				return
+			}
+			failures++
+			s.cfg.Logger.Error("fetch", err, fields)
+			if !sleepCtx(ctx, backoff.Delay(100*time.Millisecond, 5*time.Second, failures)) {
+				return
+			}
+			continue
+		}
+		failures = 0
+		s.deliver(ctx, msgs, &unmarshaler, out, fields)
+	}
+}
+
+// deliver sends every fetched message at once and settles each on the
+// server as its ack or nack comes.
+func (s *NATSSubscriber) deliver(ctx context.Context, msgs []*nats.Msg, u wmnats.Unmarshaler, out chan<- *message.Message, fields watermill.LogFields) {
+	var wg sync.WaitGroup
+	defer wg.Wait()
+	for _, nm := range msgs {
+		msg, err := u.Unmarshal(nm)
+		if err != nil {
+			// Not a Watermill message: no redelivery could decode it.
+			s.cfg.Logger.Error("undecodable message terminated", err, fields)
+			_ = nm.Term()
+			continue
+		}
+		mctx, cancel := context.WithCancel(ctx)
+		msg.SetContext(mctx)
+		wg.Go(func() {
+			defer cancel()
+			select {
+			case <-msg.Acked():
+				if err := nm.AckSync(); err != nil {
+					s.cfg.Logger.Error("ack; the message will be redelivered", err, fields)
+				}
+			case <-msg.Nacked():
+				_ = nm.NakWithDelay(s.cfg.NakDelay)
+			case <-mctx.Done():
+			}
+		})
+		select {
+		case out <- msg:
+		case <-ctx.Done():
+			cancel()
+			return
+		}
+	}
+}
+
+func sleepCtx(ctx context.Context, d time.Duration) bool {
+	t := time.NewTimer(d)
+	defer t.Stop()
+	select {
+	case <-t.C:
+		return true
+	case <-ctx.Done():
+		return false
+	}
+}
