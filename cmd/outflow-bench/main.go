@@ -3,6 +3,7 @@
 //
 //	outflow-bench pay [-ops 6000] [-slices 20] [-clients 1,4,16]
 //	outflow-bench forward [-backlog 100000] [-rate 1000] [-duration 10s] [-published 1000000] [-only throughput,latency,claim]
+//	outflow-bench brokers [-brokers redis,nats,amqp,kafka,sql] [-backlog 20000] [-rate 1000] [-duration 10s]
 //	outflow-bench pipeline [-backlog 60000] [-rate 3000] [-duration 20s] [-producers 16] [-per-tx 1] [-consumer-batch 100] [-only drain,steady]
 //
 // The database is BENCH_DATABASE_URL, defaulting to the test database.
@@ -21,6 +22,7 @@ import (
 
 	"github.com/redis/go-redis/v9"
 
+	"github.com/outflow-dev/outflow/brokers"
 	"github.com/outflow-dev/outflow/internal/bench"
 )
 
@@ -36,7 +38,7 @@ func main() {
 
 func run(ctx context.Context, args []string) error {
 	if len(args) == 0 {
-		return fmt.Errorf("usage: outflow-bench pay|forward|pipeline [flags]")
+		return fmt.Errorf("usage: outflow-bench pay|forward|pipeline|brokers [flags]")
 	}
 	dbURL := os.Getenv("BENCH_DATABASE_URL")
 	if dbURL == "" {
@@ -79,6 +81,31 @@ func run(ctx context.Context, args []string) error {
 		defer rdb.Close()
 		return bench.Forward(ctx, bench.ForwardConfig{DatabaseURL: dbURL, Redis: rdb, Backlog: *backlog, Rate: *rate,
 			Duration: *dur, Published: *published, Only: splitNonEmpty(*only), Out: os.Stdout})
+	case "brokers":
+		fs := flag.NewFlagSet("brokers", flag.ContinueOnError)
+		list := fs.String("brokers", "redis,nats,amqp,kafka,sql", "comma-separated backends to run (kafka: KAFKA_BROKERS, else an in-process kfake)")
+		backlog := fs.Int("backlog", 20_000, "events each drain moves")
+		rate := fs.Int("rate", 1000, "events per second in each latency run")
+		dur := fs.Duration("duration", 10*time.Second, "length of each latency run")
+		if err := fs.Parse(args[1:]); err != nil {
+			return err
+		}
+		var cfgs []brokers.Config
+		for _, name := range splitNonEmpty(*list) {
+			kind, err := brokers.ParseKind(name)
+			if err != nil {
+				return fmt.Errorf("invalid -brokers: %w", err)
+			}
+			cfgs = append(cfgs, brokers.Config{Kind: kind, Redis: brokers.RedisConfig{URL: redisURL()},
+				NATS:  brokers.NATSConfig{URL: envOr("NATS_URL", "nats://127.0.0.1:4222")},
+				AMQP:  brokers.AMQPConfig{URL: envOr("AMQP_URL", "amqp://guest:guest@127.0.0.1:5672/")},
+				Kafka: brokers.KafkaConfig{Brokers: splitNonEmpty(os.Getenv("KAFKA_BROKERS"))}}) // none: kfake in-process
+		}
+		if *backlog < 1 || *rate < 1 || *dur <= 0 {
+			return fmt.Errorf("invalid -backlog, -rate or -duration: must be positive")
+		}
+		return bench.Brokers(ctx, bench.BrokersConfig{DatabaseURL: dbURL, Brokers: cfgs, Backlog: *backlog, Rate: *rate,
+			Duration: *dur, Out: os.Stdout})
 	case "pipeline":
 		fs := flag.NewFlagSet("pipeline", flag.ContinueOnError)
 		backlog := fs.Int("backlog", 60_000, "events each drain variant moves end to end")
@@ -97,8 +124,15 @@ func run(ctx context.Context, args []string) error {
 		return bench.Pipeline(ctx, bench.PipelineConfig{DatabaseURL: dbURL, RedisURL: redisURL(), Backlog: *backlog,
 			Rate: *rate, Duration: *dur, Producers: *producers, PerTx: *perTx, ConsumerBatch: *consumerBatch, Only: splitNonEmpty(*only), Out: os.Stdout})
 	default:
-		return fmt.Errorf("unknown benchmark %q (known: pay, forward, pipeline)", args[0])
+		return fmt.Errorf("unknown benchmark %q (known: pay, forward, pipeline, brokers)", args[0])
 	}
+}
+
+func envOr(name, def string) string {
+	if v := os.Getenv(name); v != "" {
+		return v
+	}
+	return def
 }
 
 func redisURL() string {

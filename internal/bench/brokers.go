@@ -1,0 +1,197 @@
+package bench
+
+import (
+	"context"
+	"fmt"
+	"io"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/google/uuid"
+	"github.com/jackc/pgx/v5"
+	"github.com/twmb/franz-go/pkg/kfake"
+
+	"github.com/outflow-dev/outflow/brokers"
+	"github.com/outflow-dev/outflow/events"
+	"github.com/outflow-dev/outflow/events/outbox"
+	"github.com/outflow-dev/outflow/events/payment"
+	"github.com/outflow-dev/outflow/forwarder"
+	"github.com/outflow-dev/outflow/handlers"
+)
+
+// BrokersConfig configures [Brokers].
+type BrokersConfig struct {
+	DatabaseURL string
+	// Brokers are the backends to run, each with its configuration block
+	// (URLs); Kind and prefixes are set per run.
+	Brokers []brokers.Config
+	// Backlog is how many events each drain moves.
+	Backlog int
+	// Rate and Duration shape each latency run: events per second, one per
+	// transaction.
+	Rate     int
+	Duration time.Duration
+	Out      io.Writer
+}
+
+// Brokers runs the same pipeline (outbox, forwarder, broker, SyncAnalytics
+// behind the middleware, default settings) on each backend, back to back:
+// the drain rate of a backlog, then commit-to-handled latency at a steady
+// rate.
+func Brokers(ctx context.Context, cfg BrokersConfig) error {
+	fmt.Fprintf(cfg.Out, "brokers: the same pipeline on each backend (drain %d events; then %d events/s for %s, one per transaction)\n\n",
+		cfg.Backlog, cfg.Rate, cfg.Duration)
+	fmt.Fprintf(cfg.Out, "| backend | drain events/s | steady: handled/s | p50 ms | p99 ms | max ms |\n| --- | ---: | ---: | ---: | ---: | ---: |\n")
+	for _, bc := range cfg.Brokers {
+		name := string(bc.Kind)
+		if bc.Kind == brokers.Kafka && len(bc.Kafka.Brokers) == 0 {
+			// No Kafka here: franz-go's in-process fake speaks its
+			// protocol (no replication, no disk), so this row measures the
+			// client path, not a Kafka cluster.
+			c, err := kfake.NewCluster(kfake.NumBrokers(1), kfake.AllowAutoTopicCreation())
+			if err != nil {
+				return fmt.Errorf("start kfake: %w", err)
+			}
+			bc.Kafka.Brokers = c.ListenAddrs()
+			defer c.Close()
+			name = "kafka (kfake, in-process)"
+		}
+		r, err := brokerRun(ctx, cfg, bc)
+		if err != nil {
+			fmt.Fprintf(cfg.Out, "| %s | failed: %s | | | | |\n", name, strings.ReplaceAll(err.Error(), "|", "/"))
+			continue
+		}
+		fmt.Fprintf(cfg.Out, "| %s | %.0f | %.0f | %.1f | %.1f | %.1f |\n", name, r.drain, r.steady, r.p50, r.p99, r.max)
+	}
+	fmt.Fprintln(cfg.Out)
+	return nil
+}
+
+type brokerResult struct {
+	drain, steady, p50, p99, max float64
+}
+
+func brokerRun(ctx context.Context, cfg BrokersConfig, bc brokers.Config) (brokerResult, error) {
+	var res brokerResult
+	pool, dropSchema, err := Schema(ctx, cfg.DatabaseURL, 24)
+	if err != nil {
+		return res, err
+	}
+	defer dropSchema()
+	// Names of this run's own: a topic no other run uses.
+	topic := "bench_" + uuid.NewString()[:8]
+	bc.Logger = quietLogger()
+	if bc.Kind == brokers.SQL && bc.SQL.DatabaseURL == "" {
+		bc.SQL.DatabaseURL = cfg.DatabaseURL
+	}
+	backend, err := brokers.Open(ctx, bc)
+	if err != nil {
+		return res, err
+	}
+	defer backend.Close()
+	if err := seedPayments(ctx, pool, topic, cfg.Backlog); err != nil {
+		return res, err
+	}
+	reg := events.NewRegistry()
+	if err := payment.Register(reg); err != nil {
+		return res, err
+	}
+	f, err := forwarder.New(forwarder.Config{Pool: pool, Broker: backend.Broker(), Logger: quietLogger()})
+	if err != nil {
+		return res, err
+	}
+	w, err := handlers.NewWorker(handlers.WorkerConfig{Pool: pool, Broker: backend, Registry: reg, Logger: quietLogger()})
+	if err != nil {
+		return res, err
+	}
+	h := handlers.SyncAnalytics()
+	h.Topic = topic
+	if err := w.Add(h); err != nil {
+		return res, err
+	}
+	rctx, cancel := context.WithCancel(ctx)
+	var wg sync.WaitGroup
+	defer wg.Wait()
+	defer cancel()
+	start := time.Now()
+	wg.Go(func() { _ = f.Run(rctx) })
+	wg.Go(func() { _ = w.Run(rctx) })
+	waitHandled := func(n int, limit time.Duration) error {
+		deadline := time.Now().Add(limit)
+		for {
+			got, err := countHandled(ctx, pool)
+			if err != nil {
+				return err
+			}
+			if got >= n {
+				return nil
+			}
+			if time.Now().After(deadline) {
+				return fmt.Errorf("only %d of %d events handled in %s", got, n, limit)
+			}
+			time.Sleep(20 * time.Millisecond)
+		}
+	}
+	if err := waitHandled(cfg.Backlog, 10*time.Minute); err != nil {
+		return res, err
+	}
+	res.drain = float64(cfg.Backlog) / time.Since(start).Seconds()
+	var seededMax int64
+	if err := pool.QueryRow(ctx, `SELECT max(id) FROM outbox`).Scan(&seededMax); err != nil {
+		return res, err
+	}
+
+	writer, err := outbox.NewWriter(outbox.Config{Routes: outbox.Routes{"*": topic}})
+	if err != nil {
+		return res, err
+	}
+	total := int(cfg.Duration.Seconds() * float64(cfg.Rate))
+	jobs := make(chan int, cfg.Rate)
+	var (
+		pwg     sync.WaitGroup
+		prodErr atomic.Value
+	)
+	for range 8 {
+		pwg.Go(func() {
+			for i := range jobs {
+				// Payments of their own, three events each, as in Pipeline.
+				pay, v := 1_000_000+i/3, int64(i%3+1)
+				ev, err := events.New(ctx, events.Aggregate{Type: payment.AggregateType, ID: fmt.Sprintf("pay-%d", pay), Version: v},
+					benchPayment(pay, v))
+				if err == nil {
+					err = pgx.BeginFunc(ctx, pool, func(tx pgx.Tx) error { return writer.PublishTx(ctx, tx, ev) })
+				}
+				if err != nil {
+					prodErr.Store(err)
+				}
+			}
+		})
+	}
+	sstart := time.Now()
+	tick := time.NewTicker(time.Second / time.Duration(cfg.Rate))
+	for i := range total {
+		<-tick.C
+		jobs <- i
+	}
+	tick.Stop()
+	close(jobs)
+	pwg.Wait()
+	if e, ok := prodErr.Load().(error); ok {
+		return res, fmt.Errorf("produce: %w", e)
+	}
+	if err := waitHandled(cfg.Backlog+total, 5*time.Minute); err != nil {
+		return res, err
+	}
+	res.steady = float64(total) / time.Since(sstart).Seconds()
+	if err := checkProjection(ctx, pool, cfg.Backlog+total); err != nil {
+		return res, err
+	}
+	err = pool.QueryRow(ctx, `
+		SELECT percentile_cont(0.5) WITHIN GROUP (ORDER BY d), percentile_cont(0.99) WITHIN GROUP (ORDER BY d), max(d)
+		FROM (SELECT extract(epoch FROM p.processed_at - o.created_at) * 1000 AS d
+		      FROM outbox o JOIN processed_messages p ON p.message_id = o.message_id WHERE o.id > $1) x`, seededMax).
+		Scan(&res.p50, &res.p99, &res.max)
+	return res, err
+}
