@@ -344,6 +344,13 @@ type amqpSubscriber struct {
 	wg        sync.WaitGroup
 }
 
+// SubscribeInitialize declares the group's queue on topic and binds it, so
+// that what is published from now on is kept for the group even before it
+// subscribes.
+func (s *amqpSubscriber) SubscribeInitialize(topic string) error {
+	return s.sub.SubscribeInitialize(topic)
+}
+
 func (s *amqpSubscriber) Subscribe(ctx context.Context, topic string) (<-chan *message.Message, error) {
 	select {
 	case <-s.closed:

@@ -363,6 +363,15 @@ func (s *kafkaSubscriber) Subscribe(ctx context.Context, topic string) (<-chan *
 	return s.Subscriber.Subscribe(ctx, topic)
 }
 
+// SubscribeInitialize creates the topic (watermill-kafka's needs topic
+// details the backend keeps itself).
+func (s *kafkaSubscriber) SubscribeInitialize(topic string) error {
+	if err := validKafkaTopic(topic); err != nil {
+		return err
+	}
+	return s.b.ensureTopic(topic)
+}
+
 // Close flushes and closes the producer, then the client.
 func (b *kafkaBackend) Close() error {
 	return errors.Join(b.producer.Close(), b.admin.Close())

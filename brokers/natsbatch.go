@@ -98,9 +98,20 @@ func (s *NATSSubscriber) Subscribe(ctx context.Context, subject string) (<-chan 
 	default:
 	}
 	durable := s.cfg.Group + "_" + streamName(subject)
-	sub, err := s.cfg.JetStream.PullSubscribe(subject, durable, nats.BindStream(s.cfg.Stream(subject)),
-		nats.ManualAck(), nats.AckExplicit(), nats.DeliverAll(), nats.AckWait(s.cfg.AckWait),
-		nats.MaxAckPending(max(4*s.cfg.BatchSize, 1000)), nats.Context(ctx))
+	stream := s.cfg.Stream(subject)
+	// The durable consumer is created here and only bound by the
+	// subscription: a consumer that nats.go creates itself is deleted when
+	// its subscription ends, which would make a stopping instance delete
+	// its group's position for every other instance, and a restart replay
+	// the whole stream.
+	_, err := s.cfg.JetStream.AddConsumer(stream, &nats.ConsumerConfig{
+		Durable: durable, FilterSubject: subject, AckPolicy: nats.AckExplicitPolicy, DeliverPolicy: nats.DeliverAllPolicy,
+		AckWait: s.cfg.AckWait, MaxAckPending: max(4*s.cfg.BatchSize, 1000),
+	}, nats.Context(ctx))
+	if err != nil && !errors.Is(err, nats.ErrConsumerNameAlreadyInUse) {
+		return nil, fmt.Errorf("nats subscriber: create consumer %q on %q: %w", durable, subject, err)
+	}
+	sub, err := s.cfg.JetStream.PullSubscribe(subject, durable, nats.Bind(stream, durable), nats.ManualAck(), nats.Context(ctx))
 	if err != nil {
 		return nil, fmt.Errorf("nats subscriber: bind %q on %q: %w", durable, subject, err)
 	}
@@ -132,7 +143,7 @@ func (s *NATSSubscriber) Close() error {
 }
 
 func (s *NATSSubscriber) consume(ctx context.Context, sub *nats.Subscription, out chan<- *message.Message, fields watermill.LogFields) {
-	defer func() { _ = sub.Drain() }()
+	defer func() { _ = sub.Unsubscribe() }() // bound: the durable consumer stays
 	var unmarshaler wmnats.NATSMarshaler
 	failures := 0
 	for ctx.Err() == nil {

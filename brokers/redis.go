@@ -2,6 +2,7 @@ package brokers
 
 import (
 	"errors"
+	"sync"
 	"time"
 
 	"context"
@@ -82,17 +83,21 @@ func (b *redisBackend) Subscriber(group, consumer string, opts SubscriberOptions
 		client.Close()
 		return nil, err
 	}
-	return ownedClientSubscriber{sub, client}, nil
+	return &ownedClientSubscriber{Subscriber: sub, client: client}, nil
 }
 
 type ownedClientSubscriber struct {
 	*redisstreams.Subscriber
 	client redis.UniversalClient
+	once   sync.Once
+	err    error
 }
 
-func (s ownedClientSubscriber) Close() error {
-	err := s.Subscriber.Close()
-	return errors.Join(err, s.client.Close())
+// Close closes the subscriber, then its client; it is safe to call more
+// than once (the universal Pub/Sub suite does).
+func (s *ownedClientSubscriber) Close() error {
+	s.once.Do(func() { s.err = errors.Join(s.Subscriber.Close(), s.client.Close()) })
+	return s.err
 }
 
 func (b *redisBackend) Close() error { return b.client.Close() }
