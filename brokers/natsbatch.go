@@ -13,6 +13,7 @@ import (
 	"github.com/nats-io/nats.go"
 
 	"github.com/outflow-dev/outflow/internal/backoff"
+	"github.com/outflow-dev/outflow/internal/subloop"
 )
 
 // NATSSubscriberConfig configures a [NATSSubscriber].
@@ -115,23 +116,10 @@ func (s *NATSSubscriber) Subscribe(ctx context.Context, subject string) (<-chan 
 	if err != nil {
 		return nil, fmt.Errorf("nats subscriber: bind %q on %q: %w", durable, subject, err)
 	}
-	out := make(chan *message.Message)
-	lctx, cancel := context.WithCancel(ctx)
-	s.wg.Add(1)
-	go func() {
-		defer s.wg.Done()
-		defer close(out)
-		defer cancel()
-		go func() {
-			select {
-			case <-s.closing:
-				cancel()
-			case <-lctx.Done():
-			}
-		}()
-		s.consume(lctx, sub, out, watermill.LogFields{"subject": subject, "durable": durable})
-	}()
-	return out, nil
+	fields := watermill.LogFields{"subject": subject, "durable": durable}
+	return subloop.Start(ctx, s.closing, &s.wg, func(ctx context.Context, out chan<- *message.Message) {
+		s.consume(ctx, sub, out, fields)
+	}), nil
 }
 
 // Close stops every subscription and waits for them; messages in flight
@@ -156,7 +144,7 @@ func (s *NATSSubscriber) consume(ctx context.Context, sub *nats.Subscription, ou
 			}
 			failures++
 			s.cfg.Logger.Error("fetch", err, fields)
-			if !sleepCtx(ctx, backoff.Delay(100*time.Millisecond, 5*time.Second, failures)) {
+			if !subloop.Sleep(ctx, backoff.Delay(100*time.Millisecond, 5*time.Second, failures)) {
 				return
 			}
 			continue
@@ -199,16 +187,5 @@ func (s *NATSSubscriber) deliver(ctx context.Context, msgs []*nats.Msg, u wmnats
 			cancel()
 			return
 		}
-	}
-}
-
-func sleepCtx(ctx context.Context, d time.Duration) bool {
-	t := time.NewTimer(d)
-	defer t.Stop()
-	select {
-	case <-t.C:
-		return true
-	case <-ctx.Done():
-		return false
 	}
 }

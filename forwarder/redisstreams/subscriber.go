@@ -14,6 +14,7 @@ import (
 	"github.com/redis/go-redis/v9"
 
 	"github.com/outflow-dev/outflow/internal/backoff"
+	"github.com/outflow-dev/outflow/internal/subloop"
 )
 
 // SubscriberConfig configures a [Subscriber].
@@ -147,25 +148,9 @@ func (s *Subscriber) Subscribe(ctx context.Context, topic string) (<-chan *messa
 	if err != nil && !strings.HasPrefix(err.Error(), "BUSYGROUP") {
 		return nil, fmt.Errorf("redisstreams subscriber: create consumer group %q on %q: %w", s.cfg.ConsumerGroup, topic, err)
 	}
-	out := make(chan *message.Message)
-	// The loop stops on Close as well as on ctx: a read in flight is
-	// interrupted rather than waited for.
-	lctx, cancel := context.WithCancel(ctx)
-	s.wg.Add(1)
-	go func() {
-		defer s.wg.Done()
-		defer close(out)
-		defer cancel()
-		go func() {
-			select {
-			case <-s.closing:
-				cancel()
-			case <-lctx.Done():
-			}
-		}()
-		s.consume(lctx, topic, out)
-	}()
-	return out, nil
+	return subloop.Start(ctx, s.closing, &s.wg, func(ctx context.Context, out chan<- *message.Message) {
+		s.consume(ctx, topic, out)
+	}), nil
 }
 
 // Close stops every subscription and waits for them; messages in flight
@@ -232,7 +217,7 @@ func (s *Subscriber) consume(ctx context.Context, stream string, out chan<- *mes
 			}
 			failures++
 			s.cfg.Logger.Error("read stream", err, fields)
-			if !s.sleep(ctx, backoff.Delay(100*time.Millisecond, 5*time.Second, failures)) {
+			if !subloop.Sleep(ctx, backoff.Delay(100*time.Millisecond, 5*time.Second, failures)) {
 				return
 			}
 			continue
@@ -318,7 +303,7 @@ func (s *Subscriber) deliver(ctx context.Context, stream string, entries []redis
 		s.ack(ctx, stream, acked, fields)
 		acked = nil
 		batch = nacked
-		if len(batch) > 0 && !s.sleep(ctx, s.cfg.NackResendSleep) {
+		if len(batch) > 0 && !subloop.Sleep(ctx, s.cfg.NackResendSleep) {
 			return
 		}
 	}
@@ -345,19 +330,8 @@ func (s *Subscriber) ack(ctx context.Context, stream string, ids []string, field
 			s.cfg.Logger.Error("ack entries; they will be delivered again", err, fields.Add(watermill.LogFields{"entries": len(ids)}))
 			return
 		}
-		if !s.sleep(ctx, backoff.Delay(100*time.Millisecond, time.Second, attempt)) {
+		if !subloop.Sleep(ctx, backoff.Delay(100*time.Millisecond, time.Second, attempt)) {
 			return
 		}
-	}
-}
-
-func (s *Subscriber) sleep(ctx context.Context, d time.Duration) bool {
-	t := time.NewTimer(d)
-	defer t.Stop()
-	select {
-	case <-t.C:
-		return true
-	case <-ctx.Done():
-		return false
 	}
 }
