@@ -399,21 +399,29 @@ func (s *amqpSubscriber) relay(ctx context.Context, in <-chan *message.Message, 
 		}
 		c := message.NewMessage(m.UUID, m.Payload)
 		c.Metadata = m.Metadata
-		c.SetContext(m.Context())
+		// The copy's context ends when it is settled, or when the
+		// subscriber closes, as Watermill subscribers' do.
+		cctx, cancel := context.WithCancel(m.Context())
+		c.SetContext(cctx)
 		select {
 		case out <- c:
 		case <-ctx.Done():
+			cancel()
 			m.Nack()
 			continue
 		case <-s.closed:
+			cancel()
 			return
 		}
 		select {
 		case <-c.Acked():
+			cancel()
 			m.Ack()
 			continue
 		case <-c.Nacked():
+			cancel()
 		case <-s.closed:
+			cancel()
 			t := time.NewTimer(amqpCloseWait)
 			select {
 			case <-c.Acked():

@@ -368,7 +368,20 @@ func (s *sqlSubscriber) Subscribe(ctx context.Context, topic string) (<-chan *me
 func (s *sqlSubscriber) forward(in <-chan *message.Message, out chan<- *message.Message) {
 	defer close(out)
 	for m := range in {
-		m.SetContext(context.WithoutCancel(m.Context()))
+		// Not watermill-sql's context, which ends with its poll
+		// transaction or the ack deadline and so rolled handlers back
+		// halfway: one that ends when the message is settled or the
+		// subscriber closes, as other Watermill subscribers' do.
+		mctx, cancel := context.WithCancel(context.WithoutCancel(m.Context()))
+		m.SetContext(mctx)
+		go func() {
+			defer cancel()
+			select {
+			case <-m.Acked():
+			case <-m.Nacked():
+			case <-s.done:
+			}
+		}()
 		select {
 		case out <- m:
 		case <-s.done:
