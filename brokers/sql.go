@@ -322,6 +322,7 @@ type sqlSubscriber struct {
 	cancels []context.CancelFunc
 	closed  bool
 	done    chan struct{} // closed by Close
+	fwd     sync.WaitGroup
 }
 
 func (s *sqlSubscriber) Subscribe(ctx context.Context, topic string) (<-chan *message.Message, error) {
@@ -355,7 +356,8 @@ func (s *sqlSubscriber) Subscribe(ctx context.Context, topic string) (<-chan *me
 		s.done = make(chan struct{})
 	}
 	out := make(chan *message.Message)
-	go s.forward(ch, out)
+	s.fwd.Add(1)
+	go s.forward(ch, out, s.done)
 	return out, nil
 }
 
@@ -365,9 +367,30 @@ func (s *sqlSubscriber) Subscribe(ctx context.Context, topic string) (<-chan *me
 // transaction mid-way (its work done, its effects lost, run again). As with
 // Redis and NATS, a handler past the deadline runs to its end; its message
 // is redelivered and the middleware drops the duplicate.
-func (s *sqlSubscriber) forward(in <-chan *message.Message, out chan<- *message.Message) {
+func (s *sqlSubscriber) forward(in <-chan *message.Message, out chan<- *message.Message, done <-chan struct{}) {
+	defer s.fwd.Done()
 	defer close(out)
-	for m := range in {
+	// On Close the channel closes at once; what watermill-sql still sends
+	// until its subscription ends is drained, unacked, and read again by
+	// the next subscriber.
+	stop := func() {
+		go func() {
+			for range in { // drained, never acked
+			}
+		}()
+	}
+	for {
+		var m *message.Message
+		select {
+		case next, ok := <-in:
+			if !ok {
+				return
+			}
+			m = next
+		case <-done:
+			stop()
+			return
+		}
 		// Not watermill-sql's context, which ends with its poll
 		// transaction or the ack deadline and so rolled handlers back
 		// halfway: one that ends when the message is settled or the
@@ -379,14 +402,13 @@ func (s *sqlSubscriber) forward(in <-chan *message.Message, out chan<- *message.
 			select {
 			case <-m.Acked():
 			case <-m.Nacked():
-			case <-s.done:
+			case <-done:
 			}
 		}()
 		select {
 		case out <- m:
-		case <-s.done:
-			for range in { // until the subscription ends
-			}
+		case <-done:
+			stop()
 			return
 		}
 	}
@@ -427,6 +449,7 @@ func (s *sqlSubscriber) Close() error {
 	for _, c := range cancels {
 		c()
 	}
+	s.fwd.Wait() // every channel is closed when Close returns
 	s.b.release(n)
 	return err
 }

@@ -188,6 +188,11 @@ func (w *Worker) Run(ctx context.Context) error {
 		wg.Go(func() { _ = c.Run(rctx) })
 	}
 	err = router.Run(ctx)
+	if err != nil && ctx.Err() != nil {
+		// Stopped while still subscribing: a subscription that the stop
+		// interrupted is not a failure.
+		err = nil
+	}
 	cancel()
 	wg.Wait()
 	return err
