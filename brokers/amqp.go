@@ -292,7 +292,7 @@ func (b *amqpBackend) Subscriber(group, consumer string, opts SubscriberOptions)
 	wcfg.Consume.Consumer = ""
 	wcfg.Consume.Qos.PrefetchCount = amqpPrefetch
 	wcfg.Connection.AmqpConfig = b.amqpConfig("outflow-" + group + "-" + consumer)
-	wcfg.TopologyBuilder = &onceTopology{done: map[string]bool{}}
+	wcfg.TopologyBuilder = &onceTopology{}
 	sub, err := wmamqp.NewSubscriber(wcfg, watermill.NewSlogLogger(b.cfg.Logger))
 	if err != nil {
 		return nil, fmt.Errorf("RabbitMQ subscriber for %q at %s: %w", group, redact(b.cfg.AMQP.URL), err)
@@ -312,21 +312,13 @@ func (b *amqpBackend) Subscriber(group, consumer string, opts SubscriberOptions)
 // are durable.
 type onceTopology struct {
 	wmamqp.DefaultTopologyBuilder
-	mu   sync.Mutex
-	done map[string]bool
+	queues onceByKey
 }
 
 func (o *onceTopology) BuildTopology(ch *amqp091.Channel, params wmamqp.BuildTopologyParams, cfg wmamqp.Config, log watermill.LoggerAdapter) error {
-	o.mu.Lock()
-	defer o.mu.Unlock()
-	if o.done[params.QueueName] {
-		return nil
-	}
-	if err := o.DefaultTopologyBuilder.BuildTopology(ch, params, cfg, log); err != nil {
-		return err
-	}
-	o.done[params.QueueName] = true
-	return nil
+	return o.queues.do(params.QueueName, func() error {
+		return o.DefaultTopologyBuilder.BuildTopology(ch, params, cfg, log)
+	})
 }
 
 // amqpSubscriber consumes a queue with several watermill-amqp

@@ -6,7 +6,6 @@ import (
 	"errors"
 	"fmt"
 	"strings"
-	"sync"
 	"time"
 
 	"github.com/IBM/sarama"
@@ -65,8 +64,7 @@ type kafkaBackend struct {
 	producer sarama.SyncProducer
 	admin    sarama.ClusterAdmin
 
-	mu     sync.Mutex
-	topics map[string]bool
+	topics onceByKey
 }
 
 func openKafka(ctx context.Context, cfg Config) (Backend, error) {
@@ -99,7 +97,7 @@ func openKafka(ctx context.Context, cfg Config) (Backend, error) {
 	if _, err := sarama.ParseKafkaVersion(k.Version); err != nil {
 		return nil, fmt.Errorf("kafka config: Version: %w", err)
 	}
-	b := &kafkaBackend{cfg: cfg, topics: map[string]bool{}}
+	b := &kafkaBackend{cfg: cfg}
 
 	fail := func(err error) error {
 		return fmt.Errorf("connect to Kafka at %s: %w (is it running? check --kafka-brokers)", strings.Join(k.Brokers, ","), err)
@@ -220,19 +218,15 @@ func (b *kafkaBackend) Topics(topic string) []string {
 // ensureTopic creates a Kafka topic once per process; one that exists is
 // left as it is.
 func (b *kafkaBackend) ensureTopic(name string) error {
-	b.mu.Lock()
-	defer b.mu.Unlock()
-	if b.topics[name] {
+	return b.topics.do(name, func() error {
+		err := b.admin.CreateTopic(name, &sarama.TopicDetail{
+			NumPartitions: b.cfg.Kafka.TopicPartitions, ReplicationFactor: b.cfg.Kafka.ReplicationFactor,
+		}, false)
+		if err != nil && !errors.Is(err, sarama.ErrTopicAlreadyExists) {
+			return fmt.Errorf("create Kafka topic %q: %w", name, err)
+		}
 		return nil
-	}
-	err := b.admin.CreateTopic(name, &sarama.TopicDetail{
-		NumPartitions: b.cfg.Kafka.TopicPartitions, ReplicationFactor: b.cfg.Kafka.ReplicationFactor,
-	}, false)
-	if err != nil && !errors.Is(err, sarama.ErrTopicAlreadyExists) {
-		return fmt.Errorf("create Kafka topic %q: %w", name, err)
-	}
-	b.topics[name] = true
-	return nil
+	})
 }
 
 func (b *kafkaBackend) Broker() forwarder.Broker { return kafkaBroker{b} }

@@ -5,7 +5,6 @@ import (
 	"errors"
 	"fmt"
 	"strings"
-	"sync"
 	"time"
 
 	"github.com/ThreeDotsLabs/watermill"
@@ -44,8 +43,7 @@ type natsBackend struct {
 	pub  *wmnats.Publisher
 	jsc  wmnats.JetStreamConfig
 
-	mu      sync.Mutex
-	streams map[string]bool
+	streams onceByKey
 }
 
 func openNATS(ctx context.Context, cfg Config) (Backend, error) {
@@ -75,7 +73,7 @@ func openNATS(ctx context.Context, cfg Config) (Backend, error) {
 		conn.Close()
 		return nil, fail(err)
 	}
-	b := &natsBackend{cfg: cfg, conn: conn, js: js, streams: map[string]bool{}}
+	b := &natsBackend{cfg: cfg, conn: conn, js: js}
 	b.jsc = wmnats.JetStreamConfig{
 		TrackMsgId:        true,
 		ConnectOptions:    []nats.JSOpt{nats.MaxWait(n.PublishTimeout)},
@@ -105,21 +103,17 @@ func (b *natsBackend) Topics(topic string) []string {
 // ensureStream creates topic's stream once per process; creating an
 // existing stream with the same configuration is a no-op for the server.
 func (b *natsBackend) ensureStream(topic string) error {
-	b.mu.Lock()
-	defer b.mu.Unlock()
-	if b.streams[topic] {
+	return b.streams.do(topic, func() error {
+		base := b.cfg.NATS.StreamPrefix + topic
+		_, err := b.js.AddStream(&nats.StreamConfig{
+			Name: streamName(base), Subjects: []string{base, base + ".*"},
+			Storage: nats.FileStorage, Replicas: b.cfg.NATS.Replicas, Retention: nats.LimitsPolicy,
+		})
+		if err != nil && !errors.Is(err, nats.ErrStreamNameAlreadyInUse) {
+			return fmt.Errorf("create NATS stream for topic %q: %w", topic, err)
+		}
 		return nil
-	}
-	base := b.cfg.NATS.StreamPrefix + topic
-	_, err := b.js.AddStream(&nats.StreamConfig{
-		Name: streamName(base), Subjects: []string{base, base + ".*"},
-		Storage: nats.FileStorage, Replicas: b.cfg.NATS.Replicas, Retention: nats.LimitsPolicy,
 	})
-	if err != nil && !errors.Is(err, nats.ErrStreamNameAlreadyInUse) {
-		return fmt.Errorf("create NATS stream for topic %q: %w", topic, err)
-	}
-	b.streams[topic] = true
-	return nil
 }
 
 func (b *natsBackend) Broker() forwarder.Broker { return natsBroker{b} }

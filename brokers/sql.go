@@ -84,7 +84,7 @@ type sqlBackend struct {
 	logger watermill.LoggerAdapter
 
 	mu     sync.Mutex
-	tables map[string]bool
+	tables onceByKey
 	subs   int // subscriptions holding (or waiting for) a connection
 }
 
@@ -132,7 +132,7 @@ func openSQL(ctx context.Context, cfg Config) (Backend, error) {
 		pool.Close()
 		return nil, fail(err)
 	}
-	b := &sqlBackend{cfg: cfg, pool: pool, db: wmsql.BeginnerFromPgx(pool), tables: map[string]bool{},
+	b := &sqlBackend{cfg: cfg, pool: pool, db: wmsql.BeginnerFromPgx(pool),
 		logger: watermill.NewSlogLogger(cfg.Logger)}
 	// BYTEA, not JSON: a payload the json type would refuse must not fail
 	// its whole batch's INSERT. The DDL runs in a transaction under
@@ -174,19 +174,15 @@ func (b *sqlBackend) Topics(topic string) []string {
 // ensureTables creates the message and offsets tables of topic (already
 // prefixed) once per process.
 func (b *sqlBackend) ensureTables(topic string) error {
-	b.mu.Lock()
-	defer b.mu.Unlock()
-	if b.tables[topic] {
+	return b.tables.do(topic, func() error {
+		if err := checkSQLTopic(topic); err != nil {
+			return err
+		}
+		if err := b.init.SubscribeInitialize(topic); err != nil {
+			return fmt.Errorf("sql broker: create tables of %q: %w", topic, err)
+		}
 		return nil
-	}
-	if err := checkSQLTopic(topic); err != nil {
-		return err
-	}
-	if err := b.init.SubscribeInitialize(topic); err != nil {
-		return fmt.Errorf("sql broker: create tables of %q: %w", topic, err)
-	}
-	b.tables[topic] = true
-	return nil
+	})
 }
 
 func (b *sqlBackend) Broker() forwarder.Broker { return sqlBroker{b} }

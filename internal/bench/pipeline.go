@@ -278,26 +278,11 @@ func plainConsumer(ctx context.Context, redisURL string, pool *pgxpool.Pool, reg
 		if err != nil {
 			return err
 		}
-		var (
-			merchant, currency  string
-			day                 time.Time
-			paidN, paid, refund int64
-		)
-		switch p := ev.Payload.(type) {
-		case payment.Paid:
-			merchant, currency, day, paidN, paid = p.MerchantID, p.Currency, p.PaidAt, 1, p.Amount
-		case payment.Refunded:
-			merchant, currency, day, refund = p.MerchantID, p.Currency, p.RefundedAt, p.Amount
+		sql, args, err := handlers.SyncAnalyticsStatement(ev)
+		if err != nil {
+			return err
 		}
-		// SyncAnalytics's statement, sent on its own.
-		_, err = pool.Exec(msg.Context(), `
-			INSERT INTO merchant_stats_daily (merchant_id, currency, day, paid_count, paid_amount, refunded_amount)
-			VALUES ($1, $2, $3::date, $4, $5, $6)
-			ON CONFLICT (merchant_id, currency, day) DO UPDATE SET
-				paid_count = merchant_stats_daily.paid_count + excluded.paid_count,
-				paid_amount = merchant_stats_daily.paid_amount + excluded.paid_amount,
-				refunded_amount = merchant_stats_daily.refunded_amount + excluded.refunded_amount`,
-			merchant, currency, day.UTC(), paidN, paid, refund)
+		_, err = pool.Exec(msg.Context(), sql, args...) // on its own, autocommitted
 		return err
 	})
 	return func() error {
