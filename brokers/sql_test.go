@@ -205,7 +205,16 @@ func TestSQLStandbyClosesPromptly(t *testing.T) {
 	require.NoError(t, err)
 	_, err = standby.Subscribe(context.Background(), "q")
 	require.NoError(t, err)
-	time.Sleep(100 * time.Millisecond)
+	// The standby waits on the group's offsets row: a row-lock waiter holds
+	// a tuple lock on the table it waits in.
+	outflowtest.WaitFor(t, 10*time.Second, "the standby waiting on the group's lock", func() bool {
+		var n int
+		require.NoError(t, s.Pool.QueryRow(context.Background(), `
+			SELECT count(*) FROM pg_locks l JOIN pg_class c ON c.oid = l.relation
+			JOIN pg_namespace ns ON ns.oid = c.relnamespace
+			WHERE l.locktype = 'tuple' AND ns.nspname = $1`, s.Name).Scan(&n))
+		return n > 0
+	})
 	start := time.Now()
 	require.NoError(t, standby.Close())
 	require.Less(t, time.Since(start), 3*time.Second)

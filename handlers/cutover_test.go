@@ -102,7 +102,8 @@ func TestLiveCutoverRedisToNATS(t *testing.T) {
 	// 4. NATS alone.
 	stopNATSFwd := start(newForwarder(natsB.Broker()))
 	stopTee()
-	time.Sleep(300 * time.Millisecond) // more load on NATS alone
+	atSwitch := events()
+	outflowtest.WaitFor(t, 20*time.Second, "more payments on NATS alone", func() bool { return events() >= atSwitch+15 })
 	stopLoad()
 	<-loadDone
 	defer stopNATSWorker()

@@ -276,3 +276,36 @@ func TestQueuedStatementsCommitWithTheirMessage(t *testing.T) {
 	require.Zero(t, total)
 	require.Equal(t, 1, b.open(), "the failing message is dead-lettered")
 }
+
+// A duplicate of a message that is parked for a retry, arriving in a shared
+// transaction, must not advance the aggregate's version: the parked message
+// would then be skipped as stale when its retry comes, and never applied.
+func TestBatchedDuplicateOfAParkedMessageMovesNothing(t *testing.T) {
+	t.Parallel()
+	r := newBatchRig(t, idempotency.Config{RetryBackoff: 200 * time.Millisecond, RetryBackoffMax: 400 * time.Millisecond,
+		RetryPollInterval: 5 * time.Millisecond})
+	a1, a2 := msgFor(t, "a", 1), msgFor(t, "a", 2)
+	_, err := r.h(a1)
+	require.NoError(t, err)
+	r.mu.Lock()
+	r.failAcct = "a"
+	r.mu.Unlock()
+	_, err = r.h(a2.Copy()) // fails: parked for a retry, version stays 1
+	require.NoError(t, err)
+	r.mu.Lock()
+	r.failAcct = ""
+	r.mu.Unlock()
+	r.sendQueued(t, a2.Copy(), msgFor(t, "b", 1)) // the duplicate, in a batch of two
+
+	var version int64
+	require.NoError(t, r.schema.Pool.QueryRow(context.Background(),
+		`SELECT version FROM consumer_aggregate_versions WHERE consumer = 'balances' AND aggregate_id = 'a'`).Scan(&version))
+	require.EqualValues(t, 1, version, "the duplicate did not apply, so the version did not move")
+
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	go func() { _ = r.consumer.Run(ctx) }()
+	outflowtest.WaitFor(t, 5*time.Second, "the parked v2 applied by its retry", func() bool { total, _ := r.balance("a"); return total == 20 })
+	_, applied := r.balance("a")
+	require.Equal(t, []int64{1, 2}, applied)
+}
