@@ -10,7 +10,6 @@ import (
 
 	"github.com/ThreeDotsLabs/watermill"
 	wmamqp "github.com/ThreeDotsLabs/watermill-amqp/v3/pkg/amqp"
-	"github.com/ThreeDotsLabs/watermill/message"
 	amqp091 "github.com/rabbitmq/amqp091-go"
 
 	"github.com/outflow-dev/outflow/forwarder"
@@ -37,6 +36,15 @@ type AMQPConfig struct {
 	NackDelay time.Duration
 	// ConnectTimeout bounds one dial and handshake. Defaults to 3s.
 	ConnectTimeout time.Duration
+	// CompetingConsumers makes the instances of a group share each queue's
+	// messages. By default (false) every queue is declared with
+	// x-single-active-consumer: one instance of a group consumes a
+	// partition's queue at a time, in publish order, and the others stand
+	// by and take over when it goes; the partitions spread a group's load
+	// over its instances. A queue's arguments are fixed when it is first
+	// declared (RabbitMQ refuses a redeclaration with others), so changing
+	// this for a running system needs a new Prefix.
+	CompetingConsumers bool
 }
 
 // DefaultAMQPGroups are the reference handlers' consumer groups on the
@@ -64,7 +72,8 @@ func AMQPQueueName(exchange, group string) string {
 // The forwarder's publishing is Outflow's own (one channel in confirm mode,
 // pipelined, in order) because watermill-amqp's publisher waits for each
 // confirm in turn and ignores returns; the wire format is watermill-amqp's
-// (its DefaultMarshaler), and the workers use its subscriber.
+// (its DefaultMarshaler). The workers' subscriber is Outflow's own too
+// ([amqpSubscriber]).
 type amqpBackend struct {
 	cfg  Config
 	wcfg wmamqp.Config
@@ -76,10 +85,6 @@ type amqpBackend struct {
 	returns  chan amqp091.Return
 	prepared map[string]bool
 }
-
-// amqpPrefetch is each consumer's prefetch: one message in its handler,
-// the next already on its way.
-const amqpPrefetch = 2
 
 // amqpWindow bounds the messages awaiting confirmation on the channel.
 const amqpWindow = 256
@@ -101,6 +106,9 @@ func openAMQP(ctx context.Context, cfg Config) (Backend, error) {
 	b := &amqpBackend{cfg: cfg, log: watermill.NewSlogLogger(cfg.Logger), prepared: map[string]bool{}}
 	b.wcfg = wmamqp.NewDurablePubSubConfig(a.URL, nil)
 	b.wcfg.Exchange.Type = "fanout"
+	if !a.CompetingConsumers {
+		b.wcfg.Queue.Arguments = amqp091.Table{"x-single-active-consumer": true}
+	}
 	b.wcfg.Connection.AmqpConfig = b.amqpConfig("outflow")
 	b.wcfg.Connection.Reconnect = &wmamqp.ReconnectConfig{
 		BackoffInitialInterval: 200 * time.Millisecond, BackoffRandomizationFactor: 0.5,
@@ -283,168 +291,6 @@ func (b *amqpBackend) drainReturns(ids map[string]bool) {
 			return
 		}
 	}
-}
-
-func (b *amqpBackend) Subscriber(group, consumer string, opts SubscriberOptions) (message.Subscriber, error) {
-	opts.setDefaults()
-	wcfg := b.wcfg
-	wcfg.Queue.GenerateName = wmamqp.GenerateQueueNameTopicNameWithSuffix(group)
-	wcfg.Consume.Consumer = ""
-	wcfg.Consume.Qos.PrefetchCount = amqpPrefetch
-	wcfg.Connection.AmqpConfig = b.amqpConfig("outflow-" + group + "-" + consumer)
-	wcfg.TopologyBuilder = &onceTopology{}
-	sub, err := wmamqp.NewSubscriber(wcfg, watermill.NewSlogLogger(b.cfg.Logger))
-	if err != nil {
-		return nil, fmt.Errorf("RabbitMQ subscriber for %q at %s: %w", group, redact(b.cfg.AMQP.URL), err)
-	}
-	// Each consumer has one message in its handler: several let the
-	// middleware share transactions; more than a few make subscribing
-	// (several round trips each, at start) slow for little gain. Each is a
-	// channel, on one connection per group: RabbitMQ's default channel_max
-	// is 2047.
-	consumers := max(1, min(opts.InFlight, 8, 1024/b.cfg.Partitions))
-	return &amqpSubscriber{sub: sub, consumers: consumers, nackDelay: b.cfg.AMQP.NackDelay,
-		closed: make(chan struct{})}, nil
-}
-
-// onceTopology declares a queue, its exchange and their binding once per
-// subscriber rather than once per subscription (and reconnection): they
-// are durable.
-type onceTopology struct {
-	wmamqp.DefaultTopologyBuilder
-	queues onceByKey
-}
-
-func (o *onceTopology) BuildTopology(ch *amqp091.Channel, params wmamqp.BuildTopologyParams, cfg wmamqp.Config, log watermill.LoggerAdapter) error {
-	return o.queues.do(params.QueueName, func() error {
-		return o.DefaultTopologyBuilder.BuildTopology(ch, params, cfg, log)
-	})
-}
-
-// amqpSubscriber consumes a queue with several watermill-amqp
-// subscriptions (each hands out one message at a time and waits for its
-// ack), so that the middleware has several in flight to share a
-// transaction. It holds a nacked message for nackDelay before passing the
-// nack on, as RabbitMQ would redeliver it at once.
-type amqpSubscriber struct {
-	sub       *wmamqp.Subscriber
-	consumers int
-	nackDelay time.Duration
-
-	closeOnce sync.Once
-	closed    chan struct{}
-	wg        sync.WaitGroup
-}
-
-// SubscribeInitialize declares the group's queue on topic and binds it, so
-// that what is published from now on is kept for the group even before it
-// subscribes.
-func (s *amqpSubscriber) SubscribeInitialize(topic string) error {
-	return s.sub.SubscribeInitialize(topic)
-}
-
-func (s *amqpSubscriber) Subscribe(ctx context.Context, topic string) (<-chan *message.Message, error) {
-	select {
-	case <-s.closed:
-		return nil, errors.New("RabbitMQ subscriber is closed")
-	default:
-	}
-	// Each subscription declares the queue and opens its channel: in
-	// parallel, as they are several round trips each.
-	ins := make([]<-chan *message.Message, s.consumers)
-	errs := make([]error, s.consumers)
-	var subscribing sync.WaitGroup
-	for i := range ins {
-		subscribing.Go(func() { ins[i], errs[i] = s.sub.Subscribe(ctx, topic) })
-	}
-	subscribing.Wait()
-	if err := errors.Join(errs...); err != nil {
-		return nil, fmt.Errorf("subscribe to RabbitMQ exchange %q: %w", topic, err)
-	}
-	out := make(chan *message.Message)
-	var wg sync.WaitGroup
-	for _, in := range ins {
-		wg.Go(func() { s.relay(ctx, in, out) })
-	}
-	s.wg.Go(func() {
-		wg.Wait()
-		close(out)
-	})
-	return out, nil
-}
-
-// relay passes each message of in to out as a copy, and the copy's ack or
-// (delayed) nack back. On Close it stops handing out messages but waits,
-// up to amqpCloseWait, for the one it handed out to be acked: what it
-// still holds the watermill-amqp subscriber nacks when closed, so RabbitMQ
-// requeues it.
-func (s *amqpSubscriber) relay(ctx context.Context, in <-chan *message.Message, out chan<- *message.Message) {
-	for {
-		var m *message.Message
-		select {
-		case m = <-in:
-		case <-s.closed:
-			return
-		}
-		if m == nil {
-			return // in is closed
-		}
-		c := message.NewMessage(m.UUID, m.Payload)
-		c.Metadata = m.Metadata
-		// The copy's context ends when it is settled, or when the
-		// subscriber closes, as Watermill subscribers' do.
-		cctx, cancel := context.WithCancel(m.Context())
-		c.SetContext(cctx)
-		select {
-		case out <- c:
-		case <-ctx.Done():
-			cancel()
-			m.Nack()
-			continue
-		case <-s.closed:
-			cancel()
-			return
-		}
-		select {
-		case <-c.Acked():
-			cancel()
-			m.Ack()
-			continue
-		case <-c.Nacked():
-			cancel()
-		case <-s.closed:
-			cancel()
-			t := time.NewTimer(amqpCloseWait)
-			select {
-			case <-c.Acked():
-				m.Ack()
-			case <-c.Nacked():
-			case <-t.C:
-			}
-			t.Stop()
-			return
-		}
-		t := time.NewTimer(s.nackDelay)
-		select {
-		case <-t.C:
-			m.Nack()
-		case <-s.closed:
-			t.Stop()
-			return
-		}
-	}
-}
-
-// amqpCloseWait bounds how long Close waits for the handler of a message in
-// flight to ack it.
-const amqpCloseWait = 15 * time.Second
-
-// Close stops the subscriptions, lets the messages in flight be acked,
-// then closes the connection (RabbitMQ requeues what was not acked).
-func (s *amqpSubscriber) Close() error {
-	s.closeOnce.Do(func() { close(s.closed) })
-	s.wg.Wait()
-	return s.sub.Close()
 }
 
 func (b *amqpBackend) Close() error {

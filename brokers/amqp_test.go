@@ -2,11 +2,10 @@ package brokers_test
 
 import (
 	"context"
+	"fmt"
 	"io"
 	"log/slog"
-	"net"
 	"net/url"
-	"sync"
 	"testing"
 	"time"
 
@@ -71,19 +70,19 @@ func TestAMQPQueueBeforeSubscriberAndNackDelay(t *testing.T) {
 }
 
 // A connection lost mid-run fails the publish as broker unavailable; the
-// next publish reconnects. The loss is a amqpProxy's, not the shared server's.
+// next publish reconnects. The loss is a proxy's, not the shared server's.
 func TestAMQPConnectionLossIsUnavailableThenRecovers(t *testing.T) {
 	t.Parallel()
 	u, err := url.Parse(outflowtest.AMQPURL())
 	require.NoError(t, err)
-	p := newAMQPProxy(t, u.Host)
-	u.Host = p.addr
+	p := outflowtest.StartProxy(t, u.Host)
+	u.Host = p.Addr
 	b := openAMQPTest(t, u.String(), map[string][]string{"events": {"g"}})
 	for _, err := range b.Broker().Publish(context.Background(), amqpOutgoing("events", "m1")) {
 		require.NoError(t, err)
 	}
 
-	p.cut()
+	p.Stop()
 	outflowtest.WaitFor(t, 10*time.Second, "a publish to fail as unavailable", func() bool {
 		err := b.Broker().Publish(context.Background(), amqpOutgoing("events", "m2"))[0]
 		if err != nil {
@@ -91,67 +90,57 @@ func TestAMQPConnectionLossIsUnavailableThenRecovers(t *testing.T) {
 		}
 		return err != nil
 	})
-	p.resume()
+	p.Start()
 	outflowtest.WaitFor(t, 10*time.Second, "a publish to succeed again", func() bool {
 		return b.Broker().Publish(context.Background(), amqpOutgoing("events", "m3"))[0] == nil
 	})
 }
 
-// amqpProxy forwards TCP to target; cut drops every connection and refuses new
-// ones until resume.
-type amqpProxy struct {
-	addr   string
-	target string
-	mu     sync.Mutex
-	down   bool
-	conns  []net.Conn
-}
-
-func newAMQPProxy(t *testing.T, target string) *amqpProxy {
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	require.NoError(t, err)
-	p := &amqpProxy{addr: ln.Addr().String(), target: target}
-	t.Cleanup(func() { ln.Close(); p.cut() })
-	go func() {
-		for {
-			c, err := ln.Accept()
-			if err != nil {
-				return
-			}
-			p.mu.Lock()
-			down := p.down
-			p.mu.Unlock()
-			if down {
-				c.Close()
-				continue
-			}
-			s, err := net.Dial("tcp", target)
-			if err != nil {
-				c.Close()
-				continue
-			}
-			p.mu.Lock()
-			p.conns = append(p.conns, c, s)
-			p.mu.Unlock()
-			go func() { _, _ = io.Copy(s, c); s.Close() }()
-			go func() { _, _ = io.Copy(c, s); c.Close() }()
-		}
-	}()
-	return p
-}
-
-func (p *amqpProxy) cut() {
-	p.mu.Lock()
-	defer p.mu.Unlock()
-	p.down = true
-	for _, c := range p.conns {
-		_ = c.Close()
+// Two instances of a group on one partition's queue: one consumes, in
+// publish order, while the other stands by (x-single-active-consumer);
+// when the active one closes, the standby takes over with what it had not
+// acked.
+func TestAMQPSingleActiveConsumerPerQueue(t *testing.T) {
+	t.Parallel()
+	b := openAMQPTest(t, outflowtest.AMQPURL(), map[string][]string{"events": {"g"}})
+	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
+	defer cancel()
+	subscribe := func(name string) (message.Subscriber, <-chan *message.Message) {
+		sub, err := b.Subscriber("g", name, brokers.SubscriberOptions{InFlight: 10})
+		require.NoError(t, err)
+		t.Cleanup(func() { sub.Close() })
+		ch, err := sub.Subscribe(ctx, b.Topics("events")[0])
+		require.NoError(t, err)
+		return sub, ch
 	}
-	p.conns = nil
-}
-
-func (p *amqpProxy) resume() {
-	p.mu.Lock()
-	defer p.mu.Unlock()
-	p.down = false
+	first, firstCh := subscribe("c1")
+	_, standbyCh := subscribe("c2")
+	var batch []forwarder.Outgoing
+	for i := range 20 {
+		batch = append(batch, amqpOutgoing("events", fmt.Sprintf("m%02d", i))...)
+	}
+	for _, err := range b.Broker().Publish(ctx, batch) {
+		require.NoError(t, err)
+	}
+	for i := range 5 {
+		m := <-firstCh
+		require.Equal(t, fmt.Sprintf("m%02d", i), m.UUID, "publish order")
+		m.Ack()
+	}
+	select {
+	case m := <-standbyCh:
+		t.Fatalf("the standby got %s while the active consumer ran", m.UUID)
+	default:
+	}
+	// The first holds m05..m14 (its prefetch), none handed out yet:
+	// closing it gives them back.
+	closed := make(chan error, 1)
+	go func() { closed <- first.Close() }()
+	for i := 5; i < 20; i++ {
+		m := <-standbyCh
+		require.NotNil(t, m)
+		require.Equal(t, fmt.Sprintf("m%02d", i), m.UUID, "the standby resumes where the active one stopped, in order")
+		m.Ack()
+	}
+	require.NoError(t, <-closed)
 }

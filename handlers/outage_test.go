@@ -2,10 +2,10 @@ package handlers_test
 
 import (
 	"context"
+	"net/url"
 	"testing"
 	"time"
 
-	"github.com/nats-io/nats.go"
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/stretchr/testify/require"
 
@@ -15,17 +15,71 @@ import (
 	"github.com/outflow-dev/outflow/outflowtest"
 )
 
-// NATS goes down mid-run and comes back: the forwarder burns no attempt
-// (MaxAttempts 2 would park every row otherwise) and drains the backlog,
-// the worker resumes, every effect is there once.
-func TestNATSOutageMidRun(t *testing.T) {
+// outageBackend opens a backend whose server the test can take down: a
+// server of the test's own where one is cheap to start (redis-server,
+// nats-server, kfake), a proxy in front of the shared one where it is not
+// (RabbitMQ, PostgreSQL): shared services are never stopped.
+type outageBackend struct {
+	kind brokers.Kind
+	open func(t *testing.T) (brokers.Config, outflowtest.Outage)
+}
+
+var outageBackends = []outageBackend{
+	{brokers.Redis, func(t *testing.T) (brokers.Config, outflowtest.Outage) {
+		srv := outflowtest.StartRedis(t)
+		return brokers.Config{Kind: brokers.Redis, Partitions: 2, Redis: brokers.RedisConfig{URL: srv.URL}}, srv
+	}},
+	{brokers.NATS, func(t *testing.T) (brokers.Config, outflowtest.Outage) {
+		srv := outflowtest.StartNATS(t)
+		return brokers.Config{Kind: brokers.NATS, Partitions: 2,
+			NATS: brokers.NATSConfig{URL: srv.URL, PublishTimeout: 500 * time.Millisecond}}, srv
+	}},
+	{brokers.AMQP, func(t *testing.T) (brokers.Config, outflowtest.Outage) {
+		u, err := url.Parse(outflowtest.AMQPURL())
+		require.NoError(t, err)
+		proxy := outflowtest.StartProxy(t, u.Host)
+		u.Host = proxy.Addr
+		groups := map[string][]string{app.PaymentsTopic: {"sync-analytics", "notify-merchant", "counter"}}
+		return brokers.Config{Kind: brokers.AMQP, Partitions: 2,
+			AMQP: brokers.AMQPConfig{URL: u.String(), Prefix: outflowtest.AMQPPrefix(t, 2, groups), Groups: groups}}, proxy
+	}},
+	{brokers.Kafka, func(t *testing.T) (brokers.Config, outflowtest.Outage) {
+		k := outflowtest.StartKafka(t)
+		return brokers.Config{Kind: brokers.Kafka, Kafka: brokers.KafkaConfig{Brokers: k.Addrs, TopicPartitions: 4}}, k
+	}},
+	{brokers.SQL, func(t *testing.T) (brokers.Config, outflowtest.Outage) {
+		s := outflowtest.NewEmptySchema(t)
+		u, err := url.Parse(s.URL)
+		require.NoError(t, err)
+		proxy := outflowtest.StartProxy(t, u.Host)
+		u.Host = proxy.Addr
+		return brokers.Config{Kind: brokers.SQL,
+			SQL: brokers.SQLConfig{DatabaseURL: u.String(), TablePrefix: "outflow_", PollInterval: 20 * time.Millisecond}}, proxy
+	}},
+}
+
+// The broker goes down mid-run, with the forwarder and a worker running,
+// and comes back: the forwarder burns no attempt (MaxAttempts 2 would park
+// every row otherwise) and drains what was committed meanwhile, the worker
+// reconnects by itself, every effect is there once. On every backend.
+func TestBrokerOutageMidRun(t *testing.T) {
 	t.Parallel()
-	srv := outflowtest.StartNATS(t)
+	for _, b := range outageBackends {
+		t.Run(string(b.kind), func(t *testing.T) {
+			t.Parallel()
+			cfg, srv := b.open(t)
+			brokerOutage(t, cfg, srv)
+		})
+	}
+}
+
+func brokerOutage(t *testing.T, cfg brokers.Config, srv outflowtest.Outage) {
 	p := newPipeline(t)
-	p.backend = openBackend(t, brokers.Config{Kind: brokers.NATS, Partitions: 2, NATS: brokers.NATSConfig{URL: srv.URL, PublishTimeout: 500 * time.Millisecond}})
+	p.backend = openBackend(t, cfg)
 	ctx := context.Background()
 	m, err := p.svc.CreateMerchant(ctx, app.NewMerchant{Name: "Shop", WebhookURL: "https://shop.example/h"})
 	require.NoError(t, err)
+	counter, counted := countingHandler(t, p)
 
 	want := p.drive(t, m.ID, 10)
 	reg := prometheus.NewRegistry()
@@ -33,12 +87,15 @@ func TestNATSOutageMidRun(t *testing.T) {
 		BatchSize: 20, MaxAttempts: 2, OutageBackoffMax: 200 * time.Millisecond, Registerer: reg, Logger: quiet})
 	require.NoError(t, err)
 	run(t, f.Run)
-	run(t, p.worker(t, 2*time.Second).Run)
-	outflowtest.WaitFor(t, 20*time.Second, "the first payments applied", func() bool { return p.stats(t, m.ID) == want })
-	outflowtest.WaitFor(t, 20*time.Second, "every consumer group bound", func() bool { return natsConsumersBound(t, srv.URL) == 2*2 })
+	run(t, p.worker(t, 2*time.Second, counter).Run)
+	// Every consumer has applied the first events: each is subscribed,
+	// with its group's position on the broker, when the outage begins.
+	outflowtest.WaitFor(t, 30*time.Second, "the first events applied by every consumer", func() bool {
+		return p.stats(t, m.ID) == want && len(counted()) == p.events(t)
+	})
 
 	srv.Stop()
-	more := p.drive(t, m.ID, 10) // committed while NATS is down
+	more := p.drive(t, m.ID, 10) // committed while the broker is down
 	want.PaidCount += more.PaidCount
 	want.PaidAmount += more.PaidAmount
 	want.RefundedAmount += more.RefundedAmount
@@ -47,26 +104,24 @@ func TestNATSOutageMidRun(t *testing.T) {
 	})
 	srv.Start()
 
-	outflowtest.WaitFor(t, 60*time.Second, "everything applied after the outage", func() bool { return p.stats(t, m.ID) == want })
+	outflowtest.WaitFor(t, 90*time.Second, "everything applied after the outage", func() bool {
+		return p.stats(t, m.ID) == want && len(counted()) == p.events(t)
+	})
+	for id, n := range counted() {
+		require.Equal(t, 1, n, "message %s applied %d times", id, n)
+	}
 	var touched int
 	require.NoError(t, p.schema.Pool.QueryRow(ctx, `SELECT count(*) FROM outbox WHERE attempts > 0 OR parked_at IS NOT NULL`).Scan(&touched))
 	require.Zero(t, touched, "an outage burns no attempt and parks nothing")
+	var parked int
+	require.NoError(t, p.schema.Pool.QueryRow(ctx, `SELECT count(*) FROM dead_letters WHERE status IN ('retrying', 'dead')`).Scan(&parked))
+	require.Zero(t, parked, "no consumer failed a message")
 }
 
-// natsConsumersBound counts the durable consumers the worker created (one
-// per group and subject, at Subscribe).
-func natsConsumersBound(t *testing.T, url string) int {
-	conn, err := nats.Connect(url)
-	require.NoError(t, err)
-	defer conn.Close()
-	js, err := conn.JetStream()
-	require.NoError(t, err)
-	n := 0
-	for stream := range js.StreamNames() {
-		for range js.ConsumersInfo(stream) {
-			n++
-		}
-	}
+// events counts the outbox rows.
+func (p *pipeline) events(t *testing.T) int {
+	var n int
+	require.NoError(t, p.schema.Pool.QueryRow(context.Background(), `SELECT count(*) FROM outbox`).Scan(&n))
 	return n
 }
 
