@@ -25,7 +25,8 @@ type NATSConfig struct {
 	StreamPrefix string
 	// Replicas of each stream. Defaults to 1.
 	Replicas int
-	// PublishTimeout bounds one publish acknowledgement. Defaults to 5s.
+	// PublishTimeout bounds the wait for a batch's acknowledgements.
+	// Defaults to 5s.
 	PublishTimeout time.Duration
 }
 
@@ -39,9 +40,8 @@ type NATSConfig struct {
 type natsBackend struct {
 	cfg  Config
 	conn *nats.Conn
-	js   nats.JetStreamContext
-	pub  *wmnats.Publisher
-	jsc  wmnats.JetStreamConfig
+	js   nats.JetStreamContext // streams, consumers, subscriptions
+	pjs  nats.JetStreamContext // the forwarder's async publishes
 
 	streams onceByKey
 }
@@ -73,19 +73,12 @@ func openNATS(ctx context.Context, cfg Config) (Backend, error) {
 		conn.Close()
 		return nil, fail(err)
 	}
-	b := &natsBackend{cfg: cfg, conn: conn, js: js}
-	b.jsc = wmnats.JetStreamConfig{
-		TrackMsgId:        true,
-		ConnectOptions:    []nats.JSOpt{nats.MaxWait(n.PublishTimeout)},
-		DurableCalculator: func(group, topic string) string { return group + "_" + streamName(topic) },
-	}
-	b.pub, err = wmnats.NewPublisherWithNatsConn(conn, wmnats.PublisherPublishConfig{
-		Marshaler: &wmnats.NATSMarshaler{}, SubjectCalculator: wmnats.DefaultSubjectCalculator, JetStream: b.jsc,
-	}, watermill.NewSlogLogger(cfg.Logger))
+	pjs, err := conn.JetStream(nats.PublishAsyncMaxPending(natsMaxPending))
 	if err != nil {
 		conn.Close()
-		return nil, err
+		return nil, fail(err)
 	}
+	b := &natsBackend{cfg: cfg, conn: conn, js: js, pjs: pjs}
 	return b, nil
 }
 
@@ -120,17 +113,27 @@ func (b *natsBackend) Broker() forwarder.Broker { return natsBroker{b} }
 
 type natsBroker struct{ b *natsBackend }
 
-// Publish sends each message and waits for its acknowledgement, in order.
-// Errors are the broker's (a NATS publish has no per-message refusal but
-// size, which the forwarder's MaxPayloadBytes checks first), except a
-// message over the server's max payload.
+// natsMaxPending bounds the publishes awaiting their PubAck; a larger
+// batch waits for room (nats.go stalls the publish, then fails it).
+const natsMaxPending = 1024
+
+// Publish sends the batch without waiting (PublishMsgAsync: one write per
+// message, pipelined), in order, then waits for every PubAck, so a batch
+// costs about one round trip instead of one per message. A message over the
+// server's max payload fails alone; every other error is the broker's
+// (a NATS publish has no other per-message refusal). When PublishTimeout
+// passes first, the rest of the batch is unavailable: the rows stay
+// pending and may be stored twice, which the duplicate window (Nats-Msg-Id
+// = message id) and the consumers' deduplication absorb.
 func (nb natsBroker) Publish(ctx context.Context, msgs []forwarder.Outgoing) []error {
 	b := nb.b
 	errs := make([]error, len(msgs))
+	unavailable := func(err error) error { return fmt.Errorf("%w: publish to NATS: %w", forwarder.ErrBrokerUnavailable, err) }
+	futures := make([]nats.PubAckFuture, len(msgs))
+	var marshaler wmnats.NATSMarshaler
 	for i, m := range msgs {
 		if i > 0 && errors.Is(errs[i-1], forwarder.ErrBrokerUnavailable) {
-			// The server is gone: the rest would each wait out the
-			// publish timeout for the same answer.
+			// The server is gone: the rest would get the same answer.
 			errs[i] = errs[i-1]
 			continue
 		}
@@ -139,13 +142,43 @@ func (nb natsBroker) Publish(ctx context.Context, msgs []forwarder.Outgoing) []e
 			continue
 		}
 		subject := redisstreams.StreamName(b.cfg.NATS.StreamPrefix, m.Topic, b.cfg.Partitions, m.AggregateID)
-		m.Message.SetContext(ctx)
-		if err := b.pub.Publish(subject, m.Message); err != nil {
+		nm, err := marshaler.Marshal(subject, m.Message)
+		if err != nil {
+			errs[i] = fmt.Errorf("marshal for NATS: %w", err)
+			continue
+		}
+		nm.Header.Set(nats.MsgIdHdr, m.Message.UUID)
+		if futures[i], err = b.pjs.PublishMsgAsync(nm); err != nil {
 			if errors.Is(err, nats.ErrMaxPayload) {
 				errs[i] = err
 			} else {
-				errs[i] = fmt.Errorf("%w: publish to NATS: %w", forwarder.ErrBrokerUnavailable, err)
+				errs[i] = unavailable(err)
 			}
+		}
+	}
+	timeout := time.NewTimer(b.cfg.NATS.PublishTimeout)
+	defer timeout.Stop()
+	for i, f := range futures {
+		if f == nil {
+			continue
+		}
+		select {
+		case <-f.Ok():
+		case err := <-f.Err():
+			errs[i] = unavailable(err)
+		case <-ctx.Done():
+			errs[i] = unavailable(ctx.Err())
+		case <-timeout.C:
+			// Acks that never came would hold their places in the
+			// pending window: drop them (a concurrent batch's pending
+			// publishes fail too, and are retried).
+			b.pjs.CleanupPublisher()
+			for j := i; j < len(futures); j++ {
+				if futures[j] != nil && errs[j] == nil {
+					errs[j] = unavailable(fmt.Errorf("no PubAck within %s", b.cfg.NATS.PublishTimeout))
+				}
+			}
+			return errs
 		}
 	}
 	return errs
