@@ -128,7 +128,9 @@ const natsMaxPending = 1024
 func (nb natsBroker) Publish(ctx context.Context, msgs []forwarder.Outgoing) []error {
 	b := nb.b
 	errs := make([]error, len(msgs))
-	unavailable := func(err error) error { return fmt.Errorf("%w: publish to NATS: %w", forwarder.ErrBrokerUnavailable, err) }
+	unavailable := func(err error) error {
+		return fmt.Errorf("%w: publish to NATS: %w", forwarder.ErrBrokerUnavailable, err)
+	}
 	futures := make([]nats.PubAckFuture, len(msgs))
 	var marshaler wmnats.NATSMarshaler
 	for i, m := range msgs {
