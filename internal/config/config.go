@@ -27,6 +27,7 @@ const (
 	DefaultNATSURL     = "nats://127.0.0.1:4222"
 	DefaultAMQPURL     = "amqp://guest:guest@127.0.0.1:5672/"
 	DefaultKafkaBroker = "127.0.0.1:9092"
+	DefaultAMQPGroups  = "payments=sync-analytics,notify-merchant"
 )
 
 // Config is what every subcommand shares.
@@ -41,6 +42,9 @@ type Config struct {
 	NATSURL      string
 	AMQPURL      string
 	KafkaBrokers []string
+	// AMQPGroups lists, per topic, the consumer groups whose queues the
+	// forwarder declares before publishing (see [brokers.AMQPConfig]).
+	AMQPGroups map[string][]string
 	// BrokerDatabaseURL is the PostgreSQL of the sql broker; empty means
 	// DatabaseURL.
 	BrokerDatabaseURL string
@@ -59,6 +63,7 @@ var settings = []setting{
 	{"broker", "OUTFLOW_BROKER", DefaultBroker, "broker backend: redis, nats, amqp, kafka or sql"},
 	{"nats-url", "NATS_URL", DefaultNATSURL, "NATS (JetStream) URL, for --broker nats"},
 	{"amqp-url", "AMQP_URL", DefaultAMQPURL, "RabbitMQ URL, for --broker amqp"},
+	{"amqp-groups", "AMQP_GROUPS", DefaultAMQPGroups, "consumer groups whose RabbitMQ queues the forwarder declares before its first publish, topic=group,group[;topic=group...]: list every handler, or RabbitMQ drops what is published before its first worker subscribes; for --broker amqp"},
 	{"kafka-brokers", "KAFKA_BROKERS", DefaultKafkaBroker, "comma-separated Kafka bootstrap brokers (host:port), for --broker kafka"},
 	{"broker-database-url", "BROKER_DATABASE_URL", "", "PostgreSQL URL of the sql broker's tables, for --broker sql (default: --database-url)"},
 }
@@ -111,6 +116,8 @@ func (f *Flags) Load() (Config, error) {
 			cfg.NATSURL, err = v, validateNATSURL(v)
 		case "amqp-url":
 			cfg.AMQPURL, err = v, validateAMQPURL(v)
+		case "amqp-groups":
+			cfg.AMQPGroups, err = parseGroups(v)
 		case "kafka-brokers":
 			cfg.KafkaBrokers, err = parseHostPorts(v)
 		case "broker-database-url":
@@ -181,6 +188,33 @@ func validateAMQPURL(v string) error {
 	return nil
 }
 
+// parseGroups reads topic=group,group[;topic=group...].
+func parseGroups(v string) (map[string][]string, error) {
+	out := map[string][]string{}
+	for _, part := range strings.Split(v, ";") {
+		if part = strings.TrimSpace(part); part == "" {
+			continue
+		}
+		topic, list, ok := strings.Cut(part, "=")
+		topic = strings.TrimSpace(topic)
+		if !ok || topic == "" {
+			return nil, fmt.Errorf("want topic=group,group[;topic=group...]: %q", part)
+		}
+		if _, dup := out[topic]; dup {
+			return nil, fmt.Errorf("topic %q listed twice", topic)
+		}
+		groups := []string{}
+		for _, g := range strings.Split(list, ",") {
+			if g = strings.TrimSpace(g); g == "" {
+				return nil, fmt.Errorf("empty group name for topic %q", topic)
+			}
+			groups = append(groups, g)
+		}
+		out[topic] = groups
+	}
+	return out, nil
+}
+
 func parseHostPorts(v string) ([]string, error) {
 	var out []string
 	for _, hp := range strings.Split(v, ",") {
@@ -201,7 +235,7 @@ func (c Config) BrokerConfig(partitions int, logger *slog.Logger) brokers.Config
 	}
 	return brokers.Config{Kind: c.Broker, Partitions: partitions, Logger: logger,
 		Redis: brokers.RedisConfig{URL: c.RedisURL}, NATS: brokers.NATSConfig{URL: c.NATSURL},
-		AMQP: brokers.AMQPConfig{URL: c.AMQPURL}, Kafka: brokers.KafkaConfig{Brokers: c.KafkaBrokers},
+		AMQP: brokers.AMQPConfig{URL: c.AMQPURL, Groups: c.AMQPGroups}, Kafka: brokers.KafkaConfig{Brokers: c.KafkaBrokers},
 		SQL: brokers.SQLConfig{DatabaseURL: dbURL}}
 }
 

@@ -23,11 +23,19 @@ func TestLoad(t *testing.T) {
 		{name: "bad database URL", env: map[string]string{"DATABASE_URL": "mysql://x"}, wantErr: "invalid DATABASE_URL"},
 		{name: "bad redis URL", env: map[string]string{"REDIS_URL": "http://x"}, wantErr: "invalid REDIS_URL"},
 		{name: "bad addr", env: map[string]string{"HTTP_ADDR": "8080"}, wantErr: "invalid HTTP_ADDR"},
+		{name: "amqp groups", args: []string{"--amqp-groups", "payments=a, b; refunds=c"}, check: func(c Config) bool {
+			return len(c.AMQPGroups) == 2 && strings.Join(c.AMQPGroups["payments"], "|") == "a|b" && c.AMQPGroups["refunds"][0] == "c"
+		}},
+		{name: "amqp groups default", check: func(c Config) bool {
+			return strings.Join(c.AMQPGroups["payments"], ",") == "sync-analytics,notify-merchant"
+		}},
+		{name: "amqp groups without topic", env: map[string]string{"AMQP_GROUPS": "sync-analytics"}, wantErr: "invalid AMQP_GROUPS: want topic=group"},
+		{name: "amqp groups empty group", args: []string{"--amqp-groups", "payments=a,,b"}, wantErr: "invalid --amqp-groups: empty group name"},
 		{name: "secret not echoed", env: map[string]string{"DATABASE_URL": "postgres://u:hunter2@host:notaport/db"}, wantErr: "invalid DATABASE_URL"},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
-			for _, k := range []string{"DATABASE_URL", "REDIS_URL", "HTTP_ADDR", "LOG_LEVEL"} {
+			for _, k := range []string{"DATABASE_URL", "REDIS_URL", "HTTP_ADDR", "LOG_LEVEL", "AMQP_GROUPS"} {
 				t.Setenv(k, tt.env[k])
 			}
 			fs := pflag.NewFlagSet("test", pflag.ContinueOnError)
