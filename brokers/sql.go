@@ -60,6 +60,12 @@ type SQLConfig struct {
 	// connection free (rather than hang). Defaults to pool_max_conns in
 	// DatabaseURL, else 20.
 	MaxConns int32
+	// Retention is how long a message stays in its topic's table after
+	// every consumer group of the topic has acked it: watermill-sql never
+	// deletes a row, so the tables would grow forever. A topic no group has
+	// ever acked on is kept whole. [Trimmer] does the deleting; the
+	// forwarder runs it. Defaults to 7 days; negative keeps everything.
+	Retention time.Duration
 }
 
 // sqlTopicChars is watermill-sql's rule for topics (they are spliced into
@@ -92,6 +98,9 @@ func openSQL(ctx context.Context, cfg Config) (Backend, error) {
 	s := &cfg.SQL
 	if s.DatabaseURL == "" {
 		return nil, errors.New("sql broker: DatabaseURL (--broker-database-url or --database-url) is required")
+	}
+	if s.Retention == 0 {
+		s.Retention = 7 * 24 * time.Hour
 	}
 	if s.PollInterval == 0 {
 		s.PollInterval = 100 * time.Millisecond

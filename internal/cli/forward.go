@@ -42,7 +42,7 @@ func addForwardFlags(fs *pflag.FlagSet) *forwardOptions {
 	fs.DurationVar(&o.cfg.Retention, "retention", 15*24*time.Hour, "how long published rows are kept (negative: forever)")
 	fs.IntVar(&o.streamPartitions, "stream-partitions", 1, "Redis streams per topic, by hash of the aggregate id")
 	fs.StringVar(&o.cutoverTo, "cutover-to", "", "also publish every event to this broker (redis, nats, ...), for a live cutover: see docs/brokers.md")
-	fs.DurationVar(&o.trimInterval, "trim-interval", time.Minute, "how often streams drop what every consumer group acknowledged (0: never)")
+	fs.DurationVar(&o.trimInterval, "trim-interval", time.Minute, "how often the broker drops what every consumer group acknowledged: Redis streams, or the sql broker's rows past their 7-day retention (0: never)")
 	return o
 }
 
@@ -124,7 +124,7 @@ func newRegistry() *prometheus.Registry {
 
 // buildForwarder connects to PostgreSQL and the broker (failing fast,
 // naming the URL, when either is unreachable) and returns a function that
-// runs the forwarder, and the Redis stream trimmer, until ctx is done.
+// runs the forwarder, and the broker trimmer (Redis streams, sql tables), until ctx is done.
 func buildForwarder(ctx context.Context, c config.Config, o *forwardOptions, reg prometheus.Registerer, logger *slog.Logger) (func(context.Context) error, error) {
 	pool, err := openPool(ctx, c.DatabaseURL)
 	if err != nil {
@@ -172,6 +172,8 @@ func buildForwarder(ctx context.Context, c config.Config, o *forwardOptions, reg
 			defer close(trimDone)
 			if rb := brokers.RedisBroker(backend); rb != nil {
 				trimLoop(tctx, pool, rb, o.trimInterval, logger)
+			} else if tr, ok := backend.(brokers.Trimmer); ok {
+				trimBrokerLoop(tctx, tr, o.trimInterval, logger)
 			}
 		}()
 		err := f.Run(ctx)

@@ -8,6 +8,7 @@ import (
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgxpool"
 
+	"github.com/outflow-dev/outflow/brokers"
 	"github.com/outflow-dev/outflow/forwarder/redisstreams"
 )
 
@@ -41,6 +42,28 @@ func trimLoop(ctx context.Context, pool *pgxpool.Pool, broker *redisstreams.Brok
 			} else if n > 0 {
 				logger.Debug("trimmed streams", "topic", topic, "entries", n)
 			}
+		}
+	}
+}
+
+// trimBrokerLoop has a broker that keeps every message (the sql backend)
+// delete what every consumer group read, past its retention.
+func trimBrokerLoop(ctx context.Context, tr brokers.Trimmer, every time.Duration, logger *slog.Logger) {
+	if every <= 0 {
+		return
+	}
+	t := time.NewTicker(every)
+	defer t.Stop()
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case <-t.C:
+		}
+		if n, err := tr.Trim(ctx); err != nil && ctx.Err() == nil {
+			logger.Warn("trim broker tables", "error", err.Error())
+		} else if n > 0 {
+			logger.Debug("trimmed broker tables", "messages", n)
 		}
 	}
 }
