@@ -10,6 +10,11 @@
 // the idempotency middleware, which works whatever the broker's ordering.
 // What each backend adds or lacks is in docs/brokers.md.
 //
+// A broker that drops mid-run is survived: the forwarder side returns
+// [forwarder.ErrBrokerUnavailable] (the forwarder waits and retries without
+// burning a row's attempts) and every subscriber reconnects by itself. A
+// backend whose broker never deletes what was read (sql) is a [Trimmer].
+//
 // A backend that is configured but unreachable fails at Open with an error
 // naming it and the URL tried (password redacted), within a few seconds.
 package brokers
