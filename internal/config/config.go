@@ -9,7 +9,9 @@ import (
 	"net"
 	"net/url"
 	"os"
+	"strconv"
 	"strings"
+	"time"
 
 	"github.com/jackc/pgx/v5/pgxpool"
 	"github.com/spf13/pflag"
@@ -30,6 +32,13 @@ const (
 	DefaultAMQPGroups  = "payments=sync-analytics,notify-merchant"
 )
 
+// Backend tuning defaults, as the brokers package sets them.
+const (
+	DefaultNATSReplicas         = "1"
+	DefaultKafkaTopicPartitions = "8"
+	DefaultSQLPollInterval      = "100ms"
+)
+
 // Config is what every subcommand shares.
 type Config struct {
 	DatabaseURL string
@@ -45,6 +54,15 @@ type Config struct {
 	// AMQPGroups lists, per topic, the consumer groups whose queues the
 	// forwarder declares before publishing (see [brokers.AMQPConfig]).
 	AMQPGroups map[string][]string
+	// NATSReplicas is the replica count of each stream the backend
+	// creates.
+	NATSReplicas int
+	// KafkaTopicPartitions is the partition count of each topic the
+	// backend creates.
+	KafkaTopicPartitions int32
+	// SQLPollInterval is how long a sql-broker subscription waits after a
+	// poll found nothing.
+	SQLPollInterval time.Duration
 	// BrokerDatabaseURL is the PostgreSQL of the sql broker; empty means
 	// DatabaseURL.
 	BrokerDatabaseURL string
@@ -65,6 +83,9 @@ var settings = []setting{
 	{"amqp-url", "AMQP_URL", DefaultAMQPURL, "RabbitMQ URL, for --broker amqp"},
 	{"amqp-groups", "AMQP_GROUPS", DefaultAMQPGroups, "consumer groups whose RabbitMQ queues the forwarder declares before its first publish, topic=group,group[;topic=group...]: list every handler, or RabbitMQ drops what is published before its first worker subscribes; for --broker amqp"},
 	{"kafka-brokers", "KAFKA_BROKERS", DefaultKafkaBroker, "comma-separated Kafka bootstrap brokers (host:port), for --broker kafka"},
+	{"nats-replicas", "NATS_REPLICAS", DefaultNATSReplicas, "replicas of each JetStream stream Outflow creates (1-5), for --broker nats"},
+	{"kafka-topic-partitions", "KAFKA_TOPIC_PARTITIONS", DefaultKafkaTopicPartitions, "partitions of each Kafka topic Outflow creates (existing topics keep theirs), for --broker kafka"},
+	{"sql-poll-interval", "SQL_POLL_INTERVAL", DefaultSQLPollInterval, "how long a subscription of the sql broker waits after an empty poll (each poll spends a transaction id), for --broker sql"},
 	{"broker-database-url", "BROKER_DATABASE_URL", "", "PostgreSQL URL of the sql broker's tables, for --broker sql (default: --database-url)"},
 }
 
@@ -118,6 +139,19 @@ func (f *Flags) Load() (Config, error) {
 			cfg.AMQPURL, err = v, validateAMQPURL(v)
 		case "amqp-groups":
 			cfg.AMQPGroups, err = parseGroups(v)
+		case "nats-replicas":
+			var n int
+			n, err = parseInt(v, 1, 5)
+			cfg.NATSReplicas = n
+		case "kafka-topic-partitions":
+			var n int
+			n, err = parseInt(v, 1, 10000)
+			cfg.KafkaTopicPartitions = int32(n)
+		case "sql-poll-interval":
+			cfg.SQLPollInterval, err = time.ParseDuration(v)
+			if err == nil && (cfg.SQLPollInterval < time.Millisecond || cfg.SQLPollInterval > time.Minute) {
+				err = fmt.Errorf("want a duration from 1ms to 1m, such as 100ms: %q", v)
+			}
 		case "kafka-brokers":
 			cfg.KafkaBrokers, err = parseHostPorts(v)
 		case "broker-database-url":
@@ -188,6 +222,14 @@ func validateAMQPURL(v string) error {
 	return nil
 }
 
+func parseInt(v string, lo, hi int) (int, error) {
+	n, err := strconv.Atoi(strings.TrimSpace(v))
+	if err != nil || n < lo || n > hi {
+		return 0, fmt.Errorf("want a whole number from %d to %d: %q", lo, hi, v)
+	}
+	return n, nil
+}
+
 // parseGroups reads topic=group,group[;topic=group...].
 func parseGroups(v string) (map[string][]string, error) {
 	out := map[string][]string{}
@@ -234,9 +276,11 @@ func (c Config) BrokerConfig(partitions int, logger *slog.Logger) brokers.Config
 		dbURL = c.DatabaseURL
 	}
 	return brokers.Config{Kind: c.Broker, Partitions: partitions, Logger: logger,
-		Redis: brokers.RedisConfig{URL: c.RedisURL}, NATS: brokers.NATSConfig{URL: c.NATSURL},
-		AMQP: brokers.AMQPConfig{URL: c.AMQPURL, Groups: c.AMQPGroups}, Kafka: brokers.KafkaConfig{Brokers: c.KafkaBrokers},
-		SQL: brokers.SQLConfig{DatabaseURL: dbURL}}
+		Redis: brokers.RedisConfig{URL: c.RedisURL},
+		NATS:  brokers.NATSConfig{URL: c.NATSURL, Replicas: c.NATSReplicas},
+		AMQP:  brokers.AMQPConfig{URL: c.AMQPURL, Groups: c.AMQPGroups},
+		Kafka: brokers.KafkaConfig{Brokers: c.KafkaBrokers, TopicPartitions: c.KafkaTopicPartitions},
+		SQL:   brokers.SQLConfig{DatabaseURL: dbURL, PollInterval: c.SQLPollInterval}}
 }
 
 func validateAddr(v string) error {

@@ -3,6 +3,7 @@ package config
 import (
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/spf13/pflag"
 )
@@ -31,11 +32,21 @@ func TestLoad(t *testing.T) {
 		}},
 		{name: "amqp groups without topic", env: map[string]string{"AMQP_GROUPS": "sync-analytics"}, wantErr: "invalid AMQP_GROUPS: want topic=group"},
 		{name: "amqp groups empty group", args: []string{"--amqp-groups", "payments=a,,b"}, wantErr: "invalid --amqp-groups: empty group name"},
+		{name: "tuning defaults", check: func(c Config) bool {
+			return c.NATSReplicas == 1 && c.KafkaTopicPartitions == 8 && c.SQLPollInterval == 100*time.Millisecond
+		}},
+		{name: "tuning set", args: []string{"--nats-replicas", "3", "--kafka-topic-partitions", "32", "--sql-poll-interval", "250ms"}, check: func(c Config) bool {
+			b := c.BrokerConfig(1, nil)
+			return b.NATS.Replicas == 3 && b.Kafka.TopicPartitions == 32 && b.SQL.PollInterval == 250*time.Millisecond
+		}},
+		{name: "bad replicas", env: map[string]string{"NATS_REPLICAS": "7"}, wantErr: "invalid NATS_REPLICAS: want a whole number from 1 to 5"},
+		{name: "bad partitions", args: []string{"--kafka-topic-partitions", "0"}, wantErr: "invalid --kafka-topic-partitions"},
+		{name: "bad poll interval", args: []string{"--sql-poll-interval", "fast"}, wantErr: "invalid --sql-poll-interval"},
 		{name: "secret not echoed", env: map[string]string{"DATABASE_URL": "postgres://u:hunter2@host:notaport/db"}, wantErr: "invalid DATABASE_URL"},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
-			for _, k := range []string{"DATABASE_URL", "REDIS_URL", "HTTP_ADDR", "LOG_LEVEL", "AMQP_GROUPS"} {
+			for _, k := range []string{"DATABASE_URL", "REDIS_URL", "HTTP_ADDR", "LOG_LEVEL", "AMQP_GROUPS", "NATS_REPLICAS"} {
 				t.Setenv(k, tt.env[k])
 			}
 			fs := pflag.NewFlagSet("test", pflag.ContinueOnError)
