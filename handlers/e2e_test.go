@@ -2,9 +2,12 @@ package handlers_test
 
 import (
 	"context"
-	"fmt"
+	"encoding/json"
 	"io"
 	"log/slog"
+	"net/http"
+	"net/http/httptest"
+	"sync"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -124,15 +127,17 @@ func (p *pipeline) worker(t *testing.T, claimIdle time.Duration, extra ...handle
 }
 
 // countingHandler is a consumer whose effect, in its transaction, is a row
-// per message it applied; counted reads them back. (A handler may run more
-// than once when its transaction rolls back, a shared batch's included:
-// what must happen once is the committed effect.)
+// per message it applied, with the time it ran; counted reads them back per
+// message. The table has no unique constraint: a second effect of one
+// message shows as a count of 2. (A handler may run more than once when its
+// transaction rolls back, a shared batch's included: what must happen once
+// is the committed effect.)
 func countingHandler(t *testing.T, p *pipeline) (handlers.Handler, func() map[string]int) {
 	t.Helper()
-	_, err := p.schema.Pool.Exec(context.Background(), `CREATE TABLE counted (message_id text NOT NULL)`)
+	_, err := p.schema.Pool.Exec(context.Background(), `CREATE TABLE counted (message_id text NOT NULL, applied_at timestamptz NOT NULL)`)
 	require.NoError(t, err)
 	h := handlers.Handler{Name: "counter", Topic: app.PaymentsTopic, Func: func(ctx context.Context, tx pgx.Tx, ev events.Event) error {
-		_, err := tx.Exec(ctx, `INSERT INTO counted (message_id) VALUES ($1)`, ev.MessageID)
+		_, err := tx.Exec(ctx, `INSERT INTO counted (message_id, applied_at) VALUES ($1, $2)`, ev.MessageID, time.Now())
 		return err
 	}}
 	return h, func() map[string]int {
@@ -148,6 +153,119 @@ func countingHandler(t *testing.T, p *pipeline) (handlers.Handler, func() map[st
 		require.NoError(t, rows.Err())
 		return out
 	}
+}
+
+// messageIDs returns the outbox's message ids, of the given event types
+// (all when none), each mapped to its event type.
+func (p *pipeline) messageIDs(t *testing.T, types ...string) map[string]string {
+	t.Helper()
+	rows, err := p.schema.Pool.Query(context.Background(),
+		`SELECT message_id::text, event_type FROM outbox WHERE coalesce(cardinality($1::text[]), 0) = 0 OR event_type = ANY($1)`, types)
+	require.NoError(t, err)
+	out := map[string]string{}
+	for rows.Next() {
+		var id, typ string
+		require.NoError(t, rows.Scan(&id, &typ))
+		out[id] = typ
+	}
+	require.NoError(t, rows.Err())
+	return out
+}
+
+// requireCountedOnce waits until the counter has applied every event in the
+// outbox, then checks that it applied exactly those, each once.
+func (p *pipeline) requireCountedOnce(t *testing.T, counted func() map[string]int) {
+	t.Helper()
+	want := map[string]int{}
+	for id := range p.messageIDs(t) {
+		want[id] = 1
+	}
+	outflowtest.WaitFor(t, 30*time.Second, "the counter to apply every event", func() bool {
+		got := counted()
+		for id := range want {
+			if got[id] == 0 {
+				return false
+			}
+		}
+		return true
+	})
+	require.Equal(t, want, counted(), "each event's effect committed exactly once, and no other")
+}
+
+// merchantSite is a merchant's webhook endpoint: what it receives is the
+// end-to-end effect of NotifyMerchant and the sender.
+type merchantSite struct {
+	mu       sync.Mutex
+	secret   string
+	received map[string][]string // webhook-id -> the body's type, per receipt
+	unsigned []string            // webhook-ids whose signature did not verify
+}
+
+// newMerchant creates a merchant whose webhooks go to a server of the
+// test's own, and runs a sender until the test ends.
+func (p *pipeline) newMerchant(t *testing.T) (app.CreatedMerchant, *merchantSite) {
+	t.Helper()
+	site := &merchantSite{received: map[string][]string{}}
+	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		body, err := io.ReadAll(r.Body)
+		if err != nil {
+			w.WriteHeader(http.StatusBadRequest)
+			return
+		}
+		var b struct {
+			Type string `json:"type"`
+		}
+		_ = json.Unmarshal(body, &b)
+		id := r.Header.Get("webhook-id")
+		site.mu.Lock()
+		defer site.mu.Unlock()
+		site.received[id] = append(site.received[id], b.Type)
+		if !verify(site.secret, r.Header, body) {
+			site.unsigned = append(site.unsigned, id)
+		}
+		w.WriteHeader(http.StatusNoContent)
+	}))
+	t.Cleanup(srv.Close) // after the sender stops: cleanups run last first
+	m, err := p.svc.CreateMerchant(context.Background(), app.NewMerchant{Name: "Shop", WebhookURL: srv.URL + "/hooks"})
+	require.NoError(t, err)
+	site.mu.Lock()
+	site.secret = m.WebhookSecret
+	site.mu.Unlock()
+	run(t, handlers.NewSender(p.schema.Pool, handlers.NotifyConfig{PollInterval: 10 * time.Millisecond, Logger: quiet}).Run)
+	return m, site
+}
+
+// requireWebhooks waits until the merchant has received a webhook for every
+// paid or refunded event and the sender has nothing left to send, then
+// checks that the merchant received exactly those: each once, with its
+// event's type, signed with its secret.
+func (s *merchantSite) requireWebhooks(t *testing.T, p *pipeline) {
+	t.Helper()
+	want := p.messageIDs(t, payment.PaidType, payment.RefundedType)
+	require.NotEmpty(t, want)
+	outflowtest.WaitFor(t, 30*time.Second, "a webhook for every paid or refunded event, and none left to send", func() bool {
+		s.mu.Lock()
+		for id := range want {
+			if len(s.received[id]) == 0 {
+				s.mu.Unlock()
+				return false
+			}
+		}
+		s.mu.Unlock()
+		var left int
+		require.NoError(t, p.schema.Pool.QueryRow(context.Background(),
+			`SELECT count(*) FROM webhook_deliveries WHERE status <> 'delivered'`).Scan(&left))
+		return left == 0
+	})
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	got := map[string]string{}
+	for id, types := range s.received {
+		require.Len(t, types, 1, "webhook %s received %d times", id, len(types))
+		got[id] = types[0]
+	}
+	require.Equal(t, want, got, "one webhook per paid or refunded event, of its type, and no other")
+	require.Empty(t, s.unsigned, "webhooks whose signature does not verify")
 }
 
 func run(t *testing.T, fn func(context.Context) error) {
@@ -214,22 +332,16 @@ func TestPipelineExactlyOnceDespiteDuplicates(t *testing.T) {
 }
 
 func exactlyOnce(t *testing.T, p *pipeline) {
-	m, err := p.svc.CreateMerchant(context.Background(), app.NewMerchant{Name: "Shop", WebhookURL: "https://shop.example/h"})
-	require.NoError(t, err)
-
+	m, site := p.newMerchant(t)
 	counter, counted := countingHandler(t, p)
-	var events int
-	countEvents := func() int {
-		require.NoError(t, p.schema.Pool.QueryRow(context.Background(), `SELECT count(*) FROM outbox`).Scan(&events))
-		return events
-	}
 	want := p.drive(t, m.ID, 60)
 	p.runForwarder(t, 3)
 
 	// The first worker stops once it has handled some of the events (a
 	// graceful stop: what it held unacknowledged is redelivered to the next
-	// after the claim time; kill -9 is tested on the real binary in
-	// internal/cli); a second one, with another instance id, finishes.
+	// after the claim time; kill -9 of a worker is
+	// TestKilledWorkerLosesNothing in internal/cli, on the real binary); a
+	// second one, with another instance id, finishes.
 	first := p.worker(t, time.Second, counter)
 	ctx, stop := context.WithCancel(context.Background())
 	firstDone := make(chan error, 1)
@@ -243,63 +355,90 @@ func exactlyOnce(t *testing.T, p *pipeline) {
 	require.NoError(t, <-firstDone)
 	run(t, p.worker(t, time.Second, counter).Run)
 
+	// The effects: the projection holds the payments' sums (a paid or
+	// refunded event applied twice or never would show in them), the
+	// counter committed one row per event, the merchant got one webhook per
+	// paid or refunded event.
 	outflowtest.WaitFor(t, 30*time.Second, "the projection to match the payments", func() bool { return p.stats(t, m.ID) == want })
-	countEvents()
-	outflowtest.WaitFor(t, 10*time.Second, "every event counted", func() bool { return len(counted()) == events })
-	for id, n := range counted() {
-		require.Equal(t, 1, n, "message %s applied %d times", id, n)
-	}
-	// One webhook delivery per paid or refunded event, keyed by its message id.
-	var paidOrRefunded int
-	require.NoError(t, p.schema.Pool.QueryRow(context.Background(),
-		`SELECT count(*) FROM outbox WHERE event_type IN ('payment.paid', 'payment.refunded')`).Scan(&paidOrRefunded))
-	outflowtest.WaitFor(t, 10*time.Second, "a webhook delivery per paid or refunded event", func() bool {
-		var deliveriesN, matching int
-		require.NoError(t, p.schema.Pool.QueryRow(context.Background(), `
-			SELECT (SELECT count(*) FROM webhook_deliveries),
-			       (SELECT count(*) FROM webhook_deliveries d JOIN outbox o ON o.message_id = d.message_id
-			        WHERE o.event_type IN ('payment.paid', 'payment.refunded'))`).Scan(&deliveriesN, &matching))
-		require.LessOrEqual(t, deliveriesN, paidOrRefunded, "never two deliveries for one event")
-		return deliveriesN == paidOrRefunded && matching == paidOrRefunded
-	})
-
-	var dups int
-	require.NoError(t, p.schema.Pool.QueryRow(context.Background(), `
-		SELECT count(*) FROM (SELECT message_id FROM processed_messages GROUP BY message_id, consumer HAVING count(*) > 1) d`).Scan(&dups))
-	require.Zero(t, dups)
+	p.requireCountedOnce(t, counted)
+	site.requireWebhooks(t, p)
+	require.Equal(t, want, p.stats(t, m.ID), "the projection still matches the payments")
 }
 
-// A consumer that died holding messages (delivered, never acknowledged) has
-// them claimed by another after ClaimIdle.
+// A consumer that died holding messages (read, never acknowledged) has
+// them claimed by another only after ClaimIdle: the live worker applies a
+// newer event at once but the dead one's entries only once they have been
+// idle that long, then each exactly once.
 func TestDeadConsumersMessagesAreClaimed(t *testing.T) {
 	t.Parallel()
+	// Far above the worker's start-up, so that a claim ignoring the idle
+	// time shows.
+	const claimIdle = 2 * time.Second
 	p := newPipeline(t)
 	ctx := context.Background()
 	m, err := p.svc.CreateMerchant(ctx, app.NewMerchant{Name: "Shop", WebhookURL: "https://shop.example/h"})
 	require.NoError(t, err)
+	counter, counted := countingHandler(t, p)
 	want := p.drive(t, m.ID, 10)
 	p.runForwarder(t, 0)
 	streams := redisstreams.TopicStreams(p.prefix, app.PaymentsTopic, 2)
-	var total int64
-	outflowtest.WaitFor(t, 20*time.Second, "events on the streams", func() bool {
-		total = 0
-		for _, s := range streams {
-			n, _ := p.rdb.XLen(ctx, s).Result()
-			total += n
+	onStreams := func(n int) func() bool {
+		return func() bool {
+			var total int
+			for _, s := range streams {
+				l, err := p.rdb.XLen(ctx, s).Result()
+				require.NoError(t, err)
+				total += int(l)
+			}
+			return total == n
 		}
-		var events int64
-		require.NoError(t, p.schema.Pool.QueryRow(ctx, `SELECT count(*) FROM outbox`).Scan(&events))
-		return total == events
-	})
-	// The dead consumer: reads everything in the group, acknowledges nothing.
-	for _, s := range streams {
-		require.NoError(t, p.rdb.XGroupCreateMkStream(ctx, s, "sync-analytics", "0").Err())
-		_, err := p.rdb.XReadGroup(ctx, &redis.XReadGroupArgs{Group: "sync-analytics", Consumer: "dead", Streams: []string{s, ">"}, Count: 1000}).Result()
-		require.NoError(t, err)
 	}
-	start := time.Now()
-	run(t, p.worker(t, 500*time.Millisecond).Run)
+	events := p.events(t)
+	outflowtest.WaitFor(t, 20*time.Second, "events on the streams", onStreams(events))
+
+	// The dead consumer: reads every entry in each handler's group,
+	// acknowledges nothing, never comes back.
+	groups := []string{"sync-analytics", "notify-merchant", "counter"}
+	readAt := time.Now()
+	for _, g := range groups {
+		var read int
+		for _, s := range streams {
+			require.NoError(t, p.rdb.XGroupCreateMkStream(ctx, s, g, "0").Err())
+			res, err := p.rdb.XReadGroup(ctx, &redis.XReadGroupArgs{Group: g, Consumer: "dead", Streams: []string{s, ">"}, Count: 1000}).Result()
+			require.NoError(t, err)
+			read += len(res[0].Messages)
+		}
+		require.Equal(t, events, read, "the dead consumer holds every entry of %s", g)
+	}
+	// A newer event of another aggregate, on the streams before the worker
+	// starts: its first read gets it.
+	live, err := p.svc.CreatePayment(ctx, app.NewPayment{MerchantID: m.ID, Amount: 1, Currency: "EUR"})
+	require.NoError(t, err)
+	outflowtest.WaitFor(t, 20*time.Second, "the newer event on the streams", onStreams(events+1))
+
+	run(t, p.worker(t, claimIdle, counter).Run)
 	outflowtest.WaitFor(t, 30*time.Second, "the dead consumer's messages applied", func() bool { return p.stats(t, m.ID) == want })
-	require.GreaterOrEqual(t, time.Since(start), 400*time.Millisecond, "claimed only after the idle time")
-	t.Log(fmt.Sprintf("claimed and applied %d messages in %s", total, time.Since(start).Round(time.Millisecond)))
+	p.requireCountedOnce(t, counted)
+	for _, g := range groups {
+		outflowtest.WaitFor(t, 10*time.Second, "every entry of "+g+" acknowledged", func() bool {
+			var pending int64
+			for _, s := range streams {
+				xp, err := p.rdb.XPending(ctx, s, g).Result()
+				require.NoError(t, err)
+				pending += xp.Count
+			}
+			return pending == 0
+		})
+	}
+
+	var liveApplied, firstClaimed time.Time
+	require.NoError(t, p.schema.Pool.QueryRow(ctx, `
+		SELECT (SELECT c.applied_at FROM counted c JOIN outbox o ON o.message_id::text = c.message_id WHERE o.aggregate_id = $1),
+		       (SELECT min(c.applied_at) FROM counted c JOIN outbox o ON o.message_id::text = c.message_id WHERE o.aggregate_id <> $1)`,
+		live.ID).Scan(&liveApplied, &firstClaimed))
+	require.True(t, liveApplied.Before(firstClaimed),
+		"the worker was reading (applied the newer event at %s) while it left the dead consumer's entries alone (first applied at %s)",
+		liveApplied.Format(time.StampMilli), firstClaimed.Format(time.StampMilli))
+	require.GreaterOrEqual(t, firstClaimed.Sub(readAt), claimIdle, "claimed only after ClaimIdle")
+	t.Logf("dead consumer's entries first applied %s after its read (ClaimIdle %s)", firstClaimed.Sub(readAt).Round(time.Millisecond), claimIdle)
 }
