@@ -379,7 +379,7 @@ func TestDeadConsumersMessagesAreClaimed(t *testing.T) {
 	t.Parallel()
 	// Far above the worker's start-up, so that a claim ignoring the idle
 	// time shows.
-	const claimIdle = 2 * time.Second
+	const claimIdle = 3 * time.Second
 	p := newPipeline(t)
 	ctx := context.Background()
 	m, err := p.svc.CreateMerchant(ctx, app.NewMerchant{Name: "Shop", WebhookURL: "https://shop.example/h"})
