@@ -237,7 +237,7 @@ func (p *pipeline) newMerchant(t *testing.T) (app.CreatedMerchant, *merchantSite
 	site.mu.Lock()
 	site.secret = m.WebhookSecret
 	site.mu.Unlock()
-	run(t, handlers.NewSender(p.schema.Pool, handlers.NotifyConfig{PollInterval: 10 * time.Millisecond, Logger: quiet}).Run)
+	run(t, handlers.NewSender(p.schema.Pool, handlers.NotifyConfig{Logger: quiet}).Run)
 	return m, site
 }
 
