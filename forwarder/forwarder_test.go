@@ -7,6 +7,7 @@ import (
 	"strconv"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -728,4 +729,89 @@ func TestRepartitionRefusesWhileAForwarderRunsWithoutLease(t *testing.T) {
 	require.NoError(t, forwarder.Repartition(ctx, e.schema.Pool, 4, 0))
 	require.NoError(t, e.schema.Pool.QueryRow(ctx, `SELECT count(*) FROM outbox_partitions`).Scan(&n))
 	require.Equal(t, 4, n)
+}
+
+// blockingBroker holds a Publish call that carries the message block until
+// release is closed, as a broker that stalls mid-batch.
+type blockingBroker struct {
+	forwarder.Broker
+	block   atomic.Value // the message id (string) to hold
+	entered chan struct{}
+	release chan struct{}
+	once    sync.Once
+}
+
+func (b *blockingBroker) Publish(ctx context.Context, msgs []forwarder.Outgoing) []error {
+	for _, m := range msgs {
+		if id, _ := b.block.Load().(string); m.Message.UUID == id {
+			b.once.Do(func() { close(b.entered) })
+			select {
+			case <-b.release:
+			case <-ctx.Done():
+			}
+		}
+	}
+	return b.Broker.Publish(ctx, msgs)
+}
+
+// Instance a's batch stalls in the broker longer than its lease, and a
+// cannot renew it (its lease loop is stuck; here on a lock the test holds on
+// its heartbeat row); instance b waits for the expired partition. b must not
+// take it, nor publish x v2, before a's transaction ends; then the stream
+// has v1 before v2.
+func TestLeaseExpiringDuringASlowBatchKeepsOrder(t *testing.T) {
+	t.Parallel()
+	e := setup(t)
+	ctx := context.Background()
+	lease := func(c *forwarder.Config) {
+		c.Partitions = 1
+		c.TakeoverAfter = time.Second
+		c.LeaseRenewInterval = 100 * time.Millisecond
+		c.PublishTimeout = 30 * time.Second
+	}
+	bb := &blockingBroker{Broker: e.broker, entered: make(chan struct{}), release: make(chan struct{})}
+	var releaseOnce sync.Once
+	release := func() { releaseOnce.Do(func() { close(bb.release) }) }
+	t.Cleanup(release)
+	e.run(e.config(lease, func(c *forwarder.Config) { c.InstanceID = "a"; c.Broker = bb }))
+	outflowtest.WaitFor(t, 10*time.Second, "a leases the partition", func() bool { return e.countPartitionsOwned() == 1 })
+
+	stuck, err := e.schema.Pool.Begin(ctx)
+	require.NoError(t, err)
+	t.Cleanup(func() { _ = stuck.Rollback(ctx) })
+	_, err = stuck.Exec(ctx, `SELECT 1 FROM outbox_forwarders WHERE id = 'a' FOR UPDATE`)
+	require.NoError(t, err)
+
+	ev, err := events.New(ctx, events.Aggregate{Type: "test", ID: "x", Version: 1}, testPayload{N: 1})
+	require.NoError(t, err)
+	bb.block.Store(ev.MessageID)
+	require.NoError(t, pgx.BeginFunc(ctx, e.schema.Pool, func(tx pgx.Tx) error { return e.writer.PublishTx(ctx, tx, ev) }))
+	select {
+	case <-bb.entered:
+	case <-time.After(10 * time.Second):
+		t.Fatal("a never published x v1")
+	}
+	// a can no longer renew: its lease ends at expiry.
+	var expiry time.Time
+	require.NoError(t, e.schema.Pool.QueryRow(ctx, `SELECT lease_until FROM outbox_partitions`).Scan(&expiry))
+	e.write("x", 2, testPayload{N: 2})
+	e.run(e.config(lease, func(c *forwarder.Config) { c.InstanceID = "b" }))
+
+	outflowtest.WaitFor(t, 10*time.Second, "b's lease ticks for 500ms after a's lease expired", func() bool {
+		var n int
+		require.NoError(t, e.schema.Pool.QueryRow(ctx, `
+			SELECT count(*) FROM outbox_forwarders WHERE id = 'b' AND heartbeat_at > $1::timestamptz + interval '500 milliseconds'`,
+			expiry).Scan(&n))
+		return n == 1
+	})
+	var owner string
+	require.NoError(t, e.schema.Pool.QueryRow(ctx, `SELECT owner FROM outbox_partitions`).Scan(&owner))
+	require.Equal(t, "a", owner, "b took a partition whose batch is in flight")
+	require.Empty(t, e.stream(), "nothing published while a's batch is open")
+	require.Equal(t, 2, e.count("published_at IS NULL"))
+
+	release()
+	require.NoError(t, stuck.Rollback(ctx))
+	outflowtest.WaitFor(t, 20*time.Second, "both rows published", func() bool { return e.count("published_at IS NULL") == 0 })
+	requireInOrder(t, e.stream(), 2)
 }
