@@ -274,7 +274,10 @@ func (f *Forwarder) classify(claimed []row, results []error, res *batchResult) m
 			}
 		default:
 			attempt := r.attempts + 1
-			park := attempt >= f.cfg.MaxAttempts
+			// A row too large for the limits will be as large at every
+			// attempt: park it at once rather than hold its aggregate for
+			// MaxAttempts backoffs.
+			park := attempt >= f.cfg.MaxAttempts || errors.Is(err, ErrTooLarge)
 			m.failedIDs = append(m.failedIDs, r.id)
 			m.failedErr = append(m.failedErr, truncate(err.Error(), maxErrorBytes))
 			m.failedDue = append(m.failedDue, now.Add(f.retryDelay(attempt)))
