@@ -355,7 +355,9 @@ func TestTeeLimitIsTheTighterSide(t *testing.T) {
 	require.True(t, ok)
 	require.Equal(t, min(kl.MaxMessageBytes(), nl.MaxMessageBytes()), tl.MaxMessageBytes())
 
-	over := func(l forwarder.PayloadLimiter, m forwarder.Outgoing) bool { return l.MessageBytes(m) > l.MaxMessageBytes() }
+	over := func(l forwarder.PayloadLimiter, m forwarder.Outgoing) bool {
+		return l.MessageBytes(m) > l.MaxMessageBytes()
+	}
 	sawOnlyOne := false
 	for size := tl.MaxMessageBytes() - 600; size <= tl.MaxMessageBytes(); size += 7 {
 		m := kafkaOutgoing("orders", "agg-1", 0)
