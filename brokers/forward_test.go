@@ -214,8 +214,9 @@ func TestForwarderOnKafkaHoldsAnAggregateBehindARefusedRecord(t *testing.T) {
 }
 
 // A row whose payload fits MaxPayloadBytes (1 MiB) but whose record, with
-// its headers and key, does not fit the producer's MaxMessageBytes is
-// parked at once, before sending, with an error naming both limits.
+// its headers and key, does not fit the producer's MaxMessageBytes is never
+// sent: the forwarder fails it with an error naming both limits, and parks
+// it after MaxAttempts.
 func TestForwarderOnKafkaParksWhatCannotFitBeforeSending(t *testing.T) {
 	t.Parallel()
 	addrs := outflowtest.Kafka(t)
@@ -228,13 +229,13 @@ func TestForwarderOnKafkaParksWhatCannotFitBeforeSending(t *testing.T) {
 	x1 := e.write("x", 1, 1<<20-200) // the payload fits 1 MiB, the record does not
 	e.write("x", 2, 0)
 	e.write("y", 1, 0)
-	e.run(b.Broker())
+	e.run(b.Broker(), func(c *forwarder.Config) { c.MaxAttempts = 3 })
 
 	outflowtest.WaitFor(t, 20*time.Second, "x v1 parked", func() bool { return e.count("parked_at IS NOT NULL") == 1 })
 	parked, err := forwarder.ListParked(context.Background(), e.schema.Pool, 10)
 	require.NoError(t, err)
 	require.Equal(t, x1, parked[0].MessageID)
-	require.Equal(t, 1, parked[0].Attempts, "parked at the first attempt")
+	require.Equal(t, 3, parked[0].Attempts)
 	require.Contains(t, parked[0].LastError, "over the broker's limit of 1048576 bytes, which applied (MaxPayloadBytes is 1048576)")
 	outflowtest.WaitFor(t, 20*time.Second, "y forwarded", func() bool { return e.count("aggregate_id = 'y' AND published_at IS NOT NULL") == 1 })
 	require.Equal(t, 1, e.count("aggregate_id = 'x' AND aggregate_version = 2 AND published_at IS NULL"), "x v2 waits behind its parked v1")
@@ -316,8 +317,9 @@ func TestForwarderOnNATSHoldsAnAggregateBehindARefusedMessage(t *testing.T) {
 }
 
 // A row whose payload fits MaxPayloadBytes but whose message, with its
-// headers, does not fit the server's max_payload is parked at once, before
-// sending, with an error naming both limits.
+// headers, does not fit the server's max_payload is never sent: the
+// forwarder fails it with an error naming both limits, and parks it after
+// MaxAttempts.
 func TestForwarderOnNATSParksWhatCannotFitBeforeSending(t *testing.T) {
 	t.Parallel()
 	prefix := outflowtest.NATSPrefix(t)
@@ -331,13 +333,13 @@ func TestForwarderOnNATSParksWhatCannotFitBeforeSending(t *testing.T) {
 	x1 := e.write("x", 1, max-200) // the payload fits, the message with its headers does not
 	e.write("x", 2, 0)
 	e.write("y", 1, 0)
-	e.run(b.Broker(), func(c *forwarder.Config) { c.MaxPayloadBytes = max })
+	e.run(b.Broker(), func(c *forwarder.Config) { c.MaxPayloadBytes = max; c.MaxAttempts = 3 })
 
 	outflowtest.WaitFor(t, 20*time.Second, "x v1 parked", func() bool { return e.count("parked_at IS NOT NULL") == 1 })
 	parked, err := forwarder.ListParked(context.Background(), e.schema.Pool, 10)
 	require.NoError(t, err)
 	require.Equal(t, x1, parked[0].MessageID)
-	require.Equal(t, 1, parked[0].Attempts, "parked at the first attempt")
+	require.Equal(t, 3, parked[0].Attempts)
 	require.Contains(t, parked[0].LastError, fmt.Sprintf("over the broker's limit of %d bytes, which applied (MaxPayloadBytes is %d)", max, max))
 	outflowtest.WaitFor(t, 20*time.Second, "y forwarded", func() bool { return e.count("aggregate_id = 'y' AND published_at IS NOT NULL") == 1 })
 	require.Equal(t, 1, e.count("aggregate_id = 'x' AND aggregate_version = 2 AND published_at IS NULL"), "x v2 waits behind its parked v1")
@@ -374,4 +376,30 @@ func TestTeeLimitIsTheTighterSide(t *testing.T) {
 	_, redisLimits := rb.Broker().(forwarder.PayloadLimiter)
 	require.False(t, redisLimits)
 	require.Equal(t, kl.MaxMessageBytes(), brokers.Tee(rb.Broker(), k.Broker()).(forwarder.PayloadLimiter).MaxMessageBytes())
+}
+
+// Through a Tee, a row over one side's limit reaches neither: without the
+// check before sending, the side that takes it (Redis) would get a copy at
+// every attempt.
+func TestForwarderOnTeeSendsWhatCannotFitNowhere(t *testing.T) {
+	t.Parallel()
+	rc := outflowtest.Redis(t)
+	prefix := outflowtest.UniqueName(t, rc)
+	rb, err := brokers.Open(context.Background(), brokers.Config{Kind: brokers.Redis, Logger: kafkaTestLogger,
+		Redis: brokers.RedisConfig{StreamPrefix: prefix}})
+	require.NoError(t, err)
+	t.Cleanup(func() { rb.Close() })
+	k := openTestKafka(t, outflowtest.Kafka(t))
+
+	e := newFwdEnv(t, "big")
+	e.write("x", 1, 1<<20-200) // over Kafka's record limit with its headers
+	e.write("y", 1, 0)
+	e.run(brokers.Tee(rb.Broker(), k.Broker()), func(c *forwarder.Config) { c.MaxAttempts = 3 })
+
+	outflowtest.WaitFor(t, 20*time.Second, "x parked, y forwarded", func() bool {
+		return e.count("parked_at IS NOT NULL") == 1 && e.count("published_at IS NOT NULL") == 1
+	})
+	entries, err := rc.XRange(context.Background(), prefix+"big", "-", "+").Result()
+	require.NoError(t, err)
+	require.Len(t, entries, 1, "only y reached Redis: x was never handed to either side")
 }

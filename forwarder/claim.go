@@ -274,10 +274,7 @@ func (f *Forwarder) classify(claimed []row, results []error, res *batchResult) m
 			}
 		default:
 			attempt := r.attempts + 1
-			// A row too large for the limits will be as large at every
-			// attempt: park it at once rather than hold its aggregate for
-			// MaxAttempts backoffs.
-			park := attempt >= f.cfg.MaxAttempts || errors.Is(err, ErrTooLarge)
+			park := attempt >= f.cfg.MaxAttempts
 			m.failedIDs = append(m.failedIDs, r.id)
 			m.failedErr = append(m.failedErr, truncate(err.Error(), maxErrorBytes))
 			m.failedDue = append(m.failedDue, now.Add(f.retryDelay(attempt)))
