@@ -26,11 +26,15 @@ import (
 // These tests run the real forwarder against a backend whose engine
 // refuses one message on its own (Kafka: a topic's max.message.bytes;
 // NATS: a stream's MaxMsgSize) or whose limit the forwarder must respect
-// before sending. Redis Streams and RabbitMQ have no per-message refusal
-// the forwarder can meet (Redis refuses an entry only for its encoding,
-// RabbitMQ's max message size is the whole channel's error); the
-// forwarder's own test covers the refusal on Redis with a fault-injecting
-// wrapper.
+// before sending. The other engines cannot refuse one message of a
+// well-formed row and take the next: Redis refuses an XADD only for its
+// encoding or its own state (an outage); RabbitMQ refuses a single message
+// only when its queue is full with overflow reject-publish, which refuses
+// the aggregate's next message as well (and over its max message size it
+// closes the whole channel); the sql backend's PostgreSQL refuses a row only
+// for content the outbox's own columns (uuid, jsonb) already rejected. The
+// forwarder's own test covers a refusal on Redis with a fault-injecting
+// wrapper around the real broker.
 
 type fwdPayload struct {
 	N   int    `json:"n"`
