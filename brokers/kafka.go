@@ -6,6 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"strings"
+	"sync"
 	"time"
 
 	"github.com/IBM/sarama"
@@ -59,10 +60,19 @@ type KafkaConfig struct {
 // wrote. Each consumer group (handler) is a Kafka consumer group starting
 // at the oldest offset; an ack marks the offset, committed every second.
 type kafkaBackend struct {
-	cfg      Config
-	client   sarama.Client
+	cfg    Config
+	client sarama.Client // the admin's
+	admin  sarama.ClusterAdmin
+
+	// The producer has a client of its own, so that a publish that timed
+	// out can abort its sends by closing it (see Publish). nil after an
+	// abort until the next publish opens a new one.
+	pmu      sync.Mutex
+	pclient  sarama.Client
 	producer sarama.SyncProducer
-	admin    sarama.ClusterAdmin
+
+	recordVersion int // sarama's record format, for ByteSize
+	maxMessage    int // Producer.MaxMessageBytes
 
 	topics onceByKey
 }
@@ -97,7 +107,12 @@ func openKafka(ctx context.Context, cfg Config) (Backend, error) {
 	if _, err := sarama.ParseKafkaVersion(k.Version); err != nil {
 		return nil, fmt.Errorf("kafka config: Version: %w", err)
 	}
-	b := &kafkaBackend{cfg: cfg}
+	b := &kafkaBackend{cfg: cfg, recordVersion: 1}
+	pc := b.producerConfig()
+	if pc.Version.IsAtLeast(sarama.V0_11_0_0) {
+		b.recordVersion = 2 // as sarama's producer decides
+	}
+	b.maxMessage = pc.Producer.MaxMessageBytes
 
 	fail := func(err error) error {
 		return fmt.Errorf("connect to Kafka at %s: %w (is it running? check --kafka-brokers)", strings.Join(k.Brokers, ","), err)
@@ -117,16 +132,51 @@ func openKafka(ctx context.Context, cfg Config) (Backend, error) {
 	if b.client, err = newKafkaClient(ctx, k.Brokers, b.producerConfig()); err != nil {
 		return nil, fail(err)
 	}
-	if b.producer, err = sarama.NewSyncProducerFromClient(b.client); err != nil {
+	if b.admin, err = sarama.NewClusterAdminFromClient(b.client); err != nil {
 		b.client.Close()
 		return nil, fail(err)
 	}
-	if b.admin, err = sarama.NewClusterAdminFromClient(b.client); err != nil {
-		b.producer.Close()
-		b.client.Close()
+	if _, err := b.producerFor(ctx); err != nil {
+		b.admin.Close()
 		return nil, fail(err)
 	}
 	return b, nil
+}
+
+// producerFor returns the producer, opening one (and its client) if the
+// last was aborted.
+func (b *kafkaBackend) producerFor(ctx context.Context) (sarama.SyncProducer, error) {
+	b.pmu.Lock()
+	defer b.pmu.Unlock()
+	if b.producer != nil {
+		return b.producer, nil
+	}
+	c, err := newKafkaClient(ctx, b.cfg.Kafka.Brokers, b.producerConfig())
+	if err != nil {
+		return nil, err
+	}
+	p, err := sarama.NewSyncProducerFromClient(c)
+	if err != nil {
+		c.Close()
+		return nil, err
+	}
+	b.pclient, b.producer = c, p
+	return p, nil
+}
+
+// abortProducer closes p's client, which closes its connections: the sends
+// in flight fail at once instead of being retried in the background after
+// the caller gave up. The next publish opens a new producer.
+func (b *kafkaBackend) abortProducer(p sarama.SyncProducer) {
+	b.pmu.Lock()
+	if b.producer != p {
+		b.pmu.Unlock()
+		return // already aborted by a concurrent publish
+	}
+	c := b.pclient
+	b.pclient, b.producer = nil, nil
+	b.pmu.Unlock()
+	_ = c.Close()
 }
 
 // newKafkaClient is sarama.NewClient, which takes no context, given up on
@@ -233,6 +283,30 @@ func (b *kafkaBackend) Broker() forwarder.Broker { return kafkaBroker{b} }
 
 type kafkaBroker struct{ b *kafkaBackend }
 
+var _ forwarder.PayloadLimiter = kafkaBroker{}
+
+// MaxMessageBytes is the producer's Producer.MaxMessageBytes (sarama's
+// default, 1,048,576), over which sarama refuses a record before sending
+// it. A topic's max.message.bytes lower than that is the broker's to
+// enforce: such a record is refused by the broker, as the row's own fault.
+func (kb kafkaBroker) MaxMessageBytes() int {
+	return kb.b.maxMessage
+}
+
+// MessageBytes is m's record size as sarama counts it against
+// MaxMessageBytes: value, key, headers (the metadata and the message id)
+// and the record overhead.
+func (kb kafkaBroker) MessageBytes(m forwarder.Outgoing) int {
+	pm, err := kafka.DefaultMarshaler{}.Marshal(kb.b.kafkaTopic(m.Topic), m.Message)
+	if err != nil {
+		return 0 // Publish reports it
+	}
+	if m.AggregateID != "" {
+		pm.Key = sarama.StringEncoder(m.AggregateID)
+	}
+	return pm.ByteSize(kb.b.recordVersion)
+}
+
 // Publish sends the whole batch through one SendMessages: sarama groups it
 // per partition leader and keeps each partition's order. A record too
 // large, or one sarama refuses before sending, is the row's fault;
@@ -267,15 +341,39 @@ func (kb kafkaBroker) Publish(ctx context.Context, msgs []forwarder.Outgoing) []
 	if len(batch) == 0 {
 		return errs
 	}
+	p, err := b.producerFor(ctx)
+	if err != nil {
+		for _, i := range sent {
+			errs[i] = fmt.Errorf("%w: connect to Kafka: %w", forwarder.ErrBrokerUnavailable, err)
+		}
+		return errs
+	}
 	done := make(chan error, 1)
-	go func() { done <- b.producer.SendMessages(batch) }()
-	var err error
+	go func() { done <- p.SendMessages(batch) }()
 	select {
 	case err = <-done:
 	case <-ctx.Done():
-		// Sent or not, the rows stay pending: at worst published twice.
+		// Returning now would leave sarama retrying the batch in the
+		// background while the forwarder sends the same rows again. Abort
+		// the sends instead and wait until sarama has reported every
+		// message: what it acknowledged before the abort is published,
+		// the rest stays pending.
+		b.abortProducer(p)
+		err = <-done
+		_ = p.Close()
+		if err == nil {
+			return errs
+		}
+		cause := context.Cause(ctx)
+		var perrs sarama.ProducerErrors
+		if errors.As(err, &perrs) {
+			for _, pe := range perrs {
+				errs[pe.Msg.Metadata.(int)] = fmt.Errorf("%w: publish to Kafka aborted: %w (%w)", forwarder.ErrBrokerUnavailable, cause, pe.Err)
+			}
+			return errs
+		}
 		for _, i := range sent {
-			errs[i] = fmt.Errorf("%w: publish to Kafka: %w", forwarder.ErrBrokerUnavailable, ctx.Err())
+			errs[i] = fmt.Errorf("%w: publish to Kafka aborted: %w (%w)", forwarder.ErrBrokerUnavailable, cause, err)
 		}
 		return errs
 	}
@@ -366,7 +464,15 @@ func (s *kafkaSubscriber) SubscribeInitialize(topic string) error {
 	return s.b.ensureTopic(topic)
 }
 
-// Close flushes and closes the producer, then the client.
+// Close flushes and closes the producer, then the clients.
 func (b *kafkaBackend) Close() error {
-	return errors.Join(b.producer.Close(), b.admin.Close())
+	b.pmu.Lock()
+	p, c := b.producer, b.pclient
+	b.producer, b.pclient = nil, nil
+	b.pmu.Unlock()
+	var errs []error
+	if p != nil {
+		errs = append(errs, p.Close(), c.Close())
+	}
+	return errors.Join(append(errs, b.admin.Close())...)
 }

@@ -2,18 +2,22 @@ package brokers_test
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"io"
 	"log/slog"
 	"strings"
+	"sync/atomic"
 	"testing"
 	"time"
 
+	"github.com/IBM/sarama"
 	"github.com/ThreeDotsLabs/watermill"
 	"github.com/ThreeDotsLabs/watermill-kafka/v3/pkg/kafka"
 	"github.com/ThreeDotsLabs/watermill/message"
 	"github.com/stretchr/testify/require"
 	"github.com/twmb/franz-go/pkg/kfake"
+	"github.com/twmb/franz-go/pkg/kmsg"
 
 	"github.com/outflow-dev/outflow/brokers"
 	"github.com/outflow-dev/outflow/forwarder"
@@ -122,4 +126,67 @@ func TestKafkaDownIsBrokerUnavailable(t *testing.T) {
 	}
 	require.Less(t, time.Since(start), 15*time.Second)
 	t.Logf("failed in %s: %v", time.Since(start).Round(time.Millisecond), errs[0])
+}
+
+// kafkaRecords counts the records of a Kafka topic over its partitions.
+func kafkaRecords(t *testing.T, addrs []string, topic string) int64 {
+	t.Helper()
+	c, err := sarama.NewClient(addrs, sarama.NewConfig())
+	require.NoError(t, err)
+	defer c.Close()
+	parts, err := c.Partitions(topic)
+	require.NoError(t, err)
+	var n int64
+	for _, p := range parts {
+		off, err := c.GetOffset(topic, p, sarama.OffsetNewest)
+		require.NoError(t, err)
+		n += off
+	}
+	return n
+}
+
+// A publish whose produce request gets no answer times out; it must not
+// leave sarama sending that batch in the background: the next publish of
+// the same row (the forwarder's next batch) is the only copy written.
+func TestKafkaTimedOutPublishStopsSending(t *testing.T) {
+	t.Parallel()
+	c, err := kfake.NewCluster(kfake.NumBrokers(1), kfake.AllowAutoTopicCreation())
+	require.NoError(t, err)
+	t.Cleanup(c.Close)
+	b := openTestKafka(t, c.ListenAddrs())
+	// Create the topic first, so the held request is the produce.
+	for _, err := range b.Broker().Publish(context.Background(), []forwarder.Outgoing{kafkaOutgoing("slow", "a", 0)}) {
+		require.NoError(t, err)
+	}
+
+	// The next produce request is held unanswered until release, then its
+	// connection is cut without the records being appended: the broker
+	// never got them, and sarama, if still running, sends them again.
+	release := make(chan struct{})
+	var held atomic.Bool
+	c.ControlKey(kmsg.Produce.Int16(), func(kmsg.Request) (kmsg.Response, error, bool) {
+		if !held.CompareAndSwap(false, true) {
+			return nil, nil, false
+		}
+		c.SleepControl(func() { <-release })
+		return nil, errors.New("cut"), true
+	})
+	m := kafkaOutgoing("slow", "a", 1)
+	ctx, cancel := context.WithTimeout(context.Background(), time.Second)
+	defer cancel()
+	start := time.Now()
+	for _, err := range b.Broker().Publish(ctx, []forwarder.Outgoing{m}) {
+		require.ErrorIs(t, err, forwarder.ErrBrokerUnavailable)
+	}
+	t.Logf("timed-out publish returned after %s", time.Since(start).Round(time.Millisecond))
+	close(release)
+
+	// The forwarder's next batch sends the row again.
+	again := kafkaOutgoing("slow", "a", 1)
+	again.Message = m.Message.Copy()
+	for _, err := range b.Broker().Publish(context.Background(), []forwarder.Outgoing{again}) {
+		require.NoError(t, err)
+	}
+	require.EqualValues(t, 2, kafkaRecords(t, c.ListenAddrs(), "t.slow"),
+		"the first record and one copy of the second: the timed-out send was not retried behind the caller's back")
 }

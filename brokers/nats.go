@@ -1,9 +1,11 @@
 package brokers
 
 import (
+	"bytes"
 	"context"
 	"errors"
 	"fmt"
+	"net/http"
 	"strings"
 	"time"
 
@@ -113,6 +115,46 @@ func (b *natsBackend) Broker() forwarder.Broker { return natsBroker{b} }
 
 type natsBroker struct{ b *natsBackend }
 
+var _ forwarder.PayloadLimiter = natsBroker{}
+
+// MaxMessageBytes is the server's max_payload (1 MB by default), as the
+// connection last learnt it; nats.go refuses a larger message.
+func (nb natsBroker) MaxMessageBytes() int { return int(nb.b.conn.MaxPayload()) }
+
+// MessageBytes is what nats.go counts against max_payload: the data and
+// the encoded headers (the metadata, the message id, Nats-Msg-Id).
+func (nb natsBroker) MessageBytes(m forwarder.Outgoing) int {
+	nm, err := nb.b.natsMsg(m)
+	if err != nil {
+		return 0 // Publish reports it
+	}
+	var hdr bytes.Buffer
+	if len(nm.Header) > 0 {
+		hdr.WriteString("NATS/1.0\r\n")
+		_ = http.Header(nm.Header).Write(&hdr)
+		hdr.WriteString("\r\n")
+	}
+	return len(nm.Data) + hdr.Len()
+}
+
+// natsMsg is m as published: watermill-nats's format on m's subject, with
+// the message id as Nats-Msg-Id.
+func (b *natsBackend) natsMsg(m forwarder.Outgoing) (*nats.Msg, error) {
+	subject := redisstreams.StreamName(b.cfg.NATS.StreamPrefix, m.Topic, b.cfg.Partitions, m.AggregateID)
+	var marshaler wmnats.NATSMarshaler
+	nm, err := marshaler.Marshal(subject, m.Message)
+	if err != nil {
+		return nil, err
+	}
+	nm.Header.Set(nats.MsgIdHdr, m.Message.UUID)
+	return nm, nil
+}
+
+// natsErrMessageTooLarge is JetStream's "message size exceeds maximum
+// allowed" (JSStreamMessageExceedsMaximumErr): the stream's MaxMsgSize
+// refused this one message.
+const natsErrMessageTooLarge nats.ErrorCode = 10054
+
 // natsMaxPending bounds the publishes awaiting their PubAck; a larger
 // batch waits for room (nats.go stalls the publish, then fails it).
 const natsMaxPending = 1024
@@ -120,9 +162,9 @@ const natsMaxPending = 1024
 // Publish sends the batch without waiting (PublishMsgAsync: one write per
 // message, pipelined), in order, then waits for every PubAck, so a batch
 // costs about one round trip instead of one per message. A message over the
-// server's max payload fails alone; every other error is the broker's
-// (a NATS publish has no other per-message refusal). When PublishTimeout
-// passes first, the rest of the batch is unavailable: the rows stay
+// server's max payload, or over its stream's MaxMsgSize, fails alone;
+// every other error is the broker's. When PublishTimeout passes first, the
+// rest of the batch is unavailable: the rows stay
 // pending and may be stored twice, which the duplicate window (Nats-Msg-Id
 // = message id) and the consumers' deduplication absorb.
 func (nb natsBroker) Publish(ctx context.Context, msgs []forwarder.Outgoing) []error {
@@ -132,7 +174,6 @@ func (nb natsBroker) Publish(ctx context.Context, msgs []forwarder.Outgoing) []e
 		return fmt.Errorf("%w: publish to NATS: %w", forwarder.ErrBrokerUnavailable, err)
 	}
 	futures := make([]nats.PubAckFuture, len(msgs))
-	var marshaler wmnats.NATSMarshaler
 	for i, m := range msgs {
 		if i > 0 && errors.Is(errs[i-1], forwarder.ErrBrokerUnavailable) {
 			// The server is gone: the rest would get the same answer.
@@ -143,13 +184,11 @@ func (nb natsBroker) Publish(ctx context.Context, msgs []forwarder.Outgoing) []e
 			errs[i] = fmt.Errorf("%w: %w", forwarder.ErrBrokerUnavailable, err)
 			continue
 		}
-		subject := redisstreams.StreamName(b.cfg.NATS.StreamPrefix, m.Topic, b.cfg.Partitions, m.AggregateID)
-		nm, err := marshaler.Marshal(subject, m.Message)
+		nm, err := b.natsMsg(m)
 		if err != nil {
 			errs[i] = fmt.Errorf("marshal for NATS: %w", err)
 			continue
 		}
-		nm.Header.Set(nats.MsgIdHdr, m.Message.UUID)
 		if futures[i], err = b.pjs.PublishMsgAsync(nm); err != nil {
 			if errors.Is(err, nats.ErrMaxPayload) {
 				errs[i] = err
@@ -167,7 +206,12 @@ func (nb natsBroker) Publish(ctx context.Context, msgs []forwarder.Outgoing) []e
 		select {
 		case <-f.Ok():
 		case err := <-f.Err():
-			errs[i] = unavailable(err)
+			var apiErr *nats.APIError
+			if errors.As(err, &apiErr) && apiErr.ErrorCode == natsErrMessageTooLarge {
+				errs[i] = fmt.Errorf("NATS refused the message: %w", err) // this message's fault
+			} else {
+				errs[i] = unavailable(err)
+			}
 		case <-ctx.Done():
 			errs[i] = unavailable(ctx.Err())
 		case <-timeout.C:

@@ -3,6 +3,8 @@ package brokers
 import (
 	"context"
 	"errors"
+	"math"
+	"slices"
 	"sync"
 
 	"github.com/outflow-dev/outflow/forwarder"
@@ -56,4 +58,48 @@ func at(errs []error, i int) error {
 		return errs[i]
 	}
 	return nil
+}
+
+var _ forwarder.PayloadLimiter = tee{}
+
+// limits lists the sides with a payload limit, and their limits.
+func (t tee) limits() ([]forwarder.PayloadLimiter, []int) {
+	var (
+		ls     []forwarder.PayloadLimiter
+		limits []int
+	)
+	for _, side := range []forwarder.Broker{t.a, t.b} {
+		if l, ok := side.(forwarder.PayloadLimiter); ok {
+			if n := l.MaxMessageBytes(); n > 0 {
+				ls, limits = append(ls, l), append(limits, n)
+			}
+		}
+	}
+	return ls, limits
+}
+
+// MaxMessageBytes is the smaller of the two sides' limits (0: neither has
+// one).
+func (t tee) MaxMessageBytes() int {
+	_, limits := t.limits()
+	if len(limits) == 0 {
+		return 0
+	}
+	return slices.Min(limits)
+}
+
+// MessageBytes is m's size against MaxMessageBytes: the smaller limit plus
+// m's largest excess over a side's own limit, so that m is over the Tee's
+// limit exactly when it is over one side's (each side counts its own way:
+// headers, key, framing).
+func (t tee) MessageBytes(m forwarder.Outgoing) int {
+	ls, limits := t.limits()
+	if len(ls) == 0 {
+		return 0
+	}
+	excess := math.MinInt
+	for i, l := range ls {
+		excess = max(excess, l.MessageBytes(m)-limits[i])
+	}
+	return slices.Min(limits) + excess
 }

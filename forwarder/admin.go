@@ -2,7 +2,9 @@ package forwarder
 
 import (
 	"context"
+	"errors"
 	"fmt"
+	"strings"
 	"time"
 
 	"github.com/jackc/pgx/v5"
@@ -83,33 +85,58 @@ func RetryParked(ctx context.Context, pool *pgxpool.Pool, id int64) (int64, erro
 	return tag.RowsAffected(), nil
 }
 
+// ErrForwardersRunning is returned by [Repartition] while a forwarder runs.
+var ErrForwardersRunning = errors.New("forwarders are running")
+
 // Repartition changes the partition count. It refuses while any forwarder
-// holds a lease: rows are assigned to partitions by count, so changing it
-// under a running forwarder could reorder an aggregate's events.
-func Repartition(ctx context.Context, pool *pgxpool.Pool, partitions int) error {
+// runs, leased partitions or not: rows are assigned to partitions by count,
+// so changing it under a running forwarder could reorder an aggregate's
+// events, and an instance holding no lease yet takes some at its next tick.
+// A forwarder runs while its heartbeat (outbox_forwarders) is younger than
+// liveWithin, which should be the forwarders' TakeoverAfter (0: its default,
+// 10s): one that crashed counts as stopped that long after its last beat.
+func Repartition(ctx context.Context, pool *pgxpool.Pool, partitions int, liveWithin time.Duration) error {
 	if partitions < 1 || partitions > 4096 {
 		return fmt.Errorf("repartition: partitions must be between 1 and 4096")
 	}
+	if liveWithin < 0 {
+		return fmt.Errorf("repartition: liveWithin must not be negative")
+	}
+	if liveWithin == 0 {
+		liveWithin = 10 * time.Second
+	}
 	return pgx.BeginFunc(ctx, pool, func(tx pgx.Tx) error {
+		// EXCLUSIVE also waits for a forwarder registering right now (it
+		// locks the table to check the count), which then sees the new one.
 		if _, err := tx.Exec(ctx, `LOCK TABLE outbox_partitions IN EXCLUSIVE MODE`); err != nil {
-			return err
+			return fmt.Errorf("repartition: %w", err)
 		}
-		var live int
-		var total int64
+		var (
+			leased  int
+			total   int64
+			running []string
+		)
 		if err := tx.QueryRow(ctx, `
-			SELECT count(*) FILTER (WHERE owner IS NOT NULL AND lease_until > now()), coalesce(sum(published_total), 0)::bigint
-			FROM outbox_partitions`).Scan(&live, &total); err != nil {
-			return err
+			SELECT count(*) FILTER (WHERE owner IS NOT NULL AND lease_until > now()), coalesce(sum(published_total), 0)::bigint,
+			       ARRAY(SELECT id FROM outbox_forwarders WHERE heartbeat_at > now() - make_interval(secs => $1) ORDER BY id)
+			FROM outbox_partitions`, liveWithin.Seconds()).Scan(&leased, &total, &running); err != nil {
+			return fmt.Errorf("repartition: %w", err)
 		}
-		if live > 0 {
-			return fmt.Errorf("repartition: %d partitions are leased by running forwarders; stop them first", live)
+		if leased > 0 || len(running) > 0 {
+			return fmt.Errorf("repartition: %w (%d with a heartbeat within %s: %s; %d partitions leased): "+
+				"stop every `outflow forward` and `outflow serve --roles forwarder` process first, then run it again "+
+				"(a forwarder that crashed counts as stopped %s after its last heartbeat)",
+				ErrForwardersRunning, len(running), liveWithin, strings.Join(running, ", "), leased, liveWithin)
 		}
 		if _, err := tx.Exec(ctx, `DELETE FROM outbox_partitions`); err != nil {
-			return err
+			return fmt.Errorf("repartition: %w", err)
 		}
 		_, err := tx.Exec(ctx, `
 			INSERT INTO outbox_partitions (partition, published_total)
 			SELECT g, CASE WHEN g = 0 THEN $2 ELSE 0 END FROM generate_series(0, $1 - 1) g`, partitions, total)
-		return err
+		if err != nil {
+			return fmt.Errorf("repartition: %w", err)
+		}
+		return nil
 	})
 }

@@ -34,3 +34,17 @@ type Outgoing struct {
 type Broker interface {
 	Publish(ctx context.Context, msgs []Outgoing) []error
 }
+
+// PayloadLimiter is implemented by a [Broker] with a hard limit on the size
+// of one message (Kafka's producer MaxMessageBytes, NATS's max_payload).
+// The forwarder checks each row against the smaller of that limit and
+// Config.MaxPayloadBytes before sending it, so a row that cannot fit is
+// parked without an attempt being spent on the broker.
+type PayloadLimiter interface {
+	// MaxMessageBytes is the largest message the broker accepts, counted
+	// as MessageBytes counts; 0 when it has no limit (yet).
+	MaxMessageBytes() int
+	// MessageBytes is m's size as the broker counts it against that
+	// limit: payload, metadata (headers), key and framing.
+	MessageBytes(m Outgoing) int
+}

@@ -115,18 +115,14 @@ func (f *Forwarder) forwardBatch(ctx context.Context) (res batchResult, err erro
 		return res, tx.Commit(ctx)
 	}
 
-	out, results := f.prepare(claimed)
+	msgs, results := f.prepare(claimed)
 	// The publish and the marks run even if ctx ends now: finishing the
 	// batch is cheaper than publishing it twice.
 	pctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), f.cfg.PublishTimeout)
 	defer cancel()
-	if len(out.msgs) > 0 {
-		pubStart := time.Now()
-		errs := f.cfg.Broker.Publish(pctx, out.msgs)
+	pubStart := time.Now()
+	if f.publishWaves(pctx, claimed, msgs, results) > 0 {
 		f.metrics.publishSeconds.Observe(time.Since(pubStart).Seconds())
-		for i, e := range errs {
-			results[out.index[i]] = e
-		}
 	}
 
 	marks := f.classify(claimed, results, &res)
@@ -145,33 +141,86 @@ func (f *Forwarder) forwardBatch(ctx context.Context) (res batchResult, err erro
 	return res, nil
 }
 
-type prepared struct {
-	msgs  []Outgoing
-	index []int // msgs[i] is claimed[index[i]]
+// prepare builds the broker messages. A row that cannot be turned into a
+// message (or cannot fit the broker) gets its error here, without being
+// sent; msgs[i] is claimed[i]'s message when results[i] is nil.
+func (f *Forwarder) prepare(claimed []row) ([]Outgoing, []error) {
+	results := make([]error, len(claimed))
+	msgs := make([]Outgoing, len(claimed))
+	lim := f.brokerLimit()
+	for i, r := range claimed {
+		msg, err := f.message(r)
+		if err == nil {
+			msgs[i] = Outgoing{Topic: r.topic, AggregateID: r.aggregateID, Message: msg}
+			err = f.checkSize(lim, r, msgs[i])
+		}
+		results[i] = err
+	}
+	return msgs, results
 }
 
-// prepare builds the broker messages. A row that cannot be turned into a
-// message fails here, for its own reason, without being sent.
-func (f *Forwarder) prepare(claimed []row) (prepared, []error) {
-	results := make([]error, len(claimed))
-	p := prepared{msgs: make([]Outgoing, 0, len(claimed)), index: make([]int, 0, len(claimed))}
-	blocked := make(map[string]bool)
+// publishWaves hands the batch to the broker in waves: wave k holds the
+// k-th row of each aggregate present in the batch, in claim (id) order, one
+// Publish call per wave. After a wave, an aggregate whose row failed, for
+// its own reason or the broker's, is blocked: its later rows are not sent
+// and get errHeld. So an aggregate's next event never reaches the broker
+// before the previous one was acknowledged, whatever the broker does with
+// each message (refuse one record, fail one ack, reorder a retry). A row
+// that failed in prepare blocks its aggregate in its own turn. The round
+// trips per batch are the most rows one aggregate has in it: one, unless
+// a backlog piled up behind one aggregate. It returns how many Publish
+// calls it made.
+func (f *Forwarder) publishWaves(ctx context.Context, claimed []row, msgs []Outgoing, results []error) int {
+	keys := make([]string, len(claimed))
+	pending := make([]int, len(claimed))
 	for i, r := range claimed {
-		key := r.aggregateType + "\x00" + r.aggregateID
-		if blocked[key] {
-			results[i] = errHeld
-			continue
-		}
-		msg, err := f.message(r)
-		if err != nil {
-			results[i] = err
-			blocked[key] = true // its aggregate's later rows wait behind it
-			continue
-		}
-		p.msgs = append(p.msgs, Outgoing{Topic: r.topic, AggregateID: r.aggregateID, Message: msg})
-		p.index = append(p.index, i)
+		keys[i] = r.aggregateType + "\x00" + r.aggregateID
+		pending[i] = i
 	}
-	return p, results
+	blocked := make(map[string]bool)
+	inWave := make(map[string]bool, len(claimed))
+	wave := make([]Outgoing, 0, len(claimed))
+	index := make([]int, 0, len(claimed)) // wave[j] is claimed[index[j]]
+	calls := 0
+	for len(pending) > 0 {
+		clear(inWave)
+		wave, index = wave[:0], index[:0]
+		rest := pending[:0] // filtered in place: writes never pass reads
+		for _, i := range pending {
+			k := keys[i]
+			switch {
+			case blocked[k]:
+				results[i] = errHeld
+			case inWave[k]:
+				rest = append(rest, i) // a later wave
+			case results[i] != nil:
+				blocked[k] = true // failed in prepare: its turn, and its aggregate stops here
+			default:
+				inWave[k] = true
+				wave = append(wave, msgs[i])
+				index = append(index, i)
+			}
+		}
+		pending = rest
+		if len(wave) == 0 {
+			continue
+		}
+		calls++
+		errs := f.cfg.Broker.Publish(ctx, wave)
+		for j, i := range index {
+			var err error
+			if j < len(errs) {
+				err = errs[j]
+			} else {
+				err = fmt.Errorf("%w: the broker returned %d results for %d messages", ErrBrokerUnavailable, len(errs), len(wave))
+			}
+			results[i] = err
+			if err != nil {
+				blocked[keys[i]] = true
+			}
+		}
+	}
+	return calls
 }
 
 // errHeld marks a row not sent because an earlier row of its aggregate
@@ -179,9 +228,6 @@ func (f *Forwarder) prepare(claimed []row) (prepared, []error) {
 var errHeld = errors.New("held behind an earlier row of its aggregate")
 
 func (f *Forwarder) message(r row) (*message.Message, error) {
-	if len(r.payload) > f.cfg.MaxPayloadBytes {
-		return nil, fmt.Errorf("payload of %d bytes exceeds MaxPayloadBytes %d", len(r.payload), f.cfg.MaxPayloadBytes)
-	}
 	md := make(message.Metadata)
 	if r.metadata != "" && r.metadata != "{}" {
 		if err := json.Unmarshal([]byte(r.metadata), &md); err != nil {
@@ -230,7 +276,7 @@ func (f *Forwarder) classify(claimed []row, results []error, res *batchResult) m
 			attempt := r.attempts + 1
 			park := attempt >= f.cfg.MaxAttempts
 			m.failedIDs = append(m.failedIDs, r.id)
-			m.failedErr = append(m.failedErr, truncate(err.Error(), 2000))
+			m.failedErr = append(m.failedErr, truncate(err.Error(), maxErrorBytes))
 			m.failedDue = append(m.failedDue, now.Add(f.retryDelay(attempt)))
 			m.parkNow = append(m.parkNow, park)
 			if park {
@@ -272,11 +318,4 @@ func (f *Forwarder) mark(ctx context.Context, tx pgx.Tx, m marks) error {
 		return fmt.Errorf("mark outbox batch: %w", err)
 	}
 	return nil
-}
-
-func truncate(s string, n int) string {
-	if len(s) <= n {
-		return s
-	}
-	return s[:n]
 }

@@ -59,8 +59,10 @@ type Config struct {
 	// OutageBackoffMax caps the wait between tries while the broker is
 	// unavailable. Defaults to 5s.
 	OutageBackoffMax time.Duration
-	// MaxPayloadBytes parks, without sending, a row whose payload is larger.
-	// Defaults to 1 MiB.
+	// MaxPayloadBytes fails, without sending, a row whose payload is
+	// larger (retried, then parked, as any failing row). A broker with a
+	// limit of its own ([PayloadLimiter]) fails the rows over it the same
+	// way, when it is the smaller. Defaults to 1 MiB.
 	MaxPayloadBytes int
 
 	// Retention is how long published rows are kept. Defaults to 15 days.

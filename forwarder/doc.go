@@ -24,7 +24,7 @@
 //     heartbeats) and take over the partitions of an instance that stopped
 //     renewing within TakeoverAfter + LeaseRenewInterval (default 12 s).
 //   - One transaction per batch: claim (SELECT ... FOR UPDATE), publish the
-//     whole batch in one pipeline, mark what the broker acknowledged, commit.
+//     batch in waves (below), mark what the broker acknowledged, commit.
 //     A crash anywhere before the commit rolls the claim back and the rows
 //     are published again: a duplicate with the same message id, never a
 //     loss. The transaction is bounded (PublishTimeout, lock_timeout) and
@@ -36,15 +36,39 @@
 //     publish that aggregate's later events first. SKIP LOCKED is used where
 //     it is right: instances acquiring free partitions.
 //
+// # Waves: order whatever the broker does with each message
+//
+// A batch goes to the broker in waves, one Broker.Publish call (one
+// pipeline) each: wave k holds the k-th row, in claim (id) order, of every
+// aggregate present in the batch. After a wave, an aggregate whose row
+// failed (for its own reason or the broker's) is blocked: its later rows in
+// the batch are not sent and stay pending without an attempt counted. So an
+// aggregate's next event is never handed to the broker before the previous
+// one was acknowledged, whether the broker refuses one record (Kafka's
+// max.message.bytes, a JetStream stream's MaxMsgSize), fails one ack, or
+// retries. A batch costs as many round trips as the most rows one aggregate
+// has in it: one at steady state, more only while a backlog is piled up
+// behind a few aggregates.
+//
 // # Failures
 //
-// A row that fails for its own reason (its payload exceeds MaxPayloadBytes,
-// its metadata cannot be encoded, the broker refuses the entry) counts an
-// attempt and is retried after a jittered exponential backoff (RetryBackoff
-// doubling up to RetryBackoffMax); after MaxAttempts it is parked with its
-// last_error. While a row waits or is parked, the later rows of its
-// aggregate wait behind it; other aggregates keep flowing. `outflow outbox
-// parked` lists parked rows, `outflow outbox retry` puts them back in line.
+// A row that fails for its own reason (it is too large, its metadata cannot
+// be encoded, the broker refuses the entry) counts an attempt and is retried
+// after a jittered exponential backoff (RetryBackoff doubling up to
+// RetryBackoffMax); after MaxAttempts it is parked with its last_error (at
+// most 2,000 bytes, cut on a character boundary). While a row waits or is
+// parked, the later rows of its aggregate wait behind it; other aggregates
+// keep flowing. `outflow outbox parked` lists parked rows, `outflow outbox
+// retry` puts them back in line.
+//
+// "Too large" is decided before sending, against the effective limit: the
+// smaller of MaxPayloadBytes (on the payload) and the broker's own limit on
+// one message, for brokers that have one ([PayloadLimiter]: Kafka's producer
+// MaxMessageBytes, NATS's max_payload, the tighter side of a Tee), counted
+// as the broker counts it (payload, headers, key). Such a row never reaches
+// the broker; its error names both limits and the one that applied. A limit
+// the forwarder cannot see (a Kafka topic's max.message.bytes below the
+// producer's) is met as the broker's refusal of that row.
 //
 // A broker outage is not the rows' fault: errors wrapping
 // [ErrBrokerUnavailable] leave the rows pending with their attempts
@@ -69,7 +93,13 @@
 // The one alert to set is the age of the oldest pending row
 // (outflow_outbox_oldest_pending_age_seconds); pending and parked counts,
 // forwarded totals, attempts and publish and batch latencies are exported
-// too (see [ReadStats] and Config.Registerer). A long open write
+// too (see [ReadStats] and Config.Registerer); forwarders of one process
+// given the same Registerer share the collectors, so counters, histograms
+// and partitions_owned are the process's sums. A long open write
 // transaction does not delay this forwarder (it claims committed rows, not
 // a snapshot watermark).
+//
+// The partition count changes with [Repartition] (`outflow outbox
+// repartition`), which refuses while any forwarder runs: one with a live
+// heartbeat in outbox_forwarders, whether or not it holds a lease.
 package forwarder

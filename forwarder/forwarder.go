@@ -132,9 +132,12 @@ func (f *Forwarder) setPartitions(p []int32) {
 	slices.Sort(p)
 	f.mu.Lock()
 	changed := !slices.Equal(f.owned, p)
+	delta := len(p) - len(f.owned)
 	f.owned = p
 	f.mu.Unlock()
-	f.metrics.partitionsOwned.Set(float64(len(p)))
+	// Add, not Set: the gauge may be shared with other forwarders of the
+	// process, and is then their sum.
+	f.metrics.partitionsOwned.Add(float64(delta))
 	if changed {
 		f.cfg.Logger.Info("partitions leased", "instance", f.cfg.InstanceID, "count", len(p))
 		f.notify()

@@ -7,6 +7,7 @@ import (
 	"strconv"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -294,7 +295,7 @@ func TestPoisonRowParkedWhileOthersFlow(t *testing.T) {
 	require.Len(t, parked, 1)
 	require.Equal(t, poisonID, parked[0].MessageID)
 	require.Equal(t, 3, parked[0].Attempts)
-	require.Contains(t, parked[0].LastError, "MaxPayloadBytes")
+	require.Contains(t, parked[0].LastError, "exceeds MaxPayloadBytes 1000")
 	for _, en := range e.stream() {
 		require.NotEqual(t, "x", en.aggregate, "x v2 must wait behind its parked v1")
 	}
@@ -435,7 +436,7 @@ func TestPartitionCountMustMatch(t *testing.T) {
 	f, err := forwarder.New(e.config(func(c *forwarder.Config) { c.Partitions = 8 }))
 	require.NoError(t, err)
 	require.ErrorIs(t, f.Run(context.Background()), forwarder.ErrPartitionsMismatch)
-	require.NoError(t, forwarder.Repartition(context.Background(), e.schema.Pool, 8))
+	require.NoError(t, forwarder.Repartition(context.Background(), e.schema.Pool, 8, 0))
 	e.run(e.config(func(c *forwarder.Config) { c.Partitions = 8 }))
 	e.write("r", 1, testPayload{N: 1})
 	outflowtest.WaitFor(t, 10*time.Second, "forwarded with 8 partitions", func() bool { return len(e.stream()) == 1 })
@@ -472,35 +473,60 @@ func TestTrimKeepsWhatAGroupHasNotAcknowledged(t *testing.T) {
 	t.Parallel()
 	e := setup(t)
 	ctx := context.Background()
-	e.writeMany(aggregates(1), 1, 10)
+	const total = 600
+	e.writeMany(aggregates(60), 1, total/60)
 	e.run(e.config())
-	outflowtest.WaitFor(t, 10*time.Second, "forwarded", func() bool { return len(e.stream()) == 10 })
+	outflowtest.WaitFor(t, 20*time.Second, "forwarded", func() bool { return len(e.stream()) == total })
 
 	n, err := e.broker.Trim(ctx, e.topic)
 	require.NoError(t, err)
 	require.Zero(t, n, "no group yet: nobody has read anything")
 
-	require.NoError(t, e.redis.XGroupCreate(ctx, e.topic, "g", "0").Err())
-	read, err := e.redis.XReadGroup(ctx, &redis.XReadGroupArgs{Group: "g", Consumer: "c", Streams: []string{e.topic, ">"}, Count: 6}).Result()
+	// Group g acknowledged 450 entries and holds 50 pending; group h
+	// acknowledged 300 and has not read the rest. The stream must keep
+	// everything from h's first unread entry on.
+	all, err := e.redis.XRange(ctx, e.topic, "-", "+").Result()
 	require.NoError(t, err)
-	ids := read[0].Messages
-	require.NoError(t, e.redis.XAck(ctx, e.topic, "g", ids[0].ID, ids[1].ID, ids[2].ID).Err())
+	ack := func(group string, read, acked int) {
+		require.NoError(t, e.redis.XGroupCreate(ctx, e.topic, group, "0").Err())
+		got, err := e.redis.XReadGroup(ctx, &redis.XReadGroupArgs{Group: group, Consumer: "c", Streams: []string{e.topic, ">"}, Count: int64(read)}).Result()
+		require.NoError(t, err)
+		require.Len(t, got[0].Messages, read)
+		ids := make([]string, acked)
+		for i := range ids {
+			ids[i] = got[0].Messages[i].ID
+		}
+		require.NoError(t, e.redis.XAck(ctx, e.topic, group, ids...).Err())
+	}
+	ack("g", 500, 450)
+	ack("h", 300, 300)
 
-	_, err = e.broker.Trim(ctx, e.topic)
+	n, err = e.broker.Trim(ctx, e.topic)
 	require.NoError(t, err)
 	left, err := e.redis.XRange(ctx, e.topic, "-", "+").Result()
 	require.NoError(t, err)
-	require.GreaterOrEqual(t, len(left), 7, "entries 4-6 are pending and 7-10 unread: all kept")
-	require.Equal(t, ids[3].ID, firstAtOrAfter(left, ids[3].ID), "the oldest pending entry survives")
-}
+	t.Logf("trim removed %d of %d entries (approximate: whole nodes only)", n, total)
+	require.Positive(t, n, "entries every group acknowledged are removed")
+	require.Len(t, left, total-int(n), "the count trim reports is what left the stream")
+	require.LessOrEqual(t, int(n), 300, "nothing h has not acknowledged is removed")
+	require.Equal(t, all[total-len(left):], left, "what is left is the stream's tail, from an entry at or before h's first unread")
 
-func firstAtOrAfter(entries []redis.XMessage, id string) string {
-	for _, m := range entries {
-		if m.ID == id {
-			return m.ID
-		}
+	// Once h catches up, g's oldest pending entry bounds the trim.
+	ack2, err := e.redis.XReadGroup(ctx, &redis.XReadGroupArgs{Group: "h", Consumer: "c", Streams: []string{e.topic, ">"}, Count: total}).Result()
+	require.NoError(t, err)
+	ids := make([]string, len(ack2[0].Messages))
+	for i, m := range ack2[0].Messages {
+		ids[i] = m.ID
 	}
-	return ""
+	require.NoError(t, e.redis.XAck(ctx, e.topic, "h", ids...).Err())
+	n2, err := e.broker.Trim(ctx, e.topic)
+	require.NoError(t, err)
+	left, err = e.redis.XRange(ctx, e.topic, "-", "+").Result()
+	require.NoError(t, err)
+	t.Logf("second trim removed %d more", n2)
+	require.Positive(t, n2)
+	require.LessOrEqual(t, int(n+n2), 450, "g's pending entries (451-500) and unread ones are kept")
+	require.Equal(t, all[total-len(left):], left)
 }
 
 // counter reads a counter's value from reg.
@@ -514,4 +540,303 @@ func counter(t *testing.T, reg *prometheus.Registry, name string) float64 {
 		}
 	}
 	return 0
+}
+
+// refusingBroker is the real broker, except that while refusing it refuses
+// the listed messages for their own reason, as Kafka refuses a record over
+// its size limit or NATS a message over a stream's: the rest of each
+// Publish call goes to the real broker.
+type refusingBroker struct {
+	forwarder.Broker
+	mu     sync.Mutex
+	refuse map[string]bool // message id -> refused
+	seen   map[string]int  // message id -> times offered
+}
+
+func (r *refusingBroker) setRefused(ids ...string) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	r.refuse = map[string]bool{}
+	for _, id := range ids {
+		r.refuse[id] = true
+	}
+}
+
+func (r *refusingBroker) offered(id string) int {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	return r.seen[id]
+}
+
+func (r *refusingBroker) Publish(ctx context.Context, msgs []forwarder.Outgoing) []error {
+	r.mu.Lock()
+	if r.seen == nil {
+		r.seen = map[string]int{}
+	}
+	errs := make([]error, len(msgs))
+	var pass []forwarder.Outgoing
+	var at []int
+	for i, m := range msgs {
+		r.seen[m.Message.UUID]++
+		if r.refuse[m.Message.UUID] {
+			errs[i] = fmt.Errorf("injected refusal of %s", m.Message.UUID)
+			continue
+		}
+		pass = append(pass, m)
+		at = append(at, i)
+	}
+	r.mu.Unlock()
+	for j, err := range r.Broker.Publish(ctx, pass) {
+		errs[at[j]] = err
+	}
+	return errs
+}
+
+// The broker refuses x v1 for its own reason and would accept x v2 in the
+// same batch: v2 must not reach the stream, nor be marked, before v1; other
+// aggregates flow meanwhile; when the refusal stops both arrive in order.
+func TestRefusedRowHoldsItsAggregateInTheBatch(t *testing.T) {
+	t.Parallel()
+	e := setup(t)
+	x1 := e.write("x", 1, testPayload{N: 1})
+	x2 := e.write("x", 2, testPayload{N: 2})
+	x3 := e.write("x", 3, testPayload{N: 3})
+	others := aggregates(5)
+	e.writeMany(others, 1, 3)
+	rb := &refusingBroker{Broker: e.broker}
+	rb.setRefused(x1)
+	e.run(e.config(func(c *forwarder.Config) { c.Broker = rb; c.MaxAttempts = 1000 }))
+
+	outflowtest.WaitFor(t, 20*time.Second, "x v1 refused and retried", func() bool {
+		return rb.offered(x1) >= 3 && e.count("message_id = '"+x1+"' AND attempts >= 3") == 1
+	})
+	outflowtest.WaitFor(t, 20*time.Second, "the other aggregates forwarded", func() bool {
+		return e.count("aggregate_id <> 'x' AND published_at IS NOT NULL") == 15
+	})
+	for _, en := range e.stream() {
+		require.NotEqual(t, "x", en.aggregate, "x v%d reached the stream while v1 is refused", en.version)
+	}
+	require.Zero(t, rb.offered(x2), "x v2 was handed to the broker before v1 was acknowledged")
+	require.Zero(t, rb.offered(x3))
+	require.Equal(t, 3, e.count("aggregate_id = 'x' AND published_at IS NULL"), "no x row marked published")
+	require.Zero(t, e.count("aggregate_id = 'x' AND id > (SELECT id FROM outbox WHERE message_id = '"+x1+"') AND attempts > 0"),
+		"the held rows burnt no attempt")
+
+	rb.setRefused()
+	outflowtest.WaitFor(t, 20*time.Second, "x forwarded", func() bool { return e.count("published_at IS NULL") == 0 })
+	requireInOrder(t, e.stream(), 18)
+}
+
+// failingBroker refuses every message with the error fail returns.
+type failingBroker struct {
+	mu    sync.Mutex
+	calls int
+	fail  func(forwarder.Outgoing) error
+}
+
+func (f *failingBroker) Publish(_ context.Context, msgs []forwarder.Outgoing) []error {
+	f.mu.Lock()
+	f.calls++
+	f.mu.Unlock()
+	errs := make([]error, len(msgs))
+	for i, m := range msgs {
+		errs[i] = f.fail(m)
+	}
+	return errs
+}
+
+// A broker error whose text is cut inside a multi-byte character: the
+// stored last_error must stay valid UTF-8, or PostgreSQL refuses the marks
+// after every publish and the batch loops forever without an attempt
+// counted.
+func TestLongMultiByteErrorIsStoredAndCounted(t *testing.T) {
+	t.Parallel()
+	e := setup(t)
+	id := e.write("u", 1, testPayload{N: 1})
+	fb := &failingBroker{fail: func(forwarder.Outgoing) error {
+		return fmt.Errorf("%s: %s", strings.Repeat("x", 1997), strings.Repeat("é", 100)) // byte 2000 is inside an é
+	}}
+	e.run(e.config(func(c *forwarder.Config) { c.Broker = fb; c.MaxAttempts = 2 }))
+	outflowtest.WaitFor(t, 10*time.Second, "the row parked after 2 attempts", func() bool {
+		return e.count("parked_at IS NOT NULL AND attempts = 2") == 1
+	})
+	parked, err := forwarder.ListParked(context.Background(), e.schema.Pool, 1)
+	require.NoError(t, err)
+	require.Equal(t, id, parked[0].MessageID)
+	require.Len(t, parked[0].LastError, 1999, "cut before the split character")
+	require.True(t, strings.HasSuffix(parked[0].LastError, "x: "), "the split é dropped whole")
+}
+
+// gauge reads a gauge's value from reg.
+func gauge(t *testing.T, reg *prometheus.Registry, name string) float64 {
+	t.Helper()
+	mfs, err := reg.Gather()
+	require.NoError(t, err)
+	for _, mf := range mfs {
+		if mf.GetName() == name {
+			return mf.GetMetric()[0].GetGauge().GetValue()
+		}
+	}
+	return -1
+}
+
+// Two forwarders in one process export into one registry: the counters are
+// process-wide sums, partitions_owned is the sum of both instances' leases.
+func TestTwoForwardersInOneProcessShareMetrics(t *testing.T) {
+	t.Parallel()
+	e := setup(t)
+	reg := prometheus.NewRegistry()
+	for i := range 2 {
+		e.run(e.config(func(c *forwarder.Config) {
+			c.InstanceID = "m-" + strconv.Itoa(i)
+			c.Registerer = reg
+			c.LeaseRenewInterval = 100 * time.Millisecond
+		}))
+	}
+	owners := func() int {
+		var n int
+		require.NoError(t, e.schema.Pool.QueryRow(context.Background(),
+			`SELECT count(DISTINCT owner) FROM outbox_partitions WHERE lease_until > now()`).Scan(&n))
+		return n
+	}
+	outflowtest.WaitFor(t, 10*time.Second, "both instances lease partitions", func() bool {
+		return owners() == 2 && e.countPartitionsOwned() == 16
+	})
+	outflowtest.WaitFor(t, 10*time.Second, "partitions_owned sums both instances", func() bool {
+		return gauge(t, reg, "outflow_forwarder_partitions_owned") == 16
+	})
+
+	e.writeMany(aggregates(40), 1, 2)
+	outflowtest.WaitFor(t, 20*time.Second, "every row published", func() bool { return e.count("published_at IS NULL") == 0 })
+	var byOwner int
+	require.NoError(t, e.schema.Pool.QueryRow(context.Background(),
+		`SELECT count(*) FROM outbox_partitions WHERE published_total > 0`).Scan(&byOwner))
+	require.Equal(t, 2, byOwner, "both instances forwarded rows")
+	outflowtest.WaitFor(t, 5*time.Second, "forwarded_total counts both instances' rows", func() bool {
+		return counter(t, reg, "outflow_forwarder_forwarded_total") == 80
+	})
+}
+
+// A forwarder that runs without holding any lease (here: the only
+// partition is someone else's) still blocks a repartition.
+func TestRepartitionRefusesWhileAForwarderRunsWithoutLease(t *testing.T) {
+	t.Parallel()
+	e := setup(t)
+	ctx := context.Background()
+	_, stopA := e.run(e.config(func(c *forwarder.Config) { c.InstanceID = "a"; c.Partitions = 1 }))
+	outflowtest.WaitFor(t, 10*time.Second, "a leases the partition", func() bool { return e.countPartitionsOwned() == 1 })
+	// b renews rarely: after its first tick it holds nothing until long
+	// after the test.
+	_, stopB := e.run(e.config(func(c *forwarder.Config) {
+		c.InstanceID = "b"
+		c.Partitions = 1
+		c.TakeoverAfter = time.Hour
+		c.LeaseRenewInterval = 30 * time.Minute
+	}))
+	outflowtest.WaitFor(t, 10*time.Second, "b's first lease tick done", func() bool {
+		var n int
+		require.NoError(t, e.schema.Pool.QueryRow(ctx,
+			`SELECT count(*) FROM outbox_forwarders WHERE id = 'b' AND heartbeat_at > started_at`).Scan(&n))
+		return n == 1
+	})
+	stopA()
+	require.Zero(t, e.countPartitionsOwned(), "no partition is leased")
+
+	err := forwarder.Repartition(ctx, e.schema.Pool, 4, 0)
+	require.ErrorIs(t, err, forwarder.ErrForwardersRunning)
+	require.ErrorContains(t, err, "b")
+	require.ErrorContains(t, err, "stop every `outflow forward`")
+	var n int
+	require.NoError(t, e.schema.Pool.QueryRow(ctx, `SELECT count(*) FROM outbox_partitions`).Scan(&n))
+	require.Equal(t, 1, n, "the partition count is unchanged")
+
+	stopB()
+	require.NoError(t, forwarder.Repartition(ctx, e.schema.Pool, 4, 0))
+	require.NoError(t, e.schema.Pool.QueryRow(ctx, `SELECT count(*) FROM outbox_partitions`).Scan(&n))
+	require.Equal(t, 4, n)
+}
+
+// blockingBroker holds a Publish call that carries the message block until
+// release is closed, as a broker that stalls mid-batch.
+type blockingBroker struct {
+	forwarder.Broker
+	block   atomic.Value // the message id (string) to hold
+	entered chan struct{}
+	release chan struct{}
+	once    sync.Once
+}
+
+func (b *blockingBroker) Publish(ctx context.Context, msgs []forwarder.Outgoing) []error {
+	for _, m := range msgs {
+		if id, _ := b.block.Load().(string); m.Message.UUID == id {
+			b.once.Do(func() { close(b.entered) })
+			select {
+			case <-b.release:
+			case <-ctx.Done():
+			}
+		}
+	}
+	return b.Broker.Publish(ctx, msgs)
+}
+
+// Instance a's batch stalls in the broker longer than its lease, and a
+// cannot renew it (its lease loop is stuck; here on a lock the test holds on
+// its heartbeat row); instance b waits for the expired partition. b must not
+// take it, nor publish x v2, before a's transaction ends; then the stream
+// has v1 before v2.
+func TestLeaseExpiringDuringASlowBatchKeepsOrder(t *testing.T) {
+	t.Parallel()
+	e := setup(t)
+	ctx := context.Background()
+	lease := func(c *forwarder.Config) {
+		c.Partitions = 1
+		c.TakeoverAfter = time.Second
+		c.LeaseRenewInterval = 100 * time.Millisecond
+		c.PublishTimeout = 30 * time.Second
+	}
+	bb := &blockingBroker{Broker: e.broker, entered: make(chan struct{}), release: make(chan struct{})}
+	var releaseOnce sync.Once
+	release := func() { releaseOnce.Do(func() { close(bb.release) }) }
+	t.Cleanup(release)
+	e.run(e.config(lease, func(c *forwarder.Config) { c.InstanceID = "a"; c.Broker = bb }))
+	outflowtest.WaitFor(t, 10*time.Second, "a leases the partition", func() bool { return e.countPartitionsOwned() == 1 })
+
+	stuck, err := e.schema.Pool.Begin(ctx)
+	require.NoError(t, err)
+	t.Cleanup(func() { _ = stuck.Rollback(ctx) })
+	_, err = stuck.Exec(ctx, `SELECT 1 FROM outbox_forwarders WHERE id = 'a' FOR UPDATE`)
+	require.NoError(t, err)
+
+	ev, err := events.New(ctx, events.Aggregate{Type: "test", ID: "x", Version: 1}, testPayload{N: 1})
+	require.NoError(t, err)
+	bb.block.Store(ev.MessageID)
+	require.NoError(t, pgx.BeginFunc(ctx, e.schema.Pool, func(tx pgx.Tx) error { return e.writer.PublishTx(ctx, tx, ev) }))
+	select {
+	case <-bb.entered:
+	case <-time.After(10 * time.Second):
+		t.Fatal("a never published x v1")
+	}
+	// a can no longer renew: its lease ends at expiry.
+	var expiry time.Time
+	require.NoError(t, e.schema.Pool.QueryRow(ctx, `SELECT lease_until FROM outbox_partitions`).Scan(&expiry))
+	e.write("x", 2, testPayload{N: 2})
+	e.run(e.config(lease, func(c *forwarder.Config) { c.InstanceID = "b" }))
+
+	outflowtest.WaitFor(t, 10*time.Second, "b's lease ticks for 500ms after a's lease expired", func() bool {
+		var n int
+		require.NoError(t, e.schema.Pool.QueryRow(ctx, `
+			SELECT count(*) FROM outbox_forwarders WHERE id = 'b' AND heartbeat_at > $1::timestamptz + interval '500 milliseconds'`,
+			expiry).Scan(&n))
+		return n == 1
+	})
+	var owner string
+	require.NoError(t, e.schema.Pool.QueryRow(ctx, `SELECT owner FROM outbox_partitions`).Scan(&owner))
+	require.Equal(t, "a", owner, "b took a partition whose batch is in flight")
+	require.Empty(t, e.stream(), "nothing published while a's batch is open")
+	require.Equal(t, 2, e.count("published_at IS NULL"))
+
+	release()
+	require.NoError(t, stuck.Rollback(ctx))
+	outflowtest.WaitFor(t, 20*time.Second, "both rows published", func() bool { return e.count("published_at IS NULL") == 0 })
+	requireInOrder(t, e.stream(), 2)
 }

@@ -3,6 +3,7 @@ package forwarder
 import (
 	"context"
 	"errors"
+	"fmt"
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
@@ -35,7 +36,7 @@ func newMetrics(reg prometheus.Registerer) (*metrics, error) {
 			Name: "publish_seconds", Help: "Time to publish one batch to the broker.", Buckets: buckets}),
 		batchSeconds: prometheus.NewHistogram(prometheus.HistogramOpts{Namespace: ns, Subsystem: "forwarder",
 			Name: "batch_seconds", Help: "Time from claim to commit of one batch.", Buckets: buckets}),
-		partitionsOwned:  gauge("forwarder", "partitions_owned", "Partitions leased by this instance."),
+		partitionsOwned:  gauge("forwarder", "partitions_owned", "Partitions leased by the forwarders of this process."),
 		pending:          gauge("outbox", "pending", "Rows waiting to be forwarded (parked rows excluded)."),
 		parkedRows:       gauge("outbox", "parked", "Rows parked after MaxAttempts, waiting for an operator."),
 		oldestPendingAge: gauge("outbox", "oldest_pending_age_seconds", "Age of the oldest pending row: the one alert to set."),
@@ -43,17 +44,63 @@ func newMetrics(reg prometheus.Registerer) (*metrics, error) {
 	if reg == nil {
 		return m, nil
 	}
-	for _, c := range []prometheus.Collector{m.forwarded, m.failedAttempts, m.parked, m.brokerUnavailable, m.notifications,
-		m.purged, m.publishSeconds, m.batchSeconds, m.partitionsOwned, m.pending, m.parkedRows, m.oldestPendingAge} {
-		if err := reg.Register(c); err != nil {
-			var are prometheus.AlreadyRegisteredError
-			if errors.As(err, &are) {
-				continue
-			}
-			return nil, err
+	// A second forwarder in the process (or anything else registering the
+	// same names) shares the collectors already registered: counters and
+	// histograms sum over the process, partitions_owned too (each instance
+	// adds its change), and the outbox gauges describe the one table.
+	var err error
+	reuse := func(c prometheus.Collector) prometheus.Collector {
+		if err != nil {
+			return c
 		}
+		got, e := registerOrReuse(reg, c)
+		if e != nil {
+			err = e
+			return c
+		}
+		return got
+	}
+	for _, c := range []*prometheus.Counter{&m.forwarded, &m.failedAttempts, &m.parked, &m.brokerUnavailable, &m.notifications, &m.purged} {
+		*c = reuse(*c).(prometheus.Counter)
+	}
+	for _, h := range []*prometheus.Histogram{&m.publishSeconds, &m.batchSeconds} {
+		*h = reuse(*h).(prometheus.Histogram)
+	}
+	for _, g := range []*prometheus.Gauge{&m.partitionsOwned, &m.pending, &m.parkedRows, &m.oldestPendingAge} {
+		*g = reuse(*g).(prometheus.Gauge)
+	}
+	if err != nil {
+		return nil, fmt.Errorf("forwarder metrics: %w", err)
 	}
 	return m, nil
+}
+
+// registerOrReuse registers c, or returns the collector of the same
+// description already registered, when it is of c's kind.
+func registerOrReuse(reg prometheus.Registerer, c prometheus.Collector) (prometheus.Collector, error) {
+	err := reg.Register(c)
+	if err == nil {
+		return c, nil
+	}
+	var are prometheus.AlreadyRegisteredError
+	if !errors.As(err, &are) {
+		return nil, err
+	}
+	switch c.(type) {
+	case prometheus.Histogram:
+		if h, ok := are.ExistingCollector.(prometheus.Histogram); ok {
+			return h, nil
+		}
+	case prometheus.Gauge: // before Counter: a Gauge is a Counter too
+		if g, ok := are.ExistingCollector.(prometheus.Gauge); ok {
+			return g, nil
+		}
+	case prometheus.Counter:
+		if x, ok := are.ExistingCollector.(prometheus.Counter); ok {
+			return x, nil
+		}
+	}
+	return nil, fmt.Errorf("%w: the registered collector is %T", err, are.ExistingCollector)
 }
 
 // statsLoop refreshes the outbox gauges, which describe the whole table

@@ -231,16 +231,17 @@ func TestOutboxCommandFlags(t *testing.T) {
 	s := outflowtest.NewSchema(t)
 	env := map[string]string{"DATABASE_URL": s.URL}
 	for args, want := range map[string]string{
-		"outbox retry":                  "invalid --id",
-		"outbox retry --id 5 --all":     "give --id or --all, not both",
-		"outbox retry --id 99":          "row 99 is not parked",
-		"outbox parked --limit 0":       "invalid --limit",
-		"forward --batch-size 0":        "invalid --batch-size",
-		"worker --claim-idle 0s":        "invalid --claim-idle",
-		"dlq retry":                     "invalid --id",
-		"dlq discard --id 42":           "not found or not dead",
-		"outbox repartition":            "invalid --partitions",
-		"forward --stream-partitions 0": "invalid --stream-partitions",
+		"outbox retry":              "invalid --id",
+		"outbox retry --id 5 --all": "give --id or --all, not both",
+		"outbox retry --id 99":      "row 99 is not parked",
+		"outbox parked --limit 0":   "invalid --limit",
+		"forward --batch-size 0":    "invalid --batch-size",
+		"worker --claim-idle 0s":    "invalid --claim-idle",
+		"dlq retry":                 "invalid --id",
+		"dlq discard --id 42":       "not found or not dead",
+		"outbox repartition":        "invalid --partitions",
+		"outbox repartition --partitions 4 --takeover-after 0s": "invalid --takeover-after",
+		"forward --stream-partitions 0":                         "invalid --stream-partitions",
 	} {
 		out, err := command(env, strings.Fields(args)...).CombinedOutput()
 		require.Error(t, err, args)

@@ -38,7 +38,7 @@ func addForwardFlags(fs *pflag.FlagSet) *forwardOptions {
 	fs.IntVar(&o.cfg.MaxAttempts, "max-attempts", 10, "attempts before a failing row is parked")
 	fs.DurationVar(&o.cfg.RetryBackoff, "retry-backoff", time.Second, "first retry delay of a failing row (doubles, with jitter)")
 	fs.DurationVar(&o.cfg.RetryBackoffMax, "retry-backoff-max", 5*time.Minute, "largest retry delay of a failing row")
-	fs.IntVar(&o.cfg.MaxPayloadBytes, "max-payload-bytes", 1<<20, "larger payloads are parked without being sent")
+	fs.IntVar(&o.cfg.MaxPayloadBytes, "max-payload-bytes", 1<<20, "larger payloads are never sent (retried, then parked); the broker's own limit applies when smaller")
 	fs.DurationVar(&o.cfg.Retention, "retention", 15*24*time.Hour, "how long published rows are kept (negative: forever)")
 	fs.IntVar(&o.streamPartitions, "stream-partitions", 1, "Redis streams per topic, by hash of the aggregate id")
 	fs.StringVar(&o.cutoverTo, "cutover-to", "", "also publish every event to this broker (redis, nats, ...), for a live cutover: see docs/brokers.md")

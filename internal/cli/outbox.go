@@ -99,18 +99,24 @@ func newOutboxCmd(e *env) *cobra.Command {
 	retry.Flags().Int64Var(&id, "id", 0, "the parked row to retry")
 	retry.Flags().BoolVar(&all, "all", false, "retry every parked row")
 
-	var partitions int
+	var (
+		partitions int
+		liveWithin time.Duration
+	)
 	repartition := &cobra.Command{
 		Use:   "repartition",
-		Short: "Change the forwarder's partition count (every forwarder must be stopped)",
+		Short: "Change the forwarder's partition count (refused while any forwarder runs)",
 		Args:  cobra.NoArgs,
 		RunE: e.withPool(func() error {
 			if partitions < 1 || partitions > 4096 {
 				return errors.New("invalid --partitions: must be between 1 and 4096")
 			}
+			if liveWithin < time.Second {
+				return errors.New("invalid --takeover-after: must be at least 1s")
+			}
 			return nil
 		}, func(cmd *cobra.Command, pool *pgxpool.Pool) error {
-			if err := forwarder.Repartition(cmd.Context(), pool, partitions); err != nil {
+			if err := forwarder.Repartition(cmd.Context(), pool, partitions, liveWithin); err != nil {
 				return err
 			}
 			fmt.Fprintf(cmd.OutOrStdout(), "the outbox now has %d partitions\n", partitions)
@@ -118,6 +124,8 @@ func newOutboxCmd(e *env) *cobra.Command {
 		}),
 	}
 	repartition.Flags().IntVar(&partitions, "partitions", 0, "the new partition count")
+	repartition.Flags().DurationVar(&liveWithin, "takeover-after", 10*time.Second,
+		"the forwarders' --takeover-after: a forwarder whose last heartbeat is older counts as stopped")
 	cmd.AddCommand(parked, retry, repartition)
 	return cmd
 }
