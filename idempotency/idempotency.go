@@ -58,6 +58,18 @@ type Config struct {
 	// transaction. Defaults to 100; 1 gives every message a transaction of
 	// its own.
 	MaxBatch int
+	// BaselineBefore lets a consumer added after the streams were trimmed
+	// start (Strict only; zero, the default, is off). For an aggregate it
+	// has applied nothing of, the first event it handles becomes the
+	// aggregate's baseline, applied whatever its version, when that event
+	// occurred before BaselineBefore; and a later event whose predecessors
+	// do not arrive within GapTimeout becomes the baseline then, instead of
+	// dead. Set it to the time the consumer is first deployed. The price:
+	// an aggregate's version before its baseline is skipped as stale if it
+	// arrives after it, and an aggregate created after BaselineBefore that
+	// never receives its version 1 starts at its first version after
+	// GapTimeout. See the package doc.
+	BaselineBefore time.Time
 	// Logger defaults to slog.Default().
 	Logger *slog.Logger
 }
@@ -186,13 +198,26 @@ func (o outcome) String() string {
 	return [...]string{"applied", "duplicate", "stale", "gap", "held"}[o]
 }
 
-// claimSQL records the message and checks its version in one statement. The
-// upsert locks the aggregate's row for the transaction, so deliveries of one
-// aggregate serialize, and sets the new version only when the message
-// applies: a duplicate, a gap or a held message leaves it as it was, so a
-// batch can keep the statement's effects for the messages it does not
-// apply. An aggregate with an open dead letter applies nothing: its later
-// events queue behind it.
+// lockSQL makes sure the aggregate's version row exists and locks it for the
+// transaction, without writing it when it exists (ON CONFLICT locks the row
+// even when its WHERE is false), so deliveries of one aggregate serialize.
+// It runs before claimSQL, pipelined in the same round trip: in READ
+// COMMITTED each statement takes a fresh snapshot, so claimSQL's look at
+// dead_letters happens after the lock is ours and sees every dead letter a
+// transaction that held the lock before us committed. In one statement the
+// snapshot would predate the wait for the lock.
+const lockSQL = `
+INSERT INTO consumer_aggregate_versions AS c (consumer, aggregate_type, aggregate_id, version, prev_version)
+VALUES ($1, $2, $3, 0, 0)
+ON CONFLICT (consumer, aggregate_type, aggregate_id) DO UPDATE SET version = c.version WHERE false`
+
+// claimSQL records the message and checks its version in one statement. It
+// sets the new version only when the message applies: a duplicate, a gap or
+// a held message leaves it as it was, so a batch can keep the statement's
+// effects for the messages it does not apply. An aggregate with an open
+// dead letter applies nothing: its later events queue behind it. $8 says the
+// message may be its aggregate's baseline: it applies whatever its version
+// when the consumer has applied nothing of the aggregate (version 0).
 const claimSQL = `
 WITH seen AS (
     INSERT INTO processed_messages (message_id, consumer) SELECT $1, $2 WHERE $7
@@ -207,11 +232,11 @@ WITH seen AS (
 ), v AS (
     INSERT INTO consumer_aggregate_versions AS c (consumer, aggregate_type, aggregate_id, version, prev_version)
     VALUES ($2, $3, $4, CASE WHEN (SELECT f FROM fresh) AND NOT (SELECT b FROM blocked)
-                              AND (($6 AND $5 = 1) OR (NOT $6 AND $5 > 0)) THEN $5 ELSE 0 END, 0)
+                              AND (($6 AND ($5 = 1 OR $8)) OR (NOT $6 AND $5 > 0)) THEN $5 ELSE 0 END, 0)
     ON CONFLICT (consumer, aggregate_type, aggregate_id) DO UPDATE SET
         prev_version = c.version,
         version = CASE WHEN (SELECT f FROM fresh) AND NOT (SELECT b FROM blocked)
-                            AND (($6 AND $5 = c.version + 1) OR (NOT $6 AND $5 > c.version))
+                            AND (($6 AND ($5 = c.version + 1 OR (c.version = 0 AND $8))) OR (NOT $6 AND $5 > c.version))
                        THEN $5 ELSE c.version END,
         updated_at = now()
     RETURNING prev_version, version
@@ -244,7 +269,7 @@ func (c *Consumer) Middleware(h message.HandlerFunc) message.HandlerFunc {
 // handleOne runs one message in a transaction of its own.
 func (c *Consumer) handleOne(h message.HandlerFunc, msg *message.Message, env events.Envelope) ([]*message.Message, error) {
 	ctx := msg.Context()
-	out, o, err := c.apply(ctx, h, msg, env, true)
+	out, o, err := c.apply(ctx, h, msg, env, true, c.mayBaseline(env))
 	switch {
 	case err != nil:
 		// The handler failed: park the message for a retry, so that
@@ -282,24 +307,56 @@ func holdReason(o outcome, env events.Envelope) (reason, text string) {
 	return "behind an earlier event of its aggregate", ""
 }
 
+// mayBaseline says whether env may become its aggregate's baseline: it
+// occurred before Config.BaselineBefore.
+func (c *Consumer) mayBaseline(env events.Envelope) bool {
+	return !c.cfg.BaselineBefore.IsZero() && env.OccurredAt.Before(c.cfg.BaselineBefore)
+}
+
+// queueClaim queues the bookkeeping of one message: the version row's lock,
+// then the claim.
+func (c *Consumer) queueClaim(q *pgx.Batch, env events.Envelope, fresh, baseline bool) {
+	q.Queue(lockSQL, c.cfg.Consumer, env.AggregateType, env.AggregateID)
+	q.Queue(claimSQL, env.MessageID, c.cfg.Consumer, env.AggregateType, env.AggregateID,
+		env.AggregateVersion, c.cfg.Ordering == Strict, fresh, baseline)
+}
+
+// readClaim reads the results queueClaim queued.
+func readClaim(res pgx.BatchResults, version int64) (outcome, error) {
+	var (
+		isNew, blocked bool
+		prev, stored   int64
+	)
+	if _, err := res.Exec(); err != nil {
+		return 0, err
+	}
+	if err := res.QueryRow().Scan(&isNew, &blocked, &prev, &stored); err != nil {
+		return 0, err
+	}
+	return classify(isNew, blocked, prev, stored, version), nil
+}
+
 // apply runs h on msg in a transaction with the bookkeeping. fresh says
 // whether the message must be recorded in processed_messages (false for a
-// retry, whose row was written when it was parked).
-func (c *Consumer) apply(ctx context.Context, h message.HandlerFunc, msg *message.Message, env events.Envelope, fresh bool) ([]*message.Message, outcome, error) {
+// retry, whose row was written when it was parked); baseline whether it may
+// become its aggregate's baseline.
+func (c *Consumer) apply(ctx context.Context, h message.HandlerFunc, msg *message.Message, env events.Envelope, fresh, baseline bool) ([]*message.Message, outcome, error) {
 	var (
 		out []*message.Message
 		o   outcome
 	)
 	err := pgx.BeginFunc(ctx, c.cfg.Pool, func(tx pgx.Tx) error {
-		var (
-			isNew, blocked bool
-			prev, stored   int64
-		)
-		if err := tx.QueryRow(ctx, claimSQL, env.MessageID, c.cfg.Consumer, env.AggregateType, env.AggregateID,
-			env.AggregateVersion, c.cfg.Ordering == Strict, fresh).Scan(&isNew, &blocked, &prev, &stored); err != nil {
+		var claim pgx.Batch
+		c.queueClaim(&claim, env, fresh, baseline)
+		res := tx.SendBatch(ctx, &claim)
+		var err error
+		o, err = readClaim(res, env.AggregateVersion)
+		if cerr := res.Close(); err == nil {
+			err = cerr
+		}
+		if err != nil {
 			return fmt.Errorf("idempotency: record message: %w", err)
 		}
-		o = classify(isNew, blocked, prev, stored, env.AggregateVersion)
 		switch o {
 		case duplicate, gap, held:
 			return errRollback
@@ -309,7 +366,6 @@ func (c *Consumer) apply(ctx context.Context, h message.HandlerFunc, msg *messag
 		var q pgx.Batch
 		msg.SetContext(withTx(ctx, tx, &q))
 		defer msg.SetContext(ctx)
-		var err error
 		if out, err = h(msg); err != nil {
 			return err
 		}
@@ -373,6 +429,13 @@ func (c *Consumer) parkTx(ctx context.Context, tx pgx.Tx, msg *message.Message, 
 		next = &t
 	}
 	ctx = context.WithoutCancel(ctx)
+	// processed_messages first, as the claim statement does: a batch of
+	// another instance that claimed the same message and parks it too
+	// takes the two rows in the same order, so the two cannot deadlock.
+	if _, err := tx.Exec(ctx, `INSERT INTO processed_messages (message_id, consumer) VALUES ($1, $2) ON CONFLICT DO NOTHING`,
+		env.MessageID, c.cfg.Consumer); err != nil {
+		return fmt.Errorf("idempotency: park message: %w", err)
+	}
 	if _, err := tx.Exec(ctx, `
 		INSERT INTO dead_letters (consumer, message_id, event_type, aggregate_type, aggregate_id, aggregate_version,
 		                          payload, metadata, status, reason, error, attempts, next_attempt_at)
@@ -380,10 +443,6 @@ func (c *Consumer) parkTx(ctx context.Context, tx pgx.Tx, msg *message.Message, 
 		ON CONFLICT (consumer, message_id) DO NOTHING`,
 		c.cfg.Consumer, env.MessageID, env.EventType, env.AggregateType, env.AggregateID, env.AggregateVersion,
 		[]byte(msg.Payload), md, status, reason, errText, attempts, next); err != nil {
-		return fmt.Errorf("idempotency: park message: %w", err)
-	}
-	if _, err := tx.Exec(ctx, `INSERT INTO processed_messages (message_id, consumer) VALUES ($1, $2) ON CONFLICT DO NOTHING`,
-		env.MessageID, c.cfg.Consumer); err != nil {
 		return fmt.Errorf("idempotency: park message: %w", err)
 	}
 	return nil
