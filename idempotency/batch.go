@@ -155,7 +155,7 @@ func (c *Consumer) applyBatch(h message.HandlerFunc, batch []*pending) error {
 		}
 		res := tx.SendBatch(ctx, &q)
 		for i, p := range batch {
-			o, err := readClaim(res, p.env.AggregateVersion)
+			o, err := c.readClaim(res, p.env, c.mayBaseline(p.env))
 			if err != nil {
 				_ = res.Close()
 				return fmt.Errorf("idempotency: record batch: %w", err)

@@ -198,50 +198,40 @@ func (o outcome) String() string {
 	return [...]string{"applied", "duplicate", "stale", "gap", "held"}[o]
 }
 
-// lockSQL makes sure the aggregate's version row exists and locks it for the
-// transaction, without writing it when it exists (ON CONFLICT locks the row
-// even when its WHERE is false), so deliveries of one aggregate serialize.
-// It runs before claimSQL, pipelined in the same round trip: in READ
-// COMMITTED each statement takes a fresh snapshot, so claimSQL's look at
-// dead_letters happens after the lock is ours and sees every dead letter a
-// transaction that held the lock before us committed. In one statement the
-// snapshot would predate the wait for the lock.
-const lockSQL = `
-INSERT INTO consumer_aggregate_versions AS c (consumer, aggregate_type, aggregate_id, version, prev_version)
-VALUES ($1, $2, $3, 0, 0)
-ON CONFLICT (consumer, aggregate_type, aggregate_id) DO UPDATE SET version = c.version WHERE false`
-
-// claimSQL records the message and checks its version in one statement. It
-// sets the new version only when the message applies: a duplicate, a gap or
-// a held message leaves it as it was, so a batch can keep the statement's
-// effects for the messages it does not apply. An aggregate with an open
-// dead letter applies nothing: its later events queue behind it. $8 says the
-// message may be its aggregate's baseline: it applies whatever its version
-// when the consumer has applied nothing of the aggregate (version 0).
+// claimSQL records the message and checks its version in one statement. The
+// upsert locks the aggregate's row for the transaction, so deliveries of one
+// aggregate serialize, and sets the new version only when the message
+// applies: a duplicate, a gap or a held message leaves it as it was, so a
+// batch can keep the statement's effects for the messages it does not
+// apply. An aggregate with an open dead letter below the message's version
+// applies nothing: its later events queue behind it. That check,
+// consumer_blocked, runs in the DO UPDATE, after the row lock is taken, and
+// takes a snapshot of its own (a volatile function does): a subquery of
+// this statement would read the snapshot taken before the wait for the
+// lock and miss a dead letter that the lock's previous holder committed.
+// $8 says the message may be its aggregate's baseline: it applies whatever
+// its version when the consumer has applied nothing of the aggregate
+// (version 0). The outcome is read by classify.
 const claimSQL = `
 WITH seen AS (
     INSERT INTO processed_messages (message_id, consumer) SELECT $1, $2 WHERE $7
     ON CONFLICT DO NOTHING RETURNING 1
 ), fresh AS (
     SELECT (SELECT count(*) FROM seen) > 0 OR NOT $7 AS f
-), blocked AS (
-    SELECT EXISTS (
-        SELECT 1 FROM dead_letters
-        WHERE consumer = $2 AND aggregate_type = $3 AND aggregate_id = $4
-          AND status IN ('retrying', 'dead', 'held') AND aggregate_version < $5) AS b
 ), v AS (
     INSERT INTO consumer_aggregate_versions AS c (consumer, aggregate_type, aggregate_id, version, prev_version)
-    VALUES ($2, $3, $4, CASE WHEN (SELECT f FROM fresh) AND NOT (SELECT b FROM blocked)
-                              AND (($6 AND ($5 = 1 OR $8)) OR (NOT $6 AND $5 > 0)) THEN $5 ELSE 0 END, 0)
+    VALUES ($2, $3, $4, CASE WHEN (SELECT f FROM fresh) AND (($6 AND ($5 = 1 OR $8)) OR (NOT $6 AND $5 > 0))
+                              AND NOT consumer_blocked($2, $3, $4, $5) THEN $5 ELSE 0 END, 0)
     ON CONFLICT (consumer, aggregate_type, aggregate_id) DO UPDATE SET
         prev_version = c.version,
-        version = CASE WHEN (SELECT f FROM fresh) AND NOT (SELECT b FROM blocked)
+        version = CASE WHEN (SELECT f FROM fresh)
                             AND (($6 AND ($5 = c.version + 1 OR (c.version = 0 AND $8))) OR (NOT $6 AND $5 > c.version))
+                            AND NOT consumer_blocked($2, $3, $4, $5)
                        THEN $5 ELSE c.version END,
         updated_at = now()
     RETURNING prev_version, version
 )
-SELECT (SELECT f FROM fresh), (SELECT b FROM blocked), prev_version, version FROM v`
+SELECT (SELECT f FROM fresh), prev_version, version FROM v`
 
 // Middleware is the Watermill handler middleware. One Consumer wraps one
 // handler. Messages handled concurrently (a subscriber that delivers a
@@ -313,27 +303,22 @@ func (c *Consumer) mayBaseline(env events.Envelope) bool {
 	return !c.cfg.BaselineBefore.IsZero() && env.OccurredAt.Before(c.cfg.BaselineBefore)
 }
 
-// queueClaim queues the bookkeeping of one message: the version row's lock,
-// then the claim.
+// queueClaim queues the bookkeeping of one message.
 func (c *Consumer) queueClaim(q *pgx.Batch, env events.Envelope, fresh, baseline bool) {
-	q.Queue(lockSQL, c.cfg.Consumer, env.AggregateType, env.AggregateID)
 	q.Queue(claimSQL, env.MessageID, c.cfg.Consumer, env.AggregateType, env.AggregateID,
 		env.AggregateVersion, c.cfg.Ordering == Strict, fresh, baseline)
 }
 
-// readClaim reads the results queueClaim queued.
-func readClaim(res pgx.BatchResults, version int64) (outcome, error) {
+// readClaim reads the result of what queueClaim queued.
+func (c *Consumer) readClaim(res pgx.BatchResults, env events.Envelope, baseline bool) (outcome, error) {
 	var (
-		isNew, blocked bool
-		prev, stored   int64
+		isNew        bool
+		prev, stored int64
 	)
-	if _, err := res.Exec(); err != nil {
+	if err := res.QueryRow().Scan(&isNew, &prev, &stored); err != nil {
 		return 0, err
 	}
-	if err := res.QueryRow().Scan(&isNew, &blocked, &prev, &stored); err != nil {
-		return 0, err
-	}
-	return classify(isNew, blocked, prev, stored, version), nil
+	return classify(isNew, c.cfg.Ordering == Strict, baseline, prev, stored, env.AggregateVersion), nil
 }
 
 // apply runs h on msg in a transaction with the bookkeeping. fresh says
@@ -350,7 +335,7 @@ func (c *Consumer) apply(ctx context.Context, h message.HandlerFunc, msg *messag
 		c.queueClaim(&claim, env, fresh, baseline)
 		res := tx.SendBatch(ctx, &claim)
 		var err error
-		o, err = readClaim(res, env.AggregateVersion)
+		o, err = c.readClaim(res, env, baseline)
 		if cerr := res.Close(); err == nil {
 			err = cerr
 		}
@@ -383,17 +368,23 @@ func (c *Consumer) apply(ctx context.Context, h message.HandlerFunc, msg *messag
 
 var errRollback = errors.New("rollback")
 
-// classify reads the claim statement's result. stored is the aggregate's
-// version after the upsert; it equals the message's version only when the
-// message applies.
-func classify(fresh, blocked bool, prev, stored, version int64) outcome {
+// classify reads the claim statement's result: whether the message was
+// new, and the aggregate's version before (prev) and after (stored) the
+// upsert, which equals the message's version only when it applied. A
+// message that the versions say would have applied and did not was
+// blocked by an open dead letter of its aggregate: it is held.
+func classify(fresh, strict, baseline bool, prev, stored, version int64) outcome {
+	next := version > prev
+	if strict {
+		next = version == prev+1 || (prev == 0 && baseline)
+	}
 	switch {
 	case !fresh:
 		return duplicate
-	case blocked:
-		return held
 	case stored == version && prev < version:
 		return applied
+	case next:
+		return held
 	case version <= stored:
 		return stale
 	default:
