@@ -5,7 +5,7 @@
 //	outflow-bench forward [-backlog 100000] [-rate 1000] [-duration 10s] [-published 1000000] [-only throughput,latency,claim]
 //	outflow-bench brokers [-brokers redis,nats,amqp,kafka,sql] [-backlog 20000] [-rate 1000] [-duration 10s]
 //	outflow-bench pipeline [-backlog 60000] [-rate 3000] [-duration 20s] [-producers 16] [-per-tx 1] [-consumer-batch 100] [-only drain,steady]
-//	outflow-bench history [-processed 10000000] [-aggregates 1000000] [-backlog 60000] [-rounds 3]
+//	outflow-bench history [-processed 10000000] [-aggregates 1000000] [-backlog 15000] [-rounds 11]
 //
 // The database is BENCH_DATABASE_URL, defaulting to the test database.
 package main
@@ -128,8 +128,8 @@ func run(ctx context.Context, args []string) error {
 		fs := flag.NewFlagSet("history", flag.ContinueOnError)
 		processed := fs.Int("processed", 10_000_000, "rows seeded in processed_messages")
 		aggregates := fs.Int("aggregates", 1_000_000, "rows seeded in consumer_aggregate_versions")
-		backlog := fs.Int("backlog", 60_000, "events each drain moves (payments of three events)")
-		rounds := fs.Int("rounds", 3, "drains per schema, alternating which goes first")
+		backlog := fs.Int("backlog", 15_000, "events each drain moves (payments of three events)")
+		rounds := fs.Int("rounds", 11, "drains per schema, alternating which goes first; the median ratio of the rounds is the result")
 		if err := fs.Parse(args[1:]); err != nil {
 			return err
 		}
