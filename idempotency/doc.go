@@ -6,9 +6,9 @@
 // message and, in one statement, records (message_id, consumer) in
 // processed_messages and checks the message's aggregate_version against the
 // last one this consumer applied for that aggregate, whose row in
-// consumer_aggregate_versions it locks for the transaction. The
-// handler then runs with that transaction in its context ([Tx]) and writes
-// its own effects in it; the transaction commits before the message is
+// consumer_aggregate_versions it locks for the transaction. The handler
+// then runs with that transaction in its context ([Tx]) and writes its own
+// effects in it; the transaction commits before the message is
 // acknowledged. So:
 //
 //   - a duplicate finds its processed_messages row and is acknowledged with
@@ -32,8 +32,7 @@
 //     only; other aggregates and other consumers keep flowing. The check
 //     reads dead_letters after the aggregate's lock is taken (in a snapshot
 //     of its own), so a message parked by a transaction that held the lock
-//     before is seen.
-//     `outflow dlq list | retry | discard` manages them.
+//     before is seen. `outflow dlq list | retry | discard` manages them.
 //
 // Each round of Run looks at every due row (up to 500 per round, the next
 // round starting at once when one was full): a gap still open does not keep
@@ -58,9 +57,9 @@
 //
 // The bookkeeping costs one statement per message (one round trip, or one
 // per batch of messages sharing a transaction) on top of the handler's
-// transaction. Handlers with effects outside the database
-// (an HTTP call) must not run them inside the transaction; see the
-// NotifyMerchant handler for the pattern.
+// transaction. Handlers with effects outside the database (an HTTP call)
+// must not run them inside the transaction; see the NotifyMerchant handler
+// for the pattern.
 //
 // [Retention] keeps the bookkeeping bounded: it purges processed_messages
 // rows, and resolved or discarded dead_letters rows, older than its
