@@ -151,20 +151,16 @@ func (c *Consumer) applyBatch(h message.HandlerFunc, batch []*pending) error {
 	err := pgx.BeginFunc(ctx, c.cfg.Pool, func(tx pgx.Tx) error {
 		var q pgx.Batch
 		for _, p := range batch {
-			q.Queue(claimSQL, p.env.MessageID, c.cfg.Consumer, p.env.AggregateType, p.env.AggregateID,
-				p.env.AggregateVersion, c.cfg.Ordering == Strict, true)
+			c.queueClaim(&q, p.env, true, c.mayBaseline(p.env))
 		}
 		res := tx.SendBatch(ctx, &q)
 		for i, p := range batch {
-			var (
-				fresh, blocked bool
-				prev, stored   int64
-			)
-			if err := res.QueryRow().Scan(&fresh, &blocked, &prev, &stored); err != nil {
+			o, err := c.readClaim(res, p.env, c.mayBaseline(p.env))
+			if err != nil {
 				_ = res.Close()
 				return fmt.Errorf("idempotency: record batch: %w", err)
 			}
-			outcomes[i] = classify(fresh, blocked, prev, stored, p.env.AggregateVersion)
+			outcomes[i] = o
 		}
 		if err := res.Close(); err != nil {
 			return fmt.Errorf("idempotency: record batch: %w", err)

@@ -58,6 +58,18 @@ type Config struct {
 	// transaction. Defaults to 100; 1 gives every message a transaction of
 	// its own.
 	MaxBatch int
+	// BaselineBefore lets a consumer added after the streams were trimmed
+	// start (Strict only; zero, the default, is off). For an aggregate it
+	// has applied nothing of, the first event it handles becomes the
+	// aggregate's baseline, applied whatever its version, when that event
+	// occurred before BaselineBefore; and a later event whose predecessors
+	// do not arrive within GapTimeout becomes the baseline then, instead of
+	// dead. Set it to the time the consumer is first deployed. The price:
+	// an aggregate's version before its baseline is skipped as stale if it
+	// arrives after it, and an aggregate created after BaselineBefore that
+	// never receives its version 1 starts at its first version after
+	// GapTimeout. See the package doc.
+	BaselineBefore time.Time
 	// Logger defaults to slog.Default().
 	Logger *slog.Logger
 }
@@ -191,32 +203,35 @@ func (o outcome) String() string {
 // aggregate serialize, and sets the new version only when the message
 // applies: a duplicate, a gap or a held message leaves it as it was, so a
 // batch can keep the statement's effects for the messages it does not
-// apply. An aggregate with an open dead letter applies nothing: its later
-// events queue behind it.
+// apply. An aggregate with an open dead letter below the message's version
+// applies nothing: its later events queue behind it. That check,
+// consumer_blocked, runs in the DO UPDATE, after the row lock is taken, and
+// takes a snapshot of its own (a volatile function does): a subquery of
+// this statement would read the snapshot taken before the wait for the
+// lock and miss a dead letter that the lock's previous holder committed.
+// $8 says the message may be its aggregate's baseline: it applies whatever
+// its version when the consumer has applied nothing of the aggregate
+// (version 0). The outcome is read by classify.
 const claimSQL = `
 WITH seen AS (
     INSERT INTO processed_messages (message_id, consumer) SELECT $1, $2 WHERE $7
     ON CONFLICT DO NOTHING RETURNING 1
 ), fresh AS (
     SELECT (SELECT count(*) FROM seen) > 0 OR NOT $7 AS f
-), blocked AS (
-    SELECT EXISTS (
-        SELECT 1 FROM dead_letters
-        WHERE consumer = $2 AND aggregate_type = $3 AND aggregate_id = $4
-          AND status IN ('retrying', 'dead', 'held') AND aggregate_version < $5) AS b
 ), v AS (
     INSERT INTO consumer_aggregate_versions AS c (consumer, aggregate_type, aggregate_id, version, prev_version)
-    VALUES ($2, $3, $4, CASE WHEN (SELECT f FROM fresh) AND NOT (SELECT b FROM blocked)
-                              AND (($6 AND $5 = 1) OR (NOT $6 AND $5 > 0)) THEN $5 ELSE 0 END, 0)
+    VALUES ($2, $3, $4, CASE WHEN (SELECT f FROM fresh) AND (($6 AND ($5 = 1 OR $8)) OR (NOT $6 AND $5 > 0))
+                              AND NOT consumer_blocked($2, $3, $4, $5) THEN $5 ELSE 0 END, 0)
     ON CONFLICT (consumer, aggregate_type, aggregate_id) DO UPDATE SET
         prev_version = c.version,
-        version = CASE WHEN (SELECT f FROM fresh) AND NOT (SELECT b FROM blocked)
-                            AND (($6 AND $5 = c.version + 1) OR (NOT $6 AND $5 > c.version))
+        version = CASE WHEN (SELECT f FROM fresh)
+                            AND (($6 AND ($5 = c.version + 1 OR (c.version = 0 AND $8))) OR (NOT $6 AND $5 > c.version))
+                            AND NOT consumer_blocked($2, $3, $4, $5)
                        THEN $5 ELSE c.version END,
         updated_at = now()
     RETURNING prev_version, version
 )
-SELECT (SELECT f FROM fresh), (SELECT b FROM blocked), prev_version, version FROM v`
+SELECT (SELECT f FROM fresh), prev_version, version FROM v`
 
 // Middleware is the Watermill handler middleware. One Consumer wraps one
 // handler. Messages handled concurrently (a subscriber that delivers a
@@ -244,7 +259,7 @@ func (c *Consumer) Middleware(h message.HandlerFunc) message.HandlerFunc {
 // handleOne runs one message in a transaction of its own.
 func (c *Consumer) handleOne(h message.HandlerFunc, msg *message.Message, env events.Envelope) ([]*message.Message, error) {
 	ctx := msg.Context()
-	out, o, err := c.apply(ctx, h, msg, env, true)
+	out, o, err := c.apply(ctx, h, msg, env, true, c.mayBaseline(env))
 	switch {
 	case err != nil:
 		// The handler failed: park the message for a retry, so that
@@ -282,24 +297,51 @@ func holdReason(o outcome, env events.Envelope) (reason, text string) {
 	return "behind an earlier event of its aggregate", ""
 }
 
+// mayBaseline says whether env may become its aggregate's baseline: it
+// occurred before Config.BaselineBefore.
+func (c *Consumer) mayBaseline(env events.Envelope) bool {
+	return !c.cfg.BaselineBefore.IsZero() && env.OccurredAt.Before(c.cfg.BaselineBefore)
+}
+
+// queueClaim queues the bookkeeping of one message.
+func (c *Consumer) queueClaim(q *pgx.Batch, env events.Envelope, fresh, baseline bool) {
+	q.Queue(claimSQL, env.MessageID, c.cfg.Consumer, env.AggregateType, env.AggregateID,
+		env.AggregateVersion, c.cfg.Ordering == Strict, fresh, baseline)
+}
+
+// readClaim reads the result of what queueClaim queued.
+func (c *Consumer) readClaim(res pgx.BatchResults, env events.Envelope, baseline bool) (outcome, error) {
+	var (
+		isNew        bool
+		prev, stored int64
+	)
+	if err := res.QueryRow().Scan(&isNew, &prev, &stored); err != nil {
+		return 0, err
+	}
+	return classify(isNew, c.cfg.Ordering == Strict, baseline, prev, stored, env.AggregateVersion), nil
+}
+
 // apply runs h on msg in a transaction with the bookkeeping. fresh says
 // whether the message must be recorded in processed_messages (false for a
-// retry, whose row was written when it was parked).
-func (c *Consumer) apply(ctx context.Context, h message.HandlerFunc, msg *message.Message, env events.Envelope, fresh bool) ([]*message.Message, outcome, error) {
+// retry, whose row was written when it was parked); baseline whether it may
+// become its aggregate's baseline.
+func (c *Consumer) apply(ctx context.Context, h message.HandlerFunc, msg *message.Message, env events.Envelope, fresh, baseline bool) ([]*message.Message, outcome, error) {
 	var (
 		out []*message.Message
 		o   outcome
 	)
 	err := pgx.BeginFunc(ctx, c.cfg.Pool, func(tx pgx.Tx) error {
-		var (
-			isNew, blocked bool
-			prev, stored   int64
-		)
-		if err := tx.QueryRow(ctx, claimSQL, env.MessageID, c.cfg.Consumer, env.AggregateType, env.AggregateID,
-			env.AggregateVersion, c.cfg.Ordering == Strict, fresh).Scan(&isNew, &blocked, &prev, &stored); err != nil {
+		var claim pgx.Batch
+		c.queueClaim(&claim, env, fresh, baseline)
+		res := tx.SendBatch(ctx, &claim)
+		var err error
+		o, err = c.readClaim(res, env, baseline)
+		if cerr := res.Close(); err == nil {
+			err = cerr
+		}
+		if err != nil {
 			return fmt.Errorf("idempotency: record message: %w", err)
 		}
-		o = classify(isNew, blocked, prev, stored, env.AggregateVersion)
 		switch o {
 		case duplicate, gap, held:
 			return errRollback
@@ -309,7 +351,6 @@ func (c *Consumer) apply(ctx context.Context, h message.HandlerFunc, msg *messag
 		var q pgx.Batch
 		msg.SetContext(withTx(ctx, tx, &q))
 		defer msg.SetContext(ctx)
-		var err error
 		if out, err = h(msg); err != nil {
 			return err
 		}
@@ -327,17 +368,23 @@ func (c *Consumer) apply(ctx context.Context, h message.HandlerFunc, msg *messag
 
 var errRollback = errors.New("rollback")
 
-// classify reads the claim statement's result. stored is the aggregate's
-// version after the upsert; it equals the message's version only when the
-// message applies.
-func classify(fresh, blocked bool, prev, stored, version int64) outcome {
+// classify reads the claim statement's result: whether the message was
+// new, and the aggregate's version before (prev) and after (stored) the
+// upsert, which equals the message's version only when it applied. A
+// message that the versions say would have applied and did not was
+// blocked by an open dead letter of its aggregate: it is held.
+func classify(fresh, strict, baseline bool, prev, stored, version int64) outcome {
+	next := version > prev
+	if strict {
+		next = version == prev+1 || (prev == 0 && baseline)
+	}
 	switch {
 	case !fresh:
 		return duplicate
-	case blocked:
-		return held
 	case stored == version && prev < version:
 		return applied
+	case next:
+		return held
 	case version <= stored:
 		return stale
 	default:
@@ -373,6 +420,13 @@ func (c *Consumer) parkTx(ctx context.Context, tx pgx.Tx, msg *message.Message, 
 		next = &t
 	}
 	ctx = context.WithoutCancel(ctx)
+	// processed_messages first, as the claim statement does: a batch of
+	// another instance that claimed the same message and parks it too
+	// takes the two rows in the same order, so the two cannot deadlock.
+	if _, err := tx.Exec(ctx, `INSERT INTO processed_messages (message_id, consumer) VALUES ($1, $2) ON CONFLICT DO NOTHING`,
+		env.MessageID, c.cfg.Consumer); err != nil {
+		return fmt.Errorf("idempotency: park message: %w", err)
+	}
 	if _, err := tx.Exec(ctx, `
 		INSERT INTO dead_letters (consumer, message_id, event_type, aggregate_type, aggregate_id, aggregate_version,
 		                          payload, metadata, status, reason, error, attempts, next_attempt_at)
@@ -380,10 +434,6 @@ func (c *Consumer) parkTx(ctx context.Context, tx pgx.Tx, msg *message.Message, 
 		ON CONFLICT (consumer, message_id) DO NOTHING`,
 		c.cfg.Consumer, env.MessageID, env.EventType, env.AggregateType, env.AggregateID, env.AggregateVersion,
 		[]byte(msg.Payload), md, status, reason, errText, attempts, next); err != nil {
-		return fmt.Errorf("idempotency: park message: %w", err)
-	}
-	if _, err := tx.Exec(ctx, `INSERT INTO processed_messages (message_id, consumer) VALUES ($1, $2) ON CONFLICT DO NOTHING`,
-		env.MessageID, c.cfg.Consumer); err != nil {
 		return fmt.Errorf("idempotency: park message: %w", err)
 	}
 	return nil

@@ -14,106 +14,170 @@ import (
 	"github.com/outflow-dev/outflow/internal/poll"
 )
 
+// retryRoundMax bounds the rows one retry round looks at, so that a round
+// ends; the next starts at once when a round was full.
+const retryRoundMax = 500
+
 // Run retries parked messages until ctx is done: a failed message when its
 // backoff has passed, and the held events of its aggregate, in version
-// order, once it applied. Run it next to the router, one per consumer per
-// process; several processes share the work (rows are claimed with SKIP
-// LOCKED).
+// order, once it applied. Each round looks at every due row (up to 500),
+// so held events that can apply never wait behind gaps that are still open.
+// Run it next to the router, one per consumer per process; several
+// processes share the work (rows are claimed with SKIP LOCKED).
 func (c *Consumer) Run(ctx context.Context) error {
-	poll.Drain(ctx, c.cfg.RetryPollInterval, c.retryDue, func(err error) {
+	poll.Drain(ctx, c.cfg.RetryPollInterval, c.retryRound, func(err error) {
 		c.cfg.Logger.Warn("retry parked messages", "consumer", c.cfg.Consumer, "error", err.Error())
 	})
 	return nil
 }
 
-// dueSQL picks, per aggregate, its lowest open row when it may run: a
-// retrying row whose time has come, or a held row with nothing earlier open
-// whose time has come or whose predecessor has just been applied (a gap that
-// closed need not wait for its next try).
-const dueSQL = `
-SELECT d.id, d.message_id::text, d.payload, d.metadata::text, d.status, d.attempts, d.created_at
-FROM dead_letters d
-WHERE d.consumer = $1 AND d.status IN ('retrying', 'held')
-  AND (d.next_attempt_at IS NULL OR d.next_attempt_at <= now()
-       OR (d.status = 'held' AND EXISTS (
+// dueWhere picks, per aggregate, its lowest open row when it may run: a
+// retrying row whose time has come; a held row whose time has come or whose
+// predecessor has just been applied (a gap that closed need not wait for
+// its next try); a row dead because its gap timed out, once its predecessor
+// has been applied after all (the gap heals without an operator). A row
+// dead after its handler failed MaxAttempts times waits for an operator.
+const dueWhere = `
+d.consumer = $1
+  AND (d.status IN ('retrying', 'held') OR (d.status = 'dead' AND d.reason = 'gap'))
+  AND ((d.status = 'retrying' AND d.next_attempt_at <= now())
+       OR (d.status = 'held' AND (d.next_attempt_at IS NULL OR d.next_attempt_at <= now()))
+       OR (d.status IN ('held', 'dead') AND EXISTS (
            SELECT 1 FROM consumer_aggregate_versions c
            WHERE c.consumer = d.consumer AND c.aggregate_type = d.aggregate_type AND c.aggregate_id = d.aggregate_id
-             AND c.version = d.aggregate_version - 1)))
+             AND c.version >= d.aggregate_version - 1)))
   AND NOT EXISTS (
       SELECT 1 FROM dead_letters e
       WHERE e.consumer = d.consumer AND e.aggregate_type = d.aggregate_type AND e.aggregate_id = d.aggregate_id
-        AND e.status IN ('retrying', 'dead', 'held') AND e.aggregate_version < d.aggregate_version)
-ORDER BY d.id
-LIMIT 1
+        AND e.status IN ('retrying', 'dead', 'held') AND e.aggregate_version < d.aggregate_version)`
+
+// dueIDsSQL lists a round's rows, oldest first, without locking them.
+const dueIDsSQL = `SELECT d.id FROM dead_letters d WHERE ` + dueWhere + ` ORDER BY d.id LIMIT $2`
+
+// lockDueSQL takes one row of the round if it is still due and no other
+// process holds it.
+const lockDueSQL = `
+SELECT d.message_id::text, d.payload, d.metadata::text, d.attempts, d.created_at
+FROM dead_letters d
+WHERE d.id = $2 AND ` + dueWhere + `
 FOR UPDATE SKIP LOCKED`
 
-// retryDue runs one due row. It returns how many rows it settled (0 or 1).
-func (c *Consumer) retryDue(ctx context.Context) (int, error) {
+// retryRound looks at every due row, up to retryRoundMax. It returns how
+// many it settled, or the round's size when the round was full, so that
+// poll.Drain runs another round at once when there may be more to do. A
+// row still waiting for its predecessor or failing again is looked at and
+// passed: it does not end the round.
+func (c *Consumer) retryRound(ctx context.Context) (int, error) {
 	c.mu.Lock()
 	h := c.handler
 	c.mu.Unlock()
 	if h == nil {
 		return 0, errors.New("idempotency: Run needs the Middleware applied to a handler first")
 	}
-	n := 0
+	rows, err := c.cfg.Pool.Query(ctx, dueIDsSQL, c.cfg.Consumer, retryRoundMax)
+	if err != nil {
+		return 0, fmt.Errorf("due dead letters: %w", err)
+	}
+	ids, err := pgx.CollectRows(rows, pgx.RowTo[int64])
+	if err != nil {
+		return 0, fmt.Errorf("due dead letters: %w", err)
+	}
+	settled := 0
+	var errs []error
+	for _, id := range ids {
+		if ctx.Err() != nil {
+			break
+		}
+		ok, err := c.retryOne(ctx, h, id)
+		if err != nil {
+			// One broken row must not stop the others: report it with the
+			// round.
+			errs = append(errs, fmt.Errorf("dead letter %d: %w", id, err))
+			continue
+		}
+		if ok {
+			settled++
+		}
+	}
+	if len(ids) == retryRoundMax {
+		settled = max(settled, len(ids))
+	}
+	return settled, errors.Join(errs...)
+}
+
+// retryOne runs the due row id, if it still is due and no other process has
+// it. It reports whether the row was settled (applied, or found stale or a
+// duplicate).
+func (c *Consumer) retryOne(ctx context.Context, h message.HandlerFunc, id int64) (bool, error) {
+	settled := false
 	err := pgx.BeginFunc(ctx, c.cfg.Pool, func(lock pgx.Tx) error {
 		var (
-			id        int64
 			msgID, md string
 			payload   []byte
-			status    string
 			attempts  int
 			created   time.Time
 		)
-		err := lock.QueryRow(ctx, dueSQL, c.cfg.Consumer).Scan(&id, &msgID, &payload, &md, &status, &attempts, &created)
+		err := lock.QueryRow(ctx, lockDueSQL, c.cfg.Consumer, id).Scan(&msgID, &payload, &md, &attempts, &created)
 		if errors.Is(err, pgx.ErrNoRows) {
-			return nil
+			return nil // settled meanwhile, no longer due, or another process has it
 		}
 		if err != nil {
 			return err
 		}
 		msg := message.NewMessage(msgID, payload)
 		if err := json.Unmarshal([]byte(md), &msg.Metadata); err != nil {
-			return fmt.Errorf("metadata of dead letter %d: %w", id, err)
+			return fmt.Errorf("metadata: %w", err)
 		}
 		msg.SetContext(ctx)
 		env, err := events.EnvelopeFromMessage(msg)
 		if err != nil {
-			return fmt.Errorf("envelope of dead letter %d: %w", id, err)
+			return fmt.Errorf("envelope: %w", err)
 		}
 		// The row stays locked (in lock) while the handler runs in its own
 		// transaction, so no other process runs it at the same time. Only
 		// open rows of lower versions block it.
-		_, o, herr := c.apply(ctx, h, msg, env, false)
-		n = 1
+		_, o, herr := c.apply(ctx, h, msg, env, false, c.mayBaseline(env))
+		timedOut := herr == nil && time.Since(created) >= c.cfg.GapTimeout
+		if timedOut && o == gap && !c.cfg.BaselineBefore.IsZero() {
+			// Nothing before it came in GapTimeout: with a baseline, an
+			// aggregate this consumer has applied nothing of starts here.
+			var base outcome
+			if _, base, herr = c.apply(ctx, h, msg, env, false, true); herr == nil && base == applied {
+				o = base
+				c.cfg.Logger.Warn("gap timed out on an aggregate with nothing applied: this version is its baseline",
+					"consumer", c.cfg.Consumer, "message_id", msgID, "aggregate_id", env.AggregateID,
+					"aggregate_version", env.AggregateVersion)
+			}
+		}
 		switch {
 		case herr == nil && (o == applied || o == stale || o == duplicate):
+			settled = true
 			_, err = lock.Exec(ctx, `UPDATE dead_letters SET status = 'resolved', resolved_at = now() WHERE id = $1`, id)
 			c.cfg.Logger.Info("parked message applied", "consumer", c.cfg.Consumer, "message_id", msgID,
 				"aggregate_id", env.AggregateID, "aggregate_version", env.AggregateVersion, "outcome", o.String())
-		case herr == nil && time.Since(created) >= c.cfg.GapTimeout: // the gap never filled: report it
-			n = 0
-			_, err = lock.Exec(ctx, `UPDATE dead_letters SET status = 'dead', error = $2, next_attempt_at = NULL WHERE id = $1`,
+		case timedOut: // the gap never filled: report it; it heals if its predecessor applies later
+			_, err = lock.Exec(ctx, `UPDATE dead_letters SET status = 'dead', reason = 'gap', error = $2, next_attempt_at = NULL WHERE id = $1`,
 				id, fmt.Sprintf("version %d waited %s for version %d", env.AggregateVersion, c.cfg.GapTimeout, env.AggregateVersion-1))
 			c.cfg.Logger.Error("gap timed out: message dead", "consumer", c.cfg.Consumer, "message_id", msgID,
 				"aggregate_id", env.AggregateID, "aggregate_version", env.AggregateVersion)
-		case herr == nil: // a gap: wait for the earlier event
-			n = 0
-			_, err = lock.Exec(ctx, `UPDATE dead_letters SET next_attempt_at = $2 WHERE id = $1`,
+		case herr == nil: // a gap (or held behind one): wait for the earlier event
+			_, err = lock.Exec(ctx, `UPDATE dead_letters SET status = 'held', next_attempt_at = $2 WHERE id = $1`,
 				id, time.Now().Add(c.cfg.GapRetryDelay))
 		default:
+			// The handler's own failure: reason says so, so that a row dead
+			// after MaxAttempts never heals like a timed-out gap.
 			attempts++
 			if attempts >= c.cfg.MaxAttempts {
-				_, err = lock.Exec(ctx, `UPDATE dead_letters SET status = 'dead', attempts = $2, error = $3, next_attempt_at = NULL WHERE id = $1`,
+				_, err = lock.Exec(ctx, `UPDATE dead_letters SET status = 'dead', reason = 'handler failed', attempts = $2, error = $3, next_attempt_at = NULL WHERE id = $1`,
 					id, attempts, herr.Error())
 				c.cfg.Logger.Error("message dead-lettered after max attempts", "consumer", c.cfg.Consumer, "message_id", msgID,
 					"aggregate_id", env.AggregateID, "attempts", attempts, "error", herr.Error())
 			} else {
-				_, err = lock.Exec(ctx, `UPDATE dead_letters SET status = 'retrying', attempts = $2, error = $3, next_attempt_at = $4 WHERE id = $1`,
+				_, err = lock.Exec(ctx, `UPDATE dead_letters SET status = 'retrying', reason = 'handler failed', attempts = $2, error = $3, next_attempt_at = $4 WHERE id = $1`,
 					id, attempts, herr.Error(), time.Now().Add(c.backoff(attempts)))
 			}
 		}
 		return err
 	})
-	return n, err
+	return settled, err
 }

@@ -5,6 +5,7 @@
 //	outflow-bench forward [-backlog 100000] [-rate 1000] [-duration 10s] [-published 1000000] [-only throughput,latency,claim]
 //	outflow-bench brokers [-brokers redis,nats,amqp,kafka,sql] [-backlog 20000] [-rate 1000] [-duration 10s]
 //	outflow-bench pipeline [-backlog 60000] [-rate 3000] [-duration 20s] [-producers 16] [-per-tx 1] [-consumer-batch 100] [-only drain,steady]
+//	outflow-bench history [-processed 10000000] [-aggregates 1000000] [-backlog 15000] [-rounds 11]
 //
 // The database is BENCH_DATABASE_URL, defaulting to the test database.
 package main
@@ -38,7 +39,7 @@ func main() {
 
 func run(ctx context.Context, args []string) error {
 	if len(args) == 0 {
-		return fmt.Errorf("usage: outflow-bench pay|forward|pipeline|brokers [flags]")
+		return fmt.Errorf("usage: outflow-bench pay|forward|pipeline|brokers|history [flags]")
 	}
 	dbURL := os.Getenv("BENCH_DATABASE_URL")
 	if dbURL == "" {
@@ -123,8 +124,27 @@ func run(ctx context.Context, args []string) error {
 		}
 		return bench.Pipeline(ctx, bench.PipelineConfig{DatabaseURL: dbURL, RedisURL: redisURL(), Backlog: *backlog,
 			Rate: *rate, Duration: *dur, Producers: *producers, PerTx: *perTx, ConsumerBatch: *consumerBatch, Only: splitNonEmpty(*only), Out: os.Stdout})
+	case "history":
+		fs := flag.NewFlagSet("history", flag.ContinueOnError)
+		processed := fs.Int("processed", 10_000_000, "rows seeded in processed_messages")
+		aggregates := fs.Int("aggregates", 1_000_000, "rows seeded in consumer_aggregate_versions")
+		backlog := fs.Int("backlog", 15_000, "events each drain moves (payments of three events)")
+		rounds := fs.Int("rounds", 11, "drains per schema, alternating which goes first; the median ratio of the rounds is the result")
+		if err := fs.Parse(args[1:]); err != nil {
+			return err
+		}
+		switch {
+		case *processed < 0 || *aggregates < 0:
+			return fmt.Errorf("invalid -processed or -aggregates: must not be negative")
+		case *backlog < 3:
+			return fmt.Errorf("invalid -backlog: must be at least 3 (one payment)")
+		case *rounds < 1:
+			return fmt.Errorf("invalid -rounds: must be positive")
+		}
+		return bench.History(ctx, bench.HistoryConfig{DatabaseURL: dbURL, RedisURL: redisURL(), Processed: *processed,
+			Aggregates: *aggregates, Backlog: *backlog, Rounds: *rounds, Out: os.Stdout})
 	default:
-		return fmt.Errorf("unknown benchmark %q (known: pay, forward, pipeline, brokers)", args[0])
+		return fmt.Errorf("unknown benchmark %q (known: pay, forward, pipeline, brokers, history)", args[0])
 	}
 }
 
