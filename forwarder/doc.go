@@ -5,9 +5,9 @@
 //
 // # Design: claim, publish, mark, over leased partitions
 //
-// Of the three designs weighed in shared/design/forwarder-options.md (claim
-// and mark; claim and delete; per-partition watermarks), this is the first,
-// over partitions leased to instances. Why:
+// Of the three designs we weighed (claim and mark; claim and delete;
+// per-partition watermarks), this is the first, over partitions leased to
+// instances. Why:
 //
 //   - Claiming by state (published_at IS NULL through a partial index), never
 //     by an id cursor, cannot skip a row whose transaction committed after a

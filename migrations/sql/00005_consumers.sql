@@ -27,8 +27,9 @@ CREATE TABLE consumer_aggregate_versions (
 
 -- Messages a consumer could not apply yet, kept whole. status:
 --   retrying: the handler failed; tried again at next_attempt_at;
---   dead:     out of attempts (or a gap that never filled): waits for an
---             operator (outflow dlq retry | discard);
+--   dead:     out of attempts: waits for an operator (outflow dlq retry |
+--             discard); a gap that timed out (reason 'gap') heals by
+--             itself once its predecessor applies;
 --   held:     a later event of an aggregate that has an earlier row here;
 --             applied, in version order, once the earlier one is;
 --   resolved, discarded: done.
