@@ -46,7 +46,8 @@ func verify(secret string, h http.Header, body []byte) bool {
 
 func TestRetryableStatuses(t *testing.T) {
 	t.Parallel()
-	for code, want := range map[int]bool{0: true, 200: false, 400: false, 401: false, 404: false, 410: false, 429: true, 500: true, 502: true, 503: true} {
+	for code, want := range map[int]bool{0: true, 200: false, 301: true, 302: true, 307: true, 400: false, 401: false, 404: false,
+		408: true, 410: false, 422: false, 425: true, 429: true, 500: true, 502: true, 503: true} {
 		require.Equal(t, want, handlers.Retryable(code), "status %d", code)
 	}
 }
@@ -94,8 +95,8 @@ func TestSenderRetriesAndDeadLetters(t *testing.T) {
 		require.NoError(t, err)
 	}
 
-	sender := handlers.NewSender(p.schema.Pool, handlers.NotifyConfig{Timeout: 100 * time.Millisecond, Backoff: 10 * time.Millisecond,
-		BackoffMax: 20 * time.Millisecond, PollInterval: 10 * time.Millisecond, Logger: quiet})
+	sender := newSender(t, p, handlers.NotifyConfig{Timeout: 100 * time.Millisecond, Backoff: 10 * time.Millisecond,
+		BackoffMax: 20 * time.Millisecond, PollInterval: 10 * time.Millisecond})
 	run(t, sender.Run)
 
 	status := func(url string) (string, int) {
