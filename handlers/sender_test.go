@@ -261,9 +261,10 @@ func TestLateResultDoesNotOverwriteDelivered(t *testing.T) {
 		return count(t, p, `SELECT count(*) FROM webhook_deliveries WHERE id = $1 AND status = 'delivered'`, id) == 1
 	})
 	mu.Lock()
-	require.False(t, firstEnded.IsZero())
-	require.True(t, secondBegan.After(firstEnded), "the second request began after the first one ended")
+	ended, began := firstEnded, secondBegan
 	mu.Unlock()
+	require.False(t, ended.IsZero(), "the first request ended before the second sender delivered")
+	require.True(t, began.After(ended), "the second request began after the first one ended")
 
 	close(hold) // the first sender's timeout is settled now, too late
 	outflowtest.WaitFor(t, 10*time.Second, "the late attempt recorded", func() bool {
