@@ -23,7 +23,8 @@ import (
 
 // NotifyConfig configures NotifyMerchant and the webhook [Sender].
 type NotifyConfig struct {
-	// Client sends the webhooks. Defaults to an http.Client. Redirects are
+	// Client sends the webhooks. Defaults to an http.Client keeping
+	// PerMerchant idle connections per host. Redirects are
 	// never followed, whatever the Client says: the Sender uses a copy
 	// whose CheckRedirect keeps the 3xx response (a 301/302/303 would turn
 	// the POST into a GET, whose 2xx would be recorded as delivered).

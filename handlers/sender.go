@@ -68,7 +68,12 @@ func NewSender(pool *pgxpool.Pool, cfg NotifyConfig) (*Sender, error) {
 	if err := cfg.validate(); err != nil {
 		return nil, err
 	}
-	client := &http.Client{}
+	// The default transport keeps 2 idle connections per host: with
+	// PerMerchant requests in flight to one merchant, the others would
+	// open a connection each time.
+	tr := http.DefaultTransport.(*http.Transport).Clone()
+	tr.MaxIdleConnsPerHost = max(cfg.PerMerchant, tr.MaxIdleConnsPerHost)
+	client := &http.Client{Transport: tr}
 	if cfg.Client != nil {
 		c := *cfg.Client // a copy: the caller's client keeps its own policy
 		client = &c

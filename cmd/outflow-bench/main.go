@@ -4,6 +4,7 @@
 //	outflow-bench pay [-ops 6000] [-slices 20] [-clients 1,4,16]
 //	outflow-bench forward [-backlog 100000] [-rate 1000] [-duration 10s] [-published 1000000] [-only throughput,latency,claim]
 //	outflow-bench brokers [-brokers redis,nats,amqp,kafka,sql] [-backlog 20000] [-rate 1000] [-duration 10s]
+//	outflow-bench webhooks [-rate 500] [-duration 10s] [-merchants 10] [-slow 10s]
 //	outflow-bench pipeline [-backlog 60000] [-rate 3000] [-duration 20s] [-producers 16] [-per-tx 1] [-consumer-batch 100] [-only drain,steady]
 //
 // The database is BENCH_DATABASE_URL, defaulting to the test database.
@@ -38,7 +39,7 @@ func main() {
 
 func run(ctx context.Context, args []string) error {
 	if len(args) == 0 {
-		return fmt.Errorf("usage: outflow-bench pay|forward|pipeline|brokers [flags]")
+		return fmt.Errorf("usage: outflow-bench pay|forward|pipeline|brokers|webhooks [flags]")
 	}
 	dbURL := os.Getenv("BENCH_DATABASE_URL")
 	if dbURL == "" {
@@ -123,8 +124,22 @@ func run(ctx context.Context, args []string) error {
 		}
 		return bench.Pipeline(ctx, bench.PipelineConfig{DatabaseURL: dbURL, RedisURL: redisURL(), Backlog: *backlog,
 			Rate: *rate, Duration: *dur, Producers: *producers, PerTx: *perTx, ConsumerBatch: *consumerBatch, Only: splitNonEmpty(*only), Out: os.Stdout})
+	case "webhooks":
+		fs := flag.NewFlagSet("webhooks", flag.ContinueOnError)
+		rate := fs.Int("rate", 500, "deliveries recorded per second")
+		dur := fs.Duration("duration", 10*time.Second, "length of each run")
+		merchants := fs.Int("merchants", 10, "merchants sharing the rate")
+		slow := fs.Duration("slow", 10*time.Second, "how long the slow merchant takes to answer in the last run")
+		if err := fs.Parse(args[1:]); err != nil {
+			return err
+		}
+		if *rate < 1 || *dur <= 0 || *merchants < 2 || *slow <= 0 {
+			return fmt.Errorf("invalid -rate, -duration, -merchants (at least 2) or -slow: must be positive")
+		}
+		return bench.Webhooks(ctx, bench.WebhooksConfig{DatabaseURL: dbURL, Rate: *rate, Duration: *dur, Merchants: *merchants,
+			SlowDelay: *slow, Out: os.Stdout})
 	default:
-		return fmt.Errorf("unknown benchmark %q (known: pay, forward, pipeline, brokers)", args[0])
+		return fmt.Errorf("unknown benchmark %q (known: pay, forward, pipeline, brokers, webhooks)", args[0])
 	}
 }
 
