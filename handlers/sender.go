@@ -48,6 +48,7 @@ import (
 type Sender struct {
 	pool   *pgxpool.Pool
 	cfg    NotifyConfig
+	cfgErr error
 	client *http.Client
 	wake   chan struct{}
 
@@ -59,14 +60,14 @@ type Sender struct {
 	settleHook func(deliveryID int64)
 }
 
-// NewSender validates cfg and returns a Sender; Run starts it.
-func NewSender(pool *pgxpool.Pool, cfg NotifyConfig) (*Sender, error) {
+// NewSender returns a Sender with cfg's defaults applied; Run starts it.
+// An invalid cfg (or a nil pool) makes Run return at once with an error
+// naming the field.
+func NewSender(pool *pgxpool.Pool, cfg NotifyConfig) *Sender {
 	cfg.setDefaults()
+	err := cfg.validate()
 	if pool == nil {
-		return nil, errors.New("notify config: pool is required")
-	}
-	if err := cfg.validate(); err != nil {
-		return nil, err
+		err = errors.Join(err, errors.New("notify config: pool is required"))
 	}
 	// The default transport keeps 2 idle connections per host: with
 	// PerMerchant requests in flight to one merchant, the others would
@@ -79,7 +80,7 @@ func NewSender(pool *pgxpool.Pool, cfg NotifyConfig) (*Sender, error) {
 		client = &c
 	}
 	client.CheckRedirect = func(*http.Request, []*http.Request) error { return http.ErrUseLastResponse }
-	return &Sender{pool: pool, cfg: cfg, client: client, wake: make(chan struct{}, 1), inflight: map[string]int{}}, nil
+	return &Sender{pool: pool, cfg: cfg, cfgErr: err, client: client, wake: make(chan struct{}, 1), inflight: map[string]int{}}
 }
 
 // Wake makes a running Sender look for due deliveries now rather than at
@@ -94,7 +95,11 @@ func (s *Sender) Wake() {
 
 // Run delivers due webhooks until ctx is done. Then it cancels the requests
 // in flight, releases their leases, and returns nil once every one ended.
+// It returns at once the error of an invalid configuration.
 func (s *Sender) Run(ctx context.Context) error {
+	if s.cfgErr != nil {
+		return s.cfgErr
+	}
 	var wg sync.WaitGroup
 	defer wg.Wait()
 	poll.DrainOrWake(ctx, s.cfg.PollInterval, s.wake, func(ctx context.Context) (int, error) {

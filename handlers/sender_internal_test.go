@@ -1,6 +1,7 @@
 package handlers
 
 import (
+	"context"
 	"errors"
 	"net/http"
 	"testing"
@@ -87,4 +88,6 @@ func TestNotifyConfigValidation(t *testing.T) {
 		tt.cfg.setDefaults()
 		require.ErrorContains(t, tt.cfg.validate(), tt.want)
 	}
+	require.ErrorContains(t, NewSender(nil, NotifyConfig{PerMerchant: -1}).Run(context.Background()), "PerMerchant",
+		"Run refuses an invalid config at once")
 }

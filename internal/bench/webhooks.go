@@ -231,10 +231,7 @@ func webhookRun(ctx context.Context, cfg WebhooksConfig, slow time.Duration) (we
 			return webhookResult{}, err
 		}
 	}
-	sender, err := handlers.NewSender(pool, handlers.NotifyConfig{Logger: quietLogger()})
-	if err != nil {
-		return webhookResult{}, err
-	}
+	sender := handlers.NewSender(pool, handlers.NotifyConfig{Logger: quietLogger()})
 	sctx, stop := context.WithCancel(ctx)
 	defer stop()
 	sent := make(chan struct{})

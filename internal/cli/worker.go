@@ -110,12 +110,7 @@ func buildWorker(ctx context.Context, c config.Config, o *workerOptions, logger 
 	}
 	notify := handlers.NotifyConfig{Timeout: o.webhookTimeout, Concurrency: o.webhookInFlight,
 		PerMerchant: o.webhookPerMerch, Logger: logger}
-	sender, err := handlers.NewSender(pool, notify)
-	if err != nil {
-		pool.Close()
-		backend.Close()
-		return nil, err
-	}
+	sender := handlers.NewSender(pool, notify)
 	// The handler wakes this process's sender once a delivery committed;
 	// senders in other processes find it at their next poll.
 	notify.Wake = sender.Wake
@@ -137,7 +132,12 @@ func buildWorker(ctx context.Context, c config.Config, o *workerOptions, logger 
 		defer backend.Close()
 		sctx, stop := context.WithCancel(ctx)
 		sent := make(chan struct{})
-		go func() { defer close(sent); _ = sender.Run(sctx) }()
+		go func() {
+			defer close(sent)
+			if err := sender.Run(sctx); err != nil {
+				logger.Error("webhook sender stopped", "error", err.Error())
+			}
+		}()
 		if purge != nil {
 			purged := make(chan struct{})
 			go func() { defer close(purged); _ = purge(sctx) }()
