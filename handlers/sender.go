@@ -189,16 +189,16 @@ func (s *Sender) dispatch(ctx context.Context, wg *sync.WaitGroup) (bool, error)
 		s.inflight[d.MerchantID]++
 		s.total++
 		s.mu.Unlock()
-		wg.Go(func() {
-			defer s.done(d.MerchantID)
-			s.deliver(ctx, d, deadline)
-		})
+		wg.Go(func() { s.deliver(ctx, d, deadline) })
 	}
 	return len(due) == free, nil
 }
 
-// done frees a slot; it wakes the Sender when the slot's merchant or the
-// Sender was full, as due deliveries may have been left behind for it.
+// done frees a request's slot as soon as the merchant answered, before the
+// result is settled (the delivery stays leased until then): the bound is on
+// requests, and a merchant's next request need not wait for a database
+// round trip. It wakes the Sender when the slot's merchant or the Sender
+// was full, as due deliveries may have been left behind for it.
 func (s *Sender) done(merchantID string) {
 	s.mu.Lock()
 	wasFull := s.inflight[merchantID] >= s.cfg.PerMerchant || s.total >= s.cfg.Concurrency
@@ -216,6 +216,7 @@ func (s *Sender) done(merchantID string) {
 // shutdown cut the attempt short.
 func (s *Sender) deliver(ctx context.Context, d delivery, deadline time.Time) {
 	a := s.attempt(ctx, d, deadline)
+	s.done(d.MerchantID)
 	// Settling must outlive the shutdown that may have ended ctx; it is
 	// bounded by its own timeout instead.
 	sctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 5*time.Second)
