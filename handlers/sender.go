@@ -100,15 +100,23 @@ func (s *Sender) Run(ctx context.Context) error {
 	if s.cfgErr != nil {
 		return s.cfgErr
 	}
+	// One settler records every result, many per statement: under load
+	// the results batch up instead of holding a connection each, and
+	// leasing never queues behind them for the pool.
+	results := make(chan settled, s.cfg.Concurrency)
+	settlerDone := make(chan struct{})
+	go func() { defer close(settlerDone); s.settler(ctx, results) }()
 	var wg sync.WaitGroup
-	defer wg.Wait()
 	poll.DrainOrWake(ctx, s.cfg.PollInterval, s.wake, func(ctx context.Context) (int, error) {
-		full, err := s.dispatch(ctx, &wg)
+		full, err := s.dispatch(ctx, &wg, results)
 		if full {
 			return 1, err // took all it asked for: more may be due
 		}
 		return 0, err
 	}, func(err error) { s.cfg.Logger.Warn("lease webhook deliveries", "error", err.Error()) })
+	wg.Wait()
+	close(results)
+	<-settlerDone
 	return nil
 }
 
@@ -158,7 +166,7 @@ RETURNING d.id, d.message_id::text, d.url, d.body, d.attempts, d.merchant_id::te
 // dispatch leases as many due deliveries as there are free slots and
 // starts a request for each. It reports whether it got every one it asked
 // for.
-func (s *Sender) dispatch(ctx context.Context, wg *sync.WaitGroup) (bool, error) {
+func (s *Sender) dispatch(ctx context.Context, wg *sync.WaitGroup, results chan<- settled) (bool, error) {
 	s.mu.Lock()
 	free := s.cfg.Concurrency - s.total
 	merchants := make([]string, 0, len(s.inflight))
@@ -175,13 +183,13 @@ func (s *Sender) dispatch(ctx context.Context, wg *sync.WaitGroup) (bool, error)
 	// at least LeaseMargin before the lease does.
 	deadline := time.Now().Add(s.cfg.Timeout)
 	lease := s.cfg.Timeout + s.cfg.LeaseMargin
-	rows, err := s.pool.Query(ctx, leaseSQL, free, lease.Seconds(), merchants, counts, s.cfg.PerMerchant,
-		min(free*s.cfg.PerMerchant, 1000))
-	if err != nil {
-		return false, fmt.Errorf("lease webhook deliveries: %w", err)
-	}
-	due, err := pgx.CollectRows(rows, pgx.RowToStructByPos[delivery])
-	if err != nil {
+	var due []delivery
+	if err := s.unflushed(ctx, leaseSQL, []any{free, lease.Seconds(), merchants, counts, s.cfg.PerMerchant,
+		min(free*s.cfg.PerMerchant, 1000)}, func(rows pgx.Rows) error {
+		var err error
+		due, err = pgx.CollectRows(rows, pgx.RowToStructByPos[delivery])
+		return err
+	}); err != nil {
 		return false, fmt.Errorf("lease webhook deliveries: %w", err)
 	}
 	for _, d := range due {
@@ -189,7 +197,7 @@ func (s *Sender) dispatch(ctx context.Context, wg *sync.WaitGroup) (bool, error)
 		s.inflight[d.MerchantID]++
 		s.total++
 		s.mu.Unlock()
-		wg.Go(func() { s.deliver(ctx, d, deadline) })
+		wg.Go(func() { s.deliver(ctx, d, deadline, results) })
 	}
 	return len(due) == free, nil
 }
@@ -212,17 +220,17 @@ func (s *Sender) done(merchantID string) {
 	}
 }
 
-// deliver makes one attempt and settles it, or releases the lease when the
-// shutdown cut the attempt short.
-func (s *Sender) deliver(ctx context.Context, d delivery, deadline time.Time) {
+// deliver makes one attempt and hands it to the settler, or releases the
+// lease when the shutdown cut the attempt short.
+func (s *Sender) deliver(ctx context.Context, d delivery, deadline time.Time, results chan<- settled) {
 	a := s.attempt(ctx, d, deadline)
 	s.done(d.MerchantID)
-	// Settling must outlive the shutdown that may have ended ctx; it is
-	// bounded by its own timeout instead.
-	sctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 5*time.Second)
-	defer cancel()
 	if a.err != nil && !a.permanent && ctx.Err() != nil {
-		if _, err := s.pool.Exec(sctx, `
+		// Releasing must outlive the shutdown that ended ctx; it is
+		// bounded by its own timeout instead.
+		rctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 5*time.Second)
+		defer cancel()
+		if _, err := s.pool.Exec(rctx, `
 			UPDATE webhook_deliveries SET lease_token = NULL, next_attempt_at = now()
 			WHERE id = $1 AND lease_token = $2 AND status = 'pending'`, d.ID, d.LeaseToken); err != nil {
 			s.cfg.Logger.Warn("release webhook delivery", "message_id", d.MessageID, "error", err.Error())
@@ -232,9 +240,7 @@ func (s *Sender) deliver(ctx context.Context, d delivery, deadline time.Time) {
 	if s.settleHook != nil {
 		s.settleHook(d.ID)
 	}
-	if err := s.settle(sctx, d, a); err != nil {
-		s.cfg.Logger.Warn("settle webhook delivery", "message_id", d.MessageID, "error", err.Error())
-	}
+	results <- s.outcomeOf(d, a)
 }
 
 // result is one attempt's outcome.
@@ -294,64 +300,149 @@ func (s *Sender) attempt(ctx context.Context, d delivery, deadline time.Time) re
 	return r
 }
 
-// settleSQL records an attempt and, when the sender still holds the
-// delivery's lease ($2) and it is pending, applies the outcome: status $3,
-// next attempt in $4 seconds, last error $5. The attempt is recorded
-// either way, lease_lost when nothing was applied.
-const settleSQL = `
-WITH upd AS (
-    UPDATE webhook_deliveries
-    SET status = $3, attempts = attempts + 1, lease_token = NULL,
-        next_attempt_at = now() + make_interval(secs => $4), last_error = $5,
-        delivered_at = CASE WHEN $3 = 'delivered' THEN now() END
-    WHERE id = $1 AND lease_token = $2 AND status = 'pending'
-    RETURNING 1
-)
-INSERT INTO webhook_attempts (delivery_id, status_code, latency_ms, error, lease_lost)
-SELECT $1, $6, $7, $8, NOT EXISTS (SELECT 1 FROM upd)
-RETURNING lease_lost`
+// settled is an attempt's result as the settler records it.
+type settled struct {
+	d        delivery
+	a        result
+	status   string        // pending (retry), delivered or dead
+	delay    time.Duration // until the next attempt, when pending
+	attempts int           // with this one
+}
 
-func (s *Sender) settle(ctx context.Context, d delivery, a result) error {
-	attempts := d.Attempts + 1
-	status, delay := "pending", time.Duration(0)
+func (s *Sender) outcomeOf(d delivery, a result) settled {
+	r := settled{d: d, a: a, status: "pending", attempts: d.Attempts + 1}
 	switch v := classify(a.code, a.err, a.permanent); {
 	case v == verdictDelivered:
-		status = "delivered"
-	case v == verdictRetry && attempts < s.cfg.MaxAttempts:
-		delay = s.backoff(attempts)
+		r.status = "delivered"
+	case v == verdictRetry && r.attempts < s.cfg.MaxAttempts:
+		r.delay = s.backoff(r.attempts)
 		if a.retryAfter >= 0 {
-			delay = min(a.retryAfter, s.cfg.BackoffMax)
+			r.delay = min(a.retryAfter, s.cfg.BackoffMax)
 		}
 	default:
-		status = "dead"
+		r.status = "dead"
 	}
-	var lastErr, attemptErr *string
-	if status != "delivered" {
-		e := truncate(outcome(a), 2000)
-		lastErr = &e
+	return r
+}
+
+// settler records results until results is closed, every result waiting
+// at the time in one statement (at most 200).
+func (s *Sender) settler(ctx context.Context, results <-chan settled) {
+	// Settling must outlive the shutdown that ended ctx: results of
+	// requests that completed are recorded.
+	ctx = context.WithoutCancel(ctx)
+	for r := range results {
+		batch := []settled{r}
+	more:
+		for len(batch) < 200 {
+			select {
+			case r, ok := <-results:
+				if !ok {
+					break more
+				}
+				batch = append(batch, r)
+			default:
+				break more
+			}
+		}
+		sctx, cancel := context.WithTimeout(ctx, 10*time.Second)
+		if err := s.settle(sctx, batch); err != nil {
+			// The deliveries stay leased; they go out again once the
+			// leases lapse, their attempts unrecorded.
+			s.cfg.Logger.Warn("settle webhook deliveries", "deliveries", len(batch), "error", err.Error())
+		}
+		cancel()
 	}
-	if a.err != nil {
-		e := truncate(a.err.Error(), 2000)
-		attemptErr = &e
+}
+
+// settleSQL records attempts and, for each delivery the sender still holds
+// the lease of (token) while it is pending, applies its outcome: status,
+// next attempt in delay seconds, last error. Every attempt is recorded,
+// lease_lost when nothing was applied.
+const settleSQL = `
+WITH r AS (
+    SELECT * FROM unnest($1::bigint[], $2::uuid[], $3::text[], $4::float8[], $5::text[], $6::int[], $7::float8[], $8::text[])
+        AS r(id, token, status, delay, last_error, code, latency_ms, error)
+), upd AS (
+    UPDATE webhook_deliveries d
+    SET status = r.status, attempts = d.attempts + 1, lease_token = NULL,
+        next_attempt_at = now() + make_interval(secs => r.delay), last_error = r.last_error,
+        delivered_at = CASE WHEN r.status = 'delivered' THEN now() END
+    FROM r
+    WHERE d.id = r.id AND d.lease_token = r.token AND d.status = 'pending'
+    RETURNING d.id
+)
+INSERT INTO webhook_attempts (delivery_id, status_code, latency_ms, error, lease_lost)
+SELECT r.id, r.code, r.latency_ms, r.error, NOT EXISTS (SELECT 1 FROM upd WHERE upd.id = r.id) FROM r
+RETURNING delivery_id, lease_lost`
+
+func (s *Sender) settle(ctx context.Context, batch []settled) error {
+	n := len(batch)
+	var (
+		ids      = make([]int64, n)
+		tokens   = make([]string, n)
+		statuses = make([]string, n)
+		delays   = make([]float64, n)
+		lastErrs = make([]*string, n)
+		codes    = make([]*int, n)
+		lats     = make([]float64, n)
+		errs     = make([]*string, n)
+	)
+	for i, r := range batch {
+		ids[i], tokens[i], statuses[i], delays[i] = r.d.ID, r.d.LeaseToken, r.status, r.delay.Seconds()
+		lats[i] = float64(r.a.latency.Microseconds()) / 1000
+		if r.status != "delivered" {
+			e := truncate(outcome(r.a), 2000)
+			lastErrs[i] = &e
+		}
+		if r.a.err != nil {
+			e := truncate(r.a.err.Error(), 2000)
+			errs[i] = &e
+		}
+		if r.a.code != 0 {
+			codes[i] = &r.a.code
+		}
 	}
-	var code *int
-	if a.code != 0 {
-		code = &a.code
+	lost := map[int64]bool{}
+	if err := s.unflushed(ctx, settleSQL, []any{ids, tokens, statuses, delays, lastErrs, codes, lats, errs},
+		func(rows pgx.Rows) error {
+			var id int64
+			var l bool
+			_, err := pgx.ForEachRow(rows, []any{&id, &l}, func() error {
+				if l {
+					lost[id] = true
+				}
+				return nil
+			})
+			return err
+		}); err != nil {
+		return fmt.Errorf("settle webhook deliveries: %w", err)
 	}
-	var lost bool
-	if err := s.pool.QueryRow(ctx, settleSQL, d.ID, d.LeaseToken, status, delay.Seconds(), lastErr, code,
-		float64(a.latency.Microseconds())/1000, attemptErr).Scan(&lost); err != nil {
-		return fmt.Errorf("settle webhook delivery %d: %w", d.ID, err)
-	}
-	switch {
-	case lost:
-		s.cfg.Logger.Warn("webhook delivery lease lost before its result was recorded", "message_id", d.MessageID,
-			"merchant_id", d.MerchantID, "result", outcome(a))
-	case status == "dead":
-		s.cfg.Logger.Warn("webhook delivery dead", "message_id", d.MessageID, "merchant_id", d.MerchantID,
-			"attempts", attempts, "last", outcome(a))
+	for _, r := range batch {
+		switch {
+		case lost[r.d.ID]:
+			s.cfg.Logger.Warn("webhook delivery lease lost before its result was recorded", "message_id", r.d.MessageID,
+				"merchant_id", r.d.MerchantID, "result", outcome(r.a))
+		case r.status == "dead":
+			s.cfg.Logger.Warn("webhook delivery dead", "message_id", r.d.MessageID, "merchant_id", r.d.MerchantID,
+				"attempts", r.attempts, "last", outcome(r.a))
+		}
 	}
 	return nil
+}
+
+// unflushed runs one statement in a transaction of its own whose commit
+// does not wait for its WAL flush, in one round trip; fn reads its rows. A
+// lease or a settle that a PostgreSQL crash forgets means the webhook is
+// sent again (a duplicate, which the merchant may get anyway), never lost;
+// waiting for the flush of each would cost a disk sync per webhook, twice.
+func (s *Sender) unflushed(ctx context.Context, sql string, args []any, fn func(pgx.Rows) error) error {
+	b := &pgx.Batch{}
+	b.Queue("BEGIN")
+	b.Queue(`SELECT set_config('synchronous_commit', 'off', true)`)
+	b.Queue(sql, args...).Query(fn)
+	b.Queue("COMMIT")
+	return s.pool.SendBatch(ctx, b).Close()
 }
 
 type verdict int
