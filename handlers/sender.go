@@ -45,6 +45,11 @@ import (
 // URL is not an absolute http(s) URL. An attempt cut short by the Sender's
 // shutdown is not recorded and does not count: its lease is released so
 // that the delivery goes out again promptly.
+//
+// A request's slot is freed as soon as the merchant answered; one
+// goroutine records the results, all those waiting in one statement.
+// Leases and results commit without waiting for their WAL flush: one that
+// a PostgreSQL crash forgets means the webhook is sent again, never lost.
 type Sender struct {
 	pool   *pgxpool.Pool
 	cfg    NotifyConfig
