@@ -380,3 +380,34 @@ func TestPurgeWebhooks(t *testing.T) {
 	require.Equal(t, 2, count(t, p, `SELECT count(*) FROM webhook_deliveries`))
 	require.Equal(t, 4, count(t, p, `SELECT count(*) FROM webhook_attempts`))
 }
+
+// Merchants that all hang fill the Sender's overall bound, not more.
+func TestSenderBoundsRequestsOverall(t *testing.T) {
+	t.Parallel()
+	p := newPipeline(t)
+	var hanging, maxHanging atomic.Int32
+	release := make(chan struct{})
+	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		_, _ = io.ReadAll(r.Body)
+		n := hanging.Add(1)
+		for m := maxHanging.Load(); n > m && !maxHanging.CompareAndSwap(m, n); m = maxHanging.Load() {
+		}
+		defer hanging.Add(-1)
+		select {
+		case <-r.Context().Done():
+		case <-release:
+		}
+	}))
+	t.Cleanup(srv.Close)
+	for i := range 3 {
+		record(t, p, merchant(t, p, fmt.Sprint("Hangs", i), srv.URL), 3)
+	}
+	run(t, newSender(t, p, handlers.NotifyConfig{Timeout: time.Minute, PerMerchant: 2, Concurrency: 3,
+		PollInterval: 10 * time.Millisecond}).Run)
+	t.Cleanup(func() { close(release) }) // before the sender stops and srv closes
+
+	outflowtest.WaitFor(t, 10*time.Second, "the bound filled", func() bool { return hanging.Load() == 3 })
+	require.Equal(t, int32(3), maxHanging.Load(), "never more than Concurrency requests")
+	require.Equal(t, 6, count(t, p, `SELECT count(*) FROM webhook_deliveries WHERE lease_token IS NULL`),
+		"only the deliveries in flight are leased")
+}
