@@ -18,5 +18,13 @@
 // message in dead_letters for retries (see package idempotency), so the
 // stream keeps flowing.
 //
-// Reference handlers: [SyncAnalytics] keeps a per-merchant projection.
+// A handler's Committed callback runs after its message's transaction
+// committed: the place to wake in-process work that reads what it wrote.
+//
+// Reference handlers: [SyncAnalytics] keeps a per-merchant projection;
+// [NotifyMerchant] records a Standard Webhooks delivery per paid or refunded
+// payment, which a [Sender] sends (concurrently, bounded per merchant, under
+// fenced leases, redirects never followed; see its doc), woken through
+// Committed. [PurgeWebhooks] removes settled deliveries after the
+// retention.
 package handlers

@@ -1,7 +1,6 @@
 package handlers
 
 import (
-	"bytes"
 	"context"
 	"crypto/hmac"
 	"crypto/sha256"
@@ -9,10 +8,8 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
-	"io"
 	"log/slog"
 	"net/http"
-	"strconv"
 	"strings"
 	"time"
 
@@ -22,25 +19,49 @@ import (
 	"github.com/outflow-dev/outflow/app"
 	"github.com/outflow-dev/outflow/events"
 	"github.com/outflow-dev/outflow/events/payment"
-	"github.com/outflow-dev/outflow/internal/backoff"
-	"github.com/outflow-dev/outflow/internal/poll"
 )
 
-// NotifyConfig configures the merchant webhook sender.
+// NotifyConfig configures NotifyMerchant and the webhook [Sender].
 type NotifyConfig struct {
-	// Client sends the webhooks. Defaults to an http.Client with Timeout.
+	// Client sends the webhooks. Defaults to an http.Client keeping
+	// PerMerchant idle connections per host. Redirects are
+	// never followed, whatever the Client says: the Sender uses a copy
+	// whose CheckRedirect keeps the 3xx response (a 301/302/303 would turn
+	// the POST into a GET, whose 2xx would be recorded as delivered).
 	Client *http.Client
-	// Timeout bounds one delivery attempt. Defaults to 10s.
+	// Timeout bounds one delivery attempt, the response's body included.
+	// Defaults to 10s.
 	Timeout time.Duration
+	// LeaseMargin is how much longer than Timeout a delivery stays leased
+	// to the sender that sends it: its request is cancelled at Timeout, so
+	// another sender can take the delivery only once that request ended.
+	// It covers the time to settle and the clock skew between this host
+	// and PostgreSQL. Defaults to 5s.
+	LeaseMargin time.Duration
 	// MaxAttempts is how many times a delivery is tried before it is dead.
 	// Defaults to 10.
 	MaxAttempts int
 	// Backoff is the first retry delay; it doubles per attempt, with
-	// jitter, up to BackoffMax. Defaults to 1s and 5m.
+	// jitter, up to BackoffMax. A Retry-After header replaces it, capped
+	// by BackoffMax. Defaults to 1s and 5m.
 	Backoff, BackoffMax time.Duration
-	// PollInterval is how often the sender looks for due deliveries.
-	// Defaults to 200ms.
+	// PollInterval is how often the sender looks for due deliveries when
+	// nothing wakes it (retries, and deliveries recorded by another
+	// process). Defaults to 200ms.
 	PollInterval time.Duration
+	// Concurrency bounds the requests in flight in one Sender. Defaults
+	// to 64.
+	Concurrency int
+	// PerMerchant bounds the requests in flight to one merchant in one
+	// Sender, so a merchant that hangs holds only its own slots. Defaults
+	// to 4; at most Concurrency.
+	PerMerchant int
+	// Wake, when set, is called by NotifyMerchant's handler after a
+	// delivery it recorded has committed: set it to an in-process
+	// Sender's [Sender.Wake] so the webhook leaves in milliseconds rather
+	// than at the next poll. A Sender in another process finds the
+	// delivery at its next poll.
+	Wake func()
 	// Logger defaults to slog.Default().
 	Logger *slog.Logger
 }
@@ -49,8 +70,8 @@ func (c *NotifyConfig) setDefaults() {
 	if c.Timeout == 0 {
 		c.Timeout = 10 * time.Second
 	}
-	if c.Client == nil {
-		c.Client = &http.Client{Timeout: c.Timeout}
+	if c.LeaseMargin == 0 {
+		c.LeaseMargin = 5 * time.Second
 	}
 	if c.MaxAttempts == 0 {
 		c.MaxAttempts = 10
@@ -64,10 +85,42 @@ func (c *NotifyConfig) setDefaults() {
 	if c.PollInterval == 0 {
 		c.PollInterval = 200 * time.Millisecond
 	}
+	if c.Concurrency == 0 {
+		c.Concurrency = 64
+	}
+	if c.PerMerchant == 0 {
+		c.PerMerchant = min(4, c.Concurrency)
+	}
 	if c.Logger == nil {
 		c.Logger = slog.Default()
 	}
 }
+
+func (c *NotifyConfig) validate() error {
+	var errs []error
+	check := func(ok bool, field, want string) {
+		if !ok {
+			errs = append(errs, fmt.Errorf("%s: %s", field, want))
+		}
+	}
+	check(c.Timeout > 0, "Timeout", "must be positive")
+	check(c.LeaseMargin > 0, "LeaseMargin", "must be positive")
+	check(c.MaxAttempts >= 1, "MaxAttempts", "must be at least 1")
+	check(c.Backoff > 0, "Backoff", "must be positive")
+	check(c.BackoffMax >= c.Backoff, "BackoffMax", "must be at least Backoff")
+	check(c.PollInterval > 0, "PollInterval", "must be positive")
+	check(c.Concurrency >= 1 && c.Concurrency <= 10_000, "Concurrency", "must be between 1 and 10000")
+	check(c.PerMerchant >= 1 && c.PerMerchant <= c.Concurrency, "PerMerchant", "must be between 1 and Concurrency")
+	if err := errors.Join(errs...); err != nil {
+		return fmt.Errorf("notify config: %w", err)
+	}
+	return nil
+}
+
+// ErrUnknownMerchant is returned by NotifyMerchant's handler for an event
+// whose merchant is not in the consumer's database: the message is retried,
+// then dead-lettered with that reason, rather than dropped.
+var ErrUnknownMerchant = errors.New("unknown merchant")
 
 // NotifyMerchant tells merchants about their paid and refunded payments with
 // Standard Webhooks deliveries (webhook-id = the event's message id,
@@ -79,6 +132,11 @@ func (c *NotifyConfig) setDefaults() {
 // message id). [Sender] performs the HTTP calls afterwards, outside any
 // transaction, and records every attempt. A merchant may receive a delivery
 // twice (a sender dying mid-call); never two ids for one event.
+//
+// An event whose merchant is not in the consumer's database is an error
+// ([ErrUnknownMerchant], naming the merchant): retried, then dead-lettered
+// for an operator (`outflow dlq list`), never dropped. After the delivery's
+// transaction committed the handler calls cfg.Wake, if set.
 func NotifyMerchant(pool *pgxpool.Pool, cfg NotifyConfig) Handler {
 	return Handler{
 		Name:       "notify-merchant",
@@ -102,149 +160,26 @@ func NotifyMerchant(pool *pgxpool.Pool, cfg NotifyConfig) Handler {
 			if err != nil {
 				return err
 			}
-			_, err = tx.Exec(ctx, `
-				INSERT INTO webhook_deliveries (message_id, merchant_id, url, event_type, body)
-				SELECT $1, m.id, m.webhook_url, $3, $4 FROM merchants m WHERE m.id = $2
-				ON CONFLICT (message_id) DO NOTHING`, ev.MessageID, merchantID, ev.EventType, body)
-			return err
+			// One statement: whether the merchant exists, and whether this
+			// event's delivery was recorded now or already (a duplicate).
+			var known bool
+			if err := tx.QueryRow(ctx, `
+				WITH m AS (SELECT id, webhook_url FROM merchants WHERE id = $2::uuid),
+				ins AS (
+				    INSERT INTO webhook_deliveries (message_id, merchant_id, url, event_type, body)
+				    SELECT $1, m.id, m.webhook_url, $3, $4 FROM m
+				    ON CONFLICT (message_id) DO NOTHING
+				)
+				SELECT EXISTS (SELECT 1 FROM m)`, ev.MessageID, merchantID, ev.EventType, body).Scan(&known); err != nil {
+				return fmt.Errorf("notify-merchant: record delivery: %w", err)
+			}
+			if !known {
+				return fmt.Errorf("notify-merchant: merchant %s: %w", merchantID, ErrUnknownMerchant)
+			}
+			return nil
 		},
+		Committed: cfg.Wake,
 	}
-}
-
-// Sender delivers recorded webhooks.
-type Sender struct {
-	pool *pgxpool.Pool
-	cfg  NotifyConfig
-}
-
-// NewSender returns a Sender.
-func NewSender(pool *pgxpool.Pool, cfg NotifyConfig) *Sender {
-	cfg.setDefaults()
-	return &Sender{pool: pool, cfg: cfg}
-}
-
-// Run delivers due webhooks until ctx is done.
-func (s *Sender) Run(ctx context.Context) error {
-	poll.Drain(ctx, s.cfg.PollInterval, func(ctx context.Context) (int, error) { return s.SendDue(ctx, 20) },
-		func(err error) { s.cfg.Logger.Warn("send webhooks", "error", err.Error()) })
-	return nil
-}
-
-type delivery struct {
-	ID         int64
-	MessageID  string
-	URL        string
-	Body       []byte
-	Attempts   int
-	MerchantID string
-	Secret     string
-}
-
-// SendDue sends up to limit due deliveries and returns how many it tried.
-// Each is leased for the attempt's timeout in a short transaction, sent with
-// no transaction open, then settled in another short transaction.
-func (s *Sender) SendDue(ctx context.Context, limit int) (int, error) {
-	lease := s.cfg.Timeout + 5*time.Second
-	rows, err := s.pool.Query(ctx, `
-		UPDATE webhook_deliveries d SET next_attempt_at = now() + make_interval(secs => $2)
-		FROM merchants m
-		WHERE d.id IN (SELECT id FROM webhook_deliveries WHERE status = 'pending' AND next_attempt_at <= now()
-		               ORDER BY next_attempt_at LIMIT $1 FOR UPDATE SKIP LOCKED)
-		  AND m.id = d.merchant_id
-		RETURNING d.id, d.message_id::text, d.url, d.body, d.attempts, m.id::text, m.webhook_secret`, limit, lease.Seconds())
-	if err != nil {
-		return 0, fmt.Errorf("lease webhook deliveries: %w", err)
-	}
-	due, err := pgx.CollectRows(rows, pgx.RowToStructByPos[delivery])
-	if err != nil {
-		return 0, fmt.Errorf("lease webhook deliveries: %w", err)
-	}
-	for _, d := range due {
-		code, latency, sendErr := s.send(ctx, d)
-		if err := s.settle(ctx, d, code, latency, sendErr); err != nil {
-			return len(due), err
-		}
-	}
-	return len(due), nil
-}
-
-func (s *Sender) send(ctx context.Context, d delivery) (int, time.Duration, error) {
-	ts := strconv.FormatInt(time.Now().Unix(), 10)
-	sig, err := Sign(d.Secret, d.MessageID, ts, d.Body)
-	if err != nil {
-		return 0, 0, err
-	}
-	rctx, cancel := context.WithTimeout(ctx, s.cfg.Timeout)
-	defer cancel()
-	req, err := http.NewRequestWithContext(rctx, http.MethodPost, d.URL, bytes.NewReader(d.Body))
-	if err != nil {
-		return 0, 0, err
-	}
-	req.Header.Set("Content-Type", "application/json")
-	req.Header.Set("webhook-id", d.MessageID)
-	req.Header.Set("webhook-timestamp", ts)
-	req.Header.Set("webhook-signature", sig)
-	start := time.Now()
-	resp, err := s.cfg.Client.Do(req)
-	latency := time.Since(start)
-	if err != nil {
-		return 0, latency, err
-	}
-	_, _ = io.Copy(io.Discard, io.LimitReader(resp.Body, 64<<10))
-	resp.Body.Close()
-	return resp.StatusCode, latency, nil
-}
-
-// Retryable reports whether a delivery that got status (0: no response)
-// is worth trying again: network errors and timeouts, 429 and 5xx are;
-// other 4xx mean the merchant refuses it.
-func Retryable(status int) bool {
-	return status == 0 || status == http.StatusTooManyRequests || status >= 500
-}
-
-func (s *Sender) settle(ctx context.Context, d delivery, code int, latency time.Duration, sendErr error) error {
-	ctx = context.WithoutCancel(ctx)
-	var errText *string
-	if sendErr != nil {
-		e := sendErr.Error()
-		errText = &e
-	}
-	var codePtr *int
-	if code != 0 {
-		codePtr = &code
-	}
-	attempts := d.Attempts + 1
-	return pgx.BeginFunc(ctx, s.pool, func(tx pgx.Tx) error {
-		if _, err := tx.Exec(ctx, `INSERT INTO webhook_attempts (delivery_id, status_code, latency_ms, error) VALUES ($1, $2, $3, $4)`,
-			d.ID, codePtr, float64(latency.Microseconds())/1000, errText); err != nil {
-			return err
-		}
-		var err error
-		switch {
-		case sendErr == nil && code/100 == 2:
-			_, err = tx.Exec(ctx, `UPDATE webhook_deliveries SET status = 'delivered', attempts = $2, delivered_at = now(), last_error = NULL WHERE id = $1`, d.ID, attempts)
-		case Retryable(code) && attempts < s.cfg.MaxAttempts:
-			_, err = tx.Exec(ctx, `UPDATE webhook_deliveries SET attempts = $2, next_attempt_at = $3, last_error = $4 WHERE id = $1`,
-				d.ID, attempts, time.Now().Add(s.backoff(attempts)), outcome(code, sendErr))
-		default:
-			_, err = tx.Exec(ctx, `UPDATE webhook_deliveries SET status = 'dead', attempts = $2, last_error = $3 WHERE id = $1`,
-				d.ID, attempts, outcome(code, sendErr))
-			s.cfg.Logger.Warn("webhook delivery dead", "message_id", d.MessageID, "merchant_id", d.MerchantID,
-				"attempts", attempts, "last", outcome(code, sendErr))
-		}
-		return err
-	})
-}
-
-func outcome(code int, err error) string {
-	if err != nil {
-		return err.Error()
-	}
-	return "HTTP " + strconv.Itoa(code)
-}
-
-func (s *Sender) backoff(attempt int) time.Duration {
-	return backoff.Delay(s.cfg.Backoff, s.cfg.BackoffMax, attempt)
 }
 
 // Sign computes a Standard Webhooks signature header value:

@@ -13,10 +13,14 @@ import (
 	"testing"
 	"time"
 
+	"github.com/jackc/pgx/v5/pgxpool"
 	"github.com/stretchr/testify/require"
 
 	"github.com/outflow-dev/outflow/app"
+	"github.com/outflow-dev/outflow/events"
+	"github.com/outflow-dev/outflow/events/payment"
 	"github.com/outflow-dev/outflow/handlers"
+	"github.com/outflow-dev/outflow/idempotency"
 	"github.com/outflow-dev/outflow/outflowtest"
 )
 
@@ -46,7 +50,8 @@ func verify(secret string, h http.Header, body []byte) bool {
 
 func TestRetryableStatuses(t *testing.T) {
 	t.Parallel()
-	for code, want := range map[int]bool{0: true, 200: false, 400: false, 401: false, 404: false, 410: false, 429: true, 500: true, 502: true, 503: true} {
+	for code, want := range map[int]bool{0: true, 200: false, 301: true, 302: true, 307: true, 400: false, 401: false, 404: false,
+		408: true, 410: false, 422: false, 425: true, 429: true, 500: true, 502: true, 503: true} {
 		require.Equal(t, want, handlers.Retryable(code), "status %d", code)
 	}
 }
@@ -94,8 +99,8 @@ func TestSenderRetriesAndDeadLetters(t *testing.T) {
 		require.NoError(t, err)
 	}
 
-	sender := handlers.NewSender(p.schema.Pool, handlers.NotifyConfig{Timeout: 100 * time.Millisecond, Backoff: 10 * time.Millisecond,
-		BackoffMax: 20 * time.Millisecond, PollInterval: 10 * time.Millisecond, Logger: quiet})
+	sender := newSender(t, p, handlers.NotifyConfig{Timeout: 100 * time.Millisecond, Backoff: 10 * time.Millisecond,
+		BackoffMax: 20 * time.Millisecond, PollInterval: 10 * time.Millisecond})
 	run(t, sender.Run)
 
 	status := func(url string) (string, int) {
@@ -113,4 +118,88 @@ func TestSenderRetriesAndDeadLetters(t *testing.T) {
 	_, attempts = status(gone.WebhookURL)
 	require.Equal(t, 1, attempts, "a 410 is not retried")
 	require.False(t, badSignature.Load(), "every delivery verifies with the merchant's secret")
+}
+
+// consumerWorker is a worker of only NotifyMerchant on pool (the consumer's
+// database), reading p's streams.
+func consumerWorker(t *testing.T, p *pipeline, pool *pgxpool.Pool, cfg handlers.NotifyConfig) *handlers.Worker {
+	t.Helper()
+	reg := events.NewRegistry()
+	require.NoError(t, payment.Register(reg))
+	w, err := handlers.NewWorker(handlers.WorkerConfig{
+		Pool: pool, RedisURL: outflowtest.RedisURL(), Registry: reg, StreamPartitions: 2, StreamPrefix: p.prefix,
+		ClaimIdle: time.Second, Logger: quiet,
+		Idempotency: idempotency.Config{MaxAttempts: 2, RetryBackoff: 10 * time.Millisecond, RetryBackoffMax: 20 * time.Millisecond,
+			RetryPollInterval: 10 * time.Millisecond},
+	})
+	require.NoError(t, err)
+	require.NoError(t, w.Add(handlers.NotifyMerchant(pool, cfg)))
+	return w
+}
+
+func paid(t *testing.T, p *pipeline, merchantID string) {
+	t.Helper()
+	ctx := context.Background()
+	pay, err := p.svc.CreatePayment(ctx, app.NewPayment{MerchantID: merchantID, Amount: 100, Currency: "EUR"})
+	require.NoError(t, err)
+	_, err = p.svc.Pay(ctx, pay.ID)
+	require.NoError(t, err)
+}
+
+// A payment of a merchant the consumer's database does not know is not
+// dropped: the message is retried, then dead-lettered naming the merchant.
+func TestUnknownMerchantIsDeadLettered(t *testing.T) {
+	t.Parallel()
+	p := newPipeline(t)
+	consumerDB := outflowtest.NewSchema(t) // has no merchants
+	m := merchant(t, p, "Shop", "https://shop.example/hook")
+	paid(t, p, m.ID)
+	p.runForwarder(t, 0)
+	run(t, consumerWorker(t, p, consumerDB.Pool, handlers.NotifyConfig{}).Run)
+
+	var dl idempotency.DeadLetter
+	outflowtest.WaitFor(t, 30*time.Second, "the payment dead-lettered", func() bool {
+		dls, err := idempotency.ListDeadLetters(context.Background(), consumerDB.Pool, "notify-merchant", 10)
+		require.NoError(t, err)
+		if len(dls) == 1 && dls[0].Status == "dead" {
+			dl = dls[0]
+			return true
+		}
+		return false
+	})
+	require.Equal(t, payment.PaidType, dl.EventType)
+	require.Contains(t, dl.Error, "merchant "+m.ID)
+	require.Contains(t, dl.Error, handlers.ErrUnknownMerchant.Error())
+	var n int
+	require.NoError(t, consumerDB.Pool.QueryRow(context.Background(), `SELECT count(*) FROM webhook_deliveries`).Scan(&n))
+	require.Zero(t, n)
+}
+
+// The handler wakes an in-process sender once its delivery committed: the
+// webhook goes out without waiting for the sender's poll (an hour here).
+func TestHandledDeliveryWakesTheSender(t *testing.T) {
+	t.Parallel()
+	p := newPipeline(t)
+	got := make(chan string, 1)
+	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		got <- r.Header.Get("webhook-id")
+		w.WriteHeader(http.StatusNoContent)
+	}))
+	t.Cleanup(srv.Close)
+	m := merchant(t, p, "Shop", srv.URL)
+	sender := newSender(t, p, handlers.NotifyConfig{PollInterval: time.Hour})
+	run(t, sender.Run) // its first round, at start, finds nothing
+	p.runForwarder(t, 0)
+	run(t, consumerWorker(t, p, p.schema.Pool, handlers.NotifyConfig{Wake: sender.Wake}).Run)
+	paid(t, p, m.ID)
+
+	select {
+	case id := <-got:
+		var n int
+		require.NoError(t, p.schema.Pool.QueryRow(context.Background(),
+			`SELECT count(*) FROM outbox WHERE message_id = $1 AND event_type = 'payment.paid'`, id).Scan(&n))
+		require.Equal(t, 1, n)
+	case <-time.After(30 * time.Second):
+		t.Fatal("the webhook did not go out")
+	}
 }

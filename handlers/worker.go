@@ -39,6 +39,14 @@ type Handler struct {
 	Ordering idempotency.Ordering
 	// Func is the handler. Required.
 	Func Func
+	// Committed, when set, is called after a message of a listed type was
+	// handled and its transaction committed (the idempotency middleware
+	// returns only then, a shared transaction included), outside it: the
+	// place to wake in-process work that reads what Func wrote, such as
+	// NotifyMerchant's Sender. It may also be called for a duplicate or a
+	// message parked for retry; messages applied later by the retry loop
+	// do not call it. It must not block.
+	Committed func()
 }
 
 // WorkerConfig configures a [Worker].
@@ -176,6 +184,9 @@ func (w *Worker) Run(ctx context.Context) error {
 		for _, stream := range backend.Topics(h.Topic) {
 			router.AddConsumerHandler(h.Name+"@"+stream, stream, sub, func(msg *message.Message) error {
 				_, err := fn(msg)
+				if err == nil && h.Committed != nil && listed(h, msg) {
+					h.Committed()
+				}
 				return err
 			})
 		}
@@ -203,7 +214,7 @@ func (w *Worker) Run(ctx context.Context) error {
 // version still counts).
 func (w *Worker) handlerFunc(h Handler) message.HandlerFunc {
 	return func(msg *message.Message) ([]*message.Message, error) {
-		if t := msg.Metadata.Get(events.EventTypeKey); len(h.EventTypes) > 0 && !slices.Contains(h.EventTypes, t) {
+		if !listed(h, msg) {
 			return nil, nil
 		}
 		ev, err := w.cfg.Registry.DecodeMessage(msg)
@@ -216,4 +227,9 @@ func (w *Worker) handlerFunc(h Handler) message.HandlerFunc {
 		}
 		return nil, h.Func(msg.Context(), tx, ev)
 	}
+}
+
+// listed reports whether h receives msg's event type.
+func listed(h Handler, msg *message.Message) bool {
+	return len(h.EventTypes) == 0 || slices.Contains(h.EventTypes, msg.Metadata.Get(events.EventTypeKey))
 }

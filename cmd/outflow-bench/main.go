@@ -4,6 +4,7 @@
 //	outflow-bench pay [-ops 6000] [-slices 20] [-clients 1,4,16]
 //	outflow-bench forward [-backlog 100000] [-rate 1000] [-duration 10s] [-published 1000000] [-only throughput,latency,claim]
 //	outflow-bench brokers [-brokers redis,nats,amqp,kafka,sql] [-backlog 20000] [-rate 1000] [-duration 10s]
+//	outflow-bench webhooks [-rate 500] [-duration 10s] [-merchants 10] [-slow 10s]
 //	outflow-bench pipeline [-backlog 60000] [-rate 3000] [-duration 20s] [-producers 16] [-per-tx 1] [-consumer-batch 100] [-only drain,steady]
 //	outflow-bench history [-processed 10000000] [-aggregates 1000000] [-backlog 15000] [-rounds 11]
 //
@@ -39,7 +40,7 @@ func main() {
 
 func run(ctx context.Context, args []string) error {
 	if len(args) == 0 {
-		return fmt.Errorf("usage: outflow-bench pay|forward|pipeline|brokers|history [flags]")
+		return fmt.Errorf("usage: outflow-bench pay|forward|pipeline|brokers|history|webhooks [flags]")
 	}
 	dbURL := os.Getenv("BENCH_DATABASE_URL")
 	if dbURL == "" {
@@ -143,8 +144,29 @@ func run(ctx context.Context, args []string) error {
 		}
 		return bench.History(ctx, bench.HistoryConfig{DatabaseURL: dbURL, RedisURL: redisURL(), Processed: *processed,
 			Aggregates: *aggregates, Backlog: *backlog, Rounds: *rounds, Out: os.Stdout})
+	case "webhooks":
+		fs := flag.NewFlagSet("webhooks", flag.ContinueOnError)
+		rate := fs.Int("rate", 500, "deliveries recorded per second")
+		dur := fs.Duration("duration", 10*time.Second, "length of each run")
+		merchants := fs.Int("merchants", 10, "merchants sharing the rate")
+		slow := fs.Duration("slow", 10*time.Second, "how long the slow merchant takes to answer in the last run")
+		if err := fs.Parse(args[1:]); err != nil {
+			return err
+		}
+		switch {
+		case *rate < 1:
+			return fmt.Errorf("invalid -rate: must be positive")
+		case *dur <= 0:
+			return fmt.Errorf("invalid -duration: must be positive")
+		case *merchants < 2:
+			return fmt.Errorf("invalid -merchants: must be at least 2 (one slow, the others measured)")
+		case *slow <= 0:
+			return fmt.Errorf("invalid -slow: must be positive")
+		}
+		return bench.Webhooks(ctx, bench.WebhooksConfig{DatabaseURL: dbURL, Rate: *rate, Duration: *dur, Merchants: *merchants,
+			SlowDelay: *slow, Out: os.Stdout})
 	default:
-		return fmt.Errorf("unknown benchmark %q (known: pay, forward, pipeline, brokers, history)", args[0])
+		return fmt.Errorf("unknown benchmark %q (known: pay, forward, pipeline, brokers, history, webhooks)", args[0])
 	}
 }
 

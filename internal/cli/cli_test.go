@@ -92,7 +92,9 @@ func TestMigrateCommands(t *testing.T) {
 	}
 	names, err := fs.Glob(migrations.FS(), "*.sql")
 	require.NoError(t, err)
-	last := strconv.Itoa(len(names)) + " " + names[len(names)-1] // the newest migration
+	newest := names[len(names)-1]
+	version, _, _ := strings.Cut(newest, "_") // goose prints the version, which a reserved number may skip
+	last := strings.TrimLeft(version, "0") + " " + newest
 	require.Contains(t, run("migrate", "up"), "applied 1 00001_outbox.sql")
 	require.Contains(t, run("migrate", "up"), "schema is up to date")
 	require.NotContains(t, run("migrate", "status"), "pending")

@@ -2,6 +2,7 @@ package cli
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"log/slog"
 	"time"
@@ -9,7 +10,9 @@ import (
 	"github.com/jackc/pgx/v5/pgxpool"
 
 	"github.com/outflow-dev/outflow/app/httpapi"
+	"github.com/outflow-dev/outflow/handlers"
 	"github.com/outflow-dev/outflow/idempotency"
+	"github.com/outflow-dev/outflow/internal/poll"
 )
 
 // validateRetention checks a retention flag: negative keeps rows forever,
@@ -22,9 +25,12 @@ func validateRetention(flag string, d, least time.Duration) error {
 	return nil
 }
 
-// consumerRetention returns a function that purges the consumers'
-// processed_messages and closed dead_letters rows older than retention until
-// ctx is done, or nil when retention is negative (kept forever).
+// consumerRetention returns a function that, every minute until ctx is
+// done, purges what the consumers keep past its use once it is older than
+// retention: processed_messages and closed dead_letters rows (see
+// idempotency.Retention), and settled webhook deliveries with their
+// attempts (see handlers.PurgeWebhooks). It returns nil when retention is
+// negative (kept forever).
 func consumerRetention(pool *pgxpool.Pool, retention time.Duration, logger *slog.Logger) (func(context.Context) error, error) {
 	if retention < 0 {
 		return nil, nil
@@ -33,7 +39,17 @@ func consumerRetention(pool *pgxpool.Pool, retention time.Duration, logger *slog
 	if err != nil {
 		return nil, err
 	}
-	return r.Run, nil
+	return func(ctx context.Context) error {
+		poll.Drain(ctx, time.Minute, func(ctx context.Context) (int, error) {
+			_, err := r.PurgeOnce(ctx)
+			deliveries, attempts, werr := handlers.PurgeWebhooks(ctx, pool, time.Now().Add(-retention), 1000)
+			if deliveries > 0 {
+				logger.Info("purged webhook deliveries", "deliveries", deliveries, "attempts", attempts, "retention", retention)
+			}
+			return 0, errors.Join(err, werr) // each purge drains what is due
+		}, func(err error) { logger.Warn("purge consumer bookkeeping", "error", err.Error()) })
+		return nil
+	}, nil
 }
 
 // keyExpiry is consumerRetention for the API's Idempotency-Keys.

@@ -31,6 +31,9 @@ type workerOptions struct {
 	gapTimeout       time.Duration
 	retention        time.Duration
 	batchSize        int
+	webhookTimeout   time.Duration
+	webhookInFlight  int
+	webhookPerMerch  int
 }
 
 func addWorkerFlags(fs *pflag.FlagSet, sharedStreamPartitions bool) *workerOptions {
@@ -45,7 +48,10 @@ func addWorkerFlags(fs *pflag.FlagSet, sharedStreamPartitions bool) *workerOptio
 	fs.DurationVar(&o.retryBackoffMax, "handler-retry-backoff-max", 5*time.Minute, "largest retry delay of a failing message")
 	fs.DurationVar(&o.gapTimeout, "gap-timeout", 5*time.Minute, "how long an event waits for its predecessor before it is parked")
 	fs.DurationVar(&o.retention, "processed-retention", 15*24*time.Hour,
-		"how long processed_messages and resolved dead letters are kept (above the longest redelivery window; negative: forever)")
+		"how long processed_messages, resolved dead letters and settled webhook deliveries are kept (above the longest redelivery window; negative: forever)")
+	fs.DurationVar(&o.webhookTimeout, "webhook-timeout", 10*time.Second, "how long one webhook request may take before it is cancelled and retried")
+	fs.IntVar(&o.webhookInFlight, "webhook-concurrency", 64, "webhook requests in flight at once in this process")
+	fs.IntVar(&o.webhookPerMerch, "webhook-per-merchant", 4, "webhook requests in flight at once to one merchant in this process (a merchant that hangs holds only these)")
 	return o
 }
 
@@ -63,6 +69,12 @@ func (o *workerOptions) validate() error {
 		return errors.New("invalid --handler-retry-backoff / --handler-retry-backoff-max: positive, and the first at most the second")
 	case o.gapTimeout < time.Second:
 		return errors.New("invalid --gap-timeout: must be at least 1s")
+	case o.webhookTimeout < 100*time.Millisecond || o.webhookTimeout > 5*time.Minute:
+		return errors.New("invalid --webhook-timeout: must be between 100ms and 5m")
+	case o.webhookInFlight < 1 || o.webhookInFlight > 10000:
+		return errors.New("invalid --webhook-concurrency: must be between 1 and 10000")
+	case o.webhookPerMerch < 1 || o.webhookPerMerch > o.webhookInFlight:
+		return errors.New("invalid --webhook-per-merchant: must be between 1 and --webhook-concurrency")
 	}
 	return validateRetention("processed-retention", o.retention, time.Hour)
 }
@@ -96,14 +108,19 @@ func buildWorker(ctx context.Context, c config.Config, o *workerOptions, logger 
 		backend.Close()
 		return nil, err
 	}
-	for _, h := range []handlers.Handler{handlers.SyncAnalytics(), handlers.NotifyMerchant(pool, handlers.NotifyConfig{})} {
+	notify := handlers.NotifyConfig{Timeout: o.webhookTimeout, Concurrency: o.webhookInFlight,
+		PerMerchant: o.webhookPerMerch, Logger: logger}
+	sender := handlers.NewSender(pool, notify)
+	// The handler wakes this process's sender once a delivery committed;
+	// senders in other processes find it at their next poll.
+	notify.Wake = sender.Wake
+	for _, h := range []handlers.Handler{handlers.SyncAnalytics(), handlers.NotifyMerchant(pool, notify)} {
 		if err := w.Add(h); err != nil {
 			pool.Close()
 			backend.Close()
 			return nil, err
 		}
 	}
-	sender := handlers.NewSender(pool, handlers.NotifyConfig{Logger: logger})
 	purge, err := consumerRetention(pool, o.retention, logger)
 	if err != nil {
 		pool.Close()
@@ -115,7 +132,12 @@ func buildWorker(ctx context.Context, c config.Config, o *workerOptions, logger 
 		defer backend.Close()
 		sctx, stop := context.WithCancel(ctx)
 		sent := make(chan struct{})
-		go func() { defer close(sent); _ = sender.Run(sctx) }()
+		go func() {
+			defer close(sent)
+			if err := sender.Run(sctx); err != nil {
+				logger.Error("webhook sender stopped", "error", err.Error())
+			}
+		}()
 		if purge != nil {
 			purged := make(chan struct{})
 			go func() { defer close(purged); _ = purge(sctx) }()

@@ -10,6 +10,12 @@ import (
 // before the next round, until ctx is done. Errors go to onErr unless ctx
 // ended; the next round tries again.
 func Drain(ctx context.Context, every time.Duration, step func(context.Context) (int, error), onErr func(error)) {
+	DrainOrWake(ctx, every, nil, step, onErr)
+}
+
+// DrainOrWake is Drain whose wait also ends when wake receives: the next
+// round starts at once. A nil wake is never ready.
+func DrainOrWake(ctx context.Context, every time.Duration, wake <-chan struct{}, step func(context.Context) (int, error), onErr func(error)) {
 	t := time.NewTicker(every)
 	defer t.Stop()
 	for {
@@ -25,6 +31,7 @@ func Drain(ctx context.Context, every time.Duration, step func(context.Context) 
 		select {
 		case <-ctx.Done():
 			return
+		case <-wake:
 		case <-t.C:
 		}
 	}
