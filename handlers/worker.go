@@ -37,6 +37,12 @@ type Handler struct {
 	EventTypes []string
 	// Ordering defaults to idempotency.Strict.
 	Ordering idempotency.Ordering
+	// BaselineBefore, when set, is this handler's
+	// idempotency.Config.BaselineBefore, whatever the worker's: set it to
+	// the time a handler added to a running system is first deployed, so
+	// that it starts from what the streams still hold instead of
+	// dead-lettering every aggregate whose first versions were trimmed.
+	BaselineBefore time.Time
 	// Func is the handler. Required.
 	Func Func
 	// Committed, when set, is called after a message of a listed type was
@@ -166,6 +172,9 @@ func (w *Worker) Run(ctx context.Context) error {
 	for _, h := range w.handlers {
 		icfg := w.cfg.Idempotency
 		icfg.Pool, icfg.Consumer, icfg.Ordering = w.cfg.Pool, h.Name, h.Ordering
+		if !h.BaselineBefore.IsZero() {
+			icfg.BaselineBefore = h.BaselineBefore
+		}
 		if icfg.Logger == nil {
 			icfg.Logger = w.cfg.Logger
 		}

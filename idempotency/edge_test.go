@@ -13,6 +13,7 @@ import (
 	"time"
 
 	"github.com/ThreeDotsLabs/watermill/message"
+	"github.com/jackc/pgx/v5/pgxpool"
 	"github.com/stretchr/testify/require"
 
 	"github.com/outflow-dev/outflow/events"
@@ -326,4 +327,33 @@ func TestTwoInstancesOfOneConsumerRace(t *testing.T) {
 	accounts := []string{"a", "b", "c"}
 	deliver(t, deliveries(t, accounts, 30, 2), h1, h2)
 	b.requireAppliedOnceInOrder(t, accounts, 30)
+}
+
+// A retry holds one connection, whatever the pool's size: with a pool of a
+// single connection, a held event whose predecessor applied still applies
+// (the retry used to hold its dead letter's lock on one connection while
+// waiting for a second for the handler's transaction: every consumer of a
+// worker retrying at once could take the whole pool and wait forever).
+func TestRetryNeedsOneConnection(t *testing.T) {
+	t.Parallel()
+	b, _ := setup(t, idempotency.Config{})
+	pcfg, err := pgxpool.ParseConfig(b.schema.URL)
+	require.NoError(t, err)
+	pcfg.MaxConns = 1
+	one, err := pgxpool.NewWithConfig(context.Background(), pcfg)
+	require.NoError(t, err)
+	t.Cleanup(one.Close)
+	c, err := idempotency.NewConsumer(idempotency.Config{Pool: one, Consumer: "balances", GapRetryDelay: time.Millisecond,
+		RetryPollInterval: 5 * time.Millisecond, Logger: slog.New(slog.NewTextHandler(io.Discard, nil))})
+	require.NoError(t, err)
+	h := c.Middleware(b.handler)
+	v2 := msgFor(t, "a", 2)
+	_, err = h(v2)
+	require.NoError(t, err)
+	_, err = h(msgFor(t, "a", 1))
+	require.NoError(t, err)
+	b.run(t, c)
+	outflowtest.WaitFor(t, 5*time.Second, "v2 applied by the retry", func() bool { return b.status(v2) == "resolved" })
+	_, applied := b.balance("a")
+	require.Equal(t, []int64{1, 2}, applied)
 }

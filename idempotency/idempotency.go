@@ -259,7 +259,7 @@ func (c *Consumer) Middleware(h message.HandlerFunc) message.HandlerFunc {
 // handleOne runs one message in a transaction of its own.
 func (c *Consumer) handleOne(h message.HandlerFunc, msg *message.Message, env events.Envelope) ([]*message.Message, error) {
 	ctx := msg.Context()
-	out, o, err := c.apply(ctx, h, msg, env, true, c.mayBaseline(env))
+	out, o, err := c.apply(ctx, c.cfg.Pool, h, msg, env, true, c.mayBaseline(env))
 	switch {
 	case err != nil:
 		// The handler failed: park the message for a retry, so that
@@ -321,16 +321,22 @@ func (c *Consumer) readClaim(res pgx.BatchResults, env events.Envelope, baseline
 	return classify(isNew, c.cfg.Ordering == Strict, baseline, prev, stored, env.AggregateVersion), nil
 }
 
-// apply runs h on msg in a transaction with the bookkeeping. fresh says
-// whether the message must be recorded in processed_messages (false for a
-// retry, whose row was written when it was parked); baseline whether it may
-// become its aggregate's baseline.
-func (c *Consumer) apply(ctx context.Context, h message.HandlerFunc, msg *message.Message, env events.Envelope, fresh, baseline bool) ([]*message.Message, outcome, error) {
+// beginner opens a transaction: the pool, or a transaction that nests a
+// savepoint in itself.
+type beginner interface {
+	Begin(ctx context.Context) (pgx.Tx, error)
+}
+
+// apply runs h on msg in a transaction with the bookkeeping, begun on db.
+// fresh says whether the message must be recorded in processed_messages
+// (false for a retry, whose row was written when it was parked); baseline
+// whether it may become its aggregate's baseline.
+func (c *Consumer) apply(ctx context.Context, db beginner, h message.HandlerFunc, msg *message.Message, env events.Envelope, fresh, baseline bool) ([]*message.Message, outcome, error) {
 	var (
 		out []*message.Message
 		o   outcome
 	)
-	err := pgx.BeginFunc(ctx, c.cfg.Pool, func(tx pgx.Tx) error {
+	err := pgx.BeginFunc(ctx, db, func(tx pgx.Tx) error {
 		var claim pgx.Batch
 		c.queueClaim(&claim, env, fresh, baseline)
 		res := tx.SendBatch(ctx, &claim)

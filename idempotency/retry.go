@@ -133,16 +133,20 @@ func (c *Consumer) retryOne(ctx context.Context, h message.HandlerFunc, id int64
 		if err != nil {
 			return fmt.Errorf("envelope: %w", err)
 		}
-		// The row stays locked (in lock) while the handler runs in its own
-		// transaction, so no other process runs it at the same time. Only
-		// open rows of lower versions block it.
-		_, o, herr := c.apply(ctx, h, msg, env, false, c.mayBaseline(env))
+		// The row stays locked (in lock) while the handler runs, so no
+		// other process runs it at the same time; only open rows of lower
+		// versions block it. The handler runs in a savepoint of lock, not
+		// in a transaction of its own: holding one connection while
+		// waiting for a second would deadlock once every connection of
+		// the pool is held by a consumer's retry, and the message's
+		// effects now commit with its dead letter's new status.
+		_, o, herr := c.apply(ctx, lock, h, msg, env, false, c.mayBaseline(env))
 		timedOut := herr == nil && time.Since(created) >= c.cfg.GapTimeout
 		if timedOut && o == gap && !c.cfg.BaselineBefore.IsZero() {
 			// Nothing before it came in GapTimeout: with a baseline, an
 			// aggregate this consumer has applied nothing of starts here.
 			var base outcome
-			if _, base, herr = c.apply(ctx, h, msg, env, false, true); herr == nil && base == applied {
+			if _, base, herr = c.apply(ctx, lock, h, msg, env, false, true); herr == nil && base == applied {
 				o = base
 				c.cfg.Logger.Warn("gap timed out on an aggregate with nothing applied: this version is its baseline",
 					"consumer", c.cfg.Consumer, "message_id", msgID, "aggregate_id", env.AggregateID,
