@@ -48,7 +48,9 @@
 // max.message.bytes, a JetStream stream's MaxMsgSize), fails one ack, or
 // retries. A batch costs as many round trips as the most rows one aggregate
 // has in it: one at steady state, more only while a backlog is piled up
-// behind a few aggregates.
+// behind a few aggregates. PublishTimeout covers all the waves of a batch:
+// a wave whose turn comes after it is not sent, and its rows stay pending,
+// as in a broker outage.
 //
 // # Failures
 //

@@ -840,3 +840,38 @@ func TestLeaseExpiringDuringASlowBatchKeepsOrder(t *testing.T) {
 	outflowtest.WaitFor(t, 20*time.Second, "both rows published", func() bool { return e.count("published_at IS NULL") == 0 })
 	requireInOrder(t, e.stream(), 2)
 }
+
+// lateBroker answers its first call only once the call's context is done,
+// as a broker acknowledging at PublishTimeout, and counts the later calls
+// made with a context already done.
+type lateBroker struct {
+	forwarder.Broker
+	calls, late atomic.Int32
+}
+
+func (b *lateBroker) Publish(ctx context.Context, msgs []forwarder.Outgoing) []error {
+	if b.calls.Add(1) == 1 {
+		<-ctx.Done()
+		return b.Broker.Publish(context.WithoutCancel(ctx), msgs)
+	}
+	if ctx.Err() != nil {
+		b.late.Add(1)
+	}
+	return b.Broker.Publish(ctx, msgs)
+}
+
+// PublishTimeout bounds the whole batch, waves included: once the first
+// wave used it up, the next wave (x v2) is not handed to the broker in that
+// batch; it goes in a later one, after v1.
+func TestPublishTimeoutSpansTheWaves(t *testing.T) {
+	t.Parallel()
+	e := setup(t)
+	e.write("x", 1, testPayload{N: 1})
+	e.write("x", 2, testPayload{N: 2})
+	lb := &lateBroker{Broker: e.broker}
+	e.run(e.config(func(c *forwarder.Config) { c.Broker = lb; c.PublishTimeout = 300 * time.Millisecond }))
+	outflowtest.WaitFor(t, 10*time.Second, "both rows published", func() bool { return e.count("published_at IS NULL") == 0 })
+	require.Zero(t, lb.late.Load(), "a wave was handed to the broker after the batch's PublishTimeout")
+	require.Zero(t, e.count("attempts > 0"), "a timeout is the broker's, not the rows'")
+	requireInOrder(t, e.stream(), 2)
+}
