@@ -103,5 +103,8 @@
 //
 // The partition count changes with [Repartition] (`outflow outbox
 // repartition`), which refuses while any forwarder runs: one with a live
-// heartbeat in outbox_forwarders, whether or not it holds a lease.
+// heartbeat in outbox_forwarders, whether or not it holds a lease. An
+// instance that was only silent that long and comes back finds the new
+// count and leases nothing (it logs [ErrPartitionsMismatch]) until it is
+// restarted with it.
 package forwarder

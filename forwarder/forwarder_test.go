@@ -2,7 +2,9 @@ package forwarder_test
 
 import (
 	"context"
+	"errors"
 	"fmt"
+	"io"
 	"log/slog"
 	"strconv"
 	"strings"
@@ -874,4 +876,75 @@ func TestPublishTimeoutSpansTheWaves(t *testing.T) {
 	require.Zero(t, lb.late.Load(), "a wave was handed to the broker after the batch's PublishTimeout")
 	require.Zero(t, e.count("attempts > 0"), "a timeout is the broker's, not the rows'")
 	requireInOrder(t, e.stream(), 2)
+}
+
+// logSink collects a logger's output for a test to wait on.
+type logSink struct {
+	mu  sync.Mutex
+	buf strings.Builder
+}
+
+func (l *logSink) Write(p []byte) (int, error) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.buf.Write(p)
+}
+
+func (l *logSink) String() string {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.buf.String()
+}
+
+// A forwarder silent for longer than Repartition's liveWithin counts as
+// stopped, so the partition count can change under it. When it comes back
+// it must not lease the new partitions with its old count (it would map an
+// aggregate to another partition than the other instances do, and two
+// instances would publish one aggregate's rows): it leases nothing and
+// says why, while an instance with the new count forwards.
+func TestForwarderLeasesNothingAfterARepartitionUnderIt(t *testing.T) {
+	t.Parallel()
+	e := setup(t)
+	ctx := context.Background()
+	logs := &logSink{}
+	e.run(e.config(func(c *forwarder.Config) {
+		c.InstanceID = "a"
+		c.Partitions = 1
+		c.TakeoverAfter = time.Second
+		c.LeaseRenewInterval = 100 * time.Millisecond
+		c.Logger = slog.New(slog.NewTextHandler(io.MultiWriter(logs, t.Output()), &slog.HandlerOptions{Level: slog.LevelWarn}))
+	}))
+	outflowtest.WaitFor(t, 10*time.Second, "a leases the partition", func() bool { return e.countPartitionsOwned() == 1 })
+
+	// a goes silent: its lease ticks wait on a lock the test holds on its
+	// heartbeat row.
+	stuck, err := e.schema.Pool.Begin(ctx)
+	require.NoError(t, err)
+	t.Cleanup(func() { _ = stuck.Rollback(ctx) })
+	_, err = stuck.Exec(ctx, `SELECT 1 FROM outbox_forwarders WHERE id = 'a' FOR UPDATE`)
+	require.NoError(t, err)
+	outflowtest.WaitFor(t, 10*time.Second, "a counts as stopped and the repartition goes through", func() bool {
+		err := forwarder.Repartition(ctx, e.schema.Pool, 4, time.Second)
+		if errors.Is(err, forwarder.ErrForwardersRunning) {
+			return false
+		}
+		require.NoError(t, err)
+		return true
+	})
+	require.NoError(t, stuck.Rollback(ctx))
+
+	outflowtest.WaitFor(t, 10*time.Second, "a notices the new count", func() bool {
+		return strings.Contains(logs.String(), "the database has 4 partitions, Config.Partitions is 1")
+	})
+	e.run(e.config(func(c *forwarder.Config) {
+		c.InstanceID = "b"
+		c.Partitions = 4
+		c.LeaseRenewInterval = 100 * time.Millisecond
+	}))
+	e.writeMany(aggregates(20), 1, 2)
+	outflowtest.WaitFor(t, 20*time.Second, "b forwards every row", func() bool { return e.count("published_at IS NULL") == 0 })
+	var ownedByA int
+	require.NoError(t, e.schema.Pool.QueryRow(ctx, `SELECT count(*) FROM outbox_partitions WHERE owner = 'a'`).Scan(&ownedByA))
+	require.Zero(t, ownedByA, "a leased partitions with its old count")
+	requireInOrder(t, e.stream(), 40)
 }
