@@ -374,7 +374,10 @@ func (kb kafkaBroker) Publish(ctx context.Context, msgs []forwarder.Outgoing) []
 		// background while the forwarder sends the same rows again. Abort
 		// the sends instead and wait until sarama has reported every
 		// message: what it acknowledged before the abort is published,
-		// the rest stays pending.
+		// the rest stays pending. The wait is short unless a request is
+		// queued behind the hung one (other partitions, same broker):
+		// sarama's broker then holds its lock, and the connection, until
+		// the hung request's Net.ReadTimeout (30 s).
 		b.abortProducer(p)
 		err = <-done
 		_ = p.Close()
