@@ -401,3 +401,32 @@ func TestForwarderOnTeeSendsWhatCannotFitNowhere(t *testing.T) {
 	require.NoError(t, err)
 	require.Len(t, entries, 1, "only y reached Redis: x was never handed to either side")
 }
+
+// shortBroker is a real broker that loses its results: it publishes, then
+// answers for none of the messages.
+type shortBroker struct{ forwarder.Broker }
+
+func (s shortBroker) Publish(ctx context.Context, msgs []forwarder.Outgoing) []error {
+	_ = s.Broker.Publish(ctx, msgs)
+	return nil
+}
+
+// A Tee side that answers for fewer messages than it was given did not
+// acknowledge the rest: the Tee must not report them published.
+func TestTeeCountsAMissingResultAsUnavailable(t *testing.T) {
+	t.Parallel()
+	rc := outflowtest.Redis(t)
+	prefix := outflowtest.UniqueName(t, rc)
+	rb, err := brokers.Open(context.Background(), brokers.Config{Kind: brokers.Redis, Logger: kafkaTestLogger,
+		Redis: brokers.RedisConfig{StreamPrefix: prefix}})
+	require.NoError(t, err)
+	t.Cleanup(func() { rb.Close() })
+	msgs := []forwarder.Outgoing{kafkaOutgoing("tee", "a", 1), kafkaOutgoing("tee", "b", 1)}
+	for _, tee := range []forwarder.Broker{brokers.Tee(rb.Broker(), shortBroker{rb.Broker()}), brokers.Tee(shortBroker{rb.Broker()}, rb.Broker())} {
+		errs := tee.Publish(context.Background(), msgs)
+		require.Len(t, errs, len(msgs))
+		for _, err := range errs {
+			require.ErrorIs(t, err, forwarder.ErrBrokerUnavailable)
+		}
+	}
+}
