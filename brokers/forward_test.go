@@ -97,6 +97,32 @@ func (e *fwdEnv) count(where string, args ...any) int {
 	return n
 }
 
+// runRefusal writes x v1 (5,000 bytes of padding, over the engine's limit
+// the caller set), x v2 and v3, and two rows of five other aggregates, runs
+// a forwarder on b, and waits until the engine has refused x v1 three
+// times and the other aggregates went through; no x row may be marked
+// published meanwhile. It returns x v1's message id.
+func (e *fwdEnv) runRefusal(b forwarder.Broker, engine string) string {
+	e.t.Helper()
+	x1 := e.write("x", 1, 5000)
+	e.write("x", 2, 0)
+	e.write("x", 3, 0)
+	for a := range 5 {
+		for v := range 2 {
+			e.write(fmt.Sprint("other-", a), int64(v+1), 0)
+		}
+	}
+	e.run(b)
+	outflowtest.WaitFor(e.t, 30*time.Second, "x v1 refused by "+engine+" and retried", func() bool {
+		return e.count("message_id = $1 AND attempts >= 3", x1) == 1
+	})
+	outflowtest.WaitFor(e.t, 30*time.Second, "the other aggregates forwarded", func() bool {
+		return e.count("aggregate_id <> 'x' AND published_at IS NOT NULL") == 10
+	})
+	require.Equal(e.t, 3, e.count("aggregate_id = 'x' AND published_at IS NULL"), "no x row marked published")
+	return x1
+}
+
 type fwdEntry struct {
 	aggregate string
 	version   int64
@@ -189,26 +215,10 @@ func TestForwarderOnKafkaHoldsAnAggregateBehindARefusedRecord(t *testing.T) {
 		ConfigEntries: map[string]*string{"max.message.bytes": &small}}, false))
 
 	e := newFwdEnv(t, topic)
-	x1 := e.write("x", 1, 5000)
-	e.write("x", 2, 0)
-	e.write("x", 3, 0)
-	for a := range 5 {
-		for v := range 2 {
-			e.write(fmt.Sprint("other-", a), int64(v+1), 0)
-		}
-	}
-	e.run(b.Broker())
-
-	outflowtest.WaitFor(t, 30*time.Second, "x v1 refused by Kafka and retried", func() bool {
-		return e.count("message_id = $1 AND attempts >= 3", x1) == 1
-	})
-	outflowtest.WaitFor(t, 30*time.Second, "the other aggregates forwarded", func() bool {
-		return e.count("aggregate_id <> 'x' AND published_at IS NOT NULL") == 10
-	})
+	x1 := e.runRefusal(b.Broker(), "Kafka")
 	var lastErr string
 	require.NoError(t, e.schema.Pool.QueryRow(context.Background(), `SELECT last_error FROM outbox WHERE message_id = $1`, x1).Scan(&lastErr))
 	require.Contains(t, lastErr, "too large")
-	require.Equal(t, 3, e.count("aggregate_id = 'x' AND published_at IS NULL"), "no x row marked published")
 	require.Empty(t, aggregateEntries(kafkaEntries(t, addrs, kafkaTopic), "x"), "no x record on the topic while v1 is refused")
 
 	big := "1048588"
@@ -291,23 +301,7 @@ func TestForwarderOnNATSHoldsAnAggregateBehindARefusedMessage(t *testing.T) {
 	require.NoError(t, err)
 
 	e := newFwdEnv(t, topic)
-	x1 := e.write("x", 1, 5000)
-	e.write("x", 2, 0)
-	e.write("x", 3, 0)
-	for a := range 5 {
-		for v := range 2 {
-			e.write(fmt.Sprint("other-", a), int64(v+1), 0)
-		}
-	}
-	e.run(b.Broker())
-
-	outflowtest.WaitFor(t, 30*time.Second, "x v1 refused by JetStream and retried", func() bool {
-		return e.count("message_id = $1 AND attempts >= 3", x1) == 1
-	})
-	outflowtest.WaitFor(t, 30*time.Second, "the other aggregates forwarded", func() bool {
-		return e.count("aggregate_id <> 'x' AND published_at IS NOT NULL") == 10
-	})
-	require.Equal(t, 3, e.count("aggregate_id = 'x' AND published_at IS NULL"), "no x row marked published")
+	e.runRefusal(b.Broker(), "JetStream")
 	require.Empty(t, aggregateEntries(natsEntries(t, js, stream), "x"), "no x message in the stream while v1 is refused")
 
 	info, err := js.StreamInfo(stream)
@@ -406,4 +400,33 @@ func TestForwarderOnTeeSendsWhatCannotFitNowhere(t *testing.T) {
 	entries, err := rc.XRange(context.Background(), prefix+"big", "-", "+").Result()
 	require.NoError(t, err)
 	require.Len(t, entries, 1, "only y reached Redis: x was never handed to either side")
+}
+
+// shortBroker is a real broker that loses its results: it publishes, then
+// answers for none of the messages.
+type shortBroker struct{ forwarder.Broker }
+
+func (s shortBroker) Publish(ctx context.Context, msgs []forwarder.Outgoing) []error {
+	_ = s.Broker.Publish(ctx, msgs)
+	return nil
+}
+
+// A Tee side that answers for fewer messages than it was given did not
+// acknowledge the rest: the Tee must not report them published.
+func TestTeeCountsAMissingResultAsUnavailable(t *testing.T) {
+	t.Parallel()
+	rc := outflowtest.Redis(t)
+	prefix := outflowtest.UniqueName(t, rc)
+	rb, err := brokers.Open(context.Background(), brokers.Config{Kind: brokers.Redis, Logger: kafkaTestLogger,
+		Redis: brokers.RedisConfig{StreamPrefix: prefix}})
+	require.NoError(t, err)
+	t.Cleanup(func() { rb.Close() })
+	msgs := []forwarder.Outgoing{kafkaOutgoing("tee", "a", 1), kafkaOutgoing("tee", "b", 1)}
+	for _, tee := range []forwarder.Broker{brokers.Tee(rb.Broker(), shortBroker{rb.Broker()}), brokers.Tee(shortBroker{rb.Broker()}, rb.Broker())} {
+		errs := tee.Publish(context.Background(), msgs)
+		require.Len(t, errs, len(msgs))
+		for _, err := range errs {
+			require.ErrorIs(t, err, forwarder.ErrBrokerUnavailable)
+		}
+	}
 }

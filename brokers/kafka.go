@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/IBM/sarama"
@@ -70,6 +71,7 @@ type kafkaBackend struct {
 	pmu      sync.Mutex
 	pclient  sarama.Client
 	producer sarama.SyncProducer
+	paborted *atomic.Bool // set when pclient is closed under the producer
 
 	recordVersion int // sarama's record format, for ByteSize
 	maxMessage    int // Producer.MaxMessageBytes
@@ -151,7 +153,21 @@ func (b *kafkaBackend) producerFor(ctx context.Context) (sarama.SyncProducer, er
 	if b.producer != nil {
 		return b.producer, nil
 	}
-	c, err := newKafkaClient(ctx, b.cfg.Kafka.Brokers, b.producerConfig())
+	cfg := b.producerConfig()
+	// Once its client is closed, sarama fails every record still to send
+	// one at a time, each after a retry backoff: 100 ms a record, so an
+	// aborted batch of a few hundred took tens of seconds to report, with
+	// the forwarder's transaction open. An aborted producer does not back
+	// off.
+	aborted := new(atomic.Bool)
+	backoff := cfg.Producer.Retry.Backoff
+	cfg.Producer.Retry.BackoffFunc = func(int, int) time.Duration {
+		if aborted.Load() {
+			return 0
+		}
+		return backoff
+	}
+	c, err := newKafkaClient(ctx, b.cfg.Kafka.Brokers, cfg)
 	if err != nil {
 		return nil, err
 	}
@@ -160,7 +176,7 @@ func (b *kafkaBackend) producerFor(ctx context.Context) (sarama.SyncProducer, er
 		c.Close()
 		return nil, err
 	}
-	b.pclient, b.producer = c, p
+	b.pclient, b.producer, b.paborted = c, p, aborted
 	return p, nil
 }
 
@@ -174,7 +190,8 @@ func (b *kafkaBackend) abortProducer(p sarama.SyncProducer) {
 		return // already aborted by a concurrent publish
 	}
 	c := b.pclient
-	b.pclient, b.producer = nil, nil
+	b.paborted.Store(true)
+	b.pclient, b.producer, b.paborted = nil, nil, nil
 	b.pmu.Unlock()
 	_ = c.Close()
 }
@@ -357,7 +374,10 @@ func (kb kafkaBroker) Publish(ctx context.Context, msgs []forwarder.Outgoing) []
 		// background while the forwarder sends the same rows again. Abort
 		// the sends instead and wait until sarama has reported every
 		// message: what it acknowledged before the abort is published,
-		// the rest stays pending.
+		// the rest stays pending. The wait is short unless a request is
+		// queued behind the hung one (other partitions, same broker):
+		// sarama's broker then holds its lock, and the connection, until
+		// the hung request's Net.ReadTimeout (30 s).
 		b.abortProducer(p)
 		err = <-done
 		_ = p.Close()

@@ -190,3 +190,42 @@ func TestKafkaTimedOutPublishStopsSending(t *testing.T) {
 	require.EqualValues(t, 2, kafkaRecords(t, c.ListenAddrs(), "t.slow"),
 		"the first record and one copy of the second: the timed-out send was not retried behind the caller's back")
 }
+
+// An aborted publish returns soon after its timeout, however many records
+// it held: once the client is closed, sarama fails the records still to
+// send one at a time, each after its retry backoff (100 ms), which kept
+// this 200-record publish 21 s past its 1 s timeout, the forwarder's
+// transaction open all along.
+func TestKafkaAbortedPublishReturnsPromptly(t *testing.T) {
+	t.Parallel()
+	c, err := kfake.NewCluster(kfake.NumBrokers(1), kfake.AllowAutoTopicCreation())
+	require.NoError(t, err)
+	t.Cleanup(c.Close)
+	b := openTestKafka(t, c.ListenAddrs())
+	for _, err := range b.Broker().Publish(context.Background(), []forwarder.Outgoing{kafkaOutgoing("slow", "a", 0)}) {
+		require.NoError(t, err)
+	}
+	release := make(chan struct{})
+	t.Cleanup(func() { close(release) })
+	var held atomic.Bool
+	c.ControlKey(kmsg.Produce.Int16(), func(kmsg.Request) (kmsg.Response, error, bool) {
+		if !held.CompareAndSwap(false, true) {
+			return nil, nil, false
+		}
+		c.SleepControl(func() { <-release })
+		return nil, errors.New("cut"), true
+	})
+	msgs := make([]forwarder.Outgoing, 200)
+	for i := range msgs {
+		msgs[i] = kafkaOutgoing("slow", "a", i+1)
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), time.Second)
+	defer cancel()
+	start := time.Now()
+	for _, err := range b.Broker().Publish(ctx, msgs) {
+		require.ErrorIs(t, err, forwarder.ErrBrokerUnavailable)
+	}
+	took := time.Since(start)
+	t.Logf("aborted publish of %d records returned after %s", len(msgs), took.Round(time.Millisecond))
+	require.Less(t, took, 10*time.Second, "the abort waited on sarama's retry backoff")
+}

@@ -3,6 +3,7 @@ package brokers
 import (
 	"context"
 	"errors"
+	"fmt"
 	"math"
 	"slices"
 	"sync"
@@ -53,11 +54,14 @@ func (t tee) Publish(ctx context.Context, msgs []forwarder.Outgoing) []error {
 	return errs
 }
 
+// at is errs[i]; a side that returned no result for message i did not
+// acknowledge it, so that counts as the broker's failure, as the
+// forwarder counts it.
 func at(errs []error, i int) error {
 	if i < len(errs) {
 		return errs[i]
 	}
-	return nil
+	return fmt.Errorf("%w: the broker returned %d results, none for message %d", forwarder.ErrBrokerUnavailable, len(errs), i)
 }
 
 var _ forwarder.PayloadLimiter = tee{}

@@ -94,7 +94,9 @@ var ErrForwardersRunning = errors.New("forwarders are running")
 // events, and an instance holding no lease yet takes some at its next tick.
 // A forwarder runs while its heartbeat (outbox_forwarders) is younger than
 // liveWithin, which should be the forwarders' TakeoverAfter (0: its default,
-// 10s): one that crashed counts as stopped that long after its last beat.
+// 10s): one that crashed counts as stopped that long after its last beat;
+// one that was only silent and comes back leases nothing under the new
+// count (it logs [ErrPartitionsMismatch]) until restarted with it.
 func Repartition(ctx context.Context, pool *pgxpool.Pool, partitions int, liveWithin time.Duration) error {
 	if partitions < 1 || partitions > 4096 {
 		return fmt.Errorf("repartition: partitions must be between 1 and 4096")

@@ -205,6 +205,16 @@ func (f *Forwarder) publishWaves(ctx context.Context, claimed []row, msgs []Outg
 		if len(wave) == 0 {
 			continue
 		}
+		if err := ctx.Err(); err != nil {
+			// PublishTimeout covers the whole batch: a wave whose turn
+			// comes after it is not sent (a broker would only start
+			// sends it must then abandon), and its aggregates stop.
+			for _, i := range index {
+				results[i] = fmt.Errorf("%w: publish timeout passed before this row's turn: %w", ErrBrokerUnavailable, context.Cause(ctx))
+				blocked[keys[i]] = true
+			}
+			continue
+		}
 		calls++
 		errs := f.cfg.Broker.Publish(ctx, wave)
 		for j, i := range index {

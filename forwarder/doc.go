@@ -48,7 +48,9 @@
 // max.message.bytes, a JetStream stream's MaxMsgSize), fails one ack, or
 // retries. A batch costs as many round trips as the most rows one aggregate
 // has in it: one at steady state, more only while a backlog is piled up
-// behind a few aggregates.
+// behind a few aggregates. PublishTimeout covers all the waves of a batch:
+// a wave whose turn comes after it is not sent, and its rows stay pending,
+// as in a broker outage.
 //
 // # Failures
 //
@@ -101,5 +103,8 @@
 //
 // The partition count changes with [Repartition] (`outflow outbox
 // repartition`), which refuses while any forwarder runs: one with a live
-// heartbeat in outbox_forwarders, whether or not it holds a lease.
+// heartbeat in outbox_forwarders, whether or not it holds a lease. An
+// instance that was only silent that long and comes back finds the new
+// count and leases nothing (it logs [ErrPartitionsMismatch]) until it is
+// restarted with it.
 package forwarder

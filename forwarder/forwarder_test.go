@@ -2,7 +2,9 @@ package forwarder_test
 
 import (
 	"context"
+	"errors"
 	"fmt"
+	"io"
 	"log/slog"
 	"strconv"
 	"strings"
@@ -839,4 +841,110 @@ func TestLeaseExpiringDuringASlowBatchKeepsOrder(t *testing.T) {
 	require.NoError(t, stuck.Rollback(ctx))
 	outflowtest.WaitFor(t, 20*time.Second, "both rows published", func() bool { return e.count("published_at IS NULL") == 0 })
 	requireInOrder(t, e.stream(), 2)
+}
+
+// lateBroker answers its first call only once the call's context is done,
+// as a broker acknowledging at PublishTimeout, and counts the later calls
+// made with a context already done.
+type lateBroker struct {
+	forwarder.Broker
+	calls, late atomic.Int32
+}
+
+func (b *lateBroker) Publish(ctx context.Context, msgs []forwarder.Outgoing) []error {
+	if b.calls.Add(1) == 1 {
+		<-ctx.Done()
+		return b.Broker.Publish(context.WithoutCancel(ctx), msgs)
+	}
+	if ctx.Err() != nil {
+		b.late.Add(1)
+	}
+	return b.Broker.Publish(ctx, msgs)
+}
+
+// PublishTimeout bounds the whole batch, waves included: once the first
+// wave used it up, the next wave (x v2) is not handed to the broker in that
+// batch; it goes in a later one, after v1.
+func TestPublishTimeoutSpansTheWaves(t *testing.T) {
+	t.Parallel()
+	e := setup(t)
+	e.write("x", 1, testPayload{N: 1})
+	e.write("x", 2, testPayload{N: 2})
+	lb := &lateBroker{Broker: e.broker}
+	e.run(e.config(func(c *forwarder.Config) { c.Broker = lb; c.PublishTimeout = 300 * time.Millisecond }))
+	outflowtest.WaitFor(t, 10*time.Second, "both rows published", func() bool { return e.count("published_at IS NULL") == 0 })
+	require.Zero(t, lb.late.Load(), "a wave was handed to the broker after the batch's PublishTimeout")
+	require.Zero(t, e.count("attempts > 0"), "a timeout is the broker's, not the rows'")
+	requireInOrder(t, e.stream(), 2)
+}
+
+// logSink collects a logger's output for a test to wait on.
+type logSink struct {
+	mu  sync.Mutex
+	buf strings.Builder
+}
+
+func (l *logSink) Write(p []byte) (int, error) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.buf.Write(p)
+}
+
+func (l *logSink) String() string {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.buf.String()
+}
+
+// A forwarder silent for longer than Repartition's liveWithin counts as
+// stopped, so the partition count can change under it. When it comes back
+// it must not lease the new partitions with its old count (it would map an
+// aggregate to another partition than the other instances do, and two
+// instances would publish one aggregate's rows): it leases nothing and
+// says why, while an instance with the new count forwards.
+func TestForwarderLeasesNothingAfterARepartitionUnderIt(t *testing.T) {
+	t.Parallel()
+	e := setup(t)
+	ctx := context.Background()
+	logs := &logSink{}
+	e.run(e.config(func(c *forwarder.Config) {
+		c.InstanceID = "a"
+		c.Partitions = 1
+		c.TakeoverAfter = time.Second
+		c.LeaseRenewInterval = 100 * time.Millisecond
+		c.Logger = slog.New(slog.NewTextHandler(io.MultiWriter(logs, t.Output()), &slog.HandlerOptions{Level: slog.LevelWarn}))
+	}))
+	outflowtest.WaitFor(t, 10*time.Second, "a leases the partition", func() bool { return e.countPartitionsOwned() == 1 })
+
+	// a goes silent: its lease ticks wait on a lock the test holds on its
+	// heartbeat row.
+	stuck, err := e.schema.Pool.Begin(ctx)
+	require.NoError(t, err)
+	t.Cleanup(func() { _ = stuck.Rollback(ctx) })
+	_, err = stuck.Exec(ctx, `SELECT 1 FROM outbox_forwarders WHERE id = 'a' FOR UPDATE`)
+	require.NoError(t, err)
+	outflowtest.WaitFor(t, 10*time.Second, "a counts as stopped and the repartition goes through", func() bool {
+		err := forwarder.Repartition(ctx, e.schema.Pool, 4, time.Second)
+		if errors.Is(err, forwarder.ErrForwardersRunning) {
+			return false
+		}
+		require.NoError(t, err)
+		return true
+	})
+	require.NoError(t, stuck.Rollback(ctx))
+
+	outflowtest.WaitFor(t, 10*time.Second, "a notices the new count", func() bool {
+		return strings.Contains(logs.String(), "the database has 4 partitions, Config.Partitions is 1")
+	})
+	e.run(e.config(func(c *forwarder.Config) {
+		c.InstanceID = "b"
+		c.Partitions = 4
+		c.LeaseRenewInterval = 100 * time.Millisecond
+	}))
+	e.writeMany(aggregates(20), 1, 2)
+	outflowtest.WaitFor(t, 20*time.Second, "b forwards every row", func() bool { return e.count("published_at IS NULL") == 0 })
+	var ownedByA int
+	require.NoError(t, e.schema.Pool.QueryRow(ctx, `SELECT count(*) FROM outbox_partitions WHERE owner = 'a'`).Scan(&ownedByA))
+	require.Zero(t, ownedByA, "a leased partitions with its old count")
+	requireInOrder(t, e.stream(), 40)
 }

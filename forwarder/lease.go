@@ -97,6 +97,19 @@ func (f *Forwarder) tickLeases(ctx context.Context) ([]int32, error) {
 		if owned, err = pgx.CollectRows(rows, pgx.RowTo[int32]); err != nil {
 			return fmt.Errorf("renew leases: %w", err)
 		}
+		// Repartition counts an instance silent for longer than its
+		// liveWithin as stopped, so the count may have changed under this
+		// one: leasing with the old count would map an aggregate to other
+		// partitions than the other instances do. The UPDATE above locks
+		// the table against a Repartition until this transaction ends, so
+		// the count read now holds for the whole tick.
+		var n int
+		if err := tx.QueryRow(ctx, `SELECT count(*) FROM outbox_partitions`).Scan(&n); err != nil {
+			return fmt.Errorf("count partitions: %w", err)
+		}
+		if n != f.cfg.Partitions {
+			return errMismatch(n, f.cfg.Partitions)
+		}
 
 		switch {
 		case len(owned) < share:
