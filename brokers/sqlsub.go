@@ -12,6 +12,7 @@ import (
 	"github.com/ThreeDotsLabs/watermill/message"
 	"github.com/jackc/pgx/v5"
 
+	"github.com/outflow-dev/outflow/events"
 	"github.com/outflow-dev/outflow/internal/backoff"
 	"github.com/outflow-dev/outflow/internal/subloop"
 )
@@ -146,11 +147,12 @@ func (s *sqlSubscriber) consume(ctx context.Context, topic string, q sqlQueries,
 			held = 0
 			continue // more may be waiting
 		case sqlHeld:
-			// A transaction that began before the row's is still open (the
-			// rows of every topic wait for the oldest): it is usually a
-			// few milliseconds from its end, so look again soon.
+			// A transaction that began before the row's is still open,
+			// in any database of the server (transaction ids are the
+			// cluster's): it is usually milliseconds from its end, so
+			// look again soon, then at most every second.
 			held++
-			wait = backoff.Delay(2*time.Millisecond, wait, held)
+			wait = backoff.Delay(2*time.Millisecond, min(wait, time.Second), held)
 		default:
 			held = 0
 		}
@@ -203,10 +205,10 @@ func (s *sqlSubscriber) read(ctx context.Context, q sqlQueries, out chan<- *mess
 		_ = tx.Rollback(rctx) // after Commit, a no-op
 	}()
 	var (
-		xid    string
-		offset int64
+		xid, syncOff string
+		offset       int64
 	)
-	if err := tx.QueryRow(ctx, q.lock, s.group).Scan(&xid, &offset); err != nil {
+	if err := tx.QueryRow(ctx, q.lock, s.group).Scan(&xid, &offset, &syncOff); err != nil {
 		return 0, fmt.Errorf("lock the group's position: %w", err)
 	}
 	rows, err := tx.Query(ctx, q.read, xid, offset, s.batchSize)
@@ -265,11 +267,16 @@ type sqlSettled struct {
 	ack bool
 }
 
-// deliver hands every row over in order and waits for their acks; it
-// returns the length of the acked prefix. A message's context ends when it
-// is settled or the subscription ends, not with the read: a handler still
-// running when the read ends (ack deadline) runs to its end, and the
-// message read again is dropped by the middleware as a duplicate.
+// deliver hands the rows over in order and waits for their acks; it
+// returns the length of the acked prefix. The rows of one aggregate
+// (metadata aggregate_type and aggregate_id, as the forwarder writes them)
+// go one at a time, each once the previous is acked: handed over together,
+// they raced to the middleware, and a version that reached it before its
+// predecessor was held as a gap for GapRetryDelay (1 s). Other rows all go
+// at once. A message's context ends when it is settled or the subscription
+// ends, not with the read: a handler still running when the read ends (ack
+// deadline) runs to its end, and the message read again is dropped by the
+// middleware as a duplicate.
 func (s *sqlSubscriber) deliver(ctx context.Context, batch []sqlRow, out chan<- *message.Message) int {
 	if len(batch) == 0 {
 		return 0
@@ -304,8 +311,21 @@ func (s *sqlSubscriber) deliver(ctx context.Context, batch []sqlRow, out chan<- 
 		}()
 		return true
 	}
+	// next[i] is the row of i's aggregate that waits for i's ack, or 0.
+	next := make([]int, len(batch))
+	last := map[string]int{}
+	var first []int
 	for i, r := range batch {
-		if !send(i, r.msg) {
+		key := sqlAggregate(r.msg)
+		if j, ok := last[key]; ok && key != "" {
+			next[j] = i
+		} else {
+			first = append(first, i)
+		}
+		last[key] = i
+	}
+	for _, i := range first {
+		if !send(i, batch[i].msg) {
 			return 0
 		}
 	}
@@ -318,19 +338,23 @@ wait:
 	for pending > 0 {
 		select {
 		case r := <-settled:
-			if r.ack {
-				if !acked[r.i] {
-					acked[r.i] = true
-					pending--
-				}
+			if !r.ack {
+				time.AfterFunc(s.resend, func() {
+					select {
+					case resend <- r.i:
+					case <-rctx.Done():
+					}
+				})
 				continue
 			}
-			time.AfterFunc(s.resend, func() {
-				select {
-				case resend <- r.i:
-				case <-rctx.Done():
-				}
-			})
+			if acked[r.i] {
+				continue
+			}
+			acked[r.i] = true
+			pending--
+			if j := next[r.i]; j != 0 && !send(j, batch[j].msg) {
+				break wait
+			}
 		case i := <-resend:
 			if !send(i, batch[i].msg.Copy()) {
 				break wait
@@ -359,4 +383,14 @@ wait:
 		n++
 	}
 	return n
+}
+
+// sqlAggregate is the aggregate a message belongs to, "" when its metadata
+// does not say (it is then ordered with nothing).
+func sqlAggregate(m *message.Message) string {
+	id := m.Metadata.Get(events.AggregateIDKey)
+	if id == "" {
+		return ""
+	}
+	return m.Metadata.Get(events.AggregateTypeKey) + "\x00" + id
 }
