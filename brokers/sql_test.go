@@ -262,20 +262,27 @@ func noMessage(t *testing.T, ch <-chan *message.Message, what string) {
 
 // A read is handed over whole, before any ack, so the middleware can share
 // one transaction among its messages (watermill-sql's subscriber hands over
-// one message per ack); the rows of one aggregate go one at a time, each
-// after its predecessor's ack, so that none overtakes it.
+// one message per ack); the rows of one aggregate go one at a time, lowest
+// version first, each after its predecessor's ack, so that none overtakes
+// another, even when the outbox committed them out of order.
 func TestSQLReadHandedOverWholeAggregatesInTurn(t *testing.T) {
 	t.Parallel()
 	s := outflowtest.NewEmptySchema(t)
 	b := openSQLBackend(t, s.URL, brokers.SQLConfig{})
 	batch := outgoing("q", 10, 0)
 	for i, o := range batch {
-		agg := fmt.Sprint("a", i) // ten aggregates, except that 2 and 5 are both a2's
-		if i == 5 {
+		// Ten aggregates at version 1, except that rows 2 and 5 are a2's
+		// versions 2 and 1.
+		agg, version := fmt.Sprint("a", i), "1"
+		switch i {
+		case 2:
+			version = "2"
+		case 5:
 			agg = "a2"
 		}
 		o.Message.Metadata.Set("aggregate_type", "payment")
 		o.Message.Metadata.Set("aggregate_id", agg)
+		o.Message.Metadata.Set("aggregate_version", version)
 	}
 	for _, err := range b.Broker().Publish(context.Background(), batch) {
 		require.NoError(t, err)
@@ -286,16 +293,16 @@ func TestSQLReadHandedOverWholeAggregatesInTurn(t *testing.T) {
 	for _, m := range got {
 		ns = append(ns, m.Metadata.Get("n"))
 	}
-	require.Equal(t, []string{"0", "1", "2", "3", "4", "6", "7", "8", "9"}, ns, "in order, a2's second event held back")
-	noMessage(t, ch, "a2's second event before its first is acked")
+	require.Equal(t, []string{"0", "1", "3", "4", "5", "6", "7", "8", "9"}, ns, "in table order, a2's version 2 held back")
+	noMessage(t, ch, "a2's version 2 before version 1 is acked")
 	for _, m := range got {
-		if m.Metadata.Get("n") != "2" {
+		if m.Metadata.Get("n") != "5" {
 			m.Ack()
 		}
 	}
-	noMessage(t, ch, "a2's second event before its first is acked")
-	got[2].Ack()
-	require.Equal(t, "5", receive(t, ch, 1, 10*time.Second)[0].Metadata.Get("n"))
+	noMessage(t, ch, "a2's version 2 before version 1 is acked")
+	got[4].Ack()
+	require.Equal(t, "2", receive(t, ch, 1, 10*time.Second)[0].Metadata.Get("n"))
 }
 
 // The position moves past the longest acked prefix only: what follows an

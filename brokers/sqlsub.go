@@ -1,10 +1,13 @@
 package brokers
 
 import (
+	"cmp"
 	"context"
 	"encoding/json"
 	"errors"
 	"fmt"
+	"slices"
+	"strconv"
 	"sync"
 	"time"
 
@@ -267,13 +270,14 @@ type sqlSettled struct {
 	ack bool
 }
 
-// deliver hands the rows over in order and waits for their acks; it
-// returns the length of the acked prefix. The rows of one aggregate
-// (metadata aggregate_type and aggregate_id, as the forwarder writes them)
-// go one at a time, each once the previous is acked: handed over together,
-// they raced to the middleware, and a version that reached it before its
-// predecessor was held as a gap for GapRetryDelay (1 s). Other rows all go
-// at once. A message's context ends when it is settled or the subscription
+// deliver hands the rows over and waits for their acks; it returns the
+// length of the acked prefix. The rows of one aggregate (metadata
+// aggregate_type and aggregate_id, as the forwarder writes them) go one at
+// a time, lowest aggregate_version first, each once the previous is acked:
+// handed over together, they raced to the middleware, and a version that
+// reached it before its predecessor was held as a gap for GapRetryDelay
+// (1 s); and versions committed out of order in the outbox come in order.
+// The first rows of every aggregate go at once, in table order. A message's context ends when it is settled or the subscription
 // ends, not with the read: a handler still running when the read ends (ack
 // deadline) runs to its end, and the message read again is dropped by the
 // middleware as a duplicate.
@@ -311,19 +315,26 @@ func (s *sqlSubscriber) deliver(ctx context.Context, batch []sqlRow, out chan<- 
 		}()
 		return true
 	}
-	// next[i] is the row of i's aggregate that waits for i's ack, or 0.
+	// next[i] is the row of i's aggregate that waits for i's ack, or -1.
 	next := make([]int, len(batch))
-	last := map[string]int{}
+	chains := map[string][]int{}
 	var first []int
 	for i, r := range batch {
-		key := sqlAggregate(r.msg)
-		if j, ok := last[key]; ok && key != "" {
-			next[j] = i
+		next[i] = -1
+		if key := sqlAggregate(r.msg); key != "" {
+			chains[key] = append(chains[key], i)
 		} else {
 			first = append(first, i)
 		}
-		last[key] = i
 	}
+	for _, chain := range chains {
+		slices.SortStableFunc(chain, func(a, b int) int { return cmp.Compare(sqlVersion(batch[a].msg), sqlVersion(batch[b].msg)) })
+		for k := 1; k < len(chain); k++ {
+			next[chain[k-1]] = chain[k]
+		}
+		first = append(first, chain[0])
+	}
+	slices.Sort(first)
 	for _, i := range first {
 		if !send(i, batch[i].msg) {
 			return 0
@@ -352,7 +363,7 @@ wait:
 			}
 			acked[r.i] = true
 			pending--
-			if j := next[r.i]; j != 0 && !send(j, batch[j].msg) {
+			if j := next[r.i]; j >= 0 && !send(j, batch[j].msg) {
 				break wait
 			}
 		case i := <-resend:
@@ -383,6 +394,13 @@ wait:
 		n++
 	}
 	return n
+}
+
+// sqlVersion is a message's aggregate version, 0 when its metadata does not
+// say: it then keeps its place in the table's order.
+func sqlVersion(m *message.Message) int64 {
+	v, _ := strconv.ParseInt(m.Metadata.Get(events.AggregateVersionKey), 10, 64)
+	return v
 }
 
 // sqlAggregate is the aggregate a message belongs to, "" when its metadata
