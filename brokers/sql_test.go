@@ -373,3 +373,24 @@ func TestSQLPublishWakesSubscriptions(t *testing.T) {
 		m.Ack()
 	}
 }
+
+// A read whose messages nobody takes (a router that stopped reading) ends
+// at the ack deadline: its open transaction would otherwise hold back the
+// rows of every topic of the server for as long as it lasts.
+func TestSQLUntakenReadEndsAtTheAckDeadline(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	s := outflowtest.NewEmptySchema(t)
+	b := openSQLBackend(t, s.URL, brokers.SQLConfig{})
+	require.NoError(t, errors.Join(b.Broker().Publish(ctx, outgoing("stuck", 1, 0))...))
+	subscribe(t, b, "g", "stuck", brokers.SubscriberOptions{ClaimIdle: 500 * time.Millisecond}) // never read
+	outflowtest.WaitFor(t, 10*time.Second, "the untaken read holding its group's lock", func() bool {
+		var n int
+		require.NoError(t, s.Pool.QueryRow(ctx, `SELECT count(*) FROM pg_locks l JOIN pg_class c ON c.oid = l.relation
+			JOIN pg_namespace ns ON ns.oid = c.relnamespace
+			WHERE ns.nspname = $1 AND c.relname = 'watermill_offsets_stuck' AND l.mode = 'RowShareLock'`, s.Name).Scan(&n))
+		return n > 0
+	})
+	require.NoError(t, errors.Join(b.Broker().Publish(ctx, outgoing("other", 1, 1))...))
+	require.Equal(t, []string{"1"}, consume(t, b, "g", "other", 1))
+}

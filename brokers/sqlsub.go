@@ -285,18 +285,23 @@ func (s *sqlSubscriber) deliver(ctx context.Context, batch []sqlRow, out chan<- 
 	if len(batch) == 0 {
 		return 0
 	}
-	rctx, endRead := context.WithCancel(ctx)
+	// The read ends at the ack deadline, even while a message waits to be
+	// taken (a router that stopped reading): its open transaction holds
+	// back the rows of every topic of the server.
+	rctx, endRead := context.WithTimeout(ctx, s.ackDeadline)
 	defer endRead()
 	settled := make(chan sqlSettled, len(batch))
+	sent := make([]*message.Message, len(batch)) // the last copy handed over
 	send := func(i int, m *message.Message) bool {
 		mctx, cancel := context.WithCancel(ctx)
 		m.SetContext(mctx)
 		select {
 		case out <- m:
-		case <-ctx.Done():
+		case <-rctx.Done():
 			cancel()
 			return false
 		}
+		sent[i] = m
 		go func() {
 			defer cancel()
 			var r sqlSettled
@@ -335,16 +340,15 @@ func (s *sqlSubscriber) deliver(ctx context.Context, batch []sqlRow, out chan<- 
 		first = append(first, chain[0])
 	}
 	slices.Sort(first)
-	for _, i := range first {
-		if !send(i, batch[i].msg) {
-			return 0
-		}
-	}
-	deadline := time.NewTimer(s.ackDeadline)
-	defer deadline.Stop()
-	resend := make(chan int)
 	acked := make([]bool, len(batch))
 	pending := len(batch)
+	resend := make(chan int)
+	for _, i := range first {
+		if !send(i, batch[i].msg) {
+			pending = -1 // the read ended while handing out
+			break
+		}
+	}
 wait:
 	for pending > 0 {
 		select {
@@ -370,30 +374,37 @@ wait:
 			if !send(i, batch[i].msg.Copy()) {
 				break wait
 			}
-		case <-deadline.C:
-			s.b.cfg.Logger.Warn("sql subscriber: messages not acked within the ack deadline are read again",
-				"group", s.group, "unacked", pending, "ack_deadline", s.ackDeadline)
-			break wait
-		case <-ctx.Done():
+		case <-rctx.Done():
 			break wait
 		}
 	}
-	for {
-		select {
-		case r := <-settled: // acks that came as the read ended
-			if r.ack {
-				acked[r.i] = true
-			}
-			continue
-		default:
+	n, unacked := 0, 0
+	for i := range batch {
+		if !acked[i] && !isAcked(sent[i]) {
+			unacked++
+		} else if n == i {
+			n++
 		}
-		break
 	}
-	n := 0
-	for n < len(acked) && acked[n] {
-		n++
+	if ctx.Err() == nil && rctx.Err() != nil {
+		s.b.cfg.Logger.Warn("sql subscriber: messages not acked within the ack deadline are read again",
+			"group", s.group, "unacked", unacked, "ack_deadline", s.ackDeadline)
 	}
 	return n
+}
+
+// isAcked reports whether m was acked, without waiting: an ack that came as
+// the read ended still counts.
+func isAcked(m *message.Message) bool {
+	if m == nil {
+		return false
+	}
+	select {
+	case <-m.Acked():
+		return true
+	default:
+		return false
+	}
 }
 
 // sqlVersion is a message's aggregate version, 0 when its metadata does not
