@@ -196,10 +196,14 @@ func brokerRun(ctx context.Context, cfg BrokersConfig, bc brokers.Config) (broke
 	if err := checkProjection(ctx, pool, cfg.Backlog+total); err != nil {
 		return res, err
 	}
+	// An event held as a gap has its processed_messages row from when it
+	// was held; it is handled when its dead letter is resolved.
 	err = pool.QueryRow(ctx, `
 		SELECT percentile_cont(0.5) WITHIN GROUP (ORDER BY d), percentile_cont(0.99) WITHIN GROUP (ORDER BY d), max(d)
-		FROM (SELECT extract(epoch FROM p.processed_at - o.created_at) * 1000 AS d
-		      FROM outbox o JOIN processed_messages p ON p.message_id = o.message_id WHERE o.id > $1) x`, seededMax).
+		FROM (SELECT extract(epoch FROM coalesce(dl.resolved_at, p.processed_at) - o.created_at) * 1000 AS d
+		      FROM outbox o JOIN processed_messages p ON p.message_id = o.message_id
+		      LEFT JOIN dead_letters dl ON dl.message_id = o.message_id AND dl.consumer = p.consumer
+		      WHERE o.id > $1) x`, seededMax).
 		Scan(&res.p50, &res.p99, &res.max)
 	return res, err
 }
