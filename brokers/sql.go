@@ -21,7 +21,8 @@ import (
 
 // SQLConfig is the sql block: PostgreSQL only, no broker. The forwarder
 // appends outbox rows to watermill-sql message tables and the workers read
-// them with watermill-sql's subscriber, one consumer group per handler.
+// them with Outflow's own subscriber over those tables (same schema, same
+// offsets), one consumer group per handler.
 type SQLConfig struct {
 	// DatabaseURL is the PostgreSQL holding the message tables
 	// (--broker-database-url, defaulting to --database-url). Tables are
@@ -33,32 +34,34 @@ type SQLConfig struct {
 	// prefix plus topic at most 45 characters (PostgreSQL cuts identifiers
 	// at 63 bytes). Defaults to "".
 	TablePrefix string
-	// PollInterval is how long a subscription waits after a poll found
-	// nothing. watermill's default is 1 s; 100 ms bounds the idle delivery
-	// latency at a tenth of that. Each poll is one short REPEATABLE READ
-	// transaction that locks the group's offsets row, so it costs a
-	// transaction id: 10 per second per subscription at 100 ms. Defaults to
-	// 100ms.
+	// PollInterval is how long a subscription waits after a look found
+	// nothing, unless a notification wakes it first: the forwarder's side
+	// sends one NOTIFY per topic after each batch's commit, so this is the
+	// fallback (a lost LISTEN connection). A look is one read-only query:
+	// it takes no lock and spends no transaction id. Defaults to 100ms.
 	PollInterval time.Duration
-	// AckDeadline is how long the subscriber waits for one message's ack
-	// before it ends the batch (committing the offsets acked so far) and
-	// reads the message again; the handler is not interrupted. Defaults to the worker's ClaimIdle
+	// AckDeadline is how long a read waits for its messages to be taken
+	// and acked before it ends, committing the position after the acked
+	// prefix; the rest is read again (the handlers are not interrupted).
+	// While a read is open, its transaction holds back the rows of every
+	// topic of the PostgreSQL server, so this also bounds how long a stuck
+	// handler can stall them. Defaults to the worker's ClaimIdle
 	// (--claim-idle, 30 s).
 	AckDeadline time.Duration
-	// SubscribeBatchSize is how many rows one poll reads. They are handed
-	// to the handler one at a time (each waits for the previous ack), in one
-	// transaction that holds a transaction id until the batch ends: while it
-	// is open, rows committed after it began are invisible to every group
-	// of the database. Larger batches save polls, smaller ones bound that
-	// delay. Defaults to the worker's batch size (--consumer-batch-size,
-	// 100).
+	// SubscribeBatchSize is how many rows one read takes. They are handed
+	// to the router at once (one aggregate's rows one at a time, lowest
+	// version first, each after the previous ack), so the middleware shares
+	// its transactions among them; the read's transaction holds the
+	// group's lock until every one is acked. Defaults to the worker's batch
+	// size (--consumer-batch-size, 100).
 	SubscribeBatchSize int
 	// MaxConns is the size of the broker's connection pool. Every
 	// subscription holds one connection (and a transaction) while it
 	// handles a batch or waits on its group's lock; the forwarder takes one
 	// per Publish. Subscribe fails when a subscription would leave no
-	// connection free (rather than hang). Defaults to pool_max_conns in
-	// DatabaseURL, else 20.
+	// connection free (rather than hang). A process with subscriptions
+	// holds one more connection, outside the pool, in LISTEN. Defaults to
+	// pool_max_conns in DatabaseURL, else 20.
 	MaxConns int32
 	// Retention is how long a message stays in its topic's table after
 	// every consumer group of the topic has acked it: watermill-sql never
