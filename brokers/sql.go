@@ -21,7 +21,8 @@ import (
 
 // SQLConfig is the sql block: PostgreSQL only, no broker. The forwarder
 // appends outbox rows to watermill-sql message tables and the workers read
-// them with watermill-sql's subscriber, one consumer group per handler.
+// them with Outflow's own subscriber over those tables (same schema, same
+// offsets), one consumer group per handler.
 type SQLConfig struct {
 	// DatabaseURL is the PostgreSQL holding the message tables
 	// (--broker-database-url, defaulting to --database-url). Tables are
@@ -33,32 +34,34 @@ type SQLConfig struct {
 	// prefix plus topic at most 45 characters (PostgreSQL cuts identifiers
 	// at 63 bytes). Defaults to "".
 	TablePrefix string
-	// PollInterval is how long a subscription waits after a poll found
-	// nothing. watermill's default is 1 s; 100 ms bounds the idle delivery
-	// latency at a tenth of that. Each poll is one short REPEATABLE READ
-	// transaction that locks the group's offsets row, so it costs a
-	// transaction id: 10 per second per subscription at 100 ms. Defaults to
-	// 100ms.
+	// PollInterval is how long a subscription waits after a look found
+	// nothing, unless a notification wakes it first: the forwarder's side
+	// sends one NOTIFY per topic after each batch's commit, so this is the
+	// fallback (a lost LISTEN connection). A look is one read-only query:
+	// it takes no lock and spends no transaction id. Defaults to 100ms.
 	PollInterval time.Duration
-	// AckDeadline is how long the subscriber waits for one message's ack
-	// before it ends the batch (committing the offsets acked so far) and
-	// reads the message again; the handler is not interrupted. Defaults to the worker's ClaimIdle
+	// AckDeadline is how long a read waits for its messages to be taken
+	// and acked before it ends, committing the position after the acked
+	// prefix; the rest is read again (the handlers are not interrupted).
+	// While a read is open, its transaction holds back the rows of every
+	// topic of the PostgreSQL server, so this also bounds how long a stuck
+	// handler can stall them. Defaults to the worker's ClaimIdle
 	// (--claim-idle, 30 s).
 	AckDeadline time.Duration
-	// SubscribeBatchSize is how many rows one poll reads. They are handed
-	// to the handler one at a time (each waits for the previous ack), in one
-	// transaction that holds a transaction id until the batch ends: while it
-	// is open, rows committed after it began are invisible to every group
-	// of the database. Larger batches save polls, smaller ones bound that
-	// delay. Defaults to the worker's batch size (--consumer-batch-size,
-	// 100).
+	// SubscribeBatchSize is how many rows one read takes. They are handed
+	// to the router at once (one aggregate's rows one at a time, lowest
+	// version first, each after the previous ack), so the middleware shares
+	// its transactions among them; the read's transaction holds the
+	// group's lock until every one is acked. Defaults to the worker's batch
+	// size (--consumer-batch-size, 100).
 	SubscribeBatchSize int
 	// MaxConns is the size of the broker's connection pool. Every
 	// subscription holds one connection (and a transaction) while it
 	// handles a batch or waits on its group's lock; the forwarder takes one
 	// per Publish. Subscribe fails when a subscription would leave no
-	// connection free (rather than hang). Defaults to pool_max_conns in
-	// DatabaseURL, else 20.
+	// connection free (rather than hang). A process with subscriptions
+	// holds one more connection, outside the pool, in LISTEN. Defaults to
+	// pool_max_conns in DatabaseURL, else 20.
 	MaxConns int32
 	// Retention is how long a message stays in its topic's table after
 	// every consumer group of the topic has acked it: watermill-sql never
@@ -89,9 +92,12 @@ type sqlBackend struct {
 	init   *wmsql.Subscriber // never subscribes: runs the DDL
 	logger watermill.LoggerAdapter
 
+	channel string // NOTIFY channel of the tables' schema
+
 	mu     sync.Mutex
 	tables onceByKey
 	subs   int // subscriptions holding (or waiting for) a connection
+	wakes  sqlWakes
 }
 
 func openSQL(ctx context.Context, cfg Config) (Backend, error) {
@@ -141,8 +147,13 @@ func openSQL(ctx context.Context, cfg Config) (Backend, error) {
 		pool.Close()
 		return nil, fail(err)
 	}
+	var schema string
+	if err := pool.QueryRow(pctx, `SELECT current_schema()`).Scan(&schema); err != nil {
+		pool.Close()
+		return nil, fail(err)
+	}
 	b := &sqlBackend{cfg: cfg, pool: pool, db: wmsql.BeginnerFromPgx(pool),
-		logger: watermill.NewSlogLogger(cfg.Logger)}
+		logger: watermill.NewSlogLogger(cfg.Logger), channel: sqlChannel(schema)}
 	// BYTEA, not JSON: a payload the json type would refuse must not fail
 	// its whole batch's INSERT. The DDL runs in a transaction under
 	// watermill's advisory lock, so instances creating one table at once do
@@ -228,6 +239,7 @@ func (sb sqlBroker) Publish(ctx context.Context, msgs []forwarder.Outgoing) []er
 	}
 	err := b.insert(ctx, msgs, topics, byTopic)
 	if err == nil {
+		b.notify(ctx, topics)
 		return errs
 	}
 	if err = sqlError(err); errors.Is(err, forwarder.ErrBrokerUnavailable) {
@@ -238,12 +250,22 @@ func (sb sqlBroker) Publish(ctx context.Context, msgs []forwarder.Outgoing) []er
 		}
 		return errs
 	}
+	var inserted []string
 	for _, t := range topics {
+		ok := false
 		for _, i := range byTopic[t] {
 			if err := b.insert(ctx, msgs, []string{t}, map[string][]int{t: {i}}); err != nil {
 				errs[i] = sqlError(err)
+			} else {
+				ok = true
 			}
 		}
+		if ok {
+			inserted = append(inserted, t)
+		}
+	}
+	if len(inserted) > 0 {
+		b.notify(ctx, inserted)
 	}
 	return errs
 }
@@ -287,135 +309,53 @@ func sqlError(err error) error {
 	return fmt.Errorf("%w: sql broker: %w", forwarder.ErrBrokerUnavailable, err)
 }
 
-// Subscriber is one consumer group (watermill-sql ConsumerGroup = group).
-// consumer is not used: the instances of a group take turns on the group's
-// offsets row lock, so they are standbys, not parallel consumers.
-func (b *sqlBackend) Subscriber(group, consumer string, opts SubscriberOptions) (message.Subscriber, error) {
-	opts.setDefaults()
-	s := b.cfg.SQL
-	if s.AckDeadline == 0 {
-		s.AckDeadline = opts.ClaimIdle
-	}
-	schema := b.schema
-	if schema.SubscribeBatchSize == 0 {
-		schema.SubscribeBatchSize = opts.InFlight
-	}
-	sub, err := wmsql.NewSubscriber(b.db, wmsql.SubscriberConfig{
-		ConsumerGroup:  group,
-		AckDeadline:    &s.AckDeadline,
-		PollInterval:   s.PollInterval,
-		ResendInterval: time.Second,
-		RetryInterval:  time.Second,
-		SchemaAdapter:  schema,
-		OffsetsAdapter: b.offs,
-	}, b.logger)
-	if err != nil {
-		return nil, fmt.Errorf("sql subscriber for %q: %w", group, err)
-	}
-	return &sqlSubscriber{b: b, sub: sub}, nil
-}
-
-// sqlSubscriber creates a topic's tables before subscribing, counts its
-// subscriptions against the pool, and on Close cancels subscriptions that
-// do not stop by themselves (one blocked on its group's lock).
-type sqlSubscriber struct {
-	b   *sqlBackend
-	sub *wmsql.Subscriber
-
-	mu      sync.Mutex
-	n       int
-	cancels []context.CancelFunc
-	closed  bool
-	done    chan struct{} // closed by Close
-	fwd     sync.WaitGroup
-}
-
-func (s *sqlSubscriber) Subscribe(ctx context.Context, topic string) (<-chan *message.Message, error) {
-	if err := s.b.ensureTables(topic); err != nil {
-		return nil, err
-	}
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	if s.closed {
-		return nil, wmsql.ErrSubscriberClosed
-	}
-	b := s.b
+// reserve counts a subscription of topic against the pool, or refuses it
+// when it would leave no connection free (rather than hang).
+func (b *sqlBackend) reserve(topic string) error {
 	b.mu.Lock()
+	defer b.mu.Unlock()
 	if int32(b.subs+1) >= b.cfg.SQL.MaxConns {
-		b.mu.Unlock()
-		return nil, fmt.Errorf("sql broker: subscription %d to %q needs a pool over %d connections (each holds one while it handles a batch): raise MaxConns or pool_max_conns",
+		return fmt.Errorf("sql broker: subscription %d to %q needs a pool over %d connections (each holds one while it handles a batch): raise MaxConns or pool_max_conns",
 			b.subs+1, topic, b.cfg.SQL.MaxConns)
 	}
 	b.subs++
-	b.mu.Unlock()
-	ctx, cancel := context.WithCancel(ctx)
-	ch, err := s.sub.Subscribe(ctx, topic)
-	if err != nil {
-		cancel()
-		b.release(1)
-		return nil, err
-	}
-	s.n++
-	s.cancels = append(s.cancels, cancel)
-	if s.done == nil {
-		s.done = make(chan struct{})
-	}
-	out := make(chan *message.Message)
-	s.fwd.Add(1)
-	go s.forward(ch, out, s.done)
-	return out, nil
+	return nil
 }
 
-// forward hands the messages on with contexts that the subscriber does not
-// cancel: watermill-sql cancels a message's context at its ack deadline and
-// when the subscription closes, which would roll back a handler's
-// transaction mid-way (its work done, its effects lost, run again). As with
-// Redis and NATS, a handler past the deadline runs to its end; its message
-// is redelivered and the middleware drops the duplicate.
-func (s *sqlSubscriber) forward(in <-chan *message.Message, out chan<- *message.Message, done <-chan struct{}) {
-	defer s.fwd.Done()
-	defer close(out)
-	// On Close the channel closes at once; what watermill-sql still sends
-	// until its subscription ends is drained, unacked, and read again by
-	// the next subscriber.
-	stop := func() {
-		go func() {
-			for range in { // drained, never acked
-			}
-		}()
-	}
-	for {
-		var m *message.Message
-		select {
-		case next, ok := <-in:
-			if !ok {
-				return
-			}
-			m = next
-		case <-done:
-			stop()
-			return
-		}
-		// Not watermill-sql's context, which ends with its poll
-		// transaction or the ack deadline and so rolled handlers back
-		// halfway: one that ends when the message is settled or the
-		// subscriber closes, as other Watermill subscribers' do.
-		mctx, cancel := context.WithCancel(context.WithoutCancel(m.Context()))
-		m.SetContext(mctx)
-		go func() {
-			defer cancel()
-			select {
-			case <-m.Acked():
-			case <-m.Nacked():
-			case <-done:
-			}
-		}()
-		select {
-		case out <- m:
-		case <-done:
-			stop()
-			return
-		}
+// sqlQueries are a topic's statements for the subscriber, over
+// watermill-sql's tables: a group has read every row at or below its
+// (last_processed_transaction_id, offset_acked), and a row is readable once
+// its transaction id is below the snapshot's xmin (every older transaction
+// has ended, so no row can ever appear before it).
+type sqlQueries struct {
+	init, probe, lock, read, ack string
+}
+
+func (b *sqlBackend) queries(topic string) sqlQueries {
+	msgs, offs := b.schema.MessagesTable(topic), b.offs.MessagesOffsetsTable(topic)
+	return sqlQueries{
+		init: `INSERT INTO ` + offs + ` (consumer_group, offset_acked, last_processed_transaction_id)
+			VALUES ($1, 0, '0') ON CONFLICT DO NOTHING`,
+		probe: `SELECT m.transaction_id < pg_snapshot_xmin(pg_current_snapshot())
+			FROM ` + offs + ` g CROSS JOIN LATERAL (
+				SELECT transaction_id FROM ` + msgs + ` m
+				WHERE (m.transaction_id, m."offset") > (g.last_processed_transaction_id, coalesce(g.offset_acked, 0))
+				ORDER BY m.transaction_id, m."offset" LIMIT 1) m
+			WHERE g.consumer_group = $1`,
+		// The position's commit need not wait for the WAL flush: a crash
+		// of the server can lose it only with the acks before it, and
+		// what was acked is then read again and dropped by the
+		// middleware. It saves a disk flush per read.
+		lock: `SELECT last_processed_transaction_id::text, coalesce(offset_acked, 0),
+				set_config('synchronous_commit', 'off', true)
+			FROM ` + offs + ` WHERE consumer_group = $1 FOR UPDATE`,
+		read: `SELECT "offset", transaction_id::text, uuid, payload, metadata,
+				transaction_id < pg_snapshot_xmin(pg_current_snapshot())
+			FROM ` + msgs + `
+			WHERE (transaction_id, "offset") > ($1::xid8, $2::bigint)
+			ORDER BY transaction_id, "offset" LIMIT $3`,
+		ack: `UPDATE ` + offs + ` SET offset_acked = $1, last_processed_transaction_id = $2::xid8
+			WHERE consumer_group = $3`,
 	}
 }
 
@@ -425,41 +365,8 @@ func (b *sqlBackend) release(n int) {
 	b.mu.Unlock()
 }
 
-// Close stops the subscriptions: a batch in progress commits the offsets
-// acked so far. A subscription still running after a second (waiting on
-// its group's lock or a connection) is cancelled.
-func (s *sqlSubscriber) Close() error {
-	s.mu.Lock()
-	if s.closed {
-		s.mu.Unlock()
-		return nil
-	}
-	s.closed = true
-	cancels, n := s.cancels, s.n
-	if s.done != nil {
-		close(s.done)
-	}
-	s.mu.Unlock()
-	done := make(chan error, 1)
-	go func() { done <- s.sub.Close() }()
-	var err error
-	select {
-	case err = <-done:
-	case <-time.After(time.Second):
-		for _, c := range cancels {
-			c()
-		}
-		err = <-done
-	}
-	for _, c := range cancels {
-		c()
-	}
-	s.fwd.Wait() // every channel is closed when Close returns
-	s.b.release(n)
-	return err
-}
-
 func (b *sqlBackend) Close() error {
+	b.wakes.close()
 	b.pool.Close()
 	return nil
 }

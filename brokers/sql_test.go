@@ -2,6 +2,7 @@ package brokers_test
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"io"
 	"log/slog"
@@ -221,4 +222,175 @@ func TestSQLStandbyClosesPromptly(t *testing.T) {
 	first.Ack()
 	require.NoError(t, active.Close())
 	require.Len(t, consume(t, b, "g", "q", 9), 9, "the rest of the topic after the acked first")
+}
+
+// subscribe opens a subscription of group to topic on b.
+func subscribe(t *testing.T, b brokers.Backend, group, topic string, opts brokers.SubscriberOptions) <-chan *message.Message {
+	t.Helper()
+	sub, err := b.Subscriber(group, "c", opts)
+	require.NoError(t, err)
+	t.Cleanup(func() { sub.Close() })
+	ch, err := sub.Subscribe(context.Background(), b.Topics(topic)[0])
+	require.NoError(t, err)
+	return ch
+}
+
+// receive takes n messages from ch without acking them.
+func receive(t *testing.T, ch <-chan *message.Message, n int, within time.Duration) []*message.Message {
+	t.Helper()
+	var got []*message.Message
+	timeout := time.After(within)
+	for len(got) < n {
+		select {
+		case m := <-ch:
+			got = append(got, m)
+		case <-timeout:
+			t.Fatalf("%d of %d messages within %s", len(got), n, within)
+		}
+	}
+	return got
+}
+
+func noMessage(t *testing.T, ch <-chan *message.Message, what string) {
+	t.Helper()
+	select {
+	case m := <-ch:
+		t.Fatalf("%s: got %s (n=%s)", what, m.UUID, m.Metadata.Get("n"))
+	case <-time.After(300 * time.Millisecond):
+	}
+}
+
+// A read is handed over whole, before any ack, so the middleware can share
+// one transaction among its messages (watermill-sql's subscriber hands over
+// one message per ack); the rows of one aggregate go one at a time, lowest
+// version first, each after its predecessor's ack, so that none overtakes
+// another, even when the outbox committed them out of order.
+func TestSQLReadHandedOverWholeAggregatesInTurn(t *testing.T) {
+	t.Parallel()
+	s := outflowtest.NewEmptySchema(t)
+	b := openSQLBackend(t, s.URL, brokers.SQLConfig{})
+	batch := outgoing("q", 10, 0)
+	for i, o := range batch {
+		// Ten aggregates at version 1, except that rows 2 and 5 are a2's
+		// versions 2 and 1.
+		agg, version := fmt.Sprint("a", i), "1"
+		switch i {
+		case 2:
+			version = "2"
+		case 5:
+			agg = "a2"
+		}
+		o.Message.Metadata.Set("aggregate_type", "payment")
+		o.Message.Metadata.Set("aggregate_id", agg)
+		o.Message.Metadata.Set("aggregate_version", version)
+	}
+	for _, err := range b.Broker().Publish(context.Background(), batch) {
+		require.NoError(t, err)
+	}
+	ch := subscribe(t, b, "g", "q", brokers.SubscriberOptions{InFlight: 100, ClaimIdle: 30 * time.Second})
+	got := receive(t, ch, 9, 10*time.Second)
+	var ns []string
+	for _, m := range got {
+		ns = append(ns, m.Metadata.Get("n"))
+	}
+	require.Equal(t, []string{"0", "1", "3", "4", "5", "6", "7", "8", "9"}, ns, "in table order, a2's version 2 held back")
+	noMessage(t, ch, "a2's version 2 before version 1 is acked")
+	for _, m := range got {
+		if m.Metadata.Get("n") != "5" {
+			m.Ack()
+		}
+	}
+	noMessage(t, ch, "a2's version 2 before version 1 is acked")
+	got[4].Ack()
+	require.Equal(t, "2", receive(t, ch, 1, 10*time.Second)[0].Metadata.Get("n"))
+}
+
+// The position moves past the longest acked prefix only: what follows an
+// unacked message is read again by the next instance.
+func TestSQLPositionIsTheAckedPrefix(t *testing.T) {
+	t.Parallel()
+	s := outflowtest.NewEmptySchema(t)
+	b := openSQLBackend(t, s.URL, brokers.SQLConfig{})
+	for _, err := range b.Broker().Publish(context.Background(), outgoing("q", 5, 0)) {
+		require.NoError(t, err)
+	}
+	sub, err := b.Subscriber("g", "c", brokers.SubscriberOptions{InFlight: 100, ClaimIdle: 30 * time.Second})
+	require.NoError(t, err)
+	ch, err := sub.Subscribe(context.Background(), "q")
+	require.NoError(t, err)
+	got := receive(t, ch, 5, 10*time.Second)
+	got[0].Ack()
+	got[1].Ack()
+	got[3].Ack()
+	got[4].Ack()
+	require.NoError(t, sub.Close())
+	require.Equal(t, []string{"2", "3", "4"}, consume(t, b, "g", "q", 3))
+}
+
+// A subscription that finds nothing takes no lock (and so spends no
+// transaction id): its group's offsets row is never locked while it polls.
+func TestSQLIdlePollsTakeNoLock(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	s := outflowtest.NewEmptySchema(t)
+	b := openSQLBackend(t, s.URL, brokers.SQLConfig{PollInterval: 5 * time.Millisecond})
+	scans := func() int64 {
+		var n int64
+		_, err := s.Pool.Exec(ctx, `SELECT pg_stat_clear_snapshot()`)
+		require.NoError(t, err)
+		require.NoError(t, s.Pool.QueryRow(ctx, `SELECT coalesce(seq_scan, 0) + coalesce(idx_scan, 0)
+			FROM pg_stat_user_tables WHERE schemaname = $1 AND relname = 'watermill_q'`, s.Name).Scan(&n))
+		return n
+	}
+	require.NoError(t, errors.Join(b.Broker().Publish(ctx, outgoing("q", 1, 0))...))
+	require.Len(t, consume(t, b, "g", "q", 1), 1)
+	var xmax string
+	require.NoError(t, s.Pool.QueryRow(ctx, `SELECT xmax::text FROM watermill_offsets_q WHERE consumer_group = 'g'`).Scan(&xmax))
+	require.NotEqual(t, "0", xmax, "the read locked the row")
+
+	subscribe(t, b, "g", "q", brokers.SubscriberOptions{})
+	before := scans()
+	outflowtest.WaitFor(t, 20*time.Second, "twenty polls", func() bool { return scans() >= before+20 })
+	var after string
+	require.NoError(t, s.Pool.QueryRow(ctx, `SELECT xmax::text FROM watermill_offsets_q WHERE consumer_group = 'g'`).Scan(&after))
+	require.Equal(t, xmax, after, "no poll locked the group's row")
+}
+
+// A Publish wakes the subscriptions of its topics (one NOTIFY after its
+// commit): a message arrives without waiting for the poll interval.
+func TestSQLPublishWakesSubscriptions(t *testing.T) {
+	t.Parallel()
+	s := outflowtest.NewEmptySchema(t)
+	b := openSQLBackend(t, s.URL, brokers.SQLConfig{PollInterval: time.Hour})
+	other := openSQLBackend(t, s.URL, brokers.SQLConfig{PollInterval: time.Hour}) // another process's forwarder
+	ch := subscribe(t, b, "g", "q", brokers.SubscriberOptions{})
+	for i := range 3 {
+		for _, err := range other.Broker().Publish(context.Background(), outgoing("q", 1, i)) {
+			require.NoError(t, err)
+		}
+		m := receive(t, ch, 1, 10*time.Second)[0]
+		require.Equal(t, fmt.Sprint(i), m.Metadata.Get("n"))
+		m.Ack()
+	}
+}
+
+// A read whose messages nobody takes (a router that stopped reading) ends
+// at the ack deadline: its open transaction would otherwise hold back the
+// rows of every topic of the server for as long as it lasts.
+func TestSQLUntakenReadEndsAtTheAckDeadline(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	s := outflowtest.NewEmptySchema(t)
+	b := openSQLBackend(t, s.URL, brokers.SQLConfig{})
+	require.NoError(t, errors.Join(b.Broker().Publish(ctx, outgoing("stuck", 1, 0))...))
+	subscribe(t, b, "g", "stuck", brokers.SubscriberOptions{ClaimIdle: 500 * time.Millisecond}) // never read
+	outflowtest.WaitFor(t, 10*time.Second, "the untaken read holding its group's lock", func() bool {
+		var n int
+		require.NoError(t, s.Pool.QueryRow(ctx, `SELECT count(*) FROM pg_locks l JOIN pg_class c ON c.oid = l.relation
+			JOIN pg_namespace ns ON ns.oid = c.relnamespace
+			WHERE ns.nspname = $1 AND c.relname = 'watermill_offsets_stuck' AND l.mode = 'RowShareLock'`, s.Name).Scan(&n))
+		return n > 0
+	})
+	require.NoError(t, errors.Join(b.Broker().Publish(ctx, outgoing("other", 1, 1))...))
+	require.Equal(t, []string{"1"}, consume(t, b, "g", "other", 1))
 }

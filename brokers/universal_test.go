@@ -94,11 +94,6 @@ var suiteBackends = []suiteBackend{
 // declared). No order (Redis and NATS hand over a whole fetch at once,
 // Kafka partitions and RabbitMQ channels run in parallel) and no
 // exactly-once: that is the idempotency middleware's job.
-//
-// The sql subscriber is not run here (docs/brokers.md): it refuses more
-// subscriptions than its pool holds (the suite's many topics on one
-// subscriber), and after Close its channel closes only once
-// watermill-sql's subscription has ended, not at once.
 func TestSubscribersUniversalSuite(t *testing.T) {
 	for _, sb := range suiteBackends {
 		t.Run(string(sb.kind), func(t *testing.T) {
