@@ -284,7 +284,9 @@ func (f *Forwarder) classify(claimed []row, results []error, res *batchResult) m
 			}
 		default:
 			attempt := r.attempts + 1
-			park := attempt >= f.cfg.MaxAttempts
+			// A row too large for the limit is parked at once: no retry makes it
+			// fit; the operator raises the limit or fixes the row, then retries.
+			park := attempt >= f.cfg.MaxAttempts || errors.Is(err, ErrTooLarge)
 			m.failedIDs = append(m.failedIDs, r.id)
 			m.failedErr = append(m.failedErr, truncate(err.Error(), maxErrorBytes))
 			m.failedDue = append(m.failedDue, now.Add(f.retryDelay(attempt)))

@@ -54,8 +54,8 @@
 //
 // # Failures
 //
-// A row that fails for its own reason (it is too large, its metadata cannot
-// be encoded, the broker refuses the entry) counts an attempt and is retried
+// A row that fails for its own reason (its metadata cannot be encoded, the
+// broker refuses the entry) counts an attempt and is retried
 // after a jittered exponential backoff (RetryBackoff doubling up to
 // RetryBackoffMax); after MaxAttempts it is parked with its last_error (at
 // most 2,000 bytes, cut on a character boundary). While a row waits or is
@@ -68,7 +68,8 @@
 // one message, for brokers that have one ([PayloadLimiter]: Kafka's producer
 // MaxMessageBytes, NATS's max_payload, the tighter side of a Tee), counted
 // as the broker counts it (payload, headers, key). Such a row never reaches
-// the broker; its error names both limits and the one that applied. A limit
+// the broker; it is parked at its first attempt (no retry makes it fit), its
+// error naming both limits and the one that applied. A limit
 // the forwarder cannot see (a Kafka topic's max.message.bytes below the
 // producer's) is met as the broker's refusal of that row.
 //

@@ -85,7 +85,7 @@ var settings = []setting{
 	{"kafka-brokers", "KAFKA_BROKERS", DefaultKafkaBroker, "comma-separated Kafka bootstrap brokers (host:port), for --broker kafka"},
 	{"nats-replicas", "NATS_REPLICAS", DefaultNATSReplicas, "replicas of each JetStream stream Outflow creates (1-5), for --broker nats"},
 	{"kafka-topic-partitions", "KAFKA_TOPIC_PARTITIONS", DefaultKafkaTopicPartitions, "partitions of each Kafka topic Outflow creates (existing topics keep theirs), for --broker kafka"},
-	{"sql-poll-interval", "SQL_POLL_INTERVAL", DefaultSQLPollInterval, "how long a subscription of the sql broker waits after an empty poll (each poll spends a transaction id), for --broker sql"},
+	{"sql-poll-interval", "SQL_POLL_INTERVAL", DefaultSQLPollInterval, "how long a subscription of the sql broker waits after an empty look unless a NOTIFY from the forwarder wakes it first (a look is a read: no lock, no transaction id), for --broker sql"},
 	{"broker-database-url", "BROKER_DATABASE_URL", "", "PostgreSQL URL of the sql broker's tables, for --broker sql (default: --database-url)"},
 }
 
