@@ -357,3 +357,38 @@ func TestRetryNeedsOneConnection(t *testing.T) {
 	_, applied := b.balance("a")
 	require.Equal(t, []int64{1, 2}, applied)
 }
+
+// A gap that timed out becomes the baseline by running the handler; when
+// that run fails, the message is retried like any failing handler (its
+// attempts counted, its error kept), not recorded as a timed-out gap: such
+// a row heals only when its predecessor applies, which never comes here.
+func TestBaselineHandlerFailureIsRetried(t *testing.T) {
+	t.Parallel()
+	b, _ := setup(t, idempotency.Config{BaselineBefore: time.Now().Add(-time.Hour), GapRetryDelay: time.Millisecond,
+		GapTimeout: 50 * time.Millisecond, RetryBackoff: time.Millisecond, RetryBackoffMax: 2 * time.Millisecond,
+		RetryPollInterval: 5 * time.Millisecond})
+	failed := false
+	h := b.consumer.Middleware(func(msg *message.Message) ([]*message.Message, error) {
+		b.mu.Lock()
+		first := !failed
+		failed = true
+		b.mu.Unlock()
+		if first {
+			return nil, errBroken
+		}
+		return b.handler(msg)
+	})
+	s7 := msgFor(t, "s", 7)
+	for _, m := range []*message.Message{s7, msgFor(t, "s", 8)} {
+		_, err := h(m)
+		require.NoError(t, err)
+	}
+	b.run(t, b.consumer)
+	outflowtest.WaitFor(t, 5*time.Second, "s applied after its baseline run failed once", func() bool { return b.open() == 0 })
+	_, applied := b.balance("s")
+	require.Equal(t, []int64{7, 8}, applied)
+	var attempts int
+	require.NoError(t, b.schema.Pool.QueryRow(context.Background(),
+		`SELECT attempts FROM dead_letters WHERE message_id = $1`, s7.UUID).Scan(&attempts))
+	require.Equal(t, 1, attempts, "the failed baseline run counts as an attempt")
+}

@@ -145,6 +145,9 @@ func (c *Consumer) retryOne(ctx context.Context, h message.HandlerFunc, id int64
 		if timedOut && o == gap && !c.cfg.BaselineBefore.IsZero() {
 			// Nothing before it came in GapTimeout: with a baseline, an
 			// aggregate this consumer has applied nothing of starts here.
+			// Should the handler fail, herr takes the message to the
+			// failing handler's retries below, not to a dead gap that
+			// would wait for a predecessor that never comes.
 			var base outcome
 			if _, base, herr = c.apply(ctx, lock, h, msg, env, false, true); herr == nil && base == applied {
 				o = base
@@ -159,7 +162,7 @@ func (c *Consumer) retryOne(ctx context.Context, h message.HandlerFunc, id int64
 			_, err = lock.Exec(ctx, `UPDATE dead_letters SET status = 'resolved', resolved_at = now() WHERE id = $1`, id)
 			c.cfg.Logger.Info("parked message applied", "consumer", c.cfg.Consumer, "message_id", msgID,
 				"aggregate_id", env.AggregateID, "aggregate_version", env.AggregateVersion, "outcome", o.String())
-		case timedOut: // the gap never filled: report it; it heals if its predecessor applies later
+		case herr == nil && timedOut: // the gap never filled: report it; it heals if its predecessor applies later
 			_, err = lock.Exec(ctx, `UPDATE dead_letters SET status = 'dead', reason = 'gap', error = $2, next_attempt_at = NULL WHERE id = $1`,
 				id, fmt.Sprintf("version %d waited %s for version %d", env.AggregateVersion, c.cfg.GapTimeout, env.AggregateVersion-1))
 			c.cfg.Logger.Error("gap timed out: message dead", "consumer", c.cfg.Consumer, "message_id", msgID,
