@@ -363,11 +363,18 @@ func (s *Sender) settler(ctx context.Context, results <-chan settled) {
 // settleSQL records attempts and, for each delivery the sender still holds
 // the lease of (token) while it is pending, applies its outcome: status,
 // next attempt in delay seconds, last error. Every attempt is recorded,
-// lease_lost when nothing was applied.
+// lease_lost when nothing was applied, except that of a delivery no longer
+// there: a late result whose delivery another sender settled and retention
+// purged meanwhile would fail the whole statement on the foreign key, and
+// the other results with it. live locks the deliveries against that purge
+// (FOR KEY SHARE, as the foreign key check would; one deleted meanwhile is
+// skipped rather than an error).
 const settleSQL = `
 WITH r AS (
     SELECT * FROM unnest($1::bigint[], $2::uuid[], $3::text[], $4::float8[], $5::text[], $6::int[], $7::float8[], $8::text[])
         AS r(id, token, status, delay, last_error, code, latency_ms, error)
+), live AS (
+    SELECT d.id FROM webhook_deliveries d WHERE d.id IN (SELECT id FROM r) FOR KEY SHARE
 ), upd AS (
     UPDATE webhook_deliveries d
     SET status = r.status, attempts = d.attempts + 1, lease_token = NULL,
@@ -378,7 +385,7 @@ WITH r AS (
     RETURNING d.id
 )
 INSERT INTO webhook_attempts (delivery_id, status_code, latency_ms, error, lease_lost)
-SELECT r.id, r.code, r.latency_ms, r.error, NOT EXISTS (SELECT 1 FROM upd WHERE upd.id = r.id) FROM r
+SELECT r.id, r.code, r.latency_ms, r.error, NOT EXISTS (SELECT 1 FROM upd WHERE upd.id = r.id) FROM r JOIN live USING (id)
 RETURNING delivery_id, lease_lost`
 
 func (s *Sender) settle(ctx context.Context, batch []settled) error {
