@@ -78,7 +78,7 @@ func TestSenderRetriesAndDeadLetters(t *testing.T) {
 			case 2:
 				w.WriteHeader(http.StatusTooManyRequests)
 			case 3:
-				time.Sleep(300 * time.Millisecond) // past the sender's timeout
+				time.Sleep(1500 * time.Millisecond) // past the sender's timeout
 			default:
 				w.WriteHeader(http.StatusNoContent)
 			}
@@ -99,7 +99,7 @@ func TestSenderRetriesAndDeadLetters(t *testing.T) {
 		require.NoError(t, err)
 	}
 
-	sender := newSender(t, p, handlers.NotifyConfig{Timeout: 100 * time.Millisecond, Backoff: 10 * time.Millisecond,
+	sender := newSender(t, p, handlers.NotifyConfig{Timeout: time.Second, Backoff: 10 * time.Millisecond, // a timeout a loaded machine's answers stay under
 		BackoffMax: 20 * time.Millisecond, PollInterval: 10 * time.Millisecond})
 	run(t, sender.Run)
 
