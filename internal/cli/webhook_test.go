@@ -31,6 +31,13 @@ func TestWebhookFlagsAreValidated(t *testing.T) {
 		require.ErrorAs(t, err, &exitErr, tt.args)
 		require.Contains(t, string(out), tt.want, tt.args)
 	}
+	// --webhook-per-merchant's default follows a lower --webhook-concurrency
+	// down instead of failing a setting the user never gave: the command
+	// gets past its flags, to the unreachable database.
+	out, err := command(map[string]string{"DATABASE_URL": "postgres://127.0.0.1:1/none"}, "worker", "--webhook-concurrency", "2").CombinedOutput()
+	require.Error(t, err)
+	require.NotContains(t, string(out), "invalid --webhook-per-merchant")
+	require.Contains(t, string(out), "127.0.0.1:1")
 }
 
 // `outflow worker` purges settled webhook deliveries and their attempts

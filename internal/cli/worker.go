@@ -34,6 +34,9 @@ type workerOptions struct {
 	webhookTimeout   time.Duration
 	webhookInFlight  int
 	webhookPerMerch  int
+	// perMerchSet says whether --webhook-per-merchant was given: when not,
+	// its default follows a lower --webhook-concurrency down.
+	perMerchSet func() bool
 }
 
 func addWorkerFlags(fs *pflag.FlagSet, sharedStreamPartitions bool) *workerOptions {
@@ -51,11 +54,15 @@ func addWorkerFlags(fs *pflag.FlagSet, sharedStreamPartitions bool) *workerOptio
 		"how long processed_messages, resolved dead letters and settled webhook deliveries are kept (above the longest redelivery window; negative: forever)")
 	fs.DurationVar(&o.webhookTimeout, "webhook-timeout", 10*time.Second, "how long one webhook request may take before it is cancelled and retried")
 	fs.IntVar(&o.webhookInFlight, "webhook-concurrency", 64, "webhook requests in flight at once in this process")
-	fs.IntVar(&o.webhookPerMerch, "webhook-per-merchant", 4, "webhook requests in flight at once to one merchant in this process (a merchant that hangs holds only these)")
+	fs.IntVar(&o.webhookPerMerch, "webhook-per-merchant", 4, "webhook requests in flight at once to one merchant in this process (a merchant that hangs holds only these; at most --webhook-concurrency)")
+	o.perMerchSet = func() bool { return fs.Changed("webhook-per-merchant") }
 	return o
 }
 
 func (o *workerOptions) validate() error {
+	if !o.perMerchSet() && o.webhookInFlight >= 1 {
+		o.webhookPerMerch = min(o.webhookPerMerch, o.webhookInFlight)
+	}
 	switch {
 	case o.streamPartitions < 1 || o.streamPartitions > 1024:
 		return errors.New("invalid --stream-partitions: must be between 1 and 1024")
