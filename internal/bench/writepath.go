@@ -69,6 +69,26 @@ var wpVariants = []wpVariant{
 	{name: "- outbox INSERT", shape: "pay", setup: []string{dropNotify}, noOutbox: true},
 	{name: "- ledger balance trigger", shape: "pay", setup: []string{dropNotify,
 		`DROP TRIGGER ledger_entries_balanced ON ledger_entries`}},
+	// The same rule checked once per ledger transaction at commit instead of
+	// once per entry row: the entries' trigger keeps UPDATE and DELETE.
+	{name: "balance checked per ledger tx", shape: "pay", setup: []string{dropNotify,
+		`DROP TRIGGER ledger_entries_balanced ON ledger_entries`,
+		`CREATE FUNCTION ledger_tx_check_balanced() RETURNS trigger LANGUAGE plpgsql AS $$
+		BEGIN
+			IF EXISTS (
+				SELECT 1 FROM ledger_entries WHERE transaction_id = NEW.id
+				GROUP BY currency HAVING sum(amount) <> 0
+			) THEN
+				RAISE EXCEPTION 'ledger transaction % is not balanced', NEW.id
+					USING ERRCODE = 'check_violation', CONSTRAINT = 'ledger_entries_balanced';
+			END IF;
+			RETURN NULL;
+		END
+		$$`,
+		`CREATE CONSTRAINT TRIGGER ledger_transactions_balanced AFTER INSERT ON ledger_transactions
+			DEFERRABLE INITIALLY DEFERRED FOR EACH ROW EXECUTE FUNCTION ledger_tx_check_balanced()`,
+		`CREATE CONSTRAINT TRIGGER ledger_entries_balanced AFTER UPDATE OR DELETE ON ledger_entries
+			DEFERRABLE INITIALLY DEFERRED FOR EACH ROW EXECUTE FUNCTION ledger_check_balanced()`}},
 	{name: "- outbox message_id unique", shape: "pay", setup: []string{dropNotify,
 		`ALTER TABLE outbox DROP CONSTRAINT outbox_message_id_key`}},
 	{name: "- outbox_pending_idx", shape: "pay", setup: []string{dropNotify, `DROP INDEX outbox_pending_idx`}},
