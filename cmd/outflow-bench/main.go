@@ -6,6 +6,7 @@
 //	outflow-bench brokers [-brokers redis,nats,amqp,kafka,sql] [-backlog 20000] [-rate 1000] [-duration 10s]
 //	outflow-bench webhooks [-rate 500] [-duration 10s] [-merchants 10] [-slow 10s]
 //	outflow-bench pipeline [-backlog 60000] [-rate 3000] [-duration 20s] [-producers 16] [-per-tx 1] [-consumer-batch 100] [-only drain,steady]
+//	outflow-bench writepath [-ops 2000] [-slices 10] [-clients 1,16,64] [-only notify,ledger]
 //	outflow-bench history [-processed 10000000] [-aggregates 1000000] [-backlog 15000] [-rounds 11]
 //
 // The database is BENCH_DATABASE_URL, defaulting to the test database.
@@ -40,7 +41,7 @@ func main() {
 
 func run(ctx context.Context, args []string) error {
 	if len(args) == 0 {
-		return fmt.Errorf("usage: outflow-bench pay|forward|pipeline|brokers|history|webhooks [flags]")
+		return fmt.Errorf("usage: outflow-bench pay|writepath|forward|pipeline|brokers|history|webhooks [flags]")
 	}
 	dbURL := os.Getenv("BENCH_DATABASE_URL")
 	if dbURL == "" {
@@ -65,6 +66,24 @@ func run(ctx context.Context, args []string) error {
 		}
 		defer drop()
 		return bench.Pay(ctx, bench.PayConfig{Pool: pool, Clients: levels, Ops: *ops, Slices: *slices, Out: os.Stdout})
+	case "writepath":
+		fs := flag.NewFlagSet("writepath", flag.ContinueOnError)
+		ops := fs.Int("ops", 2000, "commands per variant and concurrency level")
+		slices := fs.Int("slices", 10, "rotating slices the ops are split into")
+		clients := fs.String("clients", "1,16,64", "comma-separated concurrency levels")
+		only := fs.String("only", "", "comma-separated substrings of the variants to run besides the references (default all)")
+		if err := fs.Parse(args[1:]); err != nil {
+			return err
+		}
+		levels, err := parseInts(*clients)
+		if err != nil {
+			return fmt.Errorf("invalid -clients: %w", err)
+		}
+		if *ops < 1 || *slices < 1 || *slices > *ops {
+			return fmt.Errorf("invalid -ops or -slices: must be positive, with -slices at most -ops")
+		}
+		return bench.WritePath(ctx, bench.WritePathConfig{DatabaseURL: dbURL, Clients: levels, Ops: *ops, Slices: *slices,
+			Only: splitNonEmpty(*only), Out: os.Stdout})
 	case "forward":
 		fs := flag.NewFlagSet("forward", flag.ContinueOnError)
 		backlog := fs.Int("backlog", 100_000, "rows each throughput contender drains")
@@ -166,7 +185,7 @@ func run(ctx context.Context, args []string) error {
 		return bench.Webhooks(ctx, bench.WebhooksConfig{DatabaseURL: dbURL, Rate: *rate, Duration: *dur, Merchants: *merchants,
 			SlowDelay: *slow, Out: os.Stdout})
 	default:
-		return fmt.Errorf("unknown benchmark %q (known: pay, forward, pipeline, brokers, history, webhooks)", args[0])
+		return fmt.Errorf("unknown benchmark %q (known: pay, writepath, forward, pipeline, brokers, history, webhooks)", args[0])
 	}
 }
 
