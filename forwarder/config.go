@@ -29,11 +29,11 @@ type Config struct {
 	InstanceID string
 	// BatchSize is how many rows one claim takes. Defaults to 500.
 	BatchSize int
-	// MinPollInterval is the wait after a claim that found rows but not a
-	// full batch, and the first wait after one that found none: each empty
-	// look doubles the wait, up to PollInterval, and any row found (or a
-	// [Forwarder.Wake]) brings it back here. Under load it bounds the
-	// commit-to-claim delay. Defaults to 5ms (PollInterval if smaller).
+	// MinPollInterval is the first wait of a forwarder that found no row:
+	// each look that finds none doubles the wait, up to PollInterval, and
+	// any row found (or a [Forwarder.Wake]) brings it back here. It bounds
+	// how long a row committed just after a busy spell waits. Defaults to
+	// 2ms (PollInterval if smaller).
 	MinPollInterval time.Duration
 	// PollInterval is the longest wait of an idle forwarder between two
 	// looks for rows (an index-only probe, the claim only when it finds
@@ -110,7 +110,7 @@ func (c *Config) setDefaults() {
 	}
 	defInt(&c.BatchSize, 500)
 	def(&c.PollInterval, 250*time.Millisecond)
-	def(&c.MinPollInterval, min(5*time.Millisecond, c.PollInterval))
+	def(&c.MinPollInterval, min(2*time.Millisecond, c.PollInterval))
 	defInt(&c.Partitions, 16)
 	def(&c.TakeoverAfter, 10*time.Second)
 	def(&c.LeaseRenewInterval, c.TakeoverAfter/5)

@@ -78,12 +78,63 @@
 // untouched; the forwarder backs off (up to OutageBackoffMax) and drains the
 // backlog when the broker is back.
 //
-// # Latency
+// # How the forwarder learns of new rows
 //
-// An AFTER INSERT trigger notifies the channel "outflow_outbox:<schema>" when
-// rows commit; the forwarder LISTENs on it and claims at once. Polling
-// (PollInterval, default 1 s) is only the fallback: for a lost LISTEN
-// connection and for rows whose retry became due.
+// Nothing in a producer's transaction tells it: a transaction that has
+// queued a NOTIFY takes an instance-wide lock at commit, so that
+// notifications are delivered in commit order, and that serialises every
+// notifying commit of the PostgreSQL instance. Until migration 00010 an
+// AFTER INSERT trigger on outbox did exactly that; `outflow-bench pay` at
+// 16 clients measured 0.56-0.69x of the throughput without the outbox
+// (0.85-0.88x with the trigger dropped and nothing else changed), and the
+// loss grows with concurrency (docs/benchmarks.md).
+//
+// Instead the forwarder polls, adaptively:
+//
+//   - After a claim that found rows it claims again at once: under load it
+//     never waits, as when every commit notified it.
+//   - After a claim that found none it waits MinPollInterval (2 ms), then
+//     looks; each look that finds nothing doubles the wait, up to
+//     PollInterval (250 ms). Any row found brings the wait back to
+//     MinPollInterval.
+//   - A look is a probe, one statement outside any transaction on the
+//     pending-rows partial index (parked rows and retries not yet due do not
+//     count), not the claim: measured with pgbench on an empty outbox, 0.26-0.36 ms
+//     against 1.6-1.8 ms for the claim's transaction, which also locks the
+//     lease rows (a write). The probe ignores partitions: a row of another
+//     instance's partition costs this one an empty claim, and its wait keeps
+//     growing.
+//   - [Forwarder.Wake] is the in-process signal: a writer sharing the
+//     forwarder's process calls it after its commit and the forwarder looks
+//     at once. `outflow serve --roles api,forwarder` wires it through
+//     app.Config.AfterCommit. Wakes coalesce and never block; a missed one
+//     costs latency, never a row, because the poll always runs.
+//
+// What it costs, measured (docs/benchmarks.md, 2 shared cores): at a steady
+// 1,000 events/s commit-to-stream is milliseconds (p50 3.6-6.8 ms; p99
+// 29-86 ms, with the old trigger 33-45 ms in the same runs, all while
+// other benchmarks shared the machine). A row committed after a quiet
+// spell waits at most PollInterval, plus a claim, unless Wake is called.
+// An idle forwarder costs the database about IDLE_COST.
+//
+// Options weighed and not taken: a NOTIFY sent after the producer's commit
+// by a statement of its own (no commit-order lock on the producer's
+// transaction, but a round trip and a lock on every command, for what the
+// in-process wake gives free where writer and forwarder share a process);
+// logical decoding (needs wal_level=logical, this machine has replica, and
+// a slot retains WAL without bound while the forwarder is down).
+//
+// # PgBouncer
+//
+// The forwarder holds no session state (no LISTEN, no session settings:
+// lock_timeout and synchronous_commit are set per transaction), so it works
+// behind PgBouncer in transaction pooling mode, producers too. pgx's default
+// named prepared statements need PgBouncer 1.21 or later with
+// max_prepared_statements set; with an older one put
+// default_query_exec_mode=exec (or simple_protocol) in DATABASE_URL.
+// PgBouncer does not pass search_path through: set it on the role or in
+// PgBouncer's database entry (connect_query). Tested through a real
+// PgBouncer 1.18 (TestThroughPgBouncerTransactionPooling).
 //
 // # Operations
 //

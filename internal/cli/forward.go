@@ -32,7 +32,7 @@ type forwardOptions struct {
 func addForwardFlags(fs *pflag.FlagSet) *forwardOptions {
 	o := &forwardOptions{}
 	fs.IntVar(&o.cfg.BatchSize, "batch-size", 500, "rows per claim")
-	fs.DurationVar(&o.cfg.MinPollInterval, "min-poll-interval", 5*time.Millisecond, "wait after a claim that found some rows, and the first idle wait (doubles while nothing is found)")
+	fs.DurationVar(&o.cfg.MinPollInterval, "min-poll-interval", 2*time.Millisecond, "first wait after a look that found no row (doubles while nothing is found, up to --poll-interval)")
 	fs.DurationVar(&o.cfg.PollInterval, "poll-interval", 250*time.Millisecond, "longest idle wait between two looks for new rows (an index probe)")
 	fs.IntVar(&o.cfg.Partitions, "partitions", 16, "outbox partitions leased to instances (the same on every instance)")
 	fs.DurationVar(&o.cfg.TakeoverAfter, "takeover-after", 10*time.Second, "lease time: a dead instance's work moves within this plus a fifth")
