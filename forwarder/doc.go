@@ -95,8 +95,10 @@
 //     never waits, as when every commit notified it.
 //   - After a claim that found none it waits MinPollInterval (2 ms), then
 //     looks; each look that finds nothing doubles the wait, up to
-//     PollInterval (250 ms). Any row found brings the wait back to
-//     MinPollInterval.
+//     PollInterval (250 ms), but only up to 16 ms within a second of the
+//     last row found: under a steady flow, commits come with gaps, and a
+//     wait doubled across a gap cost p99 latencies of 120-210 ms. Any row
+//     found brings the wait back to MinPollInterval.
 //   - A look is a probe, one statement outside any transaction on the
 //     pending-rows partial index (parked rows and retries not yet due do not
 //     count), not the claim: measured with pgbench on an empty outbox, 0.26-0.36 ms
@@ -110,16 +112,21 @@
 //     app.Config.AfterCommit. Wakes coalesce and never block; a missed one
 //     costs latency, never a row, because the poll always runs.
 //
-// What it costs, measured (docs/benchmarks.md, 2 shared cores): at a steady
-// 1,000 events/s commit-to-stream is milliseconds (p50 3.6-6.8 ms; p99
-// 29-86 ms, with the old trigger 33-45 ms in the same runs, all while
-// other benchmarks shared the machine). A row committed after a quiet
-// spell waits at most PollInterval, plus a claim, unless Wake is called.
+// What it costs, measured (docs/benchmarks.md; 2 cores shared with other
+// benchmarks, so noisy): at a steady 1,000 events/s commit-to-stream p50
+// 6.4-10.0 ms and p99 37.8-74.7 ms, against 4.4-7.8 ms and 29.6-50.3 ms for
+// the old trigger in the same runs: a few milliseconds more, for the
+// producers' throughput. Draining a backlog runs at 1.04 of the raw loop. A
+// row committed after a quiet spell waits at most PollInterval, plus a
+// claim, unless Wake is called.
 // An idle forwarder costs the database, measured with scripts/idle-cost.sh:
-// one forwarder 6 transactions/s (the probe 4 times a second, the lease
+// one forwarder 5-6 transactions/s (the probe 4 times a second, the lease
 // tick every 2 s, the stats every 5 s) and about 1 ms of backend CPU per
-// second; three, 20 transactions/s and 4 ms/s. The LISTEN design it
+// second; three, 14-20 transactions/s and 4 ms/s. The LISTEN design it
 // replaces (a claim every second): 3 and 10 transactions/s, 0.7 and 3 ms/s.
+// A trickle of about one row a second keeps the forwarder in its busy
+// window: some 60 probes a second, about 2% of a core by the probe's
+// pgbench cost.
 // A longer PollInterval cuts the probes, at the price of the first row
 // after a quiet spell.
 //
