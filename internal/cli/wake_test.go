@@ -39,6 +39,14 @@ func TestServeWakesItsForwarderAfterEachCommand(t *testing.T) {
 	})
 
 	base := "http://" + addr
+	outflowtest.WaitFor(t, 20*time.Second, "the api ready", func() bool {
+		resp, err := http.Get(base + "/readyz")
+		if err != nil {
+			return false
+		}
+		resp.Body.Close()
+		return resp.StatusCode == http.StatusOK
+	})
 	post := func(path string, body any) map[string]any {
 		b, err := json.Marshal(body)
 		require.NoError(t, err)
