@@ -15,8 +15,10 @@ secs=${2:-30}
 bin=${3:-}
 export PGHOST=${PGHOST:-127.0.0.1} PGPORT=${PGPORT:-5432} PGUSER=${PGUSER:-postgres}
 db=outflow_idle_cost
+tmp=
 if [ -z "$bin" ]; then
-	bin=$(mktemp -d)/outflow
+	tmp=$(mktemp -d)
+	bin=$tmp/outflow
 	go build -o "$bin" ./cmd/outflow
 fi
 url="postgres://$PGUSER@$PGHOST:$PGPORT/$db?sslmode=disable&application_name=outflow_idle_cost"
@@ -27,7 +29,7 @@ DATABASE_URL=$url "$bin" migrate up >/dev/null
 q() { psql -d "$db" -Atc "$1"; }
 q "UPDATE outbox_partitions SET owner = NULL, lease_until = NULL; DELETE FROM outbox_forwarders" >/dev/null
 pids=()
-trap 'kill -TERM "${pids[@]}" 2>/dev/null || true; wait' EXIT
+trap 'kill -TERM "${pids[@]}" 2>/dev/null || true; wait; [ -z "$tmp" ] || rm -rf "$tmp"' EXIT
 for _ in $(seq 1 "$n"); do
 	DATABASE_URL=$url LOG_LEVEL=warn "$bin" forward --metrics-addr "" 2>/dev/null &
 	pids+=($!)
