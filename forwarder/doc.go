@@ -114,9 +114,9 @@
 //
 // What it costs, measured (docs/benchmarks.md; 2 cores shared with other
 // benchmarks, so noisy): at a steady 1,000 events/s commit-to-stream p50
-// 6.4-10.0 ms and p99 37.8-74.7 ms, against 4.4-7.8 ms and 29.6-50.3 ms for
-// the old trigger in the same runs: a few milliseconds more, for the
-// producers' throughput. Draining a backlog runs at 1.04 of the raw loop. A
+// 3.7-10.0 ms and p99 37.8-45.1 ms in three runs of four (74.7 ms in the
+// busiest), against 3.3-7.8 ms and 23.9-50.3 ms for the old trigger in the
+// same runs: a few milliseconds more, for the producers' throughput. Draining a backlog runs at 1.04 of the raw loop. A
 // row committed after a quiet spell waits at most PollInterval, plus a
 // claim, unless Wake is called.
 // An idle forwarder costs the database, measured with scripts/idle-cost.sh:
