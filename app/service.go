@@ -33,14 +33,22 @@ type Config struct {
 	Logger *slog.Logger
 	// Now defaults to time.Now; tests pin it.
 	Now func() time.Time
+	// AfterCommit, when set, is called after each of the service's own
+	// transactions (InTx, every command without the Tx suffix) commits.
+	// `outflow serve --roles api,forwarder` sets it to the forwarder's
+	// Wake, so the events of a command reach the broker without waiting
+	// for the forwarder's next poll. It must not block; nothing relies on
+	// it for correctness (the forwarder polls anyway).
+	AfterCommit func()
 }
 
 // Service runs the payments commands.
 type Service struct {
-	pool   *pgxpool.Pool
-	events EventPublisher
-	logger *slog.Logger
-	now    func() time.Time
+	pool        *pgxpool.Pool
+	events      EventPublisher
+	logger      *slog.Logger
+	now         func() time.Time
+	afterCommit func()
 }
 
 // NewService validates cfg and returns a Service.
@@ -57,12 +65,19 @@ func NewService(cfg Config) (*Service, error) {
 	if cfg.Now == nil {
 		cfg.Now = time.Now
 	}
-	return &Service{pool: cfg.Pool, events: cfg.Events, logger: cfg.Logger, now: cfg.Now}, nil
+	return &Service{pool: cfg.Pool, events: cfg.Events, logger: cfg.Logger, now: cfg.Now, afterCommit: cfg.AfterCommit}, nil
 }
 
-// InTx runs fn in a transaction, committing if it returns nil.
+// InTx runs fn in a transaction, committing if it returns nil, then calls
+// Config.AfterCommit.
 func (s *Service) InTx(ctx context.Context, fn func(pgx.Tx) error) error {
-	return pgx.BeginFunc(ctx, s.pool, fn)
+	if err := pgx.BeginFunc(ctx, s.pool, fn); err != nil {
+		return err
+	}
+	if s.afterCommit != nil {
+		s.afterCommit()
+	}
+	return nil
 }
 
 func (s *Service) nowUTC() time.Time {

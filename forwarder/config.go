@@ -15,8 +15,11 @@ import (
 // Config configures a [Forwarder]. Zero values take the documented defaults.
 type Config struct {
 	// Pool is the database holding the outbox. Required. Give the forwarder
-	// a pool of its own: it keeps one connection for LISTEN and one per
-	// claim in flight.
+	// a pool of its own: it uses one connection per claim in flight and one
+	// for its lease, stats and purge ticks. It holds no session state, so
+	// the pool may go through PgBouncer in transaction pooling mode (with
+	// pgx's default_query_exec_mode=exec or simple_protocol, see the
+	// package doc).
 	Pool *pgxpool.Pool
 	// Broker receives the rows. Required.
 	Broker Broker
@@ -26,9 +29,16 @@ type Config struct {
 	InstanceID string
 	// BatchSize is how many rows one claim takes. Defaults to 500.
 	BatchSize int
-	// PollInterval is how often an idle forwarder looks for rows when no
-	// notification woke it (a lost LISTEN connection, rows whose retry
-	// became due). Defaults to 1s.
+	// MinPollInterval is the first wait of a forwarder that found no row:
+	// each look that finds none doubles the wait, up to PollInterval, and
+	// any row found (or a [Forwarder.Wake]) brings it back here. It bounds
+	// how long a row committed just after a busy spell waits. Defaults to
+	// 2ms (PollInterval if smaller).
+	MinPollInterval time.Duration
+	// PollInterval is the longest wait of an idle forwarder between two
+	// looks for rows (an index-only probe, the claim only when it finds
+	// something): the most a row committed after a quiet spell waits when
+	// nothing calls Wake. Defaults to 250ms.
 	PollInterval time.Duration
 	// Partitions is how many partitions the rows are spread over by a hash
 	// of their aggregate id; each is forwarded by one instance at a time, so
@@ -99,7 +109,8 @@ func (c *Config) setDefaults() {
 		c.InstanceID = fmt.Sprintf("%s-%d-%s", host, os.Getpid(), uuid.NewString()[:8])
 	}
 	defInt(&c.BatchSize, 500)
-	def(&c.PollInterval, time.Second)
+	def(&c.PollInterval, 250*time.Millisecond)
+	def(&c.MinPollInterval, min(2*time.Millisecond, c.PollInterval))
 	defInt(&c.Partitions, 16)
 	def(&c.TakeoverAfter, 10*time.Second)
 	def(&c.LeaseRenewInterval, c.TakeoverAfter/5)
@@ -129,6 +140,7 @@ func (c *Config) validate() error {
 	check(c.Pool != nil, "Pool", "is required")
 	check(c.Broker != nil, "Broker", "is required")
 	check(c.BatchSize >= 1 && c.BatchSize <= 10_000, "BatchSize", "must be between 1 and 10000")
+	check(c.MinPollInterval > 0 && c.MinPollInterval <= c.PollInterval, "MinPollInterval", "must be positive and at most PollInterval")
 	check(c.PollInterval > 0, "PollInterval", "must be positive")
 	check(c.Partitions >= 1 && c.Partitions <= 4096, "Partitions", "must be between 1 and 4096")
 	check(c.TakeoverAfter >= time.Second, "TakeoverAfter", "must be at least 1s")

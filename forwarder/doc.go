@@ -78,12 +78,76 @@
 // untouched; the forwarder backs off (up to OutageBackoffMax) and drains the
 // backlog when the broker is back.
 //
-// # Latency
+// # How the forwarder learns of new rows
 //
-// An AFTER INSERT trigger notifies the channel "outflow_outbox:<schema>" when
-// rows commit; the forwarder LISTENs on it and claims at once. Polling
-// (PollInterval, default 1 s) is only the fallback: for a lost LISTEN
-// connection and for rows whose retry became due.
+// Nothing in a producer's transaction tells it: a transaction that has
+// queued a NOTIFY takes an instance-wide lock at commit, so that
+// notifications are delivered in commit order, and that serialises every
+// notifying commit of the PostgreSQL instance. Until migration 00010 an
+// AFTER INSERT trigger on outbox did exactly that; `outflow-bench pay` at
+// 16 clients measured 0.56-0.69x of the throughput without the outbox
+// (0.85-0.88x with the trigger dropped and nothing else changed), and the
+// loss grows with concurrency (docs/benchmarks.md).
+//
+// Instead the forwarder polls, adaptively:
+//
+//   - After a claim that found rows it claims again at once: under load it
+//     never waits, as when every commit notified it.
+//   - After a claim that found none it waits MinPollInterval (2 ms), then
+//     looks; each look that finds nothing doubles the wait, up to
+//     PollInterval (250 ms), but only up to 16 ms within a second of the
+//     last row found: under a steady flow, commits come with gaps, and a
+//     wait doubled across a gap cost p99 latencies of 120-210 ms. Any row
+//     found brings the wait back to MinPollInterval.
+//   - A look is a probe, one statement outside any transaction on the
+//     pending-rows partial index (parked rows and retries not yet due do not
+//     count), not the claim: measured with pgbench on an empty outbox, 0.26-0.36 ms
+//     against 1.6-1.8 ms for the claim's transaction, which also locks the
+//     lease rows (a write). The probe ignores partitions: a row of another
+//     instance's partition costs this one an empty claim, and its wait keeps
+//     growing.
+//   - [Forwarder.Wake] is the in-process signal: a writer sharing the
+//     forwarder's process calls it after its commit and the forwarder looks
+//     at once. `outflow serve --roles api,forwarder` wires it through
+//     app.Config.AfterCommit. Wakes coalesce and never block; a missed one
+//     costs latency, never a row, because the poll always runs.
+//
+// What it costs, measured (docs/benchmarks.md; 2 cores shared with other
+// benchmarks, so noisy): at a steady 1,000 events/s commit-to-stream p50
+// 3.7-10.0 ms and p99 37.8-45.1 ms in three runs of four (74.7 ms in the
+// busiest), against 3.3-7.8 ms and 23.9-50.3 ms for the old trigger in the
+// same runs: a few milliseconds more, for the producers' throughput. Draining a backlog runs at 1.04 of the raw loop. A
+// row committed after a quiet spell waits at most PollInterval, plus a
+// claim, unless Wake is called.
+// An idle forwarder costs the database, measured with scripts/idle-cost.sh:
+// one forwarder 5-6 transactions/s (the probe 4 times a second, the lease
+// tick every 2 s, the stats every 5 s) and about 1 ms of backend CPU per
+// second; three, 14-20 transactions/s and 4 ms/s. The LISTEN design it
+// replaces (a claim every second): 3 and 10 transactions/s, 0.7 and 3 ms/s.
+// A trickle of about one row a second keeps the forwarder in its busy
+// window: some 60 probes a second, about 2% of a core by the probe's
+// pgbench cost.
+// A longer PollInterval cuts the probes, at the price of the first row
+// after a quiet spell.
+//
+// Options weighed and not taken: a NOTIFY sent after the producer's commit
+// by a statement of its own (no commit-order lock on the producer's
+// transaction, but a round trip and a lock on every command, for what the
+// in-process wake gives free where writer and forwarder share a process);
+// logical decoding (needs wal_level=logical, this machine has replica, and
+// a slot retains WAL without bound while the forwarder is down).
+//
+// # PgBouncer
+//
+// The forwarder holds no session state (no LISTEN, no session settings:
+// lock_timeout and synchronous_commit are set per transaction), so it works
+// behind PgBouncer in transaction pooling mode, producers too. pgx's default
+// named prepared statements need PgBouncer 1.21 or later with
+// max_prepared_statements set; with an older one put
+// default_query_exec_mode=exec (or simple_protocol) in DATABASE_URL.
+// PgBouncer does not pass search_path through: set it on the role or in
+// PgBouncer's database entry (connect_query). Tested through a real
+// PgBouncer 1.18 (TestThroughPgBouncerTransactionPooling).
 //
 // # Operations
 //

@@ -10,10 +10,10 @@ import (
 )
 
 type metrics struct {
-	forwarded, failedAttempts, parked, brokerUnavailable, notifications, purged prometheus.Counter
-	publishSeconds, batchSeconds                                                prometheus.Histogram
-	partitionsOwned                                                             prometheus.Gauge
-	pending, parkedRows, oldestPendingAge                                       prometheus.Gauge
+	forwarded, failedAttempts, parked, brokerUnavailable, purged prometheus.Counter
+	publishSeconds, batchSeconds                                 prometheus.Histogram
+	partitionsOwned                                              prometheus.Gauge
+	pending, parkedRows, oldestPendingAge                        prometheus.Gauge
 }
 
 func newMetrics(reg prometheus.Registerer) (*metrics, error) {
@@ -30,7 +30,6 @@ func newMetrics(reg prometheus.Registerer) (*metrics, error) {
 		failedAttempts:    counter("forwarder", "failed_attempts_total", "Publish attempts that failed for the row's own reason."),
 		parked:            counter("forwarder", "parked_total", "Rows parked after MaxAttempts."),
 		brokerUnavailable: counter("forwarder", "broker_unavailable_total", "Batches that met an unavailable broker (no attempt counted)."),
-		notifications:     counter("forwarder", "notifications_total", "LISTEN/NOTIFY wake-ups."),
 		purged:            counter("forwarder", "purged_total", "Published rows deleted by retention."),
 		publishSeconds: prometheus.NewHistogram(prometheus.HistogramOpts{Namespace: ns, Subsystem: "forwarder",
 			Name: "publish_seconds", Help: "Time to publish one batch to the broker.", Buckets: buckets}),
@@ -60,7 +59,7 @@ func newMetrics(reg prometheus.Registerer) (*metrics, error) {
 		}
 		return got
 	}
-	for _, c := range []*prometheus.Counter{&m.forwarded, &m.failedAttempts, &m.parked, &m.brokerUnavailable, &m.notifications, &m.purged} {
+	for _, c := range []*prometheus.Counter{&m.forwarded, &m.failedAttempts, &m.parked, &m.brokerUnavailable, &m.purged} {
 		*c = reuse(*c).(prometheus.Counter)
 	}
 	for _, h := range []*prometheus.Histogram{&m.publishSeconds, &m.batchSeconds} {

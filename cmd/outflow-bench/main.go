@@ -1,7 +1,7 @@
 // Command outflow-bench runs Outflow's benchmarks, each against a baseline
 // measured in the same run, in a schema of its own that it drops at the end.
 //
-//	outflow-bench pay [-ops 6000] [-slices 20] [-clients 1,4,16]
+//	outflow-bench pay [-ops 6000] [-slices 20] [-clients 1,4,16,64]
 //	outflow-bench forward [-backlog 100000] [-rate 1000] [-duration 10s] [-published 1000000] [-only throughput,latency,claim]
 //	outflow-bench brokers [-brokers redis,nats,amqp,kafka,sql] [-backlog 20000] [-rate 1000] [-duration 10s]
 //	outflow-bench webhooks [-rate 500] [-duration 10s] [-merchants 10] [-slow 10s]
@@ -52,7 +52,7 @@ func run(ctx context.Context, args []string) error {
 		fs := flag.NewFlagSet("pay", flag.ContinueOnError)
 		ops := fs.Int("ops", 6000, "pay commands per variant and concurrency level")
 		slices := fs.Int("slices", 20, "alternating slices the ops are split into")
-		clients := fs.String("clients", "1,4,16", "comma-separated concurrency levels")
+		clients := fs.String("clients", "1,4,16,64", "comma-separated concurrency levels")
 		if err := fs.Parse(args[1:]); err != nil {
 			return err
 		}

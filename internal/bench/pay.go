@@ -24,7 +24,7 @@ import (
 type PayConfig struct {
 	// Pool is a migrated schema of its own. Required.
 	Pool *pgxpool.Pool
-	// Clients lists the concurrency levels. Defaults to 1, 4, 16.
+	// Clients lists the concurrency levels. Defaults to 1, 4, 16, 64.
 	Clients []int
 	// Ops is how many pay commands each variant runs at each concurrency
 	// level. Defaults to 6000.
@@ -49,7 +49,7 @@ type sample struct {
 // with the outbox publish against the same transaction without it.
 func Pay(ctx context.Context, cfg PayConfig) error {
 	if len(cfg.Clients) == 0 {
-		cfg.Clients = []int{1, 4, 16}
+		cfg.Clients = []int{1, 4, 16, 64}
 	}
 	if cfg.Ops <= 0 {
 		cfg.Ops = 6000

@@ -32,7 +32,8 @@ type forwardOptions struct {
 func addForwardFlags(fs *pflag.FlagSet) *forwardOptions {
 	o := &forwardOptions{}
 	fs.IntVar(&o.cfg.BatchSize, "batch-size", 500, "rows per claim")
-	fs.DurationVar(&o.cfg.PollInterval, "poll-interval", time.Second, "idle poll when no NOTIFY arrives")
+	fs.DurationVar(&o.cfg.MinPollInterval, "min-poll-interval", 2*time.Millisecond, "first wait after a look that found no row (doubles while nothing is found, up to --poll-interval)")
+	fs.DurationVar(&o.cfg.PollInterval, "poll-interval", 250*time.Millisecond, "longest idle wait between two looks for new rows (an index probe)")
 	fs.IntVar(&o.cfg.Partitions, "partitions", 16, "outbox partitions leased to instances (the same on every instance)")
 	fs.DurationVar(&o.cfg.TakeoverAfter, "takeover-after", 10*time.Second, "lease time: a dead instance's work moves within this plus a fifth")
 	fs.IntVar(&o.cfg.MaxAttempts, "max-attempts", 10, "attempts before a failing row is parked")
@@ -52,6 +53,8 @@ func (o *forwardOptions) validate() error {
 		return errors.New("invalid --batch-size: must be between 1 and 10000")
 	case o.cfg.PollInterval <= 0:
 		return errors.New("invalid --poll-interval: must be positive")
+	case o.cfg.MinPollInterval <= 0 || o.cfg.MinPollInterval > o.cfg.PollInterval:
+		return errors.New("invalid --min-poll-interval: must be positive and at most --poll-interval")
 	case o.cfg.Partitions < 1 || o.cfg.Partitions > 4096:
 		return errors.New("invalid --partitions: must be between 1 and 4096")
 	case o.cfg.TakeoverAfter < time.Second:
@@ -97,7 +100,7 @@ when one dies. SIGTERM finishes the batch in flight and hands the partitions bac
 		}
 		ctx := cmd.Context()
 		reg := newRegistry()
-		run, err := buildForwarder(ctx, cfg, opts, reg, logger)
+		run, _, err := buildForwarder(ctx, cfg, opts, reg, logger)
 		if err != nil {
 			return err
 		}
@@ -124,16 +127,17 @@ func newRegistry() *prometheus.Registry {
 
 // buildForwarder connects to PostgreSQL and the broker (failing fast,
 // naming the URL, when either is unreachable) and returns a function that
-// runs the forwarder, and the broker trimmer (Redis streams, sql tables), until ctx is done.
-func buildForwarder(ctx context.Context, c config.Config, o *forwardOptions, reg prometheus.Registerer, logger *slog.Logger) (func(context.Context) error, error) {
+// runs the forwarder, and the broker trimmer (Redis streams, sql tables), until ctx is done,
+// and the forwarder's Wake, for a writer in the same process.
+func buildForwarder(ctx context.Context, c config.Config, o *forwardOptions, reg prometheus.Registerer, logger *slog.Logger) (func(context.Context) error, func(), error) {
 	pool, err := openPool(ctx, c.DatabaseURL)
 	if err != nil {
-		return nil, err
+		return nil, nil, err
 	}
 	backend, err := brokers.Open(ctx, c.BrokerConfig(o.streamPartitions, logger))
 	if err != nil {
 		pool.Close()
-		return nil, err
+		return nil, nil, err
 	}
 	broker := backend.Broker()
 	closeBackends := backend.Close
@@ -143,13 +147,13 @@ func buildForwarder(ctx context.Context, c config.Config, o *forwardOptions, reg
 		if tc.Broker == c.Broker {
 			pool.Close()
 			backend.Close()
-			return nil, errors.New("invalid --cutover-to: it names the --broker already in use")
+			return nil, nil, errors.New("invalid --cutover-to: it names the --broker already in use")
 		}
 		next, err := brokers.Open(ctx, tc.BrokerConfig(o.streamPartitions, logger))
 		if err != nil {
 			pool.Close()
 			backend.Close()
-			return nil, fmt.Errorf("--cutover-to: %w", err)
+			return nil, nil, fmt.Errorf("--cutover-to: %w", err)
 		}
 		broker = brokers.Tee(broker, next.Broker())
 		closeBackends = func() error { return errors.Join(next.Close(), backend.Close()) }
@@ -161,7 +165,7 @@ func buildForwarder(ctx context.Context, c config.Config, o *forwardOptions, reg
 	if err != nil {
 		pool.Close()
 		closeBackends()
-		return nil, err
+		return nil, nil, err
 	}
 	return func(ctx context.Context) error {
 		defer pool.Close()
@@ -180,7 +184,7 @@ func buildForwarder(ctx context.Context, c config.Config, o *forwardOptions, reg
 		stopTrim()
 		<-trimDone
 		return err
-	}, nil
+	}, f.Wake, nil
 }
 
 func validKind(s string) bool {

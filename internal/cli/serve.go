@@ -64,9 +64,12 @@ func newServeCmd(e *env) *cobra.Command {
 		}
 		ctx := cmd.Context()
 		reg := newRegistry()
-		var runForwarder func(context.Context) error
+		var (
+			runForwarder func(context.Context) error
+			wake         func() // the forwarder's, when it shares the process with the api
+		)
 		if slices.Contains(roles, "forwarder") {
-			if runForwarder, err = buildForwarder(ctx, cfg, fwd, reg, logger); err != nil {
+			if runForwarder, wake, err = buildForwarder(ctx, cfg, fwd, reg, logger); err != nil {
 				return err
 			}
 		}
@@ -85,7 +88,7 @@ func newServeCmd(e *env) *cobra.Command {
 		}
 		if slices.Contains(roles, "api") {
 			runs = append(runs, func(ctx context.Context) error {
-				return serve(ctx, cfg.DatabaseURL, cfg.HTTPAddr, shutdownTimeout, keyTTL, reg, logger)
+				return serve(ctx, cfg.DatabaseURL, cfg.HTTPAddr, shutdownTimeout, keyTTL, wake, reg, logger)
 			})
 		}
 		errs := make(chan error, len(runs))
@@ -105,7 +108,9 @@ func newServeCmd(e *env) *cobra.Command {
 	return cmd
 }
 
-func serve(ctx context.Context, dbURL, addr string, shutdownTimeout, keyTTL time.Duration, reg *prometheus.Registry, logger *slog.Logger) error {
+// serve runs the HTTP API; wake, when not nil, is called after each command
+// commits (the forwarder of the same process: no poll to wait for).
+func serve(ctx context.Context, dbURL, addr string, shutdownTimeout, keyTTL time.Duration, wake func(), reg *prometheus.Registry, logger *slog.Logger) error {
 	pool, err := openPool(ctx, dbURL)
 	if err != nil {
 		return err
@@ -116,7 +121,7 @@ func serve(ctx context.Context, dbURL, addr string, shutdownTimeout, keyTTL time
 	if err != nil {
 		return err
 	}
-	svc, err := app.NewService(app.Config{Pool: pool, Events: writer, Logger: logger})
+	svc, err := app.NewService(app.Config{Pool: pool, Events: writer, Logger: logger, AfterCommit: wake})
 	if err != nil {
 		return err
 	}
