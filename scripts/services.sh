@@ -205,8 +205,23 @@ create_database() { # name
 	fi
 }
 
+# PgBouncer: not a service to keep running, a binary the tests start on a
+# free port of their own (transaction pooling). Installed here when missing
+# and we may; else the test that needs it says how.
+ensure_pgbouncer() {
+	if command -v pgbouncer >/dev/null || [ -x /usr/sbin/pgbouncer ]; then return 0; fi
+	if [ "$(id -u)" = 0 ] && command -v apt-get >/dev/null; then
+		say "installing pgbouncer (Debian's package) for the tests"
+		apt-get update -qq >/dev/null && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq pgbouncer >/dev/null ||
+			say "could not install pgbouncer; the PgBouncer test will say how"
+	else
+		say "pgbouncer is not installed: the PgBouncer test needs it (apt-get install pgbouncer; brew install pgbouncer)"
+	fi
+}
+
 up() {
 	mkdir -p "$STATE"
+	ensure_pgbouncer
 	if pg_ready; then say "PostgreSQL answers at $PG_HOST:$PG_PORT"; else start_postgres; fi
 	if redis_ready; then say "Redis answers at $REDIS_HOST:$REDIS_PORT"; else start_redis; fi
 	if nats_ready; then say "NATS answers at $NATS_HOST:$NATS_PORT"; else start_nats; fi
