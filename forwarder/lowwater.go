@@ -55,14 +55,14 @@ FROM (SELECT pg_snapshot_xmin(pg_current_snapshot()) > $1::xid8 AS done) x`
 
 // lowWaterStep is what one claim transaction does for the mark.
 type lowWaterStep struct {
-	from     int64 // the claim starts above this id
-	full     bool
-	advance  bool // advanceSQL queued
-	done     bool
-	next     *int64
-	open     bool // a round opened
-	s0       int64
-	x0       string
+	from    int64 // the claim starts above this id
+	full    bool
+	advance bool // advanceSQL queued
+	done    bool
+	next    *int64
+	open    bool // a round opened
+	s0      int64
+	x0      string
 }
 
 // queue adds the mark's statements to the claim transaction's batch, before
