@@ -1,6 +1,7 @@
 package forwarder
 
 import (
+	"sync/atomic"
 	"time"
 
 	"github.com/jackc/pgx/v5"
@@ -25,6 +26,8 @@ type lowWater struct {
 	claimed bool
 	// lastFull is when a claim last ignored the mark: the safety net.
 	lastFull time.Time
+	// seen mirrors mark for readers outside the work loop (tests).
+	seen atomic.Int64
 }
 
 // openRoundSQL are the two statements of a round, in this order: x0 must be
@@ -99,6 +102,7 @@ func (lw *lowWater) apply(st *lowWaterStep, now time.Time, claimed int) {
 			m = min(m, *st.next-1)
 		}
 		lw.mark = max(lw.mark, m)
+		lw.seen.Store(lw.mark)
 		lw.round = false
 	case st.open:
 		lw.round, lw.s0, lw.x0 = true, st.s0, st.x0
