@@ -113,7 +113,11 @@ func TestFullClaimFindsARowBelowTheMark(t *testing.T) {
 	x1 := e.write("x", 1, testPayload{N: 1})
 	rb := &refusingBroker{Broker: e.broker}
 	rb.setRefused(x1)
-	f, _ := e.run(e.config(func(c *forwarder.Config) { c.Broker = rb; c.MaxAttempts = 1; c.FullClaimInterval = 300 * time.Millisecond }))
+	f, _ := e.run(e.config(func(c *forwarder.Config) {
+		c.Broker = rb
+		c.MaxAttempts = 1
+		c.FullClaimInterval = 300 * time.Millisecond
+	}))
 	outflowtest.WaitFor(t, 10*time.Second, "x v1 parked", func() bool { return e.count("parked_at IS NOT NULL") == 1 })
 	e.passMark(f, x1)
 
