@@ -224,11 +224,31 @@ func timeDrain(ctx context.Context, rdb *redis.Client, pool *pgxpool.Pool, topic
 	start := time.Now()
 	done := make(chan error, 1)
 	go func() { done <- f.Run(rctx) }()
-	err = waitStream(ctx, rdb, topic, want, nil)
+	err = waitStreamFor(ctx, rdb, topic, want, 30*time.Minute)
 	took := time.Since(start)
 	cancel()
 	if rerr := <-done; err == nil {
 		err = rerr
 	}
 	return took, err
+}
+
+// waitStreamFor waits until stream holds n entries, for at most timeout: a
+// 5 million backlog on a loaded 2-core machine takes longer than
+// waitStream's 10 minutes.
+func waitStreamFor(ctx context.Context, rdb *redis.Client, stream string, n int64, timeout time.Duration) error {
+	deadline := time.Now().Add(timeout)
+	for {
+		got, err := rdb.XLen(ctx, stream).Result()
+		if err != nil {
+			return err
+		}
+		if got >= n {
+			return nil
+		}
+		if time.Now().After(deadline) {
+			return fmt.Errorf("stream %s holds %d of %d entries after %s", stream, got, n, timeout)
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
 }
