@@ -169,7 +169,7 @@
 // given the same Registerer share the collectors, so counters, histograms
 // and partitions_owned are the process's sums. A long open write
 // transaction does not delay this forwarder (it claims committed rows, not
-// a snapshot watermark).
+// a snapshot watermark); it only holds the claim's low-water mark in place.
 //
 // The partition count changes with [Repartition] (`outflow outbox
 // repartition`), which refuses while any forwarder runs: one with a live
