@@ -30,7 +30,7 @@ type lowWater struct {
 	seen atomic.Int64
 }
 
-// openRoundSQL are the two statements of a round, in this order: x0 must be
+// seqLastValueSQL and currentXidSQL open a round, in this order: x0 must be
 // taken after s0 is read. pg_current_xact_id assigns this transaction's id,
 // later than any assigned before; the transaction must not have one yet.
 const (
