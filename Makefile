@@ -26,6 +26,7 @@ test: services-up lint ## Every test, with the race detector, against real servi
 bench: services-up ## Benchmarks, with ratios against a baseline measured in the same run
 	$(GO) run ./cmd/outflow-bench pay
 	$(GO) run ./cmd/outflow-bench forward
+	$(GO) run ./cmd/outflow-bench claim-dead
 	$(GO) run ./cmd/outflow-bench pipeline -per-tx 5
 	$(GO) run ./cmd/outflow-bench brokers
 	$(GO) run ./cmd/outflow-bench history

@@ -75,14 +75,32 @@ func ListParked(ctx context.Context, pool *pgxpool.Pool, limit int) ([]ParkedRow
 // RetryParked puts parked rows back in line with a fresh count of attempts:
 // the row with id, or every parked row when id is 0. It returns how many
 // rows it released. Nothing is ever deleted.
+//
+// A released row is due at once rather than new: a forwarder's claim may
+// have moved its low-water mark past it (and past the later rows of its
+// aggregate, held behind it), and finds due rows through the small
+// blocked-rows index wherever they are. The held rows are made due too, for
+// the same reason; they still go out after the released row, in id order.
+// This walks the aggregate's pending rows once: an operator's command, not
+// the forwarder's hot path.
 func RetryParked(ctx context.Context, pool *pgxpool.Pool, id int64) (int64, error) {
-	tag, err := pool.Exec(ctx, `
-		UPDATE outbox SET parked_at = NULL, next_attempt_at = NULL, attempts = 0
-		WHERE published_at IS NULL AND parked_at IS NOT NULL AND ($1 = 0 OR id = $1)`, id)
+	var n int64
+	err := pool.QueryRow(ctx, `
+		WITH released AS (
+			UPDATE outbox SET parked_at = NULL, next_attempt_at = now(), attempts = 0
+			WHERE published_at IS NULL AND parked_at IS NOT NULL AND ($1 = 0 OR id = $1)
+			RETURNING id, aggregate_type, aggregate_id
+		), held AS (
+			UPDATE outbox h SET next_attempt_at = now()
+			FROM (SELECT aggregate_type, aggregate_id, min(id) AS id FROM released GROUP BY 1, 2) r
+			WHERE h.aggregate_type = r.aggregate_type AND h.aggregate_id = r.aggregate_id AND h.id > r.id
+			  AND h.published_at IS NULL AND h.parked_at IS NULL AND h.next_attempt_at IS NULL
+		)
+		SELECT count(*) FROM released`, id).Scan(&n)
 	if err != nil {
 		return 0, fmt.Errorf("retry parked rows: %w", err)
 	}
-	return tag.RowsAffected(), nil
+	return n, nil
 }
 
 // ErrForwardersRunning is returned by [Repartition] while a forwarder runs.

@@ -29,6 +29,13 @@ const partitionExpr = `((hashtextextended(o.aggregate_id, 0) % $2) + $2) % $2`
 // A row is claimable unless an earlier row of its aggregate is parked or
 // waiting for its retry: those hold the aggregate's later rows back.
 //
+// The candidates come from two places, each in id order: the pending-rows
+// index above the low-water mark $4 (rows never tried), and the small
+// blocked-rows index (rows whose retry is due, wherever they are: the mark
+// may have passed them). The first $1 of their union is the first $1 of all
+// claimable rows. The outer query locks and rechecks the row's state, so a
+// row a previous owner published while this claim waited drops out.
+//
 // The lease check is part of the claim: the partitions this instance leases
 // are locked FOR SHARE for the whole transaction, which fences takeover:
 // another instance cannot take a partition while this transaction, which
@@ -39,19 +46,32 @@ WITH mine AS MATERIALIZED (
     WHERE owner = $3 AND lease_until > now()
     FOR SHARE
 )
-SELECT o.id, o.message_id::text, o.topic, o.aggregate_type, o.aggregate_id, o.aggregate_version,
-       o.event_type, o.payload::text, o.metadata::text, o.occurred_at, o.attempts
-FROM outbox o
-WHERE o.published_at IS NULL AND o.parked_at IS NULL
-  AND (o.next_attempt_at IS NULL OR o.next_attempt_at <= now())
-  AND ((SELECT count(*) FROM mine) = $2 OR ` + partitionExpr + ` = ANY(ARRAY(SELECT partition FROM mine)))
-  AND NOT EXISTS (
-      SELECT 1 FROM outbox b
-      WHERE b.aggregate_type = o.aggregate_type AND b.aggregate_id = o.aggregate_id AND b.id < o.id
-        AND b.published_at IS NULL AND (b.parked_at IS NOT NULL OR b.next_attempt_at IS NOT NULL))
-ORDER BY o.id
+SELECT t.id, t.message_id::text, t.topic, t.aggregate_type, t.aggregate_id, t.aggregate_version,
+       t.event_type, t.payload::text, t.metadata::text, t.occurred_at, t.attempts
+FROM outbox t
+WHERE t.published_at IS NULL AND t.parked_at IS NULL
+  AND (t.next_attempt_at IS NULL OR t.next_attempt_at <= now())
+  AND t.id IN (
+    (SELECT o.id FROM outbox o
+     WHERE o.published_at IS NULL AND o.id > $4 AND o.parked_at IS NULL AND o.next_attempt_at IS NULL
+       AND ` + mineAndFree + `
+     ORDER BY o.id LIMIT $1)
+    UNION ALL
+    (SELECT o.id FROM outbox o
+     WHERE o.published_at IS NULL AND o.parked_at IS NULL AND o.next_attempt_at <= now()
+       AND ` + mineAndFree + `
+     ORDER BY o.id LIMIT $1))
+ORDER BY t.id
 LIMIT $1
-FOR UPDATE OF o`
+FOR UPDATE OF t`
+
+// mineAndFree: o is in a partition this instance leases and no earlier row
+// of its aggregate is parked or waiting for its retry.
+const mineAndFree = `((SELECT count(*) FROM mine) = $2 OR ` + partitionExpr + ` = ANY(ARRAY(SELECT partition FROM mine)))
+       AND NOT EXISTS (
+           SELECT 1 FROM outbox b
+           WHERE b.aggregate_type = o.aggregate_type AND b.aggregate_id = o.aggregate_id AND b.id < o.id
+             AND b.published_at IS NULL AND (b.parked_at IS NOT NULL OR b.next_attempt_at IS NOT NULL))`
 
 type row struct {
 	id            int64
@@ -96,8 +116,9 @@ func (f *Forwarder) forwardBatch(ctx context.Context) (res batchResult, err erro
 	// loses them, the rows are published again (a duplicate, which
 	// consumers absorb), never lost. The broker already has them.
 	b.Queue(`SELECT set_config('synchronous_commit', 'off', true)`)
+	lw := f.low.queue(b, start, f.cfg.FullClaimInterval)
 	var claimed []row
-	b.Queue(claimSQL, f.cfg.BatchSize, f.cfg.Partitions, f.cfg.InstanceID).Query(func(rows pgx.Rows) error {
+	b.Queue(claimSQL, f.cfg.BatchSize, f.cfg.Partitions, f.cfg.InstanceID, lw.from).Query(func(rows pgx.Rows) error {
 		var err error
 		claimed, err = pgx.CollectRows(rows, func(r pgx.CollectableRow) (row, error) {
 			var x row
@@ -110,6 +131,7 @@ func (f *Forwarder) forwardBatch(ctx context.Context) (res batchResult, err erro
 	if err := tx.SendBatch(ctx, b).Close(); err != nil {
 		return res, fmt.Errorf("claim outbox batch: %w", err)
 	}
+	f.low.apply(lw, start, len(claimed))
 	res.claimed = len(claimed)
 	if len(claimed) == 0 {
 		return res, tx.Commit(ctx)

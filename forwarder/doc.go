@@ -11,7 +11,9 @@
 //
 //   - Claiming by state (published_at IS NULL through a partial index), never
 //     by an id cursor, cannot skip a row whose transaction committed after a
-//     higher id did. Watermarks (design C) are faster but stall every
+//     higher id did. (The claim's low-water mark, below, is a lower bound
+//     that never passes an id a transaction could still commit, not a
+//     cursor.) Watermarks (design C) are faster but stall every
 //     partition behind any long write transaction in the database, and need a
 //     side table for parked rows; delete-on-publish (design B) needs an
 //     archive for retention and replay. Marking costs one non-HOT UPDATE per
@@ -149,6 +151,73 @@
 // PgBouncer's database entry (connect_query). Tested through a real
 // PgBouncer 1.18 (TestThroughPgBouncerTransactionPooling).
 //
+// # Claim cost: a low-water mark, so dead index entries are not walked
+//
+// Marking a row published removes it from outbox_pending_idx only when
+// vacuum runs; until then its entry stays, dead, at the head of the index,
+// and a claim that walks the index from its head walks them all. On a large
+// table autovacuum comes rarely (at a fifth of the table dead by default).
+// Measured before this design: 20,000 rows drained in 0.54 s behind no dead
+// entry, 0.83 s behind 1 million, 1.54 s behind 5 million (about 25 ms per
+// 500-row claim: some 13,500 index pages of killed entries), and a 5
+// million backlog drained at a third of a 1 million one's rate.
+//
+// So each instance keeps a low-water mark L in memory and its claim starts
+// above it (id > L): an index range scan that begins past the dead entries.
+// L may only pass an id once no row with that id can still become
+// claimable through the index. Two things could make one:
+//
+//   - A transaction still open that drew a lower id (ids are drawn at
+//     insert, rows appear at commit). The horizon: read S0, the id
+//     sequence's last value, then take a transaction id X0 (pg_current_xact_id
+//     in a transaction that has none yet, so X0 is newer than every
+//     transaction id assigned before). Once the oldest running transaction
+//     is newer than X0 (pg_snapshot_xmin of the current snapshot > X0),
+//     every transaction that drew an id <= S0 has ended, provided each got
+//     its transaction id before its row id. A column default runs in column
+//     order and nextval alone does not assign a transaction id, so
+//     migration 00011 makes the id default call pg_current_xact_id() before
+//     nextval (a plain CACHE 1 sequence replacing the identity, values kept).
+//     A snapshot's xmax is not enough for X0: a transaction can hold an id at
+//     or above it while running.
+//   - Rows below L that need the claim again: a row waiting for its retry
+//     (next_attempt_at set) and a parked row put back by RetryParked. Both
+//     are in outbox_blocked_idx, which is small, and the claim's second
+//     branch takes due rows from there wherever they are. RetryParked makes
+//     the released row due (next_attempt_at = now()) rather than new, and
+//     makes the later pending rows of its aggregate, held behind it, due
+//     too, so they are found there as well, after it, in id order.
+//
+// L advances to min(S0, m - 1), where m is the smallest id above L of a
+// pending row that is neither blocked nor held behind a parked row, found
+// in the statement whose snapshot confirmed the horizon. Rows held behind a
+// row waiting for a retry count in m: they stay above L, and are claimed as
+// usual once that row is published. Per-aggregate order is untouched: the
+// claim still holds an aggregate's later rows behind any blocked one, and
+// no row of an aggregate can be below L while a later one is claimable.
+// The walk that finds m starts at L, so each dead entry is walked about
+// once, not once per claim. A round costs one transaction id and two tiny
+// statements in the claim's own transaction (no extra round trip): one
+// batch opens it, a later one closes it. An idle forwarder opens none.
+//
+// The horizon waits for every transaction in the cluster, not only the
+// outbox's writers: a long write transaction anywhere holds L where it is
+// (rows still flow; claims then walk the entries dead since). A restart
+// starts L at 0. And the safety net: every FullClaimInterval (default 1m)
+// one claim ignores L, so a row the mark passed by a bug or by hand (an
+// UPDATE clearing parked_at) is delayed by at most that, never stranded;
+// such a claim walks the dead entries once.
+//
+// Alternatives weighed: per-table autovacuum settings (a lower
+// autovacuum_vacuum_scale_factor on outbox) would bound the dead entries in
+// production, but each vacuum also scans every index of a table kept for 15
+// days, and the claim's cost would still follow vacuum's pace; none is
+// shipped, nothing here needs it. A layout where publishing leaves nothing
+// in the claim's path (a separate pending table whose rows are deleted on
+// publish) leaves the same dead entries in that table's index: deletes are
+// removed by vacuum too. Measured figures: docs/benchmarks.md, "Claim cost
+// without vacuum" (`outflow-bench claim-dead`).
+//
 // # Operations
 //
 // Published rows are kept for Retention (default 15 days) and purged in
@@ -164,7 +233,7 @@
 // given the same Registerer share the collectors, so counters, histograms
 // and partitions_owned are the process's sums. A long open write
 // transaction does not delay this forwarder (it claims committed rows, not
-// a snapshot watermark).
+// a snapshot watermark); it only holds the claim's low-water mark in place.
 //
 // The partition count changes with [Repartition] (`outflow outbox
 // repartition`), which refuses while any forwarder runs: one with a live

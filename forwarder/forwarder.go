@@ -18,6 +18,7 @@ type Forwarder struct {
 	metrics *metrics
 
 	wake chan struct{} // coalesced: Wake was called, or the leases changed
+	low  lowWater      // the claim's low-water mark; the work loop's own
 
 	mu    sync.Mutex
 	owned []int32 // partitions leased by this instance, as of the last lease tick

@@ -7,6 +7,7 @@
 //	outflow-bench webhooks [-rate 500] [-duration 10s] [-merchants 10] [-slow 10s]
 //	outflow-bench pipeline [-backlog 60000] [-rate 3000] [-duration 20s] [-producers 16] [-per-tx 1] [-consumer-batch 100] [-only drain,steady]
 //	outflow-bench writepath [-ops 2000] [-slices 10] [-clients 1,16,64] [-only notify,ledger]
+//	outflow-bench claim-dead [-drain 20000] [-dead 0,1000000,5000000] [-backlogs 1000000,5000000] [-compare]
 //	outflow-bench history [-processed 10000000] [-aggregates 1000000] [-backlog 15000] [-rounds 11]
 //
 // The database is BENCH_DATABASE_URL, defaulting to the test database.
@@ -41,7 +42,7 @@ func main() {
 
 func run(ctx context.Context, args []string) error {
 	if len(args) == 0 {
-		return fmt.Errorf("usage: outflow-bench pay|writepath|forward|pipeline|brokers|history|webhooks [flags]")
+		return fmt.Errorf("usage: outflow-bench pay|writepath|forward|claim-dead|pipeline|brokers|history|webhooks [flags]")
 	}
 	dbURL := os.Getenv("BENCH_DATABASE_URL")
 	if dbURL == "" {
@@ -102,6 +103,34 @@ func run(ctx context.Context, args []string) error {
 		defer rdb.Close()
 		return bench.Forward(ctx, bench.ForwardConfig{DatabaseURL: dbURL, Redis: rdb, Backlog: *backlog, Rate: *rate,
 			Duration: *dur, Published: *published, Only: splitNonEmpty(*only), Out: os.Stdout})
+	case "claim-dead":
+		fs := flag.NewFlagSet("claim-dead", flag.ContinueOnError)
+		drain := fs.Int("drain", 20_000, "new rows drained behind each dead-entry count")
+		dead := fs.String("dead", "0,1000000,5000000", "comma-separated dead-entry counts; the first is the baseline")
+		backlogs := fs.String("backlogs", "1000000,5000000", "comma-separated backlog sizes drained whole; the first is the baseline")
+		compare := fs.Bool("compare", false, "also drain each dead-entry case claiming from the oldest pending row every time (the claim without the low-water mark)")
+		if err := fs.Parse(args[1:]); err != nil {
+			return err
+		}
+		if *drain < 1 {
+			return fmt.Errorf("invalid -drain: must be positive")
+		}
+		deadN, err := parseCounts(*dead)
+		if err != nil {
+			return fmt.Errorf("invalid -dead: %w", err)
+		}
+		backlogN, err := parseInts(*backlogs)
+		if err != nil {
+			return fmt.Errorf("invalid -backlogs: %w", err)
+		}
+		opts, err := redis.ParseURL(redisURL())
+		if err != nil {
+			return fmt.Errorf("REDIS_URL: %w", err)
+		}
+		rdb := redis.NewClient(opts)
+		defer rdb.Close()
+		return bench.ClaimDead(ctx, bench.ClaimDeadConfig{DatabaseURL: dbURL, Redis: rdb, Drain: *drain, Dead: deadN,
+			Backlogs: backlogN, Compare: *compare, Out: os.Stdout})
 	case "brokers":
 		fs := flag.NewFlagSet("brokers", flag.ContinueOnError)
 		list := fs.String("brokers", "redis,nats,amqp,kafka,sql", "comma-separated backends to run (kafka: KAFKA_BROKERS, else an in-process kfake)")
@@ -185,7 +214,7 @@ func run(ctx context.Context, args []string) error {
 		return bench.Webhooks(ctx, bench.WebhooksConfig{DatabaseURL: dbURL, Rate: *rate, Duration: *dur, Merchants: *merchants,
 			SlowDelay: *slow, Out: os.Stdout})
 	default:
-		return fmt.Errorf("unknown benchmark %q (known: pay, writepath, forward, pipeline, brokers, history, webhooks)", args[0])
+		return fmt.Errorf("unknown benchmark %q (known: pay, writepath, forward, claim-dead, pipeline, brokers, history, webhooks)", args[0])
 	}
 }
 
@@ -209,6 +238,19 @@ func parseInts(s string) ([]int, error) {
 		n, err := strconv.Atoi(strings.TrimSpace(f))
 		if err != nil || n < 1 {
 			return nil, fmt.Errorf("%q is not a positive integer", f)
+		}
+		out = append(out, n)
+	}
+	return out, nil
+}
+
+// parseCounts parses comma-separated non-negative integers.
+func parseCounts(s string) ([]int, error) {
+	var out []int
+	for _, f := range strings.Split(s, ",") {
+		n, err := strconv.Atoi(strings.TrimSpace(f))
+		if err != nil || n < 0 {
+			return nil, fmt.Errorf("%q is not a non-negative integer", f)
 		}
 		out = append(out, n)
 	}

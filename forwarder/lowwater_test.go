@@ -1,0 +1,132 @@
+package forwarder_test
+
+import (
+	"context"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/require"
+
+	"github.com/outflow-dev/outflow/events"
+	"github.com/outflow-dev/outflow/forwarder"
+	"github.com/outflow-dev/outflow/outflowtest"
+)
+
+// flow commits n rows of fresh aggregates one at a time and waits for each
+// to be published: every one is a batch that claimed rows, which is what
+// moves a forwarder's low-water mark (a round opens after one, closes at
+// the next).
+func (e *env) flow(n int) {
+	e.t.Helper()
+	for i := range n {
+		id := e.write(aggregates(1)[0], 1, testPayload{N: i})
+		outflowtest.WaitFor(e.t, 10*time.Second, "a flowing row published", func() bool {
+			return e.count("message_id = '"+id+"' AND published_at IS NOT NULL") == 1
+		})
+	}
+}
+
+// passMark keeps rows flowing until f's low-water mark reaches the row
+// with messageID: a test of what happens below the mark must first see the
+// mark pass. The mark waits for every write transaction in the cluster that
+// began before a round (other tests' too), hence the generous timeout.
+func (e *env) passMark(f *forwarder.Forwarder, messageID string) {
+	e.t.Helper()
+	var id int64
+	require.NoError(e.t, e.schema.Pool.QueryRow(context.Background(), `SELECT id FROM outbox WHERE message_id = $1`, messageID).Scan(&id))
+	outflowtest.WaitFor(e.t, 60*time.Second, "the low-water mark passing the row", func() bool {
+		e.flow(1)
+		return f.LowWaterMark() >= id
+	})
+}
+
+// noSafetyNet keeps the full claim out of the way, so a row the low-water
+// mark passed by mistake would stay unclaimed for the test's length.
+func noSafetyNet(c *forwarder.Config) { c.FullClaimInterval = time.Hour }
+
+// Transaction A takes a low id and stays open while higher ids commit and
+// are published, batch after batch: the mark must not pass A's id while A
+// can still commit. When A commits, its row goes out, and before the later
+// row of its aggregate.
+func TestOutOfOrderCommitAcrossTheLowWaterMark(t *testing.T) {
+	t.Parallel()
+	e := setup(t)
+	ctx := context.Background()
+	f, _ := e.run(e.config(noSafetyNet))
+	e.passMark(f, e.write("b", 1, testPayload{N: 1}))
+
+	evA, err := events.New(ctx, events.Aggregate{Type: "test", ID: "a", Version: 1}, testPayload{N: 1})
+	require.NoError(t, err)
+	txA, err := e.schema.Pool.Begin(ctx)
+	require.NoError(t, err)
+	t.Cleanup(func() { _ = txA.Rollback(ctx) })
+	require.NoError(t, e.writer.PublishTx(ctx, txA, evA))
+	var idA int64
+	require.NoError(t, txA.QueryRow(ctx, `SELECT id FROM outbox WHERE message_id = $1`, evA.MessageID).Scan(&idA))
+
+	// Rows commit above A's id and are published, batch after batch:
+	// without the horizon the mark would pass A's id here.
+	e.flow(10)
+	require.Less(t, f.LowWaterMark(), idA, "the mark passed the id of a transaction still open")
+	require.NoError(t, txA.Commit(ctx))
+	e.write("a", 2, testPayload{N: 2})
+	e.flow(2)
+
+	outflowtest.WaitFor(t, 10*time.Second, "a v1 and v2 published", func() bool {
+		return e.count("aggregate_id = 'a' AND published_at IS NOT NULL") == 2
+	})
+	requireInOrder(t, e.stream(), 3+e.count("aggregate_id LIKE 'agg-%'"))
+	e.passMark(f, evA.MessageID) // and it moves on once A ended
+}
+
+// x v1 is parked and x v2 held behind it while other rows flow and the mark
+// passes both; the operator retries v1 with the forwarder running: both go
+// out, in order.
+func TestParkedRowRetriedAfterTheMarkPassedIt(t *testing.T) {
+	t.Parallel()
+	e := setup(t)
+	x1 := e.write("x", 1, testPayload{N: 1})
+	rb := &refusingBroker{Broker: e.broker}
+	rb.setRefused(x1)
+	f, _ := e.run(e.config(noSafetyNet, func(c *forwarder.Config) { c.Broker = rb; c.MaxAttempts = 1 }))
+	outflowtest.WaitFor(t, 10*time.Second, "x v1 parked", func() bool { return e.count("parked_at IS NOT NULL") == 1 })
+	x2 := e.write("x", 2, testPayload{N: 2})
+	e.passMark(f, x2)
+	require.Zero(t, e.count("aggregate_id = 'x' AND published_at IS NOT NULL"))
+
+	rb.setRefused()
+	n, err := forwarder.RetryParked(context.Background(), e.schema.Pool, 0)
+	require.NoError(t, err)
+	require.EqualValues(t, 1, n)
+	e.flow(2)
+	outflowtest.WaitFor(t, 10*time.Second, "x v1 and v2 published", func() bool {
+		return e.count("aggregate_id = 'x' AND published_at IS NOT NULL") == 2
+	})
+	requireInOrder(t, e.stream(), 2+e.count("aggregate_id LIKE 'agg-%'"))
+}
+
+// A row put back below the mark by hand (not through RetryParked) is what
+// the full claim is for: it goes out within FullClaimInterval.
+func TestFullClaimFindsARowBelowTheMark(t *testing.T) {
+	t.Parallel()
+	e := setup(t)
+	x1 := e.write("x", 1, testPayload{N: 1})
+	rb := &refusingBroker{Broker: e.broker}
+	rb.setRefused(x1)
+	f, _ := e.run(e.config(func(c *forwarder.Config) {
+		c.Broker = rb
+		c.MaxAttempts = 1
+		c.FullClaimInterval = 300 * time.Millisecond
+	}))
+	outflowtest.WaitFor(t, 10*time.Second, "x v1 parked", func() bool { return e.count("parked_at IS NOT NULL") == 1 })
+	e.passMark(f, x1)
+
+	rb.setRefused()
+	_, err := e.schema.Pool.Exec(context.Background(), `UPDATE outbox SET parked_at = NULL, next_attempt_at = NULL WHERE message_id = $1`, x1)
+	require.NoError(t, err)
+	e.flow(2)
+	outflowtest.WaitFor(t, 10*time.Second, "x v1 published", func() bool {
+		return e.count("aggregate_id = 'x' AND published_at IS NOT NULL") == 1
+	})
+	requireInOrder(t, e.stream(), 1+e.count("aggregate_id LIKE 'agg-%'"))
+}
