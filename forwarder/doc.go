@@ -114,8 +114,9 @@
 //     app.Config.AfterCommit. Wakes coalesce and never block; a missed one
 //     costs latency, never a row, because the poll always runs.
 //
-// What it costs, measured (docs/benchmarks.md; 2 cores shared with other
-// benchmarks, so noisy): at a steady 1,000 events/s commit-to-stream p50
+// What it costs, measured (docs/benchmarks.md): on a quiet 2-core machine
+// at a steady 1,000 events/s, commit-to-stream p99 11-12 ms. With 2 cores
+// shared with other benchmarks: at a steady 1,000 events/s commit-to-stream p50
 // 3.7-10.0 ms and p99 37.8-45.1 ms in three runs of four (74.7 ms in the
 // busiest), against 3.3-7.8 ms and 23.9-50.3 ms for the old trigger in the
 // same runs: a few milliseconds more, for the producers' throughput. Draining a backlog runs at 1.04 of the raw loop. A
