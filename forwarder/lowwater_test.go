@@ -2,6 +2,7 @@ package forwarder_test
 
 import (
 	"context"
+	"strings"
 	"testing"
 	"time"
 
@@ -129,4 +130,22 @@ func TestFullClaimFindsARowBelowTheMark(t *testing.T) {
 		return e.count("aggregate_id = 'x' AND published_at IS NOT NULL") == 1
 	})
 	requireInOrder(t, e.stream(), 1+e.count("aggregate_id LIKE 'agg-%'"))
+}
+
+// The low-water mark's horizon is sound only if a transaction has its
+// transaction id before it draws an outbox id: the id column's default
+// must call pg_current_xact_id() before nextval (migration 00011). Both
+// happen inside one INSERT, so no interleaving of sessions can show the
+// order; the default expression itself is what a revert to an identity
+// column, or a reordered default, would change.
+func TestOutboxIDIsDrawnAfterTheTransactionID(t *testing.T) {
+	t.Parallel()
+	s := outflowtest.NewSchema(t)
+	var def string
+	require.NoError(t, s.Pool.QueryRow(context.Background(), `
+		SELECT coalesce(pg_get_expr(d.adbin, d.adrelid), '')
+		FROM pg_attribute a LEFT JOIN pg_attrdef d ON d.adrelid = a.attrelid AND d.adnum = a.attnum
+		WHERE a.attrelid = 'outbox'::regclass AND a.attname = 'id'`).Scan(&def))
+	xid, next := strings.Index(def, "pg_current_xact_id()"), strings.Index(def, "nextval(")
+	require.True(t, xid >= 0 && next > xid, "outbox.id's default must take the transaction id before nextval, got %q", def)
 }
