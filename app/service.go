@@ -12,8 +12,8 @@ import (
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgxpool"
 
+	"github.com/outflow-dev/outflow/app/paymentevents"
 	"github.com/outflow-dev/outflow/events"
-	"github.com/outflow-dev/outflow/events/payment"
 )
 
 // EventPublisher queues the outbox write of events onto a batch sent on tx.
@@ -193,7 +193,7 @@ func (s *Service) CreatePaymentTx(ctx context.Context, tx pgx.Tx, in NewPayment)
 	}
 	b := &pgx.Batch{}
 	queueInsertPayment(b, p)
-	err = s.queueEvent(ctx, tx, b, p, payment.Created{
+	err = s.queueEvent(ctx, tx, b, p, paymentevents.Created{
 		PaymentID: p.ID, MerchantID: p.MerchantID, Amount: p.Amount, Currency: p.Currency,
 		Status: string(p.Status), CreatedAt: p.CreatedAt,
 	})
@@ -228,7 +228,7 @@ func (s *Service) PayTx(ctx context.Context, tx pgx.Tx, id string) (Payment, err
 			return p, nil, nil, err
 		}
 		lt := paymentCaptured(newID(), p)
-		return p, &lt, payment.Paid{
+		return p, &lt, paymentevents.Paid{
 			PaymentID: p.ID, MerchantID: p.MerchantID, Amount: p.Amount, Currency: p.Currency, PaidAt: now,
 		}, nil
 	})
@@ -247,7 +247,7 @@ func (s *Service) RefundTx(ctx context.Context, tx pgx.Tx, id string, amount *in
 			return p, nil, nil, err
 		}
 		lt := paymentRefunded(newID(), p, refunded)
-		return p, &lt, payment.Refunded{
+		return p, &lt, paymentevents.Refunded{
 			PaymentID: p.ID, MerchantID: p.MerchantID, Amount: refunded, RefundedAmount: p.RefundedAmount,
 			PaymentAmount: p.Amount, Currency: p.Currency, Status: string(p.Status), RefundedAt: now,
 		}, nil
@@ -266,7 +266,7 @@ func (s *Service) CancelTx(ctx context.Context, tx pgx.Tx, id string) (Payment, 
 		if err != nil {
 			return p, nil, nil, err
 		}
-		return p, nil, payment.Canceled{
+		return p, nil, paymentevents.Canceled{
 			PaymentID: p.ID, MerchantID: p.MerchantID, Amount: p.Amount, Currency: p.Currency, CanceledAt: now,
 		}, nil
 	})
@@ -319,7 +319,7 @@ func (s *Service) change(ctx context.Context, tx pgx.Tx, id string,
 }
 
 func (s *Service) queueEvent(ctx context.Context, tx pgx.Tx, b *pgx.Batch, p Payment, pl events.Payload) error {
-	ev, err := events.New(ctx, events.Aggregate{Type: payment.AggregateType, ID: p.ID, Version: p.Version}, pl)
+	ev, err := events.New(ctx, events.Aggregate{Type: paymentevents.AggregateType, ID: p.ID, Version: p.Version}, pl)
 	if err != nil {
 		return fmt.Errorf("build %s event: %w", pl.EventType(), err)
 	}

@@ -1,8 +1,8 @@
 package app
 
 import (
+	"github.com/outflow-dev/outflow/app/paymentevents"
 	"github.com/outflow-dev/outflow/events/outbox"
-	"github.com/outflow-dev/outflow/events/payment"
 )
 
 // PaymentsTopic carries every payment event, so that one stream holds each
@@ -11,8 +11,8 @@ const PaymentsTopic = "payments"
 
 // Routes is the service's topic routing table.
 var Routes = outbox.Routes{
-	payment.CreatedType:  PaymentsTopic,
-	payment.PaidType:     PaymentsTopic,
-	payment.RefundedType: PaymentsTopic,
-	payment.CanceledType: PaymentsTopic,
+	paymentevents.CreatedType:  PaymentsTopic,
+	paymentevents.PaidType:     PaymentsTopic,
+	paymentevents.RefundedType: PaymentsTopic,
+	paymentevents.CanceledType: PaymentsTopic,
 }

@@ -6,21 +6,21 @@ import (
 	"fmt"
 	"time"
 
+	"github.com/outflow-dev/outflow/app/paymentevents"
 	"github.com/outflow-dev/outflow/events"
-	"github.com/outflow-dev/outflow/events/payment"
 )
 
 // A consumer decodes what a producer encoded, by event type, without
 // knowing the Go type in advance.
 func ExampleRegistry_DecodeMessage() {
 	reg := events.NewRegistry()
-	if err := payment.Register(reg); err != nil {
+	if err := paymentevents.Register(reg); err != nil {
 		panic(err)
 	}
 
 	ctx := events.WithCorrelationID(context.Background(), "req-42")
-	ev, err := events.New(ctx, events.Aggregate{Type: payment.AggregateType, ID: "pay_1", Version: 2},
-		payment.Paid{PaymentID: "pay_1", MerchantID: "mer_1", Amount: 1250, Currency: "EUR", PaidAt: time.Now()})
+	ev, err := events.New(ctx, events.Aggregate{Type: paymentevents.AggregateType, ID: "pay_1", Version: 2},
+		paymentevents.Paid{PaymentID: "pay_1", MerchantID: "mer_1", Amount: 1250, Currency: "EUR", PaidAt: time.Now()})
 	if err != nil {
 		panic(err)
 	}
@@ -33,7 +33,7 @@ func ExampleRegistry_DecodeMessage() {
 	if err != nil {
 		panic(err)
 	}
-	paid := got.Payload.(payment.Paid)
+	paid := got.Payload.(paymentevents.Paid)
 	fmt.Println(got.EventType, got.AggregateID, got.AggregateVersion, got.CorrelationID, paid.Amount, paid.Currency)
 
 	_, err = reg.Decode("payment.exploded", []byte(`{}`))

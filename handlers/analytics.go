@@ -5,11 +5,13 @@ import (
 	"errors"
 	"time"
 
+	"github.com/outflow-dev/outflow/consumer"
+
 	"github.com/jackc/pgx/v5"
 
 	"github.com/outflow-dev/outflow/app"
+	"github.com/outflow-dev/outflow/app/paymentevents"
 	"github.com/outflow-dev/outflow/events"
-	"github.com/outflow-dev/outflow/events/payment"
 	"github.com/outflow-dev/outflow/idempotency"
 )
 
@@ -18,11 +20,11 @@ import (
 // every payment.refunded (a refund does not un-count the payment), per
 // currency and day. Its writes commit with the message's processed row, so
 // each event counts exactly once.
-func SyncAnalytics() Handler {
-	return Handler{
+func SyncAnalytics() consumer.Handler {
+	return consumer.Handler{
 		Name:       "sync-analytics",
 		Topic:      app.PaymentsTopic,
-		EventTypes: []string{payment.PaidType, payment.RefundedType},
+		EventTypes: []string{paymentevents.PaidType, paymentevents.RefundedType},
 		Func: func(ctx context.Context, _ pgx.Tx, ev events.Event) error {
 			sql, args, err := SyncAnalyticsStatement(ev)
 			if err != nil {
@@ -45,9 +47,9 @@ func SyncAnalyticsStatement(ev events.Event) (sql string, args []any, err error)
 		paidN, paid, refund int64
 	)
 	switch p := ev.Payload.(type) {
-	case payment.Paid:
+	case paymentevents.Paid:
 		merchant, currency, day, paidN, paid = p.MerchantID, p.Currency, p.PaidAt, 1, p.Amount
-	case payment.Refunded:
+	case paymentevents.Refunded:
 		merchant, currency, day, refund = p.MerchantID, p.Currency, p.RefundedAt, p.Amount
 	default:
 		return "", nil, errors.New("sync-analytics: unexpected payload")

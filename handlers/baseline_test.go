@@ -5,12 +5,13 @@ import (
 	"testing"
 	"time"
 
+	"github.com/outflow-dev/outflow/consumer"
+
 	"github.com/jackc/pgx/v5"
 	"github.com/stretchr/testify/require"
 
 	"github.com/outflow-dev/outflow/app"
 	"github.com/outflow-dev/outflow/events"
-	"github.com/outflow-dev/outflow/handlers"
 	"github.com/outflow-dev/outflow/outflowtest"
 )
 
@@ -40,7 +41,7 @@ func TestHandlerAddedLaterStartsFromItsBaseline(t *testing.T) {
 
 	_, err = p.schema.Pool.Exec(ctx, `CREATE TABLE late_applied (message_id text NOT NULL, version bigint NOT NULL)`)
 	require.NoError(t, err)
-	late := handlers.Handler{Name: "late", Topic: app.PaymentsTopic, BaselineBefore: cutoff,
+	late := consumer.Handler{Name: "late", Topic: app.PaymentsTopic, BaselineBefore: cutoff,
 		Func: func(ctx context.Context, tx pgx.Tx, ev events.Event) error {
 			_, err := tx.Exec(ctx, `INSERT INTO late_applied (message_id, version) VALUES ($1, $2)`, ev.MessageID, ev.AggregateVersion)
 			return err

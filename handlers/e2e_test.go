@@ -12,15 +12,17 @@ import (
 	"testing"
 	"time"
 
+	"github.com/outflow-dev/outflow/consumer"
+
 	"github.com/jackc/pgx/v5"
 	"github.com/redis/go-redis/v9"
 	"github.com/stretchr/testify/require"
 
 	"github.com/outflow-dev/outflow/app"
+	"github.com/outflow-dev/outflow/app/paymentevents"
 	"github.com/outflow-dev/outflow/brokers"
 	"github.com/outflow-dev/outflow/events"
 	"github.com/outflow-dev/outflow/events/outbox"
-	"github.com/outflow-dev/outflow/events/payment"
 	"github.com/outflow-dev/outflow/forwarder"
 	"github.com/outflow-dev/outflow/forwarder/redisstreams"
 	"github.com/outflow-dev/outflow/handlers"
@@ -109,11 +111,11 @@ func (p *pipeline) runForwarder(t *testing.T, dupBatches int32) {
 	run(t, f.Run)
 }
 
-func (p *pipeline) worker(t *testing.T, claimIdle time.Duration, extra ...handlers.Handler) *handlers.Worker {
+func (p *pipeline) worker(t *testing.T, claimIdle time.Duration, extra ...consumer.Handler) *consumer.Worker {
 	t.Helper()
 	reg := events.NewRegistry()
-	require.NoError(t, payment.Register(reg))
-	w, err := handlers.NewWorker(handlers.WorkerConfig{
+	require.NoError(t, paymentevents.Register(reg))
+	w, err := consumer.NewWorker(consumer.WorkerConfig{
 		Pool: p.schema.Pool, RedisURL: outflowtest.RedisURL(), Broker: p.backend, Registry: reg,
 		StreamPartitions: 2, StreamPrefix: p.prefix, ClaimIdle: claimIdle, Logger: quiet,
 	})
@@ -132,11 +134,11 @@ func (p *pipeline) worker(t *testing.T, claimIdle time.Duration, extra ...handle
 // message shows as a count of 2. (A handler may run more than once when its
 // transaction rolls back, a shared batch's included: what must happen once
 // is the committed effect.)
-func countingHandler(t *testing.T, p *pipeline) (handlers.Handler, func() map[string]int) {
+func countingHandler(t *testing.T, p *pipeline) (consumer.Handler, func() map[string]int) {
 	t.Helper()
 	_, err := p.schema.Pool.Exec(context.Background(), `CREATE TABLE counted (message_id text NOT NULL, applied_at timestamptz NOT NULL)`)
 	require.NoError(t, err)
-	h := handlers.Handler{Name: "counter", Topic: app.PaymentsTopic, Func: func(ctx context.Context, tx pgx.Tx, ev events.Event) error {
+	h := consumer.Handler{Name: "counter", Topic: app.PaymentsTopic, Func: func(ctx context.Context, tx pgx.Tx, ev events.Event) error {
 		_, err := tx.Exec(ctx, `INSERT INTO counted (message_id, applied_at) VALUES ($1, $2)`, ev.MessageID, time.Now())
 		return err
 	}}
@@ -247,7 +249,7 @@ func (p *pipeline) newMerchant(t *testing.T) (app.CreatedMerchant, *merchantSite
 // event's type, signed with its secret.
 func (s *merchantSite) requireWebhooks(t *testing.T, p *pipeline) {
 	t.Helper()
-	want := p.messageIDs(t, payment.PaidType, payment.RefundedType)
+	want := p.messageIDs(t, paymentevents.PaidType, paymentevents.RefundedType)
 	require.NotEmpty(t, want)
 	outflowtest.WaitFor(t, 30*time.Second, "a webhook for every paid or refunded event, and none left to send", func() bool {
 		s.mu.Lock()

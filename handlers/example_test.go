@@ -4,12 +4,13 @@ import (
 	"context"
 	"os"
 
+	"github.com/outflow-dev/outflow/consumer"
+
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgxpool"
 
+	"github.com/outflow-dev/outflow/app/paymentevents"
 	"github.com/outflow-dev/outflow/events"
-	"github.com/outflow-dev/outflow/events/payment"
-	"github.com/outflow-dev/outflow/handlers"
 )
 
 // A consumer is a name, a topic, the event types it wants and a function
@@ -22,19 +23,19 @@ func ExampleWorker_Add() {
 	}
 	defer pool.Close()
 	registry := events.NewRegistry()
-	if err := payment.Register(registry); err != nil {
+	if err := paymentevents.Register(registry); err != nil {
 		panic(err)
 	}
-	w, err := handlers.NewWorker(handlers.WorkerConfig{Pool: pool, RedisURL: os.Getenv("REDIS_URL"), Registry: registry})
+	w, err := consumer.NewWorker(consumer.WorkerConfig{Pool: pool, RedisURL: os.Getenv("REDIS_URL"), Registry: registry})
 	if err != nil {
 		panic(err)
 	}
-	err = w.Add(handlers.Handler{
+	err = w.Add(consumer.Handler{
 		Name:       "loyalty-points",
 		Topic:      "payments",
-		EventTypes: []string{payment.PaidType},
+		EventTypes: []string{paymentevents.PaidType},
 		Func: func(ctx context.Context, tx pgx.Tx, ev events.Event) error {
-			paid := ev.Payload.(payment.Paid)
+			paid := ev.Payload.(paymentevents.Paid)
 			_, err := tx.Exec(ctx, `UPDATE loyalty SET points = points + $2 WHERE merchant_id = $1`, paid.MerchantID, paid.Amount/100)
 			return err
 		},

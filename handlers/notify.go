@@ -13,12 +13,14 @@ import (
 	"strings"
 	"time"
 
+	"github.com/outflow-dev/outflow/consumer"
+
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgxpool"
 
 	"github.com/outflow-dev/outflow/app"
+	"github.com/outflow-dev/outflow/app/paymentevents"
 	"github.com/outflow-dev/outflow/events"
-	"github.com/outflow-dev/outflow/events/payment"
 )
 
 // NotifyConfig configures NotifyMerchant and the webhook [Sender].
@@ -137,17 +139,17 @@ var ErrUnknownMerchant = errors.New("unknown merchant")
 // ([ErrUnknownMerchant], naming the merchant): retried, then dead-lettered
 // for an operator (`outflow dlq list`), never dropped. After the delivery's
 // transaction committed the handler calls cfg.Wake, if set.
-func NotifyMerchant(pool *pgxpool.Pool, cfg NotifyConfig) Handler {
-	return Handler{
+func NotifyMerchant(pool *pgxpool.Pool, cfg NotifyConfig) consumer.Handler {
+	return consumer.Handler{
 		Name:       "notify-merchant",
 		Topic:      app.PaymentsTopic,
-		EventTypes: []string{payment.PaidType, payment.RefundedType},
+		EventTypes: []string{paymentevents.PaidType, paymentevents.RefundedType},
 		Func: func(ctx context.Context, tx pgx.Tx, ev events.Event) error {
 			var merchantID string
 			switch p := ev.Payload.(type) {
-			case payment.Paid:
+			case paymentevents.Paid:
 				merchantID = p.MerchantID
-			case payment.Refunded:
+			case paymentevents.Refunded:
 				merchantID = p.MerchantID
 			default:
 				return errors.New("notify-merchant: unexpected payload")

@@ -13,12 +13,14 @@ import (
 	"testing"
 	"time"
 
+	"github.com/outflow-dev/outflow/consumer"
+
 	"github.com/jackc/pgx/v5/pgxpool"
 	"github.com/stretchr/testify/require"
 
 	"github.com/outflow-dev/outflow/app"
+	"github.com/outflow-dev/outflow/app/paymentevents"
 	"github.com/outflow-dev/outflow/events"
-	"github.com/outflow-dev/outflow/events/payment"
 	"github.com/outflow-dev/outflow/handlers"
 	"github.com/outflow-dev/outflow/idempotency"
 	"github.com/outflow-dev/outflow/outflowtest"
@@ -122,11 +124,11 @@ func TestSenderRetriesAndDeadLetters(t *testing.T) {
 
 // consumerWorker is a worker of only NotifyMerchant on pool (the consumer's
 // database), reading p's streams.
-func consumerWorker(t *testing.T, p *pipeline, pool *pgxpool.Pool, cfg handlers.NotifyConfig) *handlers.Worker {
+func consumerWorker(t *testing.T, p *pipeline, pool *pgxpool.Pool, cfg handlers.NotifyConfig) *consumer.Worker {
 	t.Helper()
 	reg := events.NewRegistry()
-	require.NoError(t, payment.Register(reg))
-	w, err := handlers.NewWorker(handlers.WorkerConfig{
+	require.NoError(t, paymentevents.Register(reg))
+	w, err := consumer.NewWorker(consumer.WorkerConfig{
 		Pool: pool, RedisURL: outflowtest.RedisURL(), Registry: reg, StreamPartitions: 2, StreamPrefix: p.prefix,
 		ClaimIdle: time.Second, Logger: quiet,
 		Idempotency: idempotency.Config{MaxAttempts: 2, RetryBackoff: 10 * time.Millisecond, RetryBackoffMax: 20 * time.Millisecond,
@@ -167,7 +169,7 @@ func TestUnknownMerchantIsDeadLettered(t *testing.T) {
 		}
 		return false
 	})
-	require.Equal(t, payment.PaidType, dl.EventType)
+	require.Equal(t, paymentevents.PaidType, dl.EventType)
 	require.Contains(t, dl.Error, "merchant "+m.ID)
 	require.Contains(t, dl.Error, handlers.ErrUnknownMerchant.Error())
 	var n int

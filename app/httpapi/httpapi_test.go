@@ -18,8 +18,8 @@ import (
 
 	"github.com/outflow-dev/outflow/app"
 	"github.com/outflow-dev/outflow/app/httpapi"
+	"github.com/outflow-dev/outflow/app/paymentevents"
 	"github.com/outflow-dev/outflow/events/outbox"
-	"github.com/outflow-dev/outflow/events/payment"
 	"github.com/outflow-dev/outflow/outflowtest"
 )
 
@@ -240,7 +240,7 @@ func (e *env) outboxRows(aggregateID string) []outboxRow {
 	e.t.Helper()
 	rows, err := e.pool.Query(context.Background(), `
 		SELECT aggregate_version, event_type, topic, payload, metadata FROM outbox
-		WHERE aggregate_type = $1 AND aggregate_id = $2 ORDER BY id`, payment.AggregateType, aggregateID)
+		WHERE aggregate_type = $1 AND aggregate_id = $2 ORDER BY id`, paymentevents.AggregateType, aggregateID)
 	require.NoError(e.t, err)
 	defer rows.Close()
 	var out []outboxRow
@@ -567,7 +567,7 @@ func TestHappyPath(t *testing.T) {
 
 	rows := e.outboxRows(p.ID)
 	require.Len(t, rows, 4)
-	wantTypes := []string{payment.CreatedType, payment.PaidType, payment.RefundedType, payment.RefundedType}
+	wantTypes := []string{paymentevents.CreatedType, paymentevents.PaidType, paymentevents.RefundedType, paymentevents.RefundedType}
 	for i, row := range rows {
 		require.Equal(t, int64(i+1), row.AggregateVersion)
 		require.Equal(t, wantTypes[i], row.EventType)
@@ -628,7 +628,7 @@ func TestCancelPendingPayment(t *testing.T) {
 
 	rows := e.outboxRows(p.ID)
 	require.Len(t, rows, 2)
-	require.Equal(t, payment.CanceledType, rows[1].EventType)
+	require.Equal(t, paymentevents.CanceledType, rows[1].EventType)
 	require.Equal(t, int64(2), rows[1].AggregateVersion)
 	require.Zero(t, e.paymentState(p.ID).LedgerEntries, "no money moved")
 }
@@ -726,7 +726,7 @@ func TestIdempotentPay(t *testing.T) {
 	require.Equal(t, 2, st.LedgerEntries, "one capture")
 	rows := e.outboxRows(p.ID)
 	require.Len(t, rows, 2)
-	require.Equal(t, payment.PaidType, rows[1].EventType)
+	require.Equal(t, paymentevents.PaidType, rows[1].EventType)
 
 	// Without the key, paying again is a conflict: the key, not luck, made the retry succeed.
 	requireError(t, e.post(path, nil, ""), http.StatusConflict, "invalid_transition", "")

@@ -7,9 +7,9 @@ import (
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgxpool"
 
+	"github.com/outflow-dev/outflow/app/paymentevents"
 	"github.com/outflow-dev/outflow/events"
 	"github.com/outflow-dev/outflow/events/outbox"
-	"github.com/outflow-dev/outflow/events/payment"
 )
 
 // The state change and its event commit or roll back together.
@@ -27,8 +27,8 @@ func ExampleWriter_PublishTx() {
 
 	err = pgx.BeginFunc(ctx, pool, func(tx pgx.Tx) error {
 		// ... lock the payment, change it, write the ledger, all on tx ...
-		ev, err := events.New(ctx, events.Aggregate{Type: payment.AggregateType, ID: "pay_1", Version: 2},
-			payment.Paid{PaymentID: "pay_1", MerchantID: "mer_1", Amount: 1250, Currency: "EUR"})
+		ev, err := events.New(ctx, events.Aggregate{Type: paymentevents.AggregateType, ID: "pay_1", Version: 2},
+			paymentevents.Paid{PaymentID: "pay_1", MerchantID: "mer_1", Amount: 1250, Currency: "EUR"})
 		if err != nil {
 			return err
 		}
@@ -56,8 +56,8 @@ func ExampleWriter_QueueTx() {
 	err = pgx.BeginFunc(ctx, pool, func(tx pgx.Tx) error {
 		b := &pgx.Batch{}
 		b.Queue(`UPDATE payments SET status = 'paid', version = version + 1 WHERE id = $1`, "pay_1")
-		ev, err := events.New(ctx, events.Aggregate{Type: payment.AggregateType, ID: "pay_1", Version: 2},
-			payment.Paid{PaymentID: "pay_1", MerchantID: "mer_1", Amount: 1250, Currency: "EUR"})
+		ev, err := events.New(ctx, events.Aggregate{Type: paymentevents.AggregateType, ID: "pay_1", Version: 2},
+			paymentevents.Paid{PaymentID: "pay_1", MerchantID: "mer_1", Amount: 1250, Currency: "EUR"})
 		if err != nil {
 			return err
 		}

@@ -9,14 +9,16 @@ import (
 	"sync/atomic"
 	"time"
 
+	"github.com/outflow-dev/outflow/consumer"
+
 	"github.com/google/uuid"
 	"github.com/jackc/pgx/v5"
 	"github.com/twmb/franz-go/pkg/kfake"
 
+	"github.com/outflow-dev/outflow/app/paymentevents"
 	"github.com/outflow-dev/outflow/brokers"
 	"github.com/outflow-dev/outflow/events"
 	"github.com/outflow-dev/outflow/events/outbox"
-	"github.com/outflow-dev/outflow/events/payment"
 	"github.com/outflow-dev/outflow/forwarder"
 	"github.com/outflow-dev/outflow/handlers"
 )
@@ -96,14 +98,14 @@ func brokerRun(ctx context.Context, cfg BrokersConfig, bc brokers.Config) (broke
 		return res, err
 	}
 	reg := events.NewRegistry()
-	if err := payment.Register(reg); err != nil {
+	if err := paymentevents.Register(reg); err != nil {
 		return res, err
 	}
 	f, err := forwarder.New(forwarder.Config{Pool: pool, Broker: backend.Broker(), Logger: quietLogger()})
 	if err != nil {
 		return res, err
 	}
-	w, err := handlers.NewWorker(handlers.WorkerConfig{Pool: pool, Broker: backend, Registry: reg, Logger: quietLogger()})
+	w, err := consumer.NewWorker(consumer.WorkerConfig{Pool: pool, Broker: backend, Registry: reg, Logger: quietLogger()})
 	if err != nil {
 		return res, err
 	}
@@ -164,7 +166,7 @@ func brokerRun(ctx context.Context, cfg BrokersConfig, bc brokers.Config) (broke
 			for i := range jobs[p] {
 				// Payments of their own, three events each, as in Pipeline.
 				pay, v := 1_000_000+i/3, int64(i%3+1)
-				ev, err := events.New(ctx, events.Aggregate{Type: payment.AggregateType, ID: fmt.Sprintf("pay-%d", pay), Version: v},
+				ev, err := events.New(ctx, events.Aggregate{Type: paymentevents.AggregateType, ID: fmt.Sprintf("pay-%d", pay), Version: v},
 					benchPayment(pay, v))
 				if err == nil {
 					err = pgx.BeginFunc(ctx, pool, func(tx pgx.Tx) error { return writer.PublishTx(ctx, tx, ev) })

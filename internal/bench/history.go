@@ -9,12 +9,14 @@ import (
 	"sync"
 	"time"
 
+	"github.com/outflow-dev/outflow/consumer"
+
 	"github.com/google/uuid"
 	"github.com/jackc/pgx/v5/pgxpool"
 	"github.com/redis/go-redis/v9"
 
+	"github.com/outflow-dev/outflow/app/paymentevents"
 	"github.com/outflow-dev/outflow/events"
-	"github.com/outflow-dev/outflow/events/payment"
 	"github.com/outflow-dev/outflow/forwarder"
 	"github.com/outflow-dev/outflow/forwarder/redisstreams"
 	"github.com/outflow-dev/outflow/handlers"
@@ -232,7 +234,7 @@ func drainConsumer(ctx context.Context, cfg HistoryConfig, pool *pgxpool.Pool, r
 	for p := range payments {
 		id := fmt.Sprintf("pay-%s-%d", run, p)
 		for v := int64(1); v <= 3; v++ {
-			ev, err := events.New(ctx, events.Aggregate{Type: payment.AggregateType, ID: id, Version: v}, benchPayment(p, v))
+			ev, err := events.New(ctx, events.Aggregate{Type: paymentevents.AggregateType, ID: id, Version: v}, benchPayment(p, v))
 			if err != nil {
 				return 0, err
 			}
@@ -263,10 +265,10 @@ func drainConsumer(ctx context.Context, cfg HistoryConfig, pool *pgxpool.Pool, r
 	}
 
 	reg := events.NewRegistry()
-	if err := payment.Register(reg); err != nil {
+	if err := paymentevents.Register(reg); err != nil {
 		return 0, err
 	}
-	w, err := handlers.NewWorker(handlers.WorkerConfig{Pool: pool, RedisURL: cfg.RedisURL, Registry: reg, Logger: quietLogger()})
+	w, err := consumer.NewWorker(consumer.WorkerConfig{Pool: pool, RedisURL: cfg.RedisURL, Registry: reg, Logger: quietLogger()})
 	if err != nil {
 		return 0, err
 	}

@@ -9,15 +9,17 @@ import (
 	"sync/atomic"
 	"time"
 
+	"github.com/outflow-dev/outflow/consumer"
+
 	"github.com/ThreeDotsLabs/watermill"
 	"github.com/ThreeDotsLabs/watermill/message"
 	"github.com/google/uuid"
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgxpool"
 
+	"github.com/outflow-dev/outflow/app/paymentevents"
 	"github.com/outflow-dev/outflow/events"
 	"github.com/outflow-dev/outflow/events/outbox"
-	"github.com/outflow-dev/outflow/events/payment"
 	"github.com/outflow-dev/outflow/forwarder"
 	"github.com/outflow-dev/outflow/forwarder/redisstreams"
 	"github.com/outflow-dev/outflow/handlers"
@@ -166,7 +168,7 @@ func drain(ctx context.Context, cfg PipelineConfig, plain bool, read, shared int
 		return 0, err
 	}
 	reg := events.NewRegistry()
-	if err := payment.Register(reg); err != nil {
+	if err := paymentevents.Register(reg); err != nil {
 		return 0, err
 	}
 	var handled func(context.Context) (int, error)
@@ -181,7 +183,7 @@ func drain(ctx context.Context, cfg PipelineConfig, plain bool, read, shared int
 		wg.Go(func() { _ = run() })
 		handled = func(context.Context) (int, error) { return int(n.Load()), nil }
 	} else {
-		w, err := handlers.NewWorker(handlers.WorkerConfig{Pool: pool, RedisURL: cfg.RedisURL, Registry: reg,
+		w, err := consumer.NewWorker(consumer.WorkerConfig{Pool: pool, RedisURL: cfg.RedisURL, Registry: reg,
 			BatchSize: read, Idempotency: idempotency.Config{MaxBatch: shared}, Logger: quietLogger()})
 		if err != nil {
 			return 0, err
@@ -271,7 +273,7 @@ func plainConsumer(ctx context.Context, redisURL string, pool *pgxpool.Pool, reg
 	router.AddConsumerHandler("plain", topic, sub, func(msg *message.Message) error {
 		defer n.Add(1)
 		t := msg.Metadata.Get(events.EventTypeKey)
-		if t != payment.PaidType && t != payment.RefundedType {
+		if t != paymentevents.PaidType && t != paymentevents.RefundedType {
 			return nil
 		}
 		ev, err := reg.DecodeMessage(msg)
@@ -327,10 +329,10 @@ func steady(ctx context.Context, cfg PipelineConfig) (steadyResult, error) {
 		return steadyResult{}, err
 	}
 	reg := events.NewRegistry()
-	if err := payment.Register(reg); err != nil {
+	if err := paymentevents.Register(reg); err != nil {
 		return steadyResult{}, err
 	}
-	w, err := handlers.NewWorker(handlers.WorkerConfig{Pool: pool, RedisURL: cfg.RedisURL, Registry: reg, Logger: quietLogger(),
+	w, err := consumer.NewWorker(consumer.WorkerConfig{Pool: pool, RedisURL: cfg.RedisURL, Registry: reg, Logger: quietLogger(),
 		BatchSize: cfg.ConsumerBatch, Idempotency: idempotency.Config{MaxBatch: cfg.ConsumerBatch}})
 	if err != nil {
 		return steadyResult{}, err
@@ -366,7 +368,7 @@ func steady(ctx context.Context, cfg PipelineConfig) (steadyResult, error) {
 					// Created, paid, and refunded for every payment.
 					pay := (i/(3*perTx))*perTx + i%perTx
 					v := int64((i/perTx)%3 + 1)
-					ev, err := events.New(ctx, events.Aggregate{Type: payment.AggregateType, ID: fmt.Sprintf("pay-%d", pay), Version: v},
+					ev, err := events.New(ctx, events.Aggregate{Type: paymentevents.AggregateType, ID: fmt.Sprintf("pay-%d", pay), Version: v},
 						benchPayment(pay, v))
 					if err != nil {
 						prodErr.Store(err)
@@ -428,11 +430,11 @@ func benchPayment(pay int, v int64) events.Payload {
 	id, merchant := fmt.Sprintf("pay-%d", pay), fmt.Sprintf("merchant-%d", pay%50)
 	switch v {
 	case 1:
-		return payment.Created{PaymentID: id, MerchantID: merchant, Amount: 1000, Currency: "EUR", Status: "pending", CreatedAt: now}
+		return paymentevents.Created{PaymentID: id, MerchantID: merchant, Amount: 1000, Currency: "EUR", Status: "pending", CreatedAt: now}
 	case 2:
-		return payment.Paid{PaymentID: id, MerchantID: merchant, Amount: 1000, Currency: "EUR", PaidAt: now}
+		return paymentevents.Paid{PaymentID: id, MerchantID: merchant, Amount: 1000, Currency: "EUR", PaidAt: now}
 	default:
-		return payment.Refunded{PaymentID: id, MerchantID: merchant, Amount: 1000, RefundedAmount: 1000, PaymentAmount: 1000,
+		return paymentevents.Refunded{PaymentID: id, MerchantID: merchant, Amount: 1000, RefundedAmount: 1000, PaymentAmount: 1000,
 			Currency: "EUR", Status: "refunded", RefundedAt: now}
 	}
 }

@@ -8,13 +8,15 @@ import (
 	"text/tabwriter"
 	"time"
 
+	"github.com/outflow-dev/outflow/consumer"
+
 	"github.com/jackc/pgx/v5/pgxpool"
 	"github.com/spf13/cobra"
 	"github.com/spf13/pflag"
 
+	"github.com/outflow-dev/outflow/app/paymentevents"
 	"github.com/outflow-dev/outflow/brokers"
 	"github.com/outflow-dev/outflow/events"
-	"github.com/outflow-dev/outflow/events/payment"
 	"github.com/outflow-dev/outflow/handlers"
 	"github.com/outflow-dev/outflow/idempotency"
 	"github.com/outflow-dev/outflow/internal/config"
@@ -94,7 +96,7 @@ func buildWorker(ctx context.Context, c config.Config, o *workerOptions, logger 
 		return nil, err
 	}
 	reg := events.NewRegistry()
-	if err := payment.Register(reg); err != nil {
+	if err := paymentevents.Register(reg); err != nil {
 		pool.Close()
 		return nil, err
 	}
@@ -103,7 +105,7 @@ func buildWorker(ctx context.Context, c config.Config, o *workerOptions, logger 
 		pool.Close()
 		return nil, err
 	}
-	w, err := handlers.NewWorker(handlers.WorkerConfig{
+	w, err := consumer.NewWorker(consumer.WorkerConfig{
 		Pool: pool, Broker: backend, Registry: reg, ClaimIdle: o.claimIdle,
 		BatchSize: o.batchSize,
 		Idempotency: idempotency.Config{MaxBatch: o.batchSize, MaxAttempts: o.maxAttempts, RetryBackoff: o.retryBackoff,
@@ -121,7 +123,7 @@ func buildWorker(ctx context.Context, c config.Config, o *workerOptions, logger 
 	// The handler wakes this process's sender once a delivery committed;
 	// senders in other processes find it at their next poll.
 	notify.Wake = sender.Wake
-	for _, h := range []handlers.Handler{handlers.SyncAnalytics(), handlers.NotifyMerchant(pool, notify)} {
+	for _, h := range []consumer.Handler{handlers.SyncAnalytics(), handlers.NotifyMerchant(pool, notify)} {
 		if err := w.Add(h); err != nil {
 			pool.Close()
 			backend.Close()

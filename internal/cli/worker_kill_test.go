@@ -18,8 +18,8 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/outflow-dev/outflow/app"
+	"github.com/outflow-dev/outflow/app/paymentevents"
 	"github.com/outflow-dev/outflow/events/outbox"
-	"github.com/outflow-dev/outflow/events/payment"
 	"github.com/outflow-dev/outflow/outflowtest"
 )
 
@@ -86,7 +86,7 @@ func TestKilledWorkerLosesNothing(t *testing.T) {
 	var events int
 	require.NoError(t, s.Pool.QueryRow(ctx, `SELECT count(*) FROM outbox`).Scan(&events))
 	webhooks := map[string]bool{}
-	rows, err := s.Pool.Query(ctx, `SELECT message_id::text FROM outbox WHERE event_type IN ($1, $2)`, payment.PaidType, payment.RefundedType)
+	rows, err := s.Pool.Query(ctx, `SELECT message_id::text FROM outbox WHERE event_type IN ($1, $2)`, paymentevents.PaidType, paymentevents.RefundedType)
 	require.NoError(t, err)
 	for rows.Next() {
 		var id string

@@ -1,10 +1,10 @@
-// Package payment holds the events of the payment aggregate: the contract
+// Package paymentevents holds the events of the payment aggregate: the contract
 // between the payments service that writes them and every consumer.
 //
 // Payloads carry everything a consumer needs to act (amounts in minor units,
 // currency, merchant, timestamps), so consumers never read the producer's
 // database. Fields may be added; none is ever renamed or given a new meaning.
-package payment
+package paymentevents
 
 import (
 	"errors"

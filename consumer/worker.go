@@ -1,4 +1,4 @@
-package handlers
+package consumer
 
 import (
 	"context"
@@ -232,7 +232,7 @@ func (w *Worker) handlerFunc(h Handler) message.HandlerFunc {
 		}
 		tx, ok := idempotency.Tx(msg.Context())
 		if !ok {
-			return nil, errors.New("handlers: no transaction in the message context")
+			return nil, errors.New("consumer: no transaction in the message context")
 		}
 		return nil, h.Func(msg.Context(), tx, ev)
 	}
