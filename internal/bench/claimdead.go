@@ -168,7 +168,7 @@ func drainBehindDead(ctx context.Context, cfg ClaimDeadConfig, dead int) (took, 
 // analyzeAndWalk ANALYZEs the outbox, then walks the pending-rows index once
 // from its head, as the first claim of any forwarder would: that walk marks
 // the dead entries killed (LP_DEAD), so every timed run, whichever goes
-// first, finds the index in the same state.
+// first, finds the index in the same state; then it checkpoints.
 func analyzeAndWalk(ctx context.Context, pool *pgxpool.Pool) error {
 	if _, err := pool.Exec(ctx, `ANALYZE outbox`); err != nil {
 		return err
@@ -185,7 +185,14 @@ func analyzeAndWalk(ctx context.Context, pool *pgxpool.Pool) error {
 	if err := tx.QueryRow(ctx, `SELECT id FROM outbox WHERE published_at IS NULL ORDER BY id LIMIT 1`).Scan(&id); err != nil {
 		return err
 	}
-	return tx.Commit(ctx)
+	if err := tx.Commit(ctx); err != nil {
+		return err
+	}
+	// Seeding writes hundreds of megabytes of WAL; without a checkpoint
+	// here the one it triggers lands inside whichever drain comes first
+	// and its full-page writes are charged to that drain alone.
+	_, err = pool.Exec(ctx, `CHECKPOINT`)
+	return err
 }
 
 func drainBacklog(ctx context.Context, cfg ClaimDeadConfig, n int) (float64, error) {
