@@ -32,7 +32,7 @@ test: test-services lint ## Every test, with the race detector, against real ser
 
 # The services at the tests' URLs (OUTFLOW_TEST_*_URL), and the binaries of
 # the servers some tests start themselves.
-test-services:
+test-services: ## Bring up what make test needs, at the OUTFLOW_TEST_* URLs, and check the binaries some tests start
 	@scripts/services.sh up --test $(TEST_SERVICES)
 	@scripts/services.sh tools
 

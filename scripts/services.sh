@@ -388,7 +388,7 @@ down() {
 	stop_redis
 	stop_nats
 	stop_rabbitmq
-	if grep -qs docker "$STATE"/*.how; then docker compose down && say "stopped docker compose services"; fi
+	if grep -qs docker "$STATE"/*.how; then docker compose down -v && say "stopped docker compose services"; fi
 	rm -f "$STATE"/*.how
 }
 
