@@ -181,7 +181,7 @@ start_postgres() {
 	elif docker_ok; then
 		compose_up postgres
 	else
-		die "nothing answers at $PG_HOST:$PG_PORT and there is no local PostgreSQL nor a running Docker engine.
+		die "nothing answers at $PG_HOST:$PG_PORT and there is no local PostgreSQL nor Docker (a running engine and the compose plugin).
 Install PostgreSQL (Debian/Ubuntu: apt-get install postgresql; macOS: brew install postgresql@15)
 or Docker, or set DATABASE_URL (tests: OUTFLOW_TEST_DATABASE_URL) to a server you run."
 	fi
@@ -242,7 +242,7 @@ start_redis() {
 	elif docker_ok; then
 		compose_up redis
 	else
-		die "nothing answers at $REDIS_HOST:$REDIS_PORT and there is no local redis-server nor a running Docker engine.
+		die "nothing answers at $REDIS_HOST:$REDIS_PORT and there is no local redis-server nor Docker (a running engine and the compose plugin).
 Install Redis (Debian/Ubuntu: apt-get install redis-server; macOS: brew install redis)
 or Docker, or set REDIS_URL (tests: OUTFLOW_TEST_REDIS_URL) to a server you run."
 	fi
@@ -277,7 +277,7 @@ start_nats() {
 	elif docker_ok; then
 		compose_up nats
 	else
-		die "nothing answers at $NATS_HOST:$NATS_PORT and there is no local nats-server nor a running Docker engine.
+		die "nothing answers at $NATS_HOST:$NATS_PORT and there is no local nats-server nor Docker (a running engine and the compose plugin).
 Install NATS (Debian/Ubuntu: apt-get install nats-server; macOS: brew install nats-server;
 any OS with Go: go install github.com/nats-io/nats-server/v2@latest)
 or Docker, or set NATS_URL (tests: OUTFLOW_TEST_NATS_URL) to a server you run."
@@ -321,7 +321,7 @@ start_rabbitmq() {
 	elif docker_ok; then
 		compose_up rabbitmq
 	else
-		die "nothing answers at $AMQP_HOST:$AMQP_PORT and there is no local rabbitmq-server nor a running Docker engine.
+		die "nothing answers at $AMQP_HOST:$AMQP_PORT and there is no local rabbitmq-server nor Docker (a running engine and the compose plugin).
 Install RabbitMQ (Debian/Ubuntu: apt-get install rabbitmq-server; macOS: brew install rabbitmq)
 or Docker, or set AMQP_URL (tests: OUTFLOW_TEST_AMQP_URL) to a server you run."
 	fi
