@@ -403,7 +403,14 @@ func (p *Pipeline) WaitHandled() {
 			p.t.Fatalf("outflowtest: WaitHandled: %s", st.dead)
 		}
 		if st.unpublished == 0 && st.unhandled == 0 {
-			return
+			unread, err := p.unread(ctx)
+			if err != nil {
+				p.t.Fatalf("outflowtest: WaitHandled: %v", err)
+			}
+			if unread == "" {
+				return
+			}
+			st.sample = unread
 		}
 		p.mu.Lock()
 		fwd, running := p.fwd, p.stopFwd != nil
@@ -457,4 +464,36 @@ func (p *Pipeline) state(ctx context.Context, names, topics []string) (pipelineS
 		return st, fmt.Errorf("read the pipeline's state: %w", err)
 	}
 	return st, nil
+}
+
+// unread names a handler whose consumer group has not yet read everything
+// its topic's broker table holds (a duplicate published after a crash
+// included), or "" when every group is at the end.
+func (p *Pipeline) unread(ctx context.Context) (string, error) {
+	for _, h := range p.handlers {
+		for _, topic := range p.backend.Topics(h.Topic) {
+			msgs := pgx.Identifier{"watermill_" + topic}.Sanitize()
+			offs := pgx.Identifier{"watermill_offsets_" + topic}.Sanitize()
+			var exists bool
+			if err := p.pool.QueryRow(ctx, `SELECT to_regclass($1) IS NOT NULL AND to_regclass($2) IS NOT NULL`,
+				msgs, offs).Scan(&exists); err != nil {
+				return "", fmt.Errorf("read broker tables: %w", err)
+			}
+			if !exists {
+				continue
+			}
+			var n int
+			err := p.pool.QueryRow(ctx, `SELECT count(*) FROM `+msgs+` m WHERE NOT EXISTS (
+				SELECT 1 FROM `+offs+` g WHERE g.consumer_group = $1
+				   AND (g.last_processed_transaction_id, coalesce(g.offset_acked, 0)) >= (m.transaction_id, m."offset"))`,
+				h.Name).Scan(&n)
+			if err != nil {
+				return "", fmt.Errorf("read broker offsets: %w", err)
+			}
+			if n > 0 {
+				return fmt.Sprintf("handler %s has %d broker messages of %s to read", h.Name, n, topic), nil
+			}
+		}
+	}
+	return "", nil
 }
