@@ -61,7 +61,7 @@ func (w Want) String() string {
 		if err != nil {
 			b = []byte(fmt.Sprintf("%v", w.Payload))
 		}
-		add("payload⊇", string(b))
+		parts = append(parts, "payload⊇"+string(b))
 	}
 	if len(parts) == 0 {
 		return "{any event}"
