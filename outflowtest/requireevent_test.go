@@ -99,7 +99,9 @@ func TestRequireEventFailuresSayWhatWasWritten(t *testing.T) {
 		})
 	}
 	// And the passing forms pass.
-	require.Empty(t, fails(func(rt testingT) { requireEvent(ctx, rt, s.Pool, Want{Version: 2, Payload: map[string]any{"amount": 20.0}}) }))
+	require.Empty(t, fails(func(rt testingT) {
+		requireEvent(ctx, rt, s.Pool, Want{Version: 2, Payload: map[string]any{"amount": 20.0}})
+	}))
 	require.Empty(t, fails(func(rt testingT) { requireNoEvent(ctx, rt, s.Pool, Want{Type: "account.closed"}) }))
 }
 
