@@ -2,11 +2,17 @@ package outflowtest
 
 import (
 	"context"
+	"errors"
+	"fmt"
 	"testing"
+
+	"github.com/jackc/pgx/v5"
 
 	"github.com/stretchr/testify/require"
 
 	"github.com/outflow-dev/outflow/consumer"
+	"github.com/outflow-dev/outflow/events"
+	"github.com/outflow-dev/outflow/idempotency"
 )
 
 func TestPipelineDeliversInOrderOnce(t *testing.T) {
@@ -84,4 +90,32 @@ func TestPipelineCrashInHandler(t *testing.T) {
 		"the handler writing in its transaction applied once")
 	require.Equal(t, 2, countSideEffects(t, s.Pool),
 		"the handler writing outside its transaction repeated its effect: the crash exposes it")
+}
+
+func TestWaitHandledFailsOnDeadMessages(t *testing.T) {
+	t.Parallel()
+	s := kitSchema(t)
+	broken := consumer.Handler{Name: "broken", Topic: ledgerAggregate,
+		Func: func(context.Context, pgx.Tx, events.Event) error { return errors.New("always fails") }}
+	p := StartPipeline(panicTB{t}, s.Pool, testRegistry(t), []consumer.Handler{broken},
+		WithPipelineIdempotency(idempotency.Config{MaxAttempts: 1}))
+	writeEvents(t, s.Pool, newEvent(t, "acc-p6", 1, credited{Account: "acc-p6", Amount: 1}))
+	msg := panicMessage(func() { p.WaitHandled() })
+	require.Contains(t, msg, "dead for handler broken: handler failed always fails")
+}
+
+func TestWaitHandledFailsWhileTheForwarderIsStopped(t *testing.T) {
+	t.Parallel()
+	s := kitSchema(t)
+	p := StartPipeline(panicTB{t}, s.Pool, testRegistry(t), []consumer.Handler{balanceHandler(ledgerAggregate)})
+	p.StopForwarder()
+	writeEvents(t, s.Pool, newEvent(t, "acc-p7", 1, credited{Account: "acc-p7", Amount: 1}))
+	msg := panicMessage(func() { p.WaitHandled() })
+	require.Contains(t, msg, "1 outbox rows wait and the forwarder is stopped")
+}
+
+func panicMessage(f func()) (msg string) {
+	defer func() { msg = fmt.Sprint(recover()) }()
+	f()
+	return ""
 }
