@@ -189,3 +189,29 @@ func ExampleStartPipeline() {
 	// Output:
 	// 2 500
 }
+
+// A handler that writes outside the transaction it is given (here through
+// the pool) is caught by a crash after its writes: the message is retried
+// and the effect happens twice.
+func ExamplePipeline_CrashInHandler() {
+	t := &exampleT{}
+	defer t.finish()
+	ctx := context.Background()
+	s, reg := exampleSetup(t)
+	leaky := totals
+	leaky.Func = func(ctx context.Context, _ pgx.Tx, ev events.Event) error {
+		p := ev.Payload.(PayoutRequested)
+		_, err := s.Pool.Exec(ctx, `INSERT INTO payout_totals VALUES ($1, $2)
+			ON CONFLICT (currency) DO UPDATE SET amount = payout_totals.amount + $2`, p.Currency, p.Amount)
+		return err
+	}
+	p := outflowtest.StartPipeline(t, s.Pool, reg, []consumer.Handler{leaky})
+	p.CrashInHandler(leaky.Name, 1)
+
+	writer, _ := outbox.NewWriter(outbox.Config{})
+	_ = pgx.BeginFunc(ctx, s.Pool, func(tx pgx.Tx) error { return writer.PublishTx(ctx, tx, newPayout("po_1", 1, 500)) })
+	p.WaitHandled()
+	fmt.Println(total(s.Pool, "EUR"), "(500 expected: the handler must write in tx)")
+	// Output:
+	// 1000 (500 expected: the handler must write in tx)
+}

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"testing"
+	"time"
 
 	"github.com/jackc/pgx/v5"
 	"github.com/stretchr/testify/require"
@@ -154,4 +155,31 @@ func TestHarnessNeedsNameAndFunc(t *testing.T) {
 	require.Panics(t, func() {
 		NewHandlerHarness(panicTB{t}, nil, testRegistry(t), consumer.Handler{Name: "x"})
 	})
+}
+
+// What a command wrote can be fed to the handler as the forwarder would
+// send it.
+func TestHarnessDeliversWhatTheOutboxHolds(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	s := kitSchema(t)
+	ev := newEvent(t, "acc-8", 1, credited{Account: "acc-8", Amount: 8})
+	ev.CorrelationID = "req-8"
+	writeEvents(t, s.Pool, ev)
+	w := RequireEvent(ctx, t, s.Pool, Want{AggregateID: "acc-8"})
+	require.Equal(t, "req-8", w.Metadata[events.CorrelationIDKey])
+
+	var seen events.Event
+	hd := balanceHandler(ledgerAggregate)
+	inner := hd.Func
+	hd.Func = func(ctx context.Context, tx pgx.Tx, ev events.Event) error {
+		seen = ev
+		return inner(ctx, tx, ev)
+	}
+	h := NewHandlerHarness(t, s.Pool, testRegistry(t), hd)
+	require.Equal(t, Applied, h.DeliverMessage(ctx, w.Message(ctx)).Outcome)
+	require.Equal(t, ev.MessageID, seen.MessageID)
+	require.Equal(t, "req-8", seen.CorrelationID)
+	require.WithinDuration(t, ev.OccurredAt, seen.OccurredAt, time.Microsecond, "as PostgreSQL keeps it")
+	require.Equal(t, balance{Amount: 8, Applied: []string{"1"}}, readBalance(t, s.Pool, "acc-8"))
 }
