@@ -77,9 +77,9 @@ func WithPipelineIdempotency(cfg idempotency.Config) PipelineOption {
 	return func(c *pipelineConfig) { c.idem = cfg }
 }
 
-// WithLogger sets the components' logger (by default warnings and errors
+// WithPipelineLogger sets the components' logger (by default warnings and errors
 // go to the test's output).
-func WithLogger(l *slog.Logger) PipelineOption {
+func WithPipelineLogger(l *slog.Logger) PipelineOption {
 	return func(c *pipelineConfig) { c.logger = l }
 }
 
