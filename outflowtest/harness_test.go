@@ -149,9 +149,7 @@ func TestRequireIdempotent(t *testing.T) {
 
 func TestHarnessNeedsNameAndFunc(t *testing.T) {
 	t.Parallel()
-	// Fatalf is called on the real t only for misuse: check the message by
-	// building through a sub-test that is expected to fail would fail the
-	// parent, so check the validation directly.
+	// panicTB turns the harness's Fatalf into a panic the test can see.
 	require.Panics(t, func() {
 		NewHandlerHarness(panicTB{t}, nil, testRegistry(t), consumer.Handler{Name: "x"})
 	})
