@@ -285,12 +285,20 @@ func TestPerHandlerSettings(t *testing.T) {
 	require.NoError(t, w.Add(consumer.Handler{Name: "retries", Topic: ordersTopic, Func: fail}))
 	require.NoError(t, w.Add(consumer.Handler{Name: "claims", Topic: ordersTopic, Func: record("claims"),
 		ClaimIdle: 200 * time.Millisecond}))
+	// BatchSize: "narrow" takes one message at a time, "wide" the worker's
+	// 100, so the three messages of one read are in flight together.
+	var narrow, wide inFlight
+	require.NoError(t, w.Add(consumer.Handler{Name: "narrow", Topic: ordersTopic, Func: record("narrow"),
+		BatchSize: 1, Middleware: []message.HandlerMiddleware{narrow.middleware(0)}}))
+	require.NoError(t, w.Add(consumer.Handler{Name: "wide", Topic: ordersTopic, Func: record("wide"),
+		Middleware: []message.HandlerMiddleware{wide.middleware(3)}}))
 
 	// A dead instance of "claims" took the message and never acknowledged it.
 	stream := r.broker.Streams(ordersTopic)[0]
 	ctx := context.Background()
 	require.NoError(t, r.rdb.XGroupCreateMkStream(ctx, stream, "claims", "0").Err())
-	id := r.publish(t, "o-1")[0]
+	ids := r.publish(t, "o-1", "o-2", "o-3")
+	id := ids[0]
 	got, err := r.rdb.XReadGroup(ctx, &redis.XReadGroupArgs{Group: "claims", Consumer: "dead", Streams: []string{stream, ">"}, Count: 1}).Result()
 	require.NoError(t, err)
 	require.Len(t, got[0].Messages, 1)
@@ -313,6 +321,44 @@ func TestPerHandlerSettings(t *testing.T) {
 	outflowtest.WaitFor(t, 20*time.Second, "the pending message claimed after the handler's ClaimIdle", func() bool {
 		return r.handled(t, "claims", id)
 	})
+	outflowtest.WaitFor(t, 20*time.Second, "narrow and wide to handle every message", func() bool {
+		return r.count(t, `SELECT count(*) FROM handled WHERE consumer IN ('narrow', 'wide')`) == 2*len(ids)
+	})
+	require.Equal(t, int32(1), narrow.max.Load(), "the handler's BatchSize 1: one message in flight at a time")
+	require.Equal(t, int32(3), wide.max.Load(), "the worker's BatchSize: the read's three messages together")
+}
+
+// inFlight is a handler-level middleware that tracks how many messages are
+// in flight at once.
+type inFlight struct {
+	now, max atomic.Int32
+	all      chan struct{}
+	once     sync.Once
+}
+
+// middleware tracks the messages; with wait > 0, each waits (up to 10s)
+// until wait of them are in flight together, so that a concurrency the
+// broker allows is sure to show.
+func (f *inFlight) middleware(wait int32) message.HandlerMiddleware {
+	f.all = make(chan struct{})
+	return func(h message.HandlerFunc) message.HandlerFunc {
+		return func(msg *message.Message) ([]*message.Message, error) {
+			n := f.now.Add(1)
+			defer f.now.Add(-1)
+			for m := f.max.Load(); n > m && !f.max.CompareAndSwap(m, n); m = f.max.Load() {
+			}
+			if wait > 0 {
+				if n >= wait {
+					f.once.Do(func() { close(f.all) })
+				}
+				select {
+				case <-f.all:
+				case <-time.After(10 * time.Second):
+				}
+			}
+			return h(msg)
+		}
+	}
 }
 
 // Invalid per-handler settings are refused by Add, naming the handler and
