@@ -98,9 +98,11 @@ type WorkerConfig struct {
 	// among the messages it handles together (up to
 	// Idempotency.MaxBatch). Defaults to 100.
 	BatchSize int
-	// Idempotency is the base configuration of every handler's consumer
-	// (retries, gaps, MaxBatch); Pool, Consumer and Ordering are set per
-	// handler.
+	// Idempotency is the default configuration of every handler's
+	// consumer (retries, gaps, MaxBatch), which a Handler's Idempotency
+	// overrides field by field; Pool, Consumer and Ordering are set per
+	// handler (its Ordering is Handler.Ordering, or its
+	// Idempotency.Ordering, never the worker's).
 	Idempotency idempotency.Config
 	// Middleware is the caller's Watermill middleware (metrics, timeouts,
 	// throttling, tracing), run around every handler of the worker in the
@@ -222,8 +224,9 @@ func (w *Worker) settings(h Handler) (settings, error) {
 	s.Idempotency = mergeIdempotency(w.cfg.Idempotency, h.Idempotency)
 	i := &s.Idempotency
 	i.Pool, i.Consumer = w.cfg.Pool, h.Name
-	if h.Ordering != idempotency.Strict {
-		i.Ordering = h.Ordering
+	i.Ordering = h.Ordering
+	if h.Idempotency.Ordering != idempotency.Strict {
+		i.Ordering = h.Idempotency.Ordering
 	}
 	if !h.BaselineBefore.IsZero() {
 		i.BaselineBefore = h.BaselineBefore

@@ -267,6 +267,34 @@ func TestTimeoutMiddlewareDoesNotBreakTheTransaction(t *testing.T) {
 	}
 }
 
+// A handler that honours the deadline fails with it: its effects roll back
+// and the message is parked for a retry.
+func TestTimeoutMiddlewareFailsAHandlerThatHonoursIt(t *testing.T) {
+	t.Parallel()
+	r := newRig(t)
+	cfg := r.config()
+	cfg.Middleware = []message.HandlerMiddleware{middleware.Timeout(200 * time.Millisecond)}
+	w, err := consumer.NewWorker(cfg)
+	require.NoError(t, err)
+	write := record("careful")
+	require.NoError(t, w.Add(consumer.Handler{Name: "careful", Topic: ordersTopic,
+		Idempotency: idempotency.Config{RetryBackoff: time.Hour, RetryBackoffMax: time.Hour},
+		Func: func(ctx context.Context, tx pgx.Tx, ev events.Event) error {
+			if err := write(ctx, tx, ev); err != nil {
+				return err
+			}
+			<-ctx.Done()
+			return ctx.Err()
+		}}))
+	run(t, w)
+
+	id := r.publish(t, "o-1")[0]
+	outflowtest.WaitFor(t, 20*time.Second, "the message parked", func() bool {
+		return r.count(t, `SELECT count(*) FROM dead_letters WHERE consumer = 'careful' AND status = 'retrying'`) == 1
+	})
+	require.False(t, r.handled(t, "careful", id), "the effect rolled back")
+}
+
 // Each handler's settings override the worker's: here the idempotency
 // retries (one handler gives up at once, the other retries) and ClaimIdle
 // (a message left pending by a dead instance is claimed after the
@@ -397,9 +425,18 @@ func TestAddValidatesHandlerSettings(t *testing.T) {
 		})
 	}
 
+	withPlugin := base
+	withPlugin.Plugins = []message.RouterPlugin{func(*message.Router) error { return nil }}
+	w, err := consumer.NewWorker(withPlugin)
+	require.NoError(t, err)
+	router, err := message.NewRouter(message.RouterConfig{}, watermill.NopLogger{})
+	require.NoError(t, err)
+	_, err = w.AddTo(context.Background(), router)
+	require.ErrorContains(t, err, "Plugins", "AddTo refuses plugins it could not run")
+
 	bad := base
 	bad.Idempotency = idempotency.Config{MaxAttempts: -1}
-	_, err := consumer.NewWorker(bad)
+	_, err = consumer.NewWorker(bad)
 	require.ErrorContains(t, err, "Idempotency")
 	require.ErrorContains(t, err, "MaxAttempts")
 }
