@@ -4,9 +4,9 @@
 // the decoded event and the transaction to write its effects in.
 //
 //	w.Add(consumer.Handler{
-//		Name:       "sync-analytics",
-//		Topic:      "payments",
-//		EventTypes: []string{"payment.paid", "payment.refunded"},
+//		Name:       "fulfil-orders",
+//		Topic:      "orders",
+//		EventTypes: []string{"order.placed", "order.canceled"},
 //		Func: func(ctx context.Context, tx pgx.Tx, ev events.Event) error { ... },
 //	})
 //
