@@ -519,3 +519,26 @@ func TestAddToUserRouter(t *testing.T) {
 		})
 	}
 }
+
+// A handler's panic is its failure: the message is parked for a retry, as
+// for an error, whether it has a transaction of its own or shares one.
+func TestHandlerPanicIsParked(t *testing.T) {
+	t.Parallel()
+	for _, maxBatch := range []int{1, 0} {
+		t.Run(map[int]string{1: "own transaction", 0: "shared transaction"}[maxBatch], func(t *testing.T) {
+			t.Parallel()
+			r := newRig(t)
+			w, err := consumer.NewWorker(r.config())
+			require.NoError(t, err)
+			require.NoError(t, w.Add(consumer.Handler{Name: "panics", Topic: ordersTopic,
+				Idempotency: idempotency.Config{MaxBatch: maxBatch, RetryBackoff: time.Hour, RetryBackoffMax: time.Hour},
+				Func:        func(context.Context, pgx.Tx, events.Event) error { panic("boom") }}))
+			run(t, w)
+
+			r.publish(t, "o-1")
+			outflowtest.WaitFor(t, 20*time.Second, "the message parked", func() bool {
+				return r.count(t, `SELECT count(*) FROM dead_letters WHERE consumer = 'panics' AND status = 'retrying' AND error LIKE '%boom%'`) == 1
+			})
+		})
+	}
+}
