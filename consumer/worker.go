@@ -313,7 +313,8 @@ func (w *Worker) Run(ctx context.Context) error {
 //
 // AddTo starts the idempotency retry loops, which run until ctx is done or
 // stop is called; when router is already running, it starts the handlers
-// too (RunHandlers), else router.Run will. Call stop once the router has
+// too (RunHandlers, with ctx: they stop when ctx is done), else router.Run
+// will. Call stop once the router has
 // stopped: it stops the retry loops, waits for them and closes the
 // subscribers, and the broker when the worker opened it.
 func (w *Worker) AddTo(ctx context.Context, router *message.Router) (stop func(), err error) {
