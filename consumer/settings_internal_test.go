@@ -10,7 +10,6 @@ import (
 
 	"github.com/outflow-dev/outflow/events"
 	"github.com/outflow-dev/outflow/idempotency"
-	"github.com/outflow-dev/outflow/outflowtest"
 )
 
 // A handler's idempotency settings override the worker's field by field.
@@ -42,7 +41,7 @@ func TestMergeIdempotency(t *testing.T) {
 // otherwise; its ordering is its own whatever the worker's.
 func TestHandlerSettings(t *testing.T) {
 	t.Parallel()
-	pool, err := pgxpool.New(context.Background(), outflowtest.DatabaseURL()) // connects on first use: never here
+	pool, err := pgxpool.New(context.Background(), "postgres://postgres@127.0.0.1:5432/outflow_test") // connects on first use: never here
 	require.NoError(t, err)
 	t.Cleanup(pool.Close)
 	w, err := NewWorker(WorkerConfig{Pool: pool, RedisURL: "redis://127.0.0.1:6379/0", Registry: events.NewRegistry(),
