@@ -192,3 +192,39 @@ func project(t *testing.T, rows []string, cols map[string]bool) []string {
 	slices.Sort(out)
 	return out
 }
+
+// Each set rolls back on its own: the app's down to nothing leaves the
+// framework's tables, and their rows, alone.
+func TestDownPerSet(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	s := outflowtest.NewSchema(t, appmigrations.Set())
+	_, err := s.Pool.Exec(ctx, `INSERT INTO outbox (message_id, topic, aggregate_type, aggregate_id, aggregate_version, event_type, payload, occurred_at)
+		VALUES (gen_random_uuid(), 't', 'a', '1', 1, 'e', '{}', now())`)
+	require.NoError(t, err)
+	db := s.OpenDB(t)
+	var rolled []int64
+	for {
+		r, err := appmigrations.Down(ctx, db)
+		require.NoError(t, err)
+		if r == nil {
+			break
+		}
+		rolled = append(rolled, r.Version)
+	}
+	require.Equal(t, []int64{9, 7, 6, 3, 2}, rolled)
+	rows, err := schemadump.Rows(ctx, s.Pool, s.Name)
+	require.NoError(t, err)
+	tables := make([]string, 0, len(rows))
+	for table := range rows {
+		tables = append(tables, table)
+	}
+	slices.Sort(tables)
+	require.Equal(t, []string{appmigrations.VersionTable, "consumer_aggregate_versions", "dead_letters", "outbox",
+		"outbox_forwarders", "outbox_partitions", migrations.VersionTable, "processed_messages"}, tables)
+	require.Len(t, rows["outbox"], 1)
+
+	rs, err := appmigrations.Up(ctx, db)
+	require.NoError(t, err)
+	require.Len(t, rs, 5)
+}
