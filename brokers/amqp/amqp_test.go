@@ -195,11 +195,13 @@ func TestWorkerGroupsMakeAUserTopicRoutable(t *testing.T) {
 	require.Equal(t, map[string][]string{"orders": {"ship-order"}}, w.Groups())
 
 	none, err := brokers.Open(context.Background(), brokers.Config{Kind: brokers.AMQP, Logger: amqpQuiet,
-		AMQP: brokers.AMQPConfig{URL: outflowtest.AMQPURL(), Prefix: outflowtest.AMQPPrefix(t, 1, map[string][]string{"orders": nil})}})
+		AMQP: brokers.AMQPConfig{URL: outflowtest.AMQPURL(), Prefix: outflowtest.AMQPPrefix(t, 1, map[string][]string{"orders": nil, "payments": nil})}})
 	require.NoError(t, err)
 	t.Cleanup(func() { none.Close() })
-	require.ErrorIs(t, none.Broker().Publish(context.Background(), amqpOutgoing("orders", "m0"))[0], amqp.ErrUnroutable,
-		"nil Groups declares no queue")
+	for _, topic := range []string{"orders", "payments"} { // payments: the reference app's topic
+		require.ErrorIs(t, none.Broker().Publish(context.Background(), amqpOutgoing(topic, "m0"))[0], amqp.ErrUnroutable,
+			"nil Groups declares no queue")
+	}
 
 	b := openAMQPTest(t, outflowtest.AMQPURL(), w.Groups())
 	for _, err := range b.Broker().Publish(context.Background(), amqpOutgoing("orders", "m1")) {

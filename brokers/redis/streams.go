@@ -38,13 +38,13 @@ var _ forwarder.Broker = (*Broker)(nil)
 // New returns a Broker.
 func New(cfg Config) (*Broker, error) {
 	if cfg.Client == nil {
-		return nil, errors.New("redisstreams config: Client is required")
+		return nil, errors.New("redis broker config: Client is required")
 	}
 	if cfg.Partitions == 0 {
 		cfg.Partitions = 1
 	}
 	if cfg.Partitions < 1 || cfg.Partitions > 1024 {
-		return nil, errors.New("redisstreams config: Partitions must be between 1 and 1024")
+		return nil, errors.New("redis broker config: Partitions must be between 1 and 1024")
 	}
 	if cfg.Marshaller == nil {
 		cfg.Marshaller = redisstream.DefaultMarshallerUnmarshaller{}

@@ -87,15 +87,15 @@ func (c *SubscriberConfig) setDefaults() {
 func (c *SubscriberConfig) validate() error {
 	switch {
 	case c.Client == nil:
-		return errors.New("redisstreams subscriber config: Client is required")
+		return errors.New("redis subscriber config: Client is required")
 	case c.ConsumerGroup == "":
-		return errors.New("redisstreams subscriber config: ConsumerGroup is required")
+		return errors.New("redis subscriber config: ConsumerGroup is required")
 	case c.Consumer == "":
-		return errors.New("redisstreams subscriber config: Consumer is required")
+		return errors.New("redis subscriber config: Consumer is required")
 	case c.BatchSize < 1:
-		return errors.New("redisstreams subscriber config: BatchSize must be at least 1")
+		return errors.New("redis subscriber config: BatchSize must be at least 1")
 	case c.BlockTime < 0 || c.ClaimIdle < 0 || c.ClaimInterval < 0 || c.NackResendSleep < 0:
-		return errors.New("redisstreams subscriber config: durations must not be negative")
+		return errors.New("redis subscriber config: durations must not be negative")
 	}
 	return nil
 }
@@ -141,12 +141,12 @@ func NewSubscriber(cfg SubscriberConfig) (*Subscriber, error) {
 func (s *Subscriber) Subscribe(ctx context.Context, topic string) (<-chan *message.Message, error) {
 	select {
 	case <-s.closing:
-		return nil, errors.New("redisstreams subscriber: closed")
+		return nil, errors.New("redis subscriber: closed")
 	default:
 	}
 	err := s.cfg.Client.XGroupCreateMkStream(ctx, topic, s.cfg.ConsumerGroup, s.cfg.OldestID).Err()
 	if err != nil && !strings.HasPrefix(err.Error(), "BUSYGROUP") {
-		return nil, fmt.Errorf("redisstreams subscriber: create consumer group %q on %q: %w", s.cfg.ConsumerGroup, topic, err)
+		return nil, fmt.Errorf("redis subscriber: create consumer group %q on %q: %w", s.cfg.ConsumerGroup, topic, err)
 	}
 	return subloop.Start(ctx, s.closing, &s.wg, func(ctx context.Context, out chan<- *message.Message) {
 		s.consume(ctx, topic, out)
