@@ -4,9 +4,12 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"hash/fnv"
 	"log/slog"
-	"net/url"
+	"slices"
+	"strconv"
 	"strings"
+	"sync"
 	"time"
 
 	"github.com/ThreeDotsLabs/watermill/message"
@@ -26,10 +29,12 @@ const (
 	SQL   Kind = "sql"
 )
 
-// Kinds lists the backends this build knows, the default first.
+// Kinds lists the built-in backends, the default first. Each is linked
+// into a program only when its package (brokers/<kind>) is imported.
 var Kinds = []Kind{Redis, NATS, AMQP, Kafka, SQL}
 
-// ErrUnknownKind is returned for a Kind that is not in [Kinds].
+// ErrUnknownKind is returned for a Kind that is neither in [Kinds] nor
+// registered.
 var ErrUnknownKind = errors.New("unknown broker")
 
 // Config is the broker configuration: which backend, and its block. Only
@@ -52,17 +57,29 @@ type Config struct {
 }
 
 // ParseKind validates a broker name, as given by --broker or
-// OUTFLOW_BROKER.
+// OUTFLOW_BROKER: one of [Kinds], linked or not, or a kind registered with
+// [Register].
 func ParseKind(s string) (Kind, error) {
+	k := Kind(strings.ToLower(strings.TrimSpace(s)))
+	if slices.Contains(Kinds, k) {
+		return k, nil
+	}
+	openersMu.RLock()
+	_, ok := openers[k]
+	names := make([]string, 0, len(Kinds)+len(openers))
 	for _, k := range Kinds {
-		if string(k) == strings.ToLower(strings.TrimSpace(s)) {
-			return k, nil
+		names = append(names, string(k))
+	}
+	for k := range openers {
+		if !slices.Contains(Kinds, k) {
+			names = append(names, string(k))
 		}
 	}
-	names := make([]string, len(Kinds))
-	for i, k := range Kinds {
-		names[i] = string(k)
+	openersMu.RUnlock()
+	if ok {
+		return k, nil
 	}
+	slices.Sort(names[len(Kinds):])
 	return "", fmt.Errorf("%w %q (known: %s)", ErrUnknownKind, s, strings.Join(names, ", "))
 }
 
@@ -96,17 +113,54 @@ type SubscriberOptions struct {
 	ClaimIdle time.Duration
 }
 
-func (o *SubscriberOptions) setDefaults() {
+// WithDefaults returns o with its zero fields set to their defaults: what a
+// backend's Subscriber applies first.
+func (o SubscriberOptions) WithDefaults() SubscriberOptions {
 	if o.InFlight <= 0 {
 		o.InFlight = 100
 	}
 	if o.ClaimIdle <= 0 {
 		o.ClaimIdle = 30 * time.Second
 	}
+	return o
 }
 
+// Opener opens one backend from a Config whose defaults are set: Kind,
+// Partitions (1 to 1024) and Logger. It reads its own block of the Config.
+type Opener func(ctx context.Context, cfg Config) (Backend, error)
+
+var (
+	openersMu sync.RWMutex
+	openers   = map[Kind]Opener{}
+)
+
+// Register makes a backend available to [Open] under kind. Each backend
+// package calls it from its init function, as database/sql drivers do, so a
+// program links only the backends it imports (brokers/all imports them
+// all). A backend of one's own registers under a kind of its own, which
+// [ParseKind] then accepts. Register panics when kind is empty, open is
+// nil, or kind is registered twice: these are programming errors found at
+// start-up.
+func Register(kind Kind, open Opener) {
+	openersMu.Lock()
+	defer openersMu.Unlock()
+	if kind == "" || open == nil {
+		panic("brokers: Register needs a kind and an opener")
+	}
+	if _, dup := openers[kind]; dup {
+		panic(fmt.Sprintf("brokers: Register called twice for %q", kind))
+	}
+	openers[kind] = open
+}
+
+// ErrNotLinked is returned by [Open] for a backend this program knows but
+// does not link: its package was not imported.
+var ErrNotLinked = errors.New("broker backend not linked")
+
 // Open connects to the configured backend. It fails, naming the backend
-// and the URL tried, when the broker does not answer.
+// and the URL tried, when the broker does not answer, and with
+// [ErrNotLinked], naming the import to add, when the backend's package is
+// not linked into the program.
 func Open(ctx context.Context, cfg Config) (Backend, error) {
 	if cfg.Kind == "" {
 		cfg.Kind = Redis
@@ -120,30 +174,70 @@ func Open(ctx context.Context, cfg Config) (Backend, error) {
 	if cfg.Logger == nil {
 		cfg.Logger = slog.Default()
 	}
-	switch cfg.Kind {
-	case Redis:
-		return openRedis(ctx, cfg)
-	case NATS:
-		return openNATS(ctx, cfg)
-	case AMQP:
-		return openAMQP(ctx, cfg)
-	case Kafka:
-		return openKafka(ctx, cfg)
-	case SQL:
-		return openSQL(ctx, cfg)
+	openersMu.RLock()
+	open := openers[cfg.Kind]
+	openersMu.RUnlock()
+	if open != nil {
+		return open(ctx, cfg)
 	}
-	_, err := ParseKind(string(cfg.Kind))
-	return nil, err
+	if !slices.Contains(Kinds, cfg.Kind) {
+		_, err := ParseKind(string(cfg.Kind))
+		return nil, err
+	}
+	return nil, fmt.Errorf("%w: the %s backend is not linked into this program: add\n\timport _ %q\n(or %q for every backend)",
+		ErrNotLinked, cfg.Kind, ImportPath(cfg.Kind), "github.com/outflow-dev/outflow/brokers/all")
 }
 
-// redact hides a URL's password.
-func redact(raw string) string {
-	u, err := url.Parse(raw)
-	if err != nil || u.User == nil {
-		return raw
-	}
-	if _, ok := u.User.Password(); ok {
-		u.User = url.UserPassword(u.User.Username(), "xxxxx")
-	}
-	return u.String()
+// ImportPath is the package of a built-in backend.
+func ImportPath(k Kind) string { return "github.com/outflow-dev/outflow/brokers/" + string(k) }
+
+// Trimmer is implemented by a [Backend] whose broker never deletes what was
+// read (sql): Trim deletes what every consumer group has read, past the
+// backend's retention. The forwarder process runs it periodically.
+type Trimmer interface {
+	Trim(ctx context.Context) (int64, error)
 }
+
+// TopicTrimmer is implemented by a [Backend] whose topics grow until trimmed
+// by topic (Redis streams): TrimTopic removes, from each of topic's
+// partitions, what every consumer group has acknowledged, and never what
+// one has not.
+type TopicTrimmer interface {
+	TrimTopic(ctx context.Context, topic string) (int64, error)
+}
+
+// PartitionTopic maps a topic and an aggregate id to the broker topic
+// (stream, subject, exchange) it goes to: prefix+topic with one partition,
+// prefix+topic.N otherwise, N = FNV-1a of the aggregate id mod partitions.
+// The redis, nats and amqp backends name their topics so.
+func PartitionTopic(prefix, topic string, partitions int, aggregateID string) string {
+	p := 0
+	if partitions > 1 {
+		h := fnv.New32a()
+		h.Write([]byte(aggregateID))
+		p = int(h.Sum32() % uint32(partitions))
+	}
+	return partitionName(prefix, topic, partitions, p)
+}
+
+// PartitionTopics lists every broker topic of topic, as [PartitionTopic]
+// names them: what a consumer subscribes to.
+func PartitionTopics(prefix, topic string, partitions int) []string {
+	out := make([]string, max(partitions, 1))
+	for i := range out {
+		out[i] = partitionName(prefix, topic, partitions, i)
+	}
+	return out
+}
+
+func partitionName(prefix, topic string, partitions, p int) string {
+	if partitions <= 1 {
+		return prefix + topic
+	}
+	return prefix + topic + "." + strconv.Itoa(p)
+}
+
+// AMQPQueueName is the queue of consumer group on exchange (one broker
+// topic, see [Backend.Topics]) in the amqp backend: watermill-amqp's
+// GenerateQueueNameTopicNameWithSuffix naming, so its subscribers find it.
+func AMQPQueueName(exchange, group string) string { return exchange + "_" + group }

@@ -2,6 +2,7 @@ package brokers_test
 
 import (
 	"context"
+	"fmt"
 	"net"
 	"testing"
 	"time"
@@ -9,6 +10,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/outflow-dev/outflow/brokers"
+	_ "github.com/outflow-dev/outflow/brokers/all"
 )
 
 func TestParseKind(t *testing.T) {
@@ -61,4 +63,13 @@ func TestUnreachableBackendFailsAtOpen(t *testing.T) {
 		require.NotContains(t, err.Error(), "s3cret")
 		require.Less(t, time.Since(start), 10*time.Second, "no hang")
 	}
+}
+
+func ExampleImportPath() {
+	k, err := brokers.ParseKind(" NATS ")
+	if err != nil {
+		panic(err)
+	}
+	fmt.Println(k, brokers.ImportPath(k))
+	// Output: nats github.com/outflow-dev/outflow/brokers/nats
 }

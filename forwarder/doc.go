@@ -1,5 +1,5 @@
 // Package forwarder moves committed outbox rows to a broker (Redis Streams
-// by default, see package redisstreams): at least once, never lost, never
+// by default, see package brokers/redis): at least once, never lost, never
 // skipped, in order per aggregate, with poison rows parked instead of
 // blocking the rest.
 //

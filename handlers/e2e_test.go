@@ -22,10 +22,10 @@ import (
 	"github.com/outflow-dev/outflow/app"
 	"github.com/outflow-dev/outflow/app/paymentevents"
 	"github.com/outflow-dev/outflow/brokers"
+	redisstreams "github.com/outflow-dev/outflow/brokers/redis"
 	"github.com/outflow-dev/outflow/events"
 	"github.com/outflow-dev/outflow/events/outbox"
 	"github.com/outflow-dev/outflow/forwarder"
-	"github.com/outflow-dev/outflow/forwarder/redisstreams"
 	"github.com/outflow-dev/outflow/handlers"
 	"github.com/outflow-dev/outflow/outflowtest"
 )
@@ -390,7 +390,7 @@ func TestDeadConsumersMessagesAreClaimed(t *testing.T) {
 	counter, counted := countingHandler(t, p)
 	want := p.drive(t, m.ID, 10)
 	p.runForwarder(t, 0)
-	streams := redisstreams.TopicStreams(p.prefix, app.PaymentsTopic, 2)
+	streams := brokers.PartitionTopics(p.prefix, app.PaymentsTopic, 2)
 	onStreams := func(n int) func() bool {
 		return func() bool {
 			var total int

@@ -8,7 +8,6 @@ import (
 	amqp091 "github.com/rabbitmq/amqp091-go"
 
 	"github.com/outflow-dev/outflow/brokers"
-	"github.com/outflow-dev/outflow/forwarder/redisstreams"
 )
 
 // DefaultAMQPURL is the test RabbitMQ used when OUTFLOW_TEST_AMQP_URL is not
@@ -39,7 +38,7 @@ func AMQPPrefix(t testing.TB, partitions int, groups map[string][]string) string
 	t.Cleanup(func() {
 		defer conn.Close()
 		for topic, gs := range groups {
-			for _, exchange := range redisstreams.TopicStreams(prefix, topic, partitions) {
+			for _, exchange := range brokers.PartitionTopics(prefix, topic, partitions) {
 				for _, g := range gs {
 					deleteAMQP(t, conn, func(ch *amqp091.Channel) error {
 						_, err := ch.QueueDelete(brokers.AMQPQueueName(exchange, g), false, false, false)

@@ -21,6 +21,7 @@ import (
 	"github.com/jackc/pgx/v5/stdlib"
 	_ "github.com/lib/pq" // registers the "postgres" driver for OpenLibPQ
 
+	"github.com/outflow-dev/outflow/internal/redact"
 	"github.com/outflow-dev/outflow/migrations"
 )
 
@@ -150,7 +151,7 @@ func connectAdmin(t testing.TB) *pgx.Conn {
 	if err != nil {
 		t.Fatalf("outflowtest: PostgreSQL is not reachable at %s: %v\n"+
 			"Start it with `make services-up` (local binaries or docker compose), "+
-			"or point OUTFLOW_TEST_DATABASE_URL at a server you run.", redact(dbURL), err)
+			"or point OUTFLOW_TEST_DATABASE_URL at a server you run.", redact.URL(dbURL), err)
 	}
 	return conn
 }
@@ -199,13 +200,4 @@ func randomHex(n int) string {
 	b := make([]byte, n)
 	_, _ = rand.Read(b)
 	return hex.EncodeToString(b)
-}
-
-// redact hides a password in a database URL.
-func redact(dbURL string) string {
-	u, err := url.Parse(dbURL)
-	if err != nil {
-		return "(unparseable URL)"
-	}
-	return u.Redacted()
 }

@@ -17,6 +17,7 @@ import (
 
 	"github.com/outflow-dev/outflow/app/paymentevents"
 	"github.com/outflow-dev/outflow/brokers"
+	_ "github.com/outflow-dev/outflow/brokers/all" // the benchmarks run on every backend
 	"github.com/outflow-dev/outflow/events"
 	"github.com/outflow-dev/outflow/events/outbox"
 	"github.com/outflow-dev/outflow/forwarder"

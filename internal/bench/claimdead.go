@@ -9,8 +9,8 @@ import (
 	"github.com/jackc/pgx/v5/pgxpool"
 	"github.com/redis/go-redis/v9"
 
+	redisstreams "github.com/outflow-dev/outflow/brokers/redis"
 	"github.com/outflow-dev/outflow/forwarder"
-	"github.com/outflow-dev/outflow/forwarder/redisstreams"
 )
 
 // ClaimDeadConfig configures the claim-cost-without-vacuum benchmark.

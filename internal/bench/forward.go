@@ -22,10 +22,10 @@ import (
 	dto "github.com/prometheus/client_model/go"
 	"github.com/redis/go-redis/v9"
 
+	redisstreams "github.com/outflow-dev/outflow/brokers/redis"
 	"github.com/outflow-dev/outflow/events"
 	"github.com/outflow-dev/outflow/events/outbox"
 	"github.com/outflow-dev/outflow/forwarder"
-	"github.com/outflow-dev/outflow/forwarder/redisstreams"
 )
 
 // ForwardConfig configures the forwarder benchmarks.

@@ -16,9 +16,9 @@ import (
 	"github.com/redis/go-redis/v9"
 
 	"github.com/outflow-dev/outflow/app/paymentevents"
+	redisstreams "github.com/outflow-dev/outflow/brokers/redis"
 	"github.com/outflow-dev/outflow/events"
 	"github.com/outflow-dev/outflow/forwarder"
-	"github.com/outflow-dev/outflow/forwarder/redisstreams"
 	"github.com/outflow-dev/outflow/handlers"
 )
 

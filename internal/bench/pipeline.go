@@ -18,10 +18,10 @@ import (
 	"github.com/jackc/pgx/v5/pgxpool"
 
 	"github.com/outflow-dev/outflow/app/paymentevents"
+	redisstreams "github.com/outflow-dev/outflow/brokers/redis"
 	"github.com/outflow-dev/outflow/events"
 	"github.com/outflow-dev/outflow/events/outbox"
 	"github.com/outflow-dev/outflow/forwarder"
-	"github.com/outflow-dev/outflow/forwarder/redisstreams"
 	"github.com/outflow-dev/outflow/handlers"
 	"github.com/outflow-dev/outflow/idempotency"
 )

@@ -238,7 +238,7 @@ func TestForwardFailsFastOnUnreachableRedis(t *testing.T) {
 	start := time.Now()
 	out, err := command(map[string]string{"DATABASE_URL": s.URL, "REDIS_URL": "redis://:hunter2@" + addr + "/0"}, "forward", "--metrics-addr", "").CombinedOutput()
 	require.Error(t, err)
-	require.Contains(t, string(out), "connect to Redis at redis://***@"+addr)
+	require.Contains(t, string(out), "connect to Redis at redis://:xxxxx@"+addr) // internal/redact
 	require.NotContains(t, string(out), "hunter2")
 	require.Less(t, time.Since(start), 15*time.Second, "never a hang")
 }

@@ -134,7 +134,7 @@ func buildForwarder(ctx context.Context, c config.Config, o *forwardOptions, reg
 	if err != nil {
 		return nil, nil, err
 	}
-	backend, err := brokers.Open(ctx, c.BrokerConfig(o.streamPartitions, logger))
+	backend, err := brokers.Open(ctx, brokerConfig(c, o.streamPartitions, logger))
 	if err != nil {
 		pool.Close()
 		return nil, nil, err
@@ -149,7 +149,7 @@ func buildForwarder(ctx context.Context, c config.Config, o *forwardOptions, reg
 			backend.Close()
 			return nil, nil, errors.New("invalid --cutover-to: it names the --broker already in use")
 		}
-		next, err := brokers.Open(ctx, tc.BrokerConfig(o.streamPartitions, logger))
+		next, err := brokers.Open(ctx, brokerConfig(tc, o.streamPartitions, logger))
 		if err != nil {
 			pool.Close()
 			backend.Close()
@@ -174,8 +174,8 @@ func buildForwarder(ctx context.Context, c config.Config, o *forwardOptions, reg
 		trimDone := make(chan struct{})
 		go func() {
 			defer close(trimDone)
-			if rb := brokers.RedisBroker(backend); rb != nil {
-				trimLoop(tctx, pool, rb, o.trimInterval, logger)
+			if tt, ok := backend.(brokers.TopicTrimmer); ok {
+				trimLoop(tctx, pool, tt, o.trimInterval, logger)
 			} else if tr, ok := backend.(brokers.Trimmer); ok {
 				trimBrokerLoop(tctx, tr, o.trimInterval, logger)
 			}

@@ -14,6 +14,7 @@ import (
 	"github.com/spf13/cobra"
 
 	"github.com/outflow-dev/outflow/internal/config"
+	"github.com/outflow-dev/outflow/internal/redact"
 )
 
 // Version is set at build time with -ldflags "-X .../internal/cli.Version=...".
@@ -99,7 +100,7 @@ func openPool(ctx context.Context, dbURL string) (*pgxpool.Pool, error) {
 	}
 	if err := pool.Ping(ctx); err != nil {
 		pool.Close()
-		return nil, fmt.Errorf("connect to PostgreSQL at %s: %w (is it running? try `make services-up`)", redactURL(dbURL), err)
+		return nil, fmt.Errorf("connect to PostgreSQL at %s: %w (is it running? try `make services-up`)", redact.URL(dbURL), err)
 	}
 	return pool, nil
 }

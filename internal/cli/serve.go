@@ -18,6 +18,7 @@ import (
 	"github.com/outflow-dev/outflow/app"
 	"github.com/outflow-dev/outflow/app/httpapi"
 	"github.com/outflow-dev/outflow/events/outbox"
+	"github.com/outflow-dev/outflow/internal/redact"
 )
 
 // knownRoles lists the roles one process can run.
@@ -157,7 +158,7 @@ func serve(ctx context.Context, dbURL, addr string, shutdownTimeout, keyTTL time
 	}
 	errc := make(chan error, 1)
 	go func() { errc <- srv.Serve(ln) }()
-	logger.Info("serving", slog.String("addr", ln.Addr().String()), slog.String("database", redactURL(dbURL)))
+	logger.Info("serving", slog.String("addr", ln.Addr().String()), slog.String("database", redact.URL(dbURL)))
 
 	select {
 	case err := <-errc:

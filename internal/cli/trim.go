@@ -9,12 +9,11 @@ import (
 	"github.com/jackc/pgx/v5/pgxpool"
 
 	"github.com/outflow-dev/outflow/brokers"
-	"github.com/outflow-dev/outflow/forwarder/redisstreams"
 )
 
 // trimLoop trims the streams of every topic the outbox has seen, keeping
 // whatever a consumer group has not acknowledged.
-func trimLoop(ctx context.Context, pool *pgxpool.Pool, broker *redisstreams.Broker, every time.Duration, logger *slog.Logger) {
+func trimLoop(ctx context.Context, pool *pgxpool.Pool, broker brokers.TopicTrimmer, every time.Duration, logger *slog.Logger) {
 	if every <= 0 {
 		return
 	}

@@ -100,7 +100,7 @@ func buildWorker(ctx context.Context, c config.Config, o *workerOptions, logger 
 		pool.Close()
 		return nil, err
 	}
-	backend, err := brokers.Open(ctx, c.BrokerConfig(o.streamPartitions, logger))
+	backend, err := brokers.Open(ctx, brokerConfig(c, o.streamPartitions, logger))
 	if err != nil {
 		pool.Close()
 		return nil, err
@@ -123,7 +123,7 @@ func buildWorker(ctx context.Context, c config.Config, o *workerOptions, logger 
 	// The handler wakes this process's sender once a delivery committed;
 	// senders in other processes find it at their next poll.
 	notify.Wake = sender.Wake
-	for _, h := range []consumer.Handler{handlers.SyncAnalytics(), handlers.NotifyMerchant(pool, notify)} {
+	for _, h := range referenceHandlers(pool, notify) {
 		if err := w.Add(h); err != nil {
 			pool.Close()
 			backend.Close()

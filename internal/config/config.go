@@ -29,7 +29,7 @@ const (
 	DefaultNATSURL     = "nats://127.0.0.1:4222"
 	DefaultAMQPURL     = "amqp://guest:guest@127.0.0.1:5672/"
 	DefaultKafkaBroker = "127.0.0.1:9092"
-	DefaultAMQPGroups  = "payments=sync-analytics,notify-merchant"
+	DefaultAMQPGroups  = ""
 )
 
 // Backend tuning defaults, as the brokers package sets them.
@@ -81,7 +81,7 @@ var settings = []setting{
 	{"broker", "OUTFLOW_BROKER", DefaultBroker, "broker backend: redis, nats, amqp, kafka or sql"},
 	{"nats-url", "NATS_URL", DefaultNATSURL, "NATS (JetStream) URL, for --broker nats"},
 	{"amqp-url", "AMQP_URL", DefaultAMQPURL, "RabbitMQ URL, for --broker amqp"},
-	{"amqp-groups", "AMQP_GROUPS", DefaultAMQPGroups, "consumer groups whose RabbitMQ queues the forwarder declares before its first publish, topic=group,group[;topic=group...]: list every handler, or RabbitMQ drops what is published before its first worker subscribes; for --broker amqp"},
+	{"amqp-groups", "AMQP_GROUPS", DefaultAMQPGroups, "consumer groups, besides the outflow worker's own handlers, whose RabbitMQ queues the forwarder declares before its first publish, topic=group,group[;topic=group...]: list the handlers of other processes, or RabbitMQ drops what is published before their first worker subscribes; for --broker amqp"},
 	{"kafka-brokers", "KAFKA_BROKERS", DefaultKafkaBroker, "comma-separated Kafka bootstrap brokers (host:port), for --broker kafka"},
 	{"nats-replicas", "NATS_REPLICAS", DefaultNATSReplicas, "replicas of each JetStream stream Outflow creates (1-5), for --broker nats"},
 	{"kafka-topic-partitions", "KAFKA_TOPIC_PARTITIONS", DefaultKafkaTopicPartitions, "partitions of each Kafka topic Outflow creates (existing topics keep theirs), for --broker kafka"},

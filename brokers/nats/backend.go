@@ -1,0 +1,275 @@
+package nats
+
+import (
+	"bytes"
+	"context"
+	"errors"
+	"fmt"
+	"net/http"
+	"strings"
+	"time"
+
+	"github.com/ThreeDotsLabs/watermill"
+	wmnats "github.com/ThreeDotsLabs/watermill-nats/v2/pkg/nats"
+	"github.com/ThreeDotsLabs/watermill/message"
+	"github.com/nats-io/nats.go"
+
+	"github.com/outflow-dev/outflow/brokers"
+	"github.com/outflow-dev/outflow/forwarder"
+	"github.com/outflow-dev/outflow/internal/once"
+	"github.com/outflow-dev/outflow/internal/redact"
+)
+
+func init() { brokers.Register(brokers.NATS, open) }
+
+// A topic is one JetStream stream (named after the topic, dots made
+// underscores, as stream names forbid them) capturing the topic's subject
+// and its partition subjects topic.0 ... topic.N-1. Each consumer group is a
+// durable consumer per subject with a deliver (queue) group, so a group's
+// instances share the messages. Messages carry Nats-Msg-Id = message id, so
+// the server also drops a forwarder's re-publish within its duplicate
+// window.
+type natsBackend struct {
+	cfg  brokers.Config
+	conn *nats.Conn
+	js   nats.JetStreamContext // streams, consumers, subscriptions
+	pjs  nats.JetStreamContext // the forwarder's async publishes
+
+	streams once.ByKey
+}
+
+// open opens the nats backend of cfg (its NATS block), whose defaults
+// [brokers.Open] has set.
+func open(ctx context.Context, cfg brokers.Config) (brokers.Backend, error) {
+	n := &cfg.NATS
+	if n.URL == "" {
+		n.URL = "nats://127.0.0.1:4222"
+	}
+	if n.Replicas == 0 {
+		n.Replicas = 1
+	}
+	if n.PublishTimeout == 0 {
+		n.PublishTimeout = 5 * time.Second
+	}
+	fail := func(err error) error {
+		return fmt.Errorf("connect to NATS at %s: %w (is it running with JetStream, -js? try `make services-up`)", redact.URL(n.URL), err)
+	}
+	conn, err := nats.Connect(n.URL, nats.Timeout(3*time.Second), nats.RetryOnFailedConnect(false), nats.MaxReconnects(-1))
+	if err != nil {
+		return nil, fail(err)
+	}
+	js, err := conn.JetStream(nats.MaxWait(n.PublishTimeout))
+	if err != nil {
+		conn.Close()
+		return nil, fail(err)
+	}
+	if _, err := js.AccountInfo(nats.Context(ctx)); err != nil {
+		conn.Close()
+		return nil, fail(err)
+	}
+	pjs, err := conn.JetStream(nats.PublishAsyncMaxPending(natsMaxPending))
+	if err != nil {
+		conn.Close()
+		return nil, fail(err)
+	}
+	b := &natsBackend{cfg: cfg, conn: conn, js: js, pjs: pjs}
+	return b, nil
+}
+
+// streamName maps a subject to a valid stream name.
+func streamName(subject string) string {
+	return strings.NewReplacer(".", "_", "*", "_", ">", "_", " ", "_").Replace(subject)
+}
+
+func (b *natsBackend) Kind() brokers.Kind { return brokers.NATS }
+
+func (b *natsBackend) Topics(topic string) []string {
+	return brokers.PartitionTopics(b.cfg.NATS.StreamPrefix, topic, b.cfg.Partitions)
+}
+
+// ensureStream creates topic's stream once per process; creating an
+// existing stream with the same configuration is a no-op for the server.
+func (b *natsBackend) ensureStream(topic string) error {
+	return b.streams.Do(topic, func() error {
+		base := b.cfg.NATS.StreamPrefix + topic
+		_, err := b.js.AddStream(&nats.StreamConfig{
+			Name: streamName(base), Subjects: []string{base, base + ".*"},
+			Storage: nats.FileStorage, Replicas: b.cfg.NATS.Replicas, Retention: nats.LimitsPolicy,
+		})
+		if err != nil && !errors.Is(err, nats.ErrStreamNameAlreadyInUse) {
+			return fmt.Errorf("create NATS stream for topic %q: %w", topic, err)
+		}
+		return nil
+	})
+}
+
+func (b *natsBackend) Broker() forwarder.Broker { return natsBroker{b} }
+
+type natsBroker struct{ b *natsBackend }
+
+var _ forwarder.PayloadLimiter = natsBroker{}
+
+// MaxMessageBytes is the server's max_payload (1 MB by default), as the
+// connection last learnt it; nats.go refuses a larger message.
+func (nb natsBroker) MaxMessageBytes() int { return int(nb.b.conn.MaxPayload()) }
+
+// MessageBytes is what nats.go counts against max_payload: the data and
+// the encoded headers (the metadata, the message id, Nats-Msg-Id).
+func (nb natsBroker) MessageBytes(m forwarder.Outgoing) int {
+	nm, err := nb.b.natsMsg(m)
+	if err != nil {
+		return 0 // Publish reports it
+	}
+	var hdr bytes.Buffer
+	if len(nm.Header) > 0 {
+		hdr.WriteString("NATS/1.0\r\n")
+		_ = http.Header(nm.Header).Write(&hdr)
+		hdr.WriteString("\r\n")
+	}
+	return len(nm.Data) + hdr.Len()
+}
+
+// natsMsg is m as published: watermill-nats's format on m's subject, with
+// the message id as Nats-Msg-Id.
+func (b *natsBackend) natsMsg(m forwarder.Outgoing) (*nats.Msg, error) {
+	subject := brokers.PartitionTopic(b.cfg.NATS.StreamPrefix, m.Topic, b.cfg.Partitions, m.AggregateID)
+	var marshaler wmnats.NATSMarshaler
+	nm, err := marshaler.Marshal(subject, m.Message)
+	if err != nil {
+		return nil, err
+	}
+	nm.Header.Set(nats.MsgIdHdr, m.Message.UUID)
+	return nm, nil
+}
+
+// natsErrMessageTooLarge is JetStream's "message size exceeds maximum
+// allowed" (JSStreamMessageExceedsMaximumErr): the stream's MaxMsgSize
+// refused this one message.
+const natsErrMessageTooLarge nats.ErrorCode = 10054
+
+// natsMaxPending bounds the publishes awaiting their PubAck; a larger
+// batch waits for room (nats.go stalls the publish, then fails it).
+const natsMaxPending = 1024
+
+// Publish sends the batch without waiting (PublishMsgAsync: one write per
+// message, pipelined), in order, then waits for every PubAck, so a batch
+// costs about one round trip instead of one per message. A message over the
+// server's max payload, or over its stream's MaxMsgSize, fails alone;
+// every other error is the broker's. When PublishTimeout passes first, the
+// rest of the batch is unavailable: the rows stay
+// pending and may be stored twice, which the duplicate window (Nats-Msg-Id
+// = message id) and the consumers' deduplication absorb.
+func (nb natsBroker) Publish(ctx context.Context, msgs []forwarder.Outgoing) []error {
+	b := nb.b
+	errs := make([]error, len(msgs))
+	unavailable := func(err error) error {
+		return fmt.Errorf("%w: publish to NATS: %w", forwarder.ErrBrokerUnavailable, err)
+	}
+	futures := make([]nats.PubAckFuture, len(msgs))
+	for i, m := range msgs {
+		if i > 0 && errors.Is(errs[i-1], forwarder.ErrBrokerUnavailable) {
+			// The server is gone: the rest would get the same answer.
+			errs[i] = errs[i-1]
+			continue
+		}
+		if err := b.ensureStream(m.Topic); err != nil {
+			errs[i] = fmt.Errorf("%w: %w", forwarder.ErrBrokerUnavailable, err)
+			continue
+		}
+		nm, err := b.natsMsg(m)
+		if err != nil {
+			errs[i] = fmt.Errorf("marshal for NATS: %w", err)
+			continue
+		}
+		if futures[i], err = b.pjs.PublishMsgAsync(nm); err != nil {
+			if errors.Is(err, nats.ErrMaxPayload) {
+				errs[i] = err
+			} else {
+				errs[i] = unavailable(err)
+			}
+		}
+	}
+	timeout := time.NewTimer(b.cfg.NATS.PublishTimeout)
+	defer timeout.Stop()
+	for i, f := range futures {
+		if f == nil {
+			continue
+		}
+		select {
+		case <-f.Ok():
+		case err := <-f.Err():
+			var apiErr *nats.APIError
+			if errors.As(err, &apiErr) && apiErr.ErrorCode == natsErrMessageTooLarge {
+				errs[i] = fmt.Errorf("NATS refused the message: %w", err) // this message's fault
+			} else {
+				errs[i] = unavailable(err)
+			}
+		case <-ctx.Done():
+			errs[i] = unavailable(ctx.Err())
+		case <-timeout.C:
+			// Acks that never came would hold their places in the
+			// pending window: drop them (a concurrent batch's pending
+			// publishes fail too, and are retried).
+			b.pjs.CleanupPublisher()
+			for j := i; j < len(futures); j++ {
+				if futures[j] != nil && errs[j] == nil {
+					errs[j] = unavailable(fmt.Errorf("no PubAck within %s", b.cfg.NATS.PublishTimeout))
+				}
+			}
+			return errs
+		}
+	}
+	return errs
+}
+
+// Subscriber is a [Subscriber]: a pull consumer delivering a whole
+// fetch at once.
+func (b *natsBackend) Subscriber(group, consumer string, opts brokers.SubscriberOptions) (message.Subscriber, error) {
+	opts = opts.WithDefaults()
+	sub, err := NewSubscriber(SubscriberConfig{
+		JetStream: b.js,
+		Group:     group,
+		Stream:    func(subject string) string { return streamName(b.streamTopic(subject)) },
+		BatchSize: opts.InFlight,
+		AckWait:   opts.ClaimIdle,
+		Logger:    watermill.NewSlogLogger(b.cfg.Logger),
+	})
+	if err != nil {
+		return nil, fmt.Errorf("NATS subscriber for %q: %w", group, err)
+	}
+	return &provisioningSubscriber{Subscriber: sub, b: b}, nil
+}
+
+// provisioningSubscriber creates a topic's stream before subscribing, so a
+// consumer that starts before any event was published does not fail.
+type provisioningSubscriber struct {
+	message.Subscriber
+	b *natsBackend
+}
+
+func (s *provisioningSubscriber) Subscribe(ctx context.Context, subject string) (<-chan *message.Message, error) {
+	if err := s.b.ensureStream(s.b.topicOf(subject)); err != nil {
+		return nil, err
+	}
+	return s.Subscriber.Subscribe(ctx, subject)
+}
+
+// topicOf is the Outflow topic of a subject: the subject without its
+// prefix and partition suffix.
+func (b *natsBackend) topicOf(subject string) string {
+	topic := strings.TrimPrefix(subject, b.cfg.NATS.StreamPrefix)
+	if i := strings.LastIndexByte(topic, '.'); i >= 0 && b.cfg.Partitions > 1 {
+		topic = topic[:i]
+	}
+	return topic
+}
+
+// streamTopic is the prefixed topic whose stream captures subject.
+func (b *natsBackend) streamTopic(subject string) string {
+	return b.cfg.NATS.StreamPrefix + b.topicOf(subject)
+}
+
+func (b *natsBackend) Close() error {
+	b.conn.Close()
+	return nil
+}

@@ -1,0 +1,191 @@
+package nats
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"sync"
+	"time"
+
+	"github.com/ThreeDotsLabs/watermill"
+	wmnats "github.com/ThreeDotsLabs/watermill-nats/v2/pkg/nats"
+	"github.com/ThreeDotsLabs/watermill/message"
+	"github.com/nats-io/nats.go"
+
+	"github.com/outflow-dev/outflow/internal/backoff"
+	"github.com/outflow-dev/outflow/internal/subloop"
+)
+
+// SubscriberConfig configures a [Subscriber].
+type SubscriberConfig struct {
+	// JetStream is the connection's JetStream context. Required; the
+	// subscriber does not close the connection.
+	JetStream nats.JetStreamContext
+	// Group is the durable consumer's name stem, one per logical consumer:
+	// the durable of subject s is Group_<s with dots as underscores>.
+	// Required.
+	Group string
+	// Stream maps a subject to its stream's name. Required.
+	Stream func(subject string) string
+	// BatchSize is how many messages one fetch takes and delivers at once.
+	// Defaults to 100.
+	BatchSize int
+	// AckWait is how long a delivered message may stay unacked before the
+	// server gives it to another fetch: a dead consumer's messages move
+	// after it. Defaults to 30s.
+	AckWait time.Duration
+	// NakDelay is how long a nacked message waits before redelivery.
+	// Defaults to 1s.
+	NakDelay time.Duration
+	// FetchWait bounds one fetch; it also bounds how long Close waits for a
+	// fetch in flight. Defaults to 1s.
+	FetchWait time.Duration
+	// Logger defaults to watermill.NopLogger.
+	Logger watermill.LoggerAdapter
+}
+
+// Subscriber is a Watermill subscriber on a JetStream pull consumer
+// that delivers a whole fetch at once, so that the idempotency middleware
+// can share transactions among its messages: watermill-nats's subscriber
+// runs one callback, one message, at a time per subscription. A message is
+// acked on the server only after it was acked; a nacked one is redelivered
+// by the server after NakDelay; an unacked one after AckWait. Instances of a
+// group share the durable consumer, so they share the messages. The next
+// fetch starts when every message of the previous one is settled; messages
+// of one fetch are handled concurrently, and the middleware's version check
+// keeps each aggregate in order.
+type Subscriber struct {
+	cfg       SubscriberConfig
+	closing   chan struct{}
+	closeOnce sync.Once
+	wg        sync.WaitGroup
+}
+
+var _ message.Subscriber = (*Subscriber)(nil)
+
+// NewSubscriber validates cfg. It starts nothing: Subscribe does.
+func NewSubscriber(cfg SubscriberConfig) (*Subscriber, error) {
+	switch {
+	case cfg.JetStream == nil || cfg.Group == "" || cfg.Stream == nil:
+		return nil, errors.New("nats subscriber config: JetStream, Group and Stream are required")
+	case cfg.BatchSize < 0 || cfg.AckWait < 0 || cfg.NakDelay < 0 || cfg.FetchWait < 0:
+		return nil, errors.New("nats subscriber config: sizes and durations must not be negative")
+	}
+	if cfg.BatchSize == 0 {
+		cfg.BatchSize = 100
+	}
+	if cfg.AckWait == 0 {
+		cfg.AckWait = 30 * time.Second
+	}
+	if cfg.NakDelay == 0 {
+		cfg.NakDelay = time.Second
+	}
+	if cfg.FetchWait == 0 {
+		cfg.FetchWait = time.Second
+	}
+	if cfg.Logger == nil {
+		cfg.Logger = watermill.NopLogger{}
+	}
+	return &Subscriber{cfg: cfg, closing: make(chan struct{})}, nil
+}
+
+// Subscribe binds (creating it if missing) the group's durable pull
+// consumer on subject and delivers its messages until ctx is done or Close
+// is called; the channel is closed then.
+func (s *Subscriber) Subscribe(ctx context.Context, subject string) (<-chan *message.Message, error) {
+	select {
+	case <-s.closing:
+		return nil, errors.New("nats subscriber: closed")
+	default:
+	}
+	durable := s.cfg.Group + "_" + streamName(subject)
+	stream := s.cfg.Stream(subject)
+	// The durable consumer is created here and only bound by the
+	// subscription: a consumer that nats.go creates itself is deleted when
+	// its subscription ends, which would make a stopping instance delete
+	// its group's position for every other instance, and a restart replay
+	// the whole stream.
+	_, err := s.cfg.JetStream.AddConsumer(stream, &nats.ConsumerConfig{
+		Durable: durable, FilterSubject: subject, AckPolicy: nats.AckExplicitPolicy, DeliverPolicy: nats.DeliverAllPolicy,
+		AckWait: s.cfg.AckWait, MaxAckPending: max(4*s.cfg.BatchSize, 1000),
+	}, nats.Context(ctx))
+	if err != nil && !errors.Is(err, nats.ErrConsumerNameAlreadyInUse) {
+		return nil, fmt.Errorf("nats subscriber: create consumer %q on %q: %w", durable, subject, err)
+	}
+	sub, err := s.cfg.JetStream.PullSubscribe(subject, durable, nats.Bind(stream, durable), nats.ManualAck(), nats.Context(ctx))
+	if err != nil {
+		return nil, fmt.Errorf("nats subscriber: bind %q on %q: %w", durable, subject, err)
+	}
+	fields := watermill.LogFields{"subject": subject, "durable": durable}
+	return subloop.Start(ctx, s.closing, &s.wg, func(ctx context.Context, out chan<- *message.Message) {
+		s.consume(ctx, sub, out, fields)
+	}), nil
+}
+
+// Close stops every subscription and waits for them; messages in flight
+// are redelivered after AckWait. It is safe to call more than once.
+func (s *Subscriber) Close() error {
+	s.closeOnce.Do(func() { close(s.closing) })
+	s.wg.Wait()
+	return nil
+}
+
+func (s *Subscriber) consume(ctx context.Context, sub *nats.Subscription, out chan<- *message.Message, fields watermill.LogFields) {
+	defer func() { _ = sub.Unsubscribe() }() // bound: the durable consumer stays
+	var unmarshaler wmnats.NATSMarshaler
+	failures := 0
+	for ctx.Err() == nil {
+		fctx, cancel := context.WithTimeout(ctx, s.cfg.FetchWait)
+		msgs, err := sub.Fetch(s.cfg.BatchSize, nats.Context(fctx))
+		cancel()
+		if err != nil && !errors.Is(err, context.DeadlineExceeded) && !errors.Is(err, nats.ErrTimeout) {
+			if ctx.Err() != nil {
+				return
+			}
+			failures++
+			s.cfg.Logger.Error("fetch", err, fields)
+			if !subloop.Sleep(ctx, backoff.Delay(100*time.Millisecond, 5*time.Second, failures)) {
+				return
+			}
+			continue
+		}
+		failures = 0
+		s.deliver(ctx, msgs, &unmarshaler, out, fields)
+	}
+}
+
+// deliver sends every fetched message at once and settles each on the
+// server as its ack or nack comes.
+func (s *Subscriber) deliver(ctx context.Context, msgs []*nats.Msg, u wmnats.Unmarshaler, out chan<- *message.Message, fields watermill.LogFields) {
+	var wg sync.WaitGroup
+	defer wg.Wait()
+	for _, nm := range msgs {
+		msg, err := u.Unmarshal(nm)
+		if err != nil {
+			// Not a Watermill message: no redelivery could decode it.
+			s.cfg.Logger.Error("undecodable message terminated", err, fields)
+			_ = nm.Term()
+			continue
+		}
+		mctx, cancel := context.WithCancel(ctx)
+		msg.SetContext(mctx)
+		wg.Go(func() {
+			defer cancel()
+			select {
+			case <-msg.Acked():
+				if err := nm.AckSync(); err != nil {
+					s.cfg.Logger.Error("ack; the message will be redelivered", err, fields)
+				}
+			case <-msg.Nacked():
+				_ = nm.NakWithDelay(s.cfg.NakDelay)
+			case <-mctx.Done():
+			}
+		})
+		select {
+		case out <- msg:
+		case <-ctx.Done():
+			cancel()
+			return
+		}
+	}
+}

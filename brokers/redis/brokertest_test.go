@@ -1,0 +1,57 @@
+package redis_test
+
+import (
+	"context"
+	"errors"
+	"strings"
+	"testing"
+
+	"github.com/outflow-dev/outflow/brokers"
+	"github.com/outflow-dev/outflow/brokers/brokertest"
+	_ "github.com/outflow-dev/outflow/brokers/redis"
+	"github.com/outflow-dev/outflow/outflowtest"
+)
+
+func openBackend(t *testing.T, cfg brokers.Config) brokers.Backend {
+	t.Helper()
+	b, err := brokers.Open(context.Background(), cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { b.Close() })
+	return b
+}
+
+func TestBrokerContract(t *testing.T) {
+	t.Parallel()
+	brokertest.Run(t, brokertest.Harness{
+		Open: func(t *testing.T) brokertest.Target {
+			prefix := outflowtest.UniqueName(t, outflowtest.Redis(t)) + "_"
+			return brokertest.BackendTarget(t, openBackend(t, brokers.Config{Kind: brokers.Redis, Partitions: 2,
+				Redis: brokers.RedisConfig{URL: outflowtest.RedisURL(), StreamPrefix: prefix}}))
+		},
+		Outage: func(t *testing.T) (brokertest.Target, outflowtest.Outage) {
+			srv := outflowtest.StartRedis(t)
+			return brokertest.BackendTarget(t, openBackend(t, brokers.Config{Kind: brokers.Redis,
+				Redis: brokers.RedisConfig{URL: srv.URL}})), srv
+		},
+	})
+}
+
+// This test binary links the redis backend only: the others are known but
+// not linked, and Open says which import adds one.
+func TestOpenOfAnUnlinkedBackendNamesItsImport(t *testing.T) {
+	t.Parallel()
+	_, err := brokers.Open(context.Background(), brokers.Config{Kind: brokers.NATS})
+	if !errors.Is(err, brokers.ErrNotLinked) {
+		t.Fatalf("got %v, want ErrNotLinked", err)
+	}
+	for _, want := range []string{`import _ "github.com/outflow-dev/outflow/brokers/nats"`, "github.com/outflow-dev/outflow/brokers/all"} {
+		if !strings.Contains(err.Error(), want) {
+			t.Fatalf("%q does not say %q", err, want)
+		}
+	}
+	if _, err := brokers.Open(context.Background(), brokers.Config{Kind: "carrier-pigeon"}); !errors.Is(err, brokers.ErrUnknownKind) {
+		t.Fatalf("an unknown kind: got %v, want ErrUnknownKind", err)
+	}
+}

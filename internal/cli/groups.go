@@ -1,0 +1,44 @@
+package cli
+
+import (
+	"log/slog"
+	"slices"
+
+	"github.com/jackc/pgx/v5/pgxpool"
+
+	"github.com/outflow-dev/outflow/brokers"
+	"github.com/outflow-dev/outflow/consumer"
+	"github.com/outflow-dev/outflow/handlers"
+	"github.com/outflow-dev/outflow/internal/config"
+)
+
+// referenceHandlers are the handlers `outflow worker` runs.
+func referenceHandlers(pool *pgxpool.Pool, notify handlers.NotifyConfig) []consumer.Handler {
+	return []consumer.Handler{handlers.SyncAnalytics(), handlers.NotifyMerchant(pool, notify)}
+}
+
+// brokerConfig is the configuration's broker block, with, for RabbitMQ,
+// the groups of the handlers `outflow worker` runs added to --amqp-groups:
+// the forwarder declares their queues before its first publish, so nothing
+// is dropped before their first worker subscribes. The backend itself
+// declares no group of its own.
+func brokerConfig(c config.Config, partitions int, logger *slog.Logger) brokers.Config {
+	cfg := c.BrokerConfig(partitions, logger)
+	cfg.AMQP.Groups = mergeGroups(c.AMQPGroups, consumer.HandlerGroups(referenceHandlers(nil, handlers.NotifyConfig{})...))
+	return cfg
+}
+
+// mergeGroups is the union of a and b, per topic, a's groups first.
+func mergeGroups(a, b map[string][]string) map[string][]string {
+	out := map[string][]string{}
+	for _, m := range []map[string][]string{a, b} {
+		for topic, groups := range m {
+			for _, g := range groups {
+				if !slices.Contains(out[topic], g) {
+					out[topic] = append(out[topic], g)
+				}
+			}
+		}
+	}
+	return out
+}

@@ -1,0 +1,20 @@
+package cli
+
+import (
+	"testing"
+
+	"github.com/stretchr/testify/require"
+
+	"github.com/outflow-dev/outflow/internal/config"
+)
+
+// The forwarder of the outflow command declares the queues of the handlers
+// its worker runs, plus --amqp-groups; the backend adds none of its own.
+func TestBrokerConfigDeclaresTheWorkersHandlers(t *testing.T) {
+	cfg := brokerConfig(config.Config{Broker: "amqp", AMQPGroups: map[string][]string{"refunds": {"ledger"}, "payments": {"audit", "sync-analytics"}}}, 1, nil)
+	require.Equal(t, map[string][]string{
+		"payments": {"audit", "sync-analytics", "notify-merchant"},
+		"refunds":  {"ledger"},
+	}, cfg.AMQP.Groups)
+	require.Equal(t, map[string][]string{"payments": {"sync-analytics", "notify-merchant"}}, brokerConfig(config.Config{}, 1, nil).AMQP.Groups)
+}
