@@ -90,3 +90,20 @@ func TestSentTwiceIsAConflict(t *testing.T) {
 		t.Fatalf("outbox holds %d events, want 2 (requested, sent)", n)
 	}
 }
+
+// database/sql through lib/pq writes the payout and its event in one
+// transaction.
+func TestRequestStdWritesBoth(t *testing.T) {
+	_, s := newService(t)
+	w, err := outbox.NewWriter(outbox.Config{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	db := s.OpenLibPQ(t)
+	if _, err := payouts.RequestStd(t.Context(), db, w, "m1", 700, "EUR"); err != nil {
+		t.Fatal(err)
+	}
+	if p, o := count(t, s, `SELECT count(*) FROM payouts`), count(t, s, `SELECT count(*) FROM outbox WHERE event_type = 'payout.requested'`); p != 1 || o != 1 {
+		t.Fatalf("payouts %d, events %d; want 1 and 1", p, o)
+	}
+}
