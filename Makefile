@@ -3,7 +3,7 @@ SHELL := bash
 GO    ?= go
 PKGS  := ./...
 
-.PHONY: help build services-up services-down demo test test-short bench lint fmt
+.PHONY: help build services-up services-down test-services demo test test-short bench lint fmt
 
 help: ## List the targets
 	@grep -E '^[a-z-]+:.*## ' $(MAKEFILE_LIST) | awk -F':.*## ' '{printf "  %-14s %s\n", $$1, $$2}'
@@ -11,8 +11,15 @@ help: ## List the targets
 build: ## Build bin/outflow
 	$(GO) build -o bin/outflow ./cmd/outflow
 
-services-up: ## Start PostgreSQL and Redis if nothing answers at DATABASE_URL / REDIS_URL
-	@scripts/services.sh up
+# What the tests use: PostgreSQL, Redis, NATS (JetStream) and RabbitMQ. Kafka
+# runs in-process (kfake); servers some tests start of their own come from
+# the binaries `scripts/services.sh tools` checks (redis-server, nats-server,
+# pgbouncer).
+TEST_SERVICES := postgres redis nats rabbitmq
+SERVICES      ?= $(TEST_SERVICES)
+
+services-up: ## Start what does not answer yet of SERVICES (default: all the tests use; e.g. SERVICES="postgres redis")
+	@scripts/services.sh up $(SERVICES)
 
 services-down: ## Stop the services that services-up started
 	@scripts/services.sh down
@@ -20,8 +27,14 @@ services-down: ## Stop the services that services-up started
 demo: ## The main job: services, migrate, serve, drive payments, verify, report (CHAOS=1: with crashes)
 	@CHAOS='$(CHAOS)' scripts/demo.sh
 
-test: services-up lint ## Every test, with the race detector, against real services
+test: test-services lint ## Every test, with the race detector, against real services
 	$(GO) test -race -count=1 -timeout 15m $(PKGS)
+
+# The services at the tests' URLs (OUTFLOW_TEST_*_URL), and the binaries of
+# the servers some tests start themselves.
+test-services: ## Bring up what make test needs, at the OUTFLOW_TEST_* URLs, and check the binaries some tests start
+	@scripts/services.sh up --test $(TEST_SERVICES)
+	@scripts/services.sh tools
 
 bench: services-up ## Benchmarks, with ratios against a baseline measured in the same run
 	$(GO) run ./cmd/outflow-bench pay

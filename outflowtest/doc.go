@@ -1,5 +1,8 @@
 // Package outflowtest helps tests, ours and our users', run against real
-// PostgreSQL in isolation.
+// PostgreSQL in isolation, and is the test kit for a service's own events
+// and handlers, in the spirit of River's rivertest.
+//
+// # Schemas
 //
 // [NewSchema] creates a fresh schema in the test database, migrates it and
 // returns a pool whose search_path points at it, so tests run in parallel
@@ -8,5 +11,67 @@
 // postgres://postgres@127.0.0.1:5432/outflow_test?sslmode=disable; the
 // database is created if it does not exist. A database that cannot be
 // reached fails the test with a message saying how to start one: tests never
-// skip silently.
+// skip silently. Create the service's own tables in the schema next.
+//
+// # What a transaction wrote
+//
+// [RequireEvent], [RequireEvents] and [RequireNoEvent] check the outbox as
+// a [Querier] sees it: pass the transaction under test to check what it
+// wrote before it commits (nothing is visible elsewhere until then), or a
+// pool for what committed. A [Want] matches on event type, aggregate,
+// version, topic and payload; the payload is compared as JSON, a map
+// naming just the fields it cares about. A failure lists every event the
+// outbox holds and why each one does not match. [ReadOutbox] returns them
+// all; [Written.Event] decodes one with the service's registry.
+//
+// # A handler, synchronously
+//
+// [NewHandlerHarness] runs one consumer.Handler through the real
+// idempotency middleware (the one a consumer.Worker wraps it in), with no
+// broker: [HandlerHarness.Deliver] records the message, checks its
+// aggregate version, runs the handler in the transaction and commits, and
+// returns the [Outcome]: Applied, Duplicate, Stale, Parked (a version that
+// arrived before its predecessor; it applies, and shows in
+// [Delivery.Released], when the predecessor does), Failed (rolled back and
+// parked for a retry, see [HandlerHarness.Retry]) or Nacked.
+// [HandlerHarness.Redeliver] delivers the same message id again.
+// [HandlerHarness.DeliverCrashing] crashes the handler after its Func
+// returned, before the commit; [HandlerHarness.RequireIdempotent] uses it to
+// prove a handler writes nothing outside its transaction (a crashed
+// delivery leaves no trace, the retry applies once, a duplicate changes
+// nothing): the bug the middleware cannot fix for a handler.
+//
+// # Forwarder and worker, in-process
+//
+// [StartPipeline] runs the real forwarder and a consumer.Worker in the
+// test's process over the PostgreSQL broker backend (the sql kind: broker
+// tables in the same schema), so events the test commits reach the
+// handlers with no external broker. [Pipeline.WaitHandled] waits until
+// everything committed so far has been forwarded and settled by every
+// handler of its topic (and fails at once, naming it, on a row or message
+// that went dead). The pipeline stops when the test ends.
+//
+// # Crashes where they matter
+//
+//   - After the commit, before the publish: [Pipeline.StopForwarder] (rows
+//     committed meanwhile wait in the outbox; [Pipeline.StartForwarder]
+//     forwards them) and [Pipeline.CrashBeforePublish] (the forwarder dies
+//     holding a claimed batch; a new instance publishes it).
+//   - After the publish, before the mark: [Pipeline.CrashAfterPublish] (the
+//     broker has the batch, the forwarder dies before marking it; a new
+//     instance publishes it again, the handlers get each message twice and
+//     must apply it once; [Pipeline.Published] counts the copies).
+//   - Inside a handler, after its writes: [Pipeline.CrashInHandler] (the
+//     transaction rolls back and the message is retried: effects in the
+//     transaction happen once, effects elsewhere twice).
+//
+// The crashes are real mechanisms, not mocks: a wrapper around the real
+// broker that ends the forwarder instance (a supervisor starts a new one,
+// with none of its memory) and a wrapper around the handler's Func that
+// panics after it returned. The forwarder's crashes report the batch as a
+// broker outage, so the rows stay pending with no attempt counted, as after
+// a real crash, whose claim transaction rolls back.
+//
+// The kit is framework: it imports no application code. Its tests and
+// examples define their own event types.
 package outflowtest

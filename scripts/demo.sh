@@ -34,7 +34,18 @@ BIN=bin/outflow
 
 say() { printf 'demo: %s\n' "$*"; }
 
-scripts/services.sh up
+# Only what this run uses: PostgreSQL, and the broker's server (CHAOS=1 runs
+# a Redis of its own; kafka needs a cluster at KAFKA_BROKERS, not started here).
+services=postgres
+if [ -z "$CHAOS" ]; then
+	case ${OUTFLOW_BROKER:-redis} in
+	redis) services="$services redis" ;;
+	nats) services="$services nats" ;;
+	amqp) services="$services rabbitmq" ;;
+	kafka) say "OUTFLOW_BROKER=kafka: Kafka is not started here; it must answer at ${KAFKA_BROKERS:-127.0.0.1:9092}" ;;
+	esac
+fi
+scripts/services.sh up $services
 go build -o "$BIN" ./cmd/outflow
 "$BIN" migrate up
 

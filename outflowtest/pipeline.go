@@ -1,0 +1,499 @@
+package outflowtest
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"net/url"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/google/uuid"
+	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgxpool"
+
+	"github.com/outflow-dev/outflow/brokers"
+	"github.com/outflow-dev/outflow/consumer"
+	"github.com/outflow-dev/outflow/events"
+	"github.com/outflow-dev/outflow/forwarder"
+	"github.com/outflow-dev/outflow/idempotency"
+)
+
+// DefaultWaitTimeout is how long [Pipeline.WaitHandled] waits by default.
+const DefaultWaitTimeout = 20 * time.Second
+
+// Pipeline is a forwarder and a worker running in the test's process over
+// the PostgreSQL broker backend (brokers kind sql: message tables in the
+// same schema), so no external broker is needed: events a test commits to
+// the outbox reach its handlers through the real forwarder, broker
+// tables, subscriber and idempotency middleware. Start it with
+// [StartPipeline]; it stops when the test ends.
+//
+// Crash injection ([Pipeline.CrashBeforePublish],
+// [Pipeline.CrashAfterPublish], [Pipeline.CrashInHandler],
+// [Pipeline.StopForwarder]) lets a test prove its handlers keep their
+// guarantees where a real process can die.
+type Pipeline struct {
+	t        testing.TB
+	pool     *pgxpool.Pool
+	handlers []consumer.Handler
+	timeout  time.Duration
+	logger   *slog.Logger
+	backend  brokers.Backend
+	fwdCfg   forwarder.Config
+
+	mu           sync.Mutex
+	fwd          *forwarder.Forwarder
+	stopFwd      context.CancelFunc // stops the forwarder's supervisor
+	fwdDone      chan struct{}
+	crashFwd     context.CancelFunc // ends the running forwarder instance
+	restarts     int
+	beforePub    int            // publishes to fail before the broker
+	afterPub     int            // publishes to fail after the broker took them
+	handlerCrash map[string]int // handler name: crashes left
+	published    map[string]int // message id: times the broker took it
+}
+
+// PipelineOption configures a [Pipeline].
+type PipelineOption func(*pipelineConfig)
+
+type pipelineConfig struct {
+	timeout time.Duration
+	idem    idempotency.Config
+	logger  *slog.Logger
+}
+
+// WithWaitTimeout sets how long WaitHandled waits (DefaultWaitTimeout).
+func WithWaitTimeout(d time.Duration) PipelineOption {
+	return func(c *pipelineConfig) { c.timeout = d }
+}
+
+// WithPipelineIdempotency sets the worker's idempotency configuration;
+// unset retry and gap delays are short, as a test wants them.
+func WithPipelineIdempotency(cfg idempotency.Config) PipelineOption {
+	return func(c *pipelineConfig) { c.idem = cfg }
+}
+
+// WithPipelineLogger sets the components' logger (by default warnings and errors
+// go to the test's output).
+func WithPipelineLogger(l *slog.Logger) PipelineOption {
+	return func(c *pipelineConfig) { c.logger = l }
+}
+
+// StartPipeline starts a forwarder and a worker running handlers on the
+// schema pool points at (migrated, see [NewSchema]). Events are routed as
+// the writer routed them: a handler reads the topic its Topic names. It
+// stops, waiting for both, when t ends.
+func StartPipeline(t testing.TB, pool *pgxpool.Pool, reg *events.Registry, handlers []consumer.Handler, opts ...PipelineOption) *Pipeline {
+	t.Helper()
+	pc := pipelineConfig{timeout: DefaultWaitTimeout}
+	for _, o := range opts {
+		o(&pc)
+	}
+	if pc.logger == nil {
+		pc.logger = slog.New(slog.NewTextHandler(t.Output(), &slog.HandlerOptions{Level: slog.LevelWarn}))
+	}
+	dbURL, err := poolURL(pool)
+	if err != nil {
+		t.Fatalf("outflowtest: %v", err)
+	}
+	p := &Pipeline{t: t, pool: pool, timeout: pc.timeout, logger: pc.logger,
+		handlerCrash: map[string]int{}, published: map[string]int{}}
+
+	ctx := context.Background()
+	backend, err := brokers.Open(ctx, brokers.Config{Kind: brokers.SQL, Logger: pc.logger, SQL: brokers.SQLConfig{
+		DatabaseURL: dbURL, PollInterval: 20 * time.Millisecond, MaxConns: int32(len(handlers) + 4), Retention: -1,
+	}})
+	if err != nil {
+		t.Fatalf("outflowtest: open the sql broker: %v", err)
+	}
+	p.backend = backend
+	t.Cleanup(func() { _ = backend.Close() })
+
+	p.fwdCfg = forwarder.Config{
+		Pool: pool, Broker: crashBroker{p: p, inner: backend.Broker()}, Logger: pc.logger,
+		Partitions: 1, PollInterval: 50 * time.Millisecond, MinPollInterval: time.Millisecond,
+		TakeoverAfter: time.Second, RetryBackoff: 10 * time.Millisecond, RetryBackoffMax: 100 * time.Millisecond,
+		OutageBackoffMax: 50 * time.Millisecond, Retention: -1, ShutdownTimeout: 5 * time.Second,
+	}
+
+	idem := pc.idem
+	def := func(d *time.Duration, v time.Duration) {
+		if *d == 0 {
+			*d = v
+		}
+	}
+	def(&idem.RetryBackoff, 10*time.Millisecond)
+	def(&idem.RetryBackoffMax, 100*time.Millisecond)
+	def(&idem.RetryPollInterval, 10*time.Millisecond)
+	def(&idem.GapRetryDelay, 50*time.Millisecond)
+	w, err := consumer.NewWorker(consumer.WorkerConfig{Pool: pool, Broker: backend, Registry: reg,
+		ClaimIdle: 5 * time.Second, Idempotency: idem, Logger: pc.logger})
+	if err != nil {
+		t.Fatalf("outflowtest: %v", err)
+	}
+	for _, h := range handlers {
+		h.Func = p.crashing(h.Name, h.Func)
+		if err := w.Add(h); err != nil {
+			t.Fatalf("outflowtest: %v", err)
+		}
+		p.handlers = append(p.handlers, h)
+	}
+
+	wctx, stopWorker := context.WithCancel(ctx)
+	workerDone := make(chan error, 1)
+	go func() { workerDone <- w.Run(wctx) }()
+	t.Cleanup(func() {
+		p.StopForwarder()
+		stopWorker()
+		if err := <-workerDone; err != nil {
+			t.Errorf("outflowtest: worker: %v", err)
+		}
+	})
+	p.StartForwarder()
+	return p
+}
+
+// poolURL is the connection string of pool, which the sql backend needs
+// to open its own connections to the same schema.
+func poolURL(pool *pgxpool.Pool) (string, error) {
+	cfg := pool.Config()
+	s := cfg.ConnString()
+	if s == "" {
+		return "", errors.New("the pool was not built from a connection string; the pipeline needs one (pgxpool.New)")
+	}
+	sp, ok := cfg.ConnConfig.RuntimeParams["search_path"]
+	if !ok || strings.Contains(s, "search_path") || !strings.Contains(s, "://") {
+		return s, nil
+	}
+	u, err := url.Parse(s)
+	if err != nil {
+		return "", fmt.Errorf("pool connection string: %w", err)
+	}
+	q := u.Query()
+	q.Set("search_path", sp)
+	u.RawQuery = q.Encode()
+	return u.String(), nil
+}
+
+// StartForwarder starts the forwarder again after StopForwarder (the
+// pipeline starts with it running).
+func (p *Pipeline) StartForwarder() {
+	p.t.Helper()
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	if p.stopFwd != nil {
+		return
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan struct{})
+	p.stopFwd, p.fwdDone = cancel, done
+	go p.superviseForwarder(ctx, done)
+}
+
+// StopForwarder stops the forwarder and waits until it has: rows
+// committed now stay in the outbox, the state of a service whose
+// forwarder is down (or crashed after the commit, before publishing).
+// StartForwarder brings it back.
+func (p *Pipeline) StopForwarder() {
+	p.mu.Lock()
+	stop, done := p.stopFwd, p.fwdDone
+	p.stopFwd, p.fwdDone = nil, nil
+	p.mu.Unlock()
+	if stop == nil {
+		return
+	}
+	stop()
+	<-done
+}
+
+// superviseForwarder runs forwarder instances until ctx is done: one that
+// "crashed" (see crashBroker) is replaced by a new instance, with a new
+// id and none of the old one's memory, as a process supervisor would.
+func (p *Pipeline) superviseForwarder(ctx context.Context, done chan struct{}) {
+	defer close(done)
+	for ctx.Err() == nil {
+		cfg := p.fwdCfg
+		cfg.InstanceID = "outflowtest-" + uuid.NewString()[:8]
+		f, err := forwarder.New(cfg)
+		if err != nil {
+			p.t.Errorf("outflowtest: forwarder: %v", err)
+			return
+		}
+		ictx, crash := context.WithCancel(ctx)
+		p.mu.Lock()
+		p.fwd, p.crashFwd = f, crash
+		p.mu.Unlock()
+		err = f.Run(ictx)
+		crash()
+		if err != nil && ctx.Err() == nil {
+			p.t.Errorf("outflowtest: forwarder: %v", err)
+			return
+		}
+		p.mu.Lock()
+		p.fwd = nil
+		if ctx.Err() == nil {
+			p.restarts++
+		}
+		p.mu.Unlock()
+	}
+}
+
+// ForwarderRestarts is how many times an injected crash replaced the
+// forwarder.
+func (p *Pipeline) ForwarderRestarts() int {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	return p.restarts
+}
+
+// CrashBeforePublish makes the forwarder die, n times, after it claimed a
+// batch and before the broker got it: the claim is undone and a new
+// forwarder instance publishes the rows. Nothing is lost.
+func (p *Pipeline) CrashBeforePublish(n int) {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	p.beforePub += n
+}
+
+// CrashAfterPublish makes the forwarder die, n times, after the broker
+// acknowledged a batch and before the rows were marked published: a new
+// instance publishes them again, so the handlers receive each message
+// twice, with the same message id, and must apply it once.
+func (p *Pipeline) CrashAfterPublish(n int) {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	p.afterPub += n
+}
+
+// CrashInHandler makes handler name crash n times just after its Func
+// returned without error, before the commit: its transaction rolls back
+// and the message comes back (retried by the consumer), so Func runs
+// again. Effects written in the transaction happen once; effects written
+// anywhere else happen again.
+func (p *Pipeline) CrashInHandler(name string, n int) {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	p.handlerCrash[name] += n
+}
+
+// Published is how many times the broker took the message: 2 after a
+// crash after publish.
+func (p *Pipeline) Published(messageID string) int {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	return p.published[messageID]
+}
+
+// PendingCrashes is how many injected crashes have not fired yet.
+func (p *Pipeline) PendingCrashes() int {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	n := p.beforePub + p.afterPub
+	for _, c := range p.handlerCrash {
+		n += c
+	}
+	return n
+}
+
+func (p *Pipeline) crashing(name string, fn consumer.Func) consumer.Func {
+	return func(ctx context.Context, tx pgx.Tx, ev events.Event) error {
+		if err := fn(ctx, tx, ev); err != nil {
+			return err
+		}
+		p.mu.Lock()
+		crash := p.handlerCrash[name] > 0
+		if crash {
+			p.handlerCrash[name]--
+		}
+		p.mu.Unlock()
+		if crash {
+			panic(fmt.Sprintf("outflowtest: crash injected in handler %q after its Func returned (message %s)", name, ev.MessageID))
+		}
+		return nil
+	}
+}
+
+// errCrashed is what a crashed forwarder's batch gets: an outage, so the
+// rows stay pending with no attempt counted, as after a real crash, whose
+// claim transaction rolls back.
+var errCrashed = fmt.Errorf("%w: outflowtest: forwarder crash injected", forwarder.ErrBrokerUnavailable)
+
+// crashBroker is the real broker with the forwarder's crash points.
+type crashBroker struct {
+	p     *Pipeline
+	inner forwarder.Broker
+}
+
+func (b crashBroker) Publish(ctx context.Context, msgs []forwarder.Outgoing) []error {
+	p := b.p
+	p.mu.Lock()
+	before := p.beforePub > 0
+	if before {
+		p.beforePub--
+	}
+	p.mu.Unlock()
+	if before {
+		p.crashForwarder()
+		return fill(len(msgs), errCrashed)
+	}
+	errs := b.inner.Publish(ctx, msgs)
+	p.mu.Lock()
+	for i, m := range msgs {
+		if i < len(errs) && errs[i] == nil {
+			p.published[m.Message.UUID]++
+		}
+	}
+	after := p.afterPub > 0
+	if after {
+		p.afterPub--
+	}
+	p.mu.Unlock()
+	if after {
+		p.crashForwarder()
+		return fill(len(msgs), errCrashed)
+	}
+	return errs
+}
+
+func fill(n int, err error) []error {
+	out := make([]error, n)
+	for i := range out {
+		out[i] = err
+	}
+	return out
+}
+
+// crashForwarder ends the running forwarder instance; its batch in flight
+// finishes with the crash's errors (nothing marked) and the supervisor
+// starts a new one.
+func (p *Pipeline) crashForwarder() {
+	p.mu.Lock()
+	crash := p.crashFwd
+	p.mu.Unlock()
+	if crash != nil {
+		crash()
+	}
+}
+
+// WaitHandled waits until everything committed to the outbox so far has
+// been forwarded and settled by every handler reading its topic: applied,
+// skipped as a duplicate or stale, or not listed by the handler, with no
+// retry or held message left. It fails t at once when a row or message
+// is dead (parked by the forwarder, or dead in dead_letters), naming it,
+// and after the wait timeout otherwise, saying what is left.
+func (p *Pipeline) WaitHandled() {
+	p.t.Helper()
+	ctx := context.Background()
+	deadline := time.Now().Add(p.timeout)
+	names := make([]string, len(p.handlers))
+	topics := make([]string, len(p.handlers))
+	for i, h := range p.handlers {
+		names[i], topics[i] = h.Name, h.Topic
+	}
+	for {
+		st, err := p.state(ctx, names, topics)
+		if err != nil {
+			p.t.Fatalf("outflowtest: WaitHandled: %v", err)
+		}
+		if st.dead != "" {
+			p.t.Fatalf("outflowtest: WaitHandled: %s", st.dead)
+		}
+		if st.unpublished == 0 && st.unhandled == 0 {
+			unread, err := p.unread(ctx)
+			if err != nil {
+				p.t.Fatalf("outflowtest: WaitHandled: %v", err)
+			}
+			if unread == "" {
+				return
+			}
+			st.sample = unread
+		}
+		p.mu.Lock()
+		fwd, running := p.fwd, p.stopFwd != nil
+		p.mu.Unlock()
+		if st.unpublished > 0 && !running {
+			p.t.Fatalf("outflowtest: WaitHandled: %d outbox rows wait and the forwarder is stopped (StartForwarder)", st.unpublished)
+		}
+		if time.Now().After(deadline) {
+			p.t.Fatalf("outflowtest: WaitHandled: timed out after %s: %d outbox rows not published, %d deliveries not settled: %s",
+				p.timeout, st.unpublished, st.unhandled, st.sample)
+		}
+		if fwd != nil {
+			fwd.Wake()
+		}
+		time.Sleep(5 * time.Millisecond)
+	}
+}
+
+type pipelineState struct {
+	unpublished, unhandled int
+	sample, dead           string
+}
+
+// state reads what is left to do. A (row, handler) pair is settled when
+// the handler's consumer has a processed_messages row for the message and
+// no open retry or hold: a message parked for a retry or held behind a gap
+// is recorded as processed but not yet applied.
+func (p *Pipeline) state(ctx context.Context, names, topics []string) (pipelineState, error) {
+	var st pipelineState
+	err := p.pool.QueryRow(ctx, `
+		WITH h(name, topic) AS (SELECT * FROM unnest($1::text[], $2::text[])),
+		todo AS (
+			SELECT o.message_id, o.event_type, o.aggregate_id, o.aggregate_version, h.name
+			FROM outbox o JOIN h ON h.topic = o.topic
+			WHERE NOT EXISTS (SELECT 1 FROM processed_messages m WHERE m.message_id = o.message_id AND m.consumer = h.name)
+			   OR EXISTS (SELECT 1 FROM dead_letters d WHERE d.message_id = o.message_id AND d.consumer = h.name
+			              AND d.status IN ('held', 'retrying'))
+		)
+		SELECT (SELECT count(*) FROM outbox WHERE published_at IS NULL AND parked_at IS NULL),
+		       (SELECT count(*) FROM todo),
+		       coalesce((SELECT string_agg(format('%s %s v%s for %s', event_type, aggregate_id, aggregate_version, name), '; ')
+		                 FROM (SELECT * FROM todo LIMIT 5) s), ''),
+		       coalesce((SELECT string_agg(x, '; ') FROM (
+		           SELECT format('outbox row %s (%s %s v%s) parked by the forwarder: %s', message_id, event_type, aggregate_id, aggregate_version, last_error) AS x
+		           FROM outbox WHERE parked_at IS NOT NULL AND published_at IS NULL
+		           UNION ALL
+		           SELECT format('message %s (%s %s v%s) dead for handler %s: %s %s', message_id, event_type, aggregate_id, aggregate_version, consumer, reason, error)
+		           FROM dead_letters WHERE status = 'dead' AND consumer = ANY($1)) s), '')`,
+		names, topics).Scan(&st.unpublished, &st.unhandled, &st.sample, &st.dead)
+	if err != nil {
+		return st, fmt.Errorf("read the pipeline's state: %w", err)
+	}
+	return st, nil
+}
+
+// unread names a handler whose consumer group has not yet read everything
+// its topic's broker table holds (a duplicate published after a crash
+// included), or "" when every group is at the end.
+func (p *Pipeline) unread(ctx context.Context) (string, error) {
+	for _, h := range p.handlers {
+		for _, topic := range p.backend.Topics(h.Topic) {
+			msgs := pgx.Identifier{"watermill_" + topic}.Sanitize()
+			offs := pgx.Identifier{"watermill_offsets_" + topic}.Sanitize()
+			var exists bool
+			if err := p.pool.QueryRow(ctx, `SELECT to_regclass($1) IS NOT NULL AND to_regclass($2) IS NOT NULL`,
+				msgs, offs).Scan(&exists); err != nil {
+				return "", fmt.Errorf("read broker tables: %w", err)
+			}
+			if !exists {
+				continue
+			}
+			var n int
+			err := p.pool.QueryRow(ctx, `SELECT count(*) FROM `+msgs+` m WHERE NOT EXISTS (
+				SELECT 1 FROM `+offs+` g WHERE g.consumer_group = $1
+				   AND (g.last_processed_transaction_id, coalesce(g.offset_acked, 0)) >= (m.transaction_id, m."offset"))`,
+				h.Name).Scan(&n)
+			if err != nil {
+				return "", fmt.Errorf("read broker offsets: %w", err)
+			}
+			if n > 0 {
+				return fmt.Sprintf("handler %s has %d broker messages of %s to read", h.Name, n, topic), nil
+			}
+		}
+	}
+	return "", nil
+}
