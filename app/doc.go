@@ -13,4 +13,7 @@
 // in the caller's, so that callers (the HTTP API's Idempotency-Key, a user's
 // own code) can compose their writes with ours. No HTTP or broker call is
 // ever made inside these transactions.
+//
+// Its tables are its own migration set (package app/migrations), applied
+// after the framework's; `outflow migrate up` runs both.
 package app

@@ -12,6 +12,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/outflow-dev/outflow/app"
+	appmigrations "github.com/outflow-dev/outflow/app/migrations"
 	"github.com/outflow-dev/outflow/events/outbox"
 	"github.com/outflow-dev/outflow/migrations"
 	"github.com/outflow-dev/outflow/outflowtest"
@@ -26,7 +27,7 @@ import (
 // a notification reaching the channel the forwarder used to LISTEN on.
 func TestProducerTransactionsSendNoNotification(t *testing.T) {
 	t.Parallel()
-	s := outflowtest.NewSchema(t)
+	s := outflowtest.NewSchema(t, appmigrations.Set())
 	require.Empty(t, producerNotifications(t, s))
 }
 
@@ -34,7 +35,7 @@ func TestProducerTransactionsSendNoNotification(t *testing.T) {
 // trigger of 00004 restored), every check above must see it.
 func TestProducerNotificationDetectorSeesTheOldTrigger(t *testing.T) {
 	t.Parallel()
-	s := outflowtest.NewSchema(t)
+	s := outflowtest.NewSchema(t, appmigrations.Set())
 	// Roll back down to and including the migration that dropped the
 	// trigger (00010), whatever came after it.
 	db := s.OpenDB(t)

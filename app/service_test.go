@@ -11,6 +11,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/outflow-dev/outflow/app"
+	appmigrations "github.com/outflow-dev/outflow/app/migrations"
 	"github.com/outflow-dev/outflow/events"
 	"github.com/outflow-dev/outflow/events/outbox"
 	"github.com/outflow-dev/outflow/outflowtest"
@@ -23,7 +24,7 @@ type bundle struct {
 
 func setup(t *testing.T, pub app.EventPublisher) *bundle {
 	t.Helper()
-	s := outflowtest.NewSchema(t)
+	s := outflowtest.NewSchema(t, appmigrations.Set())
 	if pub == nil {
 		w, err := outbox.NewWriter(outbox.Config{Routes: app.Routes})
 		require.NoError(t, err)

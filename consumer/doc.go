@@ -4,19 +4,48 @@
 // the decoded event and the transaction to write its effects in.
 //
 //	w.Add(consumer.Handler{
-//		Name:       "sync-analytics",
-//		Topic:      "payments",
-//		EventTypes: []string{"payment.paid", "payment.refunded"},
+//		Name:       "fulfil-orders",
+//		Topic:      "orders",
+//		EventTypes: []string{"order.placed", "order.canceled"},
 //		Func: func(ctx context.Context, tx pgx.Tx, ev events.Event) error { ... },
 //	})
 //
-// Per message, in this order: the router's recoverer turns a panic into an
-// error; the idempotency middleware opens the transaction, records the
-// message and checks its version; the handler runs (events of types it does
-// not list still advance the aggregate's version, unseen by it); the
-// transaction commits; the message is acknowledged. A failure parks the
-// message in dead_letters for retries (see package idempotency), so the
-// stream keeps flowing.
+// Per message, from the outside in:
+//
+//  1. with Run, Watermill's Recoverer, turning a panic into an error;
+//  2. the caller's middleware: the router's own (with AddTo), then
+//     WorkerConfig.Middleware, then the Handler's Middleware, each in the
+//     order given;
+//  3. the idempotency middleware: it opens the transaction, records the
+//     message and checks its version;
+//  4. the handler (events of types it does not list still advance the
+//     aggregate's version, unseen by it; a panic is its error);
+//
+// then, on the way out, the queued statements and the commit (inside 3),
+// and the acknowledgement once every middleware has returned. A failure
+// parks the message in dead_letters for retries (see package idempotency),
+// so the stream keeps flowing.
+//
+// The caller's middleware run outside the transaction, never inside it, and
+// that is the contract: a metrics or tracing middleware measures the whole
+// handling, commit included, and sees the transaction's outcome when the
+// handler returns; a throttle delays a message before it takes a connection
+// and its aggregate's lock, not while holding them; a value a middleware
+// puts in the message's context reaches the handler's ctx. A deadline
+// (Watermill's Timeout middleware) bounds the handler's own work, the
+// statements it runs with ctx, but not the bookkeeping nor the commit, which
+// run detached from it: a handler that fails at its deadline rolls back and
+// is retried; one that returns nil past it is committed, once. With
+// MaxBatch > 1, messages handled together share a transaction, and a
+// handler failing at its deadline rolls back its batch, whose messages then
+// run one by one.
+//
+// Settings are per handler: a Handler's BatchSize, ClaimIdle and
+// Idempotency fields (retries, gaps, MaxBatch...) override the worker's,
+// field by field, and default to them.
+//
+// Run builds a Watermill router of its own (WorkerConfig.Router, Plugins,
+// Middleware); AddTo puts the handlers on a router of the caller's instead.
 //
 // A handler's Committed callback runs after its message's transaction
 // committed: the place to wake in-process work that reads what it wrote.

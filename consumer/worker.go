@@ -53,6 +53,23 @@ type Handler struct {
 	// message parked for retry; messages applied later by the retry loop
 	// do not call it. It must not block.
 	Committed func()
+	// Middleware wraps this handler only, inside WorkerConfig.Middleware
+	// and, like it, outside the idempotency middleware (see the package
+	// doc for the order).
+	Middleware []message.HandlerMiddleware
+
+	// Per-handler settings. Each overrides the worker's when set (non-zero)
+	// and defaults to it.
+
+	// BatchSize overrides WorkerConfig.BatchSize for this handler.
+	BatchSize int
+	// ClaimIdle overrides WorkerConfig.ClaimIdle for this handler: keep it
+	// above this handler's slowest message.
+	ClaimIdle time.Duration
+	// Idempotency overrides WorkerConfig.Idempotency field by field: a
+	// field set here (non-zero) wins, the others are the worker's. Pool and
+	// Consumer are ignored (the worker's Pool, the handler's Name).
+	Idempotency idempotency.Config
 }
 
 // WorkerConfig configures a [Worker].
@@ -81,10 +98,24 @@ type WorkerConfig struct {
 	// among the messages it handles together (up to
 	// Idempotency.MaxBatch). Defaults to 100.
 	BatchSize int
-	// Idempotency is the base configuration of every handler's consumer
-	// (retries, gaps, MaxBatch); Pool, Consumer and Ordering are set per
-	// handler.
+	// Idempotency is the default configuration of every handler's
+	// consumer (retries, gaps, MaxBatch), which a Handler's Idempotency
+	// overrides field by field; Pool, Consumer and Ordering are set per
+	// handler (its Ordering is Handler.Ordering, or its
+	// Idempotency.Ordering, never the worker's).
 	Idempotency idempotency.Config
+	// Middleware is the caller's Watermill middleware (metrics, timeouts,
+	// throttling, tracing), run around every handler of the worker in the
+	// order given, outside the idempotency middleware: it sees the whole
+	// handling, transaction and commit included, and its context reaches
+	// the handler. See the package doc.
+	Middleware []message.HandlerMiddleware
+	// Plugins are Watermill router plugins, run when Run starts its router.
+	// Run only: with AddTo, add them to your router.
+	Plugins []message.RouterPlugin
+	// Router configures the router Run builds. CloseTimeout defaults to
+	// 30s. Run only.
+	Router message.RouterConfig
 	// InstanceID names this process in the consumer groups. Defaults to a
 	// random id.
 	InstanceID string
@@ -117,8 +148,21 @@ func NewWorker(cfg WorkerConfig) (*Worker, error) {
 	if cfg.BatchSize == 0 {
 		cfg.BatchSize = 100
 	}
-	if cfg.BatchSize < 1 {
+	switch {
+	case cfg.BatchSize < 1:
 		return nil, errors.New("worker config: BatchSize must be at least 1")
+	case cfg.ClaimIdle < 0:
+		return nil, errors.New("worker config: ClaimIdle must be positive")
+	case slices.ContainsFunc(cfg.Middleware, func(m message.HandlerMiddleware) bool { return m == nil }):
+		return nil, errors.New("worker config: Middleware holds a nil middleware")
+	case slices.ContainsFunc(cfg.Plugins, func(p message.RouterPlugin) bool { return p == nil }):
+		return nil, errors.New("worker config: Plugins holds a nil plugin")
+	}
+	if cfg.Router.CloseTimeout == 0 {
+		cfg.Router.CloseTimeout = 30 * time.Second
+	}
+	if err := cfg.Router.Validate(); err != nil {
+		return nil, fmt.Errorf("worker config: Router: %w", err)
 	}
 	if cfg.InstanceID == "" {
 		host, _ := os.Hostname()
@@ -127,86 +171,127 @@ func NewWorker(cfg WorkerConfig) (*Worker, error) {
 	if cfg.Logger == nil {
 		cfg.Logger = slog.Default()
 	}
+	icfg := cfg.Idempotency
+	icfg.Pool, icfg.Consumer = cfg.Pool, "worker"
+	if _, err := idempotency.NewConsumer(icfg); err != nil {
+		return nil, fmt.Errorf("worker config: Idempotency: %w", err)
+	}
 	return &Worker{cfg: cfg}, nil
 }
 
-// Add registers a handler. Call it before Run.
+// Add registers a handler. Call it before Run or AddTo. It validates the
+// handler's settings merged with the worker's; an error names the handler
+// and the field.
 func (w *Worker) Add(h Handler) error {
 	switch {
 	case h.Name == "" || h.Topic == "" || h.Func == nil:
 		return errors.New("handler: Name, Topic and Func are required")
 	case slices.ContainsFunc(w.handlers, func(o Handler) bool { return o.Name == h.Name }):
 		return fmt.Errorf("handler %q: the name is taken", h.Name)
+	case slices.ContainsFunc(h.Middleware, func(m message.HandlerMiddleware) bool { return m == nil }):
+		return fmt.Errorf("handler %q: Middleware holds a nil middleware", h.Name)
+	}
+	if _, err := w.settings(h); err != nil {
+		return err
 	}
 	w.handlers = append(w.handlers, h)
 	return nil
 }
 
+// settings are one handler's effective settings: its own where set, the
+// worker's otherwise.
+type settings struct {
+	BatchSize   int
+	ClaimIdle   time.Duration
+	Idempotency idempotency.Config
+}
+
+// settings merges h's settings over the worker's and validates them.
+func (w *Worker) settings(h Handler) (settings, error) {
+	s := settings{BatchSize: w.cfg.BatchSize, ClaimIdle: w.cfg.ClaimIdle, Idempotency: w.cfg.Idempotency}
+	switch {
+	case h.BatchSize < 0:
+		return s, fmt.Errorf("handler %q: BatchSize must be at least 1", h.Name)
+	case h.ClaimIdle < 0:
+		return s, fmt.Errorf("handler %q: ClaimIdle must be positive", h.Name)
+	}
+	if h.BatchSize > 0 {
+		s.BatchSize = h.BatchSize
+	}
+	if h.ClaimIdle > 0 {
+		s.ClaimIdle = h.ClaimIdle
+	}
+	s.Idempotency = mergeIdempotency(w.cfg.Idempotency, h.Idempotency)
+	i := &s.Idempotency
+	i.Pool, i.Consumer = w.cfg.Pool, h.Name
+	i.Ordering = h.Ordering
+	if h.Idempotency.Ordering != idempotency.Strict {
+		i.Ordering = h.Idempotency.Ordering
+	}
+	if !h.BaselineBefore.IsZero() {
+		i.BaselineBefore = h.BaselineBefore
+	}
+	if i.Logger == nil {
+		i.Logger = w.cfg.Logger
+	}
+	if _, err := idempotency.NewConsumer(*i); err != nil {
+		return s, fmt.Errorf("handler %q: %w", h.Name, err)
+	}
+	return s, nil
+}
+
+// mergeIdempotency returns base with every field that over sets.
+func mergeIdempotency(base, over idempotency.Config) idempotency.Config {
+	set := func(dst *time.Duration, v time.Duration) {
+		if v != 0 {
+			*dst = v
+		}
+	}
+	if over.Ordering != idempotency.Strict {
+		base.Ordering = over.Ordering
+	}
+	set(&base.GapRetryDelay, over.GapRetryDelay)
+	set(&base.GapTimeout, over.GapTimeout)
+	set(&base.RetryBackoff, over.RetryBackoff)
+	set(&base.RetryBackoffMax, over.RetryBackoffMax)
+	set(&base.RetryPollInterval, over.RetryPollInterval)
+	if over.MaxAttempts != 0 {
+		base.MaxAttempts = over.MaxAttempts
+	}
+	if over.MaxBatch != 0 {
+		base.MaxBatch = over.MaxBatch
+	}
+	if !over.BaselineBefore.IsZero() {
+		base.BaselineBefore = over.BaselineBefore
+	}
+	if over.Logger != nil {
+		base.Logger = over.Logger
+	}
+	return base
+}
+
 // Run consumes until ctx is done, then lets the messages in flight finish.
-// It fails at start when Redis is unreachable.
+// It builds a router of its own (WorkerConfig.Router, Plugins and
+// Middleware); to run the handlers on a router of yours, use AddTo. It
+// fails at start when the broker is unreachable.
 func (w *Worker) Run(ctx context.Context) error {
-	logger := watermill.NewSlogLogger(w.cfg.Logger)
-	router, err := message.NewRouter(message.RouterConfig{CloseTimeout: 30 * time.Second}, logger)
+	router, err := message.NewRouter(w.cfg.Router, watermill.NewSlogLogger(w.cfg.Logger))
+	if err != nil {
+		return fmt.Errorf("consumer: new router: %w", err)
+	}
+	// Outermost: a panic anywhere below, the caller's middleware
+	// included, becomes an error.
+	router.AddMiddleware(middleware.Recoverer)
+	router.AddMiddleware(w.cfg.Middleware...)
+	router.AddPlugin(w.cfg.Plugins...)
+
+	rctx, cancel := context.WithCancel(ctx)
+	defer cancel()
+	a, err := w.attach(rctx, router, nil)
 	if err != nil {
 		return err
 	}
-	router.AddMiddleware(middleware.Recoverer)
-
-	backend := w.cfg.Broker
-	if backend == nil {
-		if backend, err = brokers.Open(ctx, brokers.Config{Kind: brokers.Redis, Partitions: w.cfg.StreamPartitions,
-			Redis: brokers.RedisConfig{URL: w.cfg.RedisURL, StreamPrefix: w.cfg.StreamPrefix}, Logger: w.cfg.Logger}); err != nil {
-			return err
-		}
-		defer backend.Close()
-	}
-	var (
-		clients   []interface{ Close() error }
-		consumers []*idempotency.Consumer
-	)
-	defer func() {
-		for _, c := range clients {
-			_ = c.Close()
-		}
-	}()
-	for _, h := range w.handlers {
-		icfg := w.cfg.Idempotency
-		icfg.Pool, icfg.Consumer, icfg.Ordering = w.cfg.Pool, h.Name, h.Ordering
-		if !h.BaselineBefore.IsZero() {
-			icfg.BaselineBefore = h.BaselineBefore
-		}
-		if icfg.Logger == nil {
-			icfg.Logger = w.cfg.Logger
-		}
-		consumer, err := idempotency.NewConsumer(icfg)
-		if err != nil {
-			return fmt.Errorf("handler %q: %w", h.Name, err)
-		}
-		consumers = append(consumers, consumer)
-		fn := consumer.Middleware(w.handlerFunc(h))
-		sub, err := backend.Subscriber(h.Name, w.cfg.InstanceID, brokers.SubscriberOptions{
-			InFlight: w.cfg.BatchSize, ClaimIdle: w.cfg.ClaimIdle})
-		if err != nil {
-			return err
-		}
-		clients = append(clients, sub)
-		for _, stream := range backend.Topics(h.Topic) {
-			router.AddConsumerHandler(h.Name+"@"+stream, stream, sub, func(msg *message.Message) error {
-				_, err := fn(msg)
-				if err == nil && h.Committed != nil && listed(h, msg) {
-					h.Committed()
-				}
-				return err
-			})
-		}
-	}
-
-	var wg sync.WaitGroup
-	rctx, cancel := context.WithCancel(ctx)
-	defer cancel()
-	for _, c := range consumers {
-		wg.Go(func() { _ = c.Run(rctx) })
-	}
+	defer a.close()
 	err = router.Run(ctx)
 	if err != nil && ctx.Err() != nil {
 		// Stopped while still subscribing: a subscription that the stop
@@ -214,15 +299,143 @@ func (w *Worker) Run(ctx context.Context) error {
 		err = nil
 	}
 	cancel()
-	wg.Wait()
+	a.wait()
 	return err
+}
+
+// AddTo adds the worker's handlers to router, a Watermill router of the
+// caller's, so that they run with its middleware and plugins, beside its
+// other handlers. WorkerConfig.Middleware and each Handler's Middleware are
+// added as handler-level middleware of the worker's handlers; the router's
+// own middleware, whenever added, wraps them too, and every one of them
+// runs outside the idempotency middleware (see the package doc).
+// WorkerConfig.Plugins and Router are Run's: AddTo refuses Plugins.
+//
+// AddTo starts the idempotency retry loops, which run until ctx is done or
+// stop is called; when router is already running, it starts the handlers
+// too (RunHandlers, with ctx: they stop when ctx is done), else router.Run
+// will. Call stop once the router has
+// stopped: it stops the retry loops, waits for them and closes the
+// subscribers, and the broker when the worker opened it.
+func (w *Worker) AddTo(ctx context.Context, router *message.Router) (stop func(), err error) {
+	if router == nil {
+		return nil, errors.New("consumer: AddTo: router is nil")
+	}
+	if len(w.cfg.Plugins) > 0 {
+		return nil, errors.New("consumer: AddTo: WorkerConfig.Plugins are for Run: add them to your router")
+	}
+	rctx, cancel := context.WithCancel(ctx)
+	a, err := w.attach(rctx, router, w.cfg.Middleware)
+	if err != nil {
+		cancel()
+		return nil, err
+	}
+	if router.IsRunning() {
+		if err := router.RunHandlers(ctx); err != nil {
+			cancel()
+			a.wait()
+			a.close()
+			return nil, fmt.Errorf("consumer: AddTo: run handlers: %w", err)
+		}
+	}
+	var once sync.Once
+	return func() {
+		once.Do(func() {
+			cancel()
+			a.wait()
+			a.close()
+		})
+	}, nil
+}
+
+// attached is what attach opened and started.
+type attached struct {
+	wg      sync.WaitGroup
+	closers []func() error
+}
+
+// wait waits for the retry loops, once their context is done.
+func (a *attached) wait() { a.wg.Wait() }
+
+// close closes the subscribers, then the broker when the worker opened it.
+func (a *attached) close() {
+	for _, c := range a.closers {
+		_ = c()
+	}
+}
+
+// attach adds every handler to router, with mw and its own middleware as
+// handler-level middleware, and starts the retry loops with ctx. On error,
+// it has stopped and closed what it started.
+func (w *Worker) attach(ctx context.Context, router *message.Router, mw []message.HandlerMiddleware) (_ *attached, err error) {
+	a := &attached{}
+	defer func() {
+		if err != nil {
+			a.wait()
+			a.close()
+		}
+	}()
+	backend := w.cfg.Broker
+	if backend == nil {
+		if backend, err = brokers.Open(ctx, brokers.Config{Kind: brokers.Redis, Partitions: w.cfg.StreamPartitions,
+			Redis: brokers.RedisConfig{URL: w.cfg.RedisURL, StreamPrefix: w.cfg.StreamPrefix}, Logger: w.cfg.Logger}); err != nil {
+			return nil, err
+		}
+		// Closed last, after the subscribers.
+		defer func() { a.closers = append(a.closers, backend.Close) }()
+	}
+	// Watermill panics on a taken handler name: check them all before
+	// adding any.
+	taken := router.Handlers()
+	for _, h := range w.handlers {
+		for _, stream := range backend.Topics(h.Topic) {
+			if _, ok := taken[h.Name+"@"+stream]; ok {
+				return nil, fmt.Errorf("handler %q: the router has a handler named %q already", h.Name, h.Name+"@"+stream)
+			}
+		}
+	}
+	var consumers []*idempotency.Consumer
+	for _, h := range w.handlers {
+		s, err := w.settings(h)
+		if err != nil {
+			return nil, err
+		}
+		c, err := idempotency.NewConsumer(s.Idempotency)
+		if err != nil {
+			return nil, fmt.Errorf("handler %q: %w", h.Name, err)
+		}
+		consumers = append(consumers, c)
+		fn := c.Middleware(w.handlerFunc(h))
+		sub, err := backend.Subscriber(h.Name, w.cfg.InstanceID, brokers.SubscriberOptions{
+			InFlight: s.BatchSize, ClaimIdle: s.ClaimIdle})
+		if err != nil {
+			return nil, fmt.Errorf("handler %q: subscribe: %w", h.Name, err)
+		}
+		a.closers = append(a.closers, sub.Close)
+		for _, stream := range backend.Topics(h.Topic) {
+			wh := router.AddConsumerHandler(h.Name+"@"+stream, stream, sub, func(msg *message.Message) error {
+				_, err := fn(msg)
+				if err == nil && h.Committed != nil && listed(h, msg) {
+					h.Committed()
+				}
+				return err
+			})
+			wh.AddMiddleware(mw...)
+			wh.AddMiddleware(h.Middleware...)
+		}
+	}
+	for _, c := range consumers {
+		a.wg.Go(func() { _ = c.Run(ctx) })
+	}
+	return a, nil
 }
 
 // handlerFunc decodes the event and calls h.Func with the middleware's
 // transaction. Types h does not list are acknowledged unseen (their
-// version still counts).
+// version still counts). A panic in h.Func is its error: the idempotency
+// middleware parks the message for a retry, as for any failure.
 func (w *Worker) handlerFunc(h Handler) message.HandlerFunc {
-	return func(msg *message.Message) ([]*message.Message, error) {
+	return func(msg *message.Message) (_ []*message.Message, err error) {
 		if !listed(h, msg) {
 			return nil, nil
 		}
@@ -234,6 +447,11 @@ func (w *Worker) handlerFunc(h Handler) message.HandlerFunc {
 		if !ok {
 			return nil, errors.New("consumer: no transaction in the message context")
 		}
+		defer func() {
+			if r := recover(); r != nil {
+				err = fmt.Errorf("handler %q panicked: %v", h.Name, r)
+			}
+		}()
 		return nil, h.Func(msg.Context(), tx, ev)
 	}
 }

@@ -8,14 +8,19 @@ import (
 
 	"github.com/stretchr/testify/require"
 
-	"github.com/outflow-dev/outflow/app/paymentevents"
 	"github.com/outflow-dev/outflow/events"
+)
+
+// The tests use the invoice events the package example defines.
+const (
+	paidType     = "invoice.paid"
+	canceledType = "invoice.canceled"
 )
 
 func registry(t *testing.T) *events.Registry {
 	t.Helper()
 	r := events.NewRegistry()
-	require.NoError(t, paymentevents.Register(r))
+	require.NoError(t, r.Register(invoicePaid{}, invoiceCanceled{}))
 	return r
 }
 
@@ -30,16 +35,16 @@ func TestDecode(t *testing.T) {
 		unknown   bool
 		malformed bool
 	}{
-		{"paid", paymentevents.PaidType, `{"payment_id":"p","merchant_id":"m","amount":10,"currency":"EUR","paid_at":"2026-12-02T10:00:00Z"}`,
-			paymentevents.Paid{PaymentID: "p", MerchantID: "m", Amount: 10, Currency: "EUR", PaidAt: time.Date(2026, 12, 2, 10, 0, 0, 0, time.UTC)}, false, false},
-		{"unknown fields are ignored", paymentevents.CanceledType, `{"payment_id":"p","merchant_id":"m","amount":1,"currency":"EUR","new_field":true}`,
-			paymentevents.Canceled{PaymentID: "p", MerchantID: "m", Amount: 1, Currency: "EUR"}, false, false},
-		{"unknown type", "payment.exploded", `{}`, nil, true, false},
+		{"paid", paidType, `{"invoice_id":"i","customer_id":"c","amount":10,"currency":"EUR","paid_at":"2026-12-02T10:00:00Z"}`,
+			invoicePaid{InvoiceID: "i", CustomerID: "c", Amount: 10, Currency: "EUR", PaidAt: time.Date(2026, 12, 2, 10, 0, 0, 0, time.UTC)}, false, false},
+		{"unknown fields are ignored", canceledType, `{"invoice_id":"i","customer_id":"c","amount":1,"currency":"EUR","new_field":true}`,
+			invoiceCanceled{InvoiceID: "i", CustomerID: "c", Amount: 1, Currency: "EUR"}, false, false},
+		{"unknown type", "invoice.exploded", `{}`, nil, true, false},
 		{"empty type", "", `{}`, nil, true, false},
-		{"not JSON", paymentevents.PaidType, `{"payment_id":`, nil, false, true},
-		{"wrong type", paymentevents.PaidType, `{"payment_id":"p","merchant_id":"m","amount":"10","currency":"EUR"}`, nil, false, true},
-		{"fails validation", paymentevents.PaidType, `{"payment_id":"p","merchant_id":"m","amount":0,"currency":"EUR"}`, nil, false, true},
-		{"trailing data", paymentevents.PaidType, `{"payment_id":"p","merchant_id":"m","amount":1,"currency":"EUR"} {}`, nil, false, true},
+		{"not JSON", paidType, `{"invoice_id":`, nil, false, true},
+		{"wrong type", paidType, `{"invoice_id":"i","customer_id":"c","amount":"10","currency":"EUR"}`, nil, false, true},
+		{"fails validation", paidType, `{"invoice_id":"i","customer_id":"c","amount":0,"currency":"EUR"}`, nil, false, true},
+		{"trailing data", paidType, `{"invoice_id":"i","customer_id":"c","amount":1,"currency":"EUR"} {}`, nil, false, true},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
@@ -65,21 +70,21 @@ func TestDecode(t *testing.T) {
 func TestRegisterConflicts(t *testing.T) {
 	t.Parallel()
 	r := registry(t)
-	require.NoError(t, paymentevents.Register(r), "registering the same types again is fine")
+	require.NoError(t, r.Register(invoicePaid{}, invoiceCanceled{}), "registering the same types again is fine")
 	require.Error(t, r.Register(other{}), "another Go type under a taken event type")
-	require.Error(t, r.Register(&paymentevents.Paid{}), "pointers are refused")
+	require.Error(t, r.Register(&invoicePaid{}), "pointers are refused")
 }
 
 type other struct{}
 
-func (other) EventType() string { return paymentevents.PaidType }
+func (other) EventType() string { return paidType }
 
 func TestMessageRoundTrip(t *testing.T) {
 	t.Parallel()
 	r := registry(t)
 	ctx := events.WithCorrelationID(context.Background(), "c-1")
-	ev, err := events.New(ctx, events.Aggregate{Type: paymentevents.AggregateType, ID: "p-1", Version: 3},
-		paymentevents.Paid{PaymentID: "p-1", MerchantID: "m", Amount: 5, Currency: "USD", PaidAt: time.Now().UTC().Truncate(time.Second)})
+	ev, err := events.New(ctx, events.Aggregate{Type: invoiceAggregate, ID: "i-1", Version: 3},
+		invoicePaid{InvoiceID: "i-1", CustomerID: "c", Amount: 5, Currency: "USD", PaidAt: time.Now().UTC().Truncate(time.Second)})
 	require.NoError(t, err)
 	msg, err := ev.Message(ctx)
 	require.NoError(t, err)
@@ -96,8 +101,8 @@ func TestMessageRoundTrip(t *testing.T) {
 
 func TestEnvelopeFromMessageNamesBadField(t *testing.T) {
 	t.Parallel()
-	ev, err := events.New(context.Background(), events.Aggregate{Type: "payment", ID: "p", Version: 1},
-		paymentevents.Canceled{PaymentID: "p", MerchantID: "m", Amount: 1, Currency: "EUR"})
+	ev, err := events.New(context.Background(), events.Aggregate{Type: invoiceAggregate, ID: "i", Version: 1},
+		invoiceCanceled{InvoiceID: "i", CustomerID: "c", Amount: 1, Currency: "EUR"})
 	require.NoError(t, err)
 	for key, bad := range map[string]string{
 		events.AggregateVersionKey: "two",

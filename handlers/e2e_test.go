@@ -12,6 +12,7 @@ import (
 	"testing"
 	"time"
 
+	appmigrations "github.com/outflow-dev/outflow/app/migrations"
 	"github.com/outflow-dev/outflow/consumer"
 
 	"github.com/jackc/pgx/v5"
@@ -85,7 +86,7 @@ func openBackend(t *testing.T, cfg brokers.Config) brokers.Backend {
 
 func newPipeline(t *testing.T) *pipeline {
 	t.Helper()
-	p := &pipeline{schema: outflowtest.NewSchema(t), rdb: outflowtest.Redis(t)}
+	p := &pipeline{schema: outflowtest.NewSchema(t, appmigrations.Set()), rdb: outflowtest.Redis(t)}
 	p.prefix = outflowtest.UniqueName(t, p.rdb) + ":"
 	w, err := outbox.NewWriter(outbox.Config{Routes: app.Routes})
 	require.NoError(t, err)

@@ -13,6 +13,7 @@ import (
 	"testing"
 	"time"
 
+	appmigrations "github.com/outflow-dev/outflow/app/migrations"
 	"github.com/outflow-dev/outflow/consumer"
 
 	"github.com/jackc/pgx/v5/pgxpool"
@@ -153,7 +154,7 @@ func paid(t *testing.T, p *pipeline, merchantID string) {
 func TestUnknownMerchantIsDeadLettered(t *testing.T) {
 	t.Parallel()
 	p := newPipeline(t)
-	consumerDB := outflowtest.NewSchema(t) // has no merchants
+	consumerDB := outflowtest.NewSchema(t, appmigrations.Set()) // has no merchants
 	m := merchant(t, p, "Shop", "https://shop.example/hook")
 	paid(t, p, m.ID)
 	p.runForwarder(t, 0)

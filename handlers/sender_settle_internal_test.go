@@ -9,6 +9,7 @@ import (
 
 	"github.com/stretchr/testify/require"
 
+	appmigrations "github.com/outflow-dev/outflow/app/migrations"
 	"github.com/outflow-dev/outflow/outflowtest"
 )
 
@@ -19,7 +20,7 @@ import (
 // not fail with it (their deliveries would go out again, duplicates).
 func TestSettleOutlivesAPurgedDelivery(t *testing.T) {
 	t.Parallel()
-	s := outflowtest.NewSchema(t)
+	s := outflowtest.NewSchema(t, appmigrations.Set())
 	ctx := context.Background()
 	rows, err := s.Pool.Query(ctx, `
 		INSERT INTO webhook_deliveries (message_id, merchant_id, url, event_type, body, lease_token, created_at)

@@ -34,6 +34,12 @@
 //     of its own), so a message parked by a transaction that held the lock
 //     before is seen. `outflow dlq list | retry | discard` manages them.
 //
+// The transaction's own statements (the bookkeeping, the queued
+// statements, the commit) do not take the message context's deadline: a
+// deadline set around the handler (Watermill's Timeout middleware) bounds
+// what the handler runs with ctx, and a handler that returns nil past it
+// is committed, not parked for a retry.
+//
 // Each round of Run looks at every due row (up to 500 per round, the next
 // round starting at once when one was full): a gap still open does not keep
 // a held event that can apply waiting. Several instances of one consumer

@@ -259,7 +259,12 @@ func (c *Consumer) Middleware(h message.HandlerFunc) message.HandlerFunc {
 // handleOne runs one message in a transaction of its own.
 func (c *Consumer) handleOne(h message.HandlerFunc, msg *message.Message, env events.Envelope) ([]*message.Message, error) {
 	ctx := msg.Context()
-	out, o, err := c.apply(ctx, c.cfg.Pool, h, msg, env, true, c.mayBaseline(env))
+	// The transaction's own statements (the bookkeeping, the queued
+	// statements, the commit) outlive the message's context: a deadline set
+	// around the handler (Watermill's Timeout middleware) bounds the
+	// handler's work, not the commit of what it already did. A handler that
+	// returns nil after its deadline has its effects committed, once.
+	out, o, err := c.apply(context.WithoutCancel(ctx), ctx, c.cfg.Pool, h, msg, env, true, c.mayBaseline(env))
 	switch {
 	case err != nil:
 		// The handler failed: park the message for a retry, so that
@@ -327,11 +332,11 @@ type beginner interface {
 	Begin(ctx context.Context) (pgx.Tx, error)
 }
 
-// apply runs h on msg in a transaction with the bookkeeping, begun on db.
-// fresh says whether the message must be recorded in processed_messages
+// apply runs h on msg in a transaction with the bookkeeping, begun on db
+// with ctx; h gets hctx, the transaction in it. fresh says whether the message must be recorded in processed_messages
 // (false for a retry, whose row was written when it was parked); baseline
 // whether it may become its aggregate's baseline.
-func (c *Consumer) apply(ctx context.Context, db beginner, h message.HandlerFunc, msg *message.Message, env events.Envelope, fresh, baseline bool) ([]*message.Message, outcome, error) {
+func (c *Consumer) apply(ctx, hctx context.Context, db beginner, h message.HandlerFunc, msg *message.Message, env events.Envelope, fresh, baseline bool) ([]*message.Message, outcome, error) {
 	var (
 		out []*message.Message
 		o   outcome
@@ -355,8 +360,8 @@ func (c *Consumer) apply(ctx context.Context, db beginner, h message.HandlerFunc
 			return nil // keep the processed row: a stale message is done
 		}
 		var q pgx.Batch
-		msg.SetContext(withTx(ctx, tx, &q))
-		defer msg.SetContext(ctx)
+		msg.SetContext(withTx(hctx, tx, &q))
+		defer msg.SetContext(hctx)
 		if out, err = h(msg); err != nil {
 			return err
 		}

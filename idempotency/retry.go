@@ -140,7 +140,7 @@ func (c *Consumer) retryOne(ctx context.Context, h message.HandlerFunc, id int64
 		// waiting for a second would deadlock once every connection of
 		// the pool is held by a consumer's retry, and the message's
 		// effects now commit with its dead letter's new status.
-		_, o, herr := c.apply(ctx, lock, h, msg, env, false, c.mayBaseline(env))
+		_, o, herr := c.apply(ctx, ctx, lock, h, msg, env, false, c.mayBaseline(env))
 		timedOut := herr == nil && time.Since(created) >= c.cfg.GapTimeout
 		if timedOut && o == gap && !c.cfg.BaselineBefore.IsZero() {
 			// Nothing before it came in GapTimeout: with a baseline, an
@@ -149,7 +149,7 @@ func (c *Consumer) retryOne(ctx context.Context, h message.HandlerFunc, id int64
 			// failing handler's retries below, not to a dead gap that
 			// would wait for a predecessor that never comes.
 			var base outcome
-			if _, base, herr = c.apply(ctx, lock, h, msg, env, false, true); herr == nil && base == applied {
+			if _, base, herr = c.apply(ctx, ctx, lock, h, msg, env, false, true); herr == nil && base == applied {
 				o = base
 				c.cfg.Logger.Warn("gap timed out on an aggregate with nothing applied: this version is its baseline",
 					"consumer", c.cfg.Consumer, "message_id", msgID, "aggregate_id", env.AggregateID,

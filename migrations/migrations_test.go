@@ -2,6 +2,8 @@ package migrations_test
 
 import (
 	"context"
+	"slices"
+	"strings"
 	"sync"
 	"testing"
 
@@ -11,10 +13,17 @@ import (
 	"github.com/outflow-dev/outflow/outflowtest"
 )
 
-func tables(t *testing.T, s *outflowtest.Schema) []string {
+// frameworkTables is everything the framework's set creates, and nothing
+// of the reference app's.
+var frameworkTables = []string{
+	"consumer_aggregate_versions", "dead_letters", "outbox", "outbox_forwarders", "outbox_partitions",
+	migrations.VersionTable, "processed_messages",
+}
+
+func tables(t *testing.T, s *outflowtest.Schema, schema string) []string {
 	t.Helper()
 	rows, err := s.Pool.Query(context.Background(),
-		`SELECT table_name FROM information_schema.tables WHERE table_schema = $1 ORDER BY 1`, s.Name)
+		`SELECT table_name FROM information_schema.tables WHERE table_schema = $1 ORDER BY 1`, schema)
 	require.NoError(t, err)
 	defer rows.Close()
 	var out []string
@@ -23,6 +32,7 @@ func tables(t *testing.T, s *outflowtest.Schema) []string {
 		require.NoError(t, rows.Scan(&n))
 		out = append(out, n)
 	}
+	require.NoError(t, rows.Err())
 	return out
 }
 
@@ -35,9 +45,8 @@ func TestUpDownUp(t *testing.T) {
 	rs, err := migrations.Up(ctx, db)
 	require.NoError(t, err)
 	require.NotEmpty(t, rs)
-	all := tables(t, s)
-	require.Contains(t, all, "outbox")
-	require.Contains(t, all, "payments")
+	all := tables(t, s, s.Name)
+	require.Equal(t, frameworkTables, all, "the framework's set creates its own tables only")
 
 	again, err := migrations.Up(ctx, db)
 	require.NoError(t, err)
@@ -53,12 +62,12 @@ func TestUpDownUp(t *testing.T) {
 	r, err := migrations.Down(ctx, db)
 	require.NoError(t, err)
 	require.Nil(t, r, "nothing left to roll back")
-	require.Equal(t, []string{migrations.VersionTable}, tables(t, s))
+	require.Equal(t, []string{migrations.VersionTable}, tables(t, s, s.Name))
 
 	rs2, err := migrations.Up(ctx, db)
 	require.NoError(t, err)
 	require.Len(t, rs2, len(rs))
-	require.Equal(t, all, tables(t, s))
+	require.Equal(t, all, tables(t, s, s.Name))
 
 	st, err := migrations.CurrentStatus(ctx, db)
 	require.NoError(t, err)
@@ -96,4 +105,64 @@ func TestConcurrentUp(t *testing.T) {
 	require.NoError(t, s.Pool.QueryRow(ctx,
 		`SELECT count(*) FROM `+migrations.VersionTable+` WHERE version_id > 0`).Scan(&versions))
 	require.Equal(t, len(st), versions)
+}
+
+func TestConfigValidation(t *testing.T) {
+	t.Parallel()
+	db := outflowtest.NewEmptySchema(t).OpenDB(t)
+	fw := migrations.Framework()
+	tests := []struct {
+		name string
+		set  migrations.Set
+		cfg  migrations.Config
+		want string
+	}{
+		{"framework", fw, migrations.Config{Schema: "outflow"}, ""},
+		{"no name", migrations.Set{FS: fw.FS, VersionTable: "v"}, migrations.Config{}, "Name is required"},
+		{"no fs", migrations.Set{Name: "x", VersionTable: "v"}, migrations.Config{}, "FS is required"},
+		{"qualified table", migrations.Set{Name: "x", FS: fw.FS, VersionTable: "s.v"}, migrations.Config{}, "unqualified"},
+		{"upper-case table", migrations.Set{Name: "x", FS: fw.FS, VersionTable: "V"}, migrations.Config{}, "lower-case"},
+		{"adopt from itself", migrations.Set{Name: "x", FS: fw.FS, VersionTable: "v", AdoptFrom: "v"}, migrations.Config{}, "must differ"},
+		{"long schema", fw, migrations.Config{Schema: strings.Repeat("s", 64)}, "at most 63 bytes"},
+		{"upper-case schema", fw, migrations.Config{Schema: "Outflow"}, "lower-case"},
+		{"quoted schema", fw, migrations.Config{Schema: `a"b`}, "lower-case"},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			_, err := migrations.NewMigrator(db, tt.set, tt.cfg)
+			if tt.want == "" {
+				require.NoError(t, err)
+				return
+			}
+			require.ErrorContains(t, err, tt.want)
+		})
+	}
+	_, err := migrations.NewMigrator(nil, fw, migrations.Config{})
+	require.ErrorContains(t, err, "db is required")
+}
+
+// A search_path whose schemas do not exist leaves nowhere to migrate.
+func TestNoSchema(t *testing.T) {
+	t.Parallel()
+	s := outflowtest.NewEmptySchema(t)
+	db := s.OpenDB(t)
+	db.SetMaxOpenConns(1)
+	_, err := db.ExecContext(context.Background(), `SET search_path TO no_such_schema_here`)
+	require.NoError(t, err)
+	_, err = migrations.Up(context.Background(), db)
+	require.ErrorIs(t, err, migrations.ErrNoSchema)
+}
+
+func TestStatusListsFrameworkVersionsOnly(t *testing.T) {
+	t.Parallel()
+	st, err := migrations.CurrentStatus(context.Background(), outflowtest.NewEmptySchema(t).OpenDB(t))
+	require.NoError(t, err)
+	var versions []int64
+	for _, s := range st {
+		versions = append(versions, s.Version)
+		require.False(t, s.Applied)
+	}
+	// The numbers they had when the app's migrations were in the same set,
+	// which is what lets a database of that release adopt them.
+	require.True(t, slices.Equal([]int64{1, 4, 5, 8, 10, 11}, versions[:6]), "%v", versions)
 }

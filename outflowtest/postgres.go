@@ -56,13 +56,21 @@ const staleAfter = time.Hour
 
 var cleanOnce sync.Once
 
-// NewSchema creates and migrates a schema for t and drops it when t ends.
-func NewSchema(t testing.TB) *Schema {
+// NewSchema creates a schema for t, applies the framework's migrations and
+// then each of sets (a service's own migrations) in order, and drops the
+// schema when t ends.
+func NewSchema(t testing.TB, sets ...migrations.Set) *Schema {
 	t.Helper()
 	s := NewEmptySchema(t)
 	db := s.OpenDB(t)
-	if _, err := migrations.Up(context.Background(), db); err != nil {
-		t.Fatalf("outflowtest: migrate schema %s: %v", s.Name, err)
+	for _, set := range append([]migrations.Set{migrations.Framework()}, sets...) {
+		m, err := migrations.NewMigrator(db, set, migrations.Config{})
+		if err == nil {
+			_, err = m.Up(context.Background())
+		}
+		if err != nil {
+			t.Fatalf("outflowtest: migrate schema %s: %v", s.Name, err)
+		}
 	}
 	return s
 }

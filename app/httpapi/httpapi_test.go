@@ -18,6 +18,7 @@ import (
 
 	"github.com/outflow-dev/outflow/app"
 	"github.com/outflow-dev/outflow/app/httpapi"
+	appmigrations "github.com/outflow-dev/outflow/app/migrations"
 	"github.com/outflow-dev/outflow/app/paymentevents"
 	"github.com/outflow-dev/outflow/events/outbox"
 	"github.com/outflow-dev/outflow/outflowtest"
@@ -38,7 +39,7 @@ type env struct {
 
 func setup(t *testing.T) *env {
 	t.Helper()
-	s := outflowtest.NewSchema(t)
+	s := outflowtest.NewSchema(t, appmigrations.Set())
 	w, err := outbox.NewWriter(outbox.Config{Routes: app.Routes})
 	require.NoError(t, err)
 	svc, err := app.NewService(app.Config{Pool: s.Pool, Events: w})
@@ -956,7 +957,7 @@ func TestHealthAndReadiness(t *testing.T) {
 
 func TestReadinessFailsWithoutDatabase(t *testing.T) {
 	t.Parallel()
-	s := outflowtest.NewSchema(t)
+	s := outflowtest.NewSchema(t, appmigrations.Set())
 	w, err := outbox.NewWriter(outbox.Config{Routes: app.Routes})
 	require.NoError(t, err)
 	closed, err := pgxpool.New(context.Background(), s.URL)

@@ -3,14 +3,27 @@ package outbox_test
 import (
 	"context"
 	"os"
+	"time"
 
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgxpool"
 
-	"github.com/outflow-dev/outflow/app/paymentevents"
 	"github.com/outflow-dev/outflow/events"
 	"github.com/outflow-dev/outflow/events/outbox"
 )
+
+// A billing service's event: each service defines its own.
+const invoiceAggregate = "invoice"
+
+type invoicePaid struct {
+	InvoiceID  string    `json:"invoice_id"`
+	CustomerID string    `json:"customer_id"`
+	Amount     int64     `json:"amount"`
+	Currency   string    `json:"currency"`
+	PaidAt     time.Time `json:"paid_at"`
+}
+
+func (invoicePaid) EventType() string { return "invoice.paid" }
 
 // The state change and its event commit or roll back together.
 func ExampleWriter_PublishTx() {
@@ -20,15 +33,15 @@ func ExampleWriter_PublishTx() {
 		panic(err)
 	}
 	defer pool.Close()
-	writer, err := outbox.NewWriter(outbox.Config{Routes: outbox.Routes{"*": "payments"}})
+	writer, err := outbox.NewWriter(outbox.Config{Routes: outbox.Routes{"*": "invoices"}})
 	if err != nil {
 		panic(err)
 	}
 
 	err = pgx.BeginFunc(ctx, pool, func(tx pgx.Tx) error {
-		// ... lock the payment, change it, write the ledger, all on tx ...
-		ev, err := events.New(ctx, events.Aggregate{Type: paymentevents.AggregateType, ID: "pay_1", Version: 2},
-			paymentevents.Paid{PaymentID: "pay_1", MerchantID: "mer_1", Amount: 1250, Currency: "EUR"})
+		// ... lock the invoice, mark it paid, write the ledger, all on tx ...
+		ev, err := events.New(ctx, events.Aggregate{Type: invoiceAggregate, ID: "inv_1", Version: 2},
+			invoicePaid{InvoiceID: "inv_1", CustomerID: "cus_1", Amount: 1250, Currency: "EUR", PaidAt: time.Now()})
 		if err != nil {
 			return err
 		}
@@ -55,9 +68,9 @@ func ExampleWriter_QueueTx() {
 
 	err = pgx.BeginFunc(ctx, pool, func(tx pgx.Tx) error {
 		b := &pgx.Batch{}
-		b.Queue(`UPDATE payments SET status = 'paid', version = version + 1 WHERE id = $1`, "pay_1")
-		ev, err := events.New(ctx, events.Aggregate{Type: paymentevents.AggregateType, ID: "pay_1", Version: 2},
-			paymentevents.Paid{PaymentID: "pay_1", MerchantID: "mer_1", Amount: 1250, Currency: "EUR"})
+		b.Queue(`UPDATE invoices SET status = 'paid', version = version + 1 WHERE id = $1`, "inv_1")
+		ev, err := events.New(ctx, events.Aggregate{Type: invoiceAggregate, ID: "inv_1", Version: 2},
+			invoicePaid{InvoiceID: "inv_1", CustomerID: "cus_1", Amount: 1250, Currency: "EUR", PaidAt: time.Now()})
 		if err != nil {
 			return err
 		}

@@ -11,7 +11,6 @@ import (
 	"github.com/jackc/pgx/v5"
 	"github.com/stretchr/testify/require"
 
-	"github.com/outflow-dev/outflow/app/paymentevents"
 	"github.com/outflow-dev/outflow/events"
 	"github.com/outflow-dev/outflow/events/outbox"
 	"github.com/outflow-dev/outflow/outflowtest"
@@ -19,8 +18,8 @@ import (
 
 func newEvent(t *testing.T, ctx context.Context, aggID string, version int64) events.Event {
 	t.Helper()
-	ev, err := events.New(ctx, events.Aggregate{Type: paymentevents.AggregateType, ID: aggID, Version: version}, paymentevents.Paid{
-		PaymentID: aggID, MerchantID: uuid.NewString(), Amount: 1250, Currency: "EUR", PaidAt: time.Now().UTC(),
+	ev, err := events.New(ctx, events.Aggregate{Type: invoiceAggregate, ID: aggID, Version: version}, invoicePaid{
+		InvoiceID: aggID, CustomerID: uuid.NewString(), Amount: 1250, Currency: "EUR", PaidAt: time.Now().UTC(),
 	})
 	require.NoError(t, err)
 	return ev
@@ -86,10 +85,10 @@ func TestPublishTxCommitWritesFullEnvelope(t *testing.T) {
 		r := got[i]
 		require.Equal(t, ev.MessageID, r.MessageID)
 		require.Equal(t, "payments", r.Topic)
-		require.Equal(t, paymentevents.AggregateType, r.AggregateType)
+		require.Equal(t, invoiceAggregate, r.AggregateType)
 		require.Equal(t, aggID, r.AggregateID)
 		require.Equal(t, ev.AggregateVersion, r.AggregateVersion)
-		require.Equal(t, paymentevents.PaidType, r.EventType)
+		require.Equal(t, "invoice.paid", r.EventType)
 		require.WithinDuration(t, ev.OccurredAt, r.OccurredAt, time.Microsecond)
 		require.Nil(t, r.PublishedAt)
 		require.Zero(t, r.Attempts)
@@ -97,7 +96,7 @@ func TestPublishTxCommitWritesFullEnvelope(t *testing.T) {
 		require.Equal(t, "00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01", r.Metadata[events.TraceparentKey])
 		require.NotContains(t, r.Metadata, events.MessageIDKey, "columns are not repeated in metadata")
 
-		var p paymentevents.Paid
+		var p invoicePaid
 		require.NoError(t, json.Unmarshal(r.Payload, &p))
 		require.Equal(t, ev.Payload, p)
 	}

@@ -12,6 +12,7 @@ import (
 	"github.com/jackc/pgx/v5/pgxpool"
 	"github.com/jackc/pgx/v5/stdlib"
 
+	appmigrations "github.com/outflow-dev/outflow/app/migrations"
 	"github.com/outflow-dev/outflow/migrations"
 )
 
@@ -53,6 +54,11 @@ func Schema(ctx context.Context, dbURL string, maxConns int32) (*pgxpool.Pool, f
 	db := stdlib.OpenDBFromPool(pool)
 	defer db.Close()
 	if _, err := migrations.Up(ctx, db); err != nil {
+		pool.Close()
+		drop()
+		return nil, nil, err
+	}
+	if _, err := appmigrations.Up(ctx, db); err != nil {
 		pool.Close()
 		drop()
 		return nil, nil, err

@@ -17,6 +17,7 @@ import (
 	"github.com/jackc/pgx/v5/stdlib"
 
 	"github.com/outflow-dev/outflow/app"
+	appmigrations "github.com/outflow-dev/outflow/app/migrations"
 	"github.com/outflow-dev/outflow/events/outbox"
 	"github.com/outflow-dev/outflow/migrations"
 )
@@ -321,6 +322,9 @@ func migrateSchema(ctx context.Context, admin *pgxpool.Pool, dbURL, schema strin
 	defer db.Close()
 	if _, err := migrations.Up(ctx, db); err != nil {
 		return fmt.Errorf("migrate: %w", err)
+	}
+	if _, err := appmigrations.Up(ctx, db); err != nil {
+		return fmt.Errorf("migrate the app: %w", err)
 	}
 	return nil
 }

@@ -21,6 +21,7 @@ import (
 	"github.com/ThreeDotsLabs/watermill-redisstream/pkg/redisstream"
 	"github.com/stretchr/testify/require"
 
+	appmigrations "github.com/outflow-dev/outflow/app/migrations"
 	"github.com/outflow-dev/outflow/migrations"
 	"github.com/outflow-dev/outflow/outflowtest"
 )
@@ -90,23 +91,37 @@ func TestMigrateCommands(t *testing.T) {
 		require.NoError(t, err, "%v: %s", args, out)
 		return string(out)
 	}
-	names, err := fs.Glob(migrations.FS(), "*.sql")
-	require.NoError(t, err)
-	newest := names[len(names)-1]
-	version, _, _ := strings.Cut(newest, "_") // goose prints the version, which a reserved number may skip
-	last := strings.TrimLeft(version, "0") + " " + newest
-	require.Contains(t, run("migrate", "up"), "applied 1 00001_outbox.sql")
+	newest := func(fsys fs.FS) string {
+		names, err := fs.Glob(fsys, "*.sql")
+		require.NoError(t, err)
+		n := names[len(names)-1]
+		version, _, _ := strings.Cut(n, "_") // goose prints the version, which a reserved number may skip
+		return strings.TrimLeft(version, "0") + " " + n
+	}
+	lastFramework, lastApp := newest(migrations.FS()), newest(appmigrations.Set().FS)
+	up := run("migrate", "up")
+	require.Contains(t, up, "applied outflow 1 00001_outbox.sql")
+	require.Contains(t, up, "applied app 2 00002_payments.sql")
+	require.Less(t, strings.Index(up, "applied outflow "+lastFramework), strings.Index(up, "applied app 2 "),
+		"the framework's set runs first")
 	require.Contains(t, run("migrate", "up"), "schema is up to date")
 	require.NotContains(t, run("migrate", "status"), "pending")
-	require.Contains(t, run("migrate", "down"), "rolled back "+last)
-	require.Contains(t, run("migrate", "status"), "pending")
-	require.Contains(t, run("migrate", "up"), "applied "+last)
+	// down takes the app's set first (it sits on the framework's), or the
+	// set named.
+	require.Contains(t, run("migrate", "down"), "rolled back app "+lastApp)
+	require.Contains(t, run("migrate", "down", "--set", "outflow"), "rolled back outflow "+lastFramework)
+	st := run("migrate", "status")
+	require.Regexp(t, `app\s+`+strings.ReplaceAll(lastApp, " ", `\s+`)+`\s+pending`, st)
+	require.Regexp(t, `outflow\s+`+strings.ReplaceAll(lastFramework, " ", `\s+`)+`\s+pending`, st)
+	up = run("migrate", "up")
+	require.Contains(t, up, "applied outflow "+lastFramework)
+	require.Contains(t, up, "applied app "+lastApp)
 }
 
 // SIGTERM lets an in-flight request finish, then the process exits 0.
 func TestServeDrainsOnSIGTERM(t *testing.T) {
 	t.Parallel()
-	s := outflowtest.NewSchema(t)
+	s := outflowtest.NewSchema(t, appmigrations.Set())
 	addr := freeAddr(t)
 	cmd := command(map[string]string{"DATABASE_URL": s.URL, "HTTP_ADDR": addr}, "serve")
 	var stderr syncBuffer
@@ -218,7 +233,7 @@ func (b *syncBuffer) String() string {
 
 func TestForwardFailsFastOnUnreachableRedis(t *testing.T) {
 	t.Parallel()
-	s := outflowtest.NewSchema(t)
+	s := outflowtest.NewSchema(t, appmigrations.Set())
 	addr := freeAddr(t) // nothing listens there
 	start := time.Now()
 	out, err := command(map[string]string{"DATABASE_URL": s.URL, "REDIS_URL": "redis://:hunter2@" + addr + "/0"}, "forward", "--metrics-addr", "").CombinedOutput()
@@ -230,7 +245,7 @@ func TestForwardFailsFastOnUnreachableRedis(t *testing.T) {
 
 func TestOutboxCommandFlags(t *testing.T) {
 	t.Parallel()
-	s := outflowtest.NewSchema(t)
+	s := outflowtest.NewSchema(t, appmigrations.Set())
 	env := map[string]string{"DATABASE_URL": s.URL}
 	for args, want := range map[string]string{
 		"outbox retry":              "invalid --id",
@@ -261,7 +276,7 @@ func TestOutboxCommandFlags(t *testing.T) {
 // its partitions over once the leases expire and forwards every row.
 func TestKilledForwarderLosesNothing(t *testing.T) {
 	t.Parallel()
-	s := outflowtest.NewSchema(t)
+	s := outflowtest.NewSchema(t, appmigrations.Set())
 	rdb := outflowtest.Redis(t)
 	prefix := outflowtest.UniqueName(t, rdb)
 	ctx := context.Background()

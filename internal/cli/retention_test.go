@@ -10,6 +10,7 @@ import (
 
 	"github.com/stretchr/testify/require"
 
+	appmigrations "github.com/outflow-dev/outflow/app/migrations"
 	"github.com/outflow-dev/outflow/outflowtest"
 )
 
@@ -39,7 +40,7 @@ func TestRetentionFlagsAreValidated(t *testing.T) {
 // old consumer bookkeeping (worker), and keeps everything else.
 func TestServeRunsRetentionForItsRoles(t *testing.T) {
 	t.Parallel()
-	s := outflowtest.NewSchema(t)
+	s := outflowtest.NewSchema(t, appmigrations.Set())
 	redis := outflowtest.StartRedis(t) // the worker's consumer groups stay off the shared server
 	ctx := context.Background()
 	_, err := s.Pool.Exec(ctx, `

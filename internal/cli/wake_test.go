@@ -14,6 +14,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/outflow-dev/outflow/app"
+	appmigrations "github.com/outflow-dev/outflow/app/migrations"
 	"github.com/outflow-dev/outflow/outflowtest"
 )
 
@@ -22,7 +23,7 @@ import (
 // reach the stream at once.
 func TestServeWakesItsForwarderAfterEachCommand(t *testing.T) {
 	t.Parallel()
-	s := outflowtest.NewSchema(t)
+	s := outflowtest.NewSchema(t, appmigrations.Set())
 	redisSrv := outflowtest.StartRedis(t) // streams are named after topics ("payments")
 	addr := freeAddr(t)
 	cmd := command(map[string]string{"DATABASE_URL": s.URL, "REDIS_URL": redisSrv.URL, "HTTP_ADDR": addr},

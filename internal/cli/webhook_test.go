@@ -10,6 +10,7 @@ import (
 
 	"github.com/stretchr/testify/require"
 
+	appmigrations "github.com/outflow-dev/outflow/app/migrations"
 	"github.com/outflow-dev/outflow/outflowtest"
 )
 
@@ -45,7 +46,7 @@ func TestWebhookFlagsAreValidated(t *testing.T) {
 // and keeps pending and recent ones.
 func TestWorkerPurgesSettledWebhooks(t *testing.T) {
 	t.Parallel()
-	s := outflowtest.NewSchema(t)
+	s := outflowtest.NewSchema(t, appmigrations.Set())
 	redis := outflowtest.StartRedis(t)
 	ctx := context.Background()
 	_, err := s.Pool.Exec(ctx, `

@@ -18,6 +18,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/outflow-dev/outflow/app"
+	appmigrations "github.com/outflow-dev/outflow/app/migrations"
 	"github.com/outflow-dev/outflow/app/paymentevents"
 	"github.com/outflow-dev/outflow/events/outbox"
 	"github.com/outflow-dev/outflow/outflowtest"
@@ -31,7 +32,7 @@ import (
 // dead worker may have been sending when it died.
 func TestKilledWorkerLosesNothing(t *testing.T) {
 	t.Parallel()
-	s := outflowtest.NewSchema(t)
+	s := outflowtest.NewSchema(t, appmigrations.Set())
 	// The commands name streams after their topics ("payments"): a Redis of
 	// the test's own keeps them apart from every other test's.
 	redisSrv := outflowtest.StartRedis(t)

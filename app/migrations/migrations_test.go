@@ -1,0 +1,230 @@
+package appmigrations_test
+
+import (
+	"context"
+	"encoding/json"
+	"log/slog"
+	"os"
+	"slices"
+	"sync"
+	"testing"
+
+	"github.com/pressly/goose/v3"
+	"github.com/stretchr/testify/require"
+
+	appmigrations "github.com/outflow-dev/outflow/app/migrations"
+	"github.com/outflow-dev/outflow/internal/schemadump"
+	"github.com/outflow-dev/outflow/migrations"
+	"github.com/outflow-dev/outflow/outflowtest"
+)
+
+// legacyDir holds the single-set release's migrations (00001 to 00011,
+// framework and app mixed), frozen: the release being upgraded from.
+const legacyDir = "../../migrations/testdata/legacy"
+
+// legacyUp migrates s as that release did, up to and including upTo, and,
+// from 00007 on (when every table exists), writes a row or more into every
+// table.
+func legacyUp(t *testing.T, s *outflowtest.Schema, upTo int64) {
+	t.Helper()
+	ctx := context.Background()
+	p, err := goose.NewProvider(goose.DialectPostgres, s.OpenDB(t), os.DirFS(legacyDir),
+		goose.WithTableName(migrations.LegacyVersionTable), goose.WithDisableGlobalRegistry(true),
+		goose.WithSlog(slog.New(slog.DiscardHandler)))
+	require.NoError(t, err)
+	_, err = p.UpTo(ctx, upTo)
+	require.NoError(t, err)
+	if upTo < 7 {
+		return
+	}
+	rows, err := os.ReadFile("../../migrations/testdata/legacy_rows.sql")
+	require.NoError(t, err)
+	_, err = s.Pool.Exec(ctx, string(rows))
+	require.NoError(t, err)
+}
+
+// upgrade runs what `outflow migrate up` runs: the framework's set, then
+// the app's; it returns the versions each applied.
+func upgrade(ctx context.Context, t *testing.T, s *outflowtest.Schema, libpq bool) (framework, app []int64, err error) {
+	db := s.OpenDB(t)
+	if libpq {
+		db = s.OpenLibPQ(t) // a connection pool of its own, like a separate process
+	}
+	for _, set := range []migrations.Set{migrations.Framework(), appmigrations.Set()} {
+		m, err := migrations.NewMigrator(db, set, migrations.Config{})
+		if err != nil {
+			return nil, nil, err
+		}
+		rs, err := m.Up(ctx)
+		if err != nil {
+			return nil, nil, err
+		}
+		for _, r := range rs {
+			if set.Name == "app" {
+				app = append(app, r.Version)
+			} else {
+				framework = append(framework, r.Version)
+			}
+		}
+	}
+	return framework, app, nil
+}
+
+// freshDefinition is the schema a new install of both sets creates.
+func freshDefinition(t *testing.T) string {
+	t.Helper()
+	s := outflowtest.NewSchema(t, appmigrations.Set())
+	def, err := schemadump.Definition(context.Background(), s.Pool, s.Name)
+	require.NoError(t, err)
+	return def
+}
+
+// A database of the single-set release, complete or stopped part way,
+// upgrades with `outflow migrate up` and no other step: each set adopts
+// the versions already applied, runs only the rest, every row of every
+// table (the framework's and the app's) survives, and the schema is a
+// fresh install's, plus the old version table, which is left as it was so
+// that an instance of the old release starting during the rollout finds
+// its migrations applied. Several processes upgrading at once apply each
+// migration once.
+func TestUpgradeFromSingleSet(t *testing.T) {
+	t.Parallel()
+	fresh := freshDefinition(t)
+	for _, tt := range []struct {
+		name          string
+		upTo          int64
+		framework     []int64 // what the upgrade runs
+		app           []int64
+		processes     int
+		legacyVersion int
+	}{
+		{"complete", 11, nil, nil, 1, 11},
+		{"stopped after 00007", 7, []int64{8, 10, 11}, []int64{9}, 1, 7},
+		{"stopped after 00003, four processes at once", 3, []int64{4, 5, 8, 10, 11}, []int64{6, 7, 9}, 4, 3},
+	} {
+		t.Run(tt.name, func(t *testing.T) {
+			t.Parallel()
+			ctx := context.Background()
+			s := outflowtest.NewEmptySchema(t)
+			legacyUp(t, s, tt.upTo)
+			before, err := schemadump.Rows(ctx, s.Pool, s.Name)
+			require.NoError(t, err)
+
+			var framework, app []int64
+			var mu sync.Mutex
+			var wg sync.WaitGroup
+			errs := make(chan error, tt.processes)
+			for range tt.processes {
+				wg.Go(func() {
+					f, a, err := upgrade(ctx, t, s, tt.processes > 1)
+					errs <- err
+					mu.Lock()
+					defer mu.Unlock()
+					framework, app = append(framework, f...), append(app, a...)
+				})
+			}
+			wg.Wait()
+			close(errs)
+			for err := range errs {
+				require.NoError(t, err)
+			}
+			require.ElementsMatch(t, tt.framework, framework, "each pending framework migration ran once, adopted ones never")
+			require.ElementsMatch(t, tt.app, app, "each pending app migration ran once, adopted ones never")
+
+			after, err := schemadump.Rows(ctx, s.Pool, s.Name, migrations.VersionTable, appmigrations.VersionTable)
+			require.NoError(t, err)
+			for table, rows := range before { // tables created by the upgrade are new, and empty
+				cols := columns(t, rows)
+				require.Equal(t, project(t, rows, cols), project(t, after[table], cols), "every row of %s survives", table)
+			}
+			var legacyRows int
+			require.NoError(t, s.Pool.QueryRow(ctx, `SELECT count(*) FROM `+migrations.LegacyVersionTable+` WHERE version_id > 0`).Scan(&legacyRows))
+			require.Equal(t, tt.legacyVersion, legacyRows)
+
+			def, err := schemadump.Definition(ctx, s.Pool, s.Name, migrations.LegacyVersionTable)
+			require.NoError(t, err)
+			require.Equal(t, fresh, def, "the upgraded schema is a fresh install's")
+
+			for _, set := range []migrations.Set{migrations.Framework(), appmigrations.Set()} {
+				m, err := migrations.NewMigrator(s.OpenDB(t), set, migrations.Config{})
+				require.NoError(t, err)
+				st, err := m.Status(ctx)
+				require.NoError(t, err)
+				for _, x := range st {
+					require.True(t, x.Applied, "%s %d %s", set.Name, x.Version, x.Name)
+				}
+			}
+		})
+	}
+}
+
+// columns lists the columns of JSON rows.
+func columns(t *testing.T, rows []string) map[string]bool {
+	t.Helper()
+	cols := map[string]bool{}
+	for _, r := range rows {
+		var row map[string]json.RawMessage
+		require.NoError(t, json.Unmarshal([]byte(r), &row))
+		for k := range row {
+			cols[k] = true
+		}
+	}
+	return cols
+}
+
+// project keeps cols of each JSON row, sorted: the columns an upgrade added
+// (with their defaults) are left out.
+func project(t *testing.T, rows []string, cols map[string]bool) []string {
+	t.Helper()
+	out := make([]string, 0, len(rows))
+	for _, r := range rows {
+		var row map[string]json.RawMessage
+		require.NoError(t, json.Unmarshal([]byte(r), &row))
+		for k := range row {
+			if !cols[k] {
+				delete(row, k)
+			}
+		}
+		b, err := json.Marshal(row)
+		require.NoError(t, err)
+		out = append(out, string(b))
+	}
+	slices.Sort(out)
+	return out
+}
+
+// Each set rolls back on its own: the app's down to nothing leaves the
+// framework's tables, and their rows, alone.
+func TestDownPerSet(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	s := outflowtest.NewSchema(t, appmigrations.Set())
+	_, err := s.Pool.Exec(ctx, `INSERT INTO outbox (message_id, topic, aggregate_type, aggregate_id, aggregate_version, event_type, payload, occurred_at)
+		VALUES (gen_random_uuid(), 't', 'a', '1', 1, 'e', '{}', now())`)
+	require.NoError(t, err)
+	db := s.OpenDB(t)
+	var rolled []int64
+	for {
+		r, err := appmigrations.Down(ctx, db)
+		require.NoError(t, err)
+		if r == nil {
+			break
+		}
+		rolled = append(rolled, r.Version)
+	}
+	require.Equal(t, []int64{9, 7, 6, 3, 2}, rolled)
+	rows, err := schemadump.Rows(ctx, s.Pool, s.Name)
+	require.NoError(t, err)
+	tables := make([]string, 0, len(rows))
+	for table := range rows {
+		tables = append(tables, table)
+	}
+	slices.Sort(tables)
+	require.Equal(t, []string{appmigrations.VersionTable, "consumer_aggregate_versions", "dead_letters", "outbox",
+		"outbox_forwarders", "outbox_partitions", migrations.VersionTable, "processed_messages"}, tables)
+	require.Len(t, rows["outbox"], 1)
+
+	rs, err := appmigrations.Up(ctx, db)
+	require.NoError(t, err)
+	require.Len(t, rs, 5)
+}

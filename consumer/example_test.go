@@ -1,0 +1,71 @@
+package consumer_test
+
+import (
+	"context"
+	"os"
+	"time"
+
+	"github.com/ThreeDotsLabs/watermill"
+	"github.com/ThreeDotsLabs/watermill/message"
+	"github.com/ThreeDotsLabs/watermill/message/router/middleware"
+	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgxpool"
+
+	"github.com/outflow-dev/outflow/consumer"
+	"github.com/outflow-dev/outflow/events"
+	"github.com/outflow-dev/outflow/idempotency"
+)
+
+// The service's handlers run on its own Watermill router, with its own
+// middleware around them (outside the idempotency middleware, so a
+// timeout bounds the handler, never the commit), each handler with
+// settings of its own.
+func ExampleWorker_AddTo() {
+	ctx := context.Background()
+	pool, err := pgxpool.New(ctx, os.Getenv("DATABASE_URL"))
+	if err != nil {
+		panic(err)
+	}
+	defer pool.Close()
+	registry := events.NewRegistry()
+	if err := registry.Register(orderPlaced{}); err != nil {
+		panic(err)
+	}
+
+	w, err := consumer.NewWorker(consumer.WorkerConfig{
+		Pool: pool, RedisURL: os.Getenv("REDIS_URL"), Registry: registry,
+		Middleware: []message.HandlerMiddleware{middleware.Timeout(10 * time.Second)},
+	})
+	if err != nil {
+		panic(err)
+	}
+	err = w.Add(consumer.Handler{
+		Name:        "fulfil-orders",
+		Topic:       "orders",
+		EventTypes:  []string{"order.placed"},
+		BatchSize:   10,                                 // this handler's own read size
+		Idempotency: idempotency.Config{MaxAttempts: 3}, // and its own retries
+		Func: func(ctx context.Context, tx pgx.Tx, ev events.Event) error {
+			o := ev.Payload.(orderPlaced)
+			_, err := tx.Exec(ctx, `INSERT INTO shipments (order_id) VALUES ($1)`, o.OrderID)
+			return err
+		},
+	})
+	if err != nil {
+		panic(err)
+	}
+
+	router, err := message.NewRouter(message.RouterConfig{}, watermill.NewSlogLogger(nil))
+	if err != nil {
+		panic(err)
+	}
+	router.AddMiddleware(middleware.Recoverer) // the service's own, for every handler
+	stop, err := w.AddTo(ctx, router)
+	if err != nil {
+		panic(err)
+	}
+	defer stop() // after the router stopped
+	if err := router.Run(ctx); err != nil {
+		panic(err)
+	}
+}
