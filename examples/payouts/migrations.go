@@ -4,34 +4,36 @@ import (
 	"context"
 	"database/sql"
 	"embed"
-	"fmt"
 	"io/fs"
 
-	"github.com/pressly/goose/v3"
+	"github.com/outflow-dev/outflow/migrations"
 )
 
 //go:embed sql/*.sql
 var migrationFiles embed.FS
 
-// MigrationTable records which of the service's migrations ran. It is not
-// the framework's: each set keeps its own versions.
-const MigrationTable = "payouts_schema_migrations"
-
-// Migrate applies the service's own migrations. Run the framework's
-// (package migrations) first: nothing here depends on them, but the service
-// cannot write an event without the outbox.
-func Migrate(ctx context.Context, db *sql.DB) error {
+// Migrations is the service's own migration set, with a version table of
+// its own beside the framework's: the framework's set (migrations.Framework)
+// runs first, then this one.
+func Migrations() migrations.Set {
 	files, err := fs.Sub(migrationFiles, "sql")
 	if err != nil {
-		return err
+		panic(err) // the embed pattern guarantees the directory
 	}
-	p, err := goose.NewProvider(goose.DialectPostgres, db, files,
-		goose.WithTableName(MigrationTable), goose.WithDisableGlobalRegistry(true))
-	if err != nil {
-		return fmt.Errorf("payouts migrations: %w", err)
-	}
-	if _, err := p.Up(ctx); err != nil {
-		return fmt.Errorf("payouts migrations: %w", err)
+	return migrations.Set{Name: "payouts", FS: files, VersionTable: "payouts_schema_migrations"}
+}
+
+// Migrate applies the framework's migrations, then the service's, in the
+// schema db's connections use.
+func Migrate(ctx context.Context, db *sql.DB) error {
+	for _, set := range []migrations.Set{migrations.Framework(), Migrations()} {
+		m, err := migrations.NewMigrator(db, set, migrations.Config{})
+		if err != nil {
+			return err
+		}
+		if _, err := m.Up(ctx); err != nil {
+			return err
+		}
 	}
 	return nil
 }

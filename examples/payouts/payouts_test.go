@@ -15,10 +15,7 @@ import (
 
 func newService(t *testing.T) (*payouts.Service, *outflowtest.Schema) {
 	t.Helper()
-	s := outflowtest.NewSchema(t)
-	if err := payouts.Migrate(t.Context(), s.OpenDB(t)); err != nil {
-		t.Fatal(err)
-	}
+	s := outflowtest.NewSchema(t, payouts.Migrations())
 	w, err := outbox.NewWriter(outbox.Config{})
 	if err != nil {
 		t.Fatal(err)

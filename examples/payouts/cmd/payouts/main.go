@@ -26,7 +26,6 @@ import (
 	"github.com/outflow-dev/outflow/events/outbox"
 	"github.com/outflow-dev/outflow/examples/payouts"
 	"github.com/outflow-dev/outflow/forwarder"
-	"github.com/outflow-dev/outflow/migrations"
 )
 
 func main() {
@@ -59,9 +58,6 @@ func run(ctx context.Context, args []string) error {
 	defer pool.Close()
 	db := stdlib.OpenDBFromPool(pool)
 	defer db.Close()
-	if _, err := migrations.Up(ctx, db); err != nil {
-		return err
-	}
 	if err := payouts.Migrate(ctx, db); err != nil {
 		return err
 	}
