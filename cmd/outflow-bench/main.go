@@ -42,7 +42,7 @@ func main() {
 
 func run(ctx context.Context, args []string) error {
 	if len(args) == 0 {
-		return fmt.Errorf("usage: outflow-bench pay|writepath|forward|claim-dead|pipeline|brokers|history|webhooks [flags]")
+		return fmt.Errorf("usage: outflow-bench pay|writepath|forward|claim-dead|pipeline|brokers|history|webhooks|footprint [flags]")
 	}
 	dbURL := os.Getenv("BENCH_DATABASE_URL")
 	if dbURL == "" {
@@ -192,6 +192,20 @@ func run(ctx context.Context, args []string) error {
 		}
 		return bench.History(ctx, bench.HistoryConfig{DatabaseURL: dbURL, RedisURL: redisURL(), Processed: *processed,
 			Aggregates: *aggregates, Backlog: *backlog, Rounds: *rounds, Out: os.Stdout})
+	case "footprint":
+		fs := flag.NewFlagSet("footprint", flag.ContinueOnError)
+		runs := fs.Int("runs", 10, "starts of each service")
+		if err := fs.Parse(args[1:]); err != nil {
+			return err
+		}
+		if *runs < 1 {
+			return fmt.Errorf("invalid -runs: must be positive")
+		}
+		redisURL := os.Getenv("REDIS_URL")
+		if redisURL == "" {
+			redisURL = "redis://127.0.0.1:6379/0"
+		}
+		return bench.Footprint(ctx, bench.FootprintConfig{DatabaseURL: dbURL, RedisURL: redisURL, Runs: *runs, Out: os.Stdout})
 	case "webhooks":
 		fs := flag.NewFlagSet("webhooks", flag.ContinueOnError)
 		rate := fs.Int("rate", 500, "deliveries recorded per second")
