@@ -22,6 +22,7 @@ import (
 	"golang.org/x/sync/errgroup"
 
 	"github.com/outflow-dev/outflow/brokers"
+	_ "github.com/outflow-dev/outflow/brokers/redis" // the one backend this service links
 	"github.com/outflow-dev/outflow/consumer"
 	"github.com/outflow-dev/outflow/events/outbox"
 	"github.com/outflow-dev/outflow/examples/payouts"
