@@ -43,6 +43,7 @@ func run(ctx context.Context, args []string) error {
 	dbURL := fs.String("database-url", envOr("DATABASE_URL", "postgres://postgres@127.0.0.1:5432/outflow?sslmode=disable"), "PostgreSQL URL")
 	redisURL := fs.String("redis-url", envOr("REDIS_URL", "redis://127.0.0.1:6379/0"), "Redis URL (the broker)")
 	addr := fs.String("addr", ":8090", "HTTP listen address")
+	migrate := fs.Bool("migrate", true, "apply the migrations at start (false: a separate step ran them)")
 	migrateOnly := fs.Bool("migrate-only", false, "apply the migrations and exit")
 	if err := fs.Parse(args); err != nil {
 		return err
@@ -59,8 +60,10 @@ func run(ctx context.Context, args []string) error {
 	defer pool.Close()
 	db := stdlib.OpenDBFromPool(pool)
 	defer db.Close()
-	if err := payouts.Migrate(ctx, db); err != nil {
-		return err
+	if *migrate || *migrateOnly {
+		if err := payouts.Migrate(ctx, db); err != nil {
+			return err
+		}
 	}
 	if *migrateOnly {
 		return nil
