@@ -17,6 +17,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/outflow-dev/outflow/app"
+	"github.com/outflow-dev/outflow/app/apikey"
 	"github.com/outflow-dev/outflow/app/httpapi"
 	appmigrations "github.com/outflow-dev/outflow/app/migrations"
 	"github.com/outflow-dev/outflow/app/paymentevents"
@@ -35,20 +36,39 @@ type env struct {
 	url    string
 	pool   *pgxpool.Pool
 	client *http.Client
+	// apiKey is sent as "Authorization: Bearer <apiKey>" unless a request
+	// sets that header itself: an admin key, as setup makes it.
+	apiKey string
 }
 
 func setup(t *testing.T) *env {
+	t.Helper()
+	return setupWith(t, httpapi.Config{})
+}
+
+// setupWith is setup with cfg's options (Service and Pool are set here).
+func setupWith(t *testing.T, cfg httpapi.Config) *env {
 	t.Helper()
 	s := outflowtest.NewSchema(t, appmigrations.Set())
 	w, err := outbox.NewWriter(outbox.Config{Routes: app.Routes})
 	require.NoError(t, err)
 	svc, err := app.NewService(app.Config{Pool: s.Pool, Events: w})
 	require.NoError(t, err)
-	api, err := httpapi.New(httpapi.Config{Service: svc, Pool: s.Pool})
+	cfg.Service, cfg.Pool = svc, s.Pool
+	api, err := httpapi.New(cfg)
 	require.NoError(t, err)
 	srv := httptest.NewServer(api)
 	t.Cleanup(srv.Close)
-	return &env{t: t, url: srv.URL, pool: s.Pool, client: srv.Client()}
+	admin, err := apikey.Create(context.Background(), s.Pool, apikey.New{Name: "test admin"})
+	require.NoError(t, err)
+	return &env{t: t, url: srv.URL, pool: s.Pool, client: srv.Client(), apiKey: admin.Secret}
+}
+
+// as returns a copy of e that sends key.
+func (e *env) as(key string) *env {
+	c := *e
+	c.apiKey = key
+	return &c
 }
 
 type response struct {
@@ -69,6 +89,7 @@ type merchant struct {
 	WebhookURL    string `json:"webhook_url"`
 	WebhookSecret string `json:"webhook_secret"`
 	CreatedAt     string `json:"created_at"`
+	APIKey        string `json:"api_key"`
 }
 
 type paymentJSON struct {
@@ -113,8 +134,14 @@ func (e *env) send(method, path string, body io.Reader, headers map[string]strin
 	if body != nil {
 		req.Header.Set("Content-Type", "application/json")
 	}
+	if e.apiKey != "" {
+		req.Header.Set("Authorization", "Bearer "+e.apiKey)
+	}
 	for k, v := range headers {
 		req.Header.Set(k, v)
+		if v == "" {
+			req.Header.Del(k) // "": send without it
+		}
 	}
 	res, err := e.client.Do(req)
 	if err != nil {
@@ -190,7 +217,7 @@ func (e *env) paidPayment(merchantID string, amount int64) paymentJSON {
 
 // counts is the number of rows of every table a command writes.
 type counts struct {
-	Merchants, Payments, LedgerTransactions, LedgerEntries, Outbox, IdempotencyKeys int
+	Merchants, Payments, LedgerTransactions, LedgerEntries, Outbox, IdempotencyKeys, APIKeys int
 }
 
 func (e *env) counts() counts {
@@ -202,8 +229,9 @@ func (e *env) counts() counts {
 		(SELECT count(*) FROM ledger_transactions),
 		(SELECT count(*) FROM ledger_entries),
 		(SELECT count(*) FROM outbox),
-		(SELECT count(*) FROM idempotency_keys)`).
-		Scan(&c.Merchants, &c.Payments, &c.LedgerTransactions, &c.LedgerEntries, &c.Outbox, &c.IdempotencyKeys)
+		(SELECT count(*) FROM idempotency_keys),
+		(SELECT count(*) FROM api_keys)`).
+		Scan(&c.Merchants, &c.Payments, &c.LedgerTransactions, &c.LedgerEntries, &c.Outbox, &c.IdempotencyKeys, &c.APIKeys)
 	require.NoError(e.t, err)
 	return c
 }
@@ -580,7 +608,7 @@ func TestHappyPath(t *testing.T) {
 	require.EqualValues(t, 10000, rows[3].Payload["refunded_amount"])
 
 	c := e.counts()
-	require.Equal(t, counts{Merchants: 1, Payments: 1, LedgerTransactions: 3, LedgerEntries: 6, Outbox: 4}, c)
+	require.Equal(t, counts{Merchants: 1, Payments: 1, LedgerTransactions: 3, LedgerEntries: 6, Outbox: 4, APIKeys: 2}, c, "API keys: the test's admin and the merchant's")
 
 	ctx := context.Background()
 	ltRows, err := e.pool.Query(ctx, `
@@ -700,7 +728,11 @@ func TestIdempotentCreateMerchantReplaysSecret(t *testing.T) {
 	second := e.post("/v1/merchants", body, "merchant-key")
 	require.Equal(t, http.StatusCreated, second.Status, "body: %s", second.Body)
 	require.Equal(t, "true", second.Header.Get("Idempotent-Replayed"))
-	require.Equal(t, string(first.Body), string(second.Body))
+	m1, m2 := decode[merchant](t, first), decode[merchant](t, second)
+	require.NotEmpty(t, m1.APIKey)
+	require.Empty(t, m2.APIKey, "the merchant's API key is shown once, and not stored: %s", second.Body)
+	m1.APIKey = ""
+	require.Equal(t, m1, m2)
 	require.Equal(t, 1, e.counts().Merchants)
 }
 
@@ -947,7 +979,7 @@ func TestTraceparentAndCorrelationID(t *testing.T) {
 
 func TestHealthAndReadiness(t *testing.T) {
 	t.Parallel()
-	e := setup(t)
+	e := setup(t).as("") // probes carry no API key
 	for _, path := range []string{"/healthz", "/readyz"} {
 		r := e.get(path)
 		require.Equal(t, http.StatusOK, r.Status, "%s: %s", path, r.Body)
@@ -969,7 +1001,7 @@ func TestReadinessFailsWithoutDatabase(t *testing.T) {
 	require.NoError(t, err)
 	srv := httptest.NewServer(api)
 	t.Cleanup(srv.Close)
-	e := &env{t: t, url: srv.URL, pool: s.Pool, client: srv.Client()}
+	e := &env{t: t, url: srv.URL, pool: s.Pool, client: srv.Client()} // no key: /readyz and /healthz are open
 
 	requireError(t, e.get("/readyz"), http.StatusServiceUnavailable, "database_unavailable", "")
 	r := e.get("/healthz")

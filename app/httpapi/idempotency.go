@@ -22,9 +22,19 @@ const (
 // another request.
 var errKeyReused = errors.New("idempotency key reused with another request")
 
+// replayer is a response that holds something shown once (a new API key):
+// what replay returns is stored for an Idempotency-Key instead, and is
+// what a replayed request gets.
+type replayer interface {
+	replay() any
+}
+
 // command runs fn in one transaction and writes its result with status. With
 // an Idempotency-Key, the key and the response are stored in that same
-// transaction, so they exist exactly when the effect committed.
+// transaction, so they exist exactly when the effect committed. A key
+// belongs to the API key that sent it: the same Idempotency-Key from
+// another API key is another request, and never replays this one's
+// response.
 func (a *API) command(w http.ResponseWriter, r *http.Request, in any, status int,
 	fn func(context.Context, pgx.Tx) (any, error),
 ) {
@@ -32,6 +42,13 @@ func (a *API) command(w http.ResponseWriter, r *http.Request, in any, status int
 	key := r.Header.Get(idempotencyHeader)
 	if len(key) > maxKeyLen {
 		writeError(w, http.StatusBadRequest, "invalid_header", fmt.Sprintf("%s: at most %d characters", idempotencyHeader, maxKeyLen), idempotencyHeader)
+		return
+	}
+	owner, ok := principal(ctx)
+	if !ok && key != "" {
+		// Unreachable: every command route is authenticated. Refusing is the
+		// safe answer should that change, rather than sharing keys.
+		writeError(w, http.StatusUnauthorized, "unauthorized", "a valid API key is required: Authorization: Bearer <key>", "")
 		return
 	}
 	var (
@@ -44,7 +61,7 @@ func (a *API) command(w http.ResponseWriter, r *http.Request, in any, status int
 			if err != nil {
 				return err
 			}
-			stored, code, ok, err := claimKey(ctx, tx, key, hash)
+			stored, code, ok, err := claimKey(ctx, tx, owner.ID, key, hash)
 			if err != nil {
 				return err
 			}
@@ -60,10 +77,16 @@ func (a *API) command(w http.ResponseWriter, r *http.Request, in any, status int
 		if body, err = json.Marshal(out); err != nil {
 			return fmt.Errorf("encode response: %w", err)
 		}
-		if key != "" {
-			return saveResponse(ctx, tx, key, status, body)
+		if key == "" {
+			return nil
 		}
-		return nil
+		stored := body
+		if rp, ok := out.(replayer); ok {
+			if stored, err = json.Marshal(rp.replay()); err != nil {
+				return fmt.Errorf("encode response: %w", err)
+			}
+		}
+		return saveResponse(ctx, tx, owner.ID, key, status, stored)
 	})
 	switch {
 	case errors.Is(err, errKeyReused):
@@ -96,10 +119,10 @@ func requestHash(r *http.Request, in any) ([]byte, error) {
 // claimKey inserts the key's row or, if the key exists, returns its stored
 // response. The INSERT waits on the unique index while another transaction
 // holds the same key, so concurrent retries serialize behind the first.
-func claimKey(ctx context.Context, tx pgx.Tx, key string, hash []byte) (body []byte, status int, found bool, err error) {
+func claimKey(ctx context.Context, tx pgx.Tx, owner, key string, hash []byte) (body []byte, status int, found bool, err error) {
 	tag, err := tx.Exec(ctx, `
-		INSERT INTO idempotency_keys (key, request_hash, status_code, response_body) VALUES ($1, $2, 0, '')
-		ON CONFLICT (key) DO NOTHING`, key, hash)
+		INSERT INTO idempotency_keys (api_key_id, key, request_hash, status_code, response_body) VALUES ($1, $2, $3, 0, '')
+		ON CONFLICT (api_key_id, key) DO NOTHING`, owner, key, hash)
 	if err != nil {
 		return nil, 0, false, fmt.Errorf("claim idempotency key: %w", err)
 	}
@@ -107,7 +130,7 @@ func claimKey(ctx context.Context, tx pgx.Tx, key string, hash []byte) (body []b
 		return nil, 0, false, nil
 	}
 	var storedHash []byte
-	err = tx.QueryRow(ctx, `SELECT request_hash, status_code, response_body FROM idempotency_keys WHERE key = $1`, key).
+	err = tx.QueryRow(ctx, `SELECT request_hash, status_code, response_body FROM idempotency_keys WHERE api_key_id = $1 AND key = $2`, owner, key).
 		Scan(&storedHash, &status, &body)
 	if err != nil {
 		return nil, 0, false, fmt.Errorf("read idempotency key: %w", err)
@@ -118,8 +141,9 @@ func claimKey(ctx context.Context, tx pgx.Tx, key string, hash []byte) (body []b
 	return body, status, true, nil
 }
 
-func saveResponse(ctx context.Context, tx pgx.Tx, key string, status int, body []byte) error {
-	_, err := tx.Exec(ctx, `UPDATE idempotency_keys SET status_code = $2, response_body = $3 WHERE key = $1`, key, status, body)
+func saveResponse(ctx context.Context, tx pgx.Tx, owner, key string, status int, body []byte) error {
+	_, err := tx.Exec(ctx, `UPDATE idempotency_keys SET status_code = $3, response_body = $4 WHERE api_key_id = $1 AND key = $2`,
+		owner, key, status, body)
 	if err != nil {
 		return fmt.Errorf("save idempotent response: %w", err)
 	}

@@ -102,9 +102,9 @@ func (k *KeyExpiry) Run(ctx context.Context) error {
 // not visible to it: its row commits with the command.
 const expireKeysSQL = `
 WITH scan AS (
-    SELECT key FROM idempotency_keys WHERE created_at < $1 ORDER BY created_at LIMIT $2
+    SELECT api_key_id, key FROM idempotency_keys WHERE created_at < $1 ORDER BY created_at LIMIT $2
 ), del AS (
-    DELETE FROM idempotency_keys k USING scan s WHERE k.key = s.key RETURNING 1
+    DELETE FROM idempotency_keys k USING scan s WHERE (k.api_key_id, k.key) = (s.api_key_id, s.key) RETURNING 1
 )
 SELECT (SELECT count(*) FROM scan), (SELECT count(*) FROM del)`
 

@@ -109,3 +109,28 @@ func TestKeyExpiryConfigValidation(t *testing.T) {
 		})
 	}
 }
+
+// The same Idempotency-Key value from two API keys is two rows; expiring
+// the old one leaves the other's alone.
+func TestKeyExpiryDeletesPerAPIKey(t *testing.T) {
+	t.Parallel()
+	e := setup(t)
+	ctx := context.Background()
+	m := e.createMerchant()
+	mk := e.as(m.APIKey)
+	body := map[string]any{"merchant_id": m.ID, "amount": 500, "currency": "EUR"}
+	for _, c := range []*env{e, mk} {
+		r := c.post("/v1/payments", body, "shared")
+		require.Equal(t, http.StatusCreated, r.Status, "body: %s", r.Body)
+	}
+	require.Equal(t, 2, e.counts().IdempotencyKeys)
+	_, err := e.pool.Exec(ctx, `UPDATE idempotency_keys SET created_at = now() - interval '2 days'
+		WHERE api_key_id = (SELECT id FROM api_keys WHERE merchant_id IS NULL)`)
+	require.NoError(t, err)
+	n, err := newKeyExpiry(t, e, 10).PurgeOnce(ctx)
+	require.NoError(t, err)
+	require.Equal(t, 1, n)
+	require.Equal(t, 1, e.counts().IdempotencyKeys, "the merchant key's row is young: kept")
+	r := mk.post("/v1/payments", body, "shared")
+	require.Equal(t, "true", r.Header.Get("Idempotent-Replayed"))
+}

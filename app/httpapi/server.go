@@ -3,6 +3,7 @@ package httpapi
 import (
 	"context"
 	"errors"
+	"fmt"
 	"log/slog"
 	"net/http"
 	"time"
@@ -12,6 +13,7 @@ import (
 	"github.com/jackc/pgx/v5/pgxpool"
 
 	"github.com/outflow-dev/outflow/app"
+	"github.com/outflow-dev/outflow/app/apikey"
 	"github.com/outflow-dev/outflow/events"
 )
 
@@ -26,6 +28,9 @@ type Config struct {
 	Pool *pgxpool.Pool
 	// Logger defaults to slog.Default().
 	Logger *slog.Logger
+	// RateLimit is each API key's token bucket; the zero value is no limit.
+	// `outflow serve` sets [DefaultRateLimit] unless told otherwise.
+	RateLimit RateLimit
 }
 
 // API is the HTTP handler of the payments service.
@@ -34,6 +39,7 @@ type API struct {
 	pool   *pgxpool.Pool
 	logger *slog.Logger
 	mux    *http.ServeMux
+	limits *limiters // nil: no rate limit
 }
 
 // New returns the API handler.
@@ -41,10 +47,16 @@ func New(cfg Config) (*API, error) {
 	if cfg.Service == nil || cfg.Pool == nil {
 		return nil, errors.New("httpapi config: Service and Pool are required")
 	}
+	if err := cfg.RateLimit.validate(); err != nil {
+		return nil, fmt.Errorf("httpapi config: %w", err)
+	}
 	if cfg.Logger == nil {
 		cfg.Logger = slog.Default()
 	}
 	a := &API{svc: cfg.Service, pool: cfg.Pool, logger: cfg.Logger, mux: http.NewServeMux()}
+	if cfg.RateLimit.enabled() {
+		a.limits = newLimiters(cfg.RateLimit, time.Now)
+	}
 	a.routes()
 	return a, nil
 }
@@ -55,6 +67,7 @@ func (a *API) routes() {
 	a.handle("/v1/merchants", http.MethodPost, a.createMerchant)
 	a.handle("/v1/merchants/{id}", http.MethodGet, a.getMerchant)
 	a.handle("/v1/merchants/{id}/stats", http.MethodGet, a.getMerchantStats)
+	a.handle("/v1/merchants/{id}/api_keys", http.MethodPost, a.createMerchantKey)
 	a.handle("/v1/payments", http.MethodPost, a.createPayment)
 	a.handle("/v1/payments/{id}", http.MethodGet, a.getPayment)
 	a.handle("/v1/payments/{id}/pay", http.MethodPost, a.pay)
@@ -93,7 +106,11 @@ func (a *API) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		ctx = events.WithTraceparent(ctx, tp)
 	}
 	rec := &statusRecorder{ResponseWriter: w, status: http.StatusOK}
-	a.mux.ServeHTTP(rec, r.WithContext(ctx))
+	if openPaths[r.URL.Path] {
+		a.mux.ServeHTTP(rec, r.WithContext(ctx))
+	} else {
+		a.authenticate(rec, r.WithContext(ctx), a.mux)
+	}
 	a.logger.LogAttrs(ctx, slog.LevelDebug, "http request",
 		slog.String("method", r.Method), slog.String("path", r.URL.Path),
 		slog.Int("status", rec.status), slog.Duration("duration", time.Since(start)),
@@ -126,16 +143,30 @@ func (a *API) readyz(w http.ResponseWriter, r *http.Request) {
 }
 
 func (a *API) createMerchant(w http.ResponseWriter, r *http.Request) {
+	if !a.requireAdmin(w, r) {
+		return
+	}
 	var in app.NewMerchant
 	if !decodeBody(w, r, &in, true) {
 		return
 	}
 	a.command(w, r, in, http.StatusCreated, func(ctx context.Context, tx pgx.Tx) (any, error) {
-		return a.svc.CreateMerchantTx(ctx, tx, in)
+		m, err := a.svc.CreateMerchantTx(ctx, tx, in)
+		if err != nil {
+			return nil, err
+		}
+		key, err := apikey.Create(ctx, tx, apikey.New{MerchantID: m.ID})
+		if err != nil {
+			return nil, err
+		}
+		return createdMerchant{CreatedMerchant: m, APIKey: key.Secret}, nil
 	})
 }
 
 func (a *API) getMerchant(w http.ResponseWriter, r *http.Request) {
+	if !a.requireMerchant(w, r) {
+		return
+	}
 	m, err := a.svc.GetMerchant(r.Context(), r.PathValue("id"))
 	if err != nil {
 		a.writeAppError(w, r, err)
@@ -145,6 +176,9 @@ func (a *API) getMerchant(w http.ResponseWriter, r *http.Request) {
 }
 
 func (a *API) getMerchantStats(w http.ResponseWriter, r *http.Request) {
+	if !a.requireMerchant(w, r) {
+		return
+	}
 	st, err := a.svc.GetMerchantStats(r.Context(), r.PathValue("id"))
 	if err != nil {
 		a.writeAppError(w, r, err)
@@ -159,12 +193,18 @@ func (a *API) createPayment(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	a.command(w, r, in, http.StatusCreated, func(ctx context.Context, tx pgx.Tx) (any, error) {
+		if err := a.mayPayTo(ctx, in); err != nil {
+			return nil, err
+		}
 		return a.svc.CreatePaymentTx(ctx, tx, in)
 	})
 }
 
 func (a *API) getPayment(w http.ResponseWriter, r *http.Request) {
 	p, err := a.svc.GetPayment(r.Context(), r.PathValue("id"))
+	if err == nil && !mayActOn(r.Context(), p.MerchantID) {
+		err = notFoundPayment(p.ID)
+	}
 	if err != nil {
 		a.writeAppError(w, r, err)
 		return
@@ -181,6 +221,9 @@ func (a *API) pay(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	id := r.PathValue("id")
+	if !a.requirePayment(w, r, id) {
+		return
+	}
 	a.command(w, r, in, http.StatusOK, func(ctx context.Context, tx pgx.Tx) (any, error) {
 		return a.svc.PayTx(ctx, tx, id)
 	})
@@ -200,6 +243,9 @@ func (a *API) refund(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	id := r.PathValue("id")
+	if !a.requirePayment(w, r, id) {
+		return
+	}
 	a.command(w, r, in, http.StatusOK, func(ctx context.Context, tx pgx.Tx) (any, error) {
 		return a.svc.RefundTx(ctx, tx, id, in.Amount)
 	})
@@ -211,6 +257,9 @@ func (a *API) cancel(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	id := r.PathValue("id")
+	if !a.requirePayment(w, r, id) {
+		return
+	}
 	a.command(w, r, in, http.StatusOK, func(ctx context.Context, tx pgx.Tx) (any, error) {
 		return a.svc.CancelTx(ctx, tx, id)
 	})

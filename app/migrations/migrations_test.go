@@ -98,9 +98,9 @@ func TestUpgradeFromSingleSet(t *testing.T) {
 		processes     int
 		legacyVersion int
 	}{
-		{"complete", 11, nil, nil, 1, 11},
-		{"stopped after 00007", 7, []int64{8, 10, 11}, []int64{9}, 1, 7},
-		{"stopped after 00003, four processes at once", 3, []int64{4, 5, 8, 10, 11}, []int64{6, 7, 9}, 4, 3},
+		{"complete", 11, nil, []int64{12}, 1, 11},
+		{"stopped after 00007", 7, []int64{8, 10, 11}, []int64{9, 12}, 1, 7},
+		{"stopped after 00003, four processes at once", 3, []int64{4, 5, 8, 10, 11}, []int64{6, 7, 9, 12}, 4, 3},
 	} {
 		t.Run(tt.name, func(t *testing.T) {
 			t.Parallel()
@@ -137,6 +137,14 @@ func TestUpgradeFromSingleSet(t *testing.T) {
 				cols := columns(t, rows)
 				require.Equal(t, project(t, rows, cols), project(t, after[table], cols), "every row of %s survives", table)
 			}
+			// The Idempotency-Keys stored before API keys existed belong to a
+			// placeholder key, revoked: no request can replay them.
+			var legacyKeys, ownedByRevoked int
+			require.NoError(t, s.Pool.QueryRow(ctx, `SELECT count(*), count(*) FILTER (WHERE a.revoked_at IS NOT NULL AND a.prefix = 'legacy')
+				FROM idempotency_keys k JOIN api_keys a ON a.id = k.api_key_id`).Scan(&legacyKeys, &ownedByRevoked))
+			require.Equal(t, len(before["idempotency_keys"]), legacyKeys)
+			require.Equal(t, legacyKeys, ownedByRevoked)
+
 			var legacyRows int
 			require.NoError(t, s.Pool.QueryRow(ctx, `SELECT count(*) FROM `+migrations.LegacyVersionTable+` WHERE version_id > 0`).Scan(&legacyRows))
 			require.Equal(t, tt.legacyVersion, legacyRows)
@@ -212,7 +220,7 @@ func TestDownPerSet(t *testing.T) {
 		}
 		rolled = append(rolled, r.Version)
 	}
-	require.Equal(t, []int64{9, 7, 6, 3, 2}, rolled)
+	require.Equal(t, []int64{12, 9, 7, 6, 3, 2}, rolled)
 	rows, err := schemadump.Rows(ctx, s.Pool, s.Name)
 	require.NoError(t, err)
 	tables := make([]string, 0, len(rows))
@@ -226,5 +234,5 @@ func TestDownPerSet(t *testing.T) {
 
 	rs, err := appmigrations.Up(ctx, db)
 	require.NoError(t, err)
-	require.Len(t, rs, 5)
+	require.Len(t, rs, 6)
 }
