@@ -150,6 +150,7 @@ func TestServeDrainsOnSIGTERM(t *testing.T) {
 	}
 	req, err := http.NewRequestWithContext(context.Background(), http.MethodPost, base+"/v1/merchants", body)
 	require.NoError(t, err)
+	req.Header.Set("Authorization", "Bearer "+createKey(t, s.URL, "--admin"))
 	req.ContentLength = int64(len(body.first) + len(body.rest))
 	// The body is sent only once the handler reads it (100 Continue): when
 	// body.started fires, the request is in flight on the server.

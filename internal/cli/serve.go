@@ -37,6 +37,7 @@ func newServeCmd(e *env) *cobra.Command {
 	}
 	fwd := addForwardFlags(cmd.Flags())
 	wrk := addWorkerFlags(cmd.Flags(), true)
+	rl := addRateLimitFlags(cmd.Flags())
 	cmd.RunE = func(cmd *cobra.Command, _ []string) error {
 		if len(roles) == 0 {
 			return fmt.Errorf("invalid --roles: give at least one of %s", strings.Join(knownRoles, ", "))
@@ -53,6 +54,10 @@ func newServeCmd(e *env) *cobra.Command {
 			return err
 		}
 		if err := fwd.validate(); err != nil {
+			return err
+		}
+		limit, err := rl.load()
+		if err != nil {
 			return err
 		}
 		wrk.streamPartitions = fwd.streamPartitions
@@ -89,7 +94,7 @@ func newServeCmd(e *env) *cobra.Command {
 		}
 		if slices.Contains(roles, "api") {
 			runs = append(runs, func(ctx context.Context) error {
-				return serve(ctx, cfg.DatabaseURL, cfg.HTTPAddr, shutdownTimeout, keyTTL, wake, reg, logger)
+				return serve(ctx, cfg.DatabaseURL, cfg.HTTPAddr, shutdownTimeout, keyTTL, limit, wake, reg, logger)
 			})
 		}
 		errs := make(chan error, len(runs))
@@ -111,7 +116,9 @@ func newServeCmd(e *env) *cobra.Command {
 
 // serve runs the HTTP API; wake, when not nil, is called after each command
 // commits (the forwarder of the same process: no poll to wait for).
-func serve(ctx context.Context, dbURL, addr string, shutdownTimeout, keyTTL time.Duration, wake func(), reg *prometheus.Registry, logger *slog.Logger) error {
+func serve(ctx context.Context, dbURL, addr string, shutdownTimeout, keyTTL time.Duration, limit httpapi.RateLimit,
+	wake func(), reg *prometheus.Registry, logger *slog.Logger,
+) error {
 	pool, err := openPool(ctx, dbURL)
 	if err != nil {
 		return err
@@ -126,7 +133,7 @@ func serve(ctx context.Context, dbURL, addr string, shutdownTimeout, keyTTL time
 	if err != nil {
 		return err
 	}
-	api, err := httpapi.New(httpapi.Config{Service: svc, Pool: pool, Logger: logger})
+	api, err := httpapi.New(httpapi.Config{Service: svc, Pool: pool, Logger: logger, RateLimit: limit})
 	if err != nil {
 		return err
 	}

@@ -1,7 +1,6 @@
 package cli_test
 
 import (
-	"bytes"
 	"context"
 	"encoding/json"
 	"fmt"
@@ -48,10 +47,11 @@ func TestServeWakesItsForwarderAfterEachCommand(t *testing.T) {
 		resp.Body.Close()
 		return resp.StatusCode == http.StatusOK
 	})
+	key := createKey(t, s.URL, "--admin")
 	post := func(path string, body any) map[string]any {
 		b, err := json.Marshal(body)
 		require.NoError(t, err)
-		resp, err := http.Post(base+path, "application/json", bytes.NewReader(b))
+		resp, err := http.DefaultClient.Do(authedRequest(t, http.MethodPost, base+path, key, b))
 		require.NoError(t, err)
 		defer resp.Body.Close()
 		require.Less(t, resp.StatusCode, 300, "POST %s: %s", path, stderr.String())
