@@ -17,6 +17,8 @@
 #   RATE       payments started per second (unpaced; CHAOS: 100, so the load
 #              outlasts the chaos)
 #   ROUNDS     chaos rounds (3)
+#   RATE_LIMIT the API's per-key rate limit (0: off, as the demo measures
+#              what one merchant can push through; production keeps it on)
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
@@ -30,6 +32,7 @@ else
 fi
 ROUNDS=${ROUNDS:-3}
 export HTTP_ADDR=${HTTP_ADDR:-127.0.0.1:8080}
+export RATE_LIMIT=${RATE_LIMIT:-0}
 BIN=bin/outflow
 
 say() { printf 'demo: %s\n' "$*"; }
@@ -48,6 +51,16 @@ fi
 scripts/services.sh up $services
 go build -o "$BIN" ./cmd/outflow
 "$BIN" migrate up
+# The demo's admin key (stdout holds the key alone; stderr says its id): it
+# creates the merchant, whose own key, from the creation's response, then
+# drives the payments. Revoked when the run ends well (an interrupted run
+# leaves it in this development database, named make-demo).
+key_info=$(mktemp -t outflow-demo-key.XXXXXX)
+OUTFLOW_API_KEY=$("$BIN" apikey create --admin --name make-demo 2>"$key_info")
+export OUTFLOW_API_KEY
+key_id=$(awk '/^created API key/ {print $4}' "$key_info")
+rm -f "$key_info"
+revoke_key() { [ -z "$key_id" ] || "$BIN" apikey revoke "$key_id" >/dev/null; }
 
 wait_ready() { # pid log
 	for _ in $(seq 1 100); do
@@ -75,6 +88,7 @@ if [ -z "$CHAOS" ]; then
 	kill -TERM "$pid"
 	wait "$pid" && say "service drained and stopped cleanly (log: $log)"
 	trap - EXIT
+	revoke_key
 	exit 0
 fi
 
@@ -220,4 +234,5 @@ redis-cli -p "$redis_port" shutdown nosave >/dev/null 2>&1 || true
 wait "${pids[redis]}" 2>/dev/null || true
 unset "pids[redis]"
 [ "$status" = 0 ] && say "all stopped cleanly (logs: $logs)"
+revoke_key
 exit "$status"

@@ -17,6 +17,7 @@ import (
 	"github.com/jackc/pgx/v5/stdlib"
 
 	"github.com/outflow-dev/outflow/app"
+	"github.com/outflow-dev/outflow/app/apikey"
 	appmigrations "github.com/outflow-dev/outflow/app/migrations"
 	"github.com/outflow-dev/outflow/events/outbox"
 	"github.com/outflow-dev/outflow/migrations"
@@ -118,6 +119,7 @@ type wpSchema struct {
 	svc       *app.Service
 	merchants []string
 	begin     pgx.TxOptions
+	apiKeyID  string // the owner of the Idempotency-Keys, as the API's caller would be
 }
 
 // WritePath measures what each component of a producer's transaction costs:
@@ -201,6 +203,11 @@ func WritePath(ctx context.Context, cfg WritePathConfig) error {
 					return fmt.Errorf("%s: %w", q, err)
 				}
 			}
+			k, err := apikey.Create(ctx, tx, apikey.New{Name: "bench"})
+			if err != nil {
+				return err
+			}
+			s.apiKeyID = k.ID
 			n := 1
 			if v.merchantPerClient {
 				n = maxClients
@@ -372,8 +379,8 @@ func runWritePath(ctx context.Context, pool *pgxpool.Pool, s *wpSchema, ids []st
 						// saveResponse, around the command.
 						key = uuid.NewString()
 						if _, err := tx.Exec(ctx, `
-							INSERT INTO idempotency_keys (key, request_hash, status_code, response_body) VALUES ($1, $2, 0, '')
-							ON CONFLICT (key) DO NOTHING`, key, []byte("0123456789abcdef0123456789abcdef")); err != nil {
+							INSERT INTO idempotency_keys (api_key_id, key, request_hash, status_code, response_body) VALUES ($1, $2, $3, 0, '')
+							ON CONFLICT (api_key_id, key) DO NOTHING`, s.apiKeyID, key, []byte("0123456789abcdef0123456789abcdef")); err != nil {
 							return err
 						}
 					}
@@ -386,8 +393,8 @@ func runWritePath(ctx context.Context, pool *pgxpool.Pool, s *wpSchema, ids []st
 					if err != nil || key == "" {
 						return err
 					}
-					_, err = tx.Exec(ctx, `UPDATE idempotency_keys SET status_code = $2, response_body = $3 WHERE key = $1`,
-						key, 200, []byte(`{"id":"0193e4a5-7b1c-7d2e-8f3a-1b2c3d4e5f60","status":"paid"}`))
+					_, err = tx.Exec(ctx, `UPDATE idempotency_keys SET status_code = $3, response_body = $4 WHERE api_key_id = $1 AND key = $2`,
+						s.apiKeyID, key, 200, []byte(`{"id":"0193e4a5-7b1c-7d2e-8f3a-1b2c3d4e5f60","status":"paid"}`))
 					return err
 				})
 				local = append(local, time.Since(t0))

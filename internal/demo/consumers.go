@@ -201,11 +201,9 @@ func exceeds(got, want []app.CurrencyStats) bool {
 }
 
 func (c *client) get(ctx context.Context, path string, out any) error {
-	req, err := http.NewRequestWithContext(ctx, http.MethodGet, c.base+path, nil)
-	if err != nil {
-		return err
-	}
-	resp, err := c.http.Do(req)
+	resp, err := c.do(ctx, func() (*http.Request, error) {
+		return http.NewRequestWithContext(ctx, http.MethodGet, c.base+path, nil)
+	})
 	if err != nil {
 		return fmt.Errorf("GET %s: %w", path, err)
 	}

@@ -6,10 +6,12 @@ import (
 	"bytes"
 	"context"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"io"
 	"math/rand/v2"
 	"net/http"
+	"strconv"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -26,6 +28,10 @@ type Config struct {
 	Payments int
 	// Concurrency is how many clients drive the API. Defaults to 8.
 	Concurrency int
+	// APIKey is an admin key of the API (`outflow apikey create --admin`):
+	// it creates the demo's merchant, whose own key, from the creation's
+	// response, then drives the payments. Required.
+	APIKey string
 	// Pool reads the outbox for the report. Required.
 	Pool *pgxpool.Pool
 	// Out receives the progress and the report.
@@ -53,7 +59,10 @@ func Run(ctx context.Context, cfg Config) error {
 	if cfg.Concurrency <= 0 {
 		cfg.Concurrency = 8
 	}
-	c := &client{base: cfg.APIURL, http: &http.Client{Timeout: 10 * time.Second}, times: &requestTimes{}}
+	if cfg.APIKey == "" {
+		return errors.New("demo: an admin API key is required (outflow apikey create --admin)")
+	}
+	c := &client{base: cfg.APIURL, key: cfg.APIKey, http: &http.Client{Timeout: 10 * time.Second}, times: &requestTimes{}}
 
 	var since time.Time
 	if err := cfg.Pool.QueryRow(ctx, `SELECT now()`).Scan(&since); err != nil {
@@ -68,6 +77,7 @@ func Run(ctx context.Context, cfg Config) error {
 	var merchant struct {
 		ID     string `json:"id"`
 		Secret string `json:"webhook_secret"`
+		APIKey string `json:"api_key"`
 	}
 	if err := c.post(ctx, "/v1/merchants", map[string]string{
 		"name": "Demo Coffee " + uuid.NewString()[:8], "webhook_url": rcv.url,
@@ -77,6 +87,8 @@ func Run(ctx context.Context, cfg Config) error {
 	rcv.mu.Lock()
 	rcv.secret = merchant.Secret
 	rcv.mu.Unlock()
+	// From here on the demo is the merchant, as an integration would be.
+	c = c.as(merchant.APIKey)
 
 	start := time.Now()
 	stopProgress := progress(ctx, cfg, since)
@@ -274,8 +286,46 @@ func waitForwarded(ctx context.Context, cfg Config, since, deadline time.Time, t
 
 type client struct {
 	base  string
+	key   string // sent as Authorization: Bearer
 	http  *http.Client
 	times *requestTimes // every POST's duration, for the latency report
+}
+
+// as returns a client that sends key.
+func (c *client) as(key string) *client {
+	cp := *c
+	cp.key = key
+	return &cp
+}
+
+// maxRateLimited bounds the retries of a request the API rate-limited.
+const maxRateLimited = 20
+
+// do sends req, made afresh by newReq for each try, and waits out a 429 as
+// its Retry-After says: a limited request did nothing, so sending it again
+// is safe.
+func (c *client) do(ctx context.Context, newReq func() (*http.Request, error)) (*http.Response, error) {
+	for try := 0; ; try++ {
+		req, err := newReq()
+		if err != nil {
+			return nil, err
+		}
+		req.Header.Set("Authorization", "Bearer "+c.key)
+		resp, err := c.http.Do(req)
+		if err != nil || resp.StatusCode != http.StatusTooManyRequests || try == maxRateLimited {
+			return resp, err
+		}
+		resp.Body.Close()
+		wait := time.Second
+		if s, err := strconv.Atoi(resp.Header.Get("Retry-After")); err == nil && s > 0 {
+			wait = time.Duration(s) * time.Second
+		}
+		select {
+		case <-time.After(wait):
+		case <-ctx.Done():
+			return nil, ctx.Err()
+		}
+	}
 }
 
 func (c *client) post(ctx context.Context, path string, body, out any) error {
@@ -283,24 +333,29 @@ func (c *client) post(ctx context.Context, path string, body, out any) error {
 }
 
 func (c *client) postKey(ctx context.Context, path string, body, out any, key string) error {
-	var r io.Reader = http.NoBody
+	var b []byte
 	if body != nil {
-		b, err := json.Marshal(body)
-		if err != nil {
+		var err error
+		if b, err = json.Marshal(body); err != nil {
 			return err
 		}
-		r = bytes.NewReader(b)
-	}
-	req, err := http.NewRequestWithContext(ctx, http.MethodPost, c.base+path, r)
-	if err != nil {
-		return err
-	}
-	req.Header.Set("Content-Type", "application/json")
-	if key != "" {
-		req.Header.Set("Idempotency-Key", key)
 	}
 	began := time.Now()
-	resp, err := c.http.Do(req)
+	resp, err := c.do(ctx, func() (*http.Request, error) {
+		var r io.Reader = http.NoBody
+		if b != nil {
+			r = bytes.NewReader(b)
+		}
+		req, err := http.NewRequestWithContext(ctx, http.MethodPost, c.base+path, r)
+		if err != nil {
+			return nil, err
+		}
+		req.Header.Set("Content-Type", "application/json")
+		if key != "" {
+			req.Header.Set("Idempotency-Key", key)
+		}
+		return req, nil
+	})
 	if err != nil {
 		return fmt.Errorf("POST %s: %w", path, err)
 	}
