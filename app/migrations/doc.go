@@ -1,5 +1,5 @@
 // Package appmigrations holds the reference payments service's own schema
-// (merchants, payments, the ledger, HTTP idempotency keys, the analytics
+// (merchants, payments, the ledger, HTTP API keys and idempotency keys, the analytics
 // projection and the webhook deliveries), a migration set of its own beside
 // the framework's (package migrations), recorded in app_schema_migrations.
 //
