@@ -44,8 +44,10 @@ func TestServeRunsRetentionForItsRoles(t *testing.T) {
 	redis := outflowtest.StartRedis(t) // the worker's consumer groups stay off the shared server
 	ctx := context.Background()
 	_, err := s.Pool.Exec(ctx, `
-		INSERT INTO idempotency_keys (key, request_hash, status_code, response_body, created_at) VALUES
-		    ('old', '\x00', 201, '{}', now() - interval '25 hours'), ('new', '\x00', 201, '{}', now());
+		INSERT INTO api_keys (id, prefix, key_hash) VALUES ('00000000-0000-0000-0000-0000000000a1', 'ofk_test', sha256('k'));
+		INSERT INTO idempotency_keys (api_key_id, key, request_hash, status_code, response_body, created_at)
+		SELECT '00000000-0000-0000-0000-0000000000a1', k, '\x00', 201, '{}', t
+		FROM (VALUES ('old', now() - interval '25 hours'), ('new', now())) v(k, t);
 		INSERT INTO processed_messages (message_id, consumer, processed_at) VALUES
 		    (gen_random_uuid(), 'sync-analytics', now() - interval '16 days'), (gen_random_uuid(), 'sync-analytics', now());
 		INSERT INTO dead_letters (consumer, message_id, event_type, aggregate_type, aggregate_id, aggregate_version,
