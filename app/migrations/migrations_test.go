@@ -9,6 +9,7 @@ import (
 	"sync"
 	"testing"
 
+	"github.com/jackc/pgx/v5"
 	"github.com/pressly/goose/v3"
 	"github.com/stretchr/testify/require"
 
@@ -235,4 +236,43 @@ func TestDownPerSet(t *testing.T) {
 	rs, err := appmigrations.Up(ctx, db)
 	require.NoError(t, err)
 	require.Len(t, rs, 6)
+}
+
+// 00012 on a database that holds Idempotency-Keys: they are kept, owned by
+// a revoked placeholder key, so no request can replay them. Its Down keeps
+// one row per key value (the newest), which its restored primary key needs.
+func TestAPIKeysMigrationKeepsIdempotencyKeys(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	s := outflowtest.NewSchema(t, appmigrations.Set())
+	db := s.OpenDB(t)
+	_, err := s.Pool.Exec(ctx, `
+		INSERT INTO api_keys (id, prefix, key_hash) VALUES
+		    ('00000000-0000-0000-0000-0000000000a1', 'ofk_a', sha256('a')), ('00000000-0000-0000-0000-0000000000b2', 'ofk_b', sha256('b'));
+		INSERT INTO idempotency_keys (api_key_id, key, request_hash, status_code, response_body, created_at) VALUES
+		    ('00000000-0000-0000-0000-0000000000a1', 'same', '\x01', 201, 'older', now() - interval '1 hour'),
+		    ('00000000-0000-0000-0000-0000000000b2', 'same', '\x02', 201, 'newer', now()),
+		    ('00000000-0000-0000-0000-0000000000b2', 'other', '\x03', 200, 'other', now())`)
+	require.NoError(t, err)
+
+	r, err := appmigrations.Down(ctx, db)
+	require.NoError(t, err)
+	require.Equal(t, int64(12), r.Version)
+	rows, err := s.Pool.Query(ctx, `SELECT key, convert_from(response_body, 'UTF8') FROM idempotency_keys ORDER BY key`)
+	require.NoError(t, err)
+	type row struct{ Key, Body string }
+	got, err := pgx.CollectRows(rows, pgx.RowToStructByPos[row])
+	require.NoError(t, err)
+	require.Equal(t, []row{{"other", "other"}, {"same", "newer"}}, got)
+
+	_, err = appmigrations.Up(ctx, db)
+	require.NoError(t, err)
+	var n, owned int
+	require.NoError(t, s.Pool.QueryRow(ctx, `SELECT count(*), count(*) FILTER (WHERE a.prefix = 'legacy' AND a.revoked_at IS NOT NULL)
+		FROM idempotency_keys k JOIN api_keys a ON a.id = k.api_key_id`).Scan(&n, &owned))
+	require.Equal(t, 2, n, "every row survives the upgrade")
+	require.Equal(t, 2, owned, "owned by the revoked placeholder")
+	var keys int
+	require.NoError(t, s.Pool.QueryRow(ctx, `SELECT count(*) FROM api_keys`).Scan(&keys))
+	require.Equal(t, 1, keys, "the placeholder, and only it")
 }
