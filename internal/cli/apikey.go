@@ -54,7 +54,7 @@ hash is stored.`,
 			if err != nil {
 				return err
 			}
-			fmt.Fprintln(cmd.ErrOrStderr(), "created API key", k.ID, "("+k.Prefix+"...); it is shown once, below")
+			fmt.Fprintln(cmd.ErrOrStderr(), "created API key", k.ID, "("+k.Prefix+"...); the key is on stdout, shown this once")
 			_, err = fmt.Fprintln(cmd.OutOrStdout(), k.Secret)
 			return err
 		}),
