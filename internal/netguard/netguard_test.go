@@ -67,10 +67,10 @@ func TestCheckURL(t *testing.T) {
 		{"https://[::127.0.0.1]/", false, true, "private"},
 		{"https://[64:ff9b::a9fe:a9fe]/", false, true, "private"},
 		{"https://[2002:a9fe:a9fe::]/", false, true, "private"},
-		{"https://2130706433/", false, true, "private"},    // 127.0.0.1 as one number
-		{"https://0x7f.1/", false, true, "private"},        // 127.0.0.1, hex and short
-		{"https://0177.0.0.1/", false, true, "private"},    // octal
-		{"https://0xa9fea9fe/", false, true, "private"},    // 169.254.169.254
+		{"https://2130706433/", false, true, "private"}, // 127.0.0.1 as one number
+		{"https://0x7f.1/", false, true, "private"},     // 127.0.0.1, hex and short
+		{"https://0177.0.0.1/", false, true, "private"}, // octal
+		{"https://0xa9fea9fe/", false, true, "private"}, // 169.254.169.254
 		{"https://localhost/", false, true, "private"},
 		{"https://LOCALHOST./", false, true, "private"},
 		{"https://api.localhost:8080/", false, true, "private"},
@@ -136,7 +136,9 @@ func FuzzCheckURL(f *testing.F) {
 // resolves privately, as DNS rebinding would make it.
 type fakeResolver []netip.Addr
 
-func (r fakeResolver) LookupNetIP(context.Context, string, string) ([]netip.Addr, error) { return r, nil }
+func (r fakeResolver) LookupNetIP(context.Context, string, string) ([]netip.Addr, error) {
+	return r, nil
+}
 
 func TestDialerChecksResolvedAddresses(t *testing.T) {
 	t.Parallel()
