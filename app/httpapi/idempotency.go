@@ -60,10 +60,16 @@ func (a *API) command(w http.ResponseWriter, r *http.Request, in any, status int
 		if body, err = json.Marshal(out); err != nil {
 			return fmt.Errorf("encode response: %w", err)
 		}
-		if key != "" {
-			return saveResponse(ctx, tx, key, status, body)
+		if key == "" {
+			return nil
 		}
-		return nil
+		stored := body
+		if once, ok := out.(shownOnce); ok {
+			if stored, err = json.Marshal(once.replay()); err != nil {
+				return fmt.Errorf("encode response: %w", err)
+			}
+		}
+		return saveResponse(ctx, tx, key, status, stored)
 	})
 	switch {
 	case errors.Is(err, errKeyReused):

@@ -55,6 +55,7 @@ func (a *API) routes() {
 	a.handle("/v1/merchants", http.MethodPost, a.createMerchant)
 	a.handle("/v1/merchants/{id}", http.MethodGet, a.getMerchant)
 	a.handle("/v1/merchants/{id}/stats", http.MethodGet, a.getMerchantStats)
+	a.handle("/v1/merchants/{id}/webhook_secret/rotate", http.MethodPost, a.rotateWebhookSecret)
 	a.handle("/v1/payments", http.MethodPost, a.createPayment)
 	a.handle("/v1/payments/{id}", http.MethodGet, a.getPayment)
 	a.handle("/v1/payments/{id}/pay", http.MethodPost, a.pay)
@@ -131,7 +132,8 @@ func (a *API) createMerchant(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	a.command(w, r, in, http.StatusCreated, func(ctx context.Context, tx pgx.Tx) (any, error) {
-		return a.svc.CreateMerchantTx(ctx, tx, in)
+		m, err := a.svc.CreateMerchantTx(ctx, tx, in)
+		return createdMerchant{m}, err
 	})
 }
 

@@ -46,6 +46,7 @@ same transaction, and forwards committed events to a broker: never lost, never a
 		newStatsCmd(e),
 		newOutboxCmd(e),
 		newDemoCmd(e),
+		newWebhookSecretsCmd(e),
 		newVersionCmd(),
 	)
 	return root
