@@ -42,8 +42,11 @@ import (
 // Network errors, timeouts, 3xx, 408, 425, 429 and 5xx are retried, after
 // Retry-After when the merchant sends one (capped by BackoffMax), else
 // after the backoff, until MaxAttempts; other 4xx are dead at once, and so
-// is a delivery that cannot be signed (bad secret, merchant gone) or whose
-// URL is not an absolute http(s) URL. An attempt cut short by the Sender's
+// is a delivery that cannot be signed (bad secret, merchant gone), whose
+// URL the policy refuses, or whose host resolves to an address it refuses
+// (see [netguard.Dialer]: every connection is checked on the address it is
+// made to, unless NotifyConfig.AllowPrivate). What an attempt records is a
+// category of its failure, never the network error itself. An attempt cut short by the Sender's
 // shutdown is not recorded and does not count: its lease is released so
 // that the delivery goes out again promptly.
 //
