@@ -3,11 +3,12 @@ package app
 import (
 	"crypto/rand"
 	"encoding/base64"
-	"net/url"
 	"strings"
 	"time"
 	"unicode"
 	"unicode/utf8"
+
+	"github.com/outflow-dev/outflow/internal/netguard"
 )
 
 // Merchant receives webhooks for its payments.
@@ -31,8 +32,12 @@ type CreatedMerchant struct {
 	WebhookSecret string `json:"webhook_secret"`
 }
 
-// Validate checks the input and names the first bad field.
-func (m NewMerchant) Validate() error {
+// Validate checks the input and names the first bad field. The webhook URL
+// must be https and must not point at a private, loopback or link-local
+// address (see [netguard.Policy.CheckURL]).
+func (m NewMerchant) Validate() error { return m.validate(netguard.Policy{}) }
+
+func (m NewMerchant) validate(policy netguard.Policy) error {
 	name := strings.TrimSpace(m.Name)
 	switch {
 	case name == "":
@@ -46,9 +51,8 @@ func (m NewMerchant) Validate() error {
 	case m.WebhookURL == "":
 		return &ValidationError{Field: "webhook_url", Message: "is required"}
 	}
-	u, err := url.Parse(m.WebhookURL)
-	if err != nil || (u.Scheme != "http" && u.Scheme != "https") || u.Host == "" || u.User != nil {
-		return &ValidationError{Field: "webhook_url", Message: "must be an absolute http or https URL without credentials"}
+	if _, err := policy.CheckURL(m.WebhookURL); err != nil {
+		return &ValidationError{Field: "webhook_url", Message: err.Error()}
 	}
 	return nil
 }

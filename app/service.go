@@ -13,7 +13,9 @@ import (
 	"github.com/jackc/pgx/v5/pgxpool"
 
 	"github.com/outflow-dev/outflow/app/paymentevents"
+	"github.com/outflow-dev/outflow/app/secretseal"
 	"github.com/outflow-dev/outflow/events"
+	"github.com/outflow-dev/outflow/internal/netguard"
 )
 
 // EventPublisher queues the outbox write of events onto a batch sent on tx.
@@ -40,6 +42,16 @@ type Config struct {
 	// for the forwarder's next poll. It must not block; nothing relies on
 	// it for correctness (the forwarder polls anyway).
 	AfterCommit func()
+	// AllowPrivateWebhooks accepts plain http webhook URLs and URLs whose
+	// host is a private, loopback or link-local address: for local
+	// development and tests only (`--webhook-allow-private`).
+	AllowPrivateWebhooks bool
+	// SecretKey, when set, seals the webhook secrets the service stores
+	// (see [secretseal]); without it they are stored in plaintext.
+	SecretKey *secretseal.Key
+	// WebhookSecretGrace is how long a rotated-out webhook secret stays
+	// valid. Zero means DefaultWebhookSecretGrace; negative, none.
+	WebhookSecretGrace time.Duration
 }
 
 // Service runs the payments commands.
@@ -49,6 +61,9 @@ type Service struct {
 	logger      *slog.Logger
 	now         func() time.Time
 	afterCommit func()
+	urlPolicy   netguard.Policy
+	secretKey   *secretseal.Key
+	secretGrace time.Duration
 }
 
 // NewService validates cfg and returns a Service.
@@ -65,7 +80,12 @@ func NewService(cfg Config) (*Service, error) {
 	if cfg.Now == nil {
 		cfg.Now = time.Now
 	}
-	return &Service{pool: cfg.Pool, events: cfg.Events, logger: cfg.Logger, now: cfg.Now, afterCommit: cfg.AfterCommit}, nil
+	if cfg.WebhookSecretGrace == 0 {
+		cfg.WebhookSecretGrace = DefaultWebhookSecretGrace
+	}
+	return &Service{pool: cfg.Pool, events: cfg.Events, logger: cfg.Logger, now: cfg.Now, afterCommit: cfg.AfterCommit,
+		urlPolicy: netguard.Policy{AllowPrivate: cfg.AllowPrivateWebhooks}, secretKey: cfg.SecretKey,
+		secretGrace: cfg.WebhookSecretGrace}, nil
 }
 
 // InTx runs fn in a transaction, committing if it returns nil, then calls
@@ -97,7 +117,7 @@ func (s *Service) CreateMerchant(ctx context.Context, in NewMerchant) (CreatedMe
 
 // CreateMerchantTx is CreateMerchant in the caller's transaction.
 func (s *Service) CreateMerchantTx(ctx context.Context, tx pgx.Tx, in NewMerchant) (CreatedMerchant, error) {
-	if err := in.Validate(); err != nil {
+	if err := in.validate(s.urlPolicy); err != nil {
 		return CreatedMerchant{}, err
 	}
 	secret, err := newWebhookSecret()
@@ -112,7 +132,11 @@ func (s *Service) CreateMerchantTx(ctx context.Context, tx pgx.Tx, in NewMerchan
 		Merchant:      Merchant{ID: id.String(), Name: strings.TrimSpace(in.Name), WebhookURL: in.WebhookURL, CreatedAt: s.nowUTC()},
 		WebhookSecret: secret,
 	}
-	if err := insertMerchant(ctx, tx, m); err != nil {
+	stored, err := s.storedSecret(secret, m.ID)
+	if err != nil {
+		return CreatedMerchant{}, err
+	}
+	if err := insertMerchant(ctx, tx, m, stored); err != nil {
 		return CreatedMerchant{}, err
 	}
 	return m, nil

@@ -94,10 +94,11 @@ func sendBatch(ctx context.Context, tx pgx.Tx, b *pgx.Batch) error {
 	return nil
 }
 
-func insertMerchant(ctx context.Context, q querier, m CreatedMerchant) error {
+// insertMerchant writes m with its secret as stored (sealed or plaintext).
+func insertMerchant(ctx context.Context, q querier, m CreatedMerchant, storedSecret string) error {
 	_, err := q.Exec(ctx, `
 		INSERT INTO merchants (id, name, webhook_url, webhook_secret, created_at) VALUES ($1, $2, $3, $4, $5)`,
-		m.ID, m.Name, m.WebhookURL, m.WebhookSecret, m.CreatedAt)
+		m.ID, m.Name, m.WebhookURL, storedSecret, m.CreatedAt)
 	if err != nil {
 		return fmt.Errorf("insert merchant: %w", err)
 	}

@@ -5,7 +5,8 @@
 // Reference handlers: [SyncAnalytics] keeps a per-merchant projection;
 // [NotifyMerchant] records a Standard Webhooks delivery per paid or refunded
 // payment, which a [Sender] sends (concurrently, bounded per merchant, under
-// fenced leases, redirects never followed; see its doc), woken through
+// fenced leases, redirects never followed, every connection checked
+// against private destinations; see its doc), woken through
 // Committed. [PurgeWebhooks] removes settled deliveries after the
 // retention.
 package handlers

@@ -90,7 +90,7 @@ func newPipeline(t *testing.T) *pipeline {
 	p.prefix = outflowtest.UniqueName(t, p.rdb) + ":"
 	w, err := outbox.NewWriter(outbox.Config{Routes: app.Routes})
 	require.NoError(t, err)
-	p.svc, err = app.NewService(app.Config{Pool: p.schema.Pool, Events: w})
+	p.svc, err = app.NewService(app.Config{Pool: p.schema.Pool, Events: w, AllowPrivateWebhooks: true}) // merchants on httptest servers
 	require.NoError(t, err)
 	return p
 }
@@ -240,7 +240,7 @@ func (p *pipeline) newMerchant(t *testing.T) (app.CreatedMerchant, *merchantSite
 	site.mu.Lock()
 	site.secret = m.WebhookSecret
 	site.mu.Unlock()
-	run(t, handlers.NewSender(p.schema.Pool, handlers.NotifyConfig{Logger: quiet}).Run)
+	run(t, handlers.NewSender(p.schema.Pool, handlers.NotifyConfig{Logger: quiet, AllowPrivate: true}).Run)
 	return m, site
 }
 

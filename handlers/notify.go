@@ -20,7 +20,9 @@ import (
 
 	"github.com/outflow-dev/outflow/app"
 	"github.com/outflow-dev/outflow/app/paymentevents"
+	"github.com/outflow-dev/outflow/app/secretseal"
 	"github.com/outflow-dev/outflow/events"
+	"github.com/outflow-dev/outflow/internal/netguard"
 )
 
 // NotifyConfig configures NotifyMerchant and the webhook [Sender].
@@ -29,8 +31,24 @@ type NotifyConfig struct {
 	// PerMerchant idle connections per host. Redirects are
 	// never followed, whatever the Client says: the Sender uses a copy
 	// whose CheckRedirect keeps the 3xx response (a 301/302/303 would turn
-	// the POST into a GET, whose 2xx would be recorded as delivered).
+	// the POST into a GET, whose 2xx would be recorded as delivered). Its
+	// Transport must be nil or an *http.Transport: the copy's dials go
+	// through the address guard, and never through a proxy.
 	Client *http.Client
+	// AllowPrivate lets webhooks go to plain http URLs and to private,
+	// loopback and link-local addresses: for local development and tests
+	// only. Without it every connection is checked on the address it is
+	// made to, whatever the URL's name resolved to when it was stored
+	// (see [netguard.Dialer]).
+	AllowPrivate bool
+	// Resolver resolves webhook hosts; defaults to net.DefaultResolver.
+	// Tests give a name a private address with it.
+	Resolver netguard.Resolver
+	// SecretKey opens the merchants' sealed webhook secrets
+	// (OUTFLOW_SECRET_KEY). Plaintext secrets need none; a sealed one
+	// without it (or with another key) cannot be signed with: its
+	// deliveries are retried until the key is fixed or MaxAttempts.
+	SecretKey *secretseal.Key
 	// Timeout bounds one delivery attempt, the response's body included.
 	// Defaults to 10s.
 	Timeout time.Duration

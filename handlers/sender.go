@@ -7,7 +7,6 @@ import (
 	"fmt"
 	"io"
 	"net/http"
-	"net/url"
 	"strconv"
 	"sync"
 	"time"
@@ -16,7 +15,9 @@ import (
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgxpool"
 
+	"github.com/outflow-dev/outflow/app/secretseal"
 	"github.com/outflow-dev/outflow/internal/backoff"
+	"github.com/outflow-dev/outflow/internal/netguard"
 	"github.com/outflow-dev/outflow/internal/poll"
 )
 
@@ -41,8 +42,11 @@ import (
 // Network errors, timeouts, 3xx, 408, 425, 429 and 5xx are retried, after
 // Retry-After when the merchant sends one (capped by BackoffMax), else
 // after the backoff, until MaxAttempts; other 4xx are dead at once, and so
-// is a delivery that cannot be signed (bad secret, merchant gone) or whose
-// URL is not an absolute http(s) URL. An attempt cut short by the Sender's
+// is a delivery that cannot be signed (bad secret, merchant gone), whose
+// URL the policy refuses, or whose host resolves to an address it refuses
+// (see [netguard.Dialer]: every connection is checked on the address it is
+// made to, unless NotifyConfig.AllowPrivate). What an attempt records is a
+// category of its failure, never the network error itself. An attempt cut short by the Sender's
 // shutdown is not recorded and does not count: its lease is released so
 // that the delivery goes out again promptly.
 //
@@ -74,17 +78,8 @@ func NewSender(pool *pgxpool.Pool, cfg NotifyConfig) *Sender {
 	if pool == nil {
 		err = errors.Join(err, errors.New("notify config: pool is required"))
 	}
-	// The default transport keeps 2 idle connections per host: with
-	// PerMerchant requests in flight to one merchant, the others would
-	// open a connection each time.
-	tr := http.DefaultTransport.(*http.Transport).Clone()
-	tr.MaxIdleConnsPerHost = max(cfg.PerMerchant, tr.MaxIdleConnsPerHost)
-	client := &http.Client{Transport: tr}
-	if cfg.Client != nil {
-		c := *cfg.Client // a copy: the caller's client keeps its own policy
-		client = &c
-	}
-	client.CheckRedirect = func(*http.Request, []*http.Request) error { return http.ErrUseLastResponse }
+	client, cerr := guardedClient(cfg)
+	err = errors.Join(err, cerr)
 	return &Sender{pool: pool, cfg: cfg, cfgErr: err, client: client, wake: make(chan struct{}, 1), inflight: map[string]int{}}
 }
 
@@ -132,8 +127,9 @@ type delivery struct {
 	Body       []byte
 	Attempts   int
 	MerchantID string
-	Secret     *string // nil: the merchant is gone
+	Secret     *string // nil: the merchant is gone; as stored, sealed or not
 	LeaseToken string
+	PrevSecret *string // a rotated-out secret still in its grace period
 }
 
 // leaseSQL leases up to $1 due deliveries for $2 seconds, at most $5 per
@@ -166,7 +162,9 @@ UPDATE webhook_deliveries d
 SET lease_token = gen_random_uuid(), next_attempt_at = now() + make_interval(secs => $2)
 FROM pick WHERE d.id = pick.id
 RETURNING d.id, d.message_id::text, d.url, d.body, d.attempts, d.merchant_id::text,
-          (SELECT m.webhook_secret FROM merchants m WHERE m.id = d.merchant_id), d.lease_token::text`
+          (SELECT m.webhook_secret FROM merchants m WHERE m.id = d.merchant_id), d.lease_token::text,
+          (SELECT m.previous_webhook_secret FROM merchants m
+           WHERE m.id = d.merchant_id AND m.previous_webhook_secret_expires_at > now())`
 
 // dispatch leases as many due deliveries as there are free slots and
 // starts a request for each. It reports whether it got every one it asked
@@ -256,16 +254,15 @@ type result struct {
 	permanent  bool          // err is the delivery's own fault: never retried
 	retryAfter time.Duration // the merchant's Retry-After; -1: none
 	location   string        // a redirect's target
+	detail     error         // the network error behind err, for the log only
 }
 
 func (s *Sender) attempt(ctx context.Context, d delivery, deadline time.Time) result {
 	r := result{retryAfter: -1}
-	u, err := url.Parse(d.URL)
-	if err == nil && ((u.Scheme != "http" && u.Scheme != "https") || u.Host == "") {
-		err = errors.New("not an absolute http(s) URL")
-	}
-	if err != nil {
-		r.err, r.permanent = fmt.Errorf("webhook URL: %w", err), true
+	// The URL was checked when the merchant was created, perhaps under
+	// another policy or by an older version: checked again, each time.
+	if _, err := (netguard.Policy{AllowPrivate: s.cfg.AllowPrivate}).CheckURL(d.URL); err != nil {
+		r.err, r.permanent = fmt.Errorf("webhook URL refused: %w", err), true
 		return r
 	}
 	if d.Secret == nil {
@@ -273,9 +270,11 @@ func (s *Sender) attempt(ctx context.Context, d delivery, deadline time.Time) re
 		return r
 	}
 	ts := strconv.FormatInt(time.Now().Unix(), 10)
-	sig, err := Sign(*d.Secret, d.MessageID, ts, d.Body)
+	sig, err := s.signature(d, ts)
 	if err != nil {
-		r.err, r.permanent = fmt.Errorf("cannot sign: %w", err), true
+		// A missing or wrong OUTFLOW_SECRET_KEY is the operator's to fix:
+		// retried meanwhile. A secret that opens but is no key is dead.
+		r.err, r.permanent = fmt.Errorf("cannot sign: %w", err), !errors.Is(err, secretseal.ErrNoKey) && !errors.Is(err, secretseal.ErrWrongKey)
 		return r
 	}
 	rctx, cancel := context.WithDeadline(ctx, deadline)
@@ -292,7 +291,11 @@ func (s *Sender) attempt(ctx context.Context, d delivery, deadline time.Time) re
 	start := time.Now()
 	resp, err := s.client.Do(req)
 	if err != nil {
-		r.latency, r.err = time.Since(start), err
+		// What is recorded is the cause's category; the error itself
+		// (addresses, ports) goes to the log only.
+		r.latency, r.err, r.detail = time.Since(start), errors.New(cause(err)), err
+		// A destination the policy refuses stays refused: no retries.
+		r.permanent = errors.Is(err, netguard.ErrBlocked)
 		return r
 	}
 	_, _ = io.Copy(io.Discard, io.LimitReader(resp.Body, 64<<10))
@@ -435,6 +438,9 @@ func (s *Sender) settle(ctx context.Context, batch []settled) error {
 		case lost[r.d.ID]:
 			s.cfg.Logger.Warn("webhook delivery lease lost before its result was recorded", "message_id", r.d.MessageID,
 				"merchant_id", r.d.MerchantID, "result", outcome(r.a))
+		case r.status == "dead" && r.a.detail != nil:
+			s.cfg.Logger.Warn("webhook delivery dead", "message_id", r.d.MessageID, "merchant_id", r.d.MerchantID,
+				"attempts", r.attempts, "last", outcome(r.a), "detail", r.a.detail.Error())
 		case r.status == "dead":
 			s.cfg.Logger.Warn("webhook delivery dead", "message_id", r.d.MessageID, "merchant_id", r.d.MerchantID,
 				"attempts", r.attempts, "last", outcome(r.a))

@@ -2,12 +2,21 @@ package handlers
 
 import (
 	"context"
+	"crypto/tls"
+	"crypto/x509"
 	"errors"
+	"fmt"
+	"net"
 	"net/http"
+	"net/url"
+	"os"
+	"syscall"
 	"testing"
 	"time"
 
 	"github.com/stretchr/testify/require"
+
+	"github.com/outflow-dev/outflow/internal/netguard"
 )
 
 func TestClassify(t *testing.T) {
@@ -90,4 +99,25 @@ func TestNotifyConfigValidation(t *testing.T) {
 	}
 	require.ErrorContains(t, NewSender(nil, NotifyConfig{PerMerchant: -1}).Run(context.Background()), "PerMerchant",
 		"Run refuses an invalid config at once")
+}
+
+func TestCauseIsCoarse(t *testing.T) {
+	t.Parallel()
+	refused := &net.OpError{Op: "dial", Net: "tcp", Addr: &net.TCPAddr{IP: net.IPv4(10, 0, 0, 1), Port: 6379},
+		Err: &os.SyscallError{Syscall: "connect", Err: syscall.ECONNREFUSED}}
+	tests := []struct {
+		err  error
+		want string
+	}{
+		{&url.Error{Op: "Post", URL: "https://x.example/", Err: fmt.Errorf("netguard: %w", netguard.ErrBlocked)}, causeBlocked},
+		{&url.Error{Op: "Post", URL: "https://x.example/", Err: refused}, causeUnreachable},
+		{&url.Error{Op: "Post", URL: "https://x.example/", Err: context.DeadlineExceeded}, causeTimeout},
+		{&url.Error{Op: "Post", URL: "https://x.example/", Err: &net.DNSError{Err: "no such host", Name: "x.example", Server: "10.0.0.2:53"}}, causeDNS},
+		{&url.Error{Op: "Post", URL: "https://x.example/", Err: &tls.CertificateVerificationError{Err: x509.UnknownAuthorityError{}}}, causeTLS},
+		{&url.Error{Op: "Post", URL: "https://x.example/", Err: tls.RecordHeaderError{Msg: "first record does not look like a TLS handshake"}}, causeTLS},
+		{errors.New("EOF"), causeUnreachable},
+	}
+	for _, tt := range tests {
+		require.Equal(t, tt.want, cause(tt.err), "%v", tt.err)
+	}
 }

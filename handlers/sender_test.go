@@ -24,6 +24,7 @@ func newSender(t *testing.T, p *pipeline, cfg handlers.NotifyConfig) *handlers.S
 	if cfg.Logger == nil {
 		cfg.Logger = quiet
 	}
+	cfg.AllowPrivate = true // the merchants are httptest servers; sender_ssrf_test.go tests without
 	return handlers.NewSender(p.schema.Pool, cfg)
 }
 

@@ -33,6 +33,9 @@ fi
 ROUNDS=${ROUNDS:-3}
 export HTTP_ADDR=${HTTP_ADDR:-127.0.0.1:8080}
 export RATE_LIMIT=${RATE_LIMIT:-0}
+# The demo merchant's webhook endpoint listens on 127.0.0.1 over plain http:
+# allowed for this local run only (production leaves it off).
+export WEBHOOK_ALLOW_PRIVATE=${WEBHOOK_ALLOW_PRIVATE:-true}
 BIN=bin/outflow
 
 say() { printf 'demo: %s\n' "$*"; }

@@ -39,6 +39,7 @@ func endpoints(merchantID, paymentID string) []struct {
 		{http.MethodGet, "/v1/merchants/" + merchantID, nil},
 		{http.MethodGet, "/v1/merchants/" + merchantID + "/stats", nil},
 		{http.MethodPost, "/v1/merchants/" + merchantID + "/api_keys", nil},
+		{http.MethodPost, "/v1/merchants/" + merchantID + "/webhook_secret/rotate", nil},
 		{http.MethodPost, "/v1/payments", map[string]any{"merchant_id": merchantID, "amount": 100, "currency": "EUR"}},
 		{http.MethodGet, "/v1/payments/" + paymentID, nil},
 		{http.MethodPost, "/v1/payments/" + paymentID + "/pay", nil},
@@ -149,10 +150,16 @@ func TestMerchantKeyActsOnItsOwnMerchantOnly(t *testing.T) {
 		{"read B in upper case", http.MethodGet, "/v1/merchants/" + strings.ToUpper(b.ID), nil, strings.ToUpper(b.ID)},
 		{"read B's stats", http.MethodGet, "/v1/merchants/" + b.ID + "/stats", nil, b.ID},
 		{"make a key for B", http.MethodPost, "/v1/merchants/" + b.ID + "/api_keys", nil, b.ID},
+		{"rotate B's webhook secret", http.MethodPost, "/v1/merchants/" + b.ID + "/webhook_secret/rotate", nil, b.ID},
 	}
 	unknownPath := func(path, id string) string { return strings.ReplaceAll(path, id, missing) }
 	before, keys := e.counts(), e.keyState()
 	bState := []paymentState{e.paymentState(bPending.ID), e.paymentState(bPaid.ID)}
+	bSecret := func() (row string) {
+		require.NoError(t, e.pool.QueryRow(context.Background(), `SELECT row(m.*)::text FROM merchants m WHERE id = $1`, b.ID).Scan(&row))
+		return row
+	}
+	bSecretBefore := bSecret()
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
 			r := ak.do(tt.method, tt.path, tt.body, map[string]string{"Idempotency-Key": "iso-" + tt.name})
@@ -178,6 +185,7 @@ func TestMerchantKeyActsOnItsOwnMerchantOnly(t *testing.T) {
 	require.Equal(t, before, e.counts(), "nothing written, not even an Idempotency-Key")
 	require.Equal(t, keys, e.keyState(), "a rejected request does not even count as a use of the key")
 	require.Equal(t, bState, []paymentState{e.paymentState(bPending.ID), e.paymentState(bPaid.ID)})
+	require.Equal(t, bSecretBefore, bSecret(), "B's webhook secrets untouched")
 
 	// Its own merchant, it may do everything with.
 	require.Equal(t, http.StatusOK, ak.get("/v1/merchants/"+a.ID).Status)

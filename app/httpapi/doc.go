@@ -17,7 +17,8 @@
 // 400 for a body that is not JSON or has an unknown or mistyped field, 404
 // for an unknown id, 409 for a transition the payment's status does not
 // allow, 413 for a body over 1 MiB, 422 for a value that is well-formed but
-// invalid (a zero amount, an unknown currency) and for an Idempotency-Key
+// invalid (a zero amount, an unknown currency, a webhook URL that is not
+// https or points at a private address) and for an Idempotency-Key
 // reused with another request. A rejected request changes nothing.
 //
 // Every POST honours an Idempotency-Key header, scoped to the API key that
@@ -30,6 +31,8 @@
 // second waits for the first and then replays it. [KeyExpiry] deletes keys
 // older than a TTL (24h by default, as Stripe does); a request whose key
 // has expired runs as a new one.
+// A response that shows a secret once (a merchant's creation, a webhook
+// secret's rotation) is stored, and replayed, without that secret.
 //
 // Request bodies and responses are never logged: a merchant's response holds
 // its webhook secret and its API key.

@@ -719,21 +719,30 @@ func TestIdempotentCreatePayment(t *testing.T) {
 	require.NotEqual(t, p1.ID, decode[paymentJSON](t, other).ID)
 }
 
-func TestIdempotentCreateMerchantReplaysSecret(t *testing.T) {
+// The webhook secret is shown once: a replayed creation answers the same
+// merchant without it, and the stored response does not hold it either.
+func TestIdempotentCreateMerchantOmitsSecretOnReplay(t *testing.T) {
 	t.Parallel()
 	e := setup(t)
 	body := map[string]any{"name": "Acme", "webhook_url": "https://acme.example/hooks"}
 	first := e.post("/v1/merchants", body, "merchant-key")
 	require.Equal(t, http.StatusCreated, first.Status, "body: %s", first.Body)
+	created := decode[merchant](t, first)
+	require.NotEmpty(t, created.WebhookSecret)
 	second := e.post("/v1/merchants", body, "merchant-key")
 	require.Equal(t, http.StatusCreated, second.Status, "body: %s", second.Body)
 	require.Equal(t, "true", second.Header.Get("Idempotent-Replayed"))
-	m1, m2 := decode[merchant](t, first), decode[merchant](t, second)
-	require.NotEmpty(t, m1.APIKey)
-	require.Empty(t, m2.APIKey, "the merchant's API key is shown once, and not stored: %s", second.Body)
-	m1.APIKey = ""
-	require.Equal(t, m1, m2)
+	require.NotContains(t, string(second.Body), "webhook_secret")
+	require.NotContains(t, string(second.Body), "api_key")
+	replayed := decode[merchant](t, second)
+	require.NotEmpty(t, created.APIKey)
+	require.Empty(t, replayed.APIKey, "the merchant's API key is shown once, and not stored: %s", second.Body)
+	created.WebhookSecret, created.APIKey = "", ""
+	require.Equal(t, created, replayed, "the same merchant, without its secret or its key")
 	require.Equal(t, 1, e.counts().Merchants)
+	var stored string
+	require.NoError(t, e.pool.QueryRow(context.Background(), `SELECT convert_from(response_body, 'UTF8') FROM idempotency_keys`).Scan(&stored))
+	require.NotContains(t, stored, strings.TrimPrefix(decode[merchant](t, first).WebhookSecret, "whsec_"))
 }
 
 func TestIdempotentPay(t *testing.T) {

@@ -22,13 +22,6 @@ const (
 // another request.
 var errKeyReused = errors.New("idempotency key reused with another request")
 
-// replayer is a response that holds something shown once (a new API key):
-// what replay returns is stored for an Idempotency-Key instead, and is
-// what a replayed request gets.
-type replayer interface {
-	replay() any
-}
-
 // command runs fn in one transaction and writes its result with status. With
 // an Idempotency-Key, the key and the response are stored in that same
 // transaction, so they exist exactly when the effect committed. A key
@@ -81,7 +74,7 @@ func (a *API) command(w http.ResponseWriter, r *http.Request, in any, status int
 			return nil
 		}
 		stored := body
-		if rp, ok := out.(replayer); ok {
+		if rp, ok := out.(shownOnce); ok {
 			if stored, err = json.Marshal(rp.replay()); err != nil {
 				return fmt.Errorf("encode response: %w", err)
 			}

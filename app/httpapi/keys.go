@@ -20,10 +20,10 @@ type createdMerchant struct {
 	APIKey string `json:"api_key"`
 }
 
-// replay leaves the API key out of the response stored for an
-// Idempotency-Key: the key is shown once, and the database keeps only its
-// hash, never the key in a stored response.
-func (m createdMerchant) replay() any { return m.CreatedMerchant }
+// replay leaves the API key and the webhook secret out of the response
+// stored for an Idempotency-Key: both are shown once, and the database
+// never keeps either in plaintext in a stored response.
+func (m createdMerchant) replay() any { return m.Merchant }
 
 // createdKey is the answer to POST /v1/merchants/{id}/api_keys.
 type createdKey struct{ apikey.Created }

@@ -68,6 +68,7 @@ func (a *API) routes() {
 	a.handle("/v1/merchants/{id}", http.MethodGet, a.getMerchant)
 	a.handle("/v1/merchants/{id}/stats", http.MethodGet, a.getMerchantStats)
 	a.handle("/v1/merchants/{id}/api_keys", http.MethodPost, a.createMerchantKey)
+	a.handle("/v1/merchants/{id}/webhook_secret/rotate", http.MethodPost, a.rotateWebhookSecret)
 	a.handle("/v1/payments", http.MethodPost, a.createPayment)
 	a.handle("/v1/payments/{id}", http.MethodGet, a.getPayment)
 	a.handle("/v1/payments/{id}/pay", http.MethodPost, a.pay)

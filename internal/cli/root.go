@@ -47,6 +47,7 @@ same transaction, and forwards committed events to a broker: never lost, never a
 		newOutboxCmd(e),
 		newDemoCmd(e),
 		newAPIKeyCmd(e),
+		newWebhookSecretsCmd(e),
 		newVersionCmd(),
 	)
 	return root

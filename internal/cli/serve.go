@@ -18,6 +18,7 @@ import (
 	"github.com/outflow-dev/outflow/app"
 	"github.com/outflow-dev/outflow/app/httpapi"
 	"github.com/outflow-dev/outflow/events/outbox"
+	"github.com/outflow-dev/outflow/internal/config"
 	"github.com/outflow-dev/outflow/internal/redact"
 )
 
@@ -68,6 +69,7 @@ func newServeCmd(e *env) *cobra.Command {
 		if err != nil {
 			return err
 		}
+		warnPlaintextSecrets(cfg, logger)
 		ctx := cmd.Context()
 		reg := newRegistry()
 		var (
@@ -94,7 +96,7 @@ func newServeCmd(e *env) *cobra.Command {
 		}
 		if slices.Contains(roles, "api") {
 			runs = append(runs, func(ctx context.Context) error {
-				return serve(ctx, cfg.DatabaseURL, cfg.HTTPAddr, shutdownTimeout, keyTTL, limit, wake, reg, logger)
+				return serve(ctx, cfg, shutdownTimeout, keyTTL, limit, wake, reg, logger)
 			})
 		}
 		errs := make(chan error, len(runs))
@@ -116,9 +118,10 @@ func newServeCmd(e *env) *cobra.Command {
 
 // serve runs the HTTP API; wake, when not nil, is called after each command
 // commits (the forwarder of the same process: no poll to wait for).
-func serve(ctx context.Context, dbURL, addr string, shutdownTimeout, keyTTL time.Duration, limit httpapi.RateLimit,
+func serve(ctx context.Context, cfg config.Config, shutdownTimeout, keyTTL time.Duration, limit httpapi.RateLimit,
 	wake func(), reg *prometheus.Registry, logger *slog.Logger,
 ) error {
+	dbURL, addr := cfg.DatabaseURL, cfg.HTTPAddr
 	pool, err := openPool(ctx, dbURL)
 	if err != nil {
 		return err
@@ -129,7 +132,8 @@ func serve(ctx context.Context, dbURL, addr string, shutdownTimeout, keyTTL time
 	if err != nil {
 		return err
 	}
-	svc, err := app.NewService(app.Config{Pool: pool, Events: writer, Logger: logger, AfterCommit: wake})
+	svc, err := app.NewService(app.Config{Pool: pool, Events: writer, Logger: logger, AfterCommit: wake,
+		AllowPrivateWebhooks: cfg.WebhookAllowPrivate, SecretKey: cfg.SecretKey, WebhookSecretGrace: secretGrace(cfg)})
 	if err != nil {
 		return err
 	}

@@ -118,7 +118,7 @@ func buildWorker(ctx context.Context, c config.Config, o *workerOptions, logger 
 		return nil, err
 	}
 	notify := handlers.NotifyConfig{Timeout: o.webhookTimeout, Concurrency: o.webhookInFlight,
-		PerMerchant: o.webhookPerMerch, Logger: logger}
+		PerMerchant: o.webhookPerMerch, Logger: logger, AllowPrivate: c.WebhookAllowPrivate, SecretKey: c.SecretKey}
 	sender := handlers.NewSender(pool, notify)
 	// The handler wakes this process's sender once a delivery committed;
 	// senders in other processes find it at their next poll.
@@ -174,6 +174,7 @@ func newWorkerCmd(e *env) *cobra.Command {
 		if err != nil {
 			return err
 		}
+		warnPlaintextSecrets(cfg, logger)
 		run, err := buildWorker(cmd.Context(), cfg, opts, logger)
 		if err != nil {
 			return err

@@ -47,7 +47,7 @@ func TestKilledWorkerLosesNothing(t *testing.T) {
 	t.Cleanup(srv.Close)
 	w, err := outbox.NewWriter(outbox.Config{Routes: app.Routes})
 	require.NoError(t, err)
-	svc, err := app.NewService(app.Config{Pool: s.Pool, Events: w})
+	svc, err := app.NewService(app.Config{Pool: s.Pool, Events: w, AllowPrivateWebhooks: true}) // the merchant is on 127.0.0.1
 	require.NoError(t, err)
 	m, err := svc.CreateMerchant(ctx, app.NewMerchant{Name: "Shop", WebhookURL: srv.URL + "/hooks"})
 	require.NoError(t, err)
@@ -96,7 +96,7 @@ func TestKilledWorkerLosesNothing(t *testing.T) {
 	}
 	require.NoError(t, rows.Err())
 
-	env := map[string]string{"DATABASE_URL": s.URL, "REDIS_URL": redisSrv.URL}
+	env := map[string]string{"DATABASE_URL": s.URL, "REDIS_URL": redisSrv.URL, "WEBHOOK_ALLOW_PRIVATE": "true"}
 	start := func(args ...string) (*exec.Cmd, *syncBuffer) {
 		cmd := command(env, args...)
 		var stderr syncBuffer

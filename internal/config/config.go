@@ -16,6 +16,7 @@ import (
 	"github.com/jackc/pgx/v5/pgxpool"
 	"github.com/spf13/pflag"
 
+	"github.com/outflow-dev/outflow/app/secretseal"
 	"github.com/outflow-dev/outflow/brokers"
 )
 
@@ -30,6 +31,9 @@ const (
 	DefaultAMQPURL     = "amqp://guest:guest@127.0.0.1:5672/"
 	DefaultKafkaBroker = "127.0.0.1:9092"
 	DefaultAMQPGroups  = ""
+	// DefaultWebhookSecretGrace is how long a rotated-out webhook secret
+	// stays valid.
+	DefaultWebhookSecretGrace = "24h"
 )
 
 // Backend tuning defaults, as the brokers package sets them.
@@ -66,6 +70,17 @@ type Config struct {
 	// BrokerDatabaseURL is the PostgreSQL of the sql broker; empty means
 	// DatabaseURL.
 	BrokerDatabaseURL string
+	// WebhookAllowPrivate allows plain http webhook URLs and private,
+	// loopback and link-local webhook destinations, at creation and when
+	// sending: for local development and tests only.
+	WebhookAllowPrivate bool
+	// WebhookSecretGrace is how long a rotated-out webhook secret stays
+	// valid (the sender signs with both meanwhile).
+	WebhookSecretGrace time.Duration
+	// SecretKey seals webhook secrets at rest (OUTFLOW_SECRET_KEY, never a
+	// flag: a flag shows in the process list). Nil when not set: secrets
+	// are stored in plaintext, and the process warns at start.
+	SecretKey *secretseal.Key
 }
 
 // setting ties a flag to its environment variable and default.
@@ -87,12 +102,22 @@ var settings = []setting{
 	{"kafka-topic-partitions", "KAFKA_TOPIC_PARTITIONS", DefaultKafkaTopicPartitions, "partitions of each Kafka topic Outflow creates (existing topics keep theirs), for --broker kafka"},
 	{"sql-poll-interval", "SQL_POLL_INTERVAL", DefaultSQLPollInterval, "how long a subscription of the sql broker waits after an empty look unless a NOTIFY from the forwarder wakes it first (a look is a read: no lock, no transaction id), for --broker sql"},
 	{"broker-database-url", "BROKER_DATABASE_URL", "", "PostgreSQL URL of the sql broker's tables, for --broker sql (default: --database-url)"},
+	{"webhook-secret-grace", "WEBHOOK_SECRET_GRACE", DefaultWebhookSecretGrace, "how long a merchant's previous webhook secret stays valid after a rotation (webhooks are signed with both meanwhile; 0s to 720h)"},
 }
+
+// allowPrivateFlag is the one boolean setting: --webhook-allow-private,
+// WEBHOOK_ALLOW_PRIVATE.
+const (
+	allowPrivateFlag  = "webhook-allow-private"
+	allowPrivateEnv   = "WEBHOOK_ALLOW_PRIVATE"
+	allowPrivateUsage = "allow plain http webhook URLs and private, loopback and link-local webhook destinations: for local development only, never in production"
+)
 
 // Flags holds the raw values of the shared flags.
 type Flags struct {
-	fs     *pflag.FlagSet
-	values map[string]*string
+	fs           *pflag.FlagSet
+	values       map[string]*string
+	allowPrivate *bool
 }
 
 // Register adds the shared flags to fs. Their defaults are shown as the
@@ -103,6 +128,7 @@ func Register(fs *pflag.FlagSet) *Flags {
 	for _, s := range settings {
 		f.values[s.flag] = fs.String(s.flag, s.def, fmt.Sprintf("%s (env %s)", s.usage, s.env))
 	}
+	f.allowPrivate = fs.Bool(allowPrivateFlag, false, fmt.Sprintf("%s (env %s)", allowPrivateUsage, allowPrivateEnv))
 	return f
 }
 
@@ -159,10 +185,30 @@ func (f *Flags) Load() (Config, error) {
 				err = validateDatabaseURL(v)
 			}
 			cfg.BrokerDatabaseURL = v
+		case "webhook-secret-grace":
+			cfg.WebhookSecretGrace, err = time.ParseDuration(v)
+			if err == nil && (cfg.WebhookSecretGrace < 0 || cfg.WebhookSecretGrace > 720*time.Hour) {
+				err = fmt.Errorf("want a duration from 0s to 720h, such as 24h: %q", v)
+			}
 		}
 		if err != nil {
 			return Config{}, fmt.Errorf("invalid %s: %w", src, err)
 		}
+	}
+	cfg.WebhookAllowPrivate = *f.allowPrivate
+	if v, ok := os.LookupEnv(allowPrivateEnv); ok && v != "" && !f.fs.Changed(allowPrivateFlag) {
+		b, err := strconv.ParseBool(v)
+		if err != nil {
+			return Config{}, fmt.Errorf("invalid %s: want true or false, not %q", allowPrivateEnv, v)
+		}
+		cfg.WebhookAllowPrivate = b
+	}
+	if v, ok := os.LookupEnv(secretseal.KeyEnv); ok && v != "" {
+		k, err := secretseal.ParseKey(v)
+		if err != nil {
+			return Config{}, fmt.Errorf("invalid %s: %w", secretseal.KeyEnv, err) // never the value
+		}
+		cfg.SecretKey = k
 	}
 	return cfg, nil
 }

@@ -42,11 +42,26 @@ func TestLoad(t *testing.T) {
 		{name: "bad replicas", env: map[string]string{"NATS_REPLICAS": "7"}, wantErr: "invalid NATS_REPLICAS: want a whole number from 1 to 5"},
 		{name: "bad partitions", args: []string{"--kafka-topic-partitions", "0"}, wantErr: "invalid --kafka-topic-partitions"},
 		{name: "bad poll interval", args: []string{"--sql-poll-interval", "fast"}, wantErr: "invalid --sql-poll-interval"},
+		{name: "webhook safety defaults", check: func(c Config) bool {
+			return !c.WebhookAllowPrivate && c.SecretKey == nil && c.WebhookSecretGrace == 24*time.Hour
+		}},
+		{name: "allow private from env", env: map[string]string{"WEBHOOK_ALLOW_PRIVATE": "true"}, check: func(c Config) bool { return c.WebhookAllowPrivate }},
+		{name: "allow private flag wins", env: map[string]string{"WEBHOOK_ALLOW_PRIVATE": "true"}, args: []string{"--webhook-allow-private=false"},
+			check: func(c Config) bool { return !c.WebhookAllowPrivate }},
+		{name: "allow private flag", args: []string{"--webhook-allow-private"}, check: func(c Config) bool { return c.WebhookAllowPrivate }},
+		{name: "bad allow private", env: map[string]string{"WEBHOOK_ALLOW_PRIVATE": "perhaps"}, wantErr: "invalid WEBHOOK_ALLOW_PRIVATE"},
+		{name: "grace", args: []string{"--webhook-secret-grace", "1h"}, check: func(c Config) bool { return c.WebhookSecretGrace == time.Hour }},
+		{name: "bad grace", env: map[string]string{"WEBHOOK_SECRET_GRACE": "-1h"}, wantErr: "invalid WEBHOOK_SECRET_GRACE"},
+		{name: "secret key", env: map[string]string{"OUTFLOW_SECRET_KEY": "AQEBAQEBAQEBAQEBAQEBAQEBAQEBAQEBAQEBAQEBAQE="},
+			check: func(c Config) bool { return c.SecretKey != nil }},
+		{name: "short secret key", env: map[string]string{"OUTFLOW_SECRET_KEY": "aHVudGVyMg=="}, wantErr: "invalid OUTFLOW_SECRET_KEY: want the base64 of 32 random bytes"},
+		{name: "secret key not echoed", env: map[string]string{"OUTFLOW_SECRET_KEY": "hunter2"}, wantErr: "invalid OUTFLOW_SECRET_KEY"},
 		{name: "secret not echoed", env: map[string]string{"DATABASE_URL": "postgres://u:hunter2@host:notaport/db"}, wantErr: "invalid DATABASE_URL"},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
-			for _, k := range []string{"DATABASE_URL", "REDIS_URL", "HTTP_ADDR", "LOG_LEVEL", "AMQP_GROUPS", "NATS_REPLICAS"} {
+			for _, k := range []string{"DATABASE_URL", "REDIS_URL", "HTTP_ADDR", "LOG_LEVEL", "AMQP_GROUPS", "NATS_REPLICAS",
+				"WEBHOOK_ALLOW_PRIVATE", "WEBHOOK_SECRET_GRACE", "OUTFLOW_SECRET_KEY"} {
 				t.Setenv(k, tt.env[k])
 			}
 			fs := pflag.NewFlagSet("test", pflag.ContinueOnError)

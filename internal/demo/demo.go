@@ -82,7 +82,10 @@ func Run(ctx context.Context, cfg Config) error {
 	if err := c.post(ctx, "/v1/merchants", map[string]string{
 		"name": "Demo Coffee " + uuid.NewString()[:8], "webhook_url": rcv.url,
 	}, &merchant); err != nil {
-		return fmt.Errorf("create merchant: %w", err)
+		// The receiver is plain http on 127.0.0.1: the API must run with
+		// --webhook-allow-private (scripts/demo.sh sets it).
+		return fmt.Errorf("create merchant (its webhook receiver is %s: the API and the worker need WEBHOOK_ALLOW_PRIVATE=true): %w",
+			rcv.url, err)
 	}
 	rcv.mu.Lock()
 	rcv.secret = merchant.Secret
