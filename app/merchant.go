@@ -7,7 +7,6 @@ import (
 	"strings"
 	"time"
 	"unicode"
-	"unicode/utf8"
 )
 
 // Merchant receives webhooks for its payments.
@@ -33,14 +32,10 @@ type CreatedMerchant struct {
 
 // Validate checks the input and names the first bad field.
 func (m NewMerchant) Validate() error {
-	name := strings.TrimSpace(m.Name)
+	if err := ValidateName("name", m.Name, 200); err != nil {
+		return err
+	}
 	switch {
-	case name == "":
-		return &ValidationError{Field: "name", Message: "is required"}
-	case utf8.RuneCountInString(name) > 200:
-		return &ValidationError{Field: "name", Message: "must be at most 200 characters"}
-	case strings.ContainsFunc(name, unicode.IsControl):
-		return &ValidationError{Field: "name", Message: "must not contain control characters"}
 	case strings.ContainsFunc(m.WebhookURL, unicode.IsControl):
 		return &ValidationError{Field: "webhook_url", Message: "must not contain control characters"}
 	case m.WebhookURL == "":

@@ -34,6 +34,10 @@ func (a *API) command(w http.ResponseWriter, r *http.Request, in any, status int
 		writeError(w, http.StatusBadRequest, "invalid_header", fmt.Sprintf("%s: at most %d characters", idempotencyHeader, maxKeyLen), idempotencyHeader)
 		return
 	}
+	if !validHeaderText(key) {
+		writeError(w, http.StatusBadRequest, "invalid_header", idempotencyHeader+": must be UTF-8 text without control characters", idempotencyHeader)
+		return
+	}
 	var (
 		body     []byte
 		replayed bool
