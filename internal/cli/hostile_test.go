@@ -139,4 +139,3 @@ func TestServeCutsOffSlowAndIdleClients(t *testing.T) {
 	})
 	require.Zero(t, merchants())
 }
-
