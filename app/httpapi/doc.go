@@ -7,6 +7,11 @@
 // invalid (a zero amount, an unknown currency) and for an Idempotency-Key
 // reused with another request. A rejected request changes nothing.
 //
+// Bodies go through one strict decoder ([CheckStrict], then encoding/json
+// refusing unknown fields): a key given twice or in another case, invalid
+// UTF-8 and lone surrogate escapes are 400, so that no other reader of the
+// body (a proxy, a log) can read it differently from the service.
+//
 // Every POST honours an Idempotency-Key header. The key is stored in the
 // same database transaction as the command's effect, together with the
 // response; a retry with the same key and the same request gets that
