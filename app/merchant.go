@@ -6,7 +6,6 @@ import (
 	"strings"
 	"time"
 	"unicode"
-	"unicode/utf8"
 
 	"github.com/outflow-dev/outflow/internal/netguard"
 )
@@ -38,14 +37,10 @@ type CreatedMerchant struct {
 func (m NewMerchant) Validate() error { return m.validate(netguard.Policy{}) }
 
 func (m NewMerchant) validate(policy netguard.Policy) error {
-	name := strings.TrimSpace(m.Name)
+	if err := ValidateName("name", m.Name, 200); err != nil {
+		return err
+	}
 	switch {
-	case name == "":
-		return &ValidationError{Field: "name", Message: "is required"}
-	case utf8.RuneCountInString(name) > 200:
-		return &ValidationError{Field: "name", Message: "must be at most 200 characters"}
-	case strings.ContainsFunc(name, unicode.IsControl):
-		return &ValidationError{Field: "name", Message: "must not contain control characters"}
 	case strings.ContainsFunc(m.WebhookURL, unicode.IsControl):
 		return &ValidationError{Field: "webhook_url", Message: "must not contain control characters"}
 	case m.WebhookURL == "":

@@ -66,6 +66,9 @@ func (p Payment) refund(amount *int64, now time.Time) (Payment, int64, error) {
 	switch {
 	case r <= 0:
 		return p, 0, &ValidationError{Field: "amount", Message: "must be a positive integer in minor units"}
+	case r > MaxAmount:
+		// Only a payment made before the cap can be refunded more: in parts.
+		return p, 0, &ValidationError{Field: "amount", Message: fmt.Sprintf("must be at most %d minor units", MaxAmount)}
 	case r > refundable:
 		return p, 0, &ValidationError{Field: "amount", Message: fmt.Sprintf("exceeds the refundable amount %d", refundable)}
 	}

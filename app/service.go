@@ -182,6 +182,8 @@ func (p NewPayment) Validate() error {
 		return &ValidationError{Field: "merchant_id", Message: "must be a UUID such as 0193e4a5-7b1c-7d2e-8f3a-1b2c3d4e5f60"}
 	case p.Amount <= 0:
 		return &ValidationError{Field: "amount", Message: "must be a positive integer in minor units"}
+	case p.Amount > MaxAmount:
+		return &ValidationError{Field: "amount", Message: fmt.Sprintf("must be at most %d minor units", MaxAmount)}
 	case p.Currency == "":
 		return &ValidationError{Field: "currency", Message: "is required"}
 	case !ValidCurrency(p.Currency):

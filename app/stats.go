@@ -11,8 +11,8 @@ import (
 type CurrencyStats struct {
 	Currency       string `json:"currency"`
 	PaidCount      int64  `json:"paid_count"`
-	PaidAmount     int64  `json:"paid_amount"`
-	RefundedAmount int64  `json:"refunded_amount"`
+	PaidAmount     Total  `json:"paid_amount"`
+	RefundedAmount Total  `json:"refunded_amount"`
 }
 
 // MerchantStats is the SyncAnalytics projection of one merchant. The
@@ -21,21 +21,23 @@ type CurrencyStats struct {
 type MerchantStats struct {
 	MerchantID     string          `json:"merchant_id"`
 	PaidCount      int64           `json:"paid_count"`
-	PaidAmount     int64           `json:"paid_amount"`
-	RefundedAmount int64           `json:"refunded_amount"`
+	PaidAmount     Total           `json:"paid_amount"`
+	RefundedAmount Total           `json:"refunded_amount"`
 	ByCurrency     []CurrencyStats `json:"by_currency"`
 }
 
 // GetMerchantStats reads the projection the SyncAnalytics consumer keeps.
 // It is eventually consistent: events reach it through the outbox, the
-// forwarder and the broker.
+// forwarder and the broker. The sums are numeric, in the table and here,
+// and read into a [Total]: they cannot wrap, so a merchant paid any number
+// of maximal amounts sees them added up, never a negative or an error.
 func (s *Service) GetMerchantStats(ctx context.Context, merchantID string) (MerchantStats, error) {
 	m, err := s.GetMerchant(ctx, merchantID)
 	if err != nil {
 		return MerchantStats{}, err
 	}
 	rows, err := s.pool.Query(ctx, `
-		SELECT currency, sum(paid_count)::bigint, sum(paid_amount)::bigint, sum(refunded_amount)::bigint
+		SELECT currency, sum(paid_count)::bigint, sum(paid_amount), sum(refunded_amount)
 		FROM merchant_stats_daily WHERE merchant_id = $1 GROUP BY currency ORDER BY currency`, m.ID)
 	if err != nil {
 		return MerchantStats{}, fmt.Errorf("read merchant stats: %w", err)
@@ -50,8 +52,8 @@ func (s *Service) GetMerchantStats(ctx context.Context, merchantID string) (Merc
 	}
 	for _, c := range by {
 		out.PaidCount += c.PaidCount
-		out.PaidAmount += c.PaidAmount
-		out.RefundedAmount += c.RefundedAmount
+		out.PaidAmount = out.PaidAmount.Plus(c.PaidAmount)
+		out.RefundedAmount = out.RefundedAmount.Plus(c.RefundedAmount)
 	}
 	return out, nil
 }

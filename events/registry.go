@@ -64,7 +64,9 @@ func (r *Registry) Decode(eventType string, data []byte) (Payload, error) {
 	if err := dec.Decode(ptr.Interface()); err != nil {
 		return nil, &MalformedPayloadError{EventType: eventType, Err: err}
 	}
-	if dec.More() {
+	// Not dec.More: it is false before a stray '}' or ']', which would let
+	// `{...}]` through while another reader refuses it.
+	if len(bytes.TrimSpace(data[dec.InputOffset():])) > 0 {
 		return nil, &MalformedPayloadError{EventType: eventType, Err: fmt.Errorf("trailing data after JSON value")}
 	}
 	p := ptr.Elem().Interface().(Payload)

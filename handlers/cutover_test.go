@@ -45,8 +45,8 @@ func TestLiveCutoverRedisToNATS(t *testing.T) {
 			s := p.drive(t, m.ID, 3)
 			wantMu.Lock()
 			want.PaidCount += s.PaidCount
-			want.PaidAmount += s.PaidAmount
-			want.RefundedAmount += s.RefundedAmount
+			want.PaidAmount = want.PaidAmount.Plus(s.PaidAmount)
+			want.RefundedAmount = want.RefundedAmount.Plus(s.RefundedAmount)
 			wantMu.Unlock()
 			time.Sleep(5 * time.Millisecond)
 		}

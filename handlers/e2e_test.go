@@ -302,14 +302,14 @@ func (p *pipeline) drive(t *testing.T, merchantID string, n int) app.CurrencySta
 		_, err = p.svc.Pay(ctx, pay.ID)
 		require.NoError(t, err)
 		want.PaidCount++
-		want.PaidAmount += pay.Amount
+		want.PaidAmount = want.PaidAmount.Add(pay.Amount)
 		if i%3 == 0 {
 			half := pay.Amount / 2
 			_, err = p.svc.Refund(ctx, pay.ID, &half)
 			require.NoError(t, err)
 			_, err = p.svc.Refund(ctx, pay.ID, nil)
 			require.NoError(t, err)
-			want.RefundedAmount += pay.Amount
+			want.RefundedAmount = want.RefundedAmount.Add(pay.Amount)
 		}
 	}
 	return want

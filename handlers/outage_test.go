@@ -96,8 +96,8 @@ func brokerOutage(t *testing.T, cfg brokers.Config, srv outflowtest.Outage) {
 	srv.Stop()
 	more := p.drive(t, m.ID, 10) // committed while the broker is down
 	want.PaidCount += more.PaidCount
-	want.PaidAmount += more.PaidAmount
-	want.RefundedAmount += more.RefundedAmount
+	want.PaidAmount = want.PaidAmount.Plus(more.PaidAmount)
+	want.RefundedAmount = want.RefundedAmount.Plus(more.RefundedAmount)
 	outflowtest.WaitFor(t, 20*time.Second, "the forwarder to meet the outage", func() bool {
 		return metricSum(t, reg, "outflow_forwarder_broker_unavailable_total") >= 3
 	})

@@ -37,6 +37,10 @@ func (a *API) command(w http.ResponseWriter, r *http.Request, in any, status int
 		writeError(w, http.StatusBadRequest, "invalid_header", fmt.Sprintf("%s: at most %d characters", idempotencyHeader, maxKeyLen), idempotencyHeader)
 		return
 	}
+	if !validHeaderText(key) {
+		writeError(w, http.StatusBadRequest, "invalid_header", idempotencyHeader+": must be UTF-8 text without control characters", idempotencyHeader)
+		return
+	}
 	owner, ok := principal(ctx)
 	if !ok && key != "" {
 		// Unreachable: every command route is authenticated. Refusing is the

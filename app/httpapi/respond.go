@@ -68,7 +68,8 @@ func (a *API) writeAppError(w http.ResponseWriter, r *http.Request, err error) {
 }
 
 // decodeBody reads a JSON object into dst, rejecting unknown fields, wrong
-// types and trailing data with a 4xx naming the field. With required false,
+// types, trailing data and what [CheckStrict] refuses with a 4xx naming the
+// field. With required false,
 // an empty body is accepted as {}.
 func decodeBody(w http.ResponseWriter, r *http.Request, dst any, required bool) bool {
 	raw, err := io.ReadAll(http.MaxBytesReader(w, r.Body, maxBody))
@@ -88,15 +89,8 @@ func decodeBody(w http.ResponseWriter, r *http.Request, dst any, required bool) 
 		}
 		return true
 	}
-	dec := json.NewDecoder(bytes.NewReader(raw))
-	dec.DisallowUnknownFields()
-	if err := dec.Decode(dst); err != nil {
+	if err := decodeStrict(raw, dst); err != nil {
 		writeDecodeError(w, err)
-		return false
-	}
-	// Not dec.More: it is false before a stray '}' or ']'.
-	if len(bytes.TrimSpace(raw[dec.InputOffset():])) > 0 {
-		writeError(w, http.StatusBadRequest, "invalid_json", "the body holds data after its JSON value", "")
 		return false
 	}
 	return true
@@ -106,8 +100,13 @@ func writeDecodeError(w http.ResponseWriter, err error) {
 	var (
 		syntaxErr *json.SyntaxError
 		typeErr   *json.UnmarshalTypeError
+		strictErr *StrictError
 	)
 	switch {
+	case errors.As(err, &strictErr):
+		writeError(w, http.StatusBadRequest, strictErr.Code, strictErr.Message, strictErr.Field)
+	case errors.Is(err, errTrailingData):
+		writeError(w, http.StatusBadRequest, "invalid_json", err.Error(), "")
 	case errors.As(err, &syntaxErr), errors.Is(err, io.ErrUnexpectedEOF):
 		writeError(w, http.StatusBadRequest, "invalid_json", "the body is not valid JSON", "")
 	case errors.As(err, &typeErr):

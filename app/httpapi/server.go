@@ -98,6 +98,10 @@ func (a *API) handle(path, method string, h http.HandlerFunc) {
 func (a *API) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	start := time.Now()
 	corr := r.Header.Get("X-Correlation-ID")
+	if !validHeaderText(corr) {
+		writeError(w, http.StatusBadRequest, "invalid_header", "X-Correlation-ID: must be UTF-8 text without control characters", "X-Correlation-ID")
+		return
+	}
 	if corr == "" || len(corr) > 128 {
 		corr = uuid.NewString()
 	}
@@ -241,6 +245,10 @@ func (a *API) refund(w http.ResponseWriter, r *http.Request) {
 	}
 	if in.Amount != nil && *in.Amount <= 0 {
 		writeError(w, http.StatusUnprocessableEntity, "invalid_field", "amount: must be a positive integer in minor units", "amount")
+		return
+	}
+	if in.Amount != nil && *in.Amount > app.MaxAmount {
+		writeError(w, http.StatusUnprocessableEntity, "invalid_field", fmt.Sprintf("amount: must be at most %d minor units", app.MaxAmount), "amount")
 		return
 	}
 	id := r.PathValue("id")

@@ -47,7 +47,10 @@ func TestMain(m *testing.M) {
 
 func command(env map[string]string, args ...string) *exec.Cmd {
 	cmd := exec.Command(binary, args...)
-	cmd.Env = append(os.Environ(), "LOG_LEVEL=info")
+	// A free port for each process's /metrics (it says which in its log),
+	// so that the tests' processes run side by side; a test's own env or
+	// --metrics-addr overrides it.
+	cmd.Env = append(os.Environ(), "LOG_LEVEL=info", "METRICS_ADDR=127.0.0.1:0")
 	for k, v := range env {
 		cmd.Env = append(cmd.Env, k+"="+v)
 	}

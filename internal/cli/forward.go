@@ -11,7 +11,6 @@ import (
 
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/collectors"
-	"github.com/prometheus/client_golang/prometheus/promhttp"
 	"github.com/spf13/cobra"
 	"github.com/spf13/pflag"
 
@@ -89,7 +88,7 @@ when one dies. SIGTERM finishes the batch in flight and hands the partitions bac
 		Args: cobra.NoArgs,
 	}
 	opts := addForwardFlags(cmd.Flags())
-	cmd.Flags().StringVar(&metricsAddr, "metrics-addr", "127.0.0.1:9464", "address serving /metrics and /healthz (empty: none)")
+	addMetricsAddrFlag(cmd.Flags(), &metricsAddr, "address serving /metrics and /healthz")
 	cmd.RunE = func(cmd *cobra.Command, _ []string) error {
 		if err := opts.validate(); err != nil {
 			return err
@@ -104,13 +103,10 @@ when one dies. SIGTERM finishes the batch in flight and hands the partitions bac
 		if err != nil {
 			return err
 		}
-		if metricsAddr != "" {
-			mux := http.NewServeMux()
-			mux.Handle("/metrics", promhttp.HandlerFor(reg, promhttp.HandlerOpts{}))
-			mux.HandleFunc("/healthz", func(w http.ResponseWriter, _ *http.Request) { _, _ = w.Write([]byte("ok\n")) })
-			stop, err := serveBackground(ctx, metricsAddr, mux, logger)
+		if metricsAddr = resolveMetricsAddr(cmd, metricsAddr); metricsAddr != "" {
+			stop, err := serveMetrics(ctx, metricsAddr, reg, logger)
 			if err != nil {
-				return fmt.Errorf("invalid --metrics-addr: %w", err)
+				return err
 			}
 			defer stop()
 		}
@@ -192,13 +188,15 @@ func validKind(s string) bool {
 	return err == nil
 }
 
-// serveBackground serves h on addr until the returned stop is called.
-func serveBackground(ctx context.Context, addr string, h http.Handler, logger *slog.Logger) (stop func(), err error) {
+// serveBackground serves h on addr until the returned stop is called; bound
+// is the address it listens on.
+func serveBackground(ctx context.Context, addr string, h http.Handler, logger *slog.Logger) (stop func(), bound string, err error) {
 	ln, err := net.Listen("tcp", addr)
 	if err != nil {
-		return nil, err
+		return nil, "", err
 	}
-	srv := &http.Server{Handler: h, ReadHeaderTimeout: 5 * time.Second}
+	srv := &http.Server{Handler: h, ReadHeaderTimeout: DefaultReadHeaderTimeout, ReadTimeout: DefaultReadTimeout,
+		WriteTimeout: DefaultWriteTimeout, IdleTimeout: DefaultIdleTimeout}
 	done := make(chan struct{})
 	go func() {
 		defer close(done)
@@ -211,5 +209,5 @@ func serveBackground(ctx context.Context, addr string, h http.Handler, logger *s
 		defer cancel()
 		_ = srv.Shutdown(sctx)
 		<-done
-	}, nil
+	}, ln.Addr().String(), nil
 }

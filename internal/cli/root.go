@@ -27,6 +27,11 @@ type env struct {
 
 // NewRoot returns the outflow command.
 func NewRoot() *cobra.Command {
+	root, _ := newRoot()
+	return root
+}
+
+func newRoot() (*cobra.Command, *env) {
 	e := &env{}
 	root := &cobra.Command{
 		Use:   "outflow",
@@ -50,14 +55,17 @@ same transaction, and forwards committed events to a broker: never lost, never a
 		newWebhookSecretsCmd(e),
 		newVersionCmd(),
 	)
-	return root
+	return root, e
 }
 
 // Execute runs the outflow command and returns the process exit code.
 func Execute(ctx context.Context) int {
-	root := NewRoot()
+	root, e := newRoot()
 	if err := root.ExecuteContext(ctx); err != nil {
-		fmt.Fprintln(os.Stderr, "outflow:", err)
+		// The redactor over the whole message: an error may quote a
+		// connection string a library did not redact (all of it, or
+		// a parameter it does not know is secret).
+		fmt.Fprintln(os.Stderr, "outflow:", redact.Text(err.Error(), e.flags.ConnectionStrings()...))
 		return 1
 	}
 	return 0
@@ -68,7 +76,8 @@ func (e *env) load() (config.Config, *slog.Logger, error) {
 	if err != nil {
 		return config.Config{}, nil, err
 	}
-	logger := slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: cfg.LogLevel}))
+	logger := slog.New(redact.Handler(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: cfg.LogLevel}),
+		e.flags.ConnectionStrings()...))
 	return cfg, logger, nil
 }
 

@@ -11,8 +11,6 @@ import (
 	"strings"
 	"time"
 
-	"github.com/prometheus/client_golang/prometheus"
-	"github.com/prometheus/client_golang/prometheus/promhttp"
 	"github.com/spf13/cobra"
 
 	"github.com/outflow-dev/outflow/app"
@@ -30,6 +28,8 @@ func newServeCmd(e *env) *cobra.Command {
 		roles           []string
 		shutdownTimeout time.Duration
 		keyTTL          time.Duration
+		timeouts        httpTimeouts
+		metricsAddr     string
 	)
 	cmd := &cobra.Command{
 		Use:   "serve",
@@ -51,6 +51,10 @@ func newServeCmd(e *env) *cobra.Command {
 		if shutdownTimeout <= 0 {
 			return fmt.Errorf("invalid --shutdown-timeout: must be positive")
 		}
+		if err := timeouts.validate(); err != nil {
+			return err
+		}
+		metricsAddr = resolveMetricsAddr(cmd, metricsAddr)
 		if err := validateRetention("idempotency-key-ttl", keyTTL, time.Minute); err != nil {
 			return err
 		}
@@ -72,6 +76,15 @@ func newServeCmd(e *env) *cobra.Command {
 		warnPlaintextSecrets(cfg, logger)
 		ctx := cmd.Context()
 		reg := newRegistry()
+		// /metrics has an address of its own: the API's port is the one
+		// exposed to clients, and metrics tell them about every merchant.
+		if metricsAddr != "" {
+			stop, err := serveMetrics(ctx, metricsAddr, reg, logger)
+			if err != nil {
+				return err
+			}
+			defer stop()
+		}
 		var (
 			runForwarder func(context.Context) error
 			wake         func() // the forwarder's, when it shares the process with the api
@@ -96,7 +109,7 @@ func newServeCmd(e *env) *cobra.Command {
 		}
 		if slices.Contains(roles, "api") {
 			runs = append(runs, func(ctx context.Context) error {
-				return serve(ctx, cfg, shutdownTimeout, keyTTL, limit, wake, reg, logger)
+				return serve(ctx, cfg, shutdownTimeout, keyTTL, limit, timeouts, wake, logger)
 			})
 		}
 		errs := make(chan error, len(runs))
@@ -111,6 +124,8 @@ func newServeCmd(e *env) *cobra.Command {
 	}
 	cmd.Flags().StringSliceVar(&roles, "roles", []string{"api"}, "roles to run in this process: "+strings.Join(knownRoles, ","))
 	cmd.Flags().DurationVar(&shutdownTimeout, "shutdown-timeout", 15*time.Second, "how long SIGTERM waits for in-flight requests")
+	timeouts.register(cmd.Flags())
+	addMetricsAddrFlag(cmd.Flags(), &metricsAddr, "address serving /metrics and /healthz, apart from the API's")
 	cmd.Flags().DurationVar(&keyTTL, "idempotency-key-ttl", 24*time.Hour,
 		"how long the api role keeps an Idempotency-Key and its response (longer than any client retries; negative: forever)")
 	return cmd
@@ -119,7 +134,7 @@ func newServeCmd(e *env) *cobra.Command {
 // serve runs the HTTP API; wake, when not nil, is called after each command
 // commits (the forwarder of the same process: no poll to wait for).
 func serve(ctx context.Context, cfg config.Config, shutdownTimeout, keyTTL time.Duration, limit httpapi.RateLimit,
-	wake func(), reg *prometheus.Registry, logger *slog.Logger,
+	timeouts httpTimeouts, wake func(), logger *slog.Logger,
 ) error {
 	dbURL, addr := cfg.DatabaseURL, cfg.HTTPAddr
 	pool, err := openPool(ctx, dbURL)
@@ -152,17 +167,17 @@ func serve(ctx context.Context, cfg config.Config, shutdownTimeout, keyTTL time.
 		defer func() { stop(); <-expired }() // before pool.Close()
 	}
 
-	mux := http.NewServeMux()
-	mux.Handle("/metrics", promhttp.HandlerFor(reg, promhttp.HandlerOpts{}))
-	mux.Handle("/", api)
-
 	ln, err := net.Listen("tcp", addr)
 	if err != nil {
 		return fmt.Errorf("listen on HTTP_ADDR %s: %w", addr, err)
 	}
 	srv := &http.Server{
-		Handler:           mux,
-		ReadHeaderTimeout: 5 * time.Second,
+		Handler:           api,
+		ReadHeaderTimeout: timeouts.readHeader,
+		ReadTimeout:       timeouts.read,
+		WriteTimeout:      timeouts.write,
+		IdleTimeout:       timeouts.idle,
+		MaxHeaderBytes:    64 << 10,
 		// In-flight requests keep their own context on shutdown: cancelling
 		// them would roll back commands the client is waiting for.
 		BaseContext: func(net.Listener) context.Context { return context.WithoutCancel(ctx) },

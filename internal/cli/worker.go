@@ -152,6 +152,7 @@ func buildWorker(ctx context.Context, c config.Config, o *workerOptions, logger 
 			go func() { defer close(purged); _ = purge(sctx) }()
 			defer func() { <-purged }() // after stop(), before pool.Close()
 		}
+		logger.Info("worker started", "broker", string(c.Broker))
 		err := w.Run(ctx)
 		stop()
 		<-sent

@@ -69,7 +69,7 @@ func TestKilledWorkerLosesNothing(t *testing.T) {
 					return err
 				}
 				want.PaidCount++
-				want.PaidAmount += pay.Amount
+				want.PaidAmount = want.PaidAmount.Add(pay.Amount)
 				if i%3 == 0 {
 					half := pay.Amount / 2
 					if _, err := svc.RefundTx(ctx, tx, pay.ID, &half); err != nil {
@@ -78,7 +78,7 @@ func TestKilledWorkerLosesNothing(t *testing.T) {
 					if _, err := svc.RefundTx(ctx, tx, pay.ID, nil); err != nil {
 						return err
 					}
-					want.RefundedAmount += pay.Amount
+					want.RefundedAmount = want.RefundedAmount.Add(pay.Amount)
 				}
 			}
 			return nil

@@ -18,6 +18,7 @@ import (
 
 	"github.com/outflow-dev/outflow/app/secretseal"
 	"github.com/outflow-dev/outflow/brokers"
+	"github.com/outflow-dev/outflow/internal/redact"
 )
 
 // Defaults.
@@ -132,6 +133,30 @@ func Register(fs *pflag.FlagSet) *Flags {
 	return f
 }
 
+// connectionSettings are the settings whose values may hold a secret.
+var connectionSettings = []string{"database-url", "redis-url", "nats-url", "amqp-url", "broker-database-url", "kafka-brokers"}
+
+// ConnectionStrings returns every value given for a connection setting, by
+// flag or environment, valid or not: what [redact.Text] and
+// [redact.Handler] scrub out of what the process prints.
+func (f *Flags) ConnectionStrings() []string {
+	var out []string
+	for _, s := range settings {
+		for _, c := range connectionSettings {
+			if s.flag != c {
+				continue
+			}
+			if v := *f.values[s.flag]; v != "" {
+				out = append(out, v)
+			}
+			if v := os.Getenv(s.env); v != "" {
+				out = append(out, v)
+			}
+		}
+	}
+	return out
+}
+
 // Load resolves each setting (flag, then environment, then default) and
 // validates it.
 func (f *Flags) Load() (Config, error) {
@@ -217,9 +242,11 @@ func validateDatabaseURL(v string) error {
 	if !strings.HasPrefix(v, "postgres://") && !strings.HasPrefix(v, "postgresql://") {
 		return fmt.Errorf("want a postgres:// URL")
 	}
-	// pgx redacts the password in its parse errors; we add nothing of v.
+	// pgx redacts the password in its parse errors, but not every secret
+	// parameter: the message goes through the redactor, and v never
+	// appears whole.
 	if _, err := pgxpool.ParseConfig(v); err != nil {
-		return fmt.Errorf("cannot parse the URL: %w", err)
+		return fmt.Errorf("cannot parse the URL: %s", redact.Text(err.Error(), v))
 	}
 	return nil
 }
@@ -307,8 +334,9 @@ func parseHostPorts(v string) ([]string, error) {
 	var out []string
 	for _, hp := range strings.Split(v, ",") {
 		hp = strings.TrimSpace(hp)
-		if _, _, err := net.SplitHostPort(hp); err != nil {
-			return nil, fmt.Errorf("want host:port[,host:port...]: %q", hp)
+		if _, _, err := net.SplitHostPort(hp); err != nil || strings.Contains(hp, "@") {
+			// Not echoed: a list entry may hold credentials (user:pass@host).
+			return nil, fmt.Errorf("want host:port[,host:port...]: entry %d is not host:port", len(out)+1)
 		}
 		out = append(out, hp)
 	}

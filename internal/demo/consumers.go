@@ -147,7 +147,7 @@ func verifyConsumers(ctx context.Context, cfg Config, c *client, merchantID stri
 	fmt.Fprintln(out, "\nconsumers:")
 	fmt.Fprintf(out, "  processed once each: sync-analytics %d, notify-merchant %d, of %d events\n", pc.analytics, pc.notify, pc.written)
 	for _, s := range got.ByCurrency {
-		fmt.Fprintf(out, "  sync-analytics  %s: paid %d payments, %d paid, %d refunded (equal to the API's payments)\n",
+		fmt.Fprintf(out, "  sync-analytics  %s: paid %d payments, %s paid, %s refunded (equal to the API's payments)\n",
 			s.Currency, s.PaidCount, s.PaidAmount, s.RefundedAmount)
 	}
 	fmt.Fprintf(out, "  notify-merchant: %d webhook ids received for %d paid/refunded events, %d deliveries (%d duplicates), %d bad signatures\n",
@@ -164,8 +164,8 @@ func verifyConsumers(ctx context.Context, cfg Config, c *client, merchantID stri
 func apiSums(ctx context.Context, cfg Config, merchantID string) ([]app.CurrencyStats, error) {
 	rows, err := cfg.Pool.Query(ctx, `
 		SELECT currency, count(*) FILTER (WHERE status <> 'pending' AND status <> 'canceled'),
-		       coalesce(sum(amount) FILTER (WHERE status <> 'pending' AND status <> 'canceled'), 0)::bigint,
-		       coalesce(sum(refunded_amount), 0)::bigint
+		       coalesce(sum(amount) FILTER (WHERE status <> 'pending' AND status <> 'canceled'), 0),
+		       coalesce(sum(refunded_amount), 0)
 		FROM payments WHERE merchant_id = $1 GROUP BY currency ORDER BY currency`, merchantID)
 	if err != nil {
 		return nil, fmt.Errorf("sum the API's payments: %w", err)
@@ -193,7 +193,7 @@ func exceeds(got, want []app.CurrencyStats) bool {
 			return true
 		}
 		w := want[i]
-		if g.PaidCount > w.PaidCount || g.PaidAmount > w.PaidAmount || g.RefundedAmount > w.RefundedAmount {
+		if g.PaidCount > w.PaidCount || g.PaidAmount.Cmp(w.PaidAmount) > 0 || g.RefundedAmount.Cmp(w.RefundedAmount) > 0 {
 			return true
 		}
 	}
