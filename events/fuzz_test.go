@@ -8,7 +8,6 @@ import (
 
 	"github.com/ThreeDotsLabs/watermill/message"
 
-	"github.com/outflow-dev/outflow/app/paymentevents"
 	"github.com/outflow-dev/outflow/events"
 )
 
@@ -55,18 +54,13 @@ func FuzzEnvelopeFromMessage(f *testing.F) {
 // passes its type's validation and re-encodes to the same payload.
 func FuzzRegistryDecodeMessage(f *testing.F) {
 	r := events.NewRegistry()
-	if err := paymentevents.Register(r); err != nil {
-		f.Fatal(err)
-	}
 	if err := r.Register(invoicePaid{}, invoiceCanceled{}); err != nil {
 		f.Fatal(err)
 	}
 	for _, seed := range []struct{ typ, data string }{
-		{paymentevents.PaidType, `{"payment_id":"p","merchant_id":"m","amount":100,"currency":"EUR","paid_at":"2026-12-02T10:00:00Z"}`},
-		{paymentevents.RefundedType, `{"payment_id":"p","merchant_id":"m","amount":1,"refunded_amount":1,"payment_amount":2,"currency":"EUR","status":"partially_refunded","refunded_at":"2026-12-02T10:00:00Z"}`},
-		{paymentevents.PaidType, `{"payment_id":"p","merchant_id":"m","amount":100,"currency":"EUR","paid_at":"2026-12-02T10:00:00Z"}]`},
-		{paymentevents.PaidType, `{"payment_id":"p","merchant_id":"m","amount":100,"currency":"EUR","paid_at":"2026-12-02T10:00:00Z"}}`},
-		{paymentevents.PaidType, `{"amount":-1}`},
+		{"invoice.paid", `{"invoice_id":"i","customer_id":"c","amount":10,"currency":"EUR","paid_at":"2026-12-02T10:00:00Z"}]`},
+		{"invoice.paid", `{"invoice_id":"i","customer_id":"c","amount":10,"currency":"EUR","paid_at":"2026-12-02T10:00:00Z"}}`},
+		{"invoice.paid", `{"amount":-1}`},
 		{"invoice.paid", `{"invoice_id":"i","customer_id":"c","amount":10,"currency":"EUR","paid_at":"2026-12-02T10:00:00Z"}`},
 		{"invoice.canceled", `{"invoice_id":"i","customer_id":"c","amount":1,"currency":"EUR"} x`},
 		{"nope", `{}`},

@@ -46,7 +46,9 @@ func TestServeMetricsOnItsOwnAddress(t *testing.T) {
 	api, stderr := startServe(t, map[string]string{"DATABASE_URL": s.URL}, "--metrics-addr", metrics)
 	require.Contains(t, stderr.String(), "serving metrics")
 
-	resp, err := http.Get("http://" + api + "/metrics")
+	// With an admin key, so that the answer is the router's, not the 401
+	// every unauthenticated request gets.
+	resp, err := http.DefaultClient.Do(authedRequest(t, http.MethodGet, "http://"+api+"/metrics", createKey(t, s.URL, "--admin"), nil))
 	require.NoError(t, err)
 	body, _ := io.ReadAll(resp.Body)
 	resp.Body.Close()
@@ -72,6 +74,7 @@ func TestServeCutsOffSlowAndIdleClients(t *testing.T) {
 	s := outflowtest.NewSchema(t, appmigrations.Set())
 	api, _ := startServe(t, map[string]string{"DATABASE_URL": s.URL},
 		"--read-header-timeout", "1s", "--read-timeout", "2s", "--idle-timeout", "1s")
+	admin := createKey(t, s.URL, "--admin")
 	merchants := func() (n int) {
 		require.NoError(t, s.Pool.QueryRow(context.Background(), `SELECT count(*) FROM merchants`).Scan(&n))
 		return n
@@ -108,7 +111,9 @@ func TestServeCutsOffSlowAndIdleClients(t *testing.T) {
 
 	t.Run("body a byte a second", func(t *testing.T) {
 		body := `{"name":"Slow Shop","webhook_url":"https://slow.example/h"}`
-		took, got := trickle(t, fmt.Sprintf("POST /v1/merchants HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\nContent-Length: %d\r\n\r\n", len(body)), body)
+		// Authenticated, so that the server waits for the body rather than
+		// answering 401 after the headers.
+		took, got := trickle(t, fmt.Sprintf("POST /v1/merchants HTTP/1.1\r\nHost: x\r\nAuthorization: Bearer %s\r\nContent-Type: application/json\r\nContent-Length: %d\r\n\r\n", admin, len(body)), body)
 		require.Less(t, took, 6*time.Second, "cut off after --read-timeout")
 		if got != "" {
 			require.Contains(t, got, "400", "a cut-off body is refused: %s", got)
