@@ -241,3 +241,19 @@ func partitionName(prefix, topic string, partitions, p int) string {
 // topic, see [Backend.Topics]) in the amqp backend: watermill-amqp's
 // GenerateQueueNameTopicNameWithSuffix naming, so its subscribers find it.
 func AMQPQueueName(exchange, group string) string { return exchange + "_" + group }
+
+// Lag is what a consumer group has not handled yet on one topic.
+type Lag struct {
+	// Events is how many entries of the topic's partitions the group has
+	// not been delivered yet.
+	Events int64
+	// OldestAge is the age of the oldest of them; zero when Events is 0.
+	OldestAge time.Duration
+}
+
+// LagReporter is implemented by a [Backend] that can tell a consumer
+// group's lag (redis). The worker samples it into its lag metrics; the
+// other backends report no lag yet.
+type LagReporter interface {
+	Lag(ctx context.Context, group, topic string) (Lag, error)
+}

@@ -16,6 +16,7 @@ import (
 	"github.com/google/uuid"
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgxpool"
+	"github.com/prometheus/client_golang/prometheus"
 
 	"github.com/outflow-dev/outflow/brokers"
 	"github.com/outflow-dev/outflow/events"
@@ -121,6 +122,13 @@ type WorkerConfig struct {
 	InstanceID string
 	// Logger defaults to slog.Default().
 	Logger *slog.Logger
+	// Registerer, when set, gets every handler's metrics: the
+	// idempotency counters (Idempotency.Metrics defaults to it) and the
+	// lag gauges, sampled every LagInterval from a broker that reports
+	// lag (brokers.LagReporter). Nil: no metrics.
+	Registerer prometheus.Registerer
+	// LagInterval is how often the lag gauges are sampled. Defaults to 15s.
+	LagInterval time.Duration
 }
 
 // Worker runs handlers.
@@ -171,8 +179,14 @@ func NewWorker(cfg WorkerConfig) (*Worker, error) {
 	if cfg.Logger == nil {
 		cfg.Logger = slog.Default()
 	}
+	if cfg.LagInterval == 0 {
+		cfg.LagInterval = 15 * time.Second
+	}
+	if cfg.LagInterval < 0 {
+		return nil, errors.New("worker config: LagInterval must be positive")
+	}
 	icfg := cfg.Idempotency
-	icfg.Pool, icfg.Consumer = cfg.Pool, "worker"
+	icfg.Pool, icfg.Consumer, icfg.Metrics = cfg.Pool, "worker", nil // validation only: no series
 	if _, err := idempotency.NewConsumer(icfg); err != nil {
 		return nil, fmt.Errorf("worker config: Idempotency: %w", err)
 	}
@@ -234,6 +248,10 @@ func (w *Worker) settings(h Handler) (settings, error) {
 	if i.Logger == nil {
 		i.Logger = w.cfg.Logger
 	}
+	if i.Metrics == nil {
+		i.Metrics = w.cfg.Registerer
+	}
+	i.Topic = h.Topic
 	if _, err := idempotency.NewConsumer(*i); err != nil {
 		return s, fmt.Errorf("handler %q: %w", h.Name, err)
 	}
@@ -426,6 +444,13 @@ func (w *Worker) attach(ctx context.Context, router *message.Router, mw []messag
 	}
 	for _, c := range consumers {
 		a.wg.Go(func() { _ = c.Run(ctx) })
+	}
+	if lr, ok := backend.(brokers.LagReporter); ok && w.cfg.Registerer != nil && len(w.handlers) > 0 {
+		g, err := newLagGauges(w.cfg.Registerer)
+		if err != nil {
+			return nil, err
+		}
+		a.wg.Go(func() { w.sampleLag(ctx, lr, g) })
 	}
 	return a, nil
 }

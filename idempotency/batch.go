@@ -8,6 +8,7 @@ import (
 	"runtime/debug"
 	"slices"
 	"sync"
+	"time"
 
 	"github.com/ThreeDotsLabs/watermill/message"
 	"github.com/jackc/pgx/v5"
@@ -147,6 +148,7 @@ func (c *Consumer) applyBatch(h message.HandlerFunc, batch []*pending) error {
 	// The transaction outlives any one message's context: its commit
 	// decides for all of them.
 	ctx := context.WithoutCancel(batch[0].msg.Context())
+	start := time.Now()
 	outcomes := make([]outcome, len(batch))
 	err := pgx.BeginFunc(ctx, c.cfg.Pool, func(tx pgx.Tx) error {
 		var q pgx.Batch
@@ -192,7 +194,9 @@ func (c *Consumer) applyBatch(h message.HandlerFunc, batch []*pending) error {
 		}
 		return err
 	}
+	took := time.Since(start)
 	for i, p := range batch {
+		c.metrics.count(outcomes[i], took)
 		if o := outcomes[i]; o == duplicate || o == stale {
 			c.cfg.Logger.Debug("message skipped", "consumer", c.cfg.Consumer, "message_id", p.env.MessageID,
 				"aggregate_id", p.env.AggregateID, "aggregate_version", p.env.AggregateVersion, "outcome", o.String())

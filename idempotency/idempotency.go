@@ -12,6 +12,7 @@ import (
 	"github.com/ThreeDotsLabs/watermill/message"
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgxpool"
+	"github.com/prometheus/client_golang/prometheus"
 
 	"github.com/outflow-dev/outflow/events"
 	"github.com/outflow-dev/outflow/internal/backoff"
@@ -72,6 +73,12 @@ type Config struct {
 	BaselineBefore time.Time
 	// Logger defaults to slog.Default().
 	Logger *slog.Logger
+	// Metrics, when set, is where the consumer registers its counters
+	// (outflow_consumer_*, see metrics.go), labelled Consumer and Topic.
+	// Consumers of one process share the collectors. Nil: no metrics.
+	Metrics prometheus.Registerer
+	// Topic labels the consumer's metrics: the topic it reads.
+	Topic string
 }
 
 func (c *Config) setDefaults() {
@@ -169,6 +176,8 @@ type Consumer struct {
 	handler message.HandlerFunc // the wrapped handler, for retries
 
 	batch batcher
+
+	metrics *metrics
 }
 
 // NewConsumer validates cfg.
@@ -177,7 +186,11 @@ func NewConsumer(cfg Config) (*Consumer, error) {
 	if err := cfg.validate(); err != nil {
 		return nil, err
 	}
-	return &Consumer{cfg: cfg}, nil
+	m, err := newMetrics(cfg.Metrics, cfg.Consumer, cfg.Topic)
+	if err != nil {
+		return nil, err
+	}
+	return &Consumer{cfg: cfg, metrics: m}, nil
 }
 
 // Name returns the consumer's name.
@@ -264,6 +277,7 @@ func (c *Consumer) handleOne(h message.HandlerFunc, msg *message.Message, env ev
 	// around the handler (Watermill's Timeout middleware) bounds the
 	// handler's work, not the commit of what it already did. A handler that
 	// returns nil after its deadline has its effects committed, once.
+	start := time.Now()
 	out, o, err := c.apply(context.WithoutCancel(ctx), ctx, c.cfg.Pool, h, msg, env, true, c.mayBaseline(env))
 	switch {
 	case err != nil:
@@ -272,6 +286,7 @@ func (c *Consumer) handleOne(h message.HandlerFunc, msg *message.Message, env ev
 		if derr := c.park(ctx, msg, env, c.failedStatus(), "handler failed", err.Error()); derr != nil {
 			return nil, errors.Join(err, derr) // nacked: the broker redelivers
 		}
+		c.metrics.failed(c.failedStatus())
 		c.cfg.Logger.Warn("handler failed; retry scheduled", "consumer", c.cfg.Consumer, "message_id", env.MessageID,
 			"aggregate_id", env.AggregateID, "aggregate_version", env.AggregateVersion, "error", err.Error())
 		return nil, nil
@@ -283,8 +298,10 @@ func (c *Consumer) handleOne(h message.HandlerFunc, msg *message.Message, env ev
 		if err := c.park(ctx, msg, env, "held", reason, text); err != nil {
 			return nil, err
 		}
+		c.metrics.count(o, 0)
 		return nil, nil
 	}
+	c.metrics.count(o, time.Since(start))
 	return out, nil
 }
 

@@ -110,6 +110,7 @@ func (c *Consumer) retryRound(ctx context.Context) (int, error) {
 // duplicate).
 func (c *Consumer) retryOne(ctx context.Context, h message.HandlerFunc, id int64) (bool, error) {
 	settled := false
+	record := func() {} // the metrics, once the outcome committed
 	err := pgx.BeginFunc(ctx, c.cfg.Pool, func(lock pgx.Tx) error {
 		var (
 			msgID, md string
@@ -140,6 +141,7 @@ func (c *Consumer) retryOne(ctx context.Context, h message.HandlerFunc, id int64
 		// waiting for a second would deadlock once every connection of
 		// the pool is held by a consumer's retry, and the message's
 		// effects now commit with its dead letter's new status.
+		start := time.Now()
 		_, o, herr := c.apply(ctx, ctx, lock, h, msg, env, false, c.mayBaseline(env))
 		timedOut := herr == nil && time.Since(created) >= c.cfg.GapTimeout
 		if timedOut && o == gap && !c.cfg.BaselineBefore.IsZero() {
@@ -159,12 +161,15 @@ func (c *Consumer) retryOne(ctx context.Context, h message.HandlerFunc, id int64
 		switch {
 		case herr == nil && (o == applied || o == stale || o == duplicate):
 			settled = true
+			took := time.Since(start)
+			record = func() { c.metrics.count(o, took) }
 			_, err = lock.Exec(ctx, `UPDATE dead_letters SET status = 'resolved', resolved_at = now() WHERE id = $1`, id)
 			c.cfg.Logger.Info("parked message applied", "consumer", c.cfg.Consumer, "message_id", msgID,
 				"aggregate_id", env.AggregateID, "aggregate_version", env.AggregateVersion, "outcome", o.String())
 		case herr == nil && timedOut: // the gap never filled: report it; it heals if its predecessor applies later
 			_, err = lock.Exec(ctx, `UPDATE dead_letters SET status = 'dead', reason = 'gap', error = $2, next_attempt_at = NULL WHERE id = $1`,
 				id, fmt.Sprintf("version %d waited %s for version %d", env.AggregateVersion, c.cfg.GapTimeout, env.AggregateVersion-1))
+			record = func() { c.metrics.failed("dead") }
 			c.cfg.Logger.Error("gap timed out: message dead", "consumer", c.cfg.Consumer, "message_id", msgID,
 				"aggregate_id", env.AggregateID, "aggregate_version", env.AggregateVersion)
 		case herr == nil: // a gap (or held behind one): wait for the earlier event
@@ -177,14 +182,19 @@ func (c *Consumer) retryOne(ctx context.Context, h message.HandlerFunc, id int64
 			if attempts >= c.cfg.MaxAttempts {
 				_, err = lock.Exec(ctx, `UPDATE dead_letters SET status = 'dead', reason = 'handler failed', attempts = $2, error = $3, next_attempt_at = NULL WHERE id = $1`,
 					id, attempts, herr.Error())
+				record = func() { c.metrics.failed("dead") }
 				c.cfg.Logger.Error("message dead-lettered after max attempts", "consumer", c.cfg.Consumer, "message_id", msgID,
 					"aggregate_id", env.AggregateID, "attempts", attempts, "error", herr.Error())
 			} else {
 				_, err = lock.Exec(ctx, `UPDATE dead_letters SET status = 'retrying', reason = 'handler failed', attempts = $2, error = $3, next_attempt_at = $4 WHERE id = $1`,
 					id, attempts, herr.Error(), time.Now().Add(c.backoff(attempts)))
+				record = func() { c.metrics.failed("retrying") }
 			}
 		}
 		return err
 	})
+	if err == nil {
+		record()
+	}
 	return settled, err
 }

@@ -96,7 +96,7 @@ func newServeCmd(e *env) *cobra.Command {
 		}
 		var runWorker func(context.Context) error
 		if slices.Contains(roles, "worker") {
-			if runWorker, err = buildWorker(ctx, cfg, wrk, logger); err != nil {
+			if runWorker, err = buildWorker(ctx, cfg, wrk, reg, logger); err != nil {
 				return err
 			}
 		}

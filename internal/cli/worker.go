@@ -11,6 +11,7 @@ import (
 	"github.com/outflow-dev/outflow/consumer"
 
 	"github.com/jackc/pgx/v5/pgxpool"
+	"github.com/prometheus/client_golang/prometheus"
 	"github.com/spf13/cobra"
 	"github.com/spf13/pflag"
 
@@ -89,8 +90,8 @@ func (o *workerOptions) validate() error {
 }
 
 // buildWorker returns a function that runs the reference consumers until
-// ctx is done.
-func buildWorker(ctx context.Context, c config.Config, o *workerOptions, logger *slog.Logger) (func(context.Context) error, error) {
+// ctx is done. Their metrics go to metricsReg (nil: none).
+func buildWorker(ctx context.Context, c config.Config, o *workerOptions, metricsReg prometheus.Registerer, logger *slog.Logger) (func(context.Context) error, error) {
 	pool, err := openPool(ctx, c.DatabaseURL)
 	if err != nil {
 		return nil, err
@@ -110,7 +111,7 @@ func buildWorker(ctx context.Context, c config.Config, o *workerOptions, logger 
 		BatchSize: o.batchSize,
 		Idempotency: idempotency.Config{MaxBatch: o.batchSize, MaxAttempts: o.maxAttempts, RetryBackoff: o.retryBackoff,
 			RetryBackoffMax: o.retryBackoffMax, GapTimeout: o.gapTimeout},
-		Logger: logger,
+		Logger: logger, Registerer: metricsReg,
 	})
 	if err != nil {
 		pool.Close()
@@ -176,7 +177,8 @@ func newWorkerCmd(e *env) *cobra.Command {
 			return err
 		}
 		warnPlaintextSecrets(cfg, logger)
-		run, err := buildWorker(cmd.Context(), cfg, opts, logger)
+		reg := newRegistry()
+		run, err := buildWorker(cmd.Context(), cfg, opts, reg, logger)
 		if err != nil {
 			return err
 		}
