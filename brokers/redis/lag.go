@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"slices"
 	"strconv"
 	"strings"
 	"time"
@@ -22,8 +23,9 @@ const lagCountMax = 10000
 // Lag sums, over topic's streams, what group has not handled: the entries
 // not delivered to it yet (XINFO GROUPS' lag) and those delivered but not
 // acknowledged (pending). The oldest age is that of the oldest of them, by
-// its entry id's time. A stream or group that does not exist yet lags by
-// nothing.
+// its entry id's time. A stream that does not exist yet lags by nothing; a
+// group not created yet lags by the whole stream, where it
+// will start.
 func (b *backend) Lag(ctx context.Context, group, topic string) (brokers.Lag, error) {
 	var (
 		lag    brokers.Lag
@@ -41,6 +43,23 @@ func (b *backend) Lag(ctx context.Context, group, topic string) (brokers.Lag, er
 				continue
 			}
 			return brokers.Lag{}, fmt.Errorf("redis lag of %s on %s: %w", group, stream, err)
+		}
+		if !slices.ContainsFunc(groups, func(g goredis.XInfoGroup) bool { return g.Name == group }) {
+			// Not created yet: the group will start at the stream's
+			// beginning (Config.OldestID "0"), so all of it lags.
+			n, err := b.client.XLen(ctx, stream).Result()
+			if err != nil {
+				return brokers.Lag{}, fmt.Errorf("redis lag of %s on %s: %w", group, stream, err)
+			}
+			first, err := b.client.XRangeN(ctx, stream, "-", "+", 1).Result()
+			if err != nil {
+				return brokers.Lag{}, fmt.Errorf("redis lag of %s on %s: %w", group, stream, err)
+			}
+			if len(first) > 0 {
+				older(first[0].ID)
+			}
+			lag.Events += n
+			continue
 		}
 		for _, g := range groups {
 			if g.Name != group {
