@@ -63,6 +63,7 @@ hash is stored.`,
 	create.Flags().StringVar(&merchant, "merchant", "", "a key of this merchant (id) only")
 	create.Flags().StringVar(&name, "name", "", "a name to tell the key by")
 
+	var listAsJSON bool
 	list := &cobra.Command{
 		Use:   "list",
 		Short: "List every key (never the keys themselves): id, prefix, name, merchant, dates",
@@ -71,6 +72,9 @@ hash is stored.`,
 			keys, err := apikey.List(cmd.Context(), pool)
 			if err != nil {
 				return err
+			}
+			if listAsJSON {
+				return printList(cmd, keys)
 			}
 			out := cmd.OutOrStdout()
 			if len(keys) == 0 {
@@ -90,6 +94,8 @@ hash is stored.`,
 			return tw.Flush()
 		}),
 	}
+
+	list.Flags().BoolVar(&listAsJSON, "json", false, "print a JSON array of the keys (never the keys themselves)")
 
 	revoke := &cobra.Command{
 		Use:   "revoke ID",

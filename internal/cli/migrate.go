@@ -76,6 +76,48 @@ func newMigrateCmd(e *env) *cobra.Command {
 		}),
 	}
 	down.Flags().StringVar(&downSet, "set", "", `roll back this set only: "outflow" (the framework's) or "app"`)
+	var statusAsJSON bool
+	status := &cobra.Command{
+		Use:   "status",
+		Short: "List migrations and whether each is applied",
+		Args:  cobra.NoArgs,
+		RunE: withDB(func(cmd *cobra.Command, db *sql.DB) error {
+			type row struct {
+				Set     string `json:"set"`
+				Version int64  `json:"version"`
+				Name    string `json:"name"`
+				Applied bool   `json:"applied"`
+			}
+			var rows []row
+			for _, set := range migrationSets() {
+				m, err := migrator(db, set)
+				if err != nil {
+					return err
+				}
+				ss, err := m.Status(cmd.Context())
+				if err != nil {
+					return err
+				}
+				for _, s := range ss {
+					rows = append(rows, row{set.Name, s.Version, s.Name, s.Applied})
+				}
+			}
+			if statusAsJSON {
+				return printList(cmd, rows)
+			}
+			tw := tabwriter.NewWriter(cmd.OutOrStdout(), 0, 4, 2, ' ', 0)
+			fmt.Fprintln(tw, "SET\tVERSION\tNAME\tSTATE")
+			for _, r := range rows {
+				state := "pending"
+				if r.Applied {
+					state = "applied"
+				}
+				fmt.Fprintf(tw, "%s\t%d\t%s\t%s\n", r.Set, r.Version, r.Name, state)
+			}
+			return tw.Flush()
+		}),
+	}
+	status.Flags().BoolVar(&statusAsJSON, "json", false, "print a JSON array of the migrations")
 	cmd.AddCommand(
 		&cobra.Command{
 			Use:   "up",
@@ -104,33 +146,7 @@ func newMigrateCmd(e *env) *cobra.Command {
 			}),
 		},
 		down,
-		&cobra.Command{
-			Use:   "status",
-			Short: "List migrations and whether each is applied",
-			Args:  cobra.NoArgs,
-			RunE: withDB(func(cmd *cobra.Command, db *sql.DB) error {
-				tw := tabwriter.NewWriter(cmd.OutOrStdout(), 0, 4, 2, ' ', 0)
-				fmt.Fprintln(tw, "SET\tVERSION\tNAME\tSTATE")
-				for _, set := range migrationSets() {
-					m, err := migrator(db, set)
-					if err != nil {
-						return err
-					}
-					ss, err := m.Status(cmd.Context())
-					if err != nil {
-						return err
-					}
-					for _, s := range ss {
-						state := "pending"
-						if s.Applied {
-							state = "applied"
-						}
-						fmt.Fprintf(tw, "%s\t%d\t%s\t%s\n", set.Name, s.Version, s.Name, state)
-					}
-				}
-				return tw.Flush()
-			}),
-		},
+		status,
 	)
 	return cmd
 }

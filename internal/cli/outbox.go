@@ -1,7 +1,6 @@
 package cli
 
 import (
-	"encoding/json"
 	"errors"
 	"fmt"
 	"text/tabwriter"
@@ -13,39 +12,15 @@ import (
 	"github.com/outflow-dev/outflow/forwarder"
 )
 
-func newStatsCmd(e *env) *cobra.Command {
-	var asJSON bool
-	cmd := &cobra.Command{
-		Use:   "stats",
-		Short: "Print the outbox's pending, parked and published counts and the oldest pending age",
-		Args:  cobra.NoArgs,
-		RunE: e.withPool(nil, func(cmd *cobra.Command, pool *pgxpool.Pool) error {
-			s, err := forwarder.ReadStats(cmd.Context(), pool)
-			if err != nil {
-				return err
-			}
-			out := cmd.OutOrStdout()
-			if asJSON {
-				return json.NewEncoder(out).Encode(map[string]forwarder.Stats{"outbox": s})
-			}
-			tw := tabwriter.NewWriter(out, 0, 4, 2, ' ', 0)
-			fmt.Fprintf(tw, "pending\t%d\n", s.Pending)
-			fmt.Fprintf(tw, "parked\t%d\n", s.Parked)
-			fmt.Fprintf(tw, "oldest pending age\t%s\n", (time.Duration(s.OldestPendingAgeSeconds * float64(time.Second))).Round(time.Millisecond))
-			fmt.Fprintf(tw, "published total\t%d\n", s.PublishedTotal)
-			return tw.Flush()
-		}),
-	}
-	cmd.Flags().BoolVar(&asJSON, "json", false, `print {"outbox": {"pending", "parked", "oldest_pending_age_seconds", "published_total"}}`)
-	return cmd
-}
-
 func newOutboxCmd(e *env) *cobra.Command {
 	cmd := &cobra.Command{
 		Use:   "outbox",
 		Short: "Inspect and release parked outbox rows (nothing is ever deleted)",
 	}
-	var limit int
+	var (
+		limit        int
+		parkedAsJSON bool
+	)
 	parked := &cobra.Command{
 		Use:   "parked",
 		Short: "List rows parked after max attempts, with their last error",
@@ -59,6 +34,9 @@ func newOutboxCmd(e *env) *cobra.Command {
 			rows, err := forwarder.ListParked(cmd.Context(), pool, limit)
 			if err != nil {
 				return err
+			}
+			if parkedAsJSON {
+				return printList(cmd, rows)
 			}
 			out := cmd.OutOrStdout()
 			if len(rows) == 0 {
@@ -75,6 +53,7 @@ func newOutboxCmd(e *env) *cobra.Command {
 		}),
 	}
 	parked.Flags().IntVar(&limit, "limit", 100, "rows to list")
+	parked.Flags().BoolVar(&parkedAsJSON, "json", false, "print a JSON array of the rows")
 
 	var (
 		id  int64

@@ -195,6 +195,7 @@ func newDLQCmd(e *env) *cobra.Command {
 	var (
 		consumer string
 		limit    int
+		asJSON   bool
 	)
 	list := &cobra.Command{
 		Use:   "list",
@@ -209,6 +210,9 @@ func newDLQCmd(e *env) *cobra.Command {
 			dls, err := idempotency.ListDeadLetters(cmd.Context(), pool, consumer, limit)
 			if err != nil {
 				return err
+			}
+			if asJSON {
+				return printList(cmd, dls)
 			}
 			if len(dls) == 0 {
 				fmt.Fprintln(cmd.OutOrStdout(), "no parked messages")
@@ -225,6 +229,7 @@ func newDLQCmd(e *env) *cobra.Command {
 	}
 	list.Flags().StringVar(&consumer, "consumer", "", "only this consumer's")
 	list.Flags().IntVar(&limit, "limit", 100, "rows to list")
+	list.Flags().BoolVar(&asJSON, "json", false, "print a JSON array of the messages")
 
 	var (
 		id  int64

@@ -1,0 +1,31 @@
+package handlers
+
+import (
+	"context"
+	"fmt"
+
+	"github.com/jackc/pgx/v5/pgxpool"
+)
+
+// WebhookStats counts webhook deliveries not delivered.
+type WebhookStats struct {
+	// Pending deliveries wait for their first or next attempt.
+	Pending int64 `json:"pending"`
+	// Failing ones are pending after at least one failed attempt.
+	Failing int64 `json:"failing"`
+	// Dead ones gave up, waiting for an operator.
+	Dead int64 `json:"dead"`
+}
+
+// ReadWebhookStats counts the deliveries of webhook_deliveries.
+func ReadWebhookStats(ctx context.Context, pool *pgxpool.Pool) (WebhookStats, error) {
+	var s WebhookStats
+	if err := pool.QueryRow(ctx, `
+		SELECT count(*) FILTER (WHERE status = 'pending'),
+		       count(*) FILTER (WHERE status = 'pending' AND attempts > 0),
+		       count(*) FILTER (WHERE status = 'dead')
+		FROM webhook_deliveries WHERE status IN ('pending', 'dead')`).Scan(&s.Pending, &s.Failing, &s.Dead); err != nil {
+		return s, fmt.Errorf("webhook stats: %w", err)
+	}
+	return s, nil
+}

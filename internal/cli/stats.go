@@ -1,0 +1,159 @@
+package cli
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"log/slog"
+	"maps"
+	"slices"
+	"text/tabwriter"
+	"time"
+
+	"github.com/jackc/pgx/v5/pgxpool"
+	"github.com/spf13/cobra"
+
+	"github.com/outflow-dev/outflow/brokers"
+	"github.com/outflow-dev/outflow/forwarder"
+	"github.com/outflow-dev/outflow/handlers"
+	"github.com/outflow-dev/outflow/idempotency"
+	"github.com/outflow-dev/outflow/internal/config"
+)
+
+// lagKinds are the backends stats asks for consumer lag (see
+// brokers.LagReporter): opening another backend could declare things on
+// it, for nothing.
+var lagKinds = []brokers.Kind{brokers.Redis}
+
+// consumerStats is one consumer's line of `outflow stats`.
+type consumerStats struct {
+	Topic string `json:"topic,omitempty"`
+	// Lag and OldestUnhandledAgeSeconds are null when the broker does
+	// not report lag (or could not be reached).
+	Lag                       *int64   `json:"lag"`
+	OldestUnhandledAgeSeconds *float64 `json:"oldest_unhandled_age_seconds"`
+	idempotency.ParkedCounts
+}
+
+type stats struct {
+	Outbox    forwarder.Stats          `json:"outbox"`
+	Consumers map[string]consumerStats `json:"consumers"`
+	Webhooks  handlers.WebhookStats    `json:"webhooks"`
+}
+
+func readStats(ctx context.Context, pool *pgxpool.Pool, c config.Config, partitions int, logger *slog.Logger) (stats, error) {
+	var (
+		s   stats
+		err error
+	)
+	if s.Outbox, err = forwarder.ReadStats(ctx, pool); err != nil {
+		return s, err
+	}
+	if s.Webhooks, err = handlers.ReadWebhookStats(ctx, pool); err != nil {
+		return s, err
+	}
+	parked, err := idempotency.ReadParkedCounts(ctx, pool)
+	if err != nil {
+		return s, err
+	}
+	s.Consumers = map[string]consumerStats{}
+	for name, p := range parked {
+		s.Consumers[name] = consumerStats{ParkedCounts: p}
+	}
+	var lr brokers.LagReporter
+	if slices.Contains(lagKinds, c.Broker) {
+		backend, err := brokers.Open(ctx, c.BrokerConfig(partitions, logger))
+		if err != nil {
+			// The database's numbers are worth printing without the lag.
+			logger.Warn("consumer lag unknown: broker unreachable", "broker", string(c.Broker), "error", err.Error())
+		} else {
+			defer backend.Close()
+			lr, _ = backend.(brokers.LagReporter)
+		}
+	}
+	for _, h := range referenceHandlers(nil, handlers.NotifyConfig{}) {
+		cs := s.Consumers[h.Name]
+		cs.Topic = h.Topic
+		if lr != nil {
+			lag, err := lr.Lag(ctx, h.Name, h.Topic)
+			if err != nil {
+				logger.Warn("consumer lag unknown", "consumer", h.Name, "error", err.Error())
+			} else {
+				age := lag.OldestAge.Seconds()
+				cs.Lag, cs.OldestUnhandledAgeSeconds = &lag.Events, &age
+			}
+		}
+		s.Consumers[h.Name] = cs
+	}
+	return s, nil
+}
+
+func newStatsCmd(e *env) *cobra.Command {
+	var (
+		asJSON     bool
+		partitions int
+	)
+	cmd := &cobra.Command{
+		Use:   "stats",
+		Short: "Print the outbox's, the consumers' and the webhooks' backlog: pending, parked, lag, dead",
+		Args:  cobra.NoArgs,
+		RunE: func(cmd *cobra.Command, _ []string) error {
+			if partitions < 1 || partitions > 1024 {
+				return errors.New("invalid --stream-partitions: must be between 1 and 1024")
+			}
+			cfg, logger, err := e.load()
+			if err != nil {
+				return err
+			}
+			pool, err := openPool(cmd.Context(), cfg.DatabaseURL)
+			if err != nil {
+				return err
+			}
+			defer pool.Close()
+			s, err := readStats(cmd.Context(), pool, cfg, partitions, logger)
+			if err != nil {
+				return err
+			}
+			out := cmd.OutOrStdout()
+			if asJSON {
+				return json.NewEncoder(out).Encode(s)
+			}
+			tw := tabwriter.NewWriter(out, 0, 4, 2, ' ', 0)
+			fmt.Fprintf(tw, "pending\t%d\n", s.Outbox.Pending)
+			fmt.Fprintf(tw, "parked\t%d\n", s.Outbox.Parked)
+			fmt.Fprintf(tw, "oldest pending age\t%s\n", seconds(s.Outbox.OldestPendingAgeSeconds))
+			fmt.Fprintf(tw, "published total\t%d\n", s.Outbox.PublishedTotal)
+			fmt.Fprintf(tw, "webhooks pending\t%d\n", s.Webhooks.Pending)
+			fmt.Fprintf(tw, "webhooks failing\t%d\n", s.Webhooks.Failing)
+			fmt.Fprintf(tw, "webhooks dead\t%d\n", s.Webhooks.Dead)
+			fmt.Fprintln(tw, "\nCONSUMER\tTOPIC\tLAG\tOLDEST UNHANDLED\tHELD\tRETRYING\tDEAD")
+			for _, name := range slices.Sorted(maps.Keys(s.Consumers)) {
+				cs := s.Consumers[name]
+				lag, age := "-", "-"
+				if cs.Lag != nil {
+					lag, age = fmt.Sprint(*cs.Lag), seconds(*cs.OldestUnhandledAgeSeconds).String()
+				}
+				fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%d\t%d\t%d\n", name, orDash(cs.Topic), lag, age, cs.Held, cs.Retrying, cs.Dead)
+			}
+			return tw.Flush()
+		},
+	}
+	cmd.Flags().BoolVar(&asJSON, "json", false,
+		`print {"outbox": {...}, "consumers": {"<name>": {"topic", "lag", "oldest_unhandled_age_seconds", "held", "retrying", "dead"}}, "webhooks": {"pending", "failing", "dead"}} (lag null where the broker does not report it)`)
+	cmd.Flags().IntVar(&partitions, "stream-partitions", 1, "streams per topic (the forwarder's value), for the consumers' lag")
+	return cmd
+}
+
+func seconds(s float64) time.Duration {
+	return time.Duration(s * float64(time.Second)).Round(time.Millisecond)
+}
+
+// printList writes rows as a JSON array ([] when there are none): the
+// --json of every listing command.
+func printList[T any](cmd *cobra.Command, rows []T) error {
+	if rows == nil {
+		rows = []T{}
+	}
+	return json.NewEncoder(cmd.OutOrStdout()).Encode(rows)
+}

@@ -1,0 +1,95 @@
+package cli_test
+
+import (
+	"context"
+	"encoding/json"
+	"testing"
+
+	"github.com/redis/go-redis/v9"
+	"github.com/stretchr/testify/require"
+
+	appmigrations "github.com/outflow-dev/outflow/app/migrations"
+	"github.com/outflow-dev/outflow/outflowtest"
+)
+
+// stats --json counts the consumers' lag (from the broker), held and dead
+// messages and the webhooks' backlog (from the database); every listing
+// command prints JSON that parses.
+func TestStatsAndListsAsJSON(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	s := outflowtest.NewSchema(t, appmigrations.Set())
+	redisSrv := outflowtest.StartRedis(t) // streams are named after topics ("payments")
+	env := map[string]string{"DATABASE_URL": s.URL, "REDIS_URL": redisSrv.URL}
+
+	// Two events on the stream no worker ever read: sync-analytics and
+	// notify-merchant lag by both.
+	opts, err := redis.ParseURL(redisSrv.URL)
+	require.NoError(t, err)
+	rdb := redis.NewClient(opts)
+	t.Cleanup(func() { _ = rdb.Close() })
+	for range 2 {
+		require.NoError(t, rdb.XAdd(ctx, &redis.XAddArgs{Stream: "payments", ID: "1000-*", Values: map[string]any{"k": "v"}}).Err())
+	}
+	_, err = s.Pool.Exec(ctx, `
+		INSERT INTO dead_letters (consumer, message_id, event_type, aggregate_type, aggregate_id, aggregate_version,
+		                          payload, metadata, status, reason)
+		VALUES ('notify-merchant', gen_random_uuid(), 'payment.created', 'payment', 'p1', 1, '', '{}', 'dead', 'handler failed'),
+		       ('notify-merchant', gen_random_uuid(), 'payment.captured', 'payment', 'p1', 2, '', '{}', 'held', 'held'),
+		       ('notify-merchant', gen_random_uuid(), 'payment.captured', 'payment', 'p1', 3, '', '{}', 'held', 'held'),
+		       ('notify-merchant', gen_random_uuid(), 'payment.created', 'payment', 'p2', 1, '', '{}', 'resolved', 'gap');
+		INSERT INTO webhook_deliveries (message_id, merchant_id, url, event_type, body, status, attempts)
+		VALUES (gen_random_uuid(), gen_random_uuid(), 'https://m.example', 'payment.created', '', 'pending', 0),
+		       (gen_random_uuid(), gen_random_uuid(), 'https://m.example', 'payment.created', '', 'pending', 3),
+		       (gen_random_uuid(), gen_random_uuid(), 'https://m.example', 'payment.created', '', 'dead', 8),
+		       (gen_random_uuid(), gen_random_uuid(), 'https://m.example', 'payment.created', '', 'delivered', 1)`)
+	require.NoError(t, err)
+
+	out, err := command(env, "stats", "--json").Output()
+	require.NoError(t, err, "%s", out)
+	var got struct {
+		Outbox    map[string]float64 `json:"outbox"`
+		Consumers map[string]struct {
+			Topic                     string   `json:"topic"`
+			Lag                       *int64   `json:"lag"`
+			OldestUnhandledAgeSeconds *float64 `json:"oldest_unhandled_age_seconds"`
+			Held, Retrying, Dead      int64
+		} `json:"consumers"`
+		Webhooks map[string]int64 `json:"webhooks"`
+	}
+	require.NoError(t, json.Unmarshal(out, &got), "%s", out)
+	require.Contains(t, got.Outbox, "pending")
+	require.Equal(t, map[string]int64{"pending": 2, "failing": 1, "dead": 1}, got.Webhooks)
+	require.Len(t, got.Consumers, 2, "%s", out)
+	for _, name := range []string{"sync-analytics", "notify-merchant"} {
+		c := got.Consumers[name]
+		require.Equal(t, "payments", c.Topic, name)
+		require.NotNil(t, c.Lag, name)
+		require.EqualValues(t, 2, *c.Lag, name)
+		require.Greater(t, *c.OldestUnhandledAgeSeconds, 1e6, "%s: the entries' ids are from 1970", name)
+	}
+	nm := got.Consumers["notify-merchant"]
+	require.Equal(t, [3]int64{2, 0, 1}, [3]int64{nm.Held, nm.Retrying, nm.Dead})
+
+	var dls []map[string]any
+	out, err = command(env, "dlq", "list", "--json").Output()
+	require.NoError(t, err, "%s", out)
+	require.NoError(t, json.Unmarshal(out, &dls), "%s", out)
+	require.Len(t, dls, 3, "the open ones")
+	for _, args := range [][]string{{"outbox", "parked", "--json"}, {"apikey", "list", "--json"}} {
+		out, err = command(env, args...).Output()
+		require.NoError(t, err, "%v: %s", args, out)
+		require.JSONEq(t, `[]`, string(out), "%v", args)
+	}
+	var migs []struct {
+		Set     string `json:"set"`
+		Applied bool   `json:"applied"`
+	}
+	out, err = command(env, "migrate", "status", "--json").Output()
+	require.NoError(t, err, "%s", out)
+	require.NoError(t, json.Unmarshal(out, &migs), "%s", out)
+	require.NotEmpty(t, migs)
+	for _, m := range migs {
+		require.True(t, m.Applied, "%+v", m)
+	}
+}
