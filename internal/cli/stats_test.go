@@ -3,7 +3,12 @@ package cli_test
 import (
 	"context"
 	"encoding/json"
+	"io"
+	"net/http"
+	"strings"
+	"syscall"
 	"testing"
+	"time"
 
 	"github.com/redis/go-redis/v9"
 	"github.com/stretchr/testify/require"
@@ -92,4 +97,38 @@ func TestStatsAndListsAsJSON(t *testing.T) {
 	for _, m := range migs {
 		require.True(t, m.Applied, "%+v", m)
 	}
+}
+
+// `serve --roles worker` exports the consumers' metrics on its metrics
+// address.
+func TestWorkerRoleExportsConsumerMetrics(t *testing.T) {
+	t.Parallel()
+	s := outflowtest.NewSchema(t, appmigrations.Set())
+	redisSrv := outflowtest.StartRedis(t)
+	metrics := freeAddr(t)
+	cmd := command(map[string]string{"DATABASE_URL": s.URL, "REDIS_URL": redisSrv.URL},
+		"serve", "--roles", "worker", "--metrics-addr", metrics)
+	require.NoError(t, cmd.Start())
+	t.Cleanup(func() { _ = cmd.Process.Signal(syscall.SIGTERM); _ = cmd.Wait() })
+	want := []string{
+		`outflow_consumer_handled_total{consumer="notify-merchant",topic="payments"} 0`,
+		`outflow_consumer_dead_total{consumer="sync-analytics",topic="payments"} 0`,
+		`outflow_consumer_lag_events{consumer="sync-analytics",topic="payments"} 0`,
+		`outflow_consumer_oldest_unhandled_age_seconds{consumer="notify-merchant",topic="payments"} 0`,
+	}
+	outflowtest.WaitFor(t, 20*time.Second, "the consumer metrics on /metrics", func() bool {
+		resp, err := http.Get("http://" + metrics + "/metrics")
+		if err != nil {
+			return false
+		}
+		b, _ := io.ReadAll(resp.Body)
+		resp.Body.Close()
+		body := string(b)
+		for _, w := range want {
+			if !strings.Contains(body, w) {
+				return false
+			}
+		}
+		return true
+	})
 }
