@@ -50,6 +50,14 @@
 // A handler's Committed callback runs after its message's transaction
 // committed: the place to wake in-process work that reads what it wrote.
 //
+// WorkerConfig.Registerer gets every handler's idempotency counters and two
+// gauges, sampled every LagInterval from a broker that reports lag
+// (brokers.LagReporter: redis; nats, amqp, kafka and sql do not yet):
+// outflow_consumer_lag_events and
+// outflow_consumer_oldest_unhandled_age_seconds. They describe the consumer
+// group, so every worker of it reports the same value: aggregate them with
+// max(), not sum().
+//
 // This package is framework: it imports no application code. The reference
 // payments service's handlers live in package handlers.
 package consumer

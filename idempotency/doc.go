@@ -74,4 +74,11 @@
 // consumer_aggregate_versions nor open dead letters: a redelivery older than
 // the retention is recorded as new, and its version, at or below the stored
 // one, is what still skips it as stale.
+//
+// With Config.Metrics set, a consumer counts its outcomes where it decides
+// them, once their transaction committed: outflow_consumer_handled_total,
+// _duplicates_total, _stale_total, _held_total, _retried_total (a failure
+// scheduled for a retry), _dead_total and the histogram
+// outflow_consumer_handling_seconds, labelled consumer and topic. Consumers
+// of one process share the collectors. Nil Metrics costs a nil check.
 package idempotency
