@@ -98,8 +98,9 @@ func newPipeline(t *testing.T) *pipeline {
 func (p *pipeline) runForwarder(t *testing.T, dupBatches int32) {
 	t.Helper()
 	var b forwarder.Broker
+	system := string(brokers.Redis)
 	if p.backend != nil {
-		b = p.backend.Broker()
+		b, system = p.backend.Broker(), string(p.backend.Kind())
 	} else {
 		rb, err := redisstreams.New(redisstreams.Config{Client: p.rdb, StreamPrefix: p.prefix, Partitions: 2})
 		require.NoError(t, err)
@@ -107,7 +108,7 @@ func (p *pipeline) runForwarder(t *testing.T, dupBatches int32) {
 	}
 	db := &duplicatingBroker{Broker: b}
 	db.left.Store(dupBatches)
-	f, err := forwarder.New(forwarder.Config{Pool: p.schema.Pool, Broker: db, PollInterval: 50 * time.Millisecond, BatchSize: 20, Logger: quiet})
+	f, err := forwarder.New(forwarder.Config{Pool: p.schema.Pool, Broker: db, MessagingSystem: system, PollInterval: 50 * time.Millisecond, BatchSize: 20, Logger: quiet})
 	require.NoError(t, err)
 	run(t, f.Run)
 }
