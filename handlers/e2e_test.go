@@ -209,13 +209,14 @@ type merchantSite struct {
 	secret   string
 	received map[string][]string // webhook-id -> the body's type, per receipt
 	unsigned []string            // webhook-ids whose signature did not verify
+	traces   map[string]string   // webhook-id -> the last receipt's traceparent header
 }
 
 // newMerchant creates a merchant whose webhooks go to a server of the
 // test's own, and runs a sender until the test ends.
 func (p *pipeline) newMerchant(t *testing.T) (app.CreatedMerchant, *merchantSite) {
 	t.Helper()
-	site := &merchantSite{received: map[string][]string{}}
+	site := &merchantSite{received: map[string][]string{}, traces: map[string]string{}}
 	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		body, err := io.ReadAll(r.Body)
 		if err != nil {
@@ -230,6 +231,7 @@ func (p *pipeline) newMerchant(t *testing.T) (app.CreatedMerchant, *merchantSite
 		site.mu.Lock()
 		defer site.mu.Unlock()
 		site.received[id] = append(site.received[id], b.Type)
+		site.traces[id] = r.Header.Get("traceparent")
 		if !verify(site.secret, r.Header, body) {
 			site.unsigned = append(site.unsigned, id)
 		}

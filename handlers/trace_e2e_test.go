@@ -77,7 +77,7 @@ func TestTraceFromRequestToHandlers(t *testing.T) {
 
 func traceFromRequest(t *testing.T, p *pipeline, system string) {
 	rec := recordSpans(t)
-	m, _ := p.newMerchant(t)
+	m, site := p.newMerchant(t)
 	ctx := context.Background()
 
 	receipts, err := outbox.NewWriter(outbox.Config{}) // topic "receipt", its aggregate type
@@ -180,6 +180,30 @@ func traceFromRequest(t *testing.T, p *pipeline, system string) {
 		return true
 	})
 
+	// The paid event's webhook: a client span, child of NotifyMerchant's
+	// process span, whose context the merchant received as traceparent.
+	var paidID string
+	for _, r := range all {
+		if r.typ == paymentevents.PaidType {
+			paidID = r.id
+		}
+	}
+	var webhookTP string
+	outflowtest.WaitFor(t, 30*time.Second, "the paid event's webhook and its client span", func() bool {
+		site.mu.Lock()
+		webhookTP = site.traces[paidID]
+		site.mu.Unlock()
+		if webhookTP == "" {
+			return false
+		}
+		for _, s := range rec.Ended() {
+			if s.SpanKind() == trace.SpanKindClient && s.SpanContext().SpanID() == tracing.SpanContext(webhookTP).SpanID() {
+				return true
+			}
+		}
+		return false
+	})
+
 	spans := rec.Ended()
 	byID := map[trace.SpanID]sdktrace.ReadOnlySpan{}
 	for _, s := range spans {
@@ -259,6 +283,16 @@ func traceFromRequest(t *testing.T, p *pipeline, system string) {
 			groups = append(groups, attr(s, "messaging.consumer.group.name"))
 		}
 		slices.Sort(groups)
+		if r.typ == paymentevents.PaidType {
+			client := byID[tracing.SpanContext(webhookTP).SpanID()]
+			require.Equal(t, trace.SpanKindClient, client.SpanKind())
+			require.Equal(t, wantTrace, client.SpanContext().TraceID(), "the webhook's client span, in the request's trace")
+			notify := byID[client.Parent().SpanID()]
+			require.NotNil(t, notify, "the client span's parent is recorded")
+			require.Equal(t, "notify-merchant", attr(notify, "messaging.consumer.group.name"), "the client span's parent")
+			require.Equal(t, r.id, attr(notify, "messaging.message.id"))
+			require.Equal(t, "POST", client.Name())
+		}
 		require.Equal(t, consumers[r.typ], groups, "row %s (%s): one process span per consumer", r.id, r.typ)
 	}
 }
