@@ -423,7 +423,7 @@ func (w *Worker) attach(ctx context.Context, router *message.Router, mw []messag
 			return nil, fmt.Errorf("handler %q: %w", h.Name, err)
 		}
 		consumers = append(consumers, c)
-		fn := c.Middleware(w.handlerFunc(h))
+		fn := c.Middleware(w.handlerFunc(h, string(backend.Kind())))
 		sub, err := backend.Subscriber(h.Name, w.cfg.InstanceID, brokers.SubscriberOptions{
 			InFlight: s.BatchSize, ClaimIdle: s.ClaimIdle})
 		if err != nil {
@@ -459,7 +459,9 @@ func (w *Worker) attach(ctx context.Context, router *message.Router, mw []messag
 // transaction. Types h does not list are acknowledged unseen (their
 // version still counts). A panic in h.Func is its error: the idempotency
 // middleware parks the message for a retry, as for any failure.
-func (w *Worker) handlerFunc(h Handler) message.HandlerFunc {
+// It runs in h's handling span (see startSpan); system is the backend's
+// kind.
+func (w *Worker) handlerFunc(h Handler, system string) message.HandlerFunc {
 	return func(msg *message.Message) (_ []*message.Message, err error) {
 		if !listed(h, msg) {
 			return nil, nil
@@ -472,12 +474,14 @@ func (w *Worker) handlerFunc(h Handler) message.HandlerFunc {
 		if !ok {
 			return nil, errors.New("consumer: no transaction in the message context")
 		}
+		ctx, span := startSpan(msg.Context(), h, system, msg)
 		defer func() {
 			if r := recover(); r != nil {
 				err = fmt.Errorf("handler %q panicked: %v", h.Name, r)
 			}
+			endSpan(span, err)
 		}()
-		return nil, h.Func(msg.Context(), tx, ev)
+		return nil, h.Func(ctx, tx, ev)
 	}
 }
 

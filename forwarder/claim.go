@@ -238,7 +238,7 @@ func (f *Forwarder) publishWaves(ctx context.Context, claimed []row, msgs []Outg
 			continue
 		}
 		calls++
-		errs := f.cfg.Broker.Publish(ctx, wave)
+		errs := f.publish(ctx, wave)
 		for j, i := range index {
 			var err error
 			if j < len(errs) {

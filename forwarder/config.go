@@ -23,6 +23,10 @@ type Config struct {
 	Pool *pgxpool.Pool
 	// Broker receives the rows. Required.
 	Broker Broker
+	// MessagingSystem is the messaging.system attribute of the publish
+	// spans: the backend's kind (redis, nats, kafka...). Defaults to
+	// "outflow".
+	MessagingSystem string
 
 	// InstanceID names this instance in the lease table. Defaults to
 	// host-pid-random.

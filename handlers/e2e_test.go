@@ -98,8 +98,9 @@ func newPipeline(t *testing.T) *pipeline {
 func (p *pipeline) runForwarder(t *testing.T, dupBatches int32) {
 	t.Helper()
 	var b forwarder.Broker
+	system := string(brokers.Redis)
 	if p.backend != nil {
-		b = p.backend.Broker()
+		b, system = p.backend.Broker(), string(p.backend.Kind())
 	} else {
 		rb, err := redisstreams.New(redisstreams.Config{Client: p.rdb, StreamPrefix: p.prefix, Partitions: 2})
 		require.NoError(t, err)
@@ -107,7 +108,7 @@ func (p *pipeline) runForwarder(t *testing.T, dupBatches int32) {
 	}
 	db := &duplicatingBroker{Broker: b}
 	db.left.Store(dupBatches)
-	f, err := forwarder.New(forwarder.Config{Pool: p.schema.Pool, Broker: db, PollInterval: 50 * time.Millisecond, BatchSize: 20, Logger: quiet})
+	f, err := forwarder.New(forwarder.Config{Pool: p.schema.Pool, Broker: db, MessagingSystem: system, PollInterval: 50 * time.Millisecond, BatchSize: 20, Logger: quiet})
 	require.NoError(t, err)
 	run(t, f.Run)
 }
@@ -208,13 +209,14 @@ type merchantSite struct {
 	secret   string
 	received map[string][]string // webhook-id -> the body's type, per receipt
 	unsigned []string            // webhook-ids whose signature did not verify
+	traces   map[string]string   // webhook-id -> the last receipt's traceparent header
 }
 
 // newMerchant creates a merchant whose webhooks go to a server of the
 // test's own, and runs a sender until the test ends.
 func (p *pipeline) newMerchant(t *testing.T) (app.CreatedMerchant, *merchantSite) {
 	t.Helper()
-	site := &merchantSite{received: map[string][]string{}}
+	site := &merchantSite{received: map[string][]string{}, traces: map[string]string{}}
 	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		body, err := io.ReadAll(r.Body)
 		if err != nil {
@@ -229,6 +231,7 @@ func (p *pipeline) newMerchant(t *testing.T) (app.CreatedMerchant, *merchantSite
 		site.mu.Lock()
 		defer site.mu.Unlock()
 		site.received[id] = append(site.received[id], b.Type)
+		site.traces[id] = r.Header.Get("traceparent")
 		if !verify(site.secret, r.Header, body) {
 			site.unsigned = append(site.unsigned, id)
 		}

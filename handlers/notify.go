@@ -186,11 +186,11 @@ func NotifyMerchant(pool *pgxpool.Pool, cfg NotifyConfig) consumer.Handler {
 			if err := tx.QueryRow(ctx, `
 				WITH m AS (SELECT id, webhook_url FROM merchants WHERE id = $2::uuid),
 				ins AS (
-				    INSERT INTO webhook_deliveries (message_id, merchant_id, url, event_type, body)
-				    SELECT $1, m.id, m.webhook_url, $3, $4 FROM m
+				    INSERT INTO webhook_deliveries (message_id, merchant_id, url, event_type, body, traceparent)
+				    SELECT $1, m.id, m.webhook_url, $3, $4, $5 FROM m
 				    ON CONFLICT (message_id) DO NOTHING
 				)
-				SELECT EXISTS (SELECT 1 FROM m)`, ev.MessageID, merchantID, ev.EventType, body).Scan(&known); err != nil {
+				SELECT EXISTS (SELECT 1 FROM m)`, ev.MessageID, merchantID, ev.EventType, body, events.Traceparent(ctx)).Scan(&known); err != nil {
 				return fmt.Errorf("notify-merchant: record delivery: %w", err)
 			}
 			if !known {

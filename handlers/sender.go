@@ -130,6 +130,9 @@ type delivery struct {
 	Secret     *string // nil: the merchant is gone; as stored, sealed or not
 	LeaseToken string
 	PrevSecret *string // a rotated-out secret still in its grace period
+	// Traceparent is the recording handler's trace context, "" if none:
+	// the request's client span is its child.
+	Traceparent string
 }
 
 // leaseSQL leases up to $1 due deliveries for $2 seconds, at most $5 per
@@ -164,7 +167,8 @@ FROM pick WHERE d.id = pick.id
 RETURNING d.id, d.message_id::text, d.url, d.body, d.attempts, d.merchant_id::text,
           (SELECT m.webhook_secret FROM merchants m WHERE m.id = d.merchant_id), d.lease_token::text,
           (SELECT m.previous_webhook_secret FROM merchants m
-           WHERE m.id = d.merchant_id AND m.previous_webhook_secret_expires_at > now())`
+           WHERE m.id = d.merchant_id AND m.previous_webhook_secret_expires_at > now()),
+          d.traceparent`
 
 // dispatch leases as many due deliveries as there are free slots and
 // starts a request for each. It reports whether it got every one it asked
@@ -288,6 +292,8 @@ func (s *Sender) attempt(ctx context.Context, d delivery, deadline time.Time) re
 	req.Header.Set("webhook-id", d.MessageID)
 	req.Header.Set("webhook-timestamp", ts)
 	req.Header.Set("webhook-signature", sig)
+	req, span := startClientSpan(req, d.Traceparent)
+	defer func() { endClientSpan(span, r) }()
 	start := time.Now()
 	resp, err := s.client.Do(req)
 	if err != nil {

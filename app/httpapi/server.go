@@ -92,9 +92,9 @@ func (a *API) handle(path, method string, h http.HandlerFunc) {
 	})
 }
 
-// ServeHTTP adds the request's correlation id and traceparent to its
-// context, so events written while serving it carry them, and logs the
-// request without its body.
+// ServeHTTP adds the request's correlation id and server span (see
+// startSpan) to its context, so events written while serving it carry them,
+// and logs the request without its body.
 func (a *API) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	start := time.Now()
 	corr := r.Header.Get("X-Correlation-ID")
@@ -107,10 +107,9 @@ func (a *API) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	}
 	w.Header().Set("X-Correlation-ID", corr)
 	ctx := events.WithCorrelationID(r.Context(), corr)
-	if tp := r.Header.Get("traceparent"); events.ValidTraceparent(tp) {
-		ctx = events.WithTraceparent(ctx, tp)
-	}
+	ctx, span := a.startSpan(ctx, r)
 	rec := &statusRecorder{ResponseWriter: w, status: http.StatusOK}
+	defer func() { endSpan(span, rec.status) }()
 	if openPaths[r.URL.Path] {
 		a.mux.ServeHTTP(rec, r.WithContext(ctx))
 	} else {

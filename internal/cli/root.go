@@ -61,6 +61,12 @@ same transaction, and forwards committed events to a broker: never lost, never a
 // Execute runs the outflow command and returns the process exit code.
 func Execute(ctx context.Context) int {
 	root, e := newRoot()
+	stopTracing, err := setupTracing(ctx, os.Getenv)
+	if err != nil {
+		fmt.Fprintln(os.Stderr, "outflow:", err)
+		return 1
+	}
+	defer stopTracing()
 	if err := root.ExecuteContext(ctx); err != nil {
 		// The redactor over the whole message: an error may quote a
 		// connection string a library did not redact (all of it, or
