@@ -272,7 +272,7 @@ func (c *Consumer) handleOne(h message.HandlerFunc, msg *message.Message, env ev
 		if derr := c.park(ctx, msg, env, c.failedStatus(), "handler failed", err.Error()); derr != nil {
 			return nil, errors.Join(err, derr) // nacked: the broker redelivers
 		}
-		c.cfg.Logger.Warn("handler failed; retry scheduled", "consumer", c.cfg.Consumer, "message_id", env.MessageID,
+		c.cfg.Logger.With(env.LogArgs()...).Warn("handler failed; retry scheduled", "consumer", c.cfg.Consumer, "message_id", env.MessageID,
 			"aggregate_id", env.AggregateID, "aggregate_version", env.AggregateVersion, "error", err.Error())
 		return nil, nil
 	case o == gap || o == held:
