@@ -8,6 +8,7 @@ import (
 	"os"
 	"slices"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/ThreeDotsLabs/watermill"
@@ -135,6 +136,7 @@ type WorkerConfig struct {
 type Worker struct {
 	cfg      WorkerConfig
 	handlers []Handler
+	router   atomic.Pointer[message.Router] // Run's, while it runs: see Ready
 }
 
 // NewWorker validates cfg.
@@ -310,6 +312,8 @@ func (w *Worker) Run(ctx context.Context) error {
 		return err
 	}
 	defer a.close()
+	w.router.Store(router)
+	defer w.router.Store(nil)
 	err = router.Run(ctx)
 	if err != nil && ctx.Err() != nil {
 		// Stopped while still subscribing: a subscription that the stop

@@ -315,7 +315,7 @@ func (f *Forwarder) classify(claimed []row, results []error, res *batchResult) m
 			m.parkNow = append(m.parkNow, park)
 			if park {
 				res.parked++
-				f.cfg.Logger.Warn("outbox row parked", "outbox_id", r.id, "message_id", r.messageID,
+				f.cfg.Logger.With(r.logArgs()...).Warn("outbox row parked", "outbox_id", r.id, "message_id", r.messageID,
 					"aggregate_id", r.aggregateID, "attempts", attempt, "error", err.Error())
 			} else {
 				res.failed++

@@ -22,6 +22,8 @@ type Forwarder struct {
 
 	mu    sync.Mutex
 	owned []int32 // partitions leased by this instance, as of the last lease tick
+
+	lease leaseHealth // for Ready
 }
 
 // New validates cfg and returns a Forwarder. It starts nothing.

@@ -49,8 +49,12 @@ func (f *Forwarder) register(ctx context.Context) error {
 func (f *Forwarder) leaseLoop(ctx context.Context) {
 	t := time.NewTicker(f.cfg.LeaseRenewInterval)
 	defer t.Stop()
+	defer f.lease.stop()
 	for {
 		owned, err := f.tickLeases(ctx)
+		if ctx.Err() == nil {
+			f.lease.note(err)
+		}
 		switch {
 		case err == nil:
 			f.setPartitions(owned)

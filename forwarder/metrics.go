@@ -14,6 +14,7 @@ type metrics struct {
 	publishSeconds, batchSeconds                                 prometheus.Histogram
 	partitionsOwned                                              prometheus.Gauge
 	pending, parkedRows, oldestPendingAge                        prometheus.Gauge
+	statsExporter                                                prometheus.Gauge
 }
 
 func newMetrics(reg prometheus.Registerer) (*metrics, error) {
@@ -39,6 +40,8 @@ func newMetrics(reg prometheus.Registerer) (*metrics, error) {
 		pending:          gauge("outbox", "pending", "Rows waiting to be forwarded (parked rows excluded)."),
 		parkedRows:       gauge("outbox", "parked", "Rows parked after MaxAttempts, waiting for an operator."),
 		oldestPendingAge: gauge("outbox", "oldest_pending_age_seconds", "Age of the oldest pending row: the one alert to set."),
+		statsExporter: gauge("forwarder", "stats_exporter",
+			"1 on the forwarder that exports the outbox gauges (the holder of partition 0), 0 on the others: their outbox gauges are 0."),
 	}
 	if reg == nil {
 		return m, nil
@@ -65,7 +68,7 @@ func newMetrics(reg prometheus.Registerer) (*metrics, error) {
 	for _, h := range []*prometheus.Histogram{&m.publishSeconds, &m.batchSeconds} {
 		*h = reuse(*h).(prometheus.Histogram)
 	}
-	for _, g := range []*prometheus.Gauge{&m.partitionsOwned, &m.pending, &m.parkedRows, &m.oldestPendingAge} {
+	for _, g := range []*prometheus.Gauge{&m.partitionsOwned, &m.pending, &m.parkedRows, &m.oldestPendingAge, &m.statsExporter} {
 		*g = reuse(*g).(prometheus.Gauge)
 	}
 	if err != nil {
@@ -103,18 +106,15 @@ func registerOrReuse(reg prometheus.Registerer, c prometheus.Collector) (prometh
 }
 
 // statsLoop refreshes the outbox gauges, which describe the whole table
-// rather than this instance.
+// rather than this instance: only one instance exports them (see
+// exportsStats), so that a sum over instances is the table's.
 func (f *Forwarder) statsLoop(ctx context.Context) {
-	t := time.NewTicker(5 * time.Second)
+	t := time.NewTicker(statsInterval)
 	defer t.Stop()
+	var st statsExport
+	defer st.stop(f.metrics)
 	for {
-		if s, err := ReadStats(ctx, f.cfg.Pool); err == nil {
-			f.metrics.pending.Set(float64(s.Pending))
-			f.metrics.parkedRows.Set(float64(s.Parked))
-			f.metrics.oldestPendingAge.Set(s.OldestPendingAgeSeconds)
-		} else if ctx.Err() == nil {
-			f.cfg.Logger.Warn("read outbox stats", "error", err.Error())
-		}
+		f.refreshStats(ctx, &st)
 		select {
 		case <-ctx.Done():
 			return

@@ -287,7 +287,7 @@ func (c *Consumer) handleOne(h message.HandlerFunc, msg *message.Message, env ev
 			return nil, errors.Join(err, derr) // nacked: the broker redelivers
 		}
 		c.metrics.failed(c.failedStatus())
-		c.cfg.Logger.Warn("handler failed; retry scheduled", "consumer", c.cfg.Consumer, "message_id", env.MessageID,
+		c.cfg.Logger.With(env.LogArgs()...).Warn("handler failed; retry scheduled", "consumer", c.cfg.Consumer, "message_id", env.MessageID,
 			"aggregate_id", env.AggregateID, "aggregate_version", env.AggregateVersion, "error", err.Error())
 		return nil, nil
 	case o == gap || o == held:

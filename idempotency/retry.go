@@ -153,7 +153,7 @@ func (c *Consumer) retryOne(ctx context.Context, h message.HandlerFunc, id int64
 			var base outcome
 			if _, base, herr = c.apply(ctx, ctx, lock, h, msg, env, false, true); herr == nil && base == applied {
 				o = base
-				c.cfg.Logger.Warn("gap timed out on an aggregate with nothing applied: this version is its baseline",
+				c.cfg.Logger.With(env.LogArgs()...).Warn("gap timed out on an aggregate with nothing applied: this version is its baseline",
 					"consumer", c.cfg.Consumer, "message_id", msgID, "aggregate_id", env.AggregateID,
 					"aggregate_version", env.AggregateVersion)
 			}
@@ -164,13 +164,13 @@ func (c *Consumer) retryOne(ctx context.Context, h message.HandlerFunc, id int64
 			took := time.Since(start)
 			record = func() { c.metrics.count(o, took) }
 			_, err = lock.Exec(ctx, `UPDATE dead_letters SET status = 'resolved', resolved_at = now() WHERE id = $1`, id)
-			c.cfg.Logger.Info("parked message applied", "consumer", c.cfg.Consumer, "message_id", msgID,
+			c.cfg.Logger.With(env.LogArgs()...).Info("parked message applied", "consumer", c.cfg.Consumer, "message_id", msgID,
 				"aggregate_id", env.AggregateID, "aggregate_version", env.AggregateVersion, "outcome", o.String())
 		case herr == nil && timedOut: // the gap never filled: report it; it heals if its predecessor applies later
 			_, err = lock.Exec(ctx, `UPDATE dead_letters SET status = 'dead', reason = 'gap', error = $2, next_attempt_at = NULL WHERE id = $1`,
 				id, fmt.Sprintf("version %d waited %s for version %d", env.AggregateVersion, c.cfg.GapTimeout, env.AggregateVersion-1))
 			record = func() { c.metrics.failed("dead") }
-			c.cfg.Logger.Error("gap timed out: message dead", "consumer", c.cfg.Consumer, "message_id", msgID,
+			c.cfg.Logger.With(env.LogArgs()...).Error("gap timed out: message dead", "consumer", c.cfg.Consumer, "message_id", msgID,
 				"aggregate_id", env.AggregateID, "aggregate_version", env.AggregateVersion)
 		case herr == nil: // a gap (or held behind one): wait for the earlier event
 			_, err = lock.Exec(ctx, `UPDATE dead_letters SET status = 'held', next_attempt_at = $2 WHERE id = $1`,
@@ -183,7 +183,7 @@ func (c *Consumer) retryOne(ctx context.Context, h message.HandlerFunc, id int64
 				_, err = lock.Exec(ctx, `UPDATE dead_letters SET status = 'dead', reason = 'handler failed', attempts = $2, error = $3, next_attempt_at = NULL WHERE id = $1`,
 					id, attempts, herr.Error())
 				record = func() { c.metrics.failed("dead") }
-				c.cfg.Logger.Error("message dead-lettered after max attempts", "consumer", c.cfg.Consumer, "message_id", msgID,
+				c.cfg.Logger.With(env.LogArgs()...).Error("message dead-lettered after max attempts", "consumer", c.cfg.Consumer, "message_id", msgID,
 					"aggregate_id", env.AggregateID, "attempts", attempts, "error", herr.Error())
 			} else {
 				_, err = lock.Exec(ctx, `UPDATE dead_letters SET status = 'retrying', reason = 'handler failed', attempts = $2, error = $3, next_attempt_at = $4 WHERE id = $1`,

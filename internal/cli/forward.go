@@ -88,7 +88,7 @@ when one dies. SIGTERM finishes the batch in flight and hands the partitions bac
 		Args: cobra.NoArgs,
 	}
 	opts := addForwardFlags(cmd.Flags())
-	addMetricsAddrFlag(cmd.Flags(), &metricsAddr, "address serving /metrics and /healthz")
+	addMetricsAddrFlag(cmd.Flags(), &metricsAddr, DefaultMetricsAddr, "address serving /metrics, /healthz and /readyz")
 	cmd.RunE = func(cmd *cobra.Command, _ []string) error {
 		if err := opts.validate(); err != nil {
 			return err
@@ -99,17 +99,19 @@ when one dies. SIGTERM finishes the batch in flight and hands the partitions bac
 		}
 		ctx := cmd.Context()
 		reg := newRegistry()
-		run, _, err := buildForwarder(ctx, cfg, opts, reg, logger)
+		ready := e.newReadiness()
+		run, _, err := buildForwarder(ctx, cfg, opts, reg, ready, logger)
 		if err != nil {
 			return err
 		}
 		if metricsAddr = resolveMetricsAddr(cmd, metricsAddr); metricsAddr != "" {
-			stop, err := serveMetrics(ctx, metricsAddr, reg, logger)
+			stop, err := serveMetrics(ctx, metricsAddr, reg, ready, logger)
 			if err != nil {
 				return err
 			}
 			defer stop()
 		}
+		ready.markStarted()
 		return run(ctx)
 	}
 	return cmd
@@ -125,7 +127,11 @@ func newRegistry() *prometheus.Registry {
 // naming the URL, when either is unreachable) and returns a function that
 // runs the forwarder, and the broker trimmer (Redis streams, sql tables), until ctx is done,
 // and the forwarder's Wake, for a writer in the same process.
-func buildForwarder(ctx context.Context, c config.Config, o *forwardOptions, reg prometheus.Registerer, logger *slog.Logger) (func(context.Context) error, func(), error) {
+//
+// It adds the database, the broker and the forwarder's leases to ready.
+func buildForwarder(ctx context.Context, c config.Config, o *forwardOptions, reg prometheus.Registerer, ready *readiness,
+	logger *slog.Logger,
+) (func(context.Context) error, func(), error) {
 	pool, err := openPool(ctx, c.DatabaseURL)
 	if err != nil {
 		return nil, nil, err
@@ -164,6 +170,9 @@ func buildForwarder(ctx context.Context, c config.Config, o *forwardOptions, reg
 		closeBackends()
 		return nil, nil, err
 	}
+	ready.addDatabase(pool)
+	ready.addBroker(backend)
+	ready.add("forwarder", func(context.Context) error { return f.Ready() })
 	return func(ctx context.Context) error {
 		defer pool.Close()
 		defer closeBackends()

@@ -54,15 +54,20 @@ func (t httpTimeouts) validate() error {
 	return nil
 }
 
-// DefaultMetricsAddr is where `serve` and `forward` serve /metrics.
-const DefaultMetricsAddr = "127.0.0.1:9464"
+// DefaultMetricsAddr is where `serve` and `forward` serve /metrics,
+// /healthz and /readyz; DefaultWorkerMetricsAddr is `worker`'s, so that a
+// forwarder and a worker run side by side on one host with the defaults.
+const (
+	DefaultMetricsAddr       = "127.0.0.1:9464"
+	DefaultWorkerMetricsAddr = "127.0.0.1:9465"
+)
 
 // metricsAddrEnv overrides the default of --metrics-addr (a port of 0 picks
 // a free one, which the start-up log names).
 const metricsAddrEnv = "METRICS_ADDR"
 
-func addMetricsAddrFlag(fs *pflag.FlagSet, dst *string, usage string) {
-	fs.StringVar(dst, "metrics-addr", DefaultMetricsAddr, usage+" (env "+metricsAddrEnv+"; empty: none)")
+func addMetricsAddrFlag(fs *pflag.FlagSet, dst *string, def, usage string) {
+	fs.StringVar(dst, "metrics-addr", def, usage+" (env "+metricsAddrEnv+"; empty: none)")
 }
 
 // resolveMetricsAddr applies the environment under the flag: the flag,
@@ -77,11 +82,15 @@ func resolveMetricsAddr(cmd *cobra.Command, flagValue string) string {
 	return flagValue
 }
 
-// serveMetrics serves reg's /metrics and a /healthz on addr until stop.
-func serveMetrics(ctx context.Context, addr string, reg *prometheus.Registry, logger *slog.Logger) (stop func(), err error) {
+// serveMetrics serves reg's /metrics, /healthz and ready's /readyz on addr
+// until stop. /healthz says the process is alive and serving, nothing more
+// (a liveness probe that restarts it when the database is down would only
+// add restarts to the outage); /readyz says whether its roles can work.
+func serveMetrics(ctx context.Context, addr string, reg *prometheus.Registry, ready *readiness, logger *slog.Logger) (stop func(), err error) {
 	mux := http.NewServeMux()
 	mux.Handle("/metrics", promhttp.HandlerFor(reg, promhttp.HandlerOpts{}))
 	mux.HandleFunc("/healthz", func(w http.ResponseWriter, _ *http.Request) { _, _ = w.Write([]byte("ok\n")) })
+	mux.Handle("/readyz", ready)
 	stop, bound, err := serveBackground(ctx, addr, mux, logger)
 	if err != nil {
 		return nil, fmt.Errorf("invalid --metrics-addr: %w", err)

@@ -82,8 +82,12 @@ func (e *env) load() (config.Config, *slog.Logger, error) {
 	if err != nil {
 		return config.Config{}, nil, err
 	}
-	logger := slog.New(redact.Handler(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: cfg.LogLevel}),
-		e.flags.ConnectionStrings()...))
+	opts := &slog.HandlerOptions{Level: cfg.LogLevel}
+	var h slog.Handler = slog.NewTextHandler(os.Stderr, opts)
+	if cfg.LogFormat == "json" {
+		h = slog.NewJSONHandler(os.Stderr, opts)
+	}
+	logger := slog.New(redact.Handler(h, e.flags.ConnectionStrings()...))
 	return cfg, logger, nil
 }
 

@@ -76,10 +76,11 @@ func newServeCmd(e *env) *cobra.Command {
 		warnPlaintextSecrets(cfg, logger)
 		ctx := cmd.Context()
 		reg := newRegistry()
+		ready := e.newReadiness()
 		// /metrics has an address of its own: the API's port is the one
 		// exposed to clients, and metrics tell them about every merchant.
 		if metricsAddr != "" {
-			stop, err := serveMetrics(ctx, metricsAddr, reg, logger)
+			stop, err := serveMetrics(ctx, metricsAddr, reg, ready, logger)
 			if err != nil {
 				return err
 			}
@@ -90,13 +91,13 @@ func newServeCmd(e *env) *cobra.Command {
 			wake         func() // the forwarder's, when it shares the process with the api
 		)
 		if slices.Contains(roles, "forwarder") {
-			if runForwarder, wake, err = buildForwarder(ctx, cfg, fwd, reg, logger); err != nil {
+			if runForwarder, wake, err = buildForwarder(ctx, cfg, fwd, reg, ready, logger); err != nil {
 				return err
 			}
 		}
 		var runWorker func(context.Context) error
 		if slices.Contains(roles, "worker") {
-			if runWorker, err = buildWorker(ctx, cfg, wrk, reg, logger); err != nil {
+			if runWorker, err = buildWorker(ctx, cfg, wrk, reg, ready, logger); err != nil {
 				return err
 			}
 		}
@@ -108,9 +109,12 @@ func newServeCmd(e *env) *cobra.Command {
 			}
 		}
 		if slices.Contains(roles, "api") {
+			// The api marks the process started once it listens.
 			runs = append(runs, func(ctx context.Context) error {
-				return serve(ctx, cfg, shutdownTimeout, keyTTL, limit, timeouts, wake, logger)
+				return serve(ctx, cfg, shutdownTimeout, keyTTL, limit, timeouts, wake, ready, logger)
 			})
+		} else {
+			ready.markStarted()
 		}
 		errs := make(chan error, len(runs))
 		for _, r := range runs {
@@ -125,16 +129,17 @@ func newServeCmd(e *env) *cobra.Command {
 	cmd.Flags().StringSliceVar(&roles, "roles", []string{"api"}, "roles to run in this process: "+strings.Join(knownRoles, ","))
 	cmd.Flags().DurationVar(&shutdownTimeout, "shutdown-timeout", 15*time.Second, "how long SIGTERM waits for in-flight requests")
 	timeouts.register(cmd.Flags())
-	addMetricsAddrFlag(cmd.Flags(), &metricsAddr, "address serving /metrics and /healthz, apart from the API's")
+	addMetricsAddrFlag(cmd.Flags(), &metricsAddr, DefaultMetricsAddr, "address serving /metrics, /healthz and /readyz, apart from the API's")
 	cmd.Flags().DurationVar(&keyTTL, "idempotency-key-ttl", 24*time.Hour,
 		"how long the api role keeps an Idempotency-Key and its response (longer than any client retries; negative: forever)")
 	return cmd
 }
 
 // serve runs the HTTP API; wake, when not nil, is called after each command
-// commits (the forwarder of the same process: no poll to wait for).
+// commits (the forwarder of the same process: no poll to wait for). It adds
+// its database to ready, and marks ready started once it listens.
 func serve(ctx context.Context, cfg config.Config, shutdownTimeout, keyTTL time.Duration, limit httpapi.RateLimit,
-	timeouts httpTimeouts, wake func(), logger *slog.Logger,
+	timeouts httpTimeouts, wake func(), ready *readiness, logger *slog.Logger,
 ) error {
 	dbURL, addr := cfg.DatabaseURL, cfg.HTTPAddr
 	pool, err := openPool(ctx, dbURL)
@@ -184,6 +189,8 @@ func serve(ctx context.Context, cfg config.Config, shutdownTimeout, keyTTL time.
 	}
 	errc := make(chan error, 1)
 	go func() { errc <- srv.Serve(ln) }()
+	ready.addDatabase(pool)
+	ready.markStarted()
 	logger.Info("serving", slog.String("addr", ln.Addr().String()), slog.String("database", redact.URL(dbURL)))
 
 	select {

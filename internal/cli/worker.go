@@ -90,8 +90,9 @@ func (o *workerOptions) validate() error {
 }
 
 // buildWorker returns a function that runs the reference consumers until
-// ctx is done. Their metrics go to metricsReg (nil: none).
-func buildWorker(ctx context.Context, c config.Config, o *workerOptions, metricsReg prometheus.Registerer, logger *slog.Logger) (func(context.Context) error, error) {
+// ctx is done. Their metrics go to metricsReg (nil: none); it adds the
+// database, the broker and the worker's subscriptions to ready.
+func buildWorker(ctx context.Context, c config.Config, o *workerOptions, metricsReg prometheus.Registerer, ready *readiness, logger *slog.Logger) (func(context.Context) error, error) {
 	pool, err := openPool(ctx, c.DatabaseURL)
 	if err != nil {
 		return nil, err
@@ -137,6 +138,9 @@ func buildWorker(ctx context.Context, c config.Config, o *workerOptions, metrics
 		backend.Close()
 		return nil, err
 	}
+	ready.addDatabase(pool)
+	ready.addBroker(backend)
+	ready.add("worker", func(context.Context) error { return w.Ready() })
 	return func(ctx context.Context) error {
 		defer pool.Close()
 		defer backend.Close()
@@ -168,6 +172,8 @@ func newWorkerCmd(e *env) *cobra.Command {
 		Args:  cobra.NoArgs,
 	}
 	opts := addWorkerFlags(cmd.Flags(), false)
+	var metricsAddr string
+	addMetricsAddrFlag(cmd.Flags(), &metricsAddr, DefaultWorkerMetricsAddr, "address serving /metrics, /healthz and /readyz")
 	cmd.RunE = func(cmd *cobra.Command, _ []string) error {
 		if err := opts.validate(); err != nil {
 			return err
@@ -177,12 +183,22 @@ func newWorkerCmd(e *env) *cobra.Command {
 			return err
 		}
 		warnPlaintextSecrets(cfg, logger)
+		ctx := cmd.Context()
+		ready := e.newReadiness()
 		reg := newRegistry()
-		run, err := buildWorker(cmd.Context(), cfg, opts, reg, logger)
+		run, err := buildWorker(ctx, cfg, opts, reg, ready, logger)
 		if err != nil {
 			return err
 		}
-		return run(cmd.Context())
+		if metricsAddr = resolveMetricsAddr(cmd, metricsAddr); metricsAddr != "" {
+			stop, err := serveMetrics(ctx, metricsAddr, reg, ready, logger)
+			if err != nil {
+				return err
+			}
+			defer stop()
+		}
+		ready.markStarted()
+		return run(ctx)
 	}
 	return cmd
 }

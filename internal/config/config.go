@@ -27,6 +27,7 @@ const (
 	DefaultRedisURL    = "redis://127.0.0.1:6379/0"
 	DefaultHTTPAddr    = "127.0.0.1:8080"
 	DefaultLogLevel    = "info"
+	DefaultLogFormat   = "text"
 	DefaultBroker      = "redis"
 	DefaultNATSURL     = "nats://127.0.0.1:4222"
 	DefaultAMQPURL     = "amqp://guest:guest@127.0.0.1:5672/"
@@ -50,6 +51,9 @@ type Config struct {
 	RedisURL    string
 	HTTPAddr    string
 	LogLevel    slog.Level
+	// LogFormat is "text" or "json" (one JSON object a line, for a log
+	// collector that parses fields).
+	LogFormat string
 	// Broker is the backend the forwarder publishes to and the workers
 	// read from.
 	Broker       brokers.Kind
@@ -94,6 +98,7 @@ var settings = []setting{
 	{"redis-url", "REDIS_URL", DefaultRedisURL, "Redis connection URL"},
 	{"http-addr", "HTTP_ADDR", DefaultHTTPAddr, "address the HTTP API listens on"},
 	{"log-level", "LOG_LEVEL", DefaultLogLevel, "debug, info, warn or error"},
+	{"log-format", "LOG_FORMAT", DefaultLogFormat, "text or json (one object a line)"},
 	{"broker", "OUTFLOW_BROKER", DefaultBroker, "broker backend: redis, nats, amqp, kafka or sql"},
 	{"nats-url", "NATS_URL", DefaultNATSURL, "NATS (JetStream) URL, for --broker nats"},
 	{"amqp-url", "AMQP_URL", DefaultAMQPURL, "RabbitMQ URL, for --broker amqp"},
@@ -182,6 +187,8 @@ func (f *Flags) Load() (Config, error) {
 			cfg.HTTPAddr, err = v, validateAddr(v)
 		case "log-level":
 			cfg.LogLevel, err = parseLevel(v)
+		case "log-format":
+			cfg.LogFormat, err = v, validateLogFormat(v)
 		case "broker":
 			cfg.Broker, err = brokers.ParseKind(v)
 		case "nats-url":
@@ -379,4 +386,11 @@ func parseLevel(v string) (slog.Level, error) {
 		return 0, fmt.Errorf("want debug, info, warn or error, not %q", v)
 	}
 	return l, nil
+}
+
+func validateLogFormat(v string) error {
+	if v != "text" && v != "json" {
+		return fmt.Errorf("want text or json, not %q", v)
+	}
+	return nil
 }

@@ -21,6 +21,8 @@ func TestLoad(t *testing.T) {
 		{name: "flag wins over env", env: map[string]string{"HTTP_ADDR": "0.0.0.0:9000"}, args: []string{"--http-addr", "127.0.0.1:1"}, check: func(c Config) bool { return c.HTTPAddr == "127.0.0.1:1" }},
 		{name: "bad log level names the variable", env: map[string]string{"LOG_LEVEL": "loud"}, wantErr: "invalid LOG_LEVEL"},
 		{name: "bad flag names the flag", args: []string{"--log-level", "loud"}, wantErr: "invalid --log-level"},
+		{name: "bad log format names the flag", args: []string{"--log-format", "xml"}, wantErr: "invalid --log-format"},
+		{name: "bad LOG_FORMAT names the variable", env: map[string]string{"LOG_FORMAT": "xml"}, wantErr: "invalid LOG_FORMAT"},
 		{name: "bad database URL", env: map[string]string{"DATABASE_URL": "mysql://x"}, wantErr: "invalid DATABASE_URL"},
 		{name: "bad redis URL", env: map[string]string{"REDIS_URL": "http://x"}, wantErr: "invalid REDIS_URL"},
 		{name: "bad addr", env: map[string]string{"HTTP_ADDR": "8080"}, wantErr: "invalid HTTP_ADDR"},
@@ -60,7 +62,7 @@ func TestLoad(t *testing.T) {
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
-			for _, k := range []string{"DATABASE_URL", "REDIS_URL", "HTTP_ADDR", "LOG_LEVEL", "AMQP_GROUPS", "NATS_REPLICAS",
+			for _, k := range []string{"DATABASE_URL", "REDIS_URL", "HTTP_ADDR", "LOG_LEVEL", "LOG_FORMAT", "AMQP_GROUPS", "NATS_REPLICAS",
 				"WEBHOOK_ALLOW_PRIVATE", "WEBHOOK_SECRET_GRACE", "OUTFLOW_SECRET_KEY"} {
 				t.Setenv(k, tt.env[k])
 			}
