@@ -14,7 +14,7 @@ build: ## Build bin/outflow
 # What the tests use: PostgreSQL, Redis, NATS (JetStream) and RabbitMQ. Kafka
 # runs in-process (kfake); servers some tests start of their own come from
 # the binaries `scripts/services.sh tools` checks (redis-server, nats-server,
-# pgbouncer).
+# pgbouncer, and prometheus/promtool for deploy/observability's test).
 TEST_SERVICES := postgres redis nats rabbitmq
 SERVICES      ?= $(TEST_SERVICES)
 

@@ -346,16 +346,18 @@ stop_rabbitmq() {
 # fails saying how to get it.
 tools() {
 	local bin pkg missing=
-	for bin in redis-server nats-server pgbouncer; do
+	for bin in redis-server nats-server pgbouncer prometheus promtool; do
 		command -v "$bin" >/dev/null || [ -x "/usr/sbin/$bin" ] && continue
 		pkg=$bin
+		# promtool ships in Debian's prometheus package.
+		[ "$bin" = promtool ] && pkg=prometheus
 		apt_install "$pkg" && continue
 		missing="$missing $bin"
 	done
 	[ -z "$missing" ] && return 0
 	say "not installed:$missing. Tests that start their own servers need them:"
-	say "  Debian/Ubuntu: apt-get install redis-server nats-server pgbouncer"
-	say "  macOS: brew install redis nats-server pgbouncer"
+	say "  Debian/Ubuntu: apt-get install redis-server nats-server pgbouncer prometheus"
+	say "  macOS: brew install redis nats-server pgbouncer prometheus"
 	say "  nats-server, any OS with Go: go install github.com/nats-io/nats-server/v2@latest (then put \$(go env GOPATH)/bin on PATH)"
 }
 
