@@ -489,7 +489,14 @@ func (w *Worker) handlerFunc(h Handler, system string) message.HandlerFunc {
 	}
 }
 
+// Wants reports whether the handler's Func receives events of eventType:
+// every type when EventTypes is empty. The others only advance their
+// aggregate's version.
+func (h Handler) Wants(eventType string) bool {
+	return len(h.EventTypes) == 0 || slices.Contains(h.EventTypes, eventType)
+}
+
 // listed reports whether h receives msg's event type.
 func listed(h Handler, msg *message.Message) bool {
-	return len(h.EventTypes) == 0 || slices.Contains(h.EventTypes, msg.Metadata.Get(events.EventTypeKey))
+	return h.Wants(msg.Metadata.Get(events.EventTypeKey))
 }

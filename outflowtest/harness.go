@@ -133,7 +133,7 @@ func (h *HandlerHarness) handlerFunc() message.HandlerFunc {
 		h.mu.Lock()
 		h.invoked++
 		h.mu.Unlock()
-		if len(h.handler.EventTypes) > 0 && !slices.Contains(h.handler.EventTypes, msg.Metadata.Get(events.EventTypeKey)) {
+		if !h.handler.Wants(msg.Metadata.Get(events.EventTypeKey)) {
 			return nil, nil
 		}
 		ev, err := h.reg.DecodeMessage(msg)
