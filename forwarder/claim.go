@@ -91,6 +91,21 @@ type row struct {
 type batchResult struct {
 	claimed, published, failed, parked, held int
 	unavailable                              error
+	// byTopic counts published, failed (parked included) and parked rows
+	// per topic, for the metrics once the batch commits.
+	byTopic map[string]*[3]int
+}
+
+func (r *batchResult) countTopic(topic string, i int) {
+	if r.byTopic == nil {
+		r.byTopic = make(map[string]*[3]int, 2)
+	}
+	c := r.byTopic[topic]
+	if c == nil {
+		c = new([3]int)
+		r.byTopic[topic] = c
+	}
+	c[i]++
 }
 
 // forwardBatch claims a batch in one transaction, publishes it, marks what
@@ -157,9 +172,11 @@ func (f *Forwarder) forwardBatch(ctx context.Context) (res batchResult, err erro
 		return res, fmt.Errorf("commit outbox batch: %w", err)
 	}
 	f.metrics.batchSeconds.Observe(time.Since(start).Seconds())
-	f.metrics.forwarded.Add(float64(res.published))
-	f.metrics.failedAttempts.Add(float64(res.failed + res.parked))
-	f.metrics.parked.Add(float64(res.parked))
+	for topic, c := range res.byTopic {
+		f.metrics.forwarded.WithLabelValues(topic).Add(float64(c[0]))
+		f.metrics.failedAttempts.WithLabelValues(topic).Add(float64(c[1]))
+		f.metrics.parked.WithLabelValues(topic).Add(float64(c[2]))
+	}
 	return res, nil
 }
 
@@ -298,6 +315,7 @@ func (f *Forwarder) classify(claimed []row, results []error, res *batchResult) m
 		case err == nil:
 			m.published = append(m.published, r.id)
 			res.published++
+			res.countTopic(r.topic, 0)
 		case errors.Is(err, errHeld):
 			res.held++
 		case errors.Is(err, ErrBrokerUnavailable):
@@ -313,8 +331,10 @@ func (f *Forwarder) classify(claimed []row, results []error, res *batchResult) m
 			m.failedErr = append(m.failedErr, truncate(err.Error(), maxErrorBytes))
 			m.failedDue = append(m.failedDue, now.Add(f.retryDelay(attempt)))
 			m.parkNow = append(m.parkNow, park)
+			res.countTopic(r.topic, 1)
 			if park {
 				res.parked++
+				res.countTopic(r.topic, 2)
 				f.cfg.Logger.With(r.logArgs()...).Warn("outbox row parked", "outbox_id", r.id, "message_id", r.messageID,
 					"aggregate_id", r.aggregateID, "attempts", attempt, "error", err.Error())
 			} else {

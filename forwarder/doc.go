@@ -233,10 +233,14 @@
 //
 // The one alert to set is the age of the oldest pending row
 // (outflow_outbox_oldest_pending_age_seconds); pending and parked counts,
-// forwarded totals, attempts and publish and batch latencies are exported
-// too (see [ReadStats] and Config.Registerer); forwarders of one process
-// given the same Registerer share the collectors, so counters, histograms
-// and partitions_owned are the process's sums. A long open write
+// forwarded, failed and parked totals by topic, publish and batch latencies
+// and, per partition, whether this process holds it (partition_held) are
+// exported too (see [ReadStats] and Config.Registerer). The outbox gauges
+// describe the whole table, so only the holder of partition 0 exports them
+// (stats_exporter 1; the others export 0) and a sum over instances is the
+// table's. Forwarders of one process given the same Registerer share the
+// collectors, so counters, histograms, partitions_owned and partition_held
+// are the process's sums. A long open write
 // transaction does not delay this forwarder (it claims committed rows, not
 // a snapshot watermark); it only holds the claim's low-water mark in place.
 //

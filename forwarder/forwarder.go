@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"math/rand/v2"
 	"slices"
+	"strconv"
 	"sync"
 	"time"
 )
@@ -195,14 +196,31 @@ func (f *Forwarder) setPartitions(p []int32) {
 	f.mu.Lock()
 	changed := !slices.Equal(f.owned, p)
 	delta := len(p) - len(f.owned)
+	old := f.owned
 	f.owned = p
 	f.mu.Unlock()
 	// Add, not Set: the gauge may be shared with other forwarders of the
 	// process, and is then their sum.
 	f.metrics.partitionsOwned.Add(float64(delta))
 	if changed {
+		f.markHeld(old, p)
 		f.cfg.Logger.Info("partitions leased", "instance", f.cfg.InstanceID, "count", len(p))
 		f.Wake()
+	}
+}
+
+// markHeld moves partition_held from the partitions this instance left to
+// those it took. Add, not Set, for the same reason as partitions_owned.
+func (f *Forwarder) markHeld(old, now []int32) {
+	for _, p := range old {
+		if !slices.Contains(now, p) {
+			f.metrics.partitionHeld.WithLabelValues(strconv.Itoa(int(p))).Add(-1)
+		}
+	}
+	for _, p := range now {
+		if !slices.Contains(old, p) {
+			f.metrics.partitionHeld.WithLabelValues(strconv.Itoa(int(p))).Add(1)
+		}
 	}
 }
 

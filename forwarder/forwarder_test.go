@@ -551,10 +551,35 @@ func counter(t *testing.T, reg *prometheus.Registry, name string) float64 {
 	require.NoError(t, err)
 	for _, mf := range mfs {
 		if mf.GetName() == name {
-			return mf.GetMetric()[0].GetCounter().GetValue()
+			var sum float64 // over its labels
+			for _, m := range mf.GetMetric() {
+				sum += m.GetCounter().GetValue()
+			}
+			return sum
 		}
 	}
 	return 0
+}
+
+// byLabel is name's values by the value of label.
+func byLabel(t *testing.T, reg *prometheus.Registry, name, label string) map[string]float64 {
+	t.Helper()
+	mfs, err := reg.Gather()
+	require.NoError(t, err)
+	got := map[string]float64{}
+	for _, mf := range mfs {
+		if mf.GetName() != name {
+			continue
+		}
+		for _, m := range mf.GetMetric() {
+			for _, l := range m.GetLabel() {
+				if l.GetName() == label {
+					got[l.GetValue()] += m.GetCounter().GetValue() + m.GetGauge().GetValue()
+				}
+			}
+		}
+	}
+	return got
 }
 
 // refusingBroker is the real broker, except that while refusing it refuses
@@ -720,6 +745,15 @@ func TestTwoForwardersInOneProcessShareMetrics(t *testing.T) {
 	outflowtest.WaitFor(t, 10*time.Second, "partitions_owned sums both instances", func() bool {
 		return gauge(t, reg, "outflow_forwarder_partitions_owned") == 16
 	})
+	outflowtest.WaitFor(t, 10*time.Second, "partition_held is 1 for each of the 16 partitions", func() bool {
+		held := byLabel(t, reg, "outflow_forwarder_partition_held", "partition")
+		for p := range 16 {
+			if held[strconv.Itoa(p)] != 1 {
+				return false
+			}
+		}
+		return len(held) == 16
+	})
 
 	e.writeMany(aggregates(40), 1, 2)
 	outflowtest.WaitFor(t, 20*time.Second, "every row published", func() bool { return e.count("published_at IS NULL") == 0 })
@@ -730,6 +764,7 @@ func TestTwoForwardersInOneProcessShareMetrics(t *testing.T) {
 	outflowtest.WaitFor(t, 5*time.Second, "forwarded_total counts both instances' rows", func() bool {
 		return counter(t, reg, "outflow_forwarder_forwarded_total") == 80
 	})
+	require.Equal(t, map[string]float64{e.topic: 80}, byLabel(t, reg, "outflow_forwarder_forwarded_total", "topic"))
 }
 
 // A forwarder that runs without holding any lease (here: the only

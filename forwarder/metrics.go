@@ -10,9 +10,17 @@ import (
 )
 
 type metrics struct {
-	forwarded, failedAttempts, parked, brokerUnavailable, purged prometheus.Counter
-	publishSeconds, batchSeconds                                 prometheus.Histogram
-	partitionsOwned                                              prometheus.Gauge
+	// forwarded, failedAttempts and parked carry the topic: which stream is
+	// moving or failing is the first question when one stops. The topics are
+	// the service's own (a handful), so the label stays small.
+	forwarded, failedAttempts, parked *prometheus.CounterVec
+	brokerUnavailable, purged         prometheus.Counter
+	publishSeconds, batchSeconds      prometheus.Histogram
+	partitionsOwned                   prometheus.Gauge
+	// partitionHeld is 1 for each partition an instance of this process
+	// leases: summed by partition over all instances it must be 1, and a
+	// 0 or a 2 is a partition nobody forwards or a lease bug.
+	partitionHeld *prometheus.GaugeVec
 	pending, parkedRows, oldestPendingAge                        prometheus.Gauge
 	statsExporter                                                prometheus.Gauge
 }
@@ -26,10 +34,13 @@ func newMetrics(reg prometheus.Registerer) (*metrics, error) {
 		return prometheus.NewGauge(prometheus.GaugeOpts{Namespace: ns, Subsystem: sub, Name: name, Help: help})
 	}
 	buckets := []float64{.0005, .001, .0025, .005, .01, .025, .05, .1, .25, .5, 1, 2.5, 5, 10}
+	byTopic := func(name, help string) *prometheus.CounterVec {
+		return prometheus.NewCounterVec(prometheus.CounterOpts{Namespace: ns, Subsystem: "forwarder", Name: name, Help: help}, []string{"topic"})
+	}
 	m := &metrics{
-		forwarded:         counter("forwarder", "forwarded_total", "Outbox rows the broker acknowledged."),
-		failedAttempts:    counter("forwarder", "failed_attempts_total", "Publish attempts that failed for the row's own reason."),
-		parked:            counter("forwarder", "parked_total", "Rows parked after MaxAttempts."),
+		forwarded:         byTopic("forwarded_total", "Outbox rows the broker acknowledged, by topic."),
+		failedAttempts:    byTopic("failed_attempts_total", "Publish attempts that failed for the row's own reason, by topic."),
+		parked:            byTopic("parked_total", "Rows parked after MaxAttempts, by topic."),
 		brokerUnavailable: counter("forwarder", "broker_unavailable_total", "Batches that met an unavailable broker (no attempt counted)."),
 		purged:            counter("forwarder", "purged_total", "Published rows deleted by retention."),
 		publishSeconds: prometheus.NewHistogram(prometheus.HistogramOpts{Namespace: ns, Subsystem: "forwarder",
@@ -37,6 +48,8 @@ func newMetrics(reg prometheus.Registerer) (*metrics, error) {
 		batchSeconds: prometheus.NewHistogram(prometheus.HistogramOpts{Namespace: ns, Subsystem: "forwarder",
 			Name: "batch_seconds", Help: "Time from claim to commit of one batch.", Buckets: buckets}),
 		partitionsOwned:  gauge("forwarder", "partitions_owned", "Partitions leased by the forwarders of this process."),
+		partitionHeld: prometheus.NewGaugeVec(prometheus.GaugeOpts{Namespace: ns, Subsystem: "forwarder", Name: "partition_held",
+			Help: "1 for each partition a forwarder of this process leases: summed by partition over all instances, 1."}, []string{"partition"}),
 		pending:          gauge("outbox", "pending", "Rows waiting to be forwarded (parked rows excluded)."),
 		parkedRows:       gauge("outbox", "parked", "Rows parked after MaxAttempts, waiting for an operator."),
 		oldestPendingAge: gauge("outbox", "oldest_pending_age_seconds", "Age of the oldest pending row: the one alert to set."),
@@ -62,7 +75,11 @@ func newMetrics(reg prometheus.Registerer) (*metrics, error) {
 		}
 		return got
 	}
-	for _, c := range []*prometheus.Counter{&m.forwarded, &m.failedAttempts, &m.parked, &m.brokerUnavailable, &m.purged} {
+	for _, c := range []**prometheus.CounterVec{&m.forwarded, &m.failedAttempts, &m.parked} {
+		*c = reuse(*c).(*prometheus.CounterVec)
+	}
+	m.partitionHeld = reuse(m.partitionHeld).(*prometheus.GaugeVec)
+	for _, c := range []*prometheus.Counter{&m.brokerUnavailable, &m.purged} {
 		*c = reuse(*c).(prometheus.Counter)
 	}
 	for _, h := range []*prometheus.Histogram{&m.publishSeconds, &m.batchSeconds} {
@@ -89,6 +106,14 @@ func registerOrReuse(reg prometheus.Registerer, c prometheus.Collector) (prometh
 		return nil, err
 	}
 	switch c.(type) {
+	case *prometheus.CounterVec:
+		if v, ok := are.ExistingCollector.(*prometheus.CounterVec); ok {
+			return v, nil
+		}
+	case *prometheus.GaugeVec:
+		if v, ok := are.ExistingCollector.(*prometheus.GaugeVec); ok {
+			return v, nil
+		}
 	case prometheus.Histogram:
 		if h, ok := are.ExistingCollector.(prometheus.Histogram); ok {
 			return h, nil
