@@ -20,9 +20,9 @@ type metrics struct {
 	// partitionHeld is 1 for each partition an instance of this process
 	// leases: summed by partition over all instances it must be 1, and a
 	// 0 or a 2 is a partition nobody forwards or a lease bug.
-	partitionHeld *prometheus.GaugeVec
-	pending, parkedRows, oldestPendingAge                        prometheus.Gauge
-	statsExporter                                                prometheus.Gauge
+	partitionHeld                         *prometheus.GaugeVec
+	pending, parkedRows, oldestPendingAge prometheus.Gauge
+	statsExporter                         prometheus.Gauge
 }
 
 func newMetrics(reg prometheus.Registerer) (*metrics, error) {
@@ -47,7 +47,7 @@ func newMetrics(reg prometheus.Registerer) (*metrics, error) {
 			Name: "publish_seconds", Help: "Time to publish one batch to the broker.", Buckets: buckets}),
 		batchSeconds: prometheus.NewHistogram(prometheus.HistogramOpts{Namespace: ns, Subsystem: "forwarder",
 			Name: "batch_seconds", Help: "Time from claim to commit of one batch.", Buckets: buckets}),
-		partitionsOwned:  gauge("forwarder", "partitions_owned", "Partitions leased by the forwarders of this process."),
+		partitionsOwned: gauge("forwarder", "partitions_owned", "Partitions leased by the forwarders of this process."),
 		partitionHeld: prometheus.NewGaugeVec(prometheus.GaugeOpts{Namespace: ns, Subsystem: "forwarder", Name: "partition_held",
 			Help: "1 for each partition a forwarder of this process leases: summed by partition over all instances, 1."}, []string{"partition"}),
 		pending:          gauge("outbox", "pending", "Rows waiting to be forwarded (parked rows excluded)."),
