@@ -11,6 +11,7 @@ import (
 	"strings"
 	"sync"
 	"sync/atomic"
+	"syscall"
 	"time"
 
 	"github.com/google/uuid"
@@ -136,12 +137,12 @@ func Tracing(ctx context.Context, cfg TracingConfig) error {
 	defer pb.Close()
 
 	type result struct {
-		pay                   []sample
-		drainEvents           int
-		drainTime             time.Duration
-		drainRates            []float64
-		paySpans, drainSpans  spanCounts
-		payTraced, payInvalid int
+		pay                  []sample
+		drainEvents          int
+		drainTime            time.Duration
+		drainRates           []float64
+		paySpans, drainSpans spanCounts
+		payCPU, drainCPU     time.Duration
 	}
 	res := make(map[string]*result, len(cfg.Modes))
 	for _, m := range cfg.Modes {
@@ -149,7 +150,7 @@ func Tracing(ctx context.Context, cfg TracingConfig) error {
 	}
 	// Warm-up, not measured: connections to the API and the database, and
 	// the statements' plans.
-	if _, _, err := pb.run(ctx, "off", recv, min(payOps, 200)); err != nil {
+	if _, _, _, err := pb.run(ctx, "off", recv, min(payOps, 200)); err != nil {
 		return fmt.Errorf("pay warm-up: %w", err)
 	}
 	for round := range cfg.Rounds {
@@ -159,20 +160,22 @@ func Tracing(ctx context.Context, cfg TracingConfig) error {
 		order := append(slices.Clone(cfg.Modes[k:]), cfg.Modes[:k]...)
 		for _, m := range order {
 			r := res[m]
-			s, spans, err := pb.run(ctx, m, recv, payOps)
+			s, spans, cpu, err := pb.run(ctx, m, recv, payOps)
 			if err != nil {
 				return fmt.Errorf("pay, tracing %s: %w", m, err)
 			}
 			r.pay = append(r.pay, s)
 			r.paySpans.add(spans)
-			d, spans, err := tracedDrain(ctx, cfg, m, recv, drainN)
+			r.payCPU += cpu
+			d, err := tracedDrain(ctx, cfg, m, recv, drainN)
 			if err != nil {
 				return fmt.Errorf("drain, tracing %s: %w", m, err)
 			}
 			r.drainEvents += drainN
-			r.drainTime += d
-			r.drainRates = append(r.drainRates, float64(drainN)/d.Seconds())
-			r.drainSpans.add(spans)
+			r.drainTime += d.elapsed
+			r.drainRates = append(r.drainRates, float64(drainN)/d.elapsed.Seconds())
+			r.drainSpans.add(d.spans)
+			r.drainCPU += d.cpu
 		}
 		fmt.Fprintf(out, "round %d of %d done (%v)\n", round+1, cfg.Rounds, order)
 	}
@@ -188,8 +191,11 @@ func Tracing(ctx context.Context, cfg TracingConfig) error {
 	}
 
 	fmt.Fprintf(out, "\npay (POST /v1/payments/{id}/pay, %d clients):\n\n", cfg.Clients)
-	fmt.Fprintf(out, "| tracing | tx/s | p50 ms | p99 ms | tx/s vs off | median of rounds | p50 vs off | p99 vs off | spans ended / received |\n")
-	fmt.Fprintf(out, "| --- | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: |\n")
+	fmt.Fprintf(out, "| tracing | tx/s | p50 ms | p99 ms | tx/s vs off | median of rounds | p50 vs off | p99 vs off | CPU µs/request | vs off | spans ended / received |\n")
+	fmt.Fprintf(out, "| --- | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: |\n")
+	perOp := func(cpu time.Duration, n int) float64 { return float64(cpu.Microseconds()) / float64(n) }
+	totalPay := payOps * cfg.Rounds
+	baseCPU := perOp(res["off"].payCPU, totalPay)
 	base := summarize(res["off"].pay)
 	payRate := func(s sample) float64 { return float64(len(s.latencies)) / s.elapsed.Seconds() }
 	for _, m := range cfg.Modes {
@@ -198,12 +204,15 @@ func Tracing(ctx context.Context, cfg TracingConfig) error {
 		for i := range ratios {
 			ratios[i] = payRate(res[m].pay[i]) / payRate(res["off"].pay[i])
 		}
-		fmt.Fprintf(out, "| %s | %.0f | %.3f | %.3f | %.2fx | %.2fx | %.2fx | %.2fx | %s |\n", modeLabel(m), st.tps, ms(st.p50), ms(st.p99),
-			st.tps/base.tps, median(ratios), ms(st.p50)/ms(base.p50), ms(st.p99)/ms(base.p99), res[m].paySpans)
+		cpu := perOp(res[m].payCPU, totalPay)
+		fmt.Fprintf(out, "| %s | %.0f | %.3f | %.3f | %.2fx | %.2fx | %.2fx | %.2fx | %.0f | %.2fx | %s |\n", modeLabel(m), st.tps, ms(st.p50), ms(st.p99),
+			st.tps/base.tps, median(ratios), ms(st.p50)/ms(base.p50), ms(st.p99)/ms(base.p99), cpu, cpu/baseCPU, res[m].paySpans)
 	}
 	fmt.Fprintf(out, "\ndrain (outbox -> forwarder -> Redis Streams -> SyncAnalytics, default worker):\n\n")
-	fmt.Fprintf(out, "| tracing | events/s end to end | vs off | median of rounds | per round | spans ended / received |\n| --- | ---: | ---: | ---: | --- | ---: |\n")
+	fmt.Fprintf(out, "| tracing | events/s end to end | vs off | median of rounds | per round | CPU µs/event | vs off | spans ended / received |\n")
+	fmt.Fprintf(out, "| --- | ---: | ---: | ---: | --- | ---: | ---: | ---: |\n")
 	baseRate := float64(res["off"].drainEvents) / res["off"].drainTime.Seconds()
+	baseCPU = perOp(res["off"].drainCPU, res["off"].drainEvents)
 	for _, m := range cfg.Modes {
 		r := res[m]
 		rate := float64(r.drainEvents) / r.drainTime.Seconds()
@@ -213,11 +222,13 @@ func Tracing(ctx context.Context, cfg TracingConfig) error {
 			rounds[i] = fmt.Sprintf("%.0f", x)
 			ratios[i] = x / res["off"].drainRates[i]
 		}
-		fmt.Fprintf(out, "| %s | %.0f | %.2fx | %.2fx | %s | %s |\n", modeLabel(m), rate, rate/baseRate, median(ratios),
-			strings.Join(rounds, " "), r.drainSpans)
+		cpu := perOp(r.drainCPU, r.drainEvents)
+		fmt.Fprintf(out, "| %s | %.0f | %.2fx | %.2fx | %s | %.0f | %.2fx | %s |\n", modeLabel(m), rate, rate/baseRate, median(ratios),
+			strings.Join(rounds, " "), cpu, cpu/baseCPU, r.drainSpans)
 	}
-	fmt.Fprintf(out, "\nOTLP receiver: %d spans in %d requests, %.1f MiB of protobuf\n\n",
-		recv.spans.Load(), recv.requests.Load(), float64(recv.bytes.Load())/(1<<20))
+	fmt.Fprintf(out, "\nOTLP receiver: %d spans in %d requests, %.1f MiB of protobuf, %.2f s handling them (left out of CPU µs)\n"+
+		"CPU: this process's (API, service, forwarder, worker, exporter; not PostgreSQL's or Redis's), from the start of a run to its spans exported\n\n",
+		recv.spans.Load(), recv.requests.Load(), float64(recv.bytes.Load())/(1<<20), recv.busy().Seconds())
 	if slices.Contains(cfg.Modes, "on") {
 		if res["on"].paySpans.received == 0 || res["on"].drainSpans.received == 0 {
 			return fmt.Errorf("the OTLP receiver got no spans with tracing on (pay %d, drain %d)", res["on"].paySpans.received, res["on"].drainSpans.received)
@@ -255,37 +266,74 @@ func (s *spanCounts) add(o spanCounts) { s.ended += o.ended; s.received += o.rec
 
 func (s spanCounts) String() string { return fmt.Sprintf("%d / %d", s.ended, s.received) }
 
-// install sets the global TracerProvider of mode and returns a function
-// that flushes it, restores "off" and returns the mode's span counts. The
-// flush is outside the caller's measured time: spans exported during the
-// run are inside it, as in production.
-func install(ctx context.Context, mode string, recv *otlpReceiver) (uninstall func() (spanCounts, error), err error) {
-	if mode == "off" {
-		return func() (spanCounts, error) { return spanCounts{}, nil }, nil
-	}
-	sampler := sdktrace.AlwaysSample()
-	if mode == "never" {
-		sampler = sdktrace.NeverSample()
-	}
-	exp, err := otlptracehttp.New(ctx, otlptracehttp.WithEndpointURL(recv.URL()))
-	if err != nil {
-		return nil, fmt.Errorf("OTLP exporter: %w", err)
-	}
-	ended := &endCounter{}
-	// What internal/cli's setupTracing builds, with the sampler fixed.
-	tp := sdktrace.NewTracerProvider(sdktrace.WithBatcher(exp), sdktrace.WithSampler(sampler), sdktrace.WithSpanProcessor(ended),
-		sdktrace.WithResource(resource.NewSchemaless(semconv.ServiceName("outflow-bench"))))
-	before := recv.spans.Load()
-	otel.SetTracerProvider(tp)
-	return func() (spanCounts, error) {
-		otel.SetTracerProvider(noop.NewTracerProvider())
-		sctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 30*time.Second)
-		defer cancel()
-		if err := tp.Shutdown(sctx); err != nil {
-			return spanCounts{}, fmt.Errorf("flush spans: %w", err)
+// tracingRun is one measured run's tracing: the mode's global
+// TracerProvider, and what the process spent.
+type tracingRun struct {
+	tp        *sdktrace.TracerProvider // nil: off
+	ended     *endCounter
+	recv      *otlpReceiver
+	received  int64         // receiver's span count at the start
+	cpu0      time.Duration // process CPU at the start
+	recvBusy0 time.Duration // receiver's handling time at the start
+}
+
+// install sets the global TracerProvider of mode: none for "off", else
+// what internal/cli's setupTracing builds (batch processor with its
+// defaults, OTLP/HTTP exporter) with the sampler fixed, exporting to recv.
+func install(ctx context.Context, mode string, recv *otlpReceiver) (*tracingRun, error) {
+	r := &tracingRun{recv: recv, received: recv.spans.Load(), ended: &endCounter{}}
+	if mode != "off" {
+		sampler := sdktrace.AlwaysSample()
+		if mode == "never" {
+			sampler = sdktrace.NeverSample()
 		}
-		return spanCounts{ended: ended.n.Load(), received: recv.spans.Load() - before}, nil
-	}, nil
+		exp, err := otlptracehttp.New(ctx, otlptracehttp.WithEndpointURL(recv.URL()))
+		if err != nil {
+			return nil, fmt.Errorf("OTLP exporter: %w", err)
+		}
+		r.tp = sdktrace.NewTracerProvider(sdktrace.WithBatcher(exp), sdktrace.WithSampler(sampler), sdktrace.WithSpanProcessor(r.ended),
+			sdktrace.WithResource(resource.NewSchemaless(semconv.ServiceName("outflow-bench"))))
+		otel.SetTracerProvider(r.tp)
+	}
+	r.cpu0, r.recvBusy0 = processCPU(), recv.busy()
+	return r, nil
+}
+
+// flush exports the spans still queued and returns the process CPU spent
+// since install, less the receiver's. It belongs to the measured time:
+// every span the run made is exported within it, as a process that runs
+// on would (the batch processor waits for 512 spans or 5 s, longer than a
+// round's pay requests take).
+func (r *tracingRun) flush(ctx context.Context) (time.Duration, error) {
+	if r.tp != nil {
+		if err := r.tp.ForceFlush(ctx); err != nil {
+			return 0, fmt.Errorf("flush spans: %w", err)
+		}
+	}
+	return processCPU() - r.cpu0 - (r.recv.busy() - r.recvBusy0), nil
+}
+
+// close restores "off" and returns the run's span counts.
+func (r *tracingRun) close(ctx context.Context) (spanCounts, error) {
+	if r.tp == nil {
+		return spanCounts{}, nil
+	}
+	otel.SetTracerProvider(noop.NewTracerProvider())
+	sctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 30*time.Second)
+	defer cancel()
+	if err := r.tp.Shutdown(sctx); err != nil {
+		return spanCounts{}, fmt.Errorf("shut the tracer provider down: %w", err)
+	}
+	return spanCounts{ended: r.ended.n.Load(), received: r.recv.spans.Load() - r.received}, nil
+}
+
+// processCPU is the CPU time (user and system) this process has used.
+func processCPU() time.Duration {
+	var ru syscall.Rusage
+	if err := syscall.Getrusage(syscall.RUSAGE_SELF, &ru); err != nil {
+		return 0
+	}
+	return time.Duration(ru.Utime.Nano() + ru.Stime.Nano())
 }
 
 // endCounter counts the recorded spans that end.
@@ -363,18 +411,21 @@ func (pb *payBench) Close() {
 }
 
 // run pays n fresh pending payments through the API with tracing in mode.
-func (pb *payBench) run(ctx context.Context, mode string, recv *otlpReceiver, n int) (sample, spanCounts, error) {
+func (pb *payBench) run(ctx context.Context, mode string, recv *otlpReceiver, n int) (sample, spanCounts, time.Duration, error) {
 	ids, err := pendingPayments(ctx, pb.pool, pb.merchantID, n)
 	if err != nil {
-		return sample{}, spanCounts{}, err
+		return sample{}, spanCounts{}, 0, err
 	}
-	uninstall, err := install(ctx, mode, recv)
+	tr, err := install(ctx, mode, recv)
 	if err != nil {
-		return sample{}, spanCounts{}, err
+		return sample{}, spanCounts{}, 0, err
 	}
 	s, err := runPayHTTP(ctx, pb, ids)
-	spans, uerr := uninstall()
-	return s, spans, errors.Join(err, uerr)
+	t := time.Now()
+	cpu, ferr := tr.flush(ctx)
+	s.elapsed += time.Since(t)
+	spans, cerr := tr.close(ctx)
+	return s, spans, cpu, errors.Join(err, ferr, cerr)
 }
 
 func runPayHTTP(ctx context.Context, pb *payBench, ids []string) (sample, error) {
@@ -455,59 +506,66 @@ func (pb *payBench) sampledRows(ctx context.Context) (int, error) {
 // of n events whose rows carry a sampled traceparent, as rows written
 // under a traced request do: the forwarder links its send spans to them
 // and each consumer span is their child. It returns the time from the
-// start of forwarder and worker to the last event handled.
-func tracedDrain(ctx context.Context, cfg TracingConfig, mode string, recv *otlpReceiver, n int) (time.Duration, spanCounts, error) {
+// start of forwarder and worker to the last event handled and its spans
+// exported, and the process CPU spent meanwhile.
+type drainResult struct {
+	elapsed, cpu time.Duration
+	spans        spanCounts
+}
+
+func tracedDrain(ctx context.Context, cfg TracingConfig, mode string, recv *otlpReceiver, n int) (drainResult, error) {
 	pool, dropSchema, err := Schema(ctx, cfg.DatabaseURL, 16)
 	if err != nil {
-		return 0, spanCounts{}, err
+		return drainResult{}, err
 	}
 	defer dropSchema()
 	topic := "bench." + uuid.NewString()[:8]
 	rdb, err := redisstreams.NewClient(ctx, cfg.RedisURL)
 	if err != nil {
-		return 0, spanCounts{}, err
+		return drainResult{}, err
 	}
 	defer rdb.Close()
 	defer rdb.Del(context.WithoutCancel(ctx), topic)
 	if err := seedPayments(ctx, pool, topic, n); err != nil {
-		return 0, spanCounts{}, err
+		return drainResult{}, err
 	}
 	// A traceparent per row (its own trace, sampled), derived from the row.
 	if _, err := pool.Exec(ctx, `
 		UPDATE outbox SET metadata = metadata || jsonb_build_object('traceparent',
 			'00-' || md5(message_id::text) || '-' || substr(md5(aggregate_id || aggregate_version), 1, 16) || '-01')`); err != nil {
-		return 0, spanCounts{}, fmt.Errorf("add traceparents: %w", err)
+		return drainResult{}, fmt.Errorf("add traceparents: %w", err)
 	}
 	if _, err := pool.Exec(ctx, `VACUUM ANALYZE outbox`); err != nil {
-		return 0, spanCounts{}, err
+		return drainResult{}, err
 	}
 	broker, err := redisstreams.New(redisstreams.Config{Client: rdb})
 	if err != nil {
-		return 0, spanCounts{}, err
+		return drainResult{}, err
 	}
 	f, err := forwarder.New(forwarder.Config{Pool: pool, Broker: broker, Logger: quietLogger(), MessagingSystem: "redis"})
 	if err != nil {
-		return 0, spanCounts{}, err
+		return drainResult{}, err
 	}
 	reg := events.NewRegistry()
 	if err := paymentevents.Register(reg); err != nil {
-		return 0, spanCounts{}, err
+		return drainResult{}, err
 	}
 	w, err := consumer.NewWorker(consumer.WorkerConfig{Pool: pool, RedisURL: cfg.RedisURL, Registry: reg, Logger: quietLogger()})
 	if err != nil {
-		return 0, spanCounts{}, err
+		return drainResult{}, err
 	}
 	h := handlers.SyncAnalytics()
 	h.Topic = topic
 	if err := w.Add(h); err != nil {
-		return 0, spanCounts{}, err
+		return drainResult{}, err
 	}
 
-	uninstall, err := install(ctx, mode, recv)
+	tr, err := install(ctx, mode, recv)
 	if err != nil {
-		return 0, spanCounts{}, err
+		return drainResult{}, err
 	}
-	elapsed, err := func() (time.Duration, error) {
+	var res drainResult
+	err = func() error {
 		rctx, cancel := context.WithCancel(ctx)
 		var wg sync.WaitGroup
 		defer wg.Wait()
@@ -519,23 +577,27 @@ func tracedDrain(ctx context.Context, cfg TracingConfig, mode string, recv *otlp
 		for {
 			got, err := countHandled(ctx, pool)
 			if err != nil {
-				return 0, err
+				return err
 			}
 			if got >= n {
-				return time.Since(start), nil
+				break
 			}
 			if time.Now().After(deadline) {
-				return 0, fmt.Errorf("only %d of %d events handled in 10 minutes", got, n)
+				return fmt.Errorf("only %d of %d events handled in 10 minutes", got, n)
 			}
 			time.Sleep(20 * time.Millisecond)
 		}
+		res.cpu, err = tr.flush(ctx)
+		res.elapsed = time.Since(start)
+		return err
 	}()
-	spans, uerr := uninstall() // forwarder and worker stopped: every span ended
-	if err := errors.Join(err, uerr); err != nil {
-		return 0, spanCounts{}, err
+	spans, cerr := tr.close(ctx) // forwarder and worker stopped: every span ended
+	if err := errors.Join(err, cerr); err != nil {
+		return drainResult{}, err
 	}
+	res.spans = spans
 	if err := checkProjection(ctx, pool, n); err != nil {
-		return 0, spanCounts{}, err
+		return drainResult{}, err
 	}
-	return elapsed, spans, nil
+	return res, nil
 }

@@ -23,6 +23,7 @@ type otlpReceiver struct {
 	served chan struct{}
 
 	requests, spans, bytes atomic.Int64
+	busyNanos              atomic.Int64 // time spent reading and decoding exports
 }
 
 // Start listens on a free loopback port and serves until Close.
@@ -56,8 +57,14 @@ func (r *otlpReceiver) Close() {
 // (no partial success).
 var emptyResponse, _ = proto.Marshal(&collectortrace.ExportTraceServiceResponse{})
 
+// busy is the time the receiver has spent reading and decoding exports:
+// CPU in this process that the benchmark's subject did not spend.
+func (r *otlpReceiver) busy() time.Duration { return time.Duration(r.busyNanos.Load()) }
+
 func (r *otlpReceiver) export(w http.ResponseWriter, req *http.Request) {
+	t := time.Now()
 	n, err := r.read(req)
+	r.busyNanos.Add(int64(time.Since(t)))
 	if err != nil {
 		http.Error(w, err.Error(), http.StatusBadRequest)
 		return
