@@ -5,20 +5,21 @@ import (
 	"testing"
 
 	"go.opentelemetry.io/otel"
+	sdktrace "go.opentelemetry.io/otel/sdk/trace"
 	"go.opentelemetry.io/otel/trace"
 	"go.opentelemetry.io/otel/trace/noop"
 
 	"github.com/outflow-dev/outflow/tracing"
 )
 
-// BenchmarkTracingOff is the instrumentation's own cost with tracing off,
+// BenchmarkInstrumentation is the instrumentation's own cost per call site,
 // per call site, in the test binary's state: no TracerProvider set (the
 // process's default, what `outflow` runs with unless OTEL_* asks for
 // tracing). The "noop provider" cases are the state `outflow-bench
 // tracing` restores between its "on" runs, since otel cannot unset a
 // provider. The cost of a whole request or event, with tracing on and off,
 // is `outflow-bench tracing`'s (docs/benchmarks.md).
-func BenchmarkTracingOff(b *testing.B) {
+func BenchmarkInstrumentation(b *testing.B) {
 	const tp = "00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01"
 	cases := []struct {
 		name string
@@ -66,10 +67,25 @@ func BenchmarkTracingOff(b *testing.B) {
 		}
 	}
 	b.Run("no provider", run)
-	b.Run("noop provider", func(b *testing.B) {
-		prev := otel.GetTracerProvider()
-		otel.SetTracerProvider(noop.NewTracerProvider())
-		b.Cleanup(func() { otel.SetTracerProvider(prev) })
-		run(b)
-	})
+	with := func(name string, tp trace.TracerProvider) {
+		b.Run(name, func(b *testing.B) {
+			prev := otel.GetTracerProvider()
+			otel.SetTracerProvider(tp)
+			b.Cleanup(func() { otel.SetTracerProvider(prev) })
+			run(b)
+		})
+	}
+	with("noop provider", noop.NewTracerProvider())
+	// For scale: the SDK with nothing sampled, and with everything sampled
+	// into the batch processor (an exporter that drops the batches).
+	with("sdk NeverSample", sdktrace.NewTracerProvider(sdktrace.WithSampler(sdktrace.NeverSample())))
+	on := sdktrace.NewTracerProvider(sdktrace.WithSampler(sdktrace.AlwaysSample()), sdktrace.WithBatcher(discard{}))
+	b.Cleanup(func() { _ = on.Shutdown(context.Background()) })
+	with("sdk AlwaysSample", on)
 }
+
+// discard is a SpanExporter that drops every batch.
+type discard struct{}
+
+func (discard) ExportSpans(context.Context, []sdktrace.ReadOnlySpan) error { return nil }
+func (discard) Shutdown(context.Context) error                             { return nil }

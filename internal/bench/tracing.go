@@ -124,7 +124,7 @@ func Tracing(ctx context.Context, cfg TracingConfig) error {
 	// The first "off" run sees the process as it starts: nothing set.
 	// otel cannot unset a provider, so later "off" runs use the noop one
 	// (equally nothing recorded, the same calls): see the tracing
-	// package's BenchmarkTracingOff for both, in ns.
+	// package's BenchmarkInstrumentation for both, in ns.
 	payOps, drainN := cfg.PayOps/cfg.Rounds, cfg.Backlog/cfg.Rounds
 	fmt.Fprintf(out, "tracing: modes %v, %d rounds rotating the order; pay: %d requests per mode over HTTP, %d clients; "+
 		"drain: %d events per mode end to end\nOTLP/HTTP receiver at %s\n\n",
