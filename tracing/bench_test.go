@@ -12,13 +12,12 @@ import (
 	"github.com/outflow-dev/outflow/tracing"
 )
 
-// BenchmarkInstrumentation is the instrumentation's own cost per call site,
-// per call site, in the test binary's state: no TracerProvider set (the
-// process's default, what `outflow` runs with unless OTEL_* asks for
-// tracing). The "noop provider" cases are the state `outflow-bench
-// tracing` restores between its "on" runs, since otel cannot unset a
-// provider. The cost of a whole request or event, with tracing on and off,
-// is `outflow-bench tracing`'s (docs/benchmarks.md).
+// BenchmarkInstrumentation is the instrumentation's own cost per call site.
+// "no provider" is the test binary's state, the process's default: what
+// `outflow` runs with unless OTEL_* asks for tracing. "noop provider" is
+// the state `outflow-bench tracing` restores between its "on" runs, since
+// otel cannot unset a provider. The cost of a whole request or event, with
+// tracing on and off, is `outflow-bench tracing`'s (docs/benchmarks.md).
 func BenchmarkInstrumentation(b *testing.B) {
 	const tp = "00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01"
 	cases := []struct {
