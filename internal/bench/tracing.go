@@ -234,6 +234,16 @@ func Tracing(ctx context.Context, cfg TracingConfig) error {
 			return fmt.Errorf("the OTLP receiver got no spans with tracing on (pay %d, drain %d)", res["on"].paySpans.received, res["on"].drainSpans.received)
 		}
 	}
+	// Spans the batch processor dropped (its queue full) were not
+	// exported: the run would understate the cost.
+	for _, m := range cfg.Modes {
+		for _, c := range []spanCounts{res[m].paySpans, res[m].drainSpans} {
+			if c.received != c.ended {
+				return fmt.Errorf("tracing %s: %d spans ended, the OTLP receiver got %d (the batch processor dropped some: OTEL_BSP_MAX_QUEUE_SIZE)",
+					m, c.ended, c.received)
+			}
+		}
+	}
 	return nil
 }
 
