@@ -135,6 +135,7 @@ func Tracing(ctx context.Context, cfg TracingConfig) error {
 		return err
 	}
 	defer pb.Close()
+	pb.Start()
 
 	type result struct {
 		pay                  []sample
@@ -360,6 +361,8 @@ type payBench struct {
 	pool       *pgxpool.Pool
 	dropSchema func()
 	srv        *http.Server
+	ln         net.Listener
+	started    bool
 	served     chan struct{}
 	url        string
 	secret     string
@@ -405,17 +408,27 @@ func newPayBench(ctx context.Context, cfg TracingConfig) (_ *payBench, err error
 	pb := &payBench{pool: pool, dropSchema: drop, srv: &http.Server{Handler: api, ReadHeaderTimeout: 10 * time.Second},
 		served: make(chan struct{}), url: "http://" + ln.Addr().String(), secret: key.Secret, merchantID: m.ID,
 		client:  &http.Client{Transport: &http.Transport{MaxIdleConnsPerHost: cfg.Clients}, Timeout: 30 * time.Second},
-		clients: cfg.Clients}
-	go func() {
-		defer close(pb.served)
-		_ = pb.srv.Serve(ln)
-	}()
+		clients: cfg.Clients, ln: ln}
 	return pb, nil
 }
 
+// Start serves the API until Close.
+func (pb *payBench) Start() {
+	pb.started = true
+	go func() {
+		defer close(pb.served)
+		_ = pb.srv.Serve(pb.ln)
+	}()
+}
+
+// Close stops the server, if started, and drops the schema.
 func (pb *payBench) Close() {
-	_ = pb.srv.Close()
-	<-pb.served
+	_ = pb.srv.Close() // closes the listener too
+	if pb.started {
+		<-pb.served
+	} else {
+		_ = pb.ln.Close()
+	}
 	pb.client.CloseIdleConnections()
 	pb.dropSchema()
 }
