@@ -9,6 +9,7 @@
 //	outflow-bench writepath [-ops 2000] [-slices 10] [-clients 1,16,64] [-only notify,ledger]
 //	outflow-bench claim-dead [-drain 20000] [-dead 0,1000000,5000000] [-backlogs 1000000,5000000] [-compare]
 //	outflow-bench history [-processed 10000000] [-aggregates 1000000] [-backlog 15000] [-rounds 11]
+//	outflow-bench tracing [-pay-ops 3000] [-clients 16] [-backlog 24000] [-rounds 6] [-modes off,on,never]
 //
 // The database is BENCH_DATABASE_URL, defaulting to the test database.
 package main
@@ -42,7 +43,7 @@ func main() {
 
 func run(ctx context.Context, args []string) error {
 	if len(args) == 0 {
-		return fmt.Errorf("usage: outflow-bench pay|writepath|forward|claim-dead|pipeline|brokers|history|webhooks|footprint [flags]")
+		return fmt.Errorf("usage: outflow-bench pay|writepath|forward|claim-dead|pipeline|brokers|history|webhooks|footprint|tracing [flags]")
 	}
 	dbURL := os.Getenv("BENCH_DATABASE_URL")
 	if dbURL == "" {
@@ -206,6 +207,21 @@ func run(ctx context.Context, args []string) error {
 			redisURL = "redis://127.0.0.1:6379/0"
 		}
 		return bench.Footprint(ctx, bench.FootprintConfig{DatabaseURL: dbURL, RedisURL: redisURL, Runs: *runs, Out: os.Stdout})
+	case "tracing":
+		fs := flag.NewFlagSet("tracing", flag.ContinueOnError)
+		payOps := fs.Int("pay-ops", 3000, "pay requests per mode, over all rounds")
+		clients := fs.Int("clients", 16, "HTTP clients sending the pay requests at once")
+		backlog := fs.Int("backlog", 24_000, "events per mode drained end to end, over all rounds")
+		rounds := fs.Int("rounds", 6, "rounds, each running every mode once, the order rotated from one to the next")
+		modes := fs.String("modes", strings.Join(bench.TracingModes, ","), "comma-separated modes: off (the baseline, always run), on (AlwaysSample, OTLP/HTTP), never (NeverSample)")
+		if err := fs.Parse(args[1:]); err != nil {
+			return err
+		}
+		if *payOps < 1 || *clients < 1 || *backlog < 1 || *rounds < 1 {
+			return fmt.Errorf("invalid -pay-ops, -clients, -backlog or -rounds: must be positive")
+		}
+		return bench.Tracing(ctx, bench.TracingConfig{DatabaseURL: dbURL, RedisURL: redisURL(), PayOps: *payOps, Clients: *clients,
+			Backlog: *backlog, Rounds: *rounds, Modes: splitNonEmpty(*modes), Out: os.Stdout})
 	case "webhooks":
 		fs := flag.NewFlagSet("webhooks", flag.ContinueOnError)
 		rate := fs.Int("rate", 500, "deliveries recorded per second")
@@ -228,7 +244,7 @@ func run(ctx context.Context, args []string) error {
 		return bench.Webhooks(ctx, bench.WebhooksConfig{DatabaseURL: dbURL, Rate: *rate, Duration: *dur, Merchants: *merchants,
 			SlowDelay: *slow, Out: os.Stdout})
 	default:
-		return fmt.Errorf("unknown benchmark %q (known: pay, writepath, forward, claim-dead, pipeline, brokers, history, webhooks)", args[0])
+		return fmt.Errorf("unknown benchmark %q (known: pay, writepath, forward, claim-dead, pipeline, brokers, history, webhooks, footprint, tracing)", args[0])
 	}
 }
 
