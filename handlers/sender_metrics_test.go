@@ -43,7 +43,7 @@ func gather(t *testing.T, reg *prometheus.Registry) map[string]float64 {
 }
 
 // Attempts are counted by outcome as they are recorded, and every POST's
-// duration is observed: a 200 is delivered, a 500 a retry until
+// duration is observed, by two Senders on one registry: a 200 is delivered, a 500 a retry until
 // MaxAttempts makes it dead, a 410 dead at once.
 func TestSenderCountsAttemptsByOutcome(t *testing.T) {
 	t.Parallel()
@@ -63,9 +63,13 @@ func TestSenderCountsAttemptsByOutcome(t *testing.T) {
 	record(t, p, merchant(t, p, "Failing", srv.URL+"/fail"), 1)
 	record(t, p, merchant(t, p, "Gone", srv.URL+"/gone"), 1)
 
+	// Two Senders of one process share the registry's collectors: the
+	// counts are the process's.
 	reg := prometheus.NewRegistry()
-	run(t, newSender(t, p, handlers.NotifyConfig{Registerer: reg, MaxAttempts: 3, Backoff: 10 * time.Millisecond,
-		BackoffMax: 20 * time.Millisecond, PollInterval: 10 * time.Millisecond}).Run)
+	cfg := handlers.NotifyConfig{Registerer: reg, MaxAttempts: 3, Backoff: 10 * time.Millisecond,
+		BackoffMax: 20 * time.Millisecond, PollInterval: 10 * time.Millisecond}
+	run(t, newSender(t, p, cfg).Run)
+	run(t, newSender(t, p, cfg).Run)
 
 	attempts := handlers.MetricWebhookAttempts + "{outcome="
 	outflowtest.WaitFor(t, 15*time.Second, "every delivery settled and counted", func() bool {
