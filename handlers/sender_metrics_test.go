@@ -8,6 +8,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/jackc/pgx/v5/pgxpool"
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/stretchr/testify/require"
 
@@ -107,10 +108,15 @@ func TestOneSenderExportsTheWebhookGauges(t *testing.T) {
 		stop func()
 		done chan error
 	}
+	// Each Sender has a pool of its own, as in two processes: a lock
+	// left on a pooled connection would stay held after its Sender stopped.
 	start := func() *instance {
 		in := &instance{reg: prometheus.NewRegistry(), done: make(chan error, 1)}
-		s := newSender(t, p, handlers.NotifyConfig{Registerer: in.reg, StatsInterval: 20 * time.Millisecond,
-			PollInterval: 20 * time.Millisecond})
+		pool, err := pgxpool.New(ctx, p.schema.URL)
+		require.NoError(t, err)
+		t.Cleanup(pool.Close)
+		s := handlers.NewSender(pool, handlers.NotifyConfig{Registerer: in.reg, StatsInterval: 20 * time.Millisecond,
+			PollInterval: 20 * time.Millisecond, Logger: quiet, AllowPrivate: true})
 		rctx, cancel := context.WithCancel(ctx)
 		go func() { in.done <- s.Run(rctx) }()
 		in.stop = func() {
