@@ -86,7 +86,8 @@ type NotifyConfig struct {
 	// Registerer, when set, gets the Sender's metrics (see
 	// [MetricWebhookAttempts] and the other Metric* names); nil: none. Two
 	// Senders on one Registerer share the collectors. The Sender that
-	// exports the webhook table gauges keeps one connection of its pool.
+	// exports the webhook table gauges keeps one database connection open,
+	// outside its pool.
 	Registerer prometheus.Registerer
 	// StatsInterval is how often the Sender that exports the webhook
 	// table gauges refreshes them, and how often the others try to take

@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"time"
 
+	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgxpool"
 	"github.com/prometheus/client_golang/prometheus"
 
@@ -138,24 +139,29 @@ func (m *senderMetrics) count(r settled, leaseLost bool) {
 //
 // The gauges describe the one table, so every Sender exporting them would
 // make sum() across instances count it once per instance. The exporter is
-// the Sender holding a session advisory lock on a connection of its own,
+// the Sender holding a session advisory lock, on a connection of its own
 // kept for as long as it exports: Senders have no partitions to elect one
 // by (as the forwarders elect the holder of partition 0), and the lock
 // frees itself when the exporter's process or connection dies, so another
 // Sender takes over within one StatsInterval, without a table of leases.
-// Only the exporter reads the table, on its locked connection: one stats
-// query per interval for the whole fleet, and a broken connection (lock
-// lost) is an error that ends the export. The others keep the gauges at 0
-// (not absent: a series that comes and goes breaks rate windows and alerts
-// with a for: clause). Behind PgBouncer in transaction pooling mode a
-// session lock is not held by the client, and two Senders may both export:
-// dashboards and alerts read the gauges with max(), which is right either
-// way.
+// That connection is opened outside the pool, so exporting takes none of
+// the pool's slots; the others only probe the lock through the pool (a
+// transaction-scoped try, released at once) and open a connection only
+// when it is free. Only the exporter reads the table, on its locked
+// connection: one stats query per interval for the whole fleet, and a
+// broken connection (lock lost) is an error that ends the export. The
+// others keep the gauges at 0 (not absent: a series that comes and goes
+// breaks rate windows and alerts with a for: clause). Behind PgBouncer in
+// transaction pooling mode a session lock is not held by the client, and
+// two Senders may both export: dashboards and alerts read the gauges with
+// max(), which is right either way.
 type statsExporter struct {
 	pool *pgxpool.Pool
 	m    *senderMetrics
-	conn *pgxpool.Conn // nil: not exporting
+	conn *pgx.Conn // holds the lock; nil: not exporting
 }
+
+const tryStatsLockSQL = `SELECT pg_try_advisory_lock($1, hashtext(current_schema()))`
 
 func (s *Sender) statsLoop(ctx context.Context) {
 	e := &statsExporter{pool: s.pool, m: s.metrics}
@@ -171,18 +177,25 @@ func (s *Sender) statsLoop(ctx context.Context) {
 // it.
 func (e *statsExporter) refresh(ctx context.Context) error {
 	if e.conn == nil {
-		conn, err := e.pool.Acquire(ctx)
+		var free bool
+		if err := e.pool.QueryRow(ctx, `SELECT pg_try_advisory_xact_lock($1, hashtext(current_schema()))`,
+			webhookStatsLock).Scan(&free); err != nil {
+			return fmt.Errorf("probe the webhook stats lock: %w", err)
+		}
+		if !free {
+			return nil
+		}
+		conn, err := pgx.ConnectConfig(ctx, e.pool.Config().ConnConfig.Copy())
 		if err != nil {
-			return fmt.Errorf("acquire a connection: %w", err)
+			return fmt.Errorf("connect for the webhook stats lock: %w", err)
 		}
 		var got bool
-		if err := conn.QueryRow(ctx, `SELECT pg_try_advisory_lock($1, hashtext(current_schema()))`, webhookStatsLock).Scan(&got); err != nil {
-			destroy(conn)
-			return fmt.Errorf("take the webhook stats lock: %w", err)
-		}
-		if !got {
-			conn.Release()
-			return nil
+		if err := conn.QueryRow(ctx, tryStatsLockSQL, webhookStatsLock).Scan(&got); err != nil || !got {
+			closeConn(conn)
+			if err != nil {
+				return fmt.Errorf("take the webhook stats lock: %w", err)
+			}
+			return nil // another Sender took it since the probe
 		}
 		e.conn = conn
 		e.m.exporter.Add(1) // Add: the gauge is shared by the Senders of a process
@@ -198,14 +211,14 @@ func (e *statsExporter) refresh(ctx context.Context) error {
 	return nil
 }
 
-// stop hands the export over: the gauges drop to 0 so that the next
-// exporter's values are not added to stale ones, and the lock's connection
-// is closed rather than returned to the pool still holding it.
+// stop hands the export over: closing the connection releases the lock,
+// and the gauges drop to 0 so that the next exporter's values are not
+// added to stale ones.
 func (e *statsExporter) stop() {
 	if e.conn == nil {
 		return
 	}
-	destroy(e.conn)
+	closeConn(e.conn)
 	e.conn = nil
 	e.m.exporter.Add(-1)
 	e.m.pending.Set(0)
@@ -213,11 +226,9 @@ func (e *statsExporter) stop() {
 	e.m.dead.Set(0)
 }
 
-// destroy closes a pooled connection instead of returning it to the pool:
-// its session may hold the lock.
-func destroy(conn *pgxpool.Conn) {
-	c := conn.Hijack()
+// closeConn closes conn, bounded: it may be called once ctx ended.
+func closeConn(conn *pgx.Conn) {
 	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
 	defer cancel()
-	_ = c.Close(ctx)
+	_ = conn.Close(ctx)
 }
