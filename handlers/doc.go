@@ -8,5 +8,7 @@
 // fenced leases, redirects never followed, every connection checked
 // against private destinations; see its doc), woken through
 // Committed. [PurgeWebhooks] removes settled deliveries after the
-// retention.
+// retention. With NotifyConfig.Registerer the Sender exports Prometheus
+// metrics ([MetricWebhookAttempts] and the others); the table gauges come
+// from one Sender at a time.
 package handlers

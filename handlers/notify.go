@@ -17,6 +17,7 @@ import (
 
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgxpool"
+	"github.com/prometheus/client_golang/prometheus"
 
 	"github.com/outflow-dev/outflow/app"
 	"github.com/outflow-dev/outflow/app/paymentevents"
@@ -82,6 +83,16 @@ type NotifyConfig struct {
 	// than at the next poll. A Sender in another process finds the
 	// delivery at its next poll.
 	Wake func()
+	// Registerer, when set, gets the Sender's metrics (see
+	// [MetricWebhookAttempts] and the other Metric* names); nil: none. Two
+	// Senders on one Registerer share the collectors. The Sender that
+	// exports the webhook table gauges keeps one database connection open,
+	// outside its pool.
+	Registerer prometheus.Registerer
+	// StatsInterval is how often the Sender that exports the webhook
+	// table gauges refreshes them, and how often the others try to take
+	// the export over. Defaults to 5s; unused without Registerer.
+	StatsInterval time.Duration
 	// Logger defaults to slog.Default().
 	Logger *slog.Logger
 }
@@ -111,6 +122,9 @@ func (c *NotifyConfig) setDefaults() {
 	if c.PerMerchant == 0 {
 		c.PerMerchant = min(4, c.Concurrency)
 	}
+	if c.StatsInterval == 0 {
+		c.StatsInterval = 5 * time.Second
+	}
 	if c.Logger == nil {
 		c.Logger = slog.Default()
 	}
@@ -129,6 +143,7 @@ func (c *NotifyConfig) validate() error {
 	check(c.Backoff > 0, "Backoff", "must be positive")
 	check(c.BackoffMax >= c.Backoff, "BackoffMax", "must be at least Backoff")
 	check(c.PollInterval > 0, "PollInterval", "must be positive")
+	check(c.StatsInterval > 0, "StatsInterval", "must be positive")
 	check(c.Concurrency >= 1 && c.Concurrency <= 10_000, "Concurrency", "must be between 1 and 10000")
 	check(c.PerMerchant >= 1 && c.PerMerchant <= c.Concurrency, "PerMerchant", "must be between 1 and Concurrency")
 	if err := errors.Join(errs...); err != nil {

@@ -60,6 +60,8 @@ type Sender struct {
 	cfgErr error
 	client *http.Client
 	wake   chan struct{}
+	// metrics is nil without NotifyConfig.Registerer.
+	metrics *senderMetrics
 
 	mu       sync.Mutex
 	inflight map[string]int // requests in flight per merchant id
@@ -80,7 +82,10 @@ func NewSender(pool *pgxpool.Pool, cfg NotifyConfig) *Sender {
 	}
 	client, cerr := guardedClient(cfg)
 	err = errors.Join(err, cerr)
-	return &Sender{pool: pool, cfg: cfg, cfgErr: err, client: client, wake: make(chan struct{}, 1), inflight: map[string]int{}}
+	m, merr := newSenderMetrics(cfg.Registerer)
+	err = errors.Join(err, merr)
+	return &Sender{pool: pool, cfg: cfg, cfgErr: err, client: client, wake: make(chan struct{}, 1), inflight: map[string]int{},
+		metrics: m}
 }
 
 // Wake makes a running Sender look for due deliveries now rather than at
@@ -106,6 +111,11 @@ func (s *Sender) Run(ctx context.Context) error {
 	results := make(chan settled, s.cfg.Concurrency)
 	settlerDone := make(chan struct{})
 	go func() { defer close(settlerDone); s.settler(ctx, results) }()
+	if s.metrics != nil {
+		statsDone := make(chan struct{})
+		go func() { defer close(statsDone); s.statsLoop(ctx) }()
+		defer func() { <-statsDone }()
+	}
 	var wg sync.WaitGroup
 	poll.DrainOrWake(ctx, s.cfg.PollInterval, s.wake, func(ctx context.Context) (int, error) {
 		full, err := s.dispatch(ctx, &wg, results)
@@ -244,6 +254,7 @@ func (s *Sender) deliver(ctx context.Context, d delivery, deadline time.Time, re
 		}
 		return
 	}
+	s.metrics.observe(a)
 	if s.settleHook != nil {
 		s.settleHook(d.ID)
 	}
@@ -258,6 +269,7 @@ type result struct {
 	permanent  bool          // err is the delivery's own fault: never retried
 	retryAfter time.Duration // the merchant's Retry-After; -1: none
 	location   string        // a redirect's target
+	sent       bool          // a request was made: latency is its duration
 	detail     error         // the network error behind err, for the log only
 }
 
@@ -295,6 +307,7 @@ func (s *Sender) attempt(ctx context.Context, d delivery, deadline time.Time) re
 	req, span := startClientSpan(req, d.Traceparent)
 	defer func() { endClientSpan(span, r) }()
 	start := time.Now()
+	r.sent = true
 	resp, err := s.client.Do(req)
 	if err != nil {
 		// What is recorded is the cause's category; the error itself
@@ -440,6 +453,7 @@ func (s *Sender) settle(ctx context.Context, batch []settled) error {
 		return fmt.Errorf("settle webhook deliveries: %w", err)
 	}
 	for _, r := range batch {
+		s.metrics.count(r, lost[r.d.ID])
 		switch {
 		case lost[r.d.ID]:
 			s.cfg.Logger.Warn("webhook delivery lease lost before its result was recorded", "message_id", r.d.MessageID,

@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 
+	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgxpool"
 )
 
@@ -19,8 +20,16 @@ type WebhookStats struct {
 
 // ReadWebhookStats counts the deliveries of webhook_deliveries.
 func ReadWebhookStats(ctx context.Context, pool *pgxpool.Pool) (WebhookStats, error) {
+	return readWebhookStats(ctx, pool)
+}
+
+// readWebhookStats reads them on db: the pool, or the stats exporter's
+// locked connection.
+func readWebhookStats(ctx context.Context, db interface {
+	QueryRow(context.Context, string, ...any) pgx.Row
+}) (WebhookStats, error) {
 	var s WebhookStats
-	if err := pool.QueryRow(ctx, `
+	if err := db.QueryRow(ctx, `
 		SELECT count(*) FILTER (WHERE status = 'pending'),
 		       count(*) FILTER (WHERE status = 'pending' AND attempts > 0),
 		       count(*) FILTER (WHERE status = 'dead')

@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"io"
 	"net/http"
+	"net/http/httptest"
 	"net/url"
 	"os"
 	"os/exec"
@@ -120,7 +121,18 @@ func TestDashboardAndAlertQueriesAgainstPrometheus(t *testing.T) {
 	s := outflowtest.NewSchema(t, appmigrations.Set())
 	redisSrv := outflowtest.StartRedis(t)
 	metrics := freeAddr(t)
-	api, stderr := startServe(t, map[string]string{"DATABASE_URL": s.URL, "REDIS_URL": redisSrv.URL},
+	// The merchants' endpoints: one accepts its webhooks, the other fails
+	// them, so the webhook panels and the failure-rate alert have both
+	// outcomes to show.
+	hooks := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if strings.HasSuffix(r.URL.Path, "/fail") {
+			w.WriteHeader(http.StatusServiceUnavailable)
+			return
+		}
+		w.WriteHeader(http.StatusNoContent)
+	}))
+	t.Cleanup(hooks.Close)
+	api, stderr := startServe(t, map[string]string{"DATABASE_URL": s.URL, "REDIS_URL": redisSrv.URL, "WEBHOOK_ALLOW_PRIVATE": "true"},
 		"--roles", "api,forwarder,worker", "--metrics-addr", metrics)
 
 	dir := t.TempDir()
@@ -153,9 +165,11 @@ scrape_configs:
 		require.NoError(t, json.NewDecoder(resp.Body).Decode(&out))
 		return out
 	}
-	m := post("/v1/merchants", map[string]any{"name": "Ops", "webhook_url": "https://ops.example/h"})
-	for i := 1; i <= 3; i++ {
-		post("/v1/payments", map[string]any{"merchant_id": m["id"], "amount": 100 * i, "currency": "EUR"})
+	for _, hook := range []string{"/ok", "/fail"} {
+		m := post("/v1/merchants", map[string]any{"name": "Ops" + hook, "webhook_url": hooks.URL + hook})
+		for i := 1; i <= 3; i++ {
+			post("/v1/payments", map[string]any{"merchant_id": m["id"], "amount": 100 * i, "currency": "EUR"})
+		}
 	}
 
 	type result struct {

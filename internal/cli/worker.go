@@ -120,7 +120,8 @@ func buildWorker(ctx context.Context, c config.Config, o *workerOptions, metrics
 		return nil, err
 	}
 	notify := handlers.NotifyConfig{Timeout: o.webhookTimeout, Concurrency: o.webhookInFlight,
-		PerMerchant: o.webhookPerMerch, Logger: logger, AllowPrivate: c.WebhookAllowPrivate, SecretKey: c.SecretKey}
+		PerMerchant: o.webhookPerMerch, Logger: logger, AllowPrivate: c.WebhookAllowPrivate, SecretKey: c.SecretKey,
+		Registerer: metricsReg}
 	sender := handlers.NewSender(pool, notify)
 	// The handler wakes this process's sender once a delivery committed;
 	// senders in other processes find it at their next poll.
