@@ -85,6 +85,7 @@ func TestBrokerContract(t *testing.T) {
 func TestObserveContract(t *testing.T) {
 	t.Parallel()
 	brokertest.RunObserve(t, brokertest.ObserveHarness{
+		CountsUnacked: true,
 		Open: func(t *testing.T) brokers.Backend {
 			return openBackend(t, brokers.Config{Kind: brokers.NATS, Partitions: 2,
 				NATS: brokers.NATSConfig{URL: outflowtest.NATSURL(), StreamPrefix: outflowtest.NATSPrefix(t)}})
