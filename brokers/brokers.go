@@ -245,15 +245,21 @@ func AMQPQueueName(exchange, group string) string { return exchange + "_" + grou
 // Lag is what a consumer group has not handled yet on one topic.
 type Lag struct {
 	// Events is how many entries of the topic's partitions the group has
-	// not been delivered yet.
+	// not handled yet: not delivered, or delivered and not acknowledged,
+	// as far as the broker tells (each backend's package says what it
+	// counts).
 	Events int64
-	// OldestAge is the age of the oldest of them; zero when Events is 0.
+	// OldestAge is the age of the oldest of them; zero when Events is 0,
+	// and when the broker cannot tell (amqp).
 	OldestAge time.Duration
 }
 
 // LagReporter is implemented by a [Backend] that can tell a consumer
-// group's lag (redis). The worker samples it into its lag metrics; the
-// other backends report no lag yet.
+// group's lag: every built-in one (redis, nats, amqp, kafka, sql). The
+// worker samples it into its lag metrics and `outflow stats` prints it. Lag
+// only reads: it creates no stream, queue, topic, consumer, table or
+// position, so asking about a group that never ran leaves the broker as
+// it was. A group not created yet lags by what it will read first.
 type LagReporter interface {
 	Lag(ctx context.Context, group, topic string) (Lag, error)
 }

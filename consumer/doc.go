@@ -52,7 +52,8 @@
 //
 // WorkerConfig.Registerer gets every handler's idempotency counters and two
 // gauges, sampled every LagInterval from a broker that reports lag
-// (brokers.LagReporter: redis; nats, amqp, kafka and sql do not yet):
+// (brokers.LagReporter: every built-in backend; see each one's package for
+// what it counts, amqp telling only ready messages and no age):
 // outflow_consumer_lag_events and
 // outflow_consumer_oldest_unhandled_age_seconds. They describe the consumer
 // group, so every worker of it reports the same value: aggregate them with

@@ -222,3 +222,64 @@ func TestWorkerGroupsMakeAUserTopicRoutable(t *testing.T) {
 		t.Fatal("the message published before the group's first subscription was lost")
 	}
 }
+
+// lagBackend records the topics a test uses, for AMQPPrefix's cleanup.
+type lagBackend struct {
+	brokers.Backend
+	topics map[string][]string
+}
+
+func (b lagBackend) Topics(topic string) []string {
+	b.topics[topic] = []string{brokertest.Group}
+	return b.Backend.Topics(topic)
+}
+
+func (b lagBackend) Lag(ctx context.Context, group, topic string) (brokers.Lag, error) {
+	return b.Backend.(brokers.LagReporter).Lag(ctx, group, topic)
+}
+
+func (b lagBackend) Ping(ctx context.Context) error { return b.Backend.(brokers.Pinger).Ping(ctx) }
+
+// Lag (ready messages only, no age) and Ping, on two partitions; the
+// outage is a proxy's in front of RabbitMQ.
+func TestObserveContract(t *testing.T) {
+	t.Parallel()
+	open := func(t *testing.T, url string) brokers.Backend {
+		topics := map[string][]string{}
+		b, err := brokers.Open(context.Background(), brokers.Config{Kind: brokers.AMQP, Logger: amqpQuiet, Partitions: 2,
+			AMQP: brokers.AMQPConfig{URL: url, Prefix: outflowtest.AMQPPrefix(t, 2, topics), NackDelay: 100 * time.Millisecond}})
+		require.NoError(t, err)
+		t.Cleanup(func() { b.Close() })
+		return lagBackend{Backend: b, topics: topics}
+	}
+	brokertest.RunObserve(t, brokertest.ObserveHarness{
+		NoOldestAge: true,
+		Open:        func(t *testing.T) brokers.Backend { return open(t, outflowtest.AMQPURL()) },
+		Outage: func(t *testing.T) (brokers.Backend, outflowtest.Outage) {
+			u, err := url.Parse(outflowtest.AMQPURL())
+			require.NoError(t, err)
+			p := outflowtest.StartProxy(t, u.Host)
+			u.Host = p.Addr
+			return open(t, u.String()), p
+		},
+	})
+}
+
+// A queue not declared yet lags by nothing, and asking does not declare it.
+func TestLagDeclaresNothing(t *testing.T) {
+	t.Parallel()
+	topics := map[string][]string{"orders": {"g"}}
+	prefix := outflowtest.AMQPPrefix(t, 1, topics)
+	b, err := brokers.Open(context.Background(), brokers.Config{Kind: brokers.AMQP, Logger: amqpQuiet,
+		AMQP: brokers.AMQPConfig{URL: outflowtest.AMQPURL(), Prefix: prefix}})
+	require.NoError(t, err)
+	t.Cleanup(func() { b.Close() })
+	for range 2 { // the second after the server closed the first's channel
+		lag, err := b.(brokers.LagReporter).Lag(context.Background(), "g", "orders")
+		require.NoError(t, err)
+		require.Equal(t, brokers.Lag{}, lag)
+	}
+	require.NoError(t, b.(brokers.Pinger).Ping(context.Background()), "the publishing channel survives")
+	require.ErrorIs(t, b.Broker().Publish(context.Background(), amqpOutgoing("orders", "m1"))[0], amqp.ErrUnroutable,
+		"Lag declared the queue")
+}

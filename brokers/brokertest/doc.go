@@ -44,4 +44,8 @@
 // brokers/watermillpub, say), fill [Target] yourself: Broker, and Subscribe
 // reading what it published with any subscriber of that broker, as consumer
 // group [Group]. brokers/watermillpub's test is a complete example.
+//
+// A backend that is a [brokers.LagReporter] and a [brokers.Pinger] runs
+// [RunObserve] too: the lag a group's acks leave, and Ping through an
+// outage.
 package brokertest

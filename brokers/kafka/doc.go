@@ -7,4 +7,15 @@
 // partition, in order. The forwarder side is a [forwarder.PayloadLimiter]
 // (the producer's MaxMessageBytes). What the backend keeps and lacks is in
 // docs/brokers.md.
+//
+// Lag (brokers.LagReporter) sums over the topic's partitions the records
+// between the group's committed offset and the end offset; a partition the
+// group has no offset for lags from its oldest record (where a new group
+// starts). Records delivered and acked but not yet committed (the offsets
+// are committed once a second) still count, and the count includes
+// records a transaction aborted or compacted away, as Kafka's own lag
+// does. The oldest age is the timestamp of the record at the committed
+// offset: one fetch per lagging partition, by a partition consumer outside
+// the group. Lag creates no topic (its metadata request does not
+// auto-create) and joins no group. Ping is a cluster metadata request.
 package kafka

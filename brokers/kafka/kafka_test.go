@@ -259,3 +259,49 @@ func TestBrokerContract(t *testing.T) {
 		},
 	})
 }
+
+// Lag and Ping on a 4-partition topic; the outage is a kfake cluster of
+// the test's own.
+func TestObserveContract(t *testing.T) {
+	t.Parallel()
+	brokertest.RunObserve(t, brokertest.ObserveHarness{
+		CountsUnacked: true,
+		Open:          func(t *testing.T) brokers.Backend { return openTestKafka(t, outflowtest.Kafka(t)) },
+		Outage: func(t *testing.T) (brokers.Backend, outflowtest.Outage) {
+			k := outflowtest.StartKafka(t)
+			return openTestKafka(t, k.Addrs), k
+		},
+	})
+}
+
+// A topic not created yet lags by nothing and asking does not create it; a
+// group with no committed offset lags by the whole topic.
+func TestLagOfAGroupNotSubscribedYet(t *testing.T) {
+	t.Parallel()
+	addrs := outflowtest.Kafka(t)
+	b := openTestKafka(t, addrs)
+	lr := b.(brokers.LagReporter)
+	ctx := context.Background()
+	lag, err := lr.Lag(ctx, "g", "orders")
+	require.NoError(t, err)
+	require.Equal(t, brokers.Lag{}, lag)
+	admin, err := sarama.NewClusterAdmin(addrs, sarama.NewConfig())
+	require.NoError(t, err)
+	t.Cleanup(func() { admin.Close() })
+	topics, err := admin.ListTopics()
+	require.NoError(t, err)
+	require.NotContains(t, topics, "t.orders", "Lag created the topic")
+
+	var msgs []forwarder.Outgoing
+	for i := range 3 {
+		msgs = append(msgs, kafkaOutgoing("orders", fmt.Sprint("agg-", i), i))
+	}
+	for _, err := range b.Broker().Publish(ctx, msgs) {
+		require.NoError(t, err)
+	}
+	outflowtest.WaitFor(t, 10*time.Second, "3 events lagging, older than 0", func() bool {
+		lag, err = lr.Lag(ctx, "g", "orders")
+		require.NoError(t, err)
+		return lag.Events == 3 && lag.OldestAge > 0
+	})
+}

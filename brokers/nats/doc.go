@@ -7,4 +7,15 @@
 // The forwarder side is a [forwarder.PayloadLimiter] (the server's
 // max_payload). [Subscriber] is Outflow's batch subscriber over JetStream
 // pull consumers. What the backend keeps and lacks is in docs/brokers.md.
+//
+// Lag (brokers.LagReporter) sums over the topic's subjects the group's
+// durable consumer's NumPending (not delivered) and NumAckPending
+// (delivered, not acked); the oldest age is the stored time of the
+// subject's first message after the consumer's ack floor, so a message
+// acked out of order ahead of an unacked one does not hide the older one.
+// A consumer not created yet lags by every message of its subject (it will
+// deliver all); a stream not created yet, by nothing. Lag reads consumer
+// info, stream info and one message per subject, and creates nothing.
+// Ping is a JetStream account info request: the JetStream server answers,
+// not only the core connection.
 package nats

@@ -2,14 +2,19 @@ package nats_test
 
 import (
 	"context"
+	"errors"
+	"fmt"
 	"testing"
 	"time"
 
+	"github.com/ThreeDotsLabs/watermill"
+	"github.com/ThreeDotsLabs/watermill/message"
 	"github.com/nats-io/nats.go"
 
 	"github.com/outflow-dev/outflow/brokers"
 	"github.com/outflow-dev/outflow/brokers/brokertest"
 	_ "github.com/outflow-dev/outflow/brokers/nats"
+	"github.com/outflow-dev/outflow/forwarder"
 	"github.com/outflow-dev/outflow/outflowtest"
 )
 
@@ -73,4 +78,59 @@ func TestBrokerContract(t *testing.T) {
 				NATS: brokers.NATSConfig{URL: srv.URL, PublishTimeout: 500 * time.Millisecond}})), srv
 		},
 	})
+}
+
+// Lag and Ping, on two partitions (two subjects of one stream); the outage
+// is a nats-server of the test's own.
+func TestObserveContract(t *testing.T) {
+	t.Parallel()
+	brokertest.RunObserve(t, brokertest.ObserveHarness{
+		CountsUnacked: true,
+		Open: func(t *testing.T) brokers.Backend {
+			return openBackend(t, brokers.Config{Kind: brokers.NATS, Partitions: 2,
+				NATS: brokers.NATSConfig{URL: outflowtest.NATSURL(), StreamPrefix: outflowtest.NATSPrefix(t)}})
+		},
+		Outage: func(t *testing.T) (brokers.Backend, outflowtest.Outage) {
+			srv := outflowtest.StartNATS(t)
+			return openBackend(t, brokers.Config{Kind: brokers.NATS, NATS: brokers.NATSConfig{URL: srv.URL}}), srv
+		},
+	})
+}
+
+// A group whose durable consumer does not exist yet will read the whole
+// subject: it lags by all of it. Asking creates nothing.
+func TestLagOfAGroupNotSubscribedYet(t *testing.T) {
+	t.Parallel()
+	prefix := outflowtest.NATSPrefix(t)
+	b := openBackend(t, brokers.Config{Kind: brokers.NATS,
+		NATS: brokers.NATSConfig{URL: outflowtest.NATSURL(), StreamPrefix: prefix}})
+	lr := b.(brokers.LagReporter)
+	ctx := context.Background()
+	lag, err := lr.Lag(ctx, "g", "orders")
+	if err != nil || lag != (brokers.Lag{}) {
+		t.Fatalf("no stream yet: got %+v, %v; want zero", lag, err)
+	}
+	if _, err := jetStream(t).StreamInfo(prefix + "orders"); err == nil {
+		t.Fatal("Lag created the stream")
+	}
+	var msgs []forwarder.Outgoing
+	for i := range 3 {
+		m := message.NewMessage(watermill.NewUUID(), []byte("x"))
+		msgs = append(msgs, forwarder.Outgoing{Topic: "orders", AggregateID: fmt.Sprint(i), Message: m})
+	}
+	for _, err := range b.Broker().Publish(ctx, msgs) {
+		if err != nil {
+			t.Fatal(err)
+		}
+	}
+	outflowtest.WaitFor(t, 10*time.Second, "3 events lagging, older than 0", func() bool {
+		lag, err = lr.Lag(ctx, "g", "orders")
+		if err != nil {
+			t.Fatal(err)
+		}
+		return lag.Events == 3 && lag.OldestAge > 0
+	})
+	if _, err := jetStream(t).ConsumerInfo(prefix+"orders", "g_"+prefix+"orders"); !errors.Is(err, nats.ErrConsumerNotFound) {
+		t.Fatalf("Lag created the consumer (or: %v)", err)
+	}
 }

@@ -55,3 +55,21 @@ func TestOpenOfAnUnlinkedBackendNamesItsImport(t *testing.T) {
 		t.Fatalf("an unknown kind: got %v, want ErrUnknownKind", err)
 	}
 }
+
+// Lag and Ping on two partitions; the outage is a redis-server of the
+// test's own.
+func TestObserveContract(t *testing.T) {
+	t.Parallel()
+	brokertest.RunObserve(t, brokertest.ObserveHarness{
+		CountsUnacked: true,
+		Open: func(t *testing.T) brokers.Backend {
+			prefix := outflowtest.UniqueName(t, outflowtest.Redis(t)) + "_"
+			return openBackend(t, brokers.Config{Kind: brokers.Redis, Partitions: 2,
+				Redis: brokers.RedisConfig{URL: outflowtest.RedisURL(), StreamPrefix: prefix}})
+		},
+		Outage: func(t *testing.T) (brokers.Backend, outflowtest.Outage) {
+			srv := outflowtest.StartRedis(t)
+			return openBackend(t, brokers.Config{Kind: brokers.Redis, Redis: brokers.RedisConfig{URL: srv.URL}}), srv
+		},
+	})
+}

@@ -415,3 +415,48 @@ func TestBrokerContract(t *testing.T) {
 		},
 	})
 }
+
+// Lag and Ping; one aggregate, as the position is the longest acked prefix
+// in table order. The outage is a proxy's in front of PostgreSQL.
+func TestObserveContract(t *testing.T) {
+	t.Parallel()
+	brokertest.RunObserve(t, brokertest.ObserveHarness{
+		Aggregates: 1,
+		Open: func(t *testing.T) brokers.Backend {
+			return openSQLBackend(t, outflowtest.NewEmptySchema(t).URL, brokers.SQLConfig{MaxConns: 8})
+		},
+		Outage: func(t *testing.T) (brokers.Backend, outflowtest.Outage) {
+			u, err := url.Parse(outflowtest.NewEmptySchema(t).URL)
+			require.NoError(t, err)
+			p := outflowtest.StartProxy(t, u.Host)
+			u.Host = p.Addr
+			return openSQLBackend(t, u.String(), brokers.SQLConfig{MaxConns: 8}), p
+		},
+	})
+}
+
+// A group without a position lags by the whole table; no table yet, by
+// nothing; asking creates neither the tables nor the group's row.
+func TestLagOfAGroupNotSubscribedYet(t *testing.T) {
+	t.Parallel()
+	s := outflowtest.NewEmptySchema(t)
+	b := openSQLBackend(t, s.URL, brokers.SQLConfig{})
+	lr := b.(brokers.LagReporter)
+	ctx := context.Background()
+	lag, err := lr.Lag(ctx, "g", "orders")
+	require.NoError(t, err)
+	require.Equal(t, brokers.Lag{}, lag)
+	var tables int
+	require.NoError(t, s.Pool.QueryRow(ctx, `SELECT count(*) FROM pg_tables WHERE schemaname = current_schema()`).Scan(&tables))
+	require.Zero(t, tables, "Lag created tables")
+
+	require.NoError(t, errors.Join(b.Broker().Publish(ctx, outgoing("orders", 3, 1))...))
+	outflowtest.WaitFor(t, 10*time.Second, "3 events lagging, older than 0", func() bool {
+		lag, err = lr.Lag(ctx, "g", "orders")
+		require.NoError(t, err)
+		return lag.Events == 3 && lag.OldestAge > 0
+	})
+	var groups int
+	require.NoError(t, s.Pool.QueryRow(ctx, `SELECT count(*) FROM watermill_offsets_orders`).Scan(&groups))
+	require.Zero(t, groups, "Lag created the group's row")
+}

@@ -65,8 +65,8 @@ func (r *readiness) markStarted() {
 	}
 }
 
-// addBroker checks a backend that can be pinged; the others are reported
-// unknown.
+// addBroker checks a backend that can be pinged (every built-in one); a
+// backend of one's own that cannot is reported unknown.
 func (r *readiness) addBroker(b brokers.Backend) {
 	p, ok := b.(brokers.Pinger)
 	if !ok {

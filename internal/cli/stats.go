@@ -21,11 +21,6 @@ import (
 	"github.com/outflow-dev/outflow/internal/config"
 )
 
-// lagKinds are the backends stats asks for consumer lag (see
-// brokers.LagReporter): opening another backend could declare things on
-// it, for nothing.
-var lagKinds = []brokers.Kind{brokers.Redis}
-
 // consumerStats is one consumer's line of `outflow stats`.
 type consumerStats struct {
 	Topic string `json:"topic,omitempty"`
@@ -61,16 +56,19 @@ func readStats(ctx context.Context, pool *pgxpool.Pool, c config.Config, partiti
 	for name, p := range parked {
 		s.Consumers[name] = consumerStats{ParkedCounts: p}
 	}
+	// Asking must leave the broker as it was: opening a built-in backend
+	// declares nothing (streams, queues, topics and tables are made by the
+	// first publish or subscription), and every built-in LagReporter only
+	// reads, so stats creates no stream, queue, consumer or offsets row for
+	// a consumer that never ran. A backend without lag prints null.
 	var lr brokers.LagReporter
-	if slices.Contains(lagKinds, c.Broker) {
-		backend, err := brokers.Open(ctx, c.BrokerConfig(partitions, logger))
-		if err != nil {
-			// The database's numbers are worth printing without the lag.
-			logger.Warn("consumer lag unknown: broker unreachable", "broker", string(c.Broker), "error", err.Error())
-		} else {
-			defer backend.Close()
-			lr, _ = backend.(brokers.LagReporter)
-		}
+	backend, err := brokers.Open(ctx, c.BrokerConfig(partitions, logger))
+	if err != nil {
+		// The database's numbers are worth printing without the lag.
+		logger.Warn("consumer lag unknown: broker unreachable", "broker", string(c.Broker), "error", err.Error())
+	} else {
+		defer backend.Close()
+		lr, _ = backend.(brokers.LagReporter)
 	}
 	for _, h := range referenceHandlers(nil, handlers.NotifyConfig{}) {
 		cs := s.Consumers[h.Name]

@@ -3,6 +3,8 @@ package cli_test
 import (
 	"context"
 	"encoding/json"
+	"errors"
+	"fmt"
 	"io"
 	"net/http"
 	"strings"
@@ -10,10 +12,15 @@ import (
 	"testing"
 	"time"
 
+	"github.com/ThreeDotsLabs/watermill"
+	"github.com/ThreeDotsLabs/watermill/message"
 	"github.com/redis/go-redis/v9"
 	"github.com/stretchr/testify/require"
 
 	appmigrations "github.com/outflow-dev/outflow/app/migrations"
+	"github.com/outflow-dev/outflow/brokers"
+	_ "github.com/outflow-dev/outflow/brokers/sql"
+	"github.com/outflow-dev/outflow/forwarder"
 	"github.com/outflow-dev/outflow/outflowtest"
 )
 
@@ -131,4 +138,43 @@ func TestWorkerRoleExportsConsumerMetrics(t *testing.T) {
 		}
 		return true
 	})
+}
+
+// stats asks any backend for lag, not only redis: here the sql broker's
+// tables, in the test's schema. Asking creates no offsets row (nor, on a
+// topic nobody published to, any table).
+func TestStatsLagOnTheSQLBroker(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	s := outflowtest.NewSchema(t, appmigrations.Set())
+	env := map[string]string{"DATABASE_URL": s.URL, "OUTFLOW_BROKER": "sql", "REDIS_URL": "redis://127.0.0.1:1"}
+
+	b, err := brokers.Open(ctx, brokers.Config{Kind: brokers.SQL, SQL: brokers.SQLConfig{DatabaseURL: s.URL}})
+	require.NoError(t, err)
+	t.Cleanup(func() { b.Close() })
+	var msgs []forwarder.Outgoing
+	for i := range 2 {
+		msgs = append(msgs, forwarder.Outgoing{Topic: "payments", AggregateID: fmt.Sprint("p", i),
+			Message: message.NewMessage(watermill.NewUUID(), []byte(`{}`))})
+	}
+	require.NoError(t, errors.Join(b.Broker().Publish(ctx, msgs)...))
+
+	out, err := command(env, "stats", "--json").Output()
+	require.NoError(t, err, "%s", out)
+	var got struct {
+		Consumers map[string]struct {
+			Lag                       *int64   `json:"lag"`
+			OldestUnhandledAgeSeconds *float64 `json:"oldest_unhandled_age_seconds"`
+		} `json:"consumers"`
+	}
+	require.NoError(t, json.Unmarshal(out, &got), "%s", out)
+	require.Len(t, got.Consumers, 2, "%s", out)
+	for name, c := range got.Consumers {
+		require.NotNil(t, c.Lag, "%s: %s", name, out)
+		require.EqualValues(t, 2, *c.Lag, name)
+		require.Positive(t, *c.OldestUnhandledAgeSeconds, name)
+	}
+	var groups int
+	require.NoError(t, s.Pool.QueryRow(ctx, `SELECT count(*) FROM watermill_offsets_payments`).Scan(&groups))
+	require.Zero(t, groups, "stats created a group's position")
 }
