@@ -131,7 +131,11 @@ func (b *Broker) BrokerTopic(topic, aggregateID string) string { return b.Stream
 // Cluster slot (so it lives, fails over and is lost with the stream): its
 // hash tag is the stream's own when the stream name has one, the whole
 // stream name otherwise. It starts with the stream name, so whatever
-// selects a prefix's keys (a SCAN, a cleanup) selects it too.
+// selects a prefix's keys (a SCAN, a cleanup) selects it too. (A stream
+// name with a "{" but no hash tag, as "a{}b", has no key of its slot but
+// itself: on a Cluster its canary may live on another shard, and a
+// failover of the stream's shard alone is then seen by entries-added and
+// last-generated-id only.)
 func CanaryKey(stream string) string {
 	if hasHashTag(stream) {
 		return stream + ":outflow-audit"
