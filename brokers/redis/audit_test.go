@@ -261,4 +261,3 @@ func TestSubscriberSurvivesAFlush(t *testing.T) {
 	restartEmpty(t, srv, c)
 	receive(send())
 }
-
