@@ -194,7 +194,9 @@ func (b *Broker) observe(ctx context.Context, stream string, prev *auditState) (
 	gcmd := pipe.Get(ctx, CanaryKey(stream))
 	scmd := pipe.XInfoStream(ctx, stream)
 	grcmd := pipe.XInfoGroups(ctx, stream)
-	_, _ = pipe.Exec(ctx) // each command's error is looked at below
+	if err := pipelineFailed(pipe.Exec(ctx)); err != nil {
+		return observed{}, err
+	}
 
 	var o observed
 	var err error
@@ -210,6 +212,9 @@ func (b *Broker) observe(ctx context.Context, stream string, prev *auditState) (
 	info, err := scmd.Result()
 	if isNoSuchKey(err) {
 		return o, nil
+	}
+	if err == nil && info == nil {
+		err = errors.New("no reply") // the pipeline did not run it
 	}
 	if err != nil {
 		return o, fmt.Errorf("XINFO STREAM: %w", err)
@@ -239,7 +244,9 @@ func (b *Broker) observe(ctx context.Context, stream string, prev *auditState) (
 	if pipe.Len() == 0 {
 		return o, nil
 	}
-	_, _ = pipe.Exec(ctx)
+	if err := pipelineFailed(pipe.Exec(ctx)); err != nil {
+		return o, err
+	}
 	for g, cmd := range pending {
 		p, err := cmd.Result()
 		if err != nil {
@@ -278,6 +285,17 @@ func (b *Broker) plantCanary(ctx context.Context, stream string) (string, error)
 		return "", fmt.Errorf("GET canary: %w", err)
 	}
 	return got, nil
+}
+
+// pipelineFailed returns the error of a pipeline that did not run whole (a
+// connection lost, a timeout); a Redis error reply is one command's, and is
+// looked at with that command.
+func pipelineFailed(_ []goredis.Cmder, err error) error {
+	var rerr goredis.Error
+	if err == nil || errors.As(err, &rerr) {
+		return nil
+	}
+	return err
 }
 
 func isNoSuchKey(err error) bool {
