@@ -8,6 +8,7 @@ import (
 	"errors"
 	"fmt"
 	"strings"
+	"sync"
 	"time"
 
 	goredis "github.com/redis/go-redis/v9"
@@ -36,6 +37,38 @@ type auditState struct {
 	SafeSince int64 `json:"s"`
 }
 
+// ackedIDs remembers, per stream, the newest entry id Redis acknowledged
+// to this process's Publish since the stream's last audit. The audit looks
+// for it: a failover to a replica that lacked only what was written since
+// the last audit leaves entries-added, last-generated-id and the canary as
+// the audit last saw them (or ahead), and only an id Redis acknowledged
+// then shows what is missing.
+type ackedIDs struct {
+	mu   sync.Mutex
+	last map[string]string
+}
+
+func (a *ackedIDs) note(stream, id string) {
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	if a.last == nil {
+		a.last = make(map[string]string)
+	}
+	if cur, ok := a.last[stream]; !ok || lessID(cur, id) {
+		a.last[stream] = id
+	}
+}
+
+// take returns the stream's newest acknowledged id and forgets it: what is
+// acknowledged after goes to the next audit.
+func (a *ackedIDs) take(stream string) string {
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	id := a.last[stream]
+	delete(a.last, stream)
+	return id
+}
+
 // observed is one look at a stream.
 type observed struct {
 	now    time.Time // Redis's TIME, taken first
@@ -48,9 +81,11 @@ type observed struct {
 	// pending entry, or the one after its last delivered when nothing is
 	// pending. Trim keeps everything from the lowest floor.
 	floors map[string]string
-	// lastGone: the previous state's Last entry is not in the stream (only
-	// looked at when last-generated-id moved).
-	lastGone bool
+	// probe is an entry the stream must still hold unless trimmed (see
+	// probeIDs): the first found missing, or else the last looked for; ""
+	// when none. probeGone: it is not in the stream.
+	probe     string
+	probeGone bool
 }
 
 // decide is the audit's judgement: the reason of a loss, or "" when the
@@ -73,16 +108,18 @@ func decide(prev *auditState, o observed) string {
 		return fmt.Sprintf("entries-added went back from %d to %d", prev.Added, o.added)
 	case prev.Last != "" && lessID(o.last, prev.Last):
 		return fmt.Sprintf("last-generated-id went back from %s to %s", prev.Last, o.last)
-	case !o.lastGone:
+	case o.probe != "" && lessID(o.last, o.probe):
+		return fmt.Sprintf("entry %s, acknowledged to the forwarder, is above the stream's last-generated-id %s", o.probe, o.last)
+	case !o.probeGone:
 		return ""
-	case o.first != "" && !lessID(prev.Last, o.first):
-		return fmt.Sprintf("entry %s missing, above the stream's first entry %s", prev.Last, o.first)
+	case o.first != "" && !lessID(o.probe, o.first):
+		return fmt.Sprintf("entry %s missing, above the stream's first entry %s", o.probe, o.first)
 	case len(o.floors) == 0:
-		return fmt.Sprintf("entry %s missing from a stream without consumer groups (nothing trims one)", prev.Last)
+		return fmt.Sprintf("entry %s missing from a stream without consumer groups (nothing trims one)", o.probe)
 	}
 	for g, floor := range o.floors {
-		if !lessID(prev.Last, floor) {
-			return fmt.Sprintf("entry %s missing while group %s had not acknowledged it", prev.Last, g)
+		if !lessID(o.probe, floor) {
+			return fmt.Sprintf("entry %s missing while group %s had not acknowledged it", o.probe, g)
 		}
 	}
 	return "" // trimmed: every group had acknowledged it
@@ -187,7 +224,16 @@ func (b *Broker) Audit(ctx context.Context, stream string, prev []byte) ([]byte,
 	return next, &forwarder.Loss{Since: time.UnixMilli(st.SafeSince), Reason: reason}, nil
 }
 
-func (b *Broker) observe(ctx context.Context, stream string, prev *auditState) (observed, error) {
+func (b *Broker) observe(ctx context.Context, stream string, prev *auditState) (_ observed, err error) {
+	// Taken before the look: an id acknowledged after it may be newer
+	// than the stream as seen, and is the next audit's. A failed look
+	// gives it back.
+	acked := b.acked.take(stream)
+	defer func() {
+		if err != nil && acked != "" {
+			b.acked.note(stream, acked)
+		}
+	}()
 	c := b.cfg.Client
 	pipe := c.Pipeline()
 	tcmd := pipe.Time(ctx)
@@ -199,7 +245,6 @@ func (b *Broker) observe(ctx context.Context, stream string, prev *auditState) (
 	}
 
 	var o observed
-	var err error
 	if o.now, err = tcmd.Result(); err != nil {
 		return o, fmt.Errorf("TIME: %w", err)
 	}
@@ -237,9 +282,22 @@ func (b *Broker) observe(ctx context.Context, stream string, prev *auditState) (
 			pending[g.Name] = pipe.XPending(ctx, stream, g.Name)
 		}
 	}
-	var rcmd *goredis.XMessageSliceCmd
-	if prev != nil && prev.Last != "" && prev.Last != "0-0" && prev.Last != o.last {
-		rcmd = pipe.XRange(ctx, stream, prev.Last, prev.Last)
+	var (
+		probes []string
+		rcmds  []*goredis.XMessageSliceCmd
+	)
+	if prev != nil {
+		probes = probeIDs(prev, acked, o.last)
+	}
+	for _, id := range probes {
+		if lessID(o.last, id) {
+			o.probe = id // above the stream's last id: gone, no look needed
+			probes = nil
+			break
+		}
+	}
+	for _, id := range probes {
+		rcmds = append(rcmds, pipe.XRange(ctx, stream, id, id))
 	}
 	if pipe.Len() == 0 {
 		return o, nil
@@ -256,14 +314,31 @@ func (b *Broker) observe(ctx context.Context, stream string, prev *auditState) (
 			o.floors[g] = p.Lower
 		}
 	}
-	if rcmd != nil {
-		msgs, err := rcmd.Result()
+	for i, cmd := range rcmds {
+		msgs, err := cmd.Result()
 		if err != nil {
 			return o, fmt.Errorf("XRANGE: %w", err)
 		}
-		o.lastGone = len(msgs) == 0
+		if o.probe == "" || !o.probeGone {
+			o.probe, o.probeGone = probes[i], len(msgs) == 0
+		}
 	}
 	return o, nil
+}
+
+// probeIDs are the entries an audit looks for: prev.Last when
+// last-generated-id moved since (a failover that lost entries the previous
+// audit saw), and acked when newer (one that lost only entries written
+// since). At most two XRANGEs of one id each.
+func probeIDs(prev *auditState, acked, last string) []string {
+	var ids []string
+	if prev.Last != "" && prev.Last != "0-0" && prev.Last != last {
+		ids = append(ids, prev.Last)
+	}
+	if acked != "" && (prev.Last == "" || lessID(prev.Last, acked)) {
+		ids = append(ids, acked)
+	}
+	return ids
 }
 
 // plantCanary writes the stream's canary if it is missing (SET NX: two

@@ -36,24 +36,33 @@ func TestDecide(t *testing.T) {
 		{"entries-added went back", prev, seen(func(o *observed) { o.added = 90 }), "entries-added went back from 100 to 90"},
 		{"last-generated-id went back", prev, seen(func(o *observed) { o.last = "999-0" }), "last-generated-id went back"},
 		{"failover to a lagging replica, then more entries: last entry gone above the first",
-			prev, seen(func(o *observed) { o.added, o.last, o.lastGone = 104, "1200-0", true }), "above the stream's first entry"},
+			prev, seen(func(o *observed) { o.added, o.last, o.probe, o.probeGone = 104, "1200-0", "1000-5", true }), "above the stream's first entry"},
 		{"last entry gone below the first, a group had not acknowledged it",
-			prev, seen(func(o *observed) { o.added, o.last, o.first, o.lastGone = 130, "1200-0", "1100-0", true }), "group g had not acknowledged"},
+			prev, seen(func(o *observed) {
+				o.added, o.last, o.first, o.probe, o.probeGone = 130, "1200-0", "1100-0", "1000-5", true
+			}), "group g had not acknowledged"},
 		{"last entry gone from a stream without groups",
-			prev, seen(func(o *observed) { o.added, o.last, o.first, o.floors, o.lastGone = 130, "1200-0", "1100-0", nil, true }), "without consumer groups"},
+			prev, seen(func(o *observed) {
+				o.added, o.last, o.first, o.floors, o.probe, o.probeGone = 130, "1200-0", "1100-0", nil, "1000-5", true
+			}), "without consumer groups"},
 		{"trimmed: every group had acknowledged the last entry",
 			prev, seen(func(o *observed) {
-				o.added, o.last, o.first, o.lastGone = 130, "1200-0", "1100-0", true
+				o.added, o.last, o.first, o.probe, o.probeGone = 130, "1200-0", "1100-0", "1000-5", true
 				o.floors = map[string]string{"g": "1000-6", "h": "1150-0"}
 			}), ""},
 		{"trimmed to empty, then more entries",
 			prev, seen(func(o *observed) {
-				o.added, o.last, o.first, o.lastGone = 101, "1200-0", "1200-0", true
+				o.added, o.last, o.first, o.probe, o.probeGone = 101, "1200-0", "1200-0", "1000-5", true
 				o.floors = map[string]string{"g": "1000-6"}
 			}), ""},
+		{"failover between audits: an acknowledged entry above last-generated-id",
+			prev, seen(func(o *observed) { o.added, o.last, o.probe = 103, "1100-0", "1150-0" }), "acknowledged to the forwarder"},
+		{"failover between audits, then more entries: an acknowledged entry gone",
+			prev, seen(func(o *observed) { o.added, o.last, o.probe, o.probeGone = 110, "1300-0", "1150-0", true }), "entry 1150-0 missing"},
+		{"an acknowledged entry present", prev, seen(func(o *observed) { o.added, o.last, o.probe = 110, "1300-0", "1150-0" }), ""},
 		{"one group of two behind the trimmed entry",
 			prev, seen(func(o *observed) {
-				o.added, o.last, o.first, o.lastGone = 130, "1200-0", "1100-0", true
+				o.added, o.last, o.first, o.probe, o.probeGone = 130, "1200-0", "1100-0", "1000-5", true
 				o.floors = map[string]string{"g": "1150-0", "h": "1000-5"}
 			}), "group h had not acknowledged"},
 	} {
@@ -64,6 +73,29 @@ func TestDecide(t *testing.T) {
 				return
 			}
 			require.Contains(t, got, tt.want)
+		})
+	}
+}
+
+func TestProbeIDs(t *testing.T) {
+	t.Parallel()
+	prev := &auditState{Last: "1000-5"}
+	for _, tt := range []struct {
+		name        string
+		prev        *auditState
+		acked, last string
+		want        []string
+	}{
+		{"nothing moved", prev, "", "1000-5", nil},
+		{"last-generated-id moved", prev, "", "1200-0", []string{"1000-5"}},
+		{"acknowledged since", prev, "1100-0", "1100-0", []string{"1000-5", "1100-0"}},
+		{"acknowledged since, last-generated-id back where it was", prev, "1100-0", "1000-5", []string{"1100-0"}},
+		{"acknowledged, older than prev.Last", prev, "900-0", "1200-0", []string{"1000-5"}},
+		{"empty stream before", &auditState{Last: "0-0"}, "", "1200-0", nil},
+		{"no stream before, acknowledged since", &auditState{}, "1100-0", "1100-0", []string{"1100-0"}},
+	} {
+		t.Run(tt.name, func(t *testing.T) {
+			require.Equal(t, tt.want, probeIDs(tt.prev, tt.acked, tt.last))
 		})
 	}
 }

@@ -178,6 +178,37 @@ func TestAuditFindsLostEntriesBehindACanary(t *testing.T) {
 	require.Contains(t, loss.Reason, "missing")
 }
 
+// A failover to a replica that lacked only what was written since the last
+// audit: entries-added, last-generated-id and the canary are as the audit
+// saw them, or ahead once other forwarders write to the new primary. The
+// ids Redis acknowledged to this broker since show the loss.
+func TestAuditFindsAFailoverLossBetweenAudits(t *testing.T) {
+	t.Parallel()
+	for _, more := range []int{0, 10} {
+		t.Run(fmt.Sprintf("%d entries written to the new primary by others", more), func(t *testing.T) {
+			t.Parallel()
+			_, c := ownRedis(t)
+			ctx := context.Background()
+			a := newAuditTarget(t, c)
+			a.publish(10)
+			require.Nil(t, a.audit())
+			replica, err := c.XRange(ctx, a.stream, "-", "+").Result()
+			require.NoError(t, err)
+			a.publish(5) // acknowledged by the primary, never replicated
+			require.NoError(t, c.Del(ctx, a.stream).Err())
+			for _, e := range replica {
+				require.NoError(t, c.XAdd(ctx, &redis.XAddArgs{Stream: a.stream, ID: e.ID, Values: e.Values}).Err())
+			}
+			for range more {
+				require.NoError(t, c.XAdd(ctx, &redis.XAddArgs{Stream: a.stream, Values: map[string]any{"x": "y"}}).Err())
+			}
+			loss := a.audit()
+			require.NotNil(t, loss, "the entries acknowledged since the last audit are gone")
+			require.Nil(t, a.audit(), "found once")
+		})
+	}
+}
+
 // Normal trimming, of everything every group acknowledged, rounds after
 // rounds, with an audit between each step: never a loss, although the
 // last entry an audit saw is trimmed away.
