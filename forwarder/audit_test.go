@@ -92,9 +92,10 @@ func TestAuditRepairsAFlushedStream(t *testing.T) {
 	require.NoError(t, c.FlushAll(ctx).Err())
 	require.Zero(t, e.distinctOnStreams())
 	require.NoError(t, f.Audit(ctx))
-	outflowtest.WaitFor(t, 20*time.Second, "every row on the stream again", func() bool { return e.distinctOnStreams() == total })
+	outflowtest.WaitFor(t, 20*time.Second, "every row on the stream again, and marked", func() bool {
+		return e.distinctOnStreams() == total && e.count("published_at IS NOT NULL") == total
+	})
 	requireInOrder(t, e.stream(), total)
-	require.Equal(t, total, e.count("published_at IS NOT NULL"))
 	require.Equal(t, map[string]float64{e.topic: 1}, byLabel(t, reg, "outflow_forwarder_broker_losses_total", "topic"))
 	require.Equal(t, map[string]float64{e.topic: float64(total)}, byLabel(t, reg, "outflow_forwarder_repaired_total", "topic"))
 	var reason string
