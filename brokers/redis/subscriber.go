@@ -292,6 +292,23 @@ func (s *Subscriber) deliver(ctx context.Context, stream string, entries []gored
 	}
 	for len(batch) > 0 {
 		results := make(chan settled, len(batch))
+		// drain takes the acks already given when the subscription stops,
+		// so that they are sent with the stop's XACK rather than delivered
+		// again: a select on a stopped ctx and a ready result picks either.
+		var watching sync.WaitGroup
+		drain := func() {
+			watching.Wait() // ctx is done: each watcher ends at once
+			for {
+				select {
+				case r := <-results:
+					if r.ok {
+						acked = append(acked, batch[r.i].id)
+					}
+				default:
+					return
+				}
+			}
+		}
 		collect := func(n int) (nacked []inFlight, complete bool) {
 			for ; n > 0; n-- {
 				select {
@@ -302,6 +319,7 @@ func (s *Subscriber) deliver(ctx context.Context, stream string, entries []gored
 						nacked = append(nacked, inFlight{id: batch[r.i].id, msg: batch[r.i].msg.Copy()})
 					}
 				case <-ctx.Done():
+					drain()
 					return nil, false
 				}
 			}
@@ -310,19 +328,26 @@ func (s *Subscriber) deliver(ctx context.Context, stream string, entries []gored
 		for i, f := range batch {
 			mctx, cancel := context.WithCancel(ctx)
 			f.msg.SetContext(mctx)
-			go func() {
+			watching.Go(func() {
 				select {
 				case <-f.msg.Acked():
 					results <- settled{i, true}
 				case <-f.msg.Nacked():
 					results <- settled{i, false}
 				case <-mctx.Done():
+					// Stopping: an ack given just before still counts.
+					select {
+					case <-f.msg.Acked():
+						results <- settled{i, true}
+					default:
+					}
 				}
 				cancel()
-			}()
+			})
 			select {
 			case out <- f.msg:
 			case <-ctx.Done():
+				drain()
 				s.ack(ctx, stream, acked, fields)
 				return
 			}
