@@ -98,6 +98,30 @@ func (n *RedisNode) Kill() {
 	n.cmd = nil
 }
 
+// Pause stops the node's process (SIGSTOP) without killing it: a replica
+// paused so falls behind its primary, as over a slow link, and is still
+// there to take over once resumed.
+func (n *RedisNode) Pause() {
+	n.t.Helper()
+	if n.cmd == nil {
+		n.t.Fatalf("outflowtest: pause of redis node %s, which is not running", n.Addr)
+	}
+	if err := n.cmd.Process.Signal(syscall.SIGSTOP); err != nil {
+		n.t.Fatalf("outflowtest: pause redis node %s: %v", n.Addr, err)
+	}
+}
+
+// Resume resumes a paused node (SIGCONT).
+func (n *RedisNode) Resume() {
+	n.t.Helper()
+	if n.cmd == nil {
+		n.t.Fatalf("outflowtest: resume of redis node %s, which is not running", n.Addr)
+	}
+	if err := n.cmd.Process.Signal(syscall.SIGCONT); err != nil {
+		n.t.Fatalf("outflowtest: resume redis node %s: %v", n.Addr, err)
+	}
+}
+
 // Running says whether the node's process is running.
 func (n *RedisNode) Running() bool { return n.cmd != nil }
 
@@ -106,6 +130,14 @@ func (n *RedisNode) Running() bool { return n.cmd != nil }
 func (n *RedisNode) client() *redis.Client {
 	return redis.NewClient(&redis.Options{Addr: n.Addr, DialTimeout: 500 * time.Millisecond,
 		ReadTimeout: time.Second, WriteTimeout: time.Second, MaxRetries: -1, PoolSize: 2})
+}
+
+// infoAll returns INFO section on the node, "" when it does not answer.
+func (n *RedisNode) infoAll(section string) string {
+	c := n.client()
+	defer c.Close()
+	s, _ := c.Info(context.Background(), section).Result()
+	return s
 }
 
 // info returns one field of INFO section on the node, "" when it does not
@@ -370,6 +402,68 @@ func (c *RedisCluster) PrimaryOf(key string) int {
 	}
 	c.t.Fatalf("outflowtest: no running cluster node knows the primary of %q", key)
 	return -1
+}
+
+// ReplicaOf returns the index in Nodes of the replica of primary i (as
+// INFO replication on i lists it).
+func (c *RedisCluster) ReplicaOf(i int) int {
+	c.t.Helper()
+	for _, line := range strings.Split(c.Nodes[i].infoAll("replication"), "\r\n") {
+		if !strings.HasPrefix(line, "slave0:") {
+			continue
+		}
+		for j, n := range c.Nodes {
+			if strings.Contains(line, fmt.Sprintf("port=%d,", n.Port)) {
+				return j
+			}
+		}
+	}
+	c.t.Fatalf("outflowtest: cluster node %s has no replica", c.Nodes[i].Addr)
+	return -1
+}
+
+// fillerSize is more than the loopback socket buffers between a primary and
+// its replica hold, and less than a replica's output buffer soft limit
+// (64 MiB), past which the primary would drop the replica.
+const fillerSize = 24 << 20
+
+// HoldReplication makes what primary i takes from now on stay on it alone,
+// and returns the index of its replica: the replica is paused (SIGSTOP),
+// and a filler value written to the primary fills the socket buffers of
+// the replication link (the kernel would otherwise keep receiving for the
+// paused replica, which would apply it all once resumed). What the primary
+// acknowledges afterwards waits in its memory, and is lost if it dies
+// before the replica is resumed: a replica that had not caught up, made
+// deterministic. Resume the replica with [RedisCluster.FailOver] or
+// Nodes[replica].Resume().
+func (c *RedisCluster) HoldReplication(i int) int {
+	c.t.Helper()
+	r := c.ReplicaOf(i)
+	c.Nodes[r].Pause()
+	nc := c.Nodes[i].client()
+	defer nc.Close()
+	ctx := context.Background()
+	filler := strings.Repeat("f", fillerSize)
+	for k := 0; ; k++ {
+		// The first key whose slot primary i holds (others answer MOVED).
+		err := nc.Set(ctx, fmt.Sprintf("outflowtest-filler-%d", k), filler, 0).Err()
+		if err == nil {
+			return r
+		}
+		if !strings.HasPrefix(err.Error(), "MOVED") || k > 1000 {
+			c.t.Fatalf("outflowtest: filler on %s: %v", c.Nodes[i].Addr, err)
+		}
+	}
+}
+
+// FailOver kills primary i (SIGKILL), resumes its replica r (paused by
+// [RedisCluster.HoldReplication]; resuming a running one does nothing),
+// and waits until r has taken over and the cluster is healthy.
+func (c *RedisCluster) FailOver(i, r int) {
+	c.t.Helper()
+	c.Nodes[i].Kill()
+	c.Nodes[r].Resume()
+	c.WaitHealthy()
 }
 
 // Kill kills node i (SIGKILL) and, when it was a primary, waits until its

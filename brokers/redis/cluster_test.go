@@ -4,13 +4,11 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"strings"
 	"testing"
 	"time"
 
 	"github.com/ThreeDotsLabs/watermill"
 	"github.com/ThreeDotsLabs/watermill/message"
-	goredis "github.com/redis/go-redis/v9"
 	"github.com/stretchr/testify/require"
 
 	"github.com/outflow-dev/outflow/brokers"
@@ -116,7 +114,7 @@ func TestCluster(t *testing.T) {
 		requirePublished(t, b.Broker().Publish(ctx, msgs))
 
 		primary := cluster.PrimaryOf(broker.Stream(topic, msgs[0].AggregateID))
-		replica := replicaOf(t, cluster, primary)
+		replica := cluster.ReplicaOf(primary)
 		cluster.Nodes[replica].Kill()
 		errs := b.Broker().Publish(ctx, msgs)
 		var short, published int
@@ -137,27 +135,6 @@ func TestCluster(t *testing.T) {
 		cluster.Start(replica)
 		requirePublished(t, b.Broker().Publish(ctx, msgs))
 	})
-}
-
-// replicaOf is the index of the running replica of primary i.
-func replicaOf(t *testing.T, c *outflowtest.RedisCluster, i int) int {
-	t.Helper()
-	nc := goredis.NewClient(&goredis.Options{Addr: c.Nodes[i].Addr})
-	defer nc.Close()
-	info, err := nc.Info(context.Background(), "replication").Result()
-	require.NoError(t, err)
-	for _, line := range strings.Split(info, "\r\n") {
-		if !strings.HasPrefix(line, "slave0:") {
-			continue
-		}
-		for j, n := range c.Nodes {
-			if strings.Contains(line, fmt.Sprintf("port=%d,", n.Port)) {
-				return j
-			}
-		}
-	}
-	t.Fatalf("primary %s has no replica", c.Nodes[i].Addr)
-	return -1
 }
 
 func batch(topic string, n int) []forwarder.Outgoing {
