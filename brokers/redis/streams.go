@@ -302,30 +302,30 @@ func (b *Broker) pipeline(ctx context.Context, c pipeliner, entries []entry, err
 			errs[e.i], failed = classify(err), true
 		}
 	}
-	if execErr != nil && !failed {
-		// The pipeline failed without a per-entry error to show for it (the
-		// WAIT's own error included).
-		for _, e := range entries {
-			errs[e.i] = unavailable(execErr)
+	if waitCmd != nil {
+		// Whatever WAIT answered short of n replicas, every entry that
+		// Redis took is reported unpublished.
+		n, err := waitCmd.Int64()
+		switch {
+		case err != nil:
+			err = unavailable(fmt.Errorf("WAIT: %w", err))
+		case n < int64(b.cfg.WaitReplicas):
+			err = fmt.Errorf("%w: %w: %d of %d within %s", forwarder.ErrBrokerUnavailable, ErrTooFewReplicas,
+				n, b.cfg.WaitReplicas, b.cfg.WaitTimeout)
 		}
-		return
-	}
-	if waitCmd == nil || waitCmd.Err() != nil {
-		return
-	}
-	n, err := waitCmd.Int64()
-	if err != nil {
-		for _, e := range entries {
-			errs[e.i] = unavailable(fmt.Errorf("WAIT reply: %w", err))
-		}
-		return
-	}
-	if n < int64(b.cfg.WaitReplicas) {
-		for _, e := range entries {
-			if errs[e.i] == nil {
-				errs[e.i] = fmt.Errorf("%w: %w: %d of %d within %s", forwarder.ErrBrokerUnavailable, ErrTooFewReplicas,
-					n, b.cfg.WaitReplicas, b.cfg.WaitTimeout)
+		if err != nil {
+			for _, e := range entries {
+				if errs[e.i] == nil {
+					errs[e.i] = err
+				}
 			}
+		}
+		return
+	}
+	if execErr != nil && !failed {
+		// The pipeline failed without a per-entry error to show for it.
+		for _, e := range entries {
+			errs[e.i] = classify(execErr)
 		}
 	}
 }
