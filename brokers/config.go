@@ -13,6 +13,17 @@ type RedisConfig struct {
 	URL string
 	// StreamPrefix is prepended to every stream name. Defaults to "".
 	StreamPrefix string
+	// Cluster says URL names a Redis Cluster node even when it names only
+	// one (a URL with addr= parameters is a Cluster already). A single
+	// server that runs in cluster mode is refused without it.
+	Cluster bool
+	// WaitReplicas, when above 0, makes the forwarder send WAIT after each
+	// batch and count a batch that fewer replicas acknowledged within
+	// WaitTimeout as not published (retried, never marked). Defaults to 0:
+	// no WAIT.
+	WaitReplicas int
+	// WaitTimeout bounds each WAIT. Defaults to 1s when WaitReplicas is set.
+	WaitTimeout time.Duration
 }
 
 // NATSConfig is the NATS JetStream block.

@@ -33,16 +33,25 @@ func open(ctx context.Context, cfg brokers.Config) (brokers.Backend, error) {
 	if cfg.Redis.URL == "" {
 		cfg.Redis.URL = DefaultURL
 	}
-	client, err := NewClient(ctx, cfg.Redis.URL)
+	client, err := connectTo(ctx, cfg.Redis)
 	if err != nil {
 		return nil, err // names Redis and the redacted URL
 	}
-	broker, err := New(Config{Client: client, Partitions: cfg.Partitions, StreamPrefix: cfg.Redis.StreamPrefix})
+	broker, err := New(Config{Client: client, Partitions: cfg.Partitions, StreamPrefix: cfg.Redis.StreamPrefix,
+		WaitReplicas: cfg.Redis.WaitReplicas, WaitTimeout: cfg.Redis.WaitTimeout})
 	if err != nil {
 		client.Close()
 		return nil, err
 	}
 	return &backend{cfg: cfg, client: client, broker: broker}, nil
+}
+
+// connectTo connects as cfg says: to a Cluster when it says so.
+func connectTo(ctx context.Context, cfg brokers.RedisConfig) (goredis.UniversalClient, error) {
+	if cfg.Cluster {
+		return NewClusterClient(ctx, cfg.URL)
+	}
+	return NewClient(ctx, cfg.URL)
 }
 
 func (b *backend) Kind() brokers.Kind       { return brokers.Redis }
@@ -68,7 +77,7 @@ func (b *backend) TrimTopic(ctx context.Context, topic string) (int64, error) {
 // its connections in a blocking read.
 func (b *backend) Subscriber(group, consumer string, opts brokers.SubscriberOptions) (message.Subscriber, error) {
 	opts = opts.WithDefaults()
-	client, err := NewClient(context.Background(), b.cfg.Redis.URL)
+	client, err := connectTo(context.Background(), b.cfg.Redis)
 	if err != nil {
 		return nil, err
 	}

@@ -4,7 +4,9 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"net/url"
 	"strings"
+	"sync"
 	"time"
 
 	"github.com/ThreeDotsLabs/watermill-redisstream/pkg/redisstream"
@@ -26,7 +28,30 @@ type Config struct {
 	StreamPrefix string
 	// Marshaller encodes entries. Defaults to watermill-redisstream's.
 	Marshaller redisstream.Marshaller
+	// WaitReplicas, when above 0, ends each batch with WAIT WaitReplicas
+	// WaitTimeout on the connection that wrote it (on a Cluster, on each
+	// primary that took some of it): entries of a batch fewer replicas
+	// acknowledged are reported unpublished, so the forwarder retries them
+	// and a failover to a replica cannot lose what it marked. Defaults to 0.
+	WaitReplicas int
+	// WaitTimeout bounds each WAIT. Defaults to [DefaultWaitTimeout]. Keep
+	// it below the client's read timeout (3s unless the URL says
+	// read_timeout=): a read that times out first also counts as
+	// unpublished, but after the longer wait.
+	WaitTimeout time.Duration
 }
+
+// DefaultWaitTimeout is the WaitTimeout of a [Config] with WaitReplicas.
+const DefaultWaitTimeout = time.Second
+
+// ErrTooFewReplicas is wrapped, with [forwarder.ErrBrokerUnavailable], in
+// the error of each entry of a batch that fewer than WaitReplicas replicas
+// acknowledged in time.
+var ErrTooFewReplicas = errors.New("fewer Redis replicas than WaitReplicas acknowledged the batch")
+
+// ErrClusterNotConfigured is returned by [NewClient] for a URL naming a
+// single server that runs in cluster mode.
+var ErrClusterNotConfigured = errors.New("redis server is a Cluster node, not configured as a Cluster")
 
 // Broker publishes to Redis Streams.
 type Broker struct {
@@ -47,6 +72,15 @@ func New(cfg Config) (*Broker, error) {
 	if cfg.Partitions < 1 || cfg.Partitions > 1024 {
 		return nil, errors.New("redis broker config: Partitions must be between 1 and 1024")
 	}
+	if cfg.WaitReplicas < 0 {
+		return nil, errors.New("redis broker config: WaitReplicas must not be negative")
+	}
+	if cfg.WaitReplicas > 0 && cfg.WaitTimeout == 0 {
+		cfg.WaitTimeout = DefaultWaitTimeout
+	}
+	if cfg.WaitTimeout < 0 || cfg.WaitTimeout > time.Minute {
+		return nil, errors.New("redis broker config: WaitTimeout must be between 0 and 1m")
+	}
 	if cfg.Marshaller == nil {
 		cfg.Marshaller = redisstream.DefaultMarshallerUnmarshaller{}
 	}
@@ -62,26 +96,47 @@ func New(cfg Config) (*Broker, error) {
 //     Sentinel-managed primary.
 //
 // It pings and reports a failure naming the URL (without its password):
-// a configured but unreachable Redis fails at start, never hangs.
+// a configured but unreachable Redis fails at start, never hangs. A URL
+// naming one server that turns out to be a Cluster node fails with
+// [ErrClusterNotConfigured]: streams on other nodes would only get MOVED
+// replies. Use [NewClusterClient] for a Cluster named by one seed node.
 func NewClient(ctx context.Context, url string) (goredis.UniversalClient, error) {
+	return connect(ctx, url, false)
+}
+
+// NewClusterClient connects to the Redis Cluster that url names, by one
+// seed node (redis://host:port) or several (?addr=host2:port...). It
+// refuses a Sentinel URL, a unix socket and a database other than 0 (a
+// Cluster has only database 0).
+func NewClusterClient(ctx context.Context, url string) (goredis.UniversalClient, error) {
+	return connect(ctx, url, true)
+}
+
+func connect(ctx context.Context, rawURL string, cluster bool) (goredis.UniversalClient, error) {
 	var (
 		client goredis.UniversalClient
 		err    error
 	)
 	switch {
-	case strings.Contains(url, "master_name="):
+	case strings.Contains(rawURL, "master_name="):
+		if cluster {
+			return nil, errors.New("REDIS_URL: a Sentinel URL (master_name=) cannot name a Cluster")
+		}
 		var o *goredis.FailoverOptions
-		if o, err = goredis.ParseFailoverURL(url); err == nil {
+		if o, err = goredis.ParseFailoverURL(rawURL); err == nil {
 			client = goredis.NewFailoverClient(o)
 		}
-	case strings.Contains(url, "addr="):
+	case cluster || strings.Contains(rawURL, "addr="):
+		if err = clusterURLDatabase(rawURL); err != nil {
+			break
+		}
 		var o *goredis.ClusterOptions
-		if o, err = goredis.ParseClusterURL(url); err == nil {
+		if o, err = goredis.ParseClusterURL(rawURL); err == nil {
 			client = goredis.NewClusterClient(o)
 		}
 	default:
 		var o *goredis.Options
-		if o, err = goredis.ParseURL(url); err == nil {
+		if o, err = goredis.ParseURL(rawURL); err == nil {
 			client = goredis.NewClient(o)
 		}
 	}
@@ -92,9 +147,37 @@ func NewClient(ctx context.Context, url string) (goredis.UniversalClient, error)
 	defer cancel()
 	if err := client.Ping(pctx).Err(); err != nil {
 		client.Close()
-		return nil, fmt.Errorf("connect to Redis at %s: %w (is it running? try `make services-up`)", redact.URL(url), err)
+		return nil, fmt.Errorf("connect to Redis at %s: %w (is it running? try `make services-up`)", redact.URL(rawURL), err)
+	}
+	if c, ok := client.(*goredis.Client); ok {
+		info, err := c.Info(pctx, "cluster").Result()
+		if err != nil {
+			client.Close()
+			return nil, fmt.Errorf("connect to Redis at %s: INFO cluster: %w", redact.URL(rawURL), err)
+		}
+		if strings.Contains(info, "cluster_enabled:1") {
+			client.Close()
+			return nil, fmt.Errorf("%w: %s: set the Cluster option (--redis-cluster, REDIS_CLUSTER=true) or name more nodes with ?addr=host:port",
+				ErrClusterNotConfigured, redact.URL(rawURL))
+		}
 	}
 	return client, nil
+}
+
+// clusterURLDatabase refuses a Cluster URL that names a database other
+// than 0, which go-redis would silently ignore.
+func clusterURLDatabase(rawURL string) error {
+	u, err := url.Parse(rawURL)
+	if err != nil {
+		return errors.New("cannot parse the URL") // never echoed: it may hold a password
+	}
+	if u.Scheme == "unix" {
+		return errors.New("a Redis Cluster is reached over TCP: want redis:// or rediss://, not unix://")
+	}
+	if db := strings.Trim(u.Path, "/"); db != "" && db != "0" {
+		return fmt.Errorf("a Redis Cluster has database 0 only, the URL names database %q", db)
+	}
+	return nil
 }
 
 // Stream returns the stream an aggregate's events of topic go to.
@@ -109,39 +192,155 @@ func (b *Broker) Streams(topic string) []string {
 
 // Publish appends msgs in one pipeline, in order. It returns one error per
 // message; errors that are Redis's state rather than the message's wrap
-// forwarder.ErrBrokerUnavailable.
+// forwarder.ErrBrokerUnavailable. With WaitReplicas, the batch is split by
+// the primary that holds each stream (one group without a Cluster), each
+// group is one pipeline ending with WAIT on its own connection, and the
+// entries of a group that too few replicas acknowledged wrap
+// [ErrTooFewReplicas] as well: they were written, and will be written
+// again by the retry (consumers deduplicate), but nothing says they would
+// survive a failover.
 func (b *Broker) Publish(ctx context.Context, msgs []forwarder.Outgoing) []error {
 	errs := make([]error, len(msgs))
-	pipe := b.cfg.Client.Pipeline()
-	cmds := make([]*goredis.StringCmd, len(msgs))
+	entries := make([]entry, 0, len(msgs))
 	for i, m := range msgs {
 		values, err := b.cfg.Marshaller.Marshal(m.Topic, m.Message)
 		if err != nil {
 			errs[i] = fmt.Errorf("encode entry: %w", err)
 			continue
 		}
-		cmds[i] = pipe.XAdd(ctx, &goredis.XAddArgs{Stream: b.Stream(m.Topic, m.AggregateID), Values: values})
+		entries = append(entries, entry{i: i, stream: b.Stream(m.Topic, m.AggregateID), values: values})
 	}
-	_, execErr := pipe.Exec(ctx)
-	for i, c := range cmds {
-		if c == nil {
-			continue
-		}
-		if err := c.Err(); err != nil {
-			errs[i] = classify(err)
-		} else {
-			b.acked.note(c.Args()[1].(string), c.Val()) // XADD stream ...
-		}
+	if len(entries) == 0 {
+		return errs
 	}
-	if execErr != nil && !anyErr(errs) {
-		// The pipeline failed without a per-command error to show for it.
-		for i := range errs {
-			if cmds[i] != nil {
-				errs[i] = classify(execErr)
-			}
+	if b.cfg.WaitReplicas == 0 {
+		// A Cluster client's pipeline splits by node and follows MOVED
+		// replies by itself.
+		b.pipeline(ctx, b.cfg.Client, entries, errs, false)
+		return errs
+	}
+	groups, err := b.byPrimary(ctx, entries)
+	if err != nil {
+		for _, e := range entries {
+			errs[e.i] = classify(err)
 		}
+		return errs
+	}
+	var wg sync.WaitGroup
+	for _, g := range groups {
+		wg.Go(func() { b.pipeline(ctx, g.client, g.entries, errs, true) }) // each sets errs of its own entries only
+	}
+	wg.Wait()
+	if cc, ok := b.cfg.Client.(*goredis.ClusterClient); ok && anyErr(errs) {
+		// A primary failed or a slot moved: learn the new layout before the
+		// retry, which the node clients would not do by themselves.
+		cc.ReloadState(ctx)
 	}
 	return errs
+}
+
+// entry is one message of a batch, encoded, with its index in the batch.
+type entry struct {
+	i      int
+	stream string
+	values map[string]any
+}
+
+type pipeliner interface {
+	Pipeline() goredis.Pipeliner
+}
+
+// primaryGroup is the part of a batch whose streams one primary holds.
+type primaryGroup struct {
+	client  pipeliner
+	entries []entry
+}
+
+// byPrimary splits entries by the primary holding their stream: WAIT
+// counts the replicas of one connection's writes, so a batch's WAIT must
+// go to every primary it wrote to, on the connection that wrote there.
+// Without a Cluster, the one server (or Sentinel's primary) holds all.
+func (b *Broker) byPrimary(ctx context.Context, entries []entry) ([]primaryGroup, error) {
+	cc, ok := b.cfg.Client.(*goredis.ClusterClient)
+	if !ok {
+		return []primaryGroup{{client: b.cfg.Client, entries: entries}}, nil
+	}
+	var groups []primaryGroup
+	of := map[*goredis.Client]int{} // primary -> index in groups
+	for _, e := range entries {
+		node, err := cc.MasterForKey(ctx, e.stream)
+		if err != nil {
+			return nil, fmt.Errorf("redis cluster primary of %s: %w", e.stream, err)
+		}
+		k, seen := of[node]
+		if !seen {
+			k = len(groups)
+			of[node] = k
+			groups = append(groups, primaryGroup{client: node})
+		}
+		groups[k].entries = append(groups[k].entries, e)
+	}
+	return groups, nil
+}
+
+// pipeline appends entries in one pipeline on c, then WAITs when wait is
+// set, and sets errs of those entries.
+func (b *Broker) pipeline(ctx context.Context, c pipeliner, entries []entry, errs []error, wait bool) {
+	pipe := c.Pipeline()
+	cmds := make([]*goredis.StringCmd, len(entries))
+	for k, e := range entries {
+		cmds[k] = pipe.XAdd(ctx, &goredis.XAddArgs{Stream: e.stream, Values: e.values})
+	}
+	var waitCmd *goredis.Cmd
+	if wait {
+		// Never 0 ms, which WAIT takes as "block for ever".
+		waitCmd = pipe.Do(ctx, "wait", b.cfg.WaitReplicas, max(b.cfg.WaitTimeout.Milliseconds(), 1))
+	}
+	_, execErr := pipe.Exec(ctx)
+	failed := false
+	for k, e := range entries {
+		if err := cmds[k].Err(); err != nil {
+			errs[e.i], failed = classify(err), true
+		}
+	}
+	if waitCmd != nil {
+		// Whatever WAIT answered short of n replicas, every entry that
+		// Redis took is reported unpublished.
+		n, err := waitCmd.Int64()
+		switch {
+		case err != nil:
+			err = unavailable(fmt.Errorf("WAIT: %w", err))
+		case n < int64(b.cfg.WaitReplicas):
+			err = fmt.Errorf("%w: %w: %d of %d within %s", forwarder.ErrBrokerUnavailable, ErrTooFewReplicas,
+				n, b.cfg.WaitReplicas, b.cfg.WaitTimeout)
+		}
+		if err != nil {
+			for _, e := range entries {
+				if errs[e.i] == nil {
+					errs[e.i] = err
+				}
+			}
+		}
+	} else if execErr != nil && !failed {
+		// The pipeline failed without a per-entry error to show for it.
+		for _, e := range entries {
+			errs[e.i] = classify(execErr)
+		}
+	}
+	for k, e := range entries {
+		if errs[e.i] == nil {
+			b.acked.note(e.stream, cmds[k].Val()) // for the audit (audit.go)
+		}
+	}
+}
+
+// unavailable wraps err in ErrBrokerUnavailable: a WAIT that failed says
+// nothing against the entries, whatever Redis replied.
+func unavailable(err error) error {
+	if errors.Is(err, forwarder.ErrBrokerUnavailable) {
+		return err
+	}
+	return fmt.Errorf("%w: %v", forwarder.ErrBrokerUnavailable, err)
 }
 
 func anyErr(errs []error) bool {

@@ -8,6 +8,7 @@
 //	outflow-bench pipeline [-backlog 60000] [-rate 3000] [-duration 20s] [-producers 16] [-per-tx 1] [-consumer-batch 100] [-only drain,steady]
 //	outflow-bench writepath [-ops 2000] [-slices 10] [-clients 1,16,64] [-only notify,ledger]
 //	outflow-bench claim-dead [-drain 20000] [-dead 0,1000000,5000000] [-backlogs 1000000,5000000] [-compare]
+//	outflow-bench wait [-backlog 50000] [-rounds 5]
 //	outflow-bench history [-processed 10000000] [-aggregates 1000000] [-backlog 15000] [-rounds 11]
 //	outflow-bench tracing [-pay-ops 3000] [-clients 16] [-backlog 24000] [-rounds 6] [-modes off,on,never]
 //
@@ -193,6 +194,8 @@ func run(ctx context.Context, args []string) error {
 		}
 		return bench.History(ctx, bench.HistoryConfig{DatabaseURL: dbURL, RedisURL: redisURL(), Processed: *processed,
 			Aggregates: *aggregates, Backlog: *backlog, Rounds: *rounds, Out: os.Stdout})
+	case "wait":
+		return bench.WaitCommand(ctx, dbURL, args[1:], os.Stdout)
 	case "footprint":
 		fs := flag.NewFlagSet("footprint", flag.ContinueOnError)
 		runs := fs.Int("runs", 10, "starts of each service")

@@ -248,8 +248,9 @@ func Tracing(ctx context.Context, cfg TracingConfig) error {
 	return nil
 }
 
-// median is the median of xs, which it sorts.
+// median is the median of xs (left as they are).
 func median(xs []float64) float64 {
+	xs = slices.Clone(xs)
 	slices.Sort(xs)
 	if n := len(xs); n%2 == 0 {
 		return (xs[n/2-1] + xs[n/2]) / 2

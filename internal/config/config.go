@@ -43,6 +43,8 @@ const (
 	DefaultNATSReplicas         = "1"
 	DefaultKafkaTopicPartitions = "8"
 	DefaultSQLPollInterval      = "100ms"
+	DefaultRedisWaitReplicas    = "0"
+	DefaultRedisWaitTimeout     = "1s"
 )
 
 // Broker-loss audit defaults, as the forwarder sets them.
@@ -55,8 +57,14 @@ const (
 type Config struct {
 	DatabaseURL string
 	RedisURL    string
-	HTTPAddr    string
-	LogLevel    slog.Level
+	// RedisCluster says RedisURL names a Redis Cluster node.
+	RedisCluster bool
+	// RedisWaitReplicas and RedisWaitTimeout: see
+	// [brokers.RedisConfig.WaitReplicas].
+	RedisWaitReplicas int
+	RedisWaitTimeout  time.Duration
+	HTTPAddr          string
+	LogLevel          slog.Level
 	// LogFormat is "text" or "json" (one JSON object a line, for a log
 	// collector that parses fields).
 	LogFormat string
@@ -107,7 +115,10 @@ type setting struct {
 
 var settings = []setting{
 	{"database-url", "DATABASE_URL", DefaultDatabaseURL, "PostgreSQL connection URL"},
-	{"redis-url", "REDIS_URL", DefaultRedisURL, "Redis connection URL"},
+	{"redis-url", "REDIS_URL", DefaultRedisURL, "Redis connection URL (a Cluster: redis://node1:port?addr=node2:port&addr=node3:port)"},
+	{"redis-cluster", "REDIS_CLUSTER", "false", "true when --redis-url names one node of a Redis Cluster (a URL with addr= is a Cluster already)"},
+	{"redis-wait-replicas", "REDIS_WAIT_REPLICAS", DefaultRedisWaitReplicas, "replicas that must acknowledge each batch (Redis WAIT, on every primary written to) before its rows are marked published; 0: no WAIT; for --broker redis"},
+	{"redis-wait-timeout", "REDIS_WAIT_TIMEOUT", DefaultRedisWaitTimeout, "how long each WAIT may take (1ms to 1m; keep it under the Redis client's read timeout, 3s by default); rows of a batch too few replicas acknowledged in time are retried; for --broker redis"},
 	{"http-addr", "HTTP_ADDR", DefaultHTTPAddr, "address the HTTP API listens on"},
 	{"log-level", "LOG_LEVEL", DefaultLogLevel, "debug, info, warn or error"},
 	{"log-format", "LOG_FORMAT", DefaultLogFormat, "text or json (one object a line)"},
@@ -197,6 +208,18 @@ func (f *Flags) Load() (Config, error) {
 			cfg.DatabaseURL, err = v, validateDatabaseURL(v)
 		case "redis-url":
 			cfg.RedisURL, err = v, validateRedisURL(v)
+		case "redis-cluster":
+			cfg.RedisCluster, err = strconv.ParseBool(v)
+			if err != nil {
+				err = fmt.Errorf("want true or false, not %q", v)
+			}
+		case "redis-wait-replicas":
+			cfg.RedisWaitReplicas, err = parseInt(v, 0, 16)
+		case "redis-wait-timeout":
+			cfg.RedisWaitTimeout, err = time.ParseDuration(v)
+			if err == nil && (cfg.RedisWaitTimeout < time.Millisecond || cfg.RedisWaitTimeout > time.Minute) {
+				err = fmt.Errorf("want a duration from 1ms to 1m, such as 1s: %q", v)
+			}
 		case "http-addr":
 			cfg.HTTPAddr, err = v, validateAddr(v)
 		case "log-level":
@@ -381,7 +404,7 @@ func (c Config) BrokerConfig(partitions int, logger *slog.Logger) brokers.Config
 		dbURL = c.DatabaseURL
 	}
 	return brokers.Config{Kind: c.Broker, Partitions: partitions, Logger: logger,
-		Redis: brokers.RedisConfig{URL: c.RedisURL},
+		Redis: brokers.RedisConfig{URL: c.RedisURL, Cluster: c.RedisCluster, WaitReplicas: c.RedisWaitReplicas, WaitTimeout: c.RedisWaitTimeout},
 		NATS:  brokers.NATSConfig{URL: c.NATSURL, Replicas: c.NATSReplicas},
 		AMQP:  brokers.AMQPConfig{URL: c.AMQPURL, Groups: c.AMQPGroups},
 		Kafka: brokers.KafkaConfig{Brokers: c.KafkaBrokers, TopicPartitions: c.KafkaTopicPartitions},

@@ -41,6 +41,15 @@ func TestLoad(t *testing.T) {
 			b := c.BrokerConfig(1, nil)
 			return b.NATS.Replicas == 3 && b.Kafka.TopicPartitions == 32 && b.SQL.PollInterval == 250*time.Millisecond
 		}},
+		{name: "redis cluster and wait", env: map[string]string{"REDIS_CLUSTER": "true", "REDIS_WAIT_REPLICAS": "1"}, args: []string{"--redis-wait-timeout", "250ms"},
+			check: func(c Config) bool {
+				r := c.BrokerConfig(1, nil).Redis
+				return r.Cluster && r.WaitReplicas == 1 && r.WaitTimeout == 250*time.Millisecond
+			}},
+		{name: "redis wait off by default", check: func(c Config) bool { return !c.RedisCluster && c.RedisWaitReplicas == 0 }},
+		{name: "bad redis cluster", env: map[string]string{"REDIS_CLUSTER": "maybe"}, wantErr: "invalid REDIS_CLUSTER: want true or false"},
+		{name: "bad wait replicas", args: []string{"--redis-wait-replicas", "-1"}, wantErr: "invalid --redis-wait-replicas"},
+		{name: "bad wait timeout", env: map[string]string{"REDIS_WAIT_TIMEOUT": "0s"}, wantErr: "invalid REDIS_WAIT_TIMEOUT"},
 		{name: "bad replicas", env: map[string]string{"NATS_REPLICAS": "7"}, wantErr: "invalid NATS_REPLICAS: want a whole number from 1 to 5"},
 		{name: "bad partitions", args: []string{"--kafka-topic-partitions", "0"}, wantErr: "invalid --kafka-topic-partitions"},
 		{name: "bad poll interval", args: []string{"--sql-poll-interval", "fast"}, wantErr: "invalid --sql-poll-interval"},
@@ -70,7 +79,8 @@ func TestLoad(t *testing.T) {
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
 			for _, k := range []string{"DATABASE_URL", "REDIS_URL", "HTTP_ADDR", "LOG_LEVEL", "LOG_FORMAT", "AMQP_GROUPS", "NATS_REPLICAS",
-				"WEBHOOK_ALLOW_PRIVATE", "WEBHOOK_SECRET_GRACE", "OUTFLOW_SECRET_KEY", "AUDIT_INTERVAL", "AUDIT_MARGIN"} {
+				"WEBHOOK_ALLOW_PRIVATE", "WEBHOOK_SECRET_GRACE", "OUTFLOW_SECRET_KEY", "AUDIT_INTERVAL", "AUDIT_MARGIN",
+				"REDIS_CLUSTER", "REDIS_WAIT_REPLICAS", "REDIS_WAIT_TIMEOUT"} {
 				t.Setenv(k, tt.env[k])
 			}
 			fs := pflag.NewFlagSet("test", pflag.ContinueOnError)

@@ -1,0 +1,106 @@
+package handlers_test
+
+import (
+	"context"
+	"testing"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/stretchr/testify/require"
+
+	"github.com/outflow-dev/outflow/app"
+	"github.com/outflow-dev/outflow/brokers"
+	redisstreams "github.com/outflow-dev/outflow/brokers/redis"
+	"github.com/outflow-dev/outflow/forwarder"
+	"github.com/outflow-dev/outflow/outflowtest"
+)
+
+// The demo pipeline (forwarder, workers, sender) on a three-primary Redis
+// Cluster of the test's own, with the payments topic's six partitions on
+// more than one primary. Mid-run, the replica of one primary falls behind
+// ([outflowtest.RedisCluster.HoldReplication]), payments are committed and
+// forwarded, that primary is killed (SIGKILL) and its replica takes over
+// without what it had not received; the killed node comes back as a
+// replica. Without WAIT, the
+// forwarder marked those entries published on the primary's word and they
+// are gone for good (tried: the run never completes; repairing that is the
+// audit's job). With WaitReplicas 1 it marked only what a replica had, so
+// the run completes with the end-to-end checks: analytics exact, every
+// event applied once by the counter, one webhook per paid or refunded
+// event.
+func TestPipelineOnRedisClusterWithAPrimaryKilled(t *testing.T) {
+	t.Parallel()
+	cluster := outflowtest.StartRedisCluster(t)
+	p := newPipeline(t)
+	p.backend = openBackend(t, brokers.Config{Kind: brokers.Redis, Partitions: 6,
+		Redis: brokers.RedisConfig{URL: cluster.URL, WaitReplicas: 1, WaitTimeout: 200 * time.Millisecond}})
+	ctx := context.Background()
+	streams := p.backend.Topics(app.PaymentsTopic)
+	primaries := map[int]bool{}
+	for _, s := range streams {
+		primaries[cluster.PrimaryOf(s)] = true
+	}
+	require.Greater(t, len(primaries), 1, "the partitions spread over the primaries")
+
+	m, site := p.newMerchant(t)
+	counter, counted := countingHandler(t, p)
+	want := p.drive(t, m.ID, 30)
+	reg := prometheus.NewRegistry()
+	f, err := forwarder.New(forwarder.Config{Pool: p.schema.Pool, Broker: p.backend.Broker(), PollInterval: 50 * time.Millisecond,
+		BatchSize: 20, MaxAttempts: 2, OutageBackoffMax: 200 * time.Millisecond, Registerer: reg, Logger: quiet})
+	require.NoError(t, err)
+	run(t, f.Run)
+	run(t, p.worker(t, 2*time.Second, counter).Run)
+	outflowtest.WaitFor(t, 30*time.Second, "the workers to apply some events", func() bool { return len(counted()) > 0 })
+
+	primary := cluster.PrimaryOf(streams[0])
+	replica := cluster.HoldReplication(primary)
+	more := p.drive(t, m.ID, 30)
+	want.PaidCount += more.PaidCount
+	want.PaidAmount = want.PaidAmount.Plus(more.PaidAmount)
+	want.RefundedAmount = want.RefundedAmount.Plus(more.RefundedAmount)
+	// The forwarder has written every row of the primary's streams to it
+	// (those its replica does not have among them) before it dies.
+	broker := redisstreams.BrokerOf(p.backend)
+	cc := cluster.Client()
+	outflowtest.WaitFor(t, 30*time.Second, "every row of the doomed primary's streams written to it", func() bool {
+		rows, err := p.schema.Pool.Query(ctx, `SELECT topic, aggregate_id FROM outbox`)
+		require.NoError(t, err)
+		perStream := map[string]int64{}
+		for rows.Next() {
+			var topic, agg string
+			require.NoError(t, rows.Scan(&topic, &agg))
+			perStream[broker.Stream(topic, agg)]++
+		}
+		require.NoError(t, rows.Err())
+		for s, n := range perStream {
+			if cluster.PrimaryOf(s) != primary {
+				continue
+			}
+			if l, err := cc.XLen(ctx, s).Result(); err != nil || l < n {
+				return false
+			}
+		}
+		return true
+	})
+	cluster.FailOver(primary, replica)
+	require.Equal(t, replica, cluster.PrimaryOf(streams[0]), "the replica took over")
+	t.Logf("killed %s, the primary of %s, while its replica %s was behind; the replica took over",
+		cluster.Nodes[primary].Addr, streams[0], cluster.Nodes[replica].Addr)
+	// The new primary has no replica: WAIT 1 holds its partitions' rows
+	// until the killed node is back as its replica.
+	cluster.Start(primary)
+
+	outflowtest.WaitFor(t, 60*time.Second, "everything applied after the failover", func() bool {
+		return p.stats(t, m.ID) == want && len(counted()) == p.events(t)
+	})
+	p.requireCountedOnce(t, counted)
+	site.requireWebhooks(t, p)
+	require.Equal(t, want, p.stats(t, m.ID), "the projection still matches the payments")
+	var touched int
+	require.NoError(t, p.schema.Pool.QueryRow(ctx,
+		`SELECT count(*) FROM outbox WHERE attempts > 0 OR parked_at IS NOT NULL`).Scan(&touched))
+	require.Zero(t, touched, "a failover burns no attempt and parks nothing")
+	t.Logf("batches refused (broker unavailable, too few replicas included): %v",
+		metricSum(t, reg, "outflow_forwarder_broker_unavailable_total"))
+}
