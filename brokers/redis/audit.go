@@ -102,6 +102,8 @@ func decide(prev *auditState, o observed) string {
 		return "canary replaced: the data set was replaced"
 	case !o.stream && prev.Added > 0:
 		return fmt.Sprintf("stream missing, it had %d entries added", prev.Added)
+	case !o.stream && o.probe != "":
+		return fmt.Sprintf("stream missing, entry %s was acknowledged to the forwarder", o.probe)
 	case !o.stream:
 		return ""
 	case o.added < prev.Added:
@@ -256,6 +258,9 @@ func (b *Broker) observe(ctx context.Context, stream string, prev *auditState) (
 	}
 	info, err := scmd.Result()
 	if isNoSuchKey(err) {
+		if prev != nil {
+			o.probe = acked // any id acknowledged since is gone
+		}
 		return o, nil
 	}
 	if err == nil && info == nil {
