@@ -9,6 +9,7 @@
 //	outflow-bench writepath [-ops 2000] [-slices 10] [-clients 1,16,64] [-only notify,ledger]
 //	outflow-bench claim-dead [-drain 20000] [-dead 0,1000000,5000000] [-backlogs 1000000,5000000] [-compare]
 //	outflow-bench history [-processed 10000000] [-aggregates 1000000] [-backlog 15000] [-rounds 11]
+//	outflow-bench audit [-backlog 50000] [-rounds 3] [-interval 1s] [-lost 20000]
 //
 // The database is BENCH_DATABASE_URL, defaulting to the test database.
 package main
@@ -42,7 +43,7 @@ func main() {
 
 func run(ctx context.Context, args []string) error {
 	if len(args) == 0 {
-		return fmt.Errorf("usage: outflow-bench pay|writepath|forward|claim-dead|pipeline|brokers|history|webhooks|footprint [flags]")
+		return fmt.Errorf("usage: outflow-bench pay|writepath|forward|claim-dead|pipeline|brokers|history|webhooks|footprint|audit [flags]")
 	}
 	dbURL := os.Getenv("BENCH_DATABASE_URL")
 	if dbURL == "" {
@@ -103,6 +104,16 @@ func run(ctx context.Context, args []string) error {
 		defer rdb.Close()
 		return bench.Forward(ctx, bench.ForwardConfig{DatabaseURL: dbURL, Redis: rdb, Backlog: *backlog, Rate: *rate,
 			Duration: *dur, Published: *published, Only: splitNonEmpty(*only), Out: os.Stdout})
+	case "audit":
+		fs := flag.NewFlagSet("audit", flag.ContinueOnError)
+		backlog := fs.Int("backlog", 50_000, "rows each throughput run drains")
+		rounds := fs.Int("rounds", 3, "drains per side (audit off, on), alternating")
+		interval := fs.Duration("interval", time.Second, "audit interval of the throughput runs")
+		lost := fs.Int("lost", 20_000, "published rows the loss runs lose and repair")
+		if err := fs.Parse(args[1:]); err != nil {
+			return err
+		}
+		return bench.Audit(ctx, bench.AuditConfig{DatabaseURL: dbURL, Backlog: *backlog, Rounds: *rounds, Interval: *interval, Lost: *lost, Out: os.Stdout})
 	case "claim-dead":
 		fs := flag.NewFlagSet("claim-dead", flag.ContinueOnError)
 		drain := fs.Int("drain", 20_000, "new rows drained behind each dead-entry count")
