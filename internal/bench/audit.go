@@ -13,6 +13,7 @@ import (
 	"time"
 
 	"github.com/google/uuid"
+	"github.com/jackc/pgx/v5/pgxpool"
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/redis/go-redis/v9"
 
@@ -78,36 +79,54 @@ func Audit(ctx context.Context, cfg AuditConfig) error {
 	fmt.Fprintf(out, "broker-loss audit (own redis-server, %d streams per topic): drain of %d rows, %d rounds per side, audit every %s\n",
 		cfg.Streams, cfg.Backlog, cfg.Rounds, cfg.Interval)
 
-	var off, on, passMs []float64
+	// The two sides drain at the same time, each its own schema and
+	// streams, so that whatever else loads the machine loads both alike.
+	var ratios, passMs []float64
 	var passes float64
-	for r := range 2 * cfg.Rounds {
-		audit := r%2 == 1
-		interval := time.Duration(-1)
-		if audit {
-			interval = cfg.Interval
-		}
-		res, err := drainAudited(ctx, cfg, rdb, cfg.Backlog, interval, nil)
+	for r := range cfg.Rounds {
+		off, err := newAuditLane(ctx, cfg, rdb, cfg.Backlog, -1)
 		if err != nil {
 			return err
 		}
-		if audit {
-			on = append(on, res.rate)
-			passes += res.audits
-			passMs = append(passMs, res.passMs)
-		} else {
-			off = append(off, res.rate)
+		on, err := newAuditLane(ctx, cfg, rdb, cfg.Backlog, cfg.Interval)
+		if err != nil {
+			off.close()
+			return err
 		}
+		var offRes, onRes auditRun
+		var offErr, onErr error
+		done := make(chan struct{})
+		go func() { offRes, offErr = off.drain(ctx, rdb); close(done) }()
+		onRes, onErr = on.drain(ctx, rdb)
+		<-done
+		if err := errors.Join(offErr, onErr); err != nil {
+			off.close()
+			on.close()
+			return err
+		}
+		pass, err := on.passMs(ctx)
+		off.close()
+		on.close()
+		if err != nil {
+			return err
+		}
+		ratios = append(ratios, onRes.rate/offRes.rate)
+		passMs = append(passMs, pass)
+		passes += onRes.audits
+		fmt.Fprintf(out, "  round %d: audit off %7.0f rows/s, on %7.0f rows/s (%.0f passes): %.3fx\n", r+1, offRes.rate, onRes.rate, onRes.audits, onRes.rate/offRes.rate)
 	}
-	mOff, mOn := median(off), median(on)
-	fmt.Fprintf(out, "  audit off %8.0f rows/s (median; runs %s)\n", mOff, rates(off))
-	fmt.Fprintf(out, "  audit on  %8.0f rows/s (median; runs %s), about %.0f audit passes of %d streams during the drains\n", mOn, rates(on), passes, cfg.Streams)
-	fmt.Fprintf(out, "  on / off = %.3fx\n", mOn/mOff)
+	fmt.Fprintf(out, "  on / off = %.3fx (median of %d rounds)\n", median(ratios), len(ratios))
 	fmt.Fprintf(out, "  one audit pass over %d streams (Redis and PostgreSQL, no loss): %.2f ms (median of %d means of 20 passes)\n\n",
 		cfg.Streams, median(passMs), len(passMs))
 
 	fmt.Fprintf(out, "time from a loss (FLUSHALL after %d rows were published) to every row on the streams again:\n", cfg.Lost)
 	for _, iv := range cfg.RepairIntervals {
-		res, err := drainAudited(ctx, cfg, rdb, cfg.Lost, iv, func() error { return rdb.FlushAll(ctx).Err() })
+		l, err := newAuditLane(ctx, cfg, rdb, cfg.Lost, iv)
+		if err != nil {
+			return err
+		}
+		res, err := l.run(ctx, rdb, func() error { return rdb.FlushAll(ctx).Err() })
+		l.close()
 		if err != nil {
 			return err
 		}
@@ -121,73 +140,98 @@ func Audit(ctx context.Context, cfg AuditConfig) error {
 type auditRun struct {
 	rate             float64
 	audits           float64
-	passMs           float64 // mean time of one audit pass over the topic's streams
 	detect, repaired time.Duration
 }
 
-// drainAudited drains n rows with the audit at interval (negative: off).
-// With lose, it then waits for an audit's baseline, calls lose and measures
-// the repair.
-func drainAudited(ctx context.Context, cfg AuditConfig, rdb *redis.Client, n int, interval time.Duration, lose func() error) (auditRun, error) {
-	var res auditRun
+// auditLane is one forwarder over a fresh schema and topic, seeded with n
+// pending rows, not started.
+type auditLane struct {
+	cfg      AuditConfig
+	pool     *pgxpool.Pool
+	drop     func()
+	f        *forwarder.Forwarder
+	streams  []string
+	n        int
+	interval time.Duration
+}
+
+func newAuditLane(ctx context.Context, cfg AuditConfig, rdb *redis.Client, n int, interval time.Duration) (*auditLane, error) {
 	pool, drop, err := Schema(ctx, cfg.DatabaseURL, 8)
 	if err != nil {
-		return res, err
+		return nil, err
 	}
-	defer drop()
+	l := &auditLane{cfg: cfg, pool: pool, drop: drop, n: n, interval: interval}
 	topic := "bench." + uuid.NewString()[:8]
 	broker, err := redisstreams.New(redisstreams.Config{Client: rdb, Partitions: cfg.Streams})
 	if err != nil {
-		return res, err
+		drop()
+		return nil, err
 	}
-	streams := broker.Streams(topic)
-	defer rdb.Del(context.WithoutCancel(ctx), streams...)
+	l.streams = broker.Streams(topic)
 	if err := seedOutbox(ctx, pool, topic, n, 0); err != nil {
-		return res, err
+		drop()
+		return nil, err
 	}
-	reg := prometheus.NewRegistry()
-	f, err := forwarder.New(forwarder.Config{Pool: pool, Broker: broker, Registerer: reg, Logger: quietLogger(), AuditInterval: interval})
+	l.f, err = forwarder.New(forwarder.Config{Pool: pool, Broker: broker, Registerer: prometheus.NewRegistry(), Logger: quietLogger(),
+		AuditInterval: interval})
 	if err != nil {
-		return res, err
+		drop()
+		return nil, err
 	}
+	return l, nil
+}
+
+func (l *auditLane) close() { l.drop() }
+
+// drain runs the forwarder until every row is on the streams, then stops
+// it.
+func (l *auditLane) drain(ctx context.Context, rdb *redis.Client) (auditRun, error) {
+	return l.run(ctx, rdb, nil)
+}
+
+// passMs times audit passes by hand, the forwarder stopped (its loop would
+// hold the audit's lock).
+func (l *auditLane) passMs(ctx context.Context) (float64, error) {
+	const passes = 20
+	t0 := time.Now()
+	for range passes {
+		if err := l.f.Audit(ctx); err != nil {
+			return 0, err
+		}
+	}
+	return float64(time.Since(t0).Microseconds()) / 1000 / passes, nil
+}
+
+// run drains the lane; with lose, it then waits for an audit's baseline
+// of every stream, calls lose and measures the repair.
+func (l *auditLane) run(ctx context.Context, rdb *redis.Client, lose func() error) (auditRun, error) {
+	var res auditRun
 	rctx, cancel := context.WithCancel(ctx)
 	defer cancel()
 	done := make(chan error, 1)
 	start := time.Now()
-	go func() { done <- f.Run(rctx) }()
+	go func() { done <- l.f.Run(rctx) }()
 	stopRun := func() error {
 		cancel()
 		return <-done
 	}
-	if err := waitStreams(ctx, rdb, streams, int64(n)); err != nil {
+	if err := waitStreams(ctx, rdb, l.streams, int64(l.n)); err != nil {
 		return res, errors.Join(err, stopRun())
 	}
 	elapsed := time.Since(start)
-	res.rate = float64(n) / elapsed.Seconds()
+	res.rate = float64(l.n) / elapsed.Seconds()
+	if l.interval > 0 {
+		res.audits = float64(elapsed / l.interval) // passes during the drain
+	}
 	if lose == nil {
-		if err := stopRun(); err != nil || interval <= 0 {
-			return res, err
-		}
-		res.audits = float64(elapsed / interval) // passes during the drain
-		// A pass's own cost, by hand now that the forwarder stopped (its
-		// loop would hold the audit's lock).
-		const passes = 20
-		t0 := time.Now()
-		for range passes {
-			if err := f.Audit(ctx); err != nil {
-				return res, err
-			}
-		}
-		res.passMs = float64(time.Since(t0).Microseconds()) / 1000 / passes
-		return res, nil
+		return res, stopRun()
 	}
 
-	// A baseline of every stream, taken after the last publish.
 	published := time.Now()
-	if err := waitFor(ctx, time.Minute+2*interval, func() (bool, error) {
+	if err := waitFor(ctx, time.Minute+2*l.interval, func() (bool, error) {
 		var k int
-		err := pool.QueryRow(ctx, `SELECT count(*) FROM outbox_audit WHERE audited_at > $1`, published).Scan(&k)
-		return k == cfg.Streams, err
+		err := l.pool.QueryRow(ctx, `SELECT count(*) FROM outbox_audit WHERE audited_at > $1`, published).Scan(&k)
+		return k == len(l.streams), err
 	}); err != nil {
 		return res, errors.Join(err, stopRun())
 	}
@@ -197,15 +241,15 @@ func drainAudited(ctx context.Context, cfg AuditConfig, rdb *redis.Client, n int
 	lost := time.Now()
 	if err := waitFor(ctx, 10*time.Minute, func() (bool, error) {
 		var k int
-		err := pool.QueryRow(ctx, `SELECT count(*) FROM outbox_audit WHERE last_loss_at IS NOT NULL`).Scan(&k)
+		err := l.pool.QueryRow(ctx, `SELECT count(*) FROM outbox_audit WHERE last_loss_at IS NOT NULL`).Scan(&k)
 		if k > 0 && res.detect == 0 {
 			res.detect = time.Since(lost)
 		}
 		if err != nil || k == 0 {
 			return false, err
 		}
-		l, err := streamsLen(ctx, rdb, streams)
-		return l >= int64(n), err
+		n, err := streamsLen(ctx, rdb, l.streams)
+		return n >= int64(l.n), err
 	}); err != nil {
 		return res, errors.Join(err, stopRun())
 	}
