@@ -47,6 +47,7 @@ bench: services-up ## Benchmarks, with ratios against a baseline measured in the
 	$(GO) run ./cmd/outflow-bench webhooks
 	$(GO) run ./cmd/outflow-bench footprint
 	$(GO) run ./cmd/outflow-bench tracing
+	$(GO) run ./cmd/outflow-bench audit
 	$(GO) test -run '^$$' -bench Handler -benchtime 3000x -count 3 ./idempotency
 
 lint: ## go vet and gofmt

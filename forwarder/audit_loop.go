@@ -119,24 +119,33 @@ func (f *Forwarder) Audit(ctx context.Context) error {
 		errs    []error
 	)
 	for _, topic := range topics {
+		first := len(results)
+		lost := map[string]time.Time{} // broker topic -> repair from
 		for _, bt := range f.auditor.Topics(topic) {
 			next, loss, err := f.auditor.Audit(ctx, bt, states[bt])
 			if err != nil {
 				errs = append(errs, fmt.Errorf("audit %s: %w", bt, err))
 				continue
 			}
-			r := auditResult{topic: topic, brokerTopic: bt, next: next, loss: loss}
+			results = append(results, auditResult{topic: topic, brokerTopic: bt, next: next, loss: loss})
 			if loss != nil {
-				// In the audit's transaction: the new baseline is recorded
-				// only with the repair, so a crash in between makes the
-				// next audit find the loss again (a duplicate repair, never
-				// a forgotten one).
-				r.rows, r.fromID, err = f.repair(ctx, tx, topic, bt, loss.Since.Add(-f.cfg.AuditMargin))
-				if err != nil {
-					return errors.Join(append(errs, err)...)
-				}
+				lost[bt] = loss.Since.Add(-f.cfg.AuditMargin)
 			}
-			results = append(results, r)
+		}
+		if len(lost) == 0 {
+			continue
+		}
+		// In the audit's transaction: the new baseline is recorded only
+		// with the repair, so a crash in between makes the next audit find
+		// the loss again (a duplicate repair, never a forgotten one).
+		put, err := f.repair(ctx, tx, topic, lost)
+		if err != nil {
+			return errors.Join(append(errs, err)...)
+		}
+		for i := first; i < len(results); i++ {
+			if p, ok := put[results[i].brokerTopic]; ok {
+				results[i].rows, results[i].fromID = p.rows, p.fromID
+			}
 		}
 	}
 	if err := saveAudits(ctx, tx, results); err != nil {
@@ -226,50 +235,66 @@ func saveAudits(ctx context.Context, tx pgx.Tx, results []auditResult) error {
 	return nil
 }
 
-// repair puts back every row of brokerTopic published at or after since:
-// published_at and next_attempt_at to NULL, so that the rows are pending
-// again, in the pending-rows index, and are claimed through the normal
-// path in id order (the claim holds an aggregate's later rows behind an
-// earlier row waiting for a retry, so a due next_attempt_at would let
-// through one row per aggregate per claim). attempts is kept: it counts
-// the row's own failures, and a broker's loss is none. It returns how many
-// rows it put back and the smallest id among them.
+// putBack is what a repair did on one broker topic: how many rows it put
+// back, the smallest id among them.
+type putBack struct{ rows, fromID int64 }
+
+// repair puts back, for each broker topic of topic in lost, every row
+// published at or after its time: published_at and next_attempt_at to
+// NULL, so that the rows are pending again, in the pending-rows index, and
+// are claimed through the normal path in id order (the claim holds an
+// aggregate's later rows behind an earlier row waiting for a retry, so a
+// due next_attempt_at would let through one row per aggregate per claim).
+// attempts is kept: it counts the row's own failures, and a broker's loss
+// is none.
 //
 // There is no index on published_at, on purpose: one would make every
 // mark of a published row a non-HOT update. A loss is rare, so the repair
-// scans the topic's retained rows, and keeps those of brokerTopic.
-func (f *Forwarder) repair(ctx context.Context, tx pgx.Tx, topic, brokerTopic string, since time.Time) (n, fromID int64, err error) {
-	rows, err := tx.Query(ctx, `SELECT id, aggregate_id FROM outbox WHERE topic = $1 AND published_at >= $2 ORDER BY id`, topic, since)
+// scans the topic's retained rows once, whatever the number of its broker
+// topics lost, and sorts them by broker topic here.
+func (f *Forwarder) repair(ctx context.Context, tx pgx.Tx, topic string, lost map[string]time.Time) (map[string]putBack, error) {
+	var from time.Time
+	for _, t := range lost {
+		if from.IsZero() || t.Before(from) {
+			from = t
+		}
+	}
+	rows, err := tx.Query(ctx, `SELECT id, aggregate_id, published_at FROM outbox WHERE topic = $1 AND published_at >= $2 ORDER BY id`, topic, from)
 	if err != nil {
-		return 0, 0, fmt.Errorf("repair %s: select rows: %w", brokerTopic, err)
+		return nil, fmt.Errorf("repair %s: select rows: %w", topic, err)
 	}
 	var (
-		ids []int64
+		ids = map[string][]int64{}
 		id  int64
 		agg string
+		at  time.Time
 	)
-	_, err = pgx.ForEachRow(rows, []any{&id, &agg}, func() error {
-		if f.auditor.BrokerTopic(topic, agg) == brokerTopic {
-			ids = append(ids, id)
+	_, err = pgx.ForEachRow(rows, []any{&id, &agg, &at}, func() error {
+		bt := f.auditor.BrokerTopic(topic, agg)
+		if since, ok := lost[bt]; ok && !at.Before(since) {
+			ids[bt] = append(ids[bt], id)
 		}
 		return nil
 	})
 	if err != nil {
-		return 0, 0, fmt.Errorf("repair %s: select rows: %w", brokerTopic, err)
+		return nil, fmt.Errorf("repair %s: select rows: %w", topic, err)
 	}
-	for chunk := range slices.Chunk(ids, repairBatch) {
-		tag, err := tx.Exec(ctx, `
-			UPDATE outbox SET published_at = NULL, next_attempt_at = NULL
-			WHERE id = ANY($1) AND published_at IS NOT NULL`, chunk)
-		if err != nil {
-			return 0, 0, fmt.Errorf("repair %s: put rows back: %w", brokerTopic, err)
+	put := make(map[string]putBack, len(lost))
+	for bt, list := range ids {
+		var p putBack
+		for chunk := range slices.Chunk(list, repairBatch) {
+			tag, err := tx.Exec(ctx, `
+				UPDATE outbox SET published_at = NULL, next_attempt_at = NULL
+				WHERE id = ANY($1) AND published_at IS NOT NULL`, chunk)
+			if err != nil {
+				return nil, fmt.Errorf("repair %s: put rows back: %w", bt, err)
+			}
+			p.rows += tag.RowsAffected()
 		}
-		n += tag.RowsAffected()
+		p.fromID = list[0]
+		put[bt] = p
 	}
-	if len(ids) > 0 {
-		fromID = ids[0]
-	}
-	return n, fromID, nil
+	return put, nil
 }
 
 // noteTopics records in outbox_audit_topics the topics of a committed

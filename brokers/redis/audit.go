@@ -102,6 +102,8 @@ func decide(prev *auditState, o observed) string {
 		return "canary replaced: the data set was replaced"
 	case !o.stream && prev.Added > 0:
 		return fmt.Sprintf("stream missing, it had %d entries added", prev.Added)
+	case !o.stream && o.probe != "":
+		return fmt.Sprintf("stream missing, entry %s was acknowledged to the forwarder", o.probe)
 	case !o.stream:
 		return ""
 	case o.added < prev.Added:
@@ -169,10 +171,10 @@ func (b *Broker) BrokerTopic(topic, aggregateID string) string { return b.Stream
 // hash tag is the stream's own when the stream name has one, the whole
 // stream name otherwise. It starts with the stream name, so whatever
 // selects a prefix's keys (a SCAN, a cleanup) selects it too. (A stream
-// name with a "{" but no hash tag, as "a{}b", has no key of its slot but
-// itself: on a Cluster its canary may live on another shard, and a
-// failover of the stream's shard alone is then seen by entries-added and
-// last-generated-id only.)
+// name holding a brace but no hash tag, as "a{}b" or "a}b", gets a canary
+// of another slot: on a Cluster it may live on another shard, and a
+// failover of the stream's shard alone is then seen by the other marks
+// only.)
 func CanaryKey(stream string) string {
 	if hasHashTag(stream) {
 		return stream + ":outflow-audit"
@@ -193,9 +195,10 @@ func hasHashTag(key string) bool {
 
 // Audit compares stream with prev (see [forwarder.Auditor]): the canary
 // key, XINFO STREAM (entries-added, last-generated-id, first entry), XINFO
-// GROUPS, an XPENDING per group with pending entries, and one XRANGE of a
-// single id when last-generated-id moved: a handful of commands, none of
-// which reads more than three entries.
+// GROUPS, an XPENDING per group with pending entries, and at most two
+// XRANGEs of a single id (see probeIDs): a handful of commands in at most
+// two round trips, none reading more than the entries XINFO STREAM returns
+// and one more.
 func (b *Broker) Audit(ctx context.Context, stream string, prev []byte) ([]byte, *forwarder.Loss, error) {
 	var st *auditState
 	if len(prev) > 0 {
@@ -256,6 +259,9 @@ func (b *Broker) observe(ctx context.Context, stream string, prev *auditState) (
 	}
 	info, err := scmd.Result()
 	if isNoSuchKey(err) {
+		if prev != nil {
+			o.probe = acked // any id acknowledged since is gone
+		}
 		return o, nil
 	}
 	if err == nil && info == nil {

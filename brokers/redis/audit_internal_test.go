@@ -33,6 +33,7 @@ func TestDecide(t *testing.T) {
 		{"canary replaced", prev, seen(func(o *observed) { o.canary = "other" }), "canary replaced"},
 		{"stream deleted", prev, seen(func(o *observed) { o.stream, o.added, o.last, o.first, o.floors = false, 0, "", "", nil }), "stream missing"},
 		{"stream missing, never had an entry", &auditState{Canary: "tok"}, observed{canary: "tok"}, ""},
+		{"stream missing, entries acknowledged since", &auditState{Canary: "tok"}, observed{canary: "tok", probe: "1100-0"}, "entry 1100-0 was acknowledged"},
 		{"entries-added went back", prev, seen(func(o *observed) { o.added = 90 }), "entries-added went back from 100 to 90"},
 		{"last-generated-id went back", prev, seen(func(o *observed) { o.last = "999-0" }), "last-generated-id went back"},
 		{"failover to a lagging replica, then more entries: last entry gone above the first",

@@ -11,6 +11,7 @@
 //	outflow-bench wait [-backlog 50000] [-rounds 5]
 //	outflow-bench history [-processed 10000000] [-aggregates 1000000] [-backlog 15000] [-rounds 11]
 //	outflow-bench tracing [-pay-ops 3000] [-clients 16] [-backlog 24000] [-rounds 6] [-modes off,on,never]
+//	outflow-bench audit [-backlog 50000] [-rounds 3] [-interval 1s] [-lost 20000]
 //
 // The database is BENCH_DATABASE_URL, defaulting to the test database.
 package main
@@ -44,7 +45,7 @@ func main() {
 
 func run(ctx context.Context, args []string) error {
 	if len(args) == 0 {
-		return fmt.Errorf("usage: outflow-bench pay|writepath|forward|claim-dead|pipeline|brokers|history|webhooks|footprint|tracing [flags]")
+		return fmt.Errorf("usage: outflow-bench pay|writepath|forward|claim-dead|pipeline|brokers|history|webhooks|footprint|tracing|wait|audit [flags]")
 	}
 	dbURL := os.Getenv("BENCH_DATABASE_URL")
 	if dbURL == "" {
@@ -105,6 +106,16 @@ func run(ctx context.Context, args []string) error {
 		defer rdb.Close()
 		return bench.Forward(ctx, bench.ForwardConfig{DatabaseURL: dbURL, Redis: rdb, Backlog: *backlog, Rate: *rate,
 			Duration: *dur, Published: *published, Only: splitNonEmpty(*only), Out: os.Stdout})
+	case "audit":
+		fs := flag.NewFlagSet("audit", flag.ContinueOnError)
+		backlog := fs.Int("backlog", 50_000, "rows each throughput run drains")
+		rounds := fs.Int("rounds", 3, "drains per side (audit off, on), alternating")
+		interval := fs.Duration("interval", time.Second, "audit interval of the throughput runs")
+		lost := fs.Int("lost", 20_000, "published rows the loss runs lose and repair")
+		if err := fs.Parse(args[1:]); err != nil {
+			return err
+		}
+		return bench.Audit(ctx, bench.AuditConfig{DatabaseURL: dbURL, Backlog: *backlog, Rounds: *rounds, Interval: *interval, Lost: *lost, Out: os.Stdout})
 	case "claim-dead":
 		fs := flag.NewFlagSet("claim-dead", flag.ContinueOnError)
 		drain := fs.Int("drain", 20_000, "new rows drained behind each dead-entry count")
