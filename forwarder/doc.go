@@ -244,6 +244,23 @@
 // transaction does not delay this forwarder (it claims committed rows, not
 // a snapshot watermark); it only holds the claim's low-water mark in place.
 //
+// # When the broker loses what it acknowledged
+//
+// A broker that comes back with less than it acknowledged (a Redis failover
+// to a replica that had not caught up, a restart without persistence, a NATS
+// stream recreated) leaves rows marked published that no consumer will read.
+// When the Broker is an [Auditor], the instance holding partition 0 audits
+// every broker topic the outbox has published to, every
+// Config.AuditInterval (20s; negative disables), against the state of the
+// previous audit kept in outbox_audit; on a [Loss] it puts back, in the
+// audit's transaction, every row of that broker topic published since
+// Loss.Since less Config.AuditMargin, and the normal claim publishes them
+// again (every instance lowers its low-water mark to the first of them).
+// Consumers deduplicate, so a repair applies nothing twice. Each repair
+// counts outflow_forwarder_broker_losses_total and
+// outflow_forwarder_repaired_total and logs one Warn line; see
+// docs/broker-loss.md for what each backend can and cannot see.
+//
 // The partition count changes with [Repartition] (`outflow outbox
 // repartition`), which refuses while any forwarder runs: one with a live
 // heartbeat in outbox_forwarders, whether or not it holds a lease. An
