@@ -177,6 +177,7 @@ func (f *Forwarder) forwardBatch(ctx context.Context) (res batchResult, err erro
 		f.metrics.failedAttempts.WithLabelValues(topic).Add(float64(c[1]))
 		f.metrics.parked.WithLabelValues(topic).Add(float64(c[2]))
 	}
+	f.noteTopics(ctx, res.byTopic)
 	return res, nil
 }
 

@@ -25,6 +25,12 @@ type Forwarder struct {
 	owned []int32 // partitions leased by this instance, as of the last lease tick
 
 	lease leaseHealth // for Ready
+
+	// auditor is cfg.Broker as an Auditor, nil when it is none or the
+	// audit is off; noted holds the topics this process has recorded in
+	// outbox_audit_topics (under mu).
+	auditor Auditor
+	noted   map[string]bool
 }
 
 // New validates cfg and returns a Forwarder. It starts nothing.
@@ -37,7 +43,11 @@ func New(cfg Config) (*Forwarder, error) {
 	if err != nil {
 		return nil, err
 	}
-	return &Forwarder{cfg: cfg, metrics: m, wake: make(chan struct{}, 1)}, nil
+	f := &Forwarder{cfg: cfg, metrics: m, wake: make(chan struct{}, 1), noted: map[string]bool{}}
+	if a, ok := cfg.Broker.(Auditor); ok && cfg.AuditInterval > 0 {
+		f.auditor = a
+	}
+	return f, nil
 }
 
 // Run forwards until ctx is done, then finishes the batch in flight, hands
@@ -58,6 +68,9 @@ func (f *Forwarder) Run(ctx context.Context) error {
 	wg.Go(func() { f.statsLoop(loopCtx) })
 	if f.cfg.Retention > 0 {
 		wg.Go(func() { f.purgeLoop(loopCtx) })
+	}
+	if f.auditor != nil {
+		wg.Go(func() { f.auditLoop(loopCtx) })
 	}
 	f.work(ctx) // returns after the batch in flight when ctx is done
 	stopLoops()

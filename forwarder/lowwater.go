@@ -9,7 +9,8 @@ import (
 
 // lowWater is the claim's low-water mark and the horizon round that moves
 // it (see "Claim cost" in the package doc). Only the work loop, through
-// forwardBatch, touches it: no lock.
+// forwardBatch, touches it: no lock (resetFrom, which the audit loop
+// writes, is atomic).
 type lowWater struct {
 	// mark: no row with an id <= mark is claimable, except through the
 	// blocked-rows index (rows waiting for their retry, or put back by
@@ -28,6 +29,27 @@ type lowWater struct {
 	lastFull time.Time
 	// seen mirrors mark for readers outside the work loop (tests).
 	seen atomic.Int64
+	// resetFrom is the lowest id asked for by resetBelow since the last
+	// claim, 0 when none: the audit loop's way into the work loop's state,
+	// applied at the start of the next claim.
+	resetFrom atomic.Int64
+}
+
+// resetBelow makes the next claim start below id (ids start at 1): rows
+// from id on were published, then put back by a repair
+// (forwarder/audit_loop.go), and the mark may have passed them. Safe from
+// any goroutine; the lowest request wins.
+func (lw *lowWater) resetBelow(id int64) {
+	id = max(id, 1)
+	for {
+		cur := lw.resetFrom.Load()
+		if cur != 0 && cur <= id {
+			return
+		}
+		if lw.resetFrom.CompareAndSwap(cur, id) {
+			return
+		}
+	}
 }
 
 // seqLastValueSQL and currentXidSQL open a round, in this order: x0 must be
@@ -72,6 +94,13 @@ type lowWaterStep struct {
 // the claim. It closes an open round, or opens one when the last batch
 // claimed rows; never both (a round's x0 must be the transaction's first id).
 func (lw *lowWater) queue(b *pgx.Batch, now time.Time, fullEvery time.Duration) *lowWaterStep {
+	// A reset lowers the mark before anything reads it. An open round may
+	// stay open: its advance looks above the lowered mark, so it cannot
+	// carry the mark past the rows put back.
+	if r := lw.resetFrom.Swap(0); r != 0 && r-1 < lw.mark {
+		lw.mark = r - 1
+		lw.seen.Store(lw.mark)
+	}
 	st := &lowWaterStep{from: lw.mark}
 	if now.Sub(lw.lastFull) >= fullEvery {
 		st.full, st.from = true, 0

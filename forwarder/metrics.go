@@ -14,9 +14,11 @@ type metrics struct {
 	// moving or failing is the first question when one stops. The topics are
 	// the service's own (a handful), so the label stays small.
 	forwarded, failedAttempts, parked *prometheus.CounterVec
-	brokerUnavailable, purged         prometheus.Counter
-	publishSeconds, batchSeconds      prometheus.Histogram
-	partitionsOwned                   prometheus.Gauge
+	// brokerLosses and repaired count the audit's findings (audit_loop.go).
+	brokerLosses, repaired       *prometheus.CounterVec
+	brokerUnavailable, purged    prometheus.Counter
+	publishSeconds, batchSeconds prometheus.Histogram
+	partitionsOwned              prometheus.Gauge
 	// partitionHeld is 1 for each partition an instance of this process
 	// leases: summed by partition over all instances it must be 1, and a
 	// 0 or a 2 is a partition nobody forwards or a lease bug.
@@ -41,6 +43,8 @@ func newMetrics(reg prometheus.Registerer) (*metrics, error) {
 		forwarded:         byTopic("forwarded_total", "Outbox rows the broker acknowledged, by topic."),
 		failedAttempts:    byTopic("failed_attempts_total", "Publish attempts that failed for the row's own reason, by topic."),
 		parked:            byTopic("parked_total", "Rows parked after MaxAttempts, by topic."),
+		brokerLosses:      byTopic("broker_losses_total", "Losses of acknowledged entries the broker audit found, by topic."),
+		repaired:          byTopic("repaired_total", "Rows published again after a broker loss, by topic."),
 		brokerUnavailable: counter("forwarder", "broker_unavailable_total", "Batches that met an unavailable broker (no attempt counted)."),
 		purged:            counter("forwarder", "purged_total", "Published rows deleted by retention."),
 		publishSeconds: prometheus.NewHistogram(prometheus.HistogramOpts{Namespace: ns, Subsystem: "forwarder",
@@ -75,7 +79,7 @@ func newMetrics(reg prometheus.Registerer) (*metrics, error) {
 		}
 		return got
 	}
-	for _, c := range []**prometheus.CounterVec{&m.forwarded, &m.failedAttempts, &m.parked} {
+	for _, c := range []**prometheus.CounterVec{&m.forwarded, &m.failedAttempts, &m.parked, &m.brokerLosses, &m.repaired} {
 		*c = reuse(*c).(*prometheus.CounterVec)
 	}
 	m.partitionHeld = reuse(m.partitionHeld).(*prometheus.GaugeVec)

@@ -16,8 +16,8 @@ import (
 // frameworkTables is everything the framework's set creates, and nothing
 // of the reference app's.
 var frameworkTables = []string{
-	"consumer_aggregate_versions", "dead_letters", "outbox", "outbox_forwarders", "outbox_partitions",
-	migrations.VersionTable, "processed_messages",
+	"consumer_aggregate_versions", "dead_letters", "outbox", "outbox_audit", "outbox_audit_topics", "outbox_forwarders",
+	"outbox_partitions", migrations.VersionTable, "processed_messages",
 }
 
 func tables(t *testing.T, s *outflowtest.Schema, schema string) []string {
@@ -165,4 +165,5 @@ func TestStatusListsFrameworkVersionsOnly(t *testing.T) {
 	// The numbers they had when the app's migrations were in the same set,
 	// which is what lets a database of that release adopt them.
 	require.True(t, slices.Equal([]int64{1, 4, 5, 8, 10, 11}, versions[:6]), "%v", versions)
+	require.Contains(t, versions, int64(16), "the broker-loss audit's tables")
 }

@@ -45,8 +45,8 @@ func TestUpgradeFromSingleSet(t *testing.T) {
 		upTo int64
 		want []int64 // what the upgrade runs
 	}{
-		{"complete", 11, nil},
-		{"stopped after 00007", 7, []int64{8, 10, 11}},
+		{"complete", 11, []int64{16}},
+		{"stopped after 00007", 7, []int64{8, 10, 11, 16}},
 	} {
 		t.Run(tt.name, func(t *testing.T) {
 			t.Parallel()
@@ -64,7 +64,8 @@ func TestUpgradeFromSingleSet(t *testing.T) {
 			}
 			require.Equal(t, tt.want, ran, "adopted versions are not run again")
 
-			after, err := schemadump.Rows(ctx, s.Pool, s.Name, migrations.VersionTable)
+			// 00016's tables are new, and empty.
+			after, err := schemadump.Rows(ctx, s.Pool, s.Name, migrations.VersionTable, "outbox_audit", "outbox_audit_topics")
 			require.NoError(t, err)
 			require.Equal(t, before, after, "every row survives, the old version table's included")
 
@@ -87,8 +88,11 @@ func TestUpgradeFromSingleSet(t *testing.T) {
 				VALUES (gen_random_uuid(), 't', 'a', '1', 1, 'e', '{}', now()) RETURNING id`).Scan(&id))
 			require.EqualValues(t, 3, id)
 
-			// Down works on the adopted set.
+			// Down works on the adopted set: 16 (run here), then 11.
 			r, err := migrations.Down(ctx, s.OpenDB(t))
+			require.NoError(t, err)
+			require.EqualValues(t, 16, r.Version)
+			r, err = migrations.Down(ctx, s.OpenDB(t))
 			require.NoError(t, err)
 			require.EqualValues(t, 11, r.Version)
 		})
@@ -104,11 +108,13 @@ func TestAdoptionRunsOnce(t *testing.T) {
 	legacyUp(t, s, 11)
 	rs, err := migrations.Up(ctx, s.OpenDB(t))
 	require.NoError(t, err)
-	require.Empty(t, rs)
-	r, err := migrations.Down(ctx, s.OpenDB(t))
-	require.NoError(t, err)
-	require.EqualValues(t, 11, r.Version)
+	require.Len(t, rs, 1, "only 16, newer than the single-set release, runs")
+	for _, want := range []int64{16, 11} {
+		r, err := migrations.Down(ctx, s.OpenDB(t))
+		require.NoError(t, err)
+		require.EqualValues(t, want, r.Version)
+	}
 	rs, err = migrations.Up(ctx, s.OpenDB(t))
 	require.NoError(t, err)
-	require.Len(t, rs, 1, "11 runs again: the rolled-back version is not re-adopted")
+	require.Len(t, rs, 2, "11 runs again, then 16: the rolled-back version is not re-adopted")
 }

@@ -30,7 +30,8 @@ type Config struct {
 
 // Broker publishes to Redis Streams.
 type Broker struct {
-	cfg Config
+	cfg   Config
+	acked ackedIDs // for the audit (audit.go)
 }
 
 var _ forwarder.Broker = (*Broker)(nil)
@@ -128,6 +129,8 @@ func (b *Broker) Publish(ctx context.Context, msgs []forwarder.Outgoing) []error
 		}
 		if err := c.Err(); err != nil {
 			errs[i] = classify(err)
+		} else {
+			b.acked.note(c.Args()[1].(string), c.Val()) // XADD stream ...
 		}
 	}
 	if execErr != nil && !anyErr(errs) {

@@ -144,13 +144,34 @@ func (s *Subscriber) Subscribe(ctx context.Context, topic string) (<-chan *messa
 		return nil, errors.New("redis subscriber: closed")
 	default:
 	}
-	err := s.cfg.Client.XGroupCreateMkStream(ctx, topic, s.cfg.ConsumerGroup, s.cfg.OldestID).Err()
-	if err != nil && !strings.HasPrefix(err.Error(), "BUSYGROUP") {
-		return nil, fmt.Errorf("redis subscriber: create consumer group %q on %q: %w", s.cfg.ConsumerGroup, topic, err)
+	if err := s.createGroup(ctx, topic); err != nil {
+		return nil, err
 	}
 	return subloop.Start(ctx, s.closing, &s.wg, func(ctx context.Context, out chan<- *message.Message) {
 		s.consume(ctx, topic, out)
 	}), nil
+}
+
+// createGroup creates the consumer group, and the stream, if missing.
+func (s *Subscriber) createGroup(ctx context.Context, stream string) error {
+	err := s.cfg.Client.XGroupCreateMkStream(ctx, stream, s.cfg.ConsumerGroup, s.cfg.OldestID).Err()
+	if err != nil && !strings.HasPrefix(err.Error(), "BUSYGROUP") {
+		return fmt.Errorf("redis subscriber: create consumer group %q on %q: %w", s.cfg.ConsumerGroup, stream, err)
+	}
+	return nil
+}
+
+// groupLost reports whether err says the stream or its consumer group is
+// gone: Redis lost its data (a flush, a restart without persistence, a
+// failover to an empty replica) or someone deleted them. A blocked read
+// whose stream is deleted is woken with UNBLOCKED.
+func groupLost(err error) bool {
+	var rerr goredis.Error
+	if !errors.As(err, &rerr) {
+		return false
+	}
+	msg := rerr.Error()
+	return strings.HasPrefix(msg, "NOGROUP") || strings.HasPrefix(msg, "UNBLOCKED")
 }
 
 // Close stops every subscription and waits for them; messages in flight
@@ -209,6 +230,17 @@ func (s *Subscriber) consume(ctx context.Context, stream string, out chan<- *mes
 			}
 			if err == nil && own && len(entries) == 0 {
 				own = false
+			}
+		}
+		if err != nil && groupLost(err) && ctx.Err() == nil {
+			// The group went with the data: create it again, where a new
+			// group starts (OldestID), so that what the forwarder publishes
+			// again after its audit finds the loss is read. This consumer's
+			// pending entries went too: nothing of its own to read first.
+			s.cfg.Logger.Info("consumer group missing: creating it again", fields.Add(watermill.LogFields{"error": err.Error()}))
+			if err = s.createGroup(ctx, stream); err == nil {
+				own, claimFrom, nextClaim = false, "0-0", time.Time{}
+				continue
 			}
 		}
 		if err != nil {

@@ -45,6 +45,12 @@ const (
 	DefaultSQLPollInterval      = "100ms"
 )
 
+// Broker-loss audit defaults, as the forwarder sets them.
+const (
+	DefaultAuditInterval = "20s"
+	DefaultAuditMargin   = "30s"
+)
+
 // Config is what every subcommand shares.
 type Config struct {
 	DatabaseURL string
@@ -82,6 +88,12 @@ type Config struct {
 	// WebhookSecretGrace is how long a rotated-out webhook secret stays
 	// valid (the sender signs with both meanwhile).
 	WebhookSecretGrace time.Duration
+	// AuditInterval is how often the forwarder audits the broker for lost
+	// entries (forwarder.Config.AuditInterval); negative disables.
+	AuditInterval time.Duration
+	// AuditMargin widens a repair back in time
+	// (forwarder.Config.AuditMargin).
+	AuditMargin time.Duration
 	// SecretKey seals webhook secrets at rest (OUTFLOW_SECRET_KEY, never a
 	// flag: a flag shows in the process list). Nil when not set: secrets
 	// are stored in plaintext, and the process warns at start.
@@ -108,6 +120,8 @@ var settings = []setting{
 	{"kafka-topic-partitions", "KAFKA_TOPIC_PARTITIONS", DefaultKafkaTopicPartitions, "partitions of each Kafka topic Outflow creates (existing topics keep theirs), for --broker kafka"},
 	{"sql-poll-interval", "SQL_POLL_INTERVAL", DefaultSQLPollInterval, "how long a subscription of the sql broker waits after an empty look unless a NOTIFY from the forwarder wakes it first (a look is a read: no lock, no transaction id), for --broker sql"},
 	{"broker-database-url", "BROKER_DATABASE_URL", "", "PostgreSQL URL of the sql broker's tables, for --broker sql (default: --database-url)"},
+	{"audit-interval", "AUDIT_INTERVAL", DefaultAuditInterval, "how often the forwarder holding partition 0 checks the broker for entries it lost after acknowledging them (a flush, a restart without persistence, a failover to a replica behind) and publishes them again; negative disables (docs/broker-loss.md)"},
+	{"audit-margin", "AUDIT_MARGIN", DefaultAuditMargin, "how far before the loss a repair starts publishing again: covers clock skew between PostgreSQL and the broker"},
 	{"webhook-secret-grace", "WEBHOOK_SECRET_GRACE", DefaultWebhookSecretGrace, "how long a merchant's previous webhook secret stays valid after a rotation (webhooks are signed with both meanwhile; 0s to 720h)"},
 }
 
@@ -217,6 +231,16 @@ func (f *Flags) Load() (Config, error) {
 				err = validateDatabaseURL(v)
 			}
 			cfg.BrokerDatabaseURL = v
+		case "audit-interval":
+			cfg.AuditInterval, err = time.ParseDuration(v)
+			if err == nil && cfg.AuditInterval >= 0 && cfg.AuditInterval < 10*time.Millisecond {
+				err = fmt.Errorf("want a duration of at least 10ms, such as 20s, or a negative one to disable the audit: %q", v)
+			}
+		case "audit-margin":
+			cfg.AuditMargin, err = time.ParseDuration(v)
+			if err == nil && (cfg.AuditMargin <= 0 || cfg.AuditMargin > 24*time.Hour) {
+				err = fmt.Errorf("want a duration from 1ns to 24h, such as 30s: %q", v)
+			}
 		case "webhook-secret-grace":
 			cfg.WebhookSecretGrace, err = time.ParseDuration(v)
 			if err == nil && (cfg.WebhookSecretGrace < 0 || cfg.WebhookSecretGrace > 720*time.Hour) {

@@ -44,6 +44,13 @@ func TestLoad(t *testing.T) {
 		{name: "bad replicas", env: map[string]string{"NATS_REPLICAS": "7"}, wantErr: "invalid NATS_REPLICAS: want a whole number from 1 to 5"},
 		{name: "bad partitions", args: []string{"--kafka-topic-partitions", "0"}, wantErr: "invalid --kafka-topic-partitions"},
 		{name: "bad poll interval", args: []string{"--sql-poll-interval", "fast"}, wantErr: "invalid --sql-poll-interval"},
+		{name: "audit defaults", check: func(c Config) bool { return c.AuditInterval == 20*time.Second && c.AuditMargin == 30*time.Second }},
+		{name: "audit off", env: map[string]string{"AUDIT_INTERVAL": "-1s"}, check: func(c Config) bool { return c.AuditInterval < 0 }},
+		{name: "audit set", args: []string{"--audit-interval", "5s", "--audit-margin", "1m"}, check: func(c Config) bool {
+			return c.AuditInterval == 5*time.Second && c.AuditMargin == time.Minute
+		}},
+		{name: "bad audit interval", env: map[string]string{"AUDIT_INTERVAL": "0s"}, wantErr: "invalid AUDIT_INTERVAL"},
+		{name: "bad audit margin", args: []string{"--audit-margin", "-1s"}, wantErr: "invalid --audit-margin"},
 		{name: "webhook safety defaults", check: func(c Config) bool {
 			return !c.WebhookAllowPrivate && c.SecretKey == nil && c.WebhookSecretGrace == 24*time.Hour
 		}},
@@ -63,7 +70,7 @@ func TestLoad(t *testing.T) {
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
 			for _, k := range []string{"DATABASE_URL", "REDIS_URL", "HTTP_ADDR", "LOG_LEVEL", "LOG_FORMAT", "AMQP_GROUPS", "NATS_REPLICAS",
-				"WEBHOOK_ALLOW_PRIVATE", "WEBHOOK_SECRET_GRACE", "OUTFLOW_SECRET_KEY"} {
+				"WEBHOOK_ALLOW_PRIVATE", "WEBHOOK_SECRET_GRACE", "OUTFLOW_SECRET_KEY", "AUDIT_INTERVAL", "AUDIT_MARGIN"} {
 				t.Setenv(k, tt.env[k])
 			}
 			fs := pflag.NewFlagSet("test", pflag.ContinueOnError)

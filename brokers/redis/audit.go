@@ -1,0 +1,378 @@
+package redis
+
+import (
+	"context"
+	"crypto/rand"
+	"encoding/hex"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"strings"
+	"sync"
+	"time"
+
+	goredis "github.com/redis/go-redis/v9"
+
+	"github.com/outflow-dev/outflow/forwarder"
+)
+
+var _ forwarder.Auditor = (*Broker)(nil)
+
+// auditState is what one audit of a stream leaves for the next: the
+// forwarder keeps it in PostgreSQL, opaque.
+type auditState struct {
+	// Canary is the token of the stream's canary key, written when the
+	// baseline was taken: a flush or a restart without persistence takes
+	// it with the stream.
+	Canary string `json:"c"`
+	// Added is the stream's entries-added: it never goes back, trimming
+	// included, unless entries the stream had were lost.
+	Added int64 `json:"n"`
+	// Last is the stream's last-generated-id.
+	Last string `json:"l"`
+	// SafeSince (Unix ms, the Redis clock) is the time of the oldest entry
+	// some group had not acknowledged, or of the oldest entry when no
+	// group exists: what a loss found next time may have taken starts
+	// there, and what is older every group had handled.
+	SafeSince int64 `json:"s"`
+}
+
+// ackedIDs remembers, per stream, the newest entry id Redis acknowledged
+// to this process's Publish since the stream's last audit. The audit looks
+// for it: a failover to a replica that lacked only what was written since
+// the last audit leaves entries-added, last-generated-id and the canary as
+// the audit last saw them (or ahead), and only an id Redis acknowledged
+// then shows what is missing.
+type ackedIDs struct {
+	mu   sync.Mutex
+	last map[string]string
+}
+
+func (a *ackedIDs) note(stream, id string) {
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	if a.last == nil {
+		a.last = make(map[string]string)
+	}
+	if cur, ok := a.last[stream]; !ok || lessID(cur, id) {
+		a.last[stream] = id
+	}
+}
+
+// take returns the stream's newest acknowledged id and forgets it: what is
+// acknowledged after goes to the next audit.
+func (a *ackedIDs) take(stream string) string {
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	id := a.last[stream]
+	delete(a.last, stream)
+	return id
+}
+
+// observed is one look at a stream.
+type observed struct {
+	now    time.Time // Redis's TIME, taken first
+	canary string    // "" when the key is missing
+	stream bool      // the stream exists
+	added  int64
+	last   string // last-generated-id
+	first  string // the first entry's id, "" when the stream is empty
+	// floors holds each group's oldest entry not acknowledged: its oldest
+	// pending entry, or the one after its last delivered when nothing is
+	// pending. Trim keeps everything from the lowest floor.
+	floors map[string]string
+	// probe is an entry the stream must still hold unless trimmed (see
+	// probeIDs): the first found missing, or else the last looked for; ""
+	// when none. probeGone: it is not in the stream.
+	probe     string
+	probeGone bool
+}
+
+// decide is the audit's judgement: the reason of a loss, or "" when the
+// stream holds everything prev had seen that a group had not acknowledged.
+// Normal trimming (Trim, which keeps every group's unacknowledged entries)
+// is never a loss.
+func decide(prev *auditState, o observed) string {
+	switch {
+	case prev == nil:
+		return "" // a baseline
+	case o.canary == "":
+		return "canary missing: the data set was flushed or lost (restart without persistence, failover to an empty replica)"
+	case o.canary != prev.Canary:
+		return "canary replaced: the data set was replaced"
+	case !o.stream && prev.Added > 0:
+		return fmt.Sprintf("stream missing, it had %d entries added", prev.Added)
+	case !o.stream:
+		return ""
+	case o.added < prev.Added:
+		return fmt.Sprintf("entries-added went back from %d to %d", prev.Added, o.added)
+	case prev.Last != "" && lessID(o.last, prev.Last):
+		return fmt.Sprintf("last-generated-id went back from %s to %s", prev.Last, o.last)
+	case o.probe != "" && lessID(o.last, o.probe):
+		return fmt.Sprintf("entry %s, acknowledged to the forwarder, is above the stream's last-generated-id %s", o.probe, o.last)
+	case !o.probeGone:
+		return ""
+	case o.first != "" && !lessID(o.probe, o.first):
+		return fmt.Sprintf("entry %s missing, above the stream's first entry %s", o.probe, o.first)
+	case len(o.floors) == 0:
+		return fmt.Sprintf("entry %s missing from a stream without consumer groups (nothing trims one)", o.probe)
+	}
+	for g, floor := range o.floors {
+		if !lessID(o.probe, floor) {
+			return fmt.Sprintf("entry %s missing while group %s had not acknowledged it", o.probe, g)
+		}
+	}
+	return "" // trimmed: every group had acknowledged it
+}
+
+// safeSince is the time from which a loss after o may have taken entries
+// some consumer still needs: the oldest entry a group has not acknowledged,
+// the oldest entry when no group exists (nothing trims such a stream), and
+// o.now when every entry was acknowledged (an entry added later has an id
+// above now). Stream ids carry their Redis time in ms.
+func safeSince(o observed) int64 {
+	now := o.now.UnixMilli()
+	if !o.stream || o.first == "" {
+		return now
+	}
+	if len(o.floors) == 0 {
+		return idMillis(o.first)
+	}
+	floor := ""
+	for _, f := range o.floors {
+		if floor == "" || lessID(f, floor) {
+			floor = f
+		}
+	}
+	if lessID(floor, o.first) {
+		floor = o.first
+	}
+	if lessID(o.last, floor) {
+		return now
+	}
+	return min(idMillis(floor), now)
+}
+
+func idMillis(id string) int64 {
+	ms, _ := parseID(id)
+	return int64(ms)
+}
+
+// Topics lists the streams of topic: [forwarder.Auditor].
+func (b *Broker) Topics(topic string) []string { return b.Streams(topic) }
+
+// BrokerTopic is the stream of topic's aggregateID: [forwarder.Auditor].
+func (b *Broker) BrokerTopic(topic, aggregateID string) string { return b.Stream(topic, aggregateID) }
+
+// CanaryKey is the key of stream's audit canary. It hashes to the stream's
+// Cluster slot (so it lives, fails over and is lost with the stream): its
+// hash tag is the stream's own when the stream name has one, the whole
+// stream name otherwise. It starts with the stream name, so whatever
+// selects a prefix's keys (a SCAN, a cleanup) selects it too. (A stream
+// name with a "{" but no hash tag, as "a{}b", has no key of its slot but
+// itself: on a Cluster its canary may live on another shard, and a
+// failover of the stream's shard alone is then seen by entries-added and
+// last-generated-id only.)
+func CanaryKey(stream string) string {
+	if hasHashTag(stream) {
+		return stream + ":outflow-audit"
+	}
+	return stream + ":outflow-audit{" + stream + "}"
+}
+
+// hasHashTag reports whether key has a Redis Cluster hash tag: a "{" with
+// a "}" after it and something in between.
+func hasHashTag(key string) bool {
+	i := strings.IndexByte(key, '{')
+	if i < 0 {
+		return false
+	}
+	j := strings.IndexByte(key[i+1:], '}')
+	return j > 0
+}
+
+// Audit compares stream with prev (see [forwarder.Auditor]): the canary
+// key, XINFO STREAM (entries-added, last-generated-id, first entry), XINFO
+// GROUPS, an XPENDING per group with pending entries, and one XRANGE of a
+// single id when last-generated-id moved: a handful of commands, none of
+// which reads more than three entries.
+func (b *Broker) Audit(ctx context.Context, stream string, prev []byte) ([]byte, *forwarder.Loss, error) {
+	var st *auditState
+	if len(prev) > 0 {
+		st = new(auditState)
+		if err := json.Unmarshal(prev, st); err != nil {
+			st = nil // unreadable: a new baseline, as for a lost state
+		}
+	}
+	o, err := b.observe(ctx, stream, st)
+	if err != nil {
+		return nil, nil, fmt.Errorf("redis audit %s: %w", stream, err)
+	}
+	reason := decide(st, o)
+	if o.canary == "" {
+		if o.canary, err = b.plantCanary(ctx, stream); err != nil {
+			return nil, nil, fmt.Errorf("redis audit %s: %w", stream, err)
+		}
+	}
+	next, err := json.Marshal(auditState{Canary: o.canary, Added: o.added, Last: o.last, SafeSince: safeSince(o)})
+	if err != nil {
+		return nil, nil, fmt.Errorf("redis audit %s: %w", stream, err)
+	}
+	if reason == "" {
+		return next, nil, nil
+	}
+	return next, &forwarder.Loss{Since: time.UnixMilli(st.SafeSince), Reason: reason}, nil
+}
+
+func (b *Broker) observe(ctx context.Context, stream string, prev *auditState) (_ observed, err error) {
+	// Taken before the look: an id acknowledged after it may be newer
+	// than the stream as seen, and is the next audit's. A failed look
+	// gives it back.
+	acked := b.acked.take(stream)
+	defer func() {
+		if err != nil && acked != "" {
+			b.acked.note(stream, acked)
+		}
+	}()
+	c := b.cfg.Client
+	pipe := c.Pipeline()
+	tcmd := pipe.Time(ctx)
+	gcmd := pipe.Get(ctx, CanaryKey(stream))
+	scmd := pipe.XInfoStream(ctx, stream)
+	grcmd := pipe.XInfoGroups(ctx, stream)
+	if err := pipelineFailed(pipe.Exec(ctx)); err != nil {
+		return observed{}, err
+	}
+
+	var o observed
+	if o.now, err = tcmd.Result(); err != nil {
+		return o, fmt.Errorf("TIME: %w", err)
+	}
+	switch o.canary, err = gcmd.Result(); {
+	case errors.Is(err, goredis.Nil):
+		o.canary = ""
+	case err != nil:
+		return o, fmt.Errorf("GET canary: %w", err)
+	}
+	info, err := scmd.Result()
+	if isNoSuchKey(err) {
+		return o, nil
+	}
+	if err == nil && info == nil {
+		err = errors.New("no reply") // the pipeline did not run it
+	}
+	if err != nil {
+		return o, fmt.Errorf("XINFO STREAM: %w", err)
+	}
+	o.stream, o.added, o.last = true, info.EntriesAdded, info.LastGeneratedID
+	if info.Length > 0 {
+		o.first = info.FirstEntry.ID
+	}
+	groups, err := grcmd.Result()
+	if err != nil && !isNoSuchKey(err) {
+		return o, fmt.Errorf("XINFO GROUPS: %w", err)
+	}
+
+	pipe = c.Pipeline()
+	pending := map[string]*goredis.XPendingCmd{}
+	o.floors = make(map[string]string, len(groups))
+	for _, g := range groups {
+		o.floors[g.Name] = nextID(g.LastDeliveredID)
+		if g.Pending > 0 {
+			pending[g.Name] = pipe.XPending(ctx, stream, g.Name)
+		}
+	}
+	var (
+		probes []string
+		rcmds  []*goredis.XMessageSliceCmd
+	)
+	if prev != nil {
+		probes = probeIDs(prev, acked, o.last)
+	}
+	for _, id := range probes {
+		if lessID(o.last, id) {
+			o.probe = id // above the stream's last id: gone, no look needed
+			probes = nil
+			break
+		}
+	}
+	for _, id := range probes {
+		rcmds = append(rcmds, pipe.XRange(ctx, stream, id, id))
+	}
+	if pipe.Len() == 0 {
+		return o, nil
+	}
+	if err := pipelineFailed(pipe.Exec(ctx)); err != nil {
+		return o, err
+	}
+	for g, cmd := range pending {
+		p, err := cmd.Result()
+		if err != nil {
+			return o, fmt.Errorf("XPENDING %s: %w", g, err)
+		}
+		if p.Count > 0 && lessID(p.Lower, o.floors[g]) {
+			o.floors[g] = p.Lower
+		}
+	}
+	for i, cmd := range rcmds {
+		msgs, err := cmd.Result()
+		if err != nil {
+			return o, fmt.Errorf("XRANGE: %w", err)
+		}
+		if o.probe == "" || !o.probeGone {
+			o.probe, o.probeGone = probes[i], len(msgs) == 0
+		}
+	}
+	return o, nil
+}
+
+// probeIDs are the entries an audit looks for: prev.Last when
+// last-generated-id moved since (a failover that lost entries the previous
+// audit saw), and acked when newer (one that lost only entries written
+// since). At most two XRANGEs of one id each.
+func probeIDs(prev *auditState, acked, last string) []string {
+	var ids []string
+	if prev.Last != "" && prev.Last != "0-0" && prev.Last != last {
+		ids = append(ids, prev.Last)
+	}
+	if acked != "" && (prev.Last == "" || lessID(prev.Last, acked)) {
+		ids = append(ids, acked)
+	}
+	return ids
+}
+
+// plantCanary writes the stream's canary if it is missing (SET NX: two
+// auditors at once agree on one) and returns its token.
+func (b *Broker) plantCanary(ctx context.Context, stream string) (string, error) {
+	var raw [16]byte
+	_, _ = rand.Read(raw[:])
+	token := hex.EncodeToString(raw[:])
+	key := CanaryKey(stream)
+	ok, err := b.cfg.Client.SetNX(ctx, key, token, 0).Result()
+	if err != nil {
+		return "", fmt.Errorf("SET canary: %w", err)
+	}
+	if ok {
+		return token, nil
+	}
+	got, err := b.cfg.Client.Get(ctx, key).Result()
+	if err != nil {
+		return "", fmt.Errorf("GET canary: %w", err)
+	}
+	return got, nil
+}
+
+// pipelineFailed returns the error of a pipeline that did not run whole (a
+// connection lost, a timeout); a Redis error reply is one command's, and is
+// looked at with that command.
+func pipelineFailed(_ []goredis.Cmder, err error) error {
+	var rerr goredis.Error
+	if err == nil || errors.As(err, &rerr) {
+		return nil
+	}
+	return err
+}
+
+func isNoSuchKey(err error) bool {
+	return err != nil && strings.Contains(err.Error(), "no such key")
+}
