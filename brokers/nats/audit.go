@@ -99,6 +99,9 @@ func safeSince(next time.Time, in floorInput, now time.Time) time.Time {
 	return now
 }
 
+// auditTimeout bounds one subject's audit.
+const auditTimeout = 10 * time.Second
+
 // Topics lists the subjects of topic: [forwarder.Auditor].
 func (nb natsBroker) Topics(topic string) []string { return nb.b.Topics(topic) }
 
@@ -113,6 +116,10 @@ func (nb natsBroker) BrokerTopic(topic, aggregateID string) string {
 // requests, which read no message but one.
 func (nb natsBroker) Audit(ctx context.Context, subject string, prev []byte) ([]byte, *forwarder.Loss, error) {
 	b := nb.b
+	// A request nobody answers (a stream leader being elected) would wait
+	// as long as ctx, which may be forever.
+	ctx, cancel := context.WithTimeout(ctx, auditTimeout)
+	defer cancel()
 	var st *auditState
 	if len(prev) > 0 {
 		st = new(auditState)

@@ -143,6 +143,10 @@ func (b *natsBackend) recreateStream(ctx context.Context, topic string) error {
 // the server, and one with another configuration (changed by an operator)
 // is left as it is.
 func (b *natsBackend) createStream(ctx context.Context, topic string) error {
+	// Bounded as a publish: a request nobody answers (no meta leader)
+	// would wait as long as ctx.
+	ctx, cancel := context.WithTimeout(ctx, b.cfg.NATS.PublishTimeout)
+	defer cancel()
 	base := b.cfg.NATS.StreamPrefix + topic
 	_, err := b.js.AddStream(&nats.StreamConfig{
 		Name: streamName(base), Subjects: []string{base, base + ".*"},

@@ -119,6 +119,11 @@ func (s *Subscriber) Subscribe(ctx context.Context, subject string) (<-chan *mes
 	}), nil
 }
 
+// apiWait bounds one JetStream API request of the subscriber: one nobody
+// answers (a consumer leader being elected) would otherwise wait as long
+// as the subscription.
+const apiWait = 5 * time.Second
+
 // binding is one subscription's durable consumer.
 type binding struct {
 	s                        *Subscriber
@@ -128,6 +133,8 @@ type binding struct {
 // bind creates the durable consumer if it is missing and binds a pull
 // subscription to it.
 func (b *binding) bind(ctx context.Context) (*nats.Subscription, error) {
+	actx, cancel := context.WithTimeout(ctx, apiWait)
+	defer cancel()
 	js := b.s.cfg.JetStream
 	// The durable consumer is created here and only bound by the
 	// subscription: a consumer that nats.go creates itself is deleted when
@@ -137,11 +144,13 @@ func (b *binding) bind(ctx context.Context) (*nats.Subscription, error) {
 	_, err := js.AddConsumer(b.stream, &nats.ConsumerConfig{
 		Durable: b.durable, FilterSubject: b.subject, AckPolicy: nats.AckExplicitPolicy, DeliverPolicy: nats.DeliverAllPolicy,
 		AckWait: b.s.cfg.AckWait, MaxAckPending: max(4*b.s.cfg.BatchSize, 1000),
-	}, nats.Context(ctx))
+	}, nats.Context(actx))
 	if err != nil && !errors.Is(err, nats.ErrConsumerNameAlreadyInUse) {
 		return nil, fmt.Errorf("nats subscriber: create consumer %q on %q: %w", b.durable, b.subject, err)
 	}
-	sub, err := js.PullSubscribe(b.subject, b.durable, nats.Bind(b.stream, b.durable), nats.ManualAck(), nats.Context(ctx))
+	// No nats.Context: its lookup would wait as long as ctx (MaxWait bounds
+	// it), and consume unsubscribes when it ends.
+	sub, err := js.PullSubscribe(b.subject, b.durable, nats.Bind(b.stream, b.durable), nats.ManualAck())
 	if err != nil {
 		return nil, fmt.Errorf("nats subscriber: bind %q on %q: %w", b.durable, b.subject, err)
 	}
@@ -150,6 +159,8 @@ func (b *binding) bind(ctx context.Context) (*nats.Subscription, error) {
 
 // lost reports whether the durable consumer (or its stream) is gone.
 func (b *binding) lost(ctx context.Context) (bool, error) {
+	ctx, cancel := context.WithTimeout(ctx, apiWait)
+	defer cancel()
 	_, err := b.s.cfg.JetStream.ConsumerInfo(b.stream, b.durable, nats.Context(ctx))
 	switch {
 	case errors.Is(err, nats.ErrConsumerNotFound) || errors.Is(err, nats.ErrStreamNotFound):
@@ -195,13 +206,18 @@ func (s *Subscriber) consume(ctx context.Context, b *binding, sub *nats.Subscrip
 		if err != nil && !timedOut {
 			s.cfg.Logger.Error("fetch", err, fields)
 		}
-		lost, lerr := b.lost(ctx)
+		// A subscription nats.go closed (after a "consumer deleted", a
+		// reconnection) fetches nothing ever again: bind a new one.
+		lost, lerr := errors.Is(err, nats.ErrSubscriptionClosed) || errors.Is(err, nats.ErrBadSubscription), error(nil)
+		if !lost {
+			lost, lerr = b.lost(ctx)
+		}
 		if lerr == nil && lost {
 			_ = sub.Unsubscribe()
 			var nsub *nats.Subscription
 			if nsub, lerr = b.bind(ctx); lerr == nil {
 				sub = nsub
-				s.cfg.Logger.Info("durable consumer lost (deleted, or its stream deleted): created again", fields)
+				s.cfg.Logger.Info("subscription or durable consumer lost: bound again", fields)
 			}
 		}
 		if lerr == nil && (err == nil || timedOut) {
