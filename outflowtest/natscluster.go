@@ -220,3 +220,13 @@ func (c *NATSCluster) Node(name string) int {
 	}
 	return -1
 }
+
+// StreamStored reports whether the server still has files of stream
+// name: nats-server removes a deleted stream's files after it answered the
+// delete, and a stream of the same name created before they are gone has
+// its files removed under it (nats-server 2.9), so a test that deletes and
+// creates a stream again waits until this is false in between.
+func (s *NATSServer) StreamStored(name string) bool {
+	_, err := os.Stat(filepath.Join(s.dir, "jetstream", "$G", "streams", name))
+	return err == nil
+}
