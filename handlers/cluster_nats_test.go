@@ -55,6 +55,15 @@ func TestNATSClusterNodeKilledMidRun(t *testing.T) {
 	require.NoError(t, err)
 	require.Equal(t, 3, info.Config.Replicas)
 	require.NotNil(t, info.Cluster)
+	consumerLeaders := map[string]bool{}
+	for ci := range js.ConsumersInfo(app.PaymentsTopic) {
+		if ci.Cluster != nil {
+			consumerLeaders[ci.Cluster.Leader] = true
+		}
+	}
+	// One stream per topic, partitions are its subjects: the stream has one
+	// leader, the groups' consumers (one per partition) many.
+	require.GreaterOrEqual(t, len(consumerLeaders), 2, "the partitions' consumers lead on several nodes")
 	leader := c.Node(info.Cluster.Leader)
 	require.GreaterOrEqual(t, leader, 0, "the stream's leader %q is a node of the cluster", info.Cluster.Leader)
 
