@@ -42,6 +42,7 @@ bench: services-up ## Benchmarks, with ratios against a baseline measured in the
 	$(GO) run ./cmd/outflow-bench claim-dead
 	$(GO) run ./cmd/outflow-bench pipeline -per-tx 5
 	$(GO) run ./cmd/outflow-bench brokers
+	$(GO) run ./cmd/outflow-bench nats-replicas
 	$(GO) run ./cmd/outflow-bench history
 	$(GO) run ./cmd/outflow-bench wait
 	$(GO) run ./cmd/outflow-bench webhooks

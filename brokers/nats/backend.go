@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"net/http"
 	"strings"
+	"sync"
 	"time"
 
 	"github.com/ThreeDotsLabs/watermill"
@@ -36,6 +37,9 @@ type natsBackend struct {
 	pjs  nats.JetStreamContext // the forwarder's async publishes
 
 	streams once.ByKey
+
+	mu      sync.Mutex
+	missing map[string]time.Time // topic -> when a publish first found its stream missing
 }
 
 // open opens the nats backend of cfg (its NATS block), whose defaults
@@ -47,6 +51,10 @@ func open(ctx context.Context, cfg brokers.Config) (brokers.Backend, error) {
 	}
 	if n.Replicas == 0 {
 		n.Replicas = 1
+	}
+	if n.Replicas < 1 || n.Replicas > 5 {
+		// JetStream's own bounds: a stream has 1 to 5 replicas.
+		return nil, errors.New("NATS config: Replicas must be between 1 and 5")
 	}
 	if n.PublishTimeout == 0 {
 		n.PublishTimeout = 5 * time.Second
@@ -87,20 +95,67 @@ func (b *natsBackend) Topics(topic string) []string {
 	return brokers.PartitionTopics(b.cfg.NATS.StreamPrefix, topic, b.cfg.Partitions)
 }
 
-// ensureStream creates topic's stream once per process; creating an
-// existing stream with the same configuration is a no-op for the server.
+// ensureStream creates topic's stream once per process.
 func (b *natsBackend) ensureStream(topic string) error {
-	return b.streams.Do(topic, func() error {
-		base := b.cfg.NATS.StreamPrefix + topic
-		_, err := b.js.AddStream(&nats.StreamConfig{
-			Name: streamName(base), Subjects: []string{base, base + ".*"},
-			Storage: nats.FileStorage, Replicas: b.cfg.NATS.Replicas, Retention: nats.LimitsPolicy,
-		})
-		if err != nil && !errors.Is(err, nats.ErrStreamNameAlreadyInUse) {
-			return fmt.Errorf("create NATS stream for topic %q: %w", topic, err)
+	return b.streams.Do(topic, func() error { return b.createStream(context.Background(), topic) })
+}
+
+// recreateDelay is how long a stream must have been missing before a
+// publish creates it again. nats-server 2.9 removes a deleted stream's
+// files after it answered the delete: a stream of the same name created at
+// once has its message blocks removed under it (publishes fail with "error
+// opening msg block file", a consumer created on it never delivers).
+const recreateDelay = 2 * time.Second
+
+// errStreamJustMissing is the answer of a publish within recreateDelay of
+// finding its stream missing: the broker is unavailable, for that long.
+var errStreamJustMissing = errors.New("stream missing: it is created again after " + recreateDelay.String())
+
+// recreateStream creates topic's stream again once it has been missing for
+// recreateDelay since a publish first found it so; a sighting older than a
+// minute is taken as stale (the stream came back some other way).
+func (b *natsBackend) recreateStream(ctx context.Context, topic string) error {
+	b.mu.Lock()
+	first, ok := b.missing[topic]
+	if !ok || time.Since(first) > time.Minute {
+		if b.missing == nil {
+			b.missing = map[string]time.Time{}
 		}
-		return nil
-	})
+		first = time.Now()
+		b.missing[topic] = first
+	}
+	b.mu.Unlock()
+	if time.Since(first) < recreateDelay {
+		return errStreamJustMissing
+	}
+	if err := b.createStream(ctx, topic); err != nil {
+		return err
+	}
+	b.mu.Lock()
+	delete(b.missing, topic)
+	b.mu.Unlock()
+	b.cfg.Logger.Warn("NATS stream was missing: created again", "stream", streamName(b.cfg.NATS.StreamPrefix+topic))
+	return nil
+}
+
+// createStream creates topic's stream with the configured settings;
+// creating an existing stream with the same configuration is a no-op for
+// the server, and one with another configuration (changed by an operator)
+// is left as it is.
+func (b *natsBackend) createStream(ctx context.Context, topic string) error {
+	// Bounded as a publish: a request nobody answers (no meta leader)
+	// would wait as long as ctx.
+	ctx, cancel := context.WithTimeout(ctx, b.cfg.NATS.PublishTimeout)
+	defer cancel()
+	base := b.cfg.NATS.StreamPrefix + topic
+	_, err := b.js.AddStream(&nats.StreamConfig{
+		Name: streamName(base), Subjects: []string{base, base + ".*"},
+		Storage: nats.FileStorage, Replicas: b.cfg.NATS.Replicas, Retention: nats.LimitsPolicy,
+	}, nats.Context(ctx))
+	if err != nil && !errors.Is(err, nats.ErrStreamNameAlreadyInUse) {
+		return fmt.Errorf("create NATS stream for topic %q: %w", topic, err)
+	}
+	return nil
 }
 
 func (b *natsBackend) Broker() forwarder.Broker { return natsBroker{b} }
@@ -132,7 +187,7 @@ func (nb natsBroker) MessageBytes(m forwarder.Outgoing) int {
 // natsMsg is m as published: watermill-nats's format on m's subject, with
 // the message id as Nats-Msg-Id.
 func (b *natsBackend) natsMsg(m forwarder.Outgoing) (*nats.Msg, error) {
-	subject := brokers.PartitionTopic(b.cfg.NATS.StreamPrefix, m.Topic, b.cfg.Partitions, m.AggregateID)
+	subject := b.subject(m.Topic, m.AggregateID)
 	var marshaler wmnats.NATSMarshaler
 	nm, err := marshaler.Marshal(subject, m.Message)
 	if err != nil {
@@ -140,6 +195,12 @@ func (b *natsBackend) natsMsg(m forwarder.Outgoing) (*nats.Msg, error) {
 	}
 	nm.Header.Set(nats.MsgIdHdr, m.Message.UUID)
 	return nm, nil
+}
+
+// subject is the subject of topic's aggregateID: the topic's own with one
+// partition, one of its partition subjects otherwise.
+func (b *natsBackend) subject(topic, aggregateID string) string {
+	return brokers.PartitionTopic(b.cfg.NATS.StreamPrefix, topic, b.cfg.Partitions, aggregateID)
 }
 
 // natsErrMessageTooLarge is JetStream's "message size exceeds maximum
@@ -159,7 +220,49 @@ const natsMaxPending = 1024
 // rest of the batch is unavailable: the rows stay
 // pending and may be stored twice, which the duplicate window (Nats-Msg-Id
 // = message id) and the consumers' deduplication absorb.
+//
+// A message no stream answered (the stream was deleted: no server listens
+// on its subject) has its stream created again, with the configured
+// settings, once it has been missing recreateDelay, and is sent once more;
+// until then it is unavailable (the forwarder backs off and retries). The
+// forwarder's audit sees the new stream and publishes again what the old
+// one took with it.
 func (nb natsBroker) Publish(ctx context.Context, msgs []forwarder.Outgoing) []error {
+	errs := nb.publish(ctx, msgs)
+	var (
+		again   []forwarder.Outgoing
+		at      []int
+		created = map[string]error{}
+	)
+	for i, err := range errs {
+		if !errors.Is(err, errNoStream) {
+			continue
+		}
+		topic := msgs[i].Topic
+		cerr, tried := created[topic]
+		if !tried {
+			cerr = nb.b.recreateStream(ctx, topic)
+			created[topic] = cerr
+		}
+		if cerr != nil {
+			errs[i] = fmt.Errorf("%w: %w: %w", forwarder.ErrBrokerUnavailable, errNoStream, cerr)
+			continue
+		}
+		again, at = append(again, msgs[i]), append(at, i)
+	}
+	if len(again) == 0 {
+		return errs
+	}
+	for j, err := range nb.publish(ctx, again) {
+		errs[at[j]] = err
+	}
+	return errs
+}
+
+// errNoStream marks a publish no stream answered.
+var errNoStream = errors.New("no stream for the subject")
+
+func (nb natsBroker) publish(ctx context.Context, msgs []forwarder.Outgoing) []error {
 	b := nb.b
 	errs := make([]error, len(msgs))
 	unavailable := func(err error) error {
@@ -199,9 +302,12 @@ func (nb natsBroker) Publish(ctx context.Context, msgs []forwarder.Outgoing) []e
 		case <-f.Ok():
 		case err := <-f.Err():
 			var apiErr *nats.APIError
-			if errors.As(err, &apiErr) && apiErr.ErrorCode == natsErrMessageTooLarge {
+			switch {
+			case errors.As(err, &apiErr) && apiErr.ErrorCode == natsErrMessageTooLarge:
 				errs[i] = fmt.Errorf("NATS refused the message: %w", err) // this message's fault
-			} else {
+			case errors.Is(err, nats.ErrNoResponders):
+				errs[i] = unavailable(fmt.Errorf("%w: %w", errNoStream, err))
+			default:
 				errs[i] = unavailable(err)
 			}
 		case <-ctx.Done():

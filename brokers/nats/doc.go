@@ -18,4 +18,21 @@
 // info, stream info and one message per subject, and creates nothing.
 // Ping is a JetStream account info request: the JetStream server answers,
 // not only the core connection.
+//
+// The forwarder side is also a [forwarder.Auditor] (docs/broker-loss.md):
+// per subject it keeps the stream's Created time and last sequence, and
+// reports a loss when the stream is missing, was created again, or its last
+// sequence went back; the loss starts at the subject's first message some
+// consumer had not acknowledged (its ack floor + 1; the first message when
+// no consumer reads it). A stream info, a consumer list and one message
+// get per subject. A publish that finds its stream missing creates it again
+// (once it has been missing recreateDelay: nats-server 2.9 removes a
+// deleted stream's files after answering the delete) and sends again; the
+// subscriber creates a lost durable consumer again.
+//
+// Replicas (brokers.NATSConfig.Replicas, --nats-replicas, 1 to 5, default
+// 1) is the replica count of every stream the backend creates; a stream
+// that exists keeps its own. Three replicas on a three-node cluster keep
+// the stream, and what it acknowledged, through one node's loss, at a cost
+// in publish throughput measured in docs/benchmarks.md.
 package nats

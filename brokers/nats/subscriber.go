@@ -40,6 +40,10 @@ type SubscriberConfig struct {
 	// FetchWait bounds one fetch; it also bounds how long Close waits for a
 	// fetch in flight. Defaults to 1s.
 	FetchWait time.Duration
+	// CheckInterval is how often a subscription that fetches nothing makes
+	// sure its durable consumer still exists: a deleted consumer (or
+	// stream) answers fetches with silence, not an error. Defaults to 5s.
+	CheckInterval time.Duration
 	// Logger defaults to watermill.NopLogger.
 	Logger watermill.LoggerAdapter
 }
@@ -68,7 +72,7 @@ func NewSubscriber(cfg SubscriberConfig) (*Subscriber, error) {
 	switch {
 	case cfg.JetStream == nil || cfg.Group == "" || cfg.Stream == nil:
 		return nil, errors.New("nats subscriber config: JetStream, Group and Stream are required")
-	case cfg.BatchSize < 0 || cfg.AckWait < 0 || cfg.NakDelay < 0 || cfg.FetchWait < 0:
+	case cfg.BatchSize < 0 || cfg.AckWait < 0 || cfg.NakDelay < 0 || cfg.FetchWait < 0 || cfg.CheckInterval < 0:
 		return nil, errors.New("nats subscriber config: sizes and durations must not be negative")
 	}
 	if cfg.BatchSize == 0 {
@@ -83,6 +87,9 @@ func NewSubscriber(cfg SubscriberConfig) (*Subscriber, error) {
 	if cfg.FetchWait == 0 {
 		cfg.FetchWait = time.Second
 	}
+	if cfg.CheckInterval == 0 {
+		cfg.CheckInterval = 5 * time.Second
+	}
 	if cfg.Logger == nil {
 		cfg.Logger = watermill.NopLogger{}
 	}
@@ -91,35 +98,77 @@ func NewSubscriber(cfg SubscriberConfig) (*Subscriber, error) {
 
 // Subscribe binds (creating it if missing) the group's durable pull
 // consumer on subject and delivers its messages until ctx is done or Close
-// is called; the channel is closed then.
+// is called; the channel is closed then. A durable consumer lost later (its
+// stream deleted and created again, the consumer deleted) is created again,
+// from the start of what the stream holds: the consumers' deduplication
+// absorbs what the group had already handled.
 func (s *Subscriber) Subscribe(ctx context.Context, subject string) (<-chan *message.Message, error) {
 	select {
 	case <-s.closing:
 		return nil, errors.New("nats subscriber: closed")
 	default:
 	}
-	durable := s.cfg.Group + "_" + streamName(subject)
-	stream := s.cfg.Stream(subject)
+	b := binding{s: s, subject: subject, durable: s.cfg.Group + "_" + streamName(subject), stream: s.cfg.Stream(subject)}
+	sub, err := b.bind(ctx)
+	if err != nil {
+		return nil, err
+	}
+	fields := watermill.LogFields{"subject": subject, "durable": b.durable}
+	return subloop.Start(ctx, s.closing, &s.wg, func(ctx context.Context, out chan<- *message.Message) {
+		s.consume(ctx, &b, sub, out, fields)
+	}), nil
+}
+
+// apiWait bounds one JetStream API request of the subscriber: one nobody
+// answers (a consumer leader being elected) would otherwise wait as long
+// as the subscription.
+const apiWait = 5 * time.Second
+
+// binding is one subscription's durable consumer.
+type binding struct {
+	s                        *Subscriber
+	subject, durable, stream string
+}
+
+// bind creates the durable consumer if it is missing and binds a pull
+// subscription to it.
+func (b *binding) bind(ctx context.Context) (*nats.Subscription, error) {
+	actx, cancel := context.WithTimeout(ctx, apiWait)
+	defer cancel()
+	js := b.s.cfg.JetStream
 	// The durable consumer is created here and only bound by the
 	// subscription: a consumer that nats.go creates itself is deleted when
 	// its subscription ends, which would make a stopping instance delete
 	// its group's position for every other instance, and a restart replay
 	// the whole stream.
-	_, err := s.cfg.JetStream.AddConsumer(stream, &nats.ConsumerConfig{
-		Durable: durable, FilterSubject: subject, AckPolicy: nats.AckExplicitPolicy, DeliverPolicy: nats.DeliverAllPolicy,
-		AckWait: s.cfg.AckWait, MaxAckPending: max(4*s.cfg.BatchSize, 1000),
-	}, nats.Context(ctx))
+	_, err := js.AddConsumer(b.stream, &nats.ConsumerConfig{
+		Durable: b.durable, FilterSubject: b.subject, AckPolicy: nats.AckExplicitPolicy, DeliverPolicy: nats.DeliverAllPolicy,
+		AckWait: b.s.cfg.AckWait, MaxAckPending: max(4*b.s.cfg.BatchSize, 1000),
+	}, nats.Context(actx))
 	if err != nil && !errors.Is(err, nats.ErrConsumerNameAlreadyInUse) {
-		return nil, fmt.Errorf("nats subscriber: create consumer %q on %q: %w", durable, subject, err)
+		return nil, fmt.Errorf("nats subscriber: create consumer %q on %q: %w", b.durable, b.subject, err)
 	}
-	sub, err := s.cfg.JetStream.PullSubscribe(subject, durable, nats.Bind(stream, durable), nats.ManualAck(), nats.Context(ctx))
+	// No nats.Context: its lookup would wait as long as ctx (MaxWait bounds
+	// it), and consume unsubscribes when it ends.
+	sub, err := js.PullSubscribe(b.subject, b.durable, nats.Bind(b.stream, b.durable), nats.ManualAck())
 	if err != nil {
-		return nil, fmt.Errorf("nats subscriber: bind %q on %q: %w", durable, subject, err)
+		return nil, fmt.Errorf("nats subscriber: bind %q on %q: %w", b.durable, b.subject, err)
 	}
-	fields := watermill.LogFields{"subject": subject, "durable": durable}
-	return subloop.Start(ctx, s.closing, &s.wg, func(ctx context.Context, out chan<- *message.Message) {
-		s.consume(ctx, sub, out, fields)
-	}), nil
+	return sub, nil
+}
+
+// lost reports whether the durable consumer (or its stream) is gone.
+func (b *binding) lost(ctx context.Context) (bool, error) {
+	ctx, cancel := context.WithTimeout(ctx, apiWait)
+	defer cancel()
+	_, err := b.s.cfg.JetStream.ConsumerInfo(b.stream, b.durable, nats.Context(ctx))
+	switch {
+	case errors.Is(err, nats.ErrConsumerNotFound) || errors.Is(err, nats.ErrStreamNotFound):
+		return true, nil
+	case err != nil:
+		return false, fmt.Errorf("nats subscriber: consumer info of %q: %w", b.durable, err)
+	}
+	return false, nil
 }
 
 // Close stops every subscription and waits for them; messages in flight
@@ -130,27 +179,58 @@ func (s *Subscriber) Close() error {
 	return nil
 }
 
-func (s *Subscriber) consume(ctx context.Context, sub *nats.Subscription, out chan<- *message.Message, fields watermill.LogFields) {
+func (s *Subscriber) consume(ctx context.Context, b *binding, sub *nats.Subscription, out chan<- *message.Message, fields watermill.LogFields) {
 	defer func() { _ = sub.Unsubscribe() }() // bound: the durable consumer stays
 	var unmarshaler wmnats.NATSMarshaler
 	failures := 0
+	checked := time.Now()
 	for ctx.Err() == nil {
 		fctx, cancel := context.WithTimeout(ctx, s.cfg.FetchWait)
 		msgs, err := sub.Fetch(s.cfg.BatchSize, nats.Context(fctx))
 		cancel()
-		if err != nil && !errors.Is(err, context.DeadlineExceeded) && !errors.Is(err, nats.ErrTimeout) {
-			if ctx.Err() != nil {
-				return
-			}
-			failures++
-			s.cfg.Logger.Error("fetch", err, fields)
-			if !subloop.Sleep(ctx, backoff.Delay(100*time.Millisecond, 5*time.Second, failures)) {
-				return
-			}
+		timedOut := errors.Is(err, context.DeadlineExceeded) || errors.Is(err, nats.ErrTimeout)
+		if err != nil && ctx.Err() != nil {
+			return
+		}
+		if len(msgs) > 0 {
+			failures = 0
+			s.deliver(ctx, msgs, &unmarshaler, out, fields)
 			continue
 		}
-		failures = 0
-		s.deliver(ctx, msgs, &unmarshaler, out, fields)
+		if (err == nil || timedOut) && time.Since(checked) < s.cfg.CheckInterval {
+			continue
+		}
+		// An error, or a while without messages: a deleted consumer or
+		// stream shows as nothing but silence (or one "consumer deleted").
+		checked = time.Now()
+		if err != nil && !timedOut {
+			s.cfg.Logger.Error("fetch", err, fields)
+		}
+		// A subscription nats.go closed (after a "consumer deleted", a
+		// reconnection) fetches nothing ever again: bind a new one.
+		lost, lerr := errors.Is(err, nats.ErrSubscriptionClosed) || errors.Is(err, nats.ErrBadSubscription), error(nil)
+		if !lost {
+			lost, lerr = b.lost(ctx)
+		}
+		if lerr == nil && lost {
+			_ = sub.Unsubscribe()
+			var nsub *nats.Subscription
+			if nsub, lerr = b.bind(ctx); lerr == nil {
+				sub = nsub
+				s.cfg.Logger.Info("subscription or durable consumer lost: bound again", fields)
+			}
+		}
+		if lerr == nil && (err == nil || timedOut) {
+			failures = 0
+			continue
+		}
+		if lerr != nil && ctx.Err() == nil {
+			s.cfg.Logger.Error("recover the durable consumer", lerr, fields)
+		}
+		failures++
+		if !subloop.Sleep(ctx, backoff.Delay(100*time.Millisecond, 5*time.Second, failures)) {
+			return
+		}
 	}
 }
 

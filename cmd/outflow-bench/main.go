@@ -45,7 +45,7 @@ func main() {
 
 func run(ctx context.Context, args []string) error {
 	if len(args) == 0 {
-		return fmt.Errorf("usage: outflow-bench pay|writepath|forward|claim-dead|pipeline|brokers|history|webhooks|footprint|tracing|wait|audit [flags]")
+		return fmt.Errorf("usage: outflow-bench pay|writepath|forward|claim-dead|pipeline|brokers|nats-replicas|history|webhooks|footprint|tracing|wait|audit [flags]")
 	}
 	dbURL := os.Getenv("BENCH_DATABASE_URL")
 	if dbURL == "" {
@@ -144,6 +144,8 @@ func run(ctx context.Context, args []string) error {
 		defer rdb.Close()
 		return bench.ClaimDead(ctx, bench.ClaimDeadConfig{DatabaseURL: dbURL, Redis: rdb, Drain: *drain, Dead: deadN,
 			Backlogs: backlogN, Compare: *compare, Out: os.Stdout})
+	case "nats-replicas":
+		return bench.NATSReplicas(ctx, bench.NATSReplicasConfig{DatabaseURL: dbURL, Out: os.Stdout})
 	case "brokers":
 		fs := flag.NewFlagSet("brokers", flag.ContinueOnError)
 		list := fs.String("brokers", "redis,nats,amqp,kafka,sql", "comma-separated backends to run (kafka: KAFKA_BROKERS, else an in-process kfake)")

@@ -1,0 +1,196 @@
+package nats_test
+
+import (
+	"context"
+	"errors"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/ThreeDotsLabs/watermill"
+	"github.com/ThreeDotsLabs/watermill/message"
+	"github.com/nats-io/nats.go"
+
+	"github.com/outflow-dev/outflow/brokers"
+	"github.com/outflow-dev/outflow/forwarder"
+	"github.com/outflow-dev/outflow/outflowtest"
+)
+
+// publish sends n new messages of topic, each its own aggregate, and fails
+// t on any error; it returns their ids.
+func publish(t *testing.T, b brokers.Backend, topic string, n int) []string {
+	t.Helper()
+	var (
+		msgs []forwarder.Outgoing
+		ids  []string
+	)
+	for range n {
+		m := message.NewMessage(watermill.NewUUID(), []byte("x"))
+		msgs = append(msgs, forwarder.Outgoing{Topic: topic, AggregateID: m.UUID, Message: m})
+		ids = append(ids, m.UUID)
+	}
+	for _, err := range b.Broker().Publish(context.Background(), msgs) {
+		if err != nil {
+			t.Fatal(err)
+		}
+	}
+	return ids
+}
+
+// publishEventually sends n new messages of topic as the forwarder does:
+// what the broker cannot take now (forwarder.ErrBrokerUnavailable) is sent
+// again until it is taken. It returns their ids.
+func publishEventually(t *testing.T, b brokers.Backend, topic string, n int) []string {
+	t.Helper()
+	var msgs []forwarder.Outgoing
+	for range n {
+		m := message.NewMessage(watermill.NewUUID(), []byte("x"))
+		msgs = append(msgs, forwarder.Outgoing{Topic: topic, AggregateID: m.UUID, Message: m})
+	}
+	left := msgs
+	outflowtest.WaitFor(t, 20*time.Second, "the broker to take every message", func() bool {
+		var retry []forwarder.Outgoing
+		for i, err := range b.Broker().Publish(context.Background(), left) {
+			switch {
+			case errors.Is(err, forwarder.ErrBrokerUnavailable):
+				retry = append(retry, left[i])
+			case err != nil:
+				t.Fatal(err)
+			}
+		}
+		left = retry
+		return len(left) == 0
+	})
+	var ids []string
+	for _, m := range msgs {
+		ids = append(ids, m.Message.UUID)
+	}
+	return ids
+}
+
+// A publish that finds its stream deleted creates it again, with the
+// configured settings, and stores the message: the forwarder does not stall
+// on "no responders" until an operator recreates the stream. Not at once:
+// until the stream has been missing a while the broker is unavailable.
+func TestPublishCreatesADeletedStreamAgain(t *testing.T) {
+	t.Parallel()
+	prefix := outflowtest.NATSPrefix(t)
+	b := openBackend(t, brokers.Config{Kind: brokers.NATS, Partitions: 2,
+		NATS: brokers.NATSConfig{URL: outflowtest.NATSURL(), StreamPrefix: prefix}})
+	js := jetStream(t)
+	publish(t, b, "orders", 3)
+	if err := js.DeleteStream(prefix + "orders"); err != nil {
+		t.Fatal(err)
+	}
+	m := message.NewMessage(watermill.NewUUID(), []byte("x"))
+	if err := b.Broker().Publish(context.Background(), []forwarder.Outgoing{{Topic: "orders", AggregateID: "a", Message: m}})[0]; !errors.Is(err, forwarder.ErrBrokerUnavailable) {
+		t.Fatalf("a publish at once after the delete: got %v, want the broker unavailable", err)
+	}
+	publishEventually(t, b, "orders", 4)
+	info, err := js.StreamInfo(prefix + "orders")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if info.State.Msgs != 4 || info.Config.Replicas != 1 || info.Config.Storage != nats.FileStorage ||
+		strings.Join(info.Config.Subjects, ",") != prefix+"orders,"+prefix+"orders.*" {
+		t.Fatalf("stream created again with %d messages, config %+v", info.State.Msgs, info.Config)
+	}
+}
+
+// Replicas outside JetStream's 1 to 5 are refused when the backend opens.
+func TestReplicasAreValidated(t *testing.T) {
+	t.Parallel()
+	for _, n := range []int{-1, 6} {
+		_, err := brokers.Open(context.Background(), brokers.Config{Kind: brokers.NATS,
+			NATS: brokers.NATSConfig{URL: outflowtest.NATSURL(), Replicas: n}})
+		if err == nil || !strings.Contains(err.Error(), "Replicas") {
+			t.Fatalf("Replicas %d: got %v", n, err)
+		}
+	}
+}
+
+// A subscriber whose stream was deleted (its durable consumer with it) and
+// created again creates its consumer again and goes on delivering: what
+// reaches the new stream reaches the group.
+func TestSubscriberSurvivesARecreatedStream(t *testing.T) {
+	t.Parallel()
+	prefix := outflowtest.NATSPrefix(t)
+	b := openBackend(t, brokers.Config{Kind: brokers.NATS,
+		NATS: brokers.NATSConfig{URL: outflowtest.NATSURL(), StreamPrefix: prefix}})
+	sub, err := b.Subscriber("g", "c", brokers.SubscriberOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { sub.Close() })
+	ctx, cancel := context.WithCancel(context.Background())
+	t.Cleanup(cancel)
+	msgs, err := sub.Subscribe(ctx, b.Topics("orders")[0])
+	if err != nil {
+		t.Fatal(err)
+	}
+	receive := func(ids []string) {
+		t.Helper()
+		want := map[string]bool{}
+		for _, id := range ids {
+			want[id] = true
+		}
+		deadline := time.After(30 * time.Second)
+		for len(want) > 0 {
+			select {
+			case m := <-msgs:
+				delete(want, m.UUID)
+				m.Ack()
+			case <-deadline:
+				t.Fatalf("%d of %d messages never delivered", len(want), len(ids))
+			}
+		}
+	}
+	receive(publish(t, b, "orders", 3))
+
+	js := jetStream(t)
+	if err := js.DeleteStream(prefix + "orders"); err != nil {
+		t.Fatal(err)
+	}
+	receive(publishEventually(t, b, "orders", 3)) // the publish creates the stream again
+	if _, err := js.ConsumerInfo(prefix+"orders", "g_"+prefix+"orders"); err != nil {
+		t.Fatalf("the durable consumer was not created again: %v", err)
+	}
+}
+
+// A subscriber whose durable consumer alone was deleted creates it again.
+func TestSubscriberSurvivesADeletedConsumer(t *testing.T) {
+	t.Parallel()
+	prefix := outflowtest.NATSPrefix(t)
+	b := openBackend(t, brokers.Config{Kind: brokers.NATS,
+		NATS: brokers.NATSConfig{URL: outflowtest.NATSURL(), StreamPrefix: prefix}})
+	sub, err := b.Subscriber("g", "c", brokers.SubscriberOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { sub.Close() })
+	ctx, cancel := context.WithCancel(context.Background())
+	t.Cleanup(cancel)
+	msgs, err := sub.Subscribe(ctx, b.Topics("orders")[0])
+	if err != nil {
+		t.Fatal(err)
+	}
+	js := jetStream(t)
+	if err := js.DeleteConsumer(prefix+"orders", "g_"+prefix+"orders"); err != nil {
+		t.Fatal(err)
+	}
+	ids := publishEventually(t, b, "orders", 2)
+	got := map[string]bool{}
+	deadline := time.After(30 * time.Second)
+	for len(got) < len(ids) {
+		select {
+		case m := <-msgs:
+			got[m.UUID] = true
+			m.Ack()
+		case <-deadline:
+			t.Fatalf("got %d of %d after the consumer was deleted", len(got), len(ids))
+		}
+	}
+	if _, err := js.ConsumerInfo(prefix+"orders", "g_"+prefix+"orders"); errors.Is(err, nats.ErrConsumerNotFound) {
+		t.Fatal("the durable consumer was not created again")
+	}
+}

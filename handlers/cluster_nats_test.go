@@ -1,0 +1,87 @@
+package handlers_test
+
+import (
+	"context"
+	"testing"
+	"time"
+
+	"github.com/nats-io/nats.go"
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/stretchr/testify/require"
+
+	"github.com/outflow-dev/outflow/app"
+	"github.com/outflow-dev/outflow/brokers"
+	"github.com/outflow-dev/outflow/forwarder"
+	"github.com/outflow-dev/outflow/outflowtest"
+)
+
+// The end-to-end suite on a three-node JetStream cluster, the stream of
+// three replicas, four partitions (the stream's subjects: each group's
+// durable consumer per subject is an R3 consumer with a leader of its own,
+// spread over the nodes). The stream's leader is killed mid-run, with the
+// forwarder publishing and a worker consuming: nothing is lost, nothing
+// applied twice, and the audit takes the election for no loss.
+func TestNATSClusterNodeKilledMidRun(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	c := outflowtest.StartNATSCluster(t)
+	p := newPipeline(t)
+	cfg := brokers.Config{Kind: brokers.NATS, Partitions: 4,
+		NATS: brokers.NATSConfig{URL: c.URL, Replicas: 3, PublishTimeout: 2 * time.Second}}
+	p.backend = openBackend(t, cfg)
+	m, site := p.newMerchant(t)
+	counter, counted := countingHandler(t, p)
+
+	reg := prometheus.NewRegistry()
+	f, err := forwarder.New(forwarder.Config{Pool: p.schema.Pool, Broker: openBackend(t, cfg).Broker(), PollInterval: 50 * time.Millisecond,
+		BatchSize: 20, AuditInterval: 200 * time.Millisecond, OutageBackoffMax: 200 * time.Millisecond, Registerer: reg, Logger: quiet})
+	require.NoError(t, err)
+	run(t, f.Run)
+	run(t, p.worker(t, 2*time.Second, counter).Run)
+
+	want := p.drive(t, m.ID, 20)
+	outflowtest.WaitFor(t, 60*time.Second, "the first events applied by every consumer, and audited", func() bool {
+		var audited int
+		require.NoError(t, p.schema.Pool.QueryRow(ctx, `SELECT count(*) FROM outbox_audit WHERE state IS NOT NULL`).Scan(&audited))
+		return p.stats(t, m.ID) == want && len(counted()) == p.events(t) && audited == 4
+	})
+
+	conn, err := nats.Connect(c.URL)
+	require.NoError(t, err)
+	defer conn.Close()
+	js, err := conn.JetStream()
+	require.NoError(t, err)
+	info, err := js.StreamInfo(app.PaymentsTopic)
+	require.NoError(t, err)
+	require.Equal(t, 3, info.Config.Replicas)
+	require.NotNil(t, info.Cluster)
+	consumerLeaders := map[string]bool{}
+	for ci := range js.ConsumersInfo(app.PaymentsTopic) {
+		if ci.Cluster != nil {
+			consumerLeaders[ci.Cluster.Leader] = true
+		}
+	}
+	// One stream per topic, partitions are its subjects: the stream has one
+	// leader, the groups' consumers (one per partition) many.
+	require.GreaterOrEqual(t, len(consumerLeaders), 2, "the partitions' consumers lead on several nodes")
+	leader := c.Node(info.Cluster.Leader)
+	require.GreaterOrEqual(t, leader, 0, "the stream's leader %q is a node of the cluster", info.Cluster.Leader)
+
+	// Events committed before, during and after the kill.
+	more := p.drive(t, m.ID, 10)
+	c.Kill(leader)
+	more2 := p.drive(t, m.ID, 20)
+	for _, s := range []app.CurrencyStats{more, more2} {
+		want.PaidCount += s.PaidCount
+		want.PaidAmount = want.PaidAmount.Plus(s.PaidAmount)
+		want.RefundedAmount = want.RefundedAmount.Plus(s.RefundedAmount)
+	}
+
+	outflowtest.WaitFor(t, 90*time.Second, "everything applied after the kill", func() bool {
+		return p.stats(t, m.ID) == want && len(counted()) == p.events(t)
+	})
+	p.requireCountedOnce(t, counted)
+	site.requireWebhooks(t, p)
+	require.Equal(t, want, p.stats(t, m.ID), "the projection still matches the payments")
+	require.Zero(t, metricSum(t, reg, "outflow_forwarder_broker_losses_total"), "a leader election is no loss")
+}

@@ -1,0 +1,232 @@
+package outflowtest
+
+import (
+	"errors"
+	"fmt"
+	"net"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/nats-io/nats.go"
+)
+
+// NATSCluster is a three-node NATS JetStream cluster of the test's own, on
+// local ports, from the installed nats-server: streams of three replicas
+// spread their leaders over it, and the test may kill a node and restart
+// it with what it had stored. The shared server is never touched.
+type NATSCluster struct {
+	t            testing.TB
+	bin          string
+	name, routes string
+	nodes        []*clusterNode
+	// URL lists the three client URLs, comma-separated: what nats.Connect
+	// (and brokers.NATSConfig.URL) takes to reach whichever node is up.
+	URL string
+}
+
+type clusterNode struct {
+	name        string
+	port, route int
+	dir         string
+	cmd         *exec.Cmd
+}
+
+// clusterReadyTimeout bounds the wait for a started cluster (or a
+// restarted node) to answer JetStream.
+const clusterReadyTimeout = 30 * time.Second
+
+// StartNATSCluster starts three nats-server -js processes clustered
+// (routes between them, a server name each, JetStream stores under
+// t.TempDir()) and waits until JetStream has a meta leader and takes a
+// stream of three replicas; they are killed when t ends. It fails the test
+// if nats-server is not installed.
+func StartNATSCluster(t testing.TB) *NATSCluster {
+	t.Helper()
+	c := &NATSCluster{t: t, bin: natsServerBinary(t), name: "outflowtest-" + randomHex(4)}
+	var urls, routes []string
+	for i := range 3 {
+		n := &clusterNode{name: fmt.Sprintf("%s-n%d", c.name, i), port: freePort(t), route: freePort(t), dir: t.TempDir()}
+		c.nodes = append(c.nodes, n)
+		urls = append(urls, fmt.Sprintf("nats://127.0.0.1:%d", n.port))
+		routes = append(routes, fmt.Sprintf("nats://127.0.0.1:%d", n.route))
+	}
+	c.URL, c.routes = strings.Join(urls, ","), strings.Join(routes, ",")
+	t.Cleanup(func() {
+		for i := range c.nodes {
+			c.Kill(i)
+		}
+	})
+	for i := range c.nodes {
+		c.start(i)
+	}
+	c.waitReady()
+	return c
+}
+
+// natsServerBinary is the installed nats-server, or fails t saying how to
+// install it.
+func natsServerBinary(t testing.TB) string {
+	t.Helper()
+	if bin, err := exec.LookPath("nats-server"); err == nil {
+		return bin
+	}
+	if _, err := os.Stat("/usr/sbin/nats-server"); err == nil {
+		return "/usr/sbin/nats-server"
+	}
+	t.Fatalf("outflowtest: this test starts its own NATS cluster and nats-server is not installed: " +
+		"install NATS (Debian: apt-get install nats-server; macOS: brew install nats-server)")
+	return ""
+}
+
+func freePort(t testing.TB) int {
+	t.Helper()
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer ln.Close()
+	return ln.Addr().(*net.TCPAddr).Port
+}
+
+func (c *NATSCluster) start(i int) {
+	c.t.Helper()
+	n := c.nodes[i]
+	log, err := os.OpenFile(filepath.Join(n.dir, "server.log"), os.O_CREATE|os.O_WRONLY|os.O_APPEND, 0o644)
+	if err != nil {
+		c.t.Fatal(err)
+	}
+	defer log.Close()
+	n.cmd = exec.Command(c.bin, "-a", "127.0.0.1", "-p", strconv.Itoa(n.port), "-js", "-sd", filepath.Join(n.dir, "js"),
+		"--server_name", n.name, "--cluster_name", c.name,
+		"--cluster", fmt.Sprintf("nats://127.0.0.1:%d", n.route), "--routes", c.routes)
+	n.cmd.Stdout, n.cmd.Stderr = log, log
+	if err := n.cmd.Start(); err != nil {
+		c.t.Fatalf("outflowtest: start nats-server %s: %v", n.name, err)
+	}
+}
+
+// Kill kills node i at once (SIGKILL: no clean shutdown, as a crash).
+func (c *NATSCluster) Kill(i int) {
+	n := c.nodes[i]
+	if n.cmd == nil || n.cmd.Process == nil {
+		return
+	}
+	_ = n.cmd.Process.Signal(syscall.SIGKILL)
+	_ = n.cmd.Wait()
+	n.cmd = nil
+}
+
+// Restart starts node i again, on its ports with its store, and waits
+// until it answers JetStream.
+func (c *NATSCluster) Restart(i int) {
+	c.t.Helper()
+	c.Kill(i)
+	c.start(i)
+	c.waitNode(i)
+}
+
+// NodeURL is node i's client URL.
+func (c *NATSCluster) NodeURL(i int) string {
+	return fmt.Sprintf("nats://127.0.0.1:%d", c.nodes[i].port)
+}
+
+// waitReady waits until every node answers JetStream and a stream of
+// three replicas can be created: the meta group has a leader and all three
+// peers.
+func (c *NATSCluster) waitReady() {
+	c.t.Helper()
+	for i := range c.nodes {
+		c.waitNode(i)
+	}
+	deadline := time.Now().Add(clusterReadyTimeout)
+	var last error
+	for time.Now().Before(deadline) {
+		if last = c.probe(); last == nil {
+			return
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
+	c.t.Fatalf("outflowtest: the NATS cluster never took a stream of 3 replicas: %v\n%s", last, c.logs())
+}
+
+// probe creates and deletes a stream of three replicas.
+func (c *NATSCluster) probe() error {
+	conn, err := nats.Connect(c.URL, nats.Timeout(time.Second))
+	if err != nil {
+		return err
+	}
+	defer conn.Close()
+	js, err := conn.JetStream(nats.MaxWait(5 * time.Second))
+	if err != nil {
+		return err
+	}
+	name := "outflowtest_probe_" + randomHex(4)
+	if _, err := js.AddStream(&nats.StreamConfig{Name: name, Subjects: []string{name}, Replicas: 3, Storage: nats.FileStorage}); err != nil {
+		return err
+	}
+	return js.DeleteStream(name)
+}
+
+// waitNode waits until node i answers a JetStream account info (the meta
+// leader answers it through the node).
+func (c *NATSCluster) waitNode(i int) {
+	c.t.Helper()
+	deadline := time.Now().Add(clusterReadyTimeout)
+	last := errors.New("not started")
+	for time.Now().Before(deadline) {
+		conn, err := nats.Connect(c.NodeURL(i), nats.Timeout(500*time.Millisecond))
+		if err == nil {
+			var js nats.JetStreamContext
+			if js, err = conn.JetStream(nats.MaxWait(2 * time.Second)); err == nil {
+				_, err = js.AccountInfo()
+			}
+			conn.Close()
+			if err == nil {
+				return
+			}
+		}
+		last = err
+		time.Sleep(50 * time.Millisecond)
+	}
+	c.t.Fatalf("outflowtest: NATS cluster node %d never answered JetStream: %v\n%s", i, last, c.logs())
+}
+
+// logs is the end of every node's log, for a failure's message.
+func (c *NATSCluster) logs() string {
+	var b strings.Builder
+	for _, n := range c.nodes {
+		raw, _ := os.ReadFile(filepath.Join(n.dir, "server.log"))
+		if len(raw) > 2000 {
+			raw = raw[len(raw)-2000:]
+		}
+		fmt.Fprintf(&b, "--- %s ---\n%s\n", n.name, raw)
+	}
+	return b.String()
+}
+
+// Node is the index of the node of server name name (a stream's
+// Cluster.Leader, say), -1 when none.
+func (c *NATSCluster) Node(name string) int {
+	for i, n := range c.nodes {
+		if n.name == name {
+			return i
+		}
+	}
+	return -1
+}
+
+// StreamStored reports whether the server still has files of stream
+// name: nats-server removes a deleted stream's files after it answered the
+// delete, and a stream of the same name created before they are gone has
+// its files removed under it (nats-server 2.9), so a test that deletes and
+// creates a stream again waits until this is false in between.
+func (s *NATSServer) StreamStored(name string) bool {
+	_, err := os.Stat(filepath.Join(s.dir, "jetstream", "$G", "streams", name))
+	return err == nil
+}
