@@ -6,7 +6,6 @@ import (
 	"fmt"
 	"log/slog"
 	"strings"
-	"sync"
 	"testing"
 	"time"
 
@@ -98,35 +97,8 @@ func BackendTarget(t *testing.T, b brokers.Backend) Target {
 		Broker: b.Broker(),
 		Subscribe: func(t *testing.T, topic string) <-chan *message.Message {
 			t.Helper()
-			sub, err := b.Subscriber(Group, "c"+watermill.NewShortUUID(), brokers.SubscriberOptions{ClaimIdle: 5 * time.Second})
-			if err != nil {
-				t.Fatalf("brokertest: subscriber: %v", err)
-			}
-			ctx, cancel := context.WithCancel(context.Background())
-			out := make(chan *message.Message)
-			var wg sync.WaitGroup
-			for _, bt := range b.Topics(topic) {
-				ch, err := sub.Subscribe(ctx, bt)
-				if err != nil {
-					cancel()
-					t.Fatalf("brokertest: subscribe to %s: %v", bt, err)
-				}
-				wg.Go(func() {
-					for m := range ch {
-						select {
-						case out <- m:
-						case <-ctx.Done():
-							return
-						}
-					}
-				})
-			}
-			t.Cleanup(func() {
-				cancel()
-				_ = sub.Close()
-				wg.Wait()
-			})
-			return out
+			msgs, _ := subscribeBackend(t, b, topic) // closed at the test's end
+			return msgs
 		},
 	}
 }
