@@ -28,12 +28,32 @@ import (
 // the run completes with the end-to-end checks: analytics exact, every
 // event applied once by the counter, one webhook per paid or refunded
 // event.
+//
+// Either of two things makes the run complete: WAIT 1 (nothing the replica
+// lacks was marked), or the broker audit without WAIT (what the failover
+// lost is found missing and published again).
 func TestPipelineOnRedisClusterWithAPrimaryKilled(t *testing.T) {
 	t.Parallel()
+	for _, tc := range []struct {
+		name         string
+		waitReplicas int
+		audit        time.Duration
+	}{
+		{"WAIT 1, audit off", 1, -1},
+		{"no WAIT, audit on", 0, 500 * time.Millisecond},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			t.Parallel()
+			pipelineOnClusterWithAPrimaryKilled(t, tc.waitReplicas, tc.audit)
+		})
+	}
+}
+
+func pipelineOnClusterWithAPrimaryKilled(t *testing.T, waitReplicas int, audit time.Duration) {
 	cluster := outflowtest.StartRedisCluster(t)
 	p := newPipeline(t)
 	p.backend = openBackend(t, brokers.Config{Kind: brokers.Redis, Partitions: 6,
-		Redis: brokers.RedisConfig{URL: cluster.URL, WaitReplicas: 1, WaitTimeout: 200 * time.Millisecond}})
+		Redis: brokers.RedisConfig{URL: cluster.URL, WaitReplicas: waitReplicas, WaitTimeout: 200 * time.Millisecond}})
 	ctx := context.Background()
 	streams := p.backend.Topics(app.PaymentsTopic)
 	primaries := map[int]bool{}
@@ -47,7 +67,8 @@ func TestPipelineOnRedisClusterWithAPrimaryKilled(t *testing.T) {
 	want := p.drive(t, m.ID, 30)
 	reg := prometheus.NewRegistry()
 	f, err := forwarder.New(forwarder.Config{Pool: p.schema.Pool, Broker: p.backend.Broker(), PollInterval: 50 * time.Millisecond,
-		BatchSize: 20, MaxAttempts: 2, OutageBackoffMax: 200 * time.Millisecond, Registerer: reg, Logger: quiet})
+		BatchSize: 20, MaxAttempts: 2, OutageBackoffMax: 200 * time.Millisecond, Registerer: reg, Logger: quiet,
+		AuditInterval: audit})
 	require.NoError(t, err)
 	run(t, f.Run)
 	run(t, p.worker(t, 2*time.Second, counter).Run)
@@ -63,7 +84,7 @@ func TestPipelineOnRedisClusterWithAPrimaryKilled(t *testing.T) {
 	// (those its replica does not have among them) before it dies.
 	broker := redisstreams.BrokerOf(p.backend)
 	cc := cluster.Client()
-	outflowtest.WaitFor(t, 30*time.Second, "every row of the doomed primary's streams written to it", func() bool {
+	outflowtest.WaitFor(t, 90*time.Second, "every row of the doomed primary's streams written to it", func() bool {
 		rows, err := p.schema.Pool.Query(ctx, `SELECT topic, aggregate_id FROM outbox`)
 		require.NoError(t, err)
 		perStream := map[string]int64{}
@@ -101,6 +122,6 @@ func TestPipelineOnRedisClusterWithAPrimaryKilled(t *testing.T) {
 	require.NoError(t, p.schema.Pool.QueryRow(ctx,
 		`SELECT count(*) FROM outbox WHERE attempts > 0 OR parked_at IS NOT NULL`).Scan(&touched))
 	require.Zero(t, touched, "a failover burns no attempt and parks nothing")
-	t.Logf("batches refused (broker unavailable, too few replicas included): %v",
-		metricSum(t, reg, "outflow_forwarder_broker_unavailable_total"))
+	t.Logf("batches refused (broker unavailable, too few replicas included): %v; losses found by the audit: %v",
+		metricSum(t, reg, "outflow_forwarder_broker_unavailable_total"), metricSum(t, reg, "outflow_forwarder_broker_losses_total"))
 }
