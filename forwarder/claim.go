@@ -277,20 +277,45 @@ func (f *Forwarder) publishWaves(ctx context.Context, claimed []row, msgs []Outg
 var errHeld = errors.New("held behind an earlier row of its aggregate")
 
 func (f *Forwarder) message(r row) (*message.Message, error) {
+	return Message(Row{
+		MessageID: r.messageID, AggregateType: r.aggregateType, AggregateID: r.aggregateID,
+		AggregateVersion: r.version, EventType: r.eventType, Payload: r.payload, Metadata: r.metadata,
+		OccurredAt: r.occurredAt,
+	})
+}
+
+// Row is what [Message] reads of an outbox row: its columns as text, the
+// way the claim selects them (payload::text, metadata::text).
+type Row struct {
+	MessageID        string
+	AggregateType    string
+	AggregateID      string
+	AggregateVersion int64
+	EventType        string
+	Payload          string
+	Metadata         string
+	OccurredAt       time.Time
+}
+
+// Message builds the broker message of an outbox row: the message id as
+// its UUID, the row's metadata and envelope as metadata, the payload as it
+// is. The forwarder publishes what it returns; so does a replay (package
+// replay), so a replayed event is byte for byte the one first forwarded.
+func Message(r Row) (*message.Message, error) {
 	md := make(message.Metadata)
-	if r.metadata != "" && r.metadata != "{}" {
-		if err := json.Unmarshal([]byte(r.metadata), &md); err != nil {
+	if r.Metadata != "" && r.Metadata != "{}" {
+		if err := json.Unmarshal([]byte(r.Metadata), &md); err != nil {
 			return nil, fmt.Errorf("metadata is not a JSON object of strings: %w", err)
 		}
 	}
 	env := events.Envelope{
-		MessageID: r.messageID, EventType: r.eventType, AggregateType: r.aggregateType,
-		AggregateID: r.aggregateID, AggregateVersion: r.version, OccurredAt: r.occurredAt,
+		MessageID: r.MessageID, EventType: r.EventType, AggregateType: r.AggregateType,
+		AggregateID: r.AggregateID, AggregateVersion: r.AggregateVersion, OccurredAt: r.OccurredAt,
 	}
 	for k, v := range env.Metadata() {
 		md[k] = v
 	}
-	msg := message.NewMessage(r.messageID, []byte(r.payload))
+	msg := message.NewMessage(r.MessageID, []byte(r.Payload))
 	msg.Metadata = md
 	return msg, nil
 }
