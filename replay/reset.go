@@ -120,8 +120,15 @@ func resetOnce(ctx context.Context, pool *pgxpool.Pool, r Reset, ids []string) (
 			aggregate, outboxAggregate, args = `true`, `true`, args[:2]
 		}
 		b := &pgx.Batch{}
-		b.Queue(`DELETE FROM processed_messages p USING outbox o
-			WHERE p.consumer = $1 AND p.message_id = o.message_id AND o.aggregate_type = $2 AND `+outboxAggregate, args...).Exec(
+		// Published rows through outbox_aggregate_idx, pending ones (a
+		// row the broker lost, waiting to be published again) through
+		// the pending-rows index.
+		b.Queue(`DELETE FROM processed_messages p WHERE p.consumer = $1 AND p.message_id IN (
+				SELECT o.message_id FROM outbox o
+				WHERE o.published_at IS NOT NULL AND o.aggregate_type = $2 AND `+outboxAggregate+`
+				UNION ALL
+				SELECT o.message_id FROM outbox o
+				WHERE o.published_at IS NULL AND o.aggregate_type = $2 AND `+outboxAggregate+`)`, args...).Exec(
 			func(ct pgconn.CommandTag) error { res.Processed = ct.RowsAffected(); return nil })
 		b.Queue(`DELETE FROM dead_letters WHERE consumer = $1 AND aggregate_type = $2 AND `+aggregate+`
 			AND status IN ('retrying', 'dead', 'held')`, args...).Exec(
