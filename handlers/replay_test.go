@@ -6,6 +6,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/ThreeDotsLabs/watermill/message"
 	"github.com/jackc/pgx/v5"
 	"github.com/stretchr/testify/require"
 
@@ -13,6 +14,8 @@ import (
 	"github.com/outflow-dev/outflow/app/paymentevents"
 	"github.com/outflow-dev/outflow/brokers"
 	"github.com/outflow-dev/outflow/consumer"
+	"github.com/outflow-dev/outflow/events"
+	"github.com/outflow-dev/outflow/handlers"
 	"github.com/outflow-dev/outflow/outflowtest"
 	"github.com/outflow-dev/outflow/replay"
 )
@@ -184,6 +187,77 @@ func TestRebuildProjectionByReplay(t *testing.T) {
 	p.requireWebhooks(t)
 }
 
+// The rebuild with the merchant's payments moving meanwhile: one pending
+// payment is paid inside the reset's transaction, and the transaction goes
+// on only once sync-analytics has either applied that event or is waiting
+// for the reset's locks; the others are paid while the replay runs. The
+// reset locks the aggregates against the consumer, so the event applies
+// after the reset, once; without the lock the consumer would apply it
+// before the projection's rows are deleted, and the replay, finding it
+// processed, would not bring it back.
+func TestRebuildWhileTheAggregatesMove(t *testing.T) {
+	t.Parallel()
+	p := newReplayPipeline(t)
+	ctx := context.Background()
+	rows, err := p.schema.Pool.Query(ctx, `SELECT id, status, amount FROM payments WHERE merchant_id = $1`, p.m1.ID)
+	require.NoError(t, err)
+	var ids, pending []string
+	want := p.want1
+	for rows.Next() {
+		var id, status string
+		var amount int64
+		require.NoError(t, rows.Scan(&id, &status, &amount))
+		ids = append(ids, id)
+		if status == string(app.StatusPending) {
+			pending = append(pending, id)
+			want.PaidCount++
+			want.PaidAmount = want.PaidAmount.Add(amount)
+		}
+	}
+	require.NoError(t, rows.Err())
+	require.GreaterOrEqual(t, len(pending), 2)
+
+	_, err = replay.ResetConsumer(ctx, p.schema.Pool, replay.Reset{
+		Consumer: "sync-analytics", AggregateType: paymentevents.AggregateType, AggregateIDs: ids,
+		Also: func(ctx context.Context, tx pgx.Tx) error {
+			var pid int
+			if err := tx.QueryRow(ctx, `SELECT pg_backend_pid()`).Scan(&pid); err != nil {
+				return err
+			}
+			if _, err := p.svc.Pay(ctx, pending[0]); err != nil {
+				return err
+			}
+			outflowtest.WaitFor(t, 30*time.Second, "sync-analytics to apply the payment or wait for the reset", func() bool {
+				var blocked, applied bool
+				require.NoError(t, p.schema.Pool.QueryRow(ctx, `SELECT
+					EXISTS (SELECT 1 FROM pg_stat_activity WHERE $1::int = ANY(pg_blocking_pids(pid))),
+					EXISTS (SELECT 1 FROM processed_messages m JOIN outbox o USING (message_id)
+					        WHERE m.consumer = 'sync-analytics' AND o.aggregate_id = $2 AND o.event_type = $3)`,
+					pid, pending[0], paymentevents.PaidType).Scan(&blocked, &applied))
+				return blocked || applied
+			})
+			_, err := tx.Exec(ctx, `DELETE FROM merchant_stats_daily WHERE merchant_id = $1`, p.m1.ID)
+			return err
+		}})
+	require.NoError(t, err)
+	paid := make(chan error, 1)
+	go func() {
+		for _, id := range pending[1:] {
+			if _, err := p.svc.Pay(ctx, id); err != nil {
+				paid <- err
+				return
+			}
+		}
+		paid <- nil
+	}()
+	p.replayAndWait(t, "sync-analytics", replay.Filter{Topic: app.PaymentsTopic,
+		AggregateType: paymentevents.AggregateType, AggregateIDs: ids})
+	require.NoError(t, <-paid)
+	outflowtest.WaitFor(t, 30*time.Second, "the projection to match the payments", func() bool { return p.stats(t, p.m1.ID) == want })
+	require.Equal(t, p.want2, p.stats(t, p.m2.ID))
+	p.requireWebhooks(t)
+}
+
 // Rebuilding from scratch: every aggregate, the whole projection.
 func TestRebuildWholeProjectionByReplay(t *testing.T) {
 	t.Parallel()
@@ -262,4 +336,97 @@ func (p *replayPipeline) requireWebhooks(t *testing.T) {
 		return true
 	})
 	both().requireWebhooks(t, p.pipeline)
+}
+
+// The reset locks the aggregates the consumer has no version of yet too:
+// a payment created while its events are held back from sync-analytics
+// (by a middleware of the test) is released inside the reset's
+// transaction; the consumer must wait for the reset, then apply its events
+// once. Without that lock it would apply them before the projection's rows
+// are deleted, and the replay, finding them processed, would not bring
+// them back: the merchant's projection would be short of that payment.
+func TestResetLocksAggregatesTheConsumerHasNotSeen(t *testing.T) {
+	t.Parallel()
+	p := &replayPipeline{pipeline: newPipeline(t)}
+	p.backend = openBackend(t, brokers.Config{Kind: brokers.Redis, Partitions: 2,
+		Redis: brokers.RedisConfig{URL: outflowtest.RedisURL(), StreamPrefix: p.prefix}})
+	p.redisStreamFor = func(name string) string { return consumer.ReplayBrokerTopic(p.backend, name) }
+	ctx := context.Background()
+	m, err := p.svc.CreateMerchant(ctx, app.NewMerchant{Name: "Shop", WebhookURL: "https://shop.example/h"})
+	require.NoError(t, err)
+	want := p.drive(t, m.ID, 10)
+	rows, err := p.schema.Pool.Query(ctx, `SELECT id FROM payments WHERE merchant_id = $1`, m.ID)
+	require.NoError(t, err)
+	ids, err := pgx.CollectRows(rows, pgx.RowTo[string])
+	require.NoError(t, err)
+	known := map[string]bool{}
+	for _, id := range ids {
+		known[id] = true
+	}
+
+	// Events of payments created from now on wait at the gate.
+	release, arrived := make(chan struct{}), make(chan struct{}, 1)
+	h := handlers.SyncAnalytics()
+	h.Middleware = []message.HandlerMiddleware{func(next message.HandlerFunc) message.HandlerFunc {
+		return func(msg *message.Message) ([]*message.Message, error) {
+			if !known[msg.Metadata.Get(events.AggregateIDKey)] {
+				select {
+				case arrived <- struct{}{}:
+				default:
+				}
+				<-release
+			}
+			return next(msg)
+		}
+	}}
+	reg := events.NewRegistry()
+	require.NoError(t, paymentevents.Register(reg))
+	w, err := consumer.NewWorker(consumer.WorkerConfig{Pool: p.schema.Pool, Broker: p.backend, Registry: reg, Logger: quiet,
+		ClaimIdle: 5 * time.Second})
+	require.NoError(t, err)
+	require.NoError(t, w.Add(h))
+	p.runForwarder(t, 0)
+	released := false
+	t.Cleanup(func() {
+		if !released {
+			close(release)
+		}
+	})
+	run(t, w.Run)
+	outflowtest.WaitFor(t, 30*time.Second, "the projection to match the payments", func() bool { return p.stats(t, m.ID) == want })
+
+	x, err := p.svc.CreatePayment(ctx, app.NewPayment{MerchantID: m.ID, Amount: 777, Currency: "EUR"})
+	require.NoError(t, err)
+	_, err = p.svc.Pay(ctx, x.ID)
+	require.NoError(t, err)
+	want.PaidCount++
+	want.PaidAmount = want.PaidAmount.Add(777)
+	<-arrived
+	ids = append(ids, x.ID)
+
+	_, err = replay.ResetConsumer(ctx, p.schema.Pool, replay.Reset{
+		Consumer: "sync-analytics", AggregateType: paymentevents.AggregateType, AggregateIDs: ids,
+		Also: func(ctx context.Context, tx pgx.Tx) error {
+			var pid int
+			if err := tx.QueryRow(ctx, `SELECT pg_backend_pid()`).Scan(&pid); err != nil {
+				return err
+			}
+			released = true
+			close(release)
+			outflowtest.WaitFor(t, 30*time.Second, "sync-analytics to apply the payment or wait for the reset", func() bool {
+				var blocked, applied bool
+				require.NoError(t, p.schema.Pool.QueryRow(ctx, `SELECT
+					EXISTS (SELECT 1 FROM pg_stat_activity WHERE $1::int = ANY(pg_blocking_pids(pid))),
+					EXISTS (SELECT 1 FROM processed_messages m JOIN outbox o USING (message_id)
+					        WHERE m.consumer = 'sync-analytics' AND o.aggregate_id = $2 AND o.event_type = $3)`,
+					pid, x.ID, paymentevents.PaidType).Scan(&blocked, &applied))
+				return blocked || applied
+			})
+			_, err := tx.Exec(ctx, `DELETE FROM merchant_stats_daily WHERE merchant_id = $1`, m.ID)
+			return err
+		}})
+	require.NoError(t, err)
+	p.replayAndWait(t, "sync-analytics", replay.Filter{Topic: app.PaymentsTopic,
+		AggregateType: paymentevents.AggregateType, AggregateIDs: ids})
+	outflowtest.WaitFor(t, 30*time.Second, "the projection to match the payments", func() bool { return p.stats(t, m.ID) == want })
 }
