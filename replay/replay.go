@@ -100,7 +100,8 @@ type Options struct {
 // broker acknowledged. It stops at the first message the broker refuses
 // (an error wrapping ErrPublish, and forwarder.ErrBrokerUnavailable when it
 // is the broker's state): running the same replay again is safe, the
-// consumer skips what it already handled.
+// consumer skips what it already handled. Set f.Topic to the consumer's
+// topic: a consumer is not meant to receive another topic's events.
 func Publish(ctx context.Context, pool *pgxpool.Pool, broker forwarder.Broker, consumerName string, f Filter, opts Options) (int64, error) {
 	if consumerName == "" {
 		return 0, errors.New("replay: the consumer name is required")
