@@ -198,6 +198,13 @@ idempotency: what it already handled is skipped, so a replay re-applies an event
 				return err
 			}
 			defer backend.Close()
+			// Nothing trims a replay topic but this: what earlier replays
+			// left and the consumer acknowledged goes now (Redis streams).
+			if tt, ok := backend.(brokers.TopicTrimmer); ok {
+				if _, err := tt.TrimTopic(ctx, consumer.ReplayTopic(target.Name)); err != nil {
+					logger.Warn("trim the replay topic", "topic", consumer.ReplayTopic(target.Name), "error", err.Error())
+				}
+			}
 			published, err := replay.Publish(ctx, pool, backend.Broker(), target.Name, f, replay.Options{BatchSize: batchSize})
 			fmt.Fprintf(out, "published %d of %d row(s) to %s\n", published, n, consumer.ReplayBrokerTopic(backend, target.Name))
 			if err != nil {
