@@ -50,6 +50,19 @@
 // A handler's Committed callback runs after its message's transaction
 // committed: the place to wake in-process work that reads what it wrote.
 //
+// Each handler also reads its replay topic, consumer.ReplayTopic(Name)
+// ("outflow.replay.<name>"), with the same subscriber, consumer group and
+// middleware chain as its topic: that is where `outflow replay` (package
+// replay) re-delivers retained outbox rows to this handler alone. A
+// replayed message is deduplicated and ordered by version like any other,
+// so it applies only what the handler has not handled (or was made to
+// forget by a consumer reset). A replay is keyed on [ReplayKey], so on a
+// partitioned backend it lands on one partition: the cost is one more
+// subscription per handler, on Redis one more blocking XREADGROUP loop
+// (watermill router handler "<name>@<broker topic>"). Handler.NoReplay
+// turns it off. Groups lists the replay topic too, for RabbitMQ to declare
+// its queue before the first replay.
+//
 // WorkerConfig.Registerer gets every handler's idempotency counters and two
 // gauges, sampled every LagInterval from a broker that reports lag
 // (brokers.LagReporter: every built-in backend; see each one's package for

@@ -55,6 +55,12 @@ type Handler struct {
 	// message parked for retry; messages applied later by the retry loop
 	// do not call it. It must not block.
 	Committed func()
+	// NoReplay turns off the handler's replay subscription (see the package
+	// doc): it then reads Topic only, and `outflow replay` to it delivers
+	// nothing. For a handler on a broker where one more topic per consumer
+	// group costs (a Kafka topic, a polled sql table), or whose effects an
+	// operator must never re-drive.
+	NoReplay bool
 	// Middleware wraps this handler only, inside WorkerConfig.Middleware
 	// and, like it, outside the idempotency middleware (see the package
 	// doc for the order).
@@ -410,7 +416,7 @@ func (w *Worker) attach(ctx context.Context, router *message.Router, mw []messag
 	// adding any.
 	taken := router.Handlers()
 	for _, h := range w.handlers {
-		for _, stream := range backend.Topics(h.Topic) {
+		for _, stream := range w.streams(backend, h) {
 			if _, ok := taken[h.Name+"@"+stream]; ok {
 				return nil, fmt.Errorf("handler %q: the router has a handler named %q already", h.Name, h.Name+"@"+stream)
 			}
@@ -434,7 +440,7 @@ func (w *Worker) attach(ctx context.Context, router *message.Router, mw []messag
 			return nil, fmt.Errorf("handler %q: subscribe: %w", h.Name, err)
 		}
 		a.closers = append(a.closers, sub.Close)
-		for _, stream := range backend.Topics(h.Topic) {
+		for _, stream := range w.streams(backend, h) {
 			wh := router.AddConsumerHandler(h.Name+"@"+stream, stream, sub, func(msg *message.Message) error {
 				_, err := fn(msg)
 				if err == nil && h.Committed != nil && listed(h, msg) {
@@ -457,6 +463,18 @@ func (w *Worker) attach(ctx context.Context, router *message.Router, mw []messag
 		a.wg.Go(func() { w.sampleLag(ctx, lr, g) })
 	}
 	return a, nil
+}
+
+// streams lists the broker topics h reads: its topic's partitions, then
+// its replay topic (one broker topic), unless NoReplay. Same subscriber,
+// group and middleware chain for all: a replayed message is deduplicated
+// and ordered by version like any other.
+func (w *Worker) streams(b brokers.Backend, h Handler) []string {
+	streams := b.Topics(h.Topic)
+	if !h.NoReplay {
+		streams = append(streams, ReplayBrokerTopic(b, h.Name))
+	}
+	return streams
 }
 
 // handlerFunc decodes the event and calls h.Func with the middleware's

@@ -2,7 +2,6 @@ package forwarder
 
 import (
 	"context"
-	"encoding/json"
 	"errors"
 	"fmt"
 	"strconv"
@@ -11,7 +10,6 @@ import (
 	"github.com/ThreeDotsLabs/watermill/message"
 	"github.com/jackc/pgx/v5"
 
-	"github.com/outflow-dev/outflow/events"
 	"github.com/outflow-dev/outflow/internal/backoff"
 )
 
@@ -278,22 +276,11 @@ func (f *Forwarder) publishWaves(ctx context.Context, claimed []row, msgs []Outg
 var errHeld = errors.New("held behind an earlier row of its aggregate")
 
 func (f *Forwarder) message(r row) (*message.Message, error) {
-	md := make(message.Metadata)
-	if r.metadata != "" && r.metadata != "{}" {
-		if err := json.Unmarshal([]byte(r.metadata), &md); err != nil {
-			return nil, fmt.Errorf("metadata is not a JSON object of strings: %w", err)
-		}
-	}
-	env := events.Envelope{
-		MessageID: r.messageID, EventType: r.eventType, AggregateType: r.aggregateType,
-		AggregateID: r.aggregateID, AggregateVersion: r.version, OccurredAt: r.occurredAt,
-	}
-	for k, v := range env.Metadata() {
-		md[k] = v
-	}
-	msg := message.NewMessage(r.messageID, []byte(r.payload))
-	msg.Metadata = md
-	return msg, nil
+	return Message(Row{
+		MessageID: r.messageID, AggregateType: r.aggregateType, AggregateID: r.aggregateID,
+		AggregateVersion: r.version, EventType: r.eventType, Payload: r.payload, Metadata: r.metadata,
+		OccurredAt: r.occurredAt,
+	})
 }
 
 type marks struct {

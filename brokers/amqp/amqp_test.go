@@ -192,7 +192,7 @@ func TestWorkerGroupsMakeAUserTopicRoutable(t *testing.T) {
 	require.NoError(t, err)
 	require.NoError(t, w.Add(consumer.Handler{Name: "ship-order", Topic: "orders",
 		Func: func(context.Context, pgx.Tx, events.Event) error { return nil }}))
-	require.Equal(t, map[string][]string{"orders": {"ship-order"}}, w.Groups())
+	require.Equal(t, map[string][]string{"orders": {"ship-order"}, consumer.ReplayTopic("ship-order"): {"ship-order"}}, w.Groups())
 
 	none, err := brokers.Open(context.Background(), brokers.Config{Kind: brokers.AMQP, Logger: amqpQuiet,
 		AMQP: brokers.AMQPConfig{URL: outflowtest.AMQPURL(), Prefix: outflowtest.AMQPPrefix(t, 1, map[string][]string{"orders": nil, "payments": nil})}})

@@ -12,9 +12,16 @@ import (
 // its worker runs, plus --amqp-groups; the backend adds none of its own.
 func TestBrokerConfigDeclaresTheWorkersHandlers(t *testing.T) {
 	cfg := brokerConfig(config.Config{Broker: "amqp", AMQPGroups: map[string][]string{"refunds": {"ledger"}, "payments": {"audit", "sync-analytics"}}}, 1, nil)
+	// Each handler's replay topic too (consumer.ReplayTopic).
 	require.Equal(t, map[string][]string{
-		"payments": {"audit", "sync-analytics", "notify-merchant"},
-		"refunds":  {"ledger"},
+		"payments":                       {"audit", "sync-analytics", "notify-merchant"},
+		"refunds":                        {"ledger"},
+		"outflow.replay.sync-analytics":  {"sync-analytics"},
+		"outflow.replay.notify-merchant": {"notify-merchant"},
 	}, cfg.AMQP.Groups)
-	require.Equal(t, map[string][]string{"payments": {"sync-analytics", "notify-merchant"}}, brokerConfig(config.Config{}, 1, nil).AMQP.Groups)
+	require.Equal(t, map[string][]string{
+		"payments":                       {"sync-analytics", "notify-merchant"},
+		"outflow.replay.sync-analytics":  {"sync-analytics"},
+		"outflow.replay.notify-merchant": {"notify-merchant"},
+	}, brokerConfig(config.Config{}, 1, nil).AMQP.Groups)
 }

@@ -50,6 +50,8 @@ same transaction, and forwards committed events to a broker: never lost, never a
 		newDLQCmd(e),
 		newStatsCmd(e),
 		newOutboxCmd(e),
+		newReplayCmd(e),
+		newConsumerCmd(e),
 		newDemoCmd(e),
 		newAPIKeyCmd(e),
 		newWebhookSecretsCmd(e),

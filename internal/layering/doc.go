@@ -1,6 +1,6 @@
 // Package layering holds the test that keeps the framework apart from the
 // reference application: no framework package (events, events/outbox,
-// forwarder, consumer, idempotency, migrations, outflowtest, the brokers and
+// forwarder, consumer, idempotency, migrations, outflowtest, replay, the brokers and
 // every package under them), nor its tests, may reach the reference
 // payments service (app, handlers) or the outflow binaries' code (cmd,
 // internal/cli, internal/demo, internal/bench). A user who imports the

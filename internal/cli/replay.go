@@ -1,0 +1,310 @@
+package cli
+
+import (
+	"bufio"
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"os"
+	"slices"
+	"strings"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgxpool"
+	"github.com/spf13/cobra"
+
+	"github.com/outflow-dev/outflow/brokers"
+	"github.com/outflow-dev/outflow/consumer"
+	"github.com/outflow-dev/outflow/handlers"
+	"github.com/outflow-dev/outflow/replay"
+)
+
+// replayTarget finds the consumer a replay or reset names among the
+// handlers `outflow worker` runs.
+func replayTarget(name string) (consumer.Handler, error) {
+	hs := referenceHandlers(nil, handlers.NotifyConfig{})
+	var names []string
+	for _, h := range hs {
+		if h.Name == name {
+			if h.NoReplay {
+				return h, fmt.Errorf("invalid --consumer: %q does not read a replay topic (NoReplay)", name)
+			}
+			return h, nil
+		}
+		names = append(names, h.Name)
+	}
+	if name == "" {
+		return consumer.Handler{}, fmt.Errorf("invalid --consumer: required (one of %s)", strings.Join(names, ", "))
+	}
+	return consumer.Handler{}, fmt.Errorf("invalid --consumer: no consumer %q (known: %s)", name, strings.Join(names, ", "))
+}
+
+// aggregateFlags are the aggregate choice shared by replay and reset.
+type aggregateFlags struct {
+	aggregateType string
+	ids           []string
+	idsFrom       string
+}
+
+func (a *aggregateFlags) register(cmd *cobra.Command) {
+	cmd.Flags().StringVar(&a.aggregateType, "aggregate-type", "", "the aggregates' type")
+	cmd.Flags().StringArrayVar(&a.ids, "aggregate-id", nil, "an aggregate id (repeat the flag for more)")
+	cmd.Flags().StringVar(&a.idsFrom, "aggregate-ids-from", "", "a file of aggregate ids, one per line ('-': standard input)")
+}
+
+// load reads --aggregate-ids-from into ids and checks the pair.
+func (a *aggregateFlags) load(stdin io.Reader) error {
+	if a.idsFrom != "" {
+		r := stdin
+		if a.idsFrom != "-" {
+			f, err := os.Open(a.idsFrom)
+			if err != nil {
+				return fmt.Errorf("invalid --aggregate-ids-from: %w", err)
+			}
+			defer f.Close()
+			r = f
+		}
+		sc := bufio.NewScanner(r)
+		for sc.Scan() {
+			if id := strings.TrimSpace(sc.Text()); id != "" {
+				a.ids = append(a.ids, id)
+			}
+		}
+		if err := sc.Err(); err != nil {
+			return fmt.Errorf("invalid --aggregate-ids-from: %w", err)
+		}
+		if len(a.ids) == 0 {
+			return fmt.Errorf("invalid --aggregate-ids-from: %s holds no aggregate id", a.idsFrom)
+		}
+	}
+	if slices.ContainsFunc(a.ids, func(id string) bool { return strings.TrimSpace(id) == "" }) {
+		return errors.New("invalid --aggregate-id: empty")
+	}
+	if len(a.ids) > 0 && a.aggregateType == "" {
+		return errors.New("invalid --aggregate-id: needs --aggregate-type")
+	}
+	return nil
+}
+
+// confirm asks on a terminal; elsewhere it returns ok=false and the caller
+// decides.
+func confirm(cmd *cobra.Command, question string) (answered, yes bool) {
+	f, ok := cmd.InOrStdin().(*os.File)
+	if !ok || !isTerminal(f) {
+		return false, false
+	}
+	fmt.Fprintf(cmd.OutOrStdout(), "%s [y/N] ", question)
+	line, _ := bufio.NewReader(f).ReadString('\n')
+	a := strings.ToLower(strings.TrimSpace(line))
+	return true, a == "y" || a == "yes"
+}
+
+func parseTime(flag, v string) (time.Time, error) {
+	if v == "" {
+		return time.Time{}, nil
+	}
+	t, err := time.Parse(time.RFC3339, v)
+	if err != nil {
+		return time.Time{}, fmt.Errorf("invalid --%s: %q is not an RFC 3339 time (2026-01-02T15:04:05Z)", flag, v)
+	}
+	return t, nil
+}
+
+func newReplayCmd(e *env) *cobra.Command {
+	var (
+		name, since, until string
+		agg                aggregateFlags
+		eventTypes         []string
+		all, dryRun, yes   bool
+		partitions         int
+		batchSize          int
+		target             consumer.Handler
+		f                  replay.Filter
+	)
+	cmd := &cobra.Command{
+		Use:   "replay",
+		Short: "Re-deliver retained outbox rows to one consumer (others untouched; what it handled is skipped)",
+		Long: `Publishes the retained, published outbox rows the filters choose, in id order, to the consumer's
+replay topic (outflow.replay.<consumer>), which only that consumer's group reads, through its
+idempotency: what it already handled is skipped, so a replay re-applies an event only after
+'outflow consumer reset' made the consumer forget it. See docs/replay.md.`,
+		Args: cobra.NoArgs,
+		RunE: e.withPool(func() error {
+			var err error
+			if target, err = replayTarget(name); err != nil {
+				return err
+			}
+			if err := agg.load(os.Stdin); err != nil {
+				return err
+			}
+			if slices.Contains(eventTypes, "") {
+				return errors.New("invalid --event-type: empty")
+			}
+			if partitions < 1 || partitions > 1024 {
+				return errors.New("invalid --stream-partitions: must be between 1 and 1024")
+			}
+			if batchSize < 1 || batchSize > 10000 {
+				return errors.New("invalid --batch-size: must be between 1 and 10000")
+			}
+			f = replay.Filter{AggregateType: agg.aggregateType, AggregateIDs: agg.ids, EventTypes: eventTypes}
+			if f.Since, err = parseTime("since", since); err != nil {
+				return err
+			}
+			if f.Until, err = parseTime("until", until); err != nil {
+				return err
+			}
+			if !f.Since.IsZero() && !f.Until.IsZero() && !f.Since.Before(f.Until) {
+				return errors.New("invalid --since/--until: --since must be before --until")
+			}
+			chosen := f.Validate() == nil // without Topic: did the operator choose anything?
+			switch {
+			case !chosen && !all:
+				return errors.New("invalid flags: choose rows with --aggregate-type, --aggregate-id, --event-type, --since or --until, or give --all to replay every retained row")
+			case chosen && all:
+				return errors.New("invalid --all: it excludes the other filters")
+			}
+			// The consumer reads its topic only: rows of other topics are not
+			// its events.
+			f.Topic = target.Topic
+			return nil
+		}, func(cmd *cobra.Command, pool *pgxpool.Pool) error {
+			ctx := cmd.Context()
+			out := cmd.OutOrStdout()
+			n, err := replay.Count(ctx, pool, f)
+			if err != nil {
+				return err
+			}
+			fmt.Fprintf(out, "%d outbox row(s) chosen for %s (%s)\n", n, target.Name, f)
+			if dryRun || n == 0 {
+				if dryRun {
+					fmt.Fprintln(out, "dry run: nothing published")
+				}
+				return nil
+			}
+			if !yes {
+				if answered, ok := confirm(cmd, fmt.Sprintf("Replay %d row(s) to %s?", n, target.Name)); answered && !ok {
+					fmt.Fprintln(out, "nothing published")
+					return nil
+				}
+			}
+			cfg, logger, err := e.load()
+			if err != nil {
+				return err
+			}
+			backend, err := brokers.Open(ctx, brokerConfig(cfg, partitions, logger))
+			if err != nil {
+				return err
+			}
+			defer backend.Close()
+			// Nothing trims a replay topic but this: what earlier replays
+			// left and the consumer acknowledged goes now (Redis streams).
+			if tt, ok := backend.(brokers.TopicTrimmer); ok {
+				if _, err := tt.TrimTopic(ctx, consumer.ReplayTopic(target.Name)); err != nil {
+					logger.Warn("trim the replay topic", "topic", consumer.ReplayTopic(target.Name), "error", err.Error())
+				}
+			}
+			published, err := replay.Publish(ctx, pool, backend.Broker(), target.Name, f, replay.Options{BatchSize: batchSize})
+			fmt.Fprintf(out, "published %d of %d row(s) to %s\n", published, n, consumer.ReplayBrokerTopic(backend, target.Name))
+			if err != nil {
+				return fmt.Errorf("%w (running the same replay again is safe: the consumer skips what it handled)", err)
+			}
+			return nil
+		}),
+	}
+	cmd.Flags().StringVar(&name, "consumer", "", "the consumer to replay to")
+	agg.register(cmd)
+	cmd.Flags().StringArrayVar(&eventTypes, "event-type", nil, "an event type (repeat the flag for more)")
+	cmd.Flags().StringVar(&since, "since", "", "events that occurred at or after this time (RFC 3339)")
+	cmd.Flags().StringVar(&until, "until", "", "events that occurred before this time (RFC 3339)")
+	cmd.Flags().BoolVar(&all, "all", false, "replay every retained row of the consumer's topic (no other filter)")
+	cmd.Flags().BoolVar(&dryRun, "dry-run", false, "count the rows, publish nothing")
+	cmd.Flags().BoolVar(&yes, "yes", false, "do not ask for confirmation")
+	cmd.Flags().IntVar(&partitions, "stream-partitions", 1, "streams per topic (the forwarder's and the workers' value)")
+	cmd.Flags().IntVar(&batchSize, "batch-size", replay.DefaultBatchSize, "rows per read and per publish")
+	return cmd
+}
+
+func newConsumerCmd(e *env) *cobra.Command {
+	cmd := &cobra.Command{
+		Use:   "consumer",
+		Short: "Manage a consumer's bookkeeping",
+	}
+	var (
+		name, projectionSQL string
+		agg                 aggregateFlags
+		allAggregates, yes  bool
+		target              consumer.Handler
+	)
+	reset := &cobra.Command{
+		Use:   "reset",
+		Short: "Make one consumer forget aggregates (processed messages, versions, open dead letters), for a replay",
+		Long: `Deletes, in one transaction, the consumer's processed_messages rows of the aggregates' retained
+outbox rows, its aggregate versions and its open dead letters of them; --projection-sql runs in
+the same transaction, after the aggregates are locked against the consumer: delete the
+projection's own rows there. Then 'outflow replay' applies their events again. See docs/replay.md.`,
+		Args: cobra.NoArgs,
+		RunE: e.withPool(func() error {
+			var err error
+			if target, err = replayTarget(name); err != nil {
+				return err
+			}
+			if err := agg.load(os.Stdin); err != nil {
+				return err
+			}
+			switch {
+			case agg.aggregateType == "":
+				return errors.New("invalid --aggregate-type: required")
+			case allAggregates && len(agg.ids) > 0:
+				return errors.New("invalid --all-aggregates: give --aggregate-id or --all-aggregates, not both")
+			case !allAggregates && len(agg.ids) == 0:
+				return errors.New("invalid flags: give --aggregate-id (or --aggregate-ids-from) or --all-aggregates")
+			}
+			return nil
+		}, func(cmd *cobra.Command, pool *pgxpool.Pool) error {
+			out := cmd.OutOrStdout()
+			what := fmt.Sprintf("%d aggregate(s) of type %s", len(agg.ids), agg.aggregateType)
+			if allAggregates {
+				what = "every aggregate of type " + agg.aggregateType
+			}
+			if !yes {
+				answered, ok := confirm(cmd, fmt.Sprintf("Make %s forget %s?", target.Name, what))
+				switch {
+				case !answered:
+					return errors.New("invalid flags: not on a terminal: give --yes to reset")
+				case !ok:
+					fmt.Fprintln(out, "nothing changed")
+					return nil
+				}
+			}
+			r := replay.Reset{Consumer: target.Name, AggregateType: agg.aggregateType, AggregateIDs: agg.ids,
+				AllAggregates: allAggregates}
+			var projected int64
+			if projectionSQL != "" {
+				r.Also = func(ctx context.Context, tx pgx.Tx) error {
+					ct, err := tx.Exec(ctx, projectionSQL, pgx.QueryExecModeSimpleProtocol)
+					projected = ct.RowsAffected()
+					return err
+				}
+			}
+			res, err := replay.ResetConsumer(cmd.Context(), pool, r)
+			if err != nil {
+				return err
+			}
+			fmt.Fprintf(out, "%s forgot %s: %d processed message(s), %d aggregate version(s), %d open dead letter(s)\n",
+				target.Name, what, res.Processed, res.Versions, res.DeadLetters)
+			if projectionSQL != "" {
+				fmt.Fprintf(out, "--projection-sql: %d row(s)\n", projected)
+			}
+			return nil
+		}),
+	}
+	reset.Flags().StringVar(&name, "consumer", "", "the consumer to reset")
+	agg.register(reset)
+	reset.Flags().BoolVar(&allAggregates, "all-aggregates", false, "every aggregate of --aggregate-type (pauses every consumer's bookkeeping while it runs)")
+	reset.Flags().StringVar(&projectionSQL, "projection-sql", "", "SQL run in the reset's transaction: delete the projection's rows of these aggregates")
+	reset.Flags().BoolVar(&yes, "yes", false, "do not ask for confirmation")
+	cmd.AddCommand(reset)
+	return cmd
+}

@@ -1,0 +1,150 @@
+package replay_test
+
+import (
+	"context"
+	"fmt"
+	"strings"
+	"testing"
+
+	"github.com/jackc/pgx/v5"
+	"github.com/stretchr/testify/require"
+
+	"github.com/outflow-dev/outflow/outflowtest"
+	"github.com/outflow-dev/outflow/replay"
+)
+
+// seed writes n published rows of aggregate type "a", ids a0..a9, and one
+// pending row.
+func seed(t *testing.T, s *outflowtest.Schema, n int) {
+	t.Helper()
+	_, err := s.Pool.Exec(context.Background(), `
+		INSERT INTO outbox (message_id, topic, aggregate_type, aggregate_id, aggregate_version, event_type, payload, occurred_at, published_at)
+		SELECT gen_random_uuid(), 't', 'a', 'a' || (i % 10), i / 10 + 1, 'e', jsonb_build_object('i', i), now(), now()
+		FROM generate_series(0, $1 - 1) i`, n)
+	require.NoError(t, err)
+	_, err = s.Pool.Exec(context.Background(), `
+		INSERT INTO outbox (message_id, topic, aggregate_type, aggregate_id, aggregate_version, event_type, payload, occurred_at)
+		VALUES (gen_random_uuid(), 't', 'a', 'a1', 1000, 'e', '{}', now())`)
+	require.NoError(t, err)
+}
+
+// Select pages through the chosen published rows in id order, each once.
+func TestSelectPagesInIDOrder(t *testing.T) {
+	t.Parallel()
+	s := outflowtest.NewSchema(t)
+	seed(t, s, 95)
+	ctx := context.Background()
+	f := replay.Filter{AggregateType: "a", AggregateIDs: []string{"a1", "a3"}}
+	n, err := replay.Count(ctx, s.Pool, f)
+	require.NoError(t, err)
+	require.EqualValues(t, 20, n, "10 published rows each, not the pending one")
+	var ids []int64
+	var batches int
+	require.NoError(t, replay.Select(ctx, s.Pool, f, 4, func(rows []replay.Row) error {
+		batches++
+		for _, r := range rows {
+			require.Contains(t, []string{"a1", "a3"}, r.AggregateID)
+			require.NotEmpty(t, r.Payload)
+			ids = append(ids, r.ID)
+		}
+		return nil
+	}))
+	require.Len(t, ids, 20)
+	require.IsIncreasing(t, ids)
+	require.Equal(t, 5, batches)
+	_, err = replay.Count(ctx, s.Pool, replay.Filter{})
+	require.ErrorIs(t, err, replay.ErrEmptyFilter)
+}
+
+// The aggregate filters are served by outbox_aggregate_idx (and the
+// pending-rows index for the reset's pending rows): with sequential scans
+// priced out, the plans of Select and of the reset's deletes name the
+// indexes, so they never read the whole outbox.
+func TestAggregateQueriesUseTheIndex(t *testing.T) {
+	t.Parallel()
+	s := outflowtest.NewSchema(t)
+	seed(t, s, 50)
+	ctx := context.Background()
+	explain := func(q string, args ...any) string {
+		var plan []string
+		err := pgx.BeginFunc(ctx, s.Pool, func(tx pgx.Tx) error {
+			if _, err := tx.Exec(ctx, `SET LOCAL enable_seqscan = off`); err != nil {
+				return err
+			}
+			rows, err := tx.Query(ctx, `EXPLAIN `+q, args...)
+			if err != nil {
+				return err
+			}
+			plan, err = pgx.CollectRows(rows, pgx.RowTo[string])
+			return err
+		})
+		require.NoError(t, err)
+		return strings.Join(plan, "\n")
+	}
+	ids := []string{"a1", "a2"}
+	sel := explain(`SELECT o.id FROM outbox o WHERE o.id > $1 AND o.published_at IS NOT NULL AND o.topic = $2
+		AND o.aggregate_type = $3 AND o.aggregate_id = ANY($4::text[]) ORDER BY o.id LIMIT 10`, 0, "t", "a", ids)
+	require.Contains(t, sel, "outbox_aggregate_idx", sel)
+	del := explain(`DELETE FROM processed_messages p WHERE p.consumer = $1 AND p.message_id IN (
+		SELECT o.message_id FROM outbox o WHERE o.published_at IS NOT NULL AND o.aggregate_type = $2 AND o.aggregate_id = ANY($3::text[])
+		UNION ALL
+		SELECT o.message_id FROM outbox o WHERE o.published_at IS NULL AND o.aggregate_type = $2 AND o.aggregate_id = ANY($3::text[]))`,
+		"c", "a", ids)
+	require.Contains(t, del, "outbox_aggregate_idx", del)
+	require.Contains(t, del, "outbox_pending_idx", del)
+	require.NotContains(t, sel+del, "Seq Scan on outbox", fmt.Sprint(sel, "\n", del))
+}
+
+// ResetConsumer forgets one consumer's state of the chosen aggregates,
+// pending rows' processed messages included, and nothing else; Also runs
+// in its transaction, and its failure undoes the reset.
+func TestResetConsumer(t *testing.T) {
+	t.Parallel()
+	s := outflowtest.NewSchema(t)
+	seed(t, s, 30)
+	ctx := context.Background()
+	_, err := s.Pool.Exec(ctx, `
+		INSERT INTO processed_messages (message_id, consumer) SELECT message_id, c FROM outbox, unnest(ARRAY['c1', 'c2']) c;
+		INSERT INTO consumer_aggregate_versions (consumer, aggregate_type, aggregate_id, version)
+		SELECT c, 'a', 'a' || i, 3 FROM unnest(ARRAY['c1', 'c2']) c, generate_series(0, 9) i;
+		INSERT INTO dead_letters (consumer, message_id, event_type, aggregate_type, aggregate_id, aggregate_version, payload, metadata, status, reason)
+		SELECT c, gen_random_uuid(), 'e', 'a', 'a1', 4, '', '{}', st, 'x'
+		FROM unnest(ARRAY['c1', 'c2']) c, unnest(ARRAY['dead', 'held', 'resolved']) st`)
+	require.NoError(t, err)
+	count := func(q string) (n int) {
+		require.NoError(t, s.Pool.QueryRow(ctx, q).Scan(&n))
+		return n
+	}
+	state := func() string {
+		return fmt.Sprint(count(`SELECT count(*) FROM processed_messages WHERE consumer = 'c1'`),
+			count(`SELECT count(*) FROM processed_messages WHERE consumer = 'c2'`),
+			count(`SELECT count(*) FROM consumer_aggregate_versions WHERE consumer = 'c1'`),
+			count(`SELECT count(*) FROM consumer_aggregate_versions WHERE consumer = 'c2'`),
+			count(`SELECT count(*) FROM dead_letters WHERE consumer = 'c1'`),
+			count(`SELECT count(*) FROM dead_letters WHERE consumer = 'c2'`))
+	}
+	require.Equal(t, "31 31 10 10 3 3", state())
+
+	_, err = replay.ResetConsumer(ctx, s.Pool, replay.Reset{Consumer: "c1", AggregateType: "a", AggregateIDs: []string{"a1", "a2"},
+		Also: func(context.Context, pgx.Tx) error { return fmt.Errorf("projection busy") }})
+	require.ErrorContains(t, err, "projection busy")
+	require.Equal(t, "31 31 10 10 3 3", state(), "a failed Also undoes the reset")
+
+	var also int
+	res, err := replay.ResetConsumer(ctx, s.Pool, replay.Reset{Consumer: "c1", AggregateType: "a",
+		AggregateIDs: []string{"a2", "a1", "a1", "new"},
+		Also: func(ctx context.Context, tx pgx.Tx) error {
+			// The consumer's rows are gone in the transaction Also runs in.
+			return tx.QueryRow(ctx, `SELECT count(*) FROM consumer_aggregate_versions WHERE consumer = 'c1'`).Scan(&also)
+		}})
+	require.NoError(t, err)
+	require.Equal(t, replay.ResetResult{Processed: 7, Versions: 2, DeadLetters: 2}, res,
+		"a1: 3 published and the pending row, a2: 3; the placeholder of the unseen aggregate is not counted")
+	require.Equal(t, 8, also)
+	require.Equal(t, "24 31 8 10 1 3", state(), "c2 untouched; c1's resolved dead letter kept")
+
+	res, err = replay.ResetConsumer(ctx, s.Pool, replay.Reset{Consumer: "c2", AggregateType: "a", AllAggregates: true})
+	require.NoError(t, err)
+	require.Equal(t, replay.ResetResult{Processed: 31, Versions: 10, DeadLetters: 2}, res)
+	require.Equal(t, "24 0 8 0 1 1", state())
+}
