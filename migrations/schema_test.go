@@ -110,7 +110,7 @@ func TestSchemaOption(t *testing.T) {
 	require.Equal(t, "a", identity(), "00011 was rolled back in the target schema: outbox.id is an identity again")
 	rs, err = m.Up(ctx)
 	require.NoError(t, err)
-	require.Len(t, rs, 2)
+	require.Len(t, rs, 3)
 	require.Empty(t, identity())
 }
 
