@@ -114,44 +114,14 @@ func TestReplicasAreValidated(t *testing.T) {
 // reaches the new stream reaches the group.
 func TestSubscriberSurvivesARecreatedStream(t *testing.T) {
 	t.Parallel()
-	prefix := outflowtest.NATSPrefix(t)
-	b := openBackend(t, brokers.Config{Kind: brokers.NATS,
-		NATS: brokers.NATSConfig{URL: outflowtest.NATSURL(), StreamPrefix: prefix}})
-	sub, err := b.Subscriber("g", "c", brokers.SubscriberOptions{})
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { sub.Close() })
-	ctx, cancel := context.WithCancel(context.Background())
-	t.Cleanup(cancel)
-	msgs, err := sub.Subscribe(ctx, b.Topics("orders")[0])
-	if err != nil {
-		t.Fatal(err)
-	}
-	receive := func(ids []string) {
-		t.Helper()
-		want := map[string]bool{}
-		for _, id := range ids {
-			want[id] = true
-		}
-		deadline := time.After(30 * time.Second)
-		for len(want) > 0 {
-			select {
-			case m := <-msgs:
-				delete(want, m.UUID)
-				m.Ack()
-			case <-deadline:
-				t.Fatalf("%d of %d messages never delivered", len(want), len(ids))
-			}
-		}
-	}
-	receive(publish(t, b, "orders", 3))
+	b, prefix, msgs := subscribeOrders(t)
+	receive(t, msgs, publish(t, b, "orders", 3))
 
 	js := jetStream(t)
 	if err := js.DeleteStream(prefix + "orders"); err != nil {
 		t.Fatal(err)
 	}
-	receive(publishEventually(t, b, "orders", 3)) // the publish creates the stream again
+	receive(t, msgs, publishEventually(t, b, "orders", 3)) // the publish creates the stream again
 	if _, err := js.ConsumerInfo(prefix+"orders", "g_"+prefix+"orders"); err != nil {
 		t.Fatalf("the durable consumer was not created again: %v", err)
 	}
@@ -160,6 +130,21 @@ func TestSubscriberSurvivesARecreatedStream(t *testing.T) {
 // A subscriber whose durable consumer alone was deleted creates it again.
 func TestSubscriberSurvivesADeletedConsumer(t *testing.T) {
 	t.Parallel()
+	b, prefix, msgs := subscribeOrders(t)
+	js := jetStream(t)
+	if err := js.DeleteConsumer(prefix+"orders", "g_"+prefix+"orders"); err != nil {
+		t.Fatal(err)
+	}
+	receive(t, msgs, publishEventually(t, b, "orders", 2))
+	if _, err := js.ConsumerInfo(prefix+"orders", "g_"+prefix+"orders"); errors.Is(err, nats.ErrConsumerNotFound) {
+		t.Fatal("the durable consumer was not created again")
+	}
+}
+
+// subscribeOrders subscribes group "g" to the first partition of "orders"
+// on streams of a prefix of the test's own.
+func subscribeOrders(t *testing.T) (brokers.Backend, string, <-chan *message.Message) {
+	t.Helper()
 	prefix := outflowtest.NATSPrefix(t)
 	b := openBackend(t, brokers.Config{Kind: brokers.NATS,
 		NATS: brokers.NATSConfig{URL: outflowtest.NATSURL(), StreamPrefix: prefix}})
@@ -174,23 +159,24 @@ func TestSubscriberSurvivesADeletedConsumer(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	js := jetStream(t)
-	if err := js.DeleteConsumer(prefix+"orders", "g_"+prefix+"orders"); err != nil {
-		t.Fatal(err)
+	return b, prefix, msgs
+}
+
+// receive takes and acks msgs until every id in ids came, or fails after 30s.
+func receive(t *testing.T, msgs <-chan *message.Message, ids []string) {
+	t.Helper()
+	want := map[string]bool{}
+	for _, id := range ids {
+		want[id] = true
 	}
-	ids := publishEventually(t, b, "orders", 2)
-	got := map[string]bool{}
 	deadline := time.After(30 * time.Second)
-	for len(got) < len(ids) {
+	for len(want) > 0 {
 		select {
 		case m := <-msgs:
-			got[m.UUID] = true
+			delete(want, m.UUID)
 			m.Ack()
 		case <-deadline:
-			t.Fatalf("got %d of %d after the consumer was deleted", len(got), len(ids))
+			t.Fatalf("%d of %d messages never delivered", len(want), len(ids))
 		}
-	}
-	if _, err := js.ConsumerInfo(prefix+"orders", "g_"+prefix+"orders"); errors.Is(err, nats.ErrConsumerNotFound) {
-		t.Fatal("the durable consumer was not created again")
 	}
 }
