@@ -35,6 +35,11 @@ type auditState struct {
 	// group exists: what a loss found next time may have taken starts
 	// there, and what is older every group had handled.
 	SafeSince int64 `json:"s"`
+	// Acked is the newest id Redis had acknowledged to this process's
+	// Publish when this state was taken: looked for by that audit, so not
+	// again. Kept in the saved state rather than forgotten in memory, so
+	// that a pass that rolls back looks for it again.
+	Acked string `json:"a,omitempty"`
 }
 
 // ackedIDs remembers, per stream, the newest entry id Redis acknowledged
@@ -59,18 +64,20 @@ func (a *ackedIDs) note(stream, id string) {
 	}
 }
 
-// take returns the stream's newest acknowledged id and forgets it: what is
-// acknowledged after goes to the next audit.
-func (a *ackedIDs) take(stream string) string {
+// newest returns the stream's newest acknowledged id. It is kept, not
+// taken: an audit whose pass rolls back (its state not saved) must find it
+// again next time, since it is the only sign of a failover that lost only
+// recent writes. Once a saved state's last id is at or past it, probeIDs
+// no longer looks for it.
+func (a *ackedIDs) newest(stream string) string {
 	a.mu.Lock()
 	defer a.mu.Unlock()
-	id := a.last[stream]
-	delete(a.last, stream)
-	return id
+	return a.last[stream]
 }
 
 // observed is one look at a stream.
 type observed struct {
+	acked  string    // the newest id acknowledged to this process, read before the look
 	now    time.Time // Redis's TIME, taken first
 	canary string    // "" when the key is missing
 	stream bool      // the stream exists
@@ -217,7 +224,11 @@ func (b *Broker) Audit(ctx context.Context, stream string, prev []byte) ([]byte,
 			return nil, nil, fmt.Errorf("redis audit %s: %w", stream, err)
 		}
 	}
-	next, err := json.Marshal(auditState{Canary: o.canary, Added: o.added, Last: o.last, SafeSince: safeSince(o)})
+	acked := o.acked
+	if st != nil && (acked == "" || (st.Acked != "" && lessID(acked, st.Acked))) {
+		acked = st.Acked
+	}
+	next, err := json.Marshal(auditState{Canary: o.canary, Added: o.added, Last: o.last, SafeSince: safeSince(o), Acked: acked})
 	if err != nil {
 		return nil, nil, fmt.Errorf("redis audit %s: %w", stream, err)
 	}
@@ -227,16 +238,16 @@ func (b *Broker) Audit(ctx context.Context, stream string, prev []byte) ([]byte,
 	return next, &forwarder.Loss{Since: time.UnixMilli(st.SafeSince), Reason: reason}, nil
 }
 
-func (b *Broker) observe(ctx context.Context, stream string, prev *auditState) (_ observed, err error) {
-	// Taken before the look: an id acknowledged after it may be newer
-	// than the stream as seen, and is the next audit's. A failed look
-	// gives it back.
-	acked := b.acked.take(stream)
-	defer func() {
-		if err != nil && acked != "" {
-			b.acked.note(stream, acked)
-		}
-	}()
+func (b *Broker) observe(ctx context.Context, stream string, prev *auditState) (o observed, err error) {
+	// Read before the look: an id acknowledged after it may be newer than
+	// the stream as seen, and is the next audit's. One a saved state
+	// already looked for is not looked for again.
+	newest := b.acked.newest(stream)
+	defer func() { o.acked = newest }()
+	acked := newest
+	if prev != nil && acked != "" && prev.Acked != "" && !lessID(prev.Acked, acked) {
+		acked = ""
+	}
 	c := b.cfg.Client
 	pipe := c.Pipeline()
 	tcmd := pipe.Time(ctx)
@@ -247,7 +258,6 @@ func (b *Broker) observe(ctx context.Context, stream string, prev *auditState) (
 		return observed{}, err
 	}
 
-	var o observed
 	if o.now, err = tcmd.Result(); err != nil {
 		return o, fmt.Errorf("TIME: %w", err)
 	}
