@@ -206,6 +206,12 @@ type TopicTrimmer interface {
 	TrimTopic(ctx context.Context, topic string) (int64, error)
 }
 
+// ReplayTopicPrefix starts the topic of every consumer's replays
+// (consumer.ReplayTopic). A backend that deduplicates publishes by message
+// id (NATS JetStream's Nats-Msg-Id) must not for these: a replay sends
+// again, on purpose, what was sent before, perhaps a minute before.
+const ReplayTopicPrefix = "outflow.replay."
+
 // PartitionTopic maps a topic and an aggregate id to the broker topic
 // (stream, subject, exchange) it goes to: prefix+topic with one partition,
 // prefix+topic.N otherwise, N = FNV-1a of the aggregate id mod partitions.

@@ -7,7 +7,7 @@ import (
 )
 
 // ReplayTopicPrefix starts every handler's replay topic.
-const ReplayTopicPrefix = "outflow.replay."
+const ReplayTopicPrefix = brokers.ReplayTopicPrefix
 
 // ReplayKey is the routing key (forwarder.Outgoing.AggregateID) a replay
 // publishes every message with. One key for all: a partitioned backend puts

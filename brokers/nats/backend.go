@@ -185,7 +185,9 @@ func (nb natsBroker) MessageBytes(m forwarder.Outgoing) int {
 }
 
 // natsMsg is m as published: watermill-nats's format on m's subject, with
-// the message id as Nats-Msg-Id.
+// the message id as Nats-Msg-Id (JetStream drops a second publish of an id
+// within the stream's duplicate window: a forwarder's retry), except on a
+// replay topic, where sending again is the point.
 func (b *natsBackend) natsMsg(m forwarder.Outgoing) (*nats.Msg, error) {
 	subject := b.subject(m.Topic, m.AggregateID)
 	var marshaler wmnats.NATSMarshaler
@@ -193,7 +195,9 @@ func (b *natsBackend) natsMsg(m forwarder.Outgoing) (*nats.Msg, error) {
 	if err != nil {
 		return nil, err
 	}
-	nm.Header.Set(nats.MsgIdHdr, m.Message.UUID)
+	if !strings.HasPrefix(m.Topic, brokers.ReplayTopicPrefix) {
+		nm.Header.Set(nats.MsgIdHdr, m.Message.UUID)
+	}
 	return nm, nil
 }
 

@@ -180,3 +180,36 @@ func receive(t *testing.T, msgs <-chan *message.Message, ids []string) {
 		}
 	}
 }
+
+// A replay sends again what was sent before, perhaps within JetStream's
+// duplicate window: on a replay topic the same message id published twice
+// is delivered twice (elsewhere the second is dropped as a duplicate).
+func TestReplayTopicsAreNotDeduplicated(t *testing.T) {
+	t.Parallel()
+	for _, tc := range []struct {
+		topic string
+		want  int
+	}{{brokers.ReplayTopicPrefix + "projector", 2}, {"orders", 1}} {
+		t.Run(tc.topic, func(t *testing.T) {
+			t.Parallel()
+			prefix := outflowtest.NATSPrefix(t)
+			b := openBackend(t, brokers.Config{Kind: brokers.NATS,
+				NATS: brokers.NATSConfig{URL: outflowtest.NATSURL(), StreamPrefix: prefix}})
+			m := message.NewMessage(watermill.NewUUID(), []byte("x"))
+			for range 2 {
+				for _, err := range b.Broker().Publish(context.Background(), []forwarder.Outgoing{{Topic: tc.topic, AggregateID: "a", Message: m}}) {
+					if err != nil {
+						t.Fatal(err)
+					}
+				}
+			}
+			info, err := jetStream(t).StreamInfo(strings.ReplaceAll(prefix+tc.topic, ".", "_"))
+			if err != nil {
+				t.Fatal(err)
+			}
+			if got := int(info.State.Msgs); got != tc.want {
+				t.Fatalf("the stream holds %d messages, want %d", got, tc.want)
+			}
+		})
+	}
+}
