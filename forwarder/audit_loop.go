@@ -10,8 +10,9 @@ import (
 	"github.com/jackc/pgx/v5"
 )
 
-// auditLock keeps the audit to one instance at a time ("outa"): while
-// partition 0 moves, two instances may both believe they hold it.
+// auditLock, with a hash of the schema and the topic, keeps the audit of
+// one topic to one instance at a time ("outa"): while partition 0 moves,
+// two instances may both believe they hold it.
 const auditLock = 0x6f757461
 
 // repairBatch bounds one UPDATE of a repair.
@@ -89,85 +90,47 @@ type auditResult struct {
 // to, once, and repairs what was lost. The audit loop calls it every
 // AuditInterval on the holder of partition 0; it is exported for tests and
 // tools. It does nothing when the broker is no [Auditor] or the audit is
-// off, or while another instance audits. An error of one broker topic
-// leaves that topic's state as it was and is reported once all were tried.
+// off. Each outbox topic is audited in a transaction of its own, under an
+// advisory lock of its own (another instance auditing it meanwhile is
+// skipped): a broker topic that errs or answers slowly, or a long repair,
+// holds back nothing of the other topics, and an error leaves that topic's
+// state as it was. The errors are reported once every topic was tried.
 func (f *Forwarder) Audit(ctx context.Context) error {
 	if f.auditor == nil {
 		return nil
 	}
-	ctx, cancel := context.WithTimeout(ctx, max(f.cfg.AuditInterval, 30*time.Second))
-	defer cancel()
-	tx, err := f.cfg.Pool.Begin(ctx)
+	rows, err := f.cfg.Pool.Query(ctx, `SELECT topic FROM outbox_audit_topics ORDER BY topic`)
 	if err != nil {
-		return fmt.Errorf("begin audit: %w", err)
+		return fmt.Errorf("read audited topics (has `outflow migrate up` run?): %w", err)
 	}
-	defer func() { _ = tx.Rollback(context.WithoutCancel(ctx)) }()
-	var acquired bool
-	if err := tx.QueryRow(ctx, `SELECT pg_try_advisory_xact_lock($1, hashtext(current_schema()))`, auditLock).Scan(&acquired); err != nil {
-		return fmt.Errorf("audit lock: %w", err)
-	}
-	if !acquired {
-		return nil
-	}
-	topics, states, err := auditInputs(ctx, tx)
+	topics, err := pgx.CollectRows(rows, pgx.RowTo[string])
 	if err != nil {
-		return err
+		return fmt.Errorf("read audited topics: %w", err)
 	}
-
-	var (
-		results []auditResult
-		errs    []error
-	)
+	var errs []error
+	woke := false
 	for _, topic := range topics {
-		first := len(results)
-		lost := map[string]time.Time{} // broker topic -> repair from
-		for _, bt := range f.auditor.Topics(topic) {
-			next, loss, err := f.auditor.Audit(ctx, bt, states[bt])
-			if err != nil {
-				errs = append(errs, fmt.Errorf("audit %s: %w", bt, err))
+		if ctx.Err() != nil {
+			errs = append(errs, ctx.Err())
+			break
+		}
+		results, err := f.auditTopic(ctx, topic)
+		if err != nil {
+			errs = append(errs, err)
+		}
+		for _, r := range results {
+			if r.loss == nil {
 				continue
 			}
-			results = append(results, auditResult{topic: topic, brokerTopic: bt, next: next, loss: loss})
-			if loss != nil {
-				lost[bt] = loss.Since.Add(-f.cfg.AuditMargin)
+			f.metrics.brokerLosses.WithLabelValues(r.topic).Inc()
+			f.metrics.repaired.WithLabelValues(r.topic).Add(float64(r.rows))
+			f.cfg.Logger.Warn("broker lost acknowledged entries: publishing them again",
+				"topic", r.topic, "broker_topic", r.brokerTopic, "reason", r.loss.Reason,
+				"since", r.loss.Since.UTC().Format(time.RFC3339Nano), "margin", f.cfg.AuditMargin, "rows", r.rows)
+			if r.rows > 0 {
+				f.low.resetBelow(r.fromID)
+				woke = true
 			}
-		}
-		if len(lost) == 0 {
-			continue
-		}
-		// In the audit's transaction: the new baseline is recorded only
-		// with the repair, so a crash in between makes the next audit find
-		// the loss again (a duplicate repair, never a forgotten one).
-		put, err := f.repair(ctx, tx, topic, lost)
-		if err != nil {
-			return errors.Join(append(errs, err)...)
-		}
-		for i := first; i < len(results); i++ {
-			if p, ok := put[results[i].brokerTopic]; ok {
-				results[i].rows, results[i].fromID = p.rows, p.fromID
-			}
-		}
-	}
-	if err := saveAudits(ctx, tx, results); err != nil {
-		return errors.Join(append(errs, err)...)
-	}
-	if err := tx.Commit(ctx); err != nil {
-		return errors.Join(append(errs, fmt.Errorf("commit audit: %w", err))...)
-	}
-
-	woke := false
-	for _, r := range results {
-		if r.loss == nil {
-			continue
-		}
-		f.metrics.brokerLosses.WithLabelValues(r.topic).Inc()
-		f.metrics.repaired.WithLabelValues(r.topic).Add(float64(r.rows))
-		f.cfg.Logger.Warn("broker lost acknowledged entries: publishing them again",
-			"topic", r.topic, "broker_topic", r.brokerTopic, "reason", r.loss.Reason,
-			"since", r.loss.Since.UTC().Format(time.RFC3339Nano), "margin", f.cfg.AuditMargin, "rows", r.rows)
-		if r.rows > 0 {
-			f.low.resetBelow(r.fromID)
-			woke = true
 		}
 	}
 	if woke {
@@ -176,32 +139,83 @@ func (f *Forwarder) Audit(ctx context.Context) error {
 	return errors.Join(errs...)
 }
 
-func auditInputs(ctx context.Context, tx pgx.Tx) ([]string, map[string][]byte, error) {
-	rows, err := tx.Query(ctx, `SELECT topic FROM outbox_audit_topics ORDER BY topic`)
+// auditCallTimeout bounds one Auditor.Audit call: a broker topic whose
+// broker does not answer is an error of that topic, not a stalled pass.
+// A variable for the tests.
+var auditCallTimeout = 15 * time.Second
+
+// auditTopic audits topic's broker topics and repairs what they lost, in
+// one transaction, and returns what it committed (nothing when another
+// instance holds the topic's lock). The new states are recorded only with
+// the repair, so a crash in between makes the next audit find the loss
+// again: a duplicate repair, never a forgotten one. A broker topic whose
+// audit errs keeps its state; the others are committed.
+func (f *Forwarder) auditTopic(ctx context.Context, topic string) ([]auditResult, error) {
+	tx, err := f.cfg.Pool.Begin(ctx)
 	if err != nil {
-		return nil, nil, fmt.Errorf("read audited topics (has `outflow migrate up` run?): %w", err)
+		return nil, fmt.Errorf("begin audit of %s: %w", topic, err)
 	}
-	topics, err := pgx.CollectRows(rows, pgx.RowTo[string])
-	if err != nil {
-		return nil, nil, fmt.Errorf("read audited topics: %w", err)
+	defer func() { _ = tx.Rollback(context.WithoutCancel(ctx)) }()
+	var acquired bool
+	if err := tx.QueryRow(ctx, `SELECT pg_try_advisory_xact_lock($1, hashtext(current_schema() || '/' || $2))`,
+		auditLock, topic).Scan(&acquired); err != nil {
+		return nil, fmt.Errorf("audit lock of %s: %w", topic, err)
+	}
+	if !acquired {
+		return nil, nil
 	}
 	states := map[string][]byte{}
-	rows, err = tx.Query(ctx, `SELECT broker_topic, state FROM outbox_audit`)
+	rows, err := tx.Query(ctx, `SELECT broker_topic, state FROM outbox_audit WHERE topic = $1`, topic)
 	if err != nil {
-		return nil, nil, fmt.Errorf("read audit states: %w", err)
+		return nil, fmt.Errorf("read audit states of %s: %w", topic, err)
 	}
 	var (
 		bt    string
 		state []byte
 	)
-	_, err = pgx.ForEachRow(rows, []any{&bt, &state}, func() error {
+	if _, err := pgx.ForEachRow(rows, []any{&bt, &state}, func() error {
 		states[bt] = slices.Clone(state)
 		return nil
-	})
-	if err != nil {
-		return nil, nil, fmt.Errorf("read audit states: %w", err)
+	}); err != nil {
+		return nil, fmt.Errorf("read audit states of %s: %w", topic, err)
 	}
-	return topics, states, nil
+
+	var (
+		results []auditResult
+		errs    []error
+	)
+	lost := map[string]time.Time{} // broker topic -> repair from
+	for _, bt := range f.auditor.Topics(topic) {
+		actx, cancel := context.WithTimeout(ctx, auditCallTimeout)
+		next, loss, err := f.auditor.Audit(actx, bt, states[bt])
+		cancel()
+		if err != nil {
+			errs = append(errs, fmt.Errorf("audit %s: %w", bt, err))
+			continue
+		}
+		results = append(results, auditResult{topic: topic, brokerTopic: bt, next: next, loss: loss})
+		if loss != nil {
+			lost[bt] = loss.Since.Add(-f.cfg.AuditMargin)
+		}
+	}
+	if len(lost) > 0 {
+		put, err := f.repair(ctx, tx, topic, lost)
+		if err != nil {
+			return nil, errors.Join(append(errs, err)...)
+		}
+		for i := range results {
+			if p, ok := put[results[i].brokerTopic]; ok {
+				results[i].rows, results[i].fromID = p.rows, p.fromID
+			}
+		}
+	}
+	if err := saveAudits(ctx, tx, results); err != nil {
+		return nil, errors.Join(append(errs, err)...)
+	}
+	if err := tx.Commit(ctx); err != nil {
+		return nil, errors.Join(append(errs, fmt.Errorf("commit audit of %s: %w", topic, err))...)
+	}
+	return results, errors.Join(errs...)
 }
 
 func saveAudits(ctx context.Context, tx pgx.Tx, results []auditResult) error {

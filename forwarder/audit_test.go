@@ -187,3 +187,50 @@ func TestAuditIgnoresTrimming(t *testing.T) {
 	require.Zero(t, counter(t, reg, "outflow_forwarder_broker_losses_total"))
 	require.Zero(t, e.count("published_at IS NULL"))
 }
+
+// hangingAuditor is the real broker, except that the audit of one broker
+// topic never answers (a NATS stream without a leader, a Redis node
+// unreachable), until its context ends.
+type hangingAuditor struct {
+	*redisstreams.Broker
+	hang string
+}
+
+func (h hangingAuditor) Audit(ctx context.Context, brokerTopic string, prev []byte) ([]byte, *forwarder.Loss, error) {
+	if brokerTopic == h.hang {
+		<-ctx.Done()
+		return nil, nil, ctx.Err()
+	}
+	return h.Broker.Audit(ctx, brokerTopic, prev)
+}
+
+// A broker topic whose audit does not answer is that topic's error: the
+// other broker topics' losses are still repaired and their states saved
+// (an audit bounded as a whole used to roll all of them back).
+func TestAuditRepairsDespiteABrokerTopicThatDoesNotAnswer(t *testing.T) {
+	e := setup(t)
+	c := e.ownRedis(2)
+	ctx := context.Background()
+	defer forwarder.SetAuditCallTimeout(forwarder.SetAuditCallTimeout(300 * time.Millisecond))
+	streams := e.broker.Streams(e.topic)
+	reg := prometheus.NewRegistry()
+	f, _ := e.run(e.config(func(cfg *forwarder.Config) {
+		cfg.Broker = hangingAuditor{Broker: e.broker, hang: streams[0]}
+		cfg.AuditInterval = time.Hour
+		cfg.Registerer = reg
+	}))
+	e.writeMany(aggregates(20), 1, 3)
+	outflowtest.WaitFor(t, 20*time.Second, "60 rows published", func() bool { return e.count("published_at IS NOT NULL") == 60 })
+	e.passMark(f, e.lastMessageID())
+	require.Error(t, f.Audit(ctx), "the first stream's audit does not answer")
+	require.Equal(t, 1, e.audited(), "a baseline of the second stream")
+
+	require.NoError(t, c.FlushAll(ctx).Err())
+	require.Error(t, f.Audit(ctx))
+	require.Equal(t, 1.0, counter(t, reg, "outflow_forwarder_broker_losses_total"), "the second stream's loss found")
+	require.Positive(t, counter(t, reg, "outflow_forwarder_repaired_total"))
+	outflowtest.WaitFor(t, 20*time.Second, "the second stream's rows published again", func() bool {
+		n, err := c.XLen(ctx, streams[1]).Result()
+		return err == nil && n > 0
+	})
+}
