@@ -225,4 +225,3 @@ func TestCSRF(t *testing.T) {
 	require.Equal(t, http.StatusForbidden, res.StatusCode, "logout too")
 	require.Equal(t, 2, e.sessions(t))
 }
-
