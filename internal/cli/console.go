@@ -13,6 +13,7 @@ import (
 	"github.com/spf13/cobra"
 
 	"github.com/outflow-dev/outflow/brokers"
+	"github.com/outflow-dev/outflow/forwarder"
 	"github.com/outflow-dev/outflow/handlers"
 	"github.com/outflow-dev/outflow/internal/config"
 	"github.com/outflow-dev/outflow/internal/console"
@@ -105,22 +106,26 @@ func serveConsole(ctx context.Context, cfg config.Config, partitions int, shutdo
 
 // newConsole builds the console's handler for the reference handlers; the
 // broker backend, when reachable, reports their lag (only reads: see
-// readStats). The returned func closes it.
+// readStats) and publishes replays. The returned func closes it.
 func newConsole(ctx context.Context, pool *pgxpool.Pool, cfg config.Config, partitions int, logger *slog.Logger) (http.Handler, func(), error) {
 	var consumers []console.Consumer
 	for _, h := range referenceHandlers(nil, handlers.NotifyConfig{}) {
 		consumers = append(consumers, console.Consumer{Name: h.Name, Topic: h.Topic})
 	}
 	closeBackend := func() {}
-	var lag brokers.LagReporter
-	backend, err := brokers.Open(ctx, cfg.BrokerConfig(partitions, logger))
+	var (
+		lag    brokers.LagReporter
+		broker forwarder.Broker
+	)
+	backend, err := brokers.Open(ctx, brokerConfig(cfg, partitions, logger))
 	if err != nil {
 		logger.Warn("console: consumer lag unknown: broker unreachable", "broker", string(cfg.Broker), "error", err.Error())
 	} else {
 		closeBackend = func() { _ = backend.Close() }
 		lag, _ = backend.(brokers.LagReporter)
+		broker = backend.Broker()
 	}
-	h, err := console.New(console.Config{Pool: pool, Logger: logger, Consumers: consumers, Lag: lag,
+	h, err := console.New(console.Config{Pool: pool, Logger: logger, Consumers: consumers, Lag: lag, Broker: broker,
 		InsecureCookie: cfg.ConsoleInsecureCookie})
 	if err != nil {
 		closeBackend()

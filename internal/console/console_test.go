@@ -32,10 +32,14 @@ type env struct {
 
 var consumers = []console.Consumer{{Name: "notify-merchant", Topic: "payments"}, {Name: "analytics", Topic: "payments"}}
 
-func newEnv(t *testing.T) *env {
+func newEnv(t *testing.T, mut ...func(*console.Config)) *env {
 	t.Helper()
 	s := outflowtest.NewSchema(t, appmigrations.Set())
-	c, err := console.New(console.Config{Pool: s.Pool, InsecureCookie: true, Consumers: consumers, PageSize: 2})
+	cfg := console.Config{Pool: s.Pool, InsecureCookie: true, Consumers: consumers, PageSize: 2}
+	for _, m := range mut {
+		m(&cfg)
+	}
+	c, err := console.New(cfg)
 	require.NoError(t, err)
 	srv := httptest.NewServer(c)
 	t.Cleanup(srv.Close)

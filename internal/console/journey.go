@@ -85,20 +85,31 @@ type journey struct {
 	AggregateType, AggregateID string
 	Events                     []journeyEvent
 	Truncated                  bool
+	// Consumers a replay can go to; empty when no broker is configured.
+	ReplayTo []string
 }
 
 func (c *Console) journeyPage(w http.ResponseWriter, r *http.Request, s session) {
 	p := c.pageFor(s, "Journey")
 	q := strings.TrimSpace(r.URL.Query().Get("q"))
 	j := journey{Query: q}
+	var err error
 	if q != "" {
-		var err error
 		if j, err = c.readJourney(r.Context(), q); err != nil {
 			c.fail(w, r, err)
 			return
 		}
 	}
+	if c.cfg.Broker != nil && len(j.Events) > 0 {
+		for _, cs := range c.cfg.Consumers {
+			j.ReplayTo = append(j.ReplayTo, cs.Name)
+		}
+	}
 	p.Data = j
+	if p.Result, err = c.doneAction(r); err != nil {
+		c.fail(w, r, err)
+		return
+	}
 	c.render(w, http.StatusOK, "journey", p)
 }
 

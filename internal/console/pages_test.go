@@ -297,3 +297,38 @@ func TestDeadLetterActionsAreRecorded(t *testing.T) {
 	require.Equal(t, 1, strings.Count(body, `<tr class="action"`))
 	require.Contains(t, body, `dlq.retry`)
 }
+
+// Replaying one aggregate to one consumer publishes its retained events to
+// the consumer's replay topic through the real broker, and is recorded.
+func TestReplayOneAggregateToOneConsumer(t *testing.T) {
+	t.Parallel()
+	rc := outflowtest.Redis(t)
+	b, err := redisstreams.New(redisstreams.Config{Client: rc, StreamPrefix: outflowtest.UniqueName(t, rc)})
+	require.NoError(t, err)
+	e := newEnv(t, func(c *console.Config) { c.Broker = b })
+	pay := "0190c0de-0000-7000-8000-000000000002"
+	e.insertOutbox(t, pay, 1, true, false)
+	e.insertOutbox(t, pay, 2, true, false)
+	e.insertOutbox(t, "other", 1, true, false)
+	c := e.client(t)
+	csrf := e.login(t, c)
+	_, body := do(t, c, http.MethodGet, e.srv.URL+"/journey?q="+pay, nil)
+	require.Contains(t, body, `id="replay-form"`)
+
+	form := url.Values{"csrf_token": {csrf}, "consumer": {"analytics"}, "aggregate_type": {"payment"}, "aggregate_id": {pay}}
+	res, body := do(t, c, http.MethodPost, e.srv.URL+"/replay", form)
+	require.Equal(t, http.StatusOK, res.StatusCode)
+	require.Contains(t, body, `id="confirm-form"`)
+	require.Equal(t, 0, e.count(t, `SELECT count(*) FROM console_actions`))
+	form.Set("confirm", "yes")
+	res, _ = do(t, c, http.MethodPost, e.srv.URL+"/replay", form)
+	require.Equal(t, http.StatusSeeOther, res.StatusCode)
+	require.Equal(t, 1, e.count(t, `SELECT count(*) FROM console_actions WHERE action = 'replay' AND result_count = 2 AND error = ''
+		AND target = jsonb_build_object('consumer', 'analytics', 'aggregate_type', 'payment', 'aggregate_id', $1::text)`, pay))
+	_, body = do(t, c, http.MethodGet, e.srv.URL+res.Header.Get("Location"), nil)
+	requireText(t, body, "action-count", "2")
+
+	form.Set("consumer", "nobody")
+	res, _ = do(t, c, http.MethodPost, e.srv.URL+"/replay", form)
+	require.Equal(t, http.StatusBadRequest, res.StatusCode, "an unknown consumer")
+}
