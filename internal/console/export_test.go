@@ -4,5 +4,5 @@ package console
 // test that checks each uses an index.
 var Queries = map[string]string{
 	"find message": qFindMessage, "events": qEvents, "processed": qProcessed, "dead outcomes": qDeadOutcomes,
-	"deliveries": qDeliveries, "parked": qParked, "dead letters": qDeadLetters,
+	"deliveries": qDeliveries, "parked": qParked, "dead letters": qDeadLetters, "webhook stats": qWebhookStats,
 }

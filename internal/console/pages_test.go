@@ -140,7 +140,8 @@ func TestJourneyOfAPayment(t *testing.T) {
 
 var (
 	indexScanRe        = regexp.MustCompile(`Index (?:Only )?Scan (?:using|on) (\w+)`)
-	waitingRowsIndexes = map[string]bool{"outbox_pending_idx": true, "dead_letters_open_idx": true}
+	waitingRowsIndexes = map[string]bool{"outbox_pending_idx": true, "dead_letters_open_idx": true,
+		"webhook_deliveries_due_idx": true, "webhook_deliveries_dead_idx": true}
 )
 
 // No query of the journey or the lists reads a whole table: with
@@ -157,6 +158,7 @@ func TestQueriesUseIndexes(t *testing.T) {
 		"deliveries":    {[]string{"00000000-0000-0000-0000-000000000001"}},
 		"parked":        {0, 50},
 		"dead letters":  {[]string{"dead"}, "", 0, 50},
+		"webhook stats": nil,
 	}
 	ctx := context.Background()
 	conn, err := e.pool.Acquire(ctx)
