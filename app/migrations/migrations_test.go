@@ -99,9 +99,9 @@ func TestUpgradeFromSingleSet(t *testing.T) {
 		processes     int
 		legacyVersion int
 	}{
-		{"complete", 11, []int64{16, 17}, []int64{12, 13, 14, 15}, 1, 11},
-		{"stopped after 00007", 7, []int64{8, 10, 11, 16, 17}, []int64{9, 12, 13, 14, 15}, 1, 7},
-		{"stopped after 00003, four processes at once", 3, []int64{4, 5, 8, 10, 11, 16, 17}, []int64{6, 7, 9, 12, 13, 14, 15}, 4, 3},
+		{"complete", 11, []int64{16, 17}, []int64{12, 13, 14, 15, 18}, 1, 11},
+		{"stopped after 00007", 7, []int64{8, 10, 11, 16, 17}, []int64{9, 12, 13, 14, 15, 18}, 1, 7},
+		{"stopped after 00003, four processes at once", 3, []int64{4, 5, 8, 10, 11, 16, 17}, []int64{6, 7, 9, 12, 13, 14, 15, 18}, 4, 3},
 	} {
 		t.Run(tt.name, func(t *testing.T) {
 			t.Parallel()
@@ -221,7 +221,7 @@ func TestDownPerSet(t *testing.T) {
 		}
 		rolled = append(rolled, r.Version)
 	}
-	require.Equal(t, []int64{15, 14, 13, 12, 9, 7, 6, 3, 2}, rolled)
+	require.Equal(t, []int64{18, 15, 14, 13, 12, 9, 7, 6, 3, 2}, rolled)
 	rows, err := schemadump.Rows(ctx, s.Pool, s.Name)
 	require.NoError(t, err)
 	tables := make([]string, 0, len(rows))
@@ -236,7 +236,7 @@ func TestDownPerSet(t *testing.T) {
 
 	rs, err := appmigrations.Up(ctx, db)
 	require.NoError(t, err)
-	require.Len(t, rs, 9)
+	require.Len(t, rs, 10)
 }
 
 // 00012 on a database that holds Idempotency-Keys: they are kept, owned by
@@ -256,7 +256,7 @@ func TestAPIKeysMigrationKeepsIdempotencyKeys(t *testing.T) {
 		    ('00000000-0000-0000-0000-0000000000b2', 'other', '\x03', 200, 'other', now())`)
 	require.NoError(t, err)
 
-	for _, later := range []int64{15, 14, 13} { // the later migrations first
+	for _, later := range []int64{18, 15, 14, 13} { // the later migrations first
 		r, err := appmigrations.Down(ctx, db)
 		require.NoError(t, err)
 		require.Equal(t, later, r.Version)

@@ -1,0 +1,160 @@
+package console
+
+import (
+	"context"
+	"crypto/rand"
+	"crypto/sha256"
+	"crypto/subtle"
+	"encoding/base64"
+	"errors"
+	"fmt"
+	"net/http"
+	"strings"
+
+	"github.com/jackc/pgx/v5"
+
+	"github.com/outflow-dev/outflow/app/apikey"
+)
+
+// CookieName is the session cookie's name.
+const CookieName = "outflow_console"
+
+// CSRFField is the hidden field every POST form carries.
+const CSRFField = "csrf_token"
+
+// maxForm bounds a POST body: a selection of ids, never more.
+const maxForm = 1 << 20
+
+// session is a logged-in operator.
+type session struct {
+	token   string // the cookie's value; never logged
+	keyID   string
+	keyName string
+}
+
+// csrf is the session's CSRF token: derived from the session token, so it
+// needs no storage, and unguessable without the cookie.
+func (s session) csrf() string {
+	sum := sha256.Sum256([]byte("outflow-console-csrf:" + s.token))
+	return base64.RawURLEncoding.EncodeToString(sum[:])
+}
+
+func tokenHash(token string) []byte {
+	sum := sha256.Sum256([]byte(token))
+	return sum[:]
+}
+
+// authed wraps a handler that needs a session: without one, a page
+// redirects to /login and a POST is refused. A POST must carry the
+// session's CSRF token.
+func (c *Console) authed(h func(http.ResponseWriter, *http.Request, session)) http.HandlerFunc {
+	return func(w http.ResponseWriter, r *http.Request) {
+		s, ok, err := c.session(r.Context(), r)
+		if err != nil {
+			c.fail(w, r, err)
+			return
+		}
+		if !ok {
+			if r.Method == http.MethodGet {
+				http.Redirect(w, r, "/login", http.StatusSeeOther)
+				return
+			}
+			http.Error(w, "not logged in", http.StatusForbidden)
+			return
+		}
+		if r.Method == http.MethodPost {
+			r.Body = http.MaxBytesReader(w, r.Body, maxForm)
+			got := r.PostFormValue(CSRFField)
+			if subtle.ConstantTimeCompare([]byte(got), []byte(s.csrf())) != 1 {
+				c.log.Warn("console: POST refused: missing or wrong CSRF token", "path", r.URL.Path, "api_key_id", s.keyID)
+				http.Error(w, "missing or wrong CSRF token", http.StatusForbidden)
+				return
+			}
+		}
+		h(w, r, s)
+	}
+}
+
+// session finds the request's live session: not expired, and its key
+// still a live admin key (revoking the key ends its sessions at once).
+func (c *Console) session(ctx context.Context, r *http.Request) (session, bool, error) {
+	ck, err := r.Cookie(CookieName)
+	if err != nil || ck.Value == "" || len(ck.Value) > 128 {
+		return session{}, false, nil
+	}
+	s := session{token: ck.Value}
+	err = c.cfg.Pool.QueryRow(ctx, `
+		SELECT k.id::text, k.name FROM console_sessions s JOIN api_keys k ON k.id = s.api_key_id
+		WHERE s.token_hash = $1 AND s.expires_at > now() AND k.revoked_at IS NULL AND k.merchant_id IS NULL`,
+		tokenHash(s.token)).Scan(&s.keyID, &s.keyName)
+	if errors.Is(err, pgx.ErrNoRows) {
+		return session{}, false, nil
+	}
+	if err != nil {
+		return session{}, false, fmt.Errorf("read console session: %w", err)
+	}
+	return s, true, nil
+}
+
+func (c *Console) loginPage(w http.ResponseWriter, r *http.Request) {
+	c.render(w, http.StatusOK, "login", page{Title: "Log in"})
+}
+
+// login opens a session for a live admin API key. The key is never logged
+// nor echoed; a wrong key and a merchant's key get the same answer.
+func (c *Console) login(w http.ResponseWriter, r *http.Request) {
+	r.Body = http.MaxBytesReader(w, r.Body, maxForm)
+	secret := strings.TrimSpace(r.PostFormValue("api_key"))
+	ctx := r.Context()
+	k, ok, err := apikey.Authenticate(ctx, c.cfg.Pool, secret)
+	if err != nil {
+		c.fail(w, r, err)
+		return
+	}
+	if !ok || !k.Admin() {
+		c.log.Warn("console: login refused", "remote", r.RemoteAddr)
+		c.render(w, http.StatusUnauthorized, "login", page{Title: "Log in", Error: "That is not a live admin API key."})
+		return
+	}
+	raw := make([]byte, 32)
+	if _, err := rand.Read(raw); err != nil {
+		c.fail(w, r, fmt.Errorf("session token: %w", err))
+		return
+	}
+	token := base64.RawURLEncoding.EncodeToString(raw)
+	err = pgx.BeginFunc(ctx, c.cfg.Pool, func(tx pgx.Tx) error {
+		if _, err := tx.Exec(ctx, `DELETE FROM console_sessions WHERE expires_at < now()`); err != nil {
+			return err
+		}
+		_, err := tx.Exec(ctx, `INSERT INTO console_sessions (token_hash, api_key_id, expires_at)
+			VALUES ($1, $2, now() + make_interval(secs => $3))`, tokenHash(token), k.ID, c.cfg.SessionTTL.Seconds())
+		return err
+	})
+	if err != nil {
+		c.fail(w, r, fmt.Errorf("store console session: %w", err))
+		return
+	}
+	if err := apikey.Touch(ctx, c.cfg.Pool, k); err != nil {
+		c.log.Warn("console: record key use", "error", err.Error())
+	}
+	c.log.Info("console: login", "api_key_id", k.ID, "api_key_name", k.Name)
+	http.SetCookie(w, &http.Cookie{
+		Name: CookieName, Value: token, Path: "/", MaxAge: int(c.cfg.SessionTTL.Seconds()),
+		HttpOnly: true, SameSite: http.SameSiteStrictMode, Secure: !c.cfg.InsecureCookie,
+	})
+	http.Redirect(w, r, "/", http.StatusSeeOther)
+}
+
+func (c *Console) logout(w http.ResponseWriter, r *http.Request, s session) {
+	if _, err := c.cfg.Pool.Exec(r.Context(), `DELETE FROM console_sessions WHERE token_hash = $1`, tokenHash(s.token)); err != nil {
+		c.fail(w, r, fmt.Errorf("delete console session: %w", err))
+		return
+	}
+	http.SetCookie(w, &http.Cookie{Name: CookieName, Value: "", Path: "/", MaxAge: -1,
+		HttpOnly: true, SameSite: http.SameSiteStrictMode, Secure: !c.cfg.InsecureCookie})
+	http.Redirect(w, r, "/login", http.StatusSeeOther)
+}
+
+func (c *Console) pageFor(s session, title string) page {
+	return page{Title: title, CSRF: s.csrf(), KeyName: s.keyName}
+}

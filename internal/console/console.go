@@ -1,0 +1,192 @@
+package console
+
+import (
+	"embed"
+	"errors"
+	"fmt"
+	"html/template"
+	"io/fs"
+	"log/slog"
+	"net/http"
+	"sync"
+	"time"
+
+	"github.com/jackc/pgx/v5/pgxpool"
+
+	"github.com/outflow-dev/outflow/brokers"
+)
+
+// DefaultSessionTTL is how long a login lasts.
+const DefaultSessionTTL = 8 * time.Hour
+
+// DefaultPageSize is how many rows a list page shows.
+const DefaultPageSize = 50
+
+//go:embed templates/*.html
+var templateFS embed.FS
+
+//go:embed static
+var staticFS embed.FS
+
+// Consumer is one consumer the overview and the journey report on.
+type Consumer struct {
+	Name  string
+	Topic string
+}
+
+// Config configures [New].
+type Config struct {
+	// Pool reaches the framework's and the app's tables. Required.
+	Pool *pgxpool.Pool
+	// Logger defaults to slog.Default().
+	Logger *slog.Logger
+	// Consumers are listed on the overview (with their lag) and looked up
+	// in the journey, in this order.
+	Consumers []Consumer
+	// Lag reports the consumers' lag; nil shows "n/a".
+	Lag brokers.LagReporter
+	// InsecureCookie drops the cookie's Secure attribute, for plain HTTP
+	// on a loopback address: a browser does not send a Secure cookie over
+	// http://127.0.0.1.
+	InsecureCookie bool
+	// SessionTTL defaults to [DefaultSessionTTL].
+	SessionTTL time.Duration
+	// PageSize defaults to [DefaultPageSize].
+	PageSize int
+	// AggregateType is what a journey's query names when it is not a
+	// message id; defaults to "payment" (a payment id is its aggregate id).
+	AggregateType string
+}
+
+// ErrInvalidConfig is returned by [New] for a Config it cannot use.
+var ErrInvalidConfig = errors.New("console: invalid config")
+
+// Console is the console's http.Handler.
+type Console struct {
+	cfg   Config
+	log   *slog.Logger
+	mux   *http.ServeMux
+	pages map[string]*template.Template
+
+	mu   sync.Mutex
+	last rateSample // the previous overview's published total, for the rate
+}
+
+type rateSample struct {
+	total int64
+	at    time.Time
+}
+
+// New returns the console's handler. It starts nothing.
+func New(cfg Config) (*Console, error) {
+	if cfg.Pool == nil {
+		return nil, fmt.Errorf("%w: Pool is required", ErrInvalidConfig)
+	}
+	if cfg.SessionTTL < 0 || cfg.PageSize < 0 {
+		return nil, fmt.Errorf("%w: SessionTTL and PageSize must not be negative", ErrInvalidConfig)
+	}
+	if cfg.Logger == nil {
+		cfg.Logger = slog.Default()
+	}
+	if cfg.SessionTTL == 0 {
+		cfg.SessionTTL = DefaultSessionTTL
+	}
+	if cfg.PageSize == 0 {
+		cfg.PageSize = DefaultPageSize
+	}
+	if cfg.AggregateType == "" {
+		cfg.AggregateType = "payment"
+	}
+	pages, err := parsePages()
+	if err != nil {
+		return nil, err
+	}
+	c := &Console{cfg: cfg, log: cfg.Logger, pages: pages, mux: http.NewServeMux()}
+	static, err := fs.Sub(staticFS, "static")
+	if err != nil {
+		return nil, fmt.Errorf("console: static assets: %w", err)
+	}
+	c.mux.Handle("GET /static/", http.StripPrefix("/static/", http.FileServerFS(static)))
+	c.mux.HandleFunc("GET /login", c.loginPage)
+	c.mux.HandleFunc("POST /login", c.login)
+	c.mux.HandleFunc("POST /logout", c.authed(c.logout))
+	c.mux.HandleFunc("GET /{$}", c.authed(c.overviewPage))
+	c.mux.HandleFunc("GET /fragments/overview", c.authed(c.overviewFragment))
+	c.mux.HandleFunc("GET /journey", c.authed(c.journeyPage))
+	c.mux.HandleFunc("GET /parked", c.authed(c.parkedPage))
+	c.mux.HandleFunc("POST /parked/retry", c.authed(c.parkedRetry))
+	c.mux.HandleFunc("GET /dead", c.authed(c.deadPage))
+	c.mux.HandleFunc("POST /dead/retry", c.authed(c.deadRetry))
+	c.mux.HandleFunc("POST /dead/discard", c.authed(c.deadDiscard))
+	c.mux.HandleFunc("GET /actions", c.authed(c.actionsPage))
+	return c, nil
+}
+
+// ServeHTTP serves the console, with headers that keep its pages out of
+// frames, caches and other origins' scripts.
+func (c *Console) ServeHTTP(w http.ResponseWriter, r *http.Request) {
+	h := w.Header()
+	h.Set("Content-Security-Policy", "default-src 'self'; frame-ancestors 'none'; form-action 'self'; base-uri 'none'")
+	h.Set("X-Content-Type-Options", "nosniff")
+	h.Set("X-Frame-Options", "DENY")
+	h.Set("Referrer-Policy", "no-referrer")
+	h.Set("Cache-Control", "no-store")
+	c.mux.ServeHTTP(w, r)
+}
+
+func parsePages() (map[string]*template.Template, error) {
+	funcs := template.FuncMap{
+		"ts": func(t any) string {
+			switch v := t.(type) {
+			case time.Time:
+				if v.IsZero() {
+					return ""
+				}
+				return v.UTC().Format("2006-01-02 15:04:05.000Z")
+			case *time.Time:
+				if v == nil {
+					return ""
+				}
+				return v.UTC().Format("2006-01-02 15:04:05.000Z")
+			}
+			return ""
+		},
+		"secs": func(f float64) string { return fmt.Sprintf("%.1fs", f) },
+	}
+	layout, err := template.New("layout.html").Funcs(funcs).ParseFS(templateFS, "templates/layout.html", "templates/fragments.html")
+	if err != nil {
+		return nil, fmt.Errorf("console: parse templates: %w", err)
+	}
+	pages := map[string]*template.Template{}
+	for _, name := range []string{"login", "overview", "journey", "parked", "dead", "actions", "confirm"} {
+		t, err := template.Must(layout.Clone()).ParseFS(templateFS, "templates/"+name+".html")
+		if err != nil {
+			return nil, fmt.Errorf("console: parse %s: %w", name, err)
+		}
+		pages[name] = t
+	}
+	return pages, nil
+}
+
+// page is what every page's template gets.
+type page struct {
+	Title   string
+	CSRF    string
+	KeyName string
+	Error   string
+	Result  *action // the action just taken, shown on the page it returns to
+	Data    any
+}
+
+func (c *Console) render(w http.ResponseWriter, status int, name string, p page) {
+	w.Header().Set("Content-Type", "text/html; charset=utf-8")
+	w.WriteHeader(status)
+	if err := c.pages[name].ExecuteTemplate(w, "layout", p); err != nil {
+		c.log.Error("console: render", "page", name, "error", err.Error())
+	}
+}
+
+func (c *Console) fail(w http.ResponseWriter, r *http.Request, err error) {
+	c.log.Error("console: request failed", "path", r.URL.Path, "error", err.Error())
+	http.Error(w, "internal error (logged)", http.StatusInternalServerError)
+}

@@ -1,0 +1,228 @@
+package console_test
+
+import (
+	"context"
+	"io"
+	"net/http"
+	"net/http/cookiejar"
+	"net/http/httptest"
+	"net/url"
+	"regexp"
+	"strconv"
+	"strings"
+	"testing"
+
+	"github.com/jackc/pgx/v5/pgxpool"
+	"github.com/stretchr/testify/require"
+
+	"github.com/outflow-dev/outflow/app/apikey"
+	appmigrations "github.com/outflow-dev/outflow/app/migrations"
+	"github.com/outflow-dev/outflow/internal/console"
+	"github.com/outflow-dev/outflow/outflowtest"
+)
+
+// env is a console on a fresh schema of both migration sets, behind a
+// real HTTP server, with an admin key.
+type env struct {
+	pool     *pgxpool.Pool
+	srv      *httptest.Server
+	adminKey string
+	adminID  string
+}
+
+var consumers = []console.Consumer{{Name: "notify-merchant", Topic: "payments"}, {Name: "analytics", Topic: "payments"}}
+
+func newEnv(t *testing.T) *env {
+	t.Helper()
+	s := outflowtest.NewSchema(t, appmigrations.Set())
+	c, err := console.New(console.Config{Pool: s.Pool, InsecureCookie: true, Consumers: consumers, PageSize: 2})
+	require.NoError(t, err)
+	srv := httptest.NewServer(c)
+	t.Cleanup(srv.Close)
+	k, err := apikey.Create(context.Background(), s.Pool, apikey.New{Name: "ops"})
+	require.NoError(t, err)
+	return &env{pool: s.Pool, srv: srv, adminKey: k.Secret, adminID: k.ID}
+}
+
+// client is a browser: a cookie jar, and redirects not followed, so that
+// tests see them.
+func (e *env) client(t *testing.T) *http.Client {
+	t.Helper()
+	jar, err := cookiejar.New(nil)
+	require.NoError(t, err)
+	return &http.Client{Jar: jar, CheckRedirect: func(*http.Request, []*http.Request) error { return http.ErrUseLastResponse }}
+}
+
+func do(t *testing.T, c *http.Client, method, u string, form url.Values) (*http.Response, string) {
+	t.Helper()
+	var body io.Reader
+	if form != nil {
+		body = strings.NewReader(form.Encode())
+	}
+	req, err := http.NewRequest(method, u, body)
+	require.NoError(t, err)
+	if form != nil {
+		req.Header.Set("Content-Type", "application/x-www-form-urlencoded")
+	}
+	res, err := c.Do(req)
+	require.NoError(t, err)
+	defer res.Body.Close()
+	b, err := io.ReadAll(res.Body)
+	require.NoError(t, err)
+	return res, string(b)
+}
+
+var csrfRe = regexp.MustCompile(`name="csrf_token" value="([^"]+)"`)
+
+// login logs c in and returns the CSRF token of its session.
+func (e *env) login(t *testing.T, c *http.Client) string {
+	t.Helper()
+	res, _ := do(t, c, http.MethodPost, e.srv.URL+"/login", url.Values{"api_key": {e.adminKey}})
+	require.Equal(t, http.StatusSeeOther, res.StatusCode)
+	require.Equal(t, "/", res.Header.Get("Location"))
+	res, body := do(t, c, http.MethodGet, e.srv.URL+"/", nil)
+	require.Equal(t, http.StatusOK, res.StatusCode, body)
+	m := csrfRe.FindStringSubmatch(body)
+	require.NotNil(t, m, "the page carries the CSRF token")
+	return m[1]
+}
+
+func (e *env) count(t *testing.T, q string, args ...any) int {
+	t.Helper()
+	var n int
+	require.NoError(t, e.pool.QueryRow(context.Background(), q, args...).Scan(&n))
+	return n
+}
+
+func (e *env) exec(t *testing.T, q string, args ...any) {
+	t.Helper()
+	_, err := e.pool.Exec(context.Background(), q, args...)
+	require.NoError(t, err)
+}
+
+// insertOutbox adds an outbox row and returns its id.
+func (e *env) insertOutbox(t *testing.T, aggID string, version int, published, parked bool) int64 {
+	t.Helper()
+	var id int64
+	require.NoError(t, e.pool.QueryRow(context.Background(), `
+		INSERT INTO outbox (message_id, topic, aggregate_type, aggregate_id, aggregate_version, event_type, payload, occurred_at,
+		                    published_at, parked_at, attempts, last_error)
+		VALUES (gen_random_uuid(), 'payments', 'payment', $1, $2, 'payment.paid', '{"amount":100}', now(),
+		        CASE WHEN $3 THEN now() END, CASE WHEN $4 THEN now() END, CASE WHEN $4 THEN 10 ELSE 0 END,
+		        CASE WHEN $4 THEN 'broker said no' END)
+		RETURNING id`, aggID, version, published, parked).Scan(&id))
+	return id
+}
+
+func (e *env) messageID(t *testing.T, outboxID int64) string {
+	t.Helper()
+	var mid string
+	require.NoError(t, e.pool.QueryRow(context.Background(), `SELECT message_id::text FROM outbox WHERE id = $1`, outboxID).Scan(&mid))
+	return mid
+}
+
+func (e *env) sessions(t *testing.T) int { return e.count(t, `SELECT count(*) FROM console_sessions`) }
+
+// A wrong key, and a merchant's key (not an admin's), get the login page
+// again with a 401, and no cookie nor session.
+func TestLoginRefusesWrongAndMerchantKeys(t *testing.T) {
+	t.Parallel()
+	e := newEnv(t)
+	ctx := context.Background()
+	e.exec(t, `INSERT INTO merchants (id, name, webhook_url, webhook_secret) VALUES ('00000000-0000-0000-0000-00000000000a', 'm', 'https://example.com', 's')`)
+	merchantKey, err := apikey.Create(ctx, e.pool, apikey.New{MerchantID: "00000000-0000-0000-0000-00000000000a"})
+	require.NoError(t, err)
+	revoked, err := apikey.Create(ctx, e.pool, apikey.New{Name: "old admin"})
+	require.NoError(t, err)
+	_, err = apikey.Revoke(ctx, e.pool, revoked.ID)
+	require.NoError(t, err)
+
+	for name, key := range map[string]string{
+		"wrong": "ofk_nope", "empty": "", "merchant": merchantKey.Secret, "revoked admin": revoked.Secret,
+	} {
+		c := e.client(t)
+		res, body := do(t, c, http.MethodPost, e.srv.URL+"/login", url.Values{"api_key": {key}})
+		require.Equal(t, http.StatusUnauthorized, res.StatusCode, name)
+		require.Empty(t, res.Header.Values("Set-Cookie"), name)
+		require.Contains(t, body, `id="login-error"`, name)
+		if key != "" {
+			require.NotContains(t, body, key, "%s: the key is not echoed", name)
+		}
+		require.Equal(t, 0, e.sessions(t), name)
+		res, _ = do(t, c, http.MethodGet, e.srv.URL+"/", nil)
+		require.Equal(t, http.StatusSeeOther, res.StatusCode, name)
+	}
+}
+
+// The admin key opens a session: an HttpOnly, SameSite=Strict cookie whose
+// token is stored only hashed; logout ends it.
+func TestLoginSessionAndLogout(t *testing.T) {
+	t.Parallel()
+	e := newEnv(t)
+	c := e.client(t)
+	res, _ := do(t, c, http.MethodGet, e.srv.URL+"/", nil)
+	require.Equal(t, http.StatusSeeOther, res.StatusCode, "no session: to the login page")
+	require.Equal(t, "/login", res.Header.Get("Location"))
+
+	res, _ = do(t, c, http.MethodPost, e.srv.URL+"/login", url.Values{"api_key": {e.adminKey}})
+	require.Equal(t, http.StatusSeeOther, res.StatusCode)
+	cookies := res.Cookies()
+	require.Len(t, cookies, 1)
+	ck := cookies[0]
+	require.Equal(t, console.CookieName, ck.Name)
+	require.True(t, ck.HttpOnly)
+	require.Equal(t, http.SameSiteStrictMode, ck.SameSite)
+	require.False(t, ck.Secure, "InsecureCookie: plain HTTP on loopback")
+	require.Equal(t, 8*3600, ck.MaxAge)
+	require.Equal(t, 0, e.count(t, `SELECT count(*) FROM console_sessions WHERE token_hash = convert_to($1, 'UTF8')`, ck.Value),
+		"the token is not stored as it is")
+	require.Equal(t, 1, e.count(t, `SELECT count(*) FROM console_sessions WHERE token_hash = sha256(convert_to($1, 'UTF8'))
+		AND expires_at BETWEEN now() + interval '7 hours 59 minutes' AND now() + interval '8 hours'`, ck.Value))
+
+	csrf := e.login(t, c)
+	res, _ = do(t, c, http.MethodPost, e.srv.URL+"/logout", url.Values{"csrf_token": {csrf}})
+	require.Equal(t, http.StatusSeeOther, res.StatusCode)
+	require.Equal(t, 1, e.sessions(t), "the other login's session is left")
+	res, _ = do(t, c, http.MethodGet, e.srv.URL+"/", nil)
+	require.Equal(t, http.StatusSeeOther, res.StatusCode, "logged out")
+}
+
+// Revoking the key ends its sessions at once.
+func TestRevokedKeyEndsSession(t *testing.T) {
+	t.Parallel()
+	e := newEnv(t)
+	c := e.client(t)
+	e.login(t, c)
+	_, err := apikey.Revoke(context.Background(), e.pool, e.adminID)
+	require.NoError(t, err)
+	res, _ := do(t, c, http.MethodGet, e.srv.URL+"/", nil)
+	require.Equal(t, http.StatusSeeOther, res.StatusCode)
+}
+
+// A POST without the session's CSRF token, or with another, is a 403 and
+// changes nothing; with it, the action runs and is recorded.
+func TestCSRF(t *testing.T) {
+	t.Parallel()
+	e := newEnv(t)
+	id := e.insertOutbox(t, "p1", 1, false, true)
+	c := e.client(t)
+	csrf := e.login(t, c)
+	other := e.client(t)
+	otherCSRF := e.login(t, other)
+	require.NotEqual(t, csrf, otherCSRF)
+
+	for name, token := range map[string][]string{"missing": nil, "empty": {""}, "another session's": {otherCSRF}} {
+		form := url.Values{"id": {strconv.FormatInt(id, 10)}, "confirm": {"yes"}}
+		if token != nil {
+			form["csrf_token"] = token
+		}
+		res, _ := do(t, c, http.MethodPost, e.srv.URL+"/parked/retry", form)
+		require.Equal(t, http.StatusForbidden, res.StatusCode, name)
+		require.Equal(t, 1, e.count(t, `SELECT count(*) FROM outbox WHERE id = $1 AND parked_at IS NOT NULL`, id), name)
+		require.Equal(t, 0, e.count(t, `SELECT count(*) FROM console_actions`), name)
+	}
+	res, _ := do(t, c, http.MethodPost, e.srv.URL+"/logout", url.Values{})
+	require.Equal(t, http.StatusForbidden, res.StatusCode, "logout too")
+	require.Equal(t, 2, e.sessions(t))
+}
+

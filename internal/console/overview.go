@@ -1,0 +1,134 @@
+package console
+
+import (
+	"context"
+	"fmt"
+	"net/http"
+	"slices"
+	"strconv"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+
+	"github.com/outflow-dev/outflow/forwarder"
+	"github.com/outflow-dev/outflow/handlers"
+	"github.com/outflow-dev/outflow/idempotency"
+)
+
+type partitionRow struct {
+	Partition      int32
+	Owner          string
+	LeaseUntil     *time.Time
+	OwnerHeartbeat *time.Time
+	PublishedTotal int64
+}
+
+type consumerRow struct {
+	Name, Topic string
+	Lag         string
+	idempotency.ParkedCounts
+}
+
+type overview struct {
+	Outbox     forwarder.Stats
+	Rate       string
+	Partitions []partitionRow
+	Consumers  []consumerRow
+	Webhooks   handlers.WebhookStats
+	At         time.Time
+}
+
+// readOverview reads the overview's numbers: every query reads pending or
+// open rows through their partial indexes, or small tables.
+func (c *Console) readOverview(ctx context.Context) (overview, error) {
+	var (
+		o   overview
+		err error
+	)
+	o.At = time.Now()
+	if o.Outbox, err = forwarder.ReadStats(ctx, c.cfg.Pool); err != nil {
+		return o, err
+	}
+	o.Rate = c.rate(o.Outbox.PublishedTotal, o.At)
+	if o.Webhooks, err = handlers.ReadWebhookStats(ctx, c.cfg.Pool); err != nil {
+		return o, err
+	}
+	// The lease's last renewal is not stored: the owner's heartbeat (it
+	// renews its leases on the same tick) and the lease's end say it.
+	rows, err := c.cfg.Pool.Query(ctx, `
+		SELECT p.partition, coalesce(p.owner, ''), p.lease_until, f.heartbeat_at, p.published_total
+		FROM outbox_partitions p LEFT JOIN outbox_forwarders f ON f.id = p.owner ORDER BY p.partition`)
+	if err != nil {
+		return o, fmt.Errorf("read partitions: %w", err)
+	}
+	if o.Partitions, err = pgx.CollectRows(rows, pgx.RowToStructByPos[partitionRow]); err != nil {
+		return o, fmt.Errorf("read partitions: %w", err)
+	}
+	parked, err := idempotency.ReadParkedCounts(ctx, c.cfg.Pool)
+	if err != nil {
+		return o, err
+	}
+	seen := map[string]bool{}
+	for _, cs := range c.cfg.Consumers {
+		seen[cs.Name] = true
+		row := consumerRow{Name: cs.Name, Topic: cs.Topic, Lag: "n/a", ParkedCounts: parked[cs.Name]}
+		if c.cfg.Lag != nil {
+			lag, err := c.cfg.Lag.Lag(ctx, cs.Name, cs.Topic)
+			if err != nil {
+				c.log.Warn("console: consumer lag unknown", "consumer", cs.Name, "error", err.Error())
+			} else {
+				row.Lag = strconv.FormatInt(lag.Events, 10)
+			}
+		}
+		o.Consumers = append(o.Consumers, row)
+	}
+	var others []string
+	for name := range parked {
+		if !seen[name] {
+			others = append(others, name)
+		}
+	}
+	slices.Sort(others)
+	for _, name := range others {
+		o.Consumers = append(o.Consumers, consumerRow{Name: name, Lag: "n/a", ParkedCounts: parked[name]})
+	}
+	return o, nil
+}
+
+// rate is the published rate since the previous overview of any session
+// (the live refresh asks every 2s), in events per second.
+func (c *Console) rate(total int64, at time.Time) string {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	prev := c.last
+	c.last = rateSample{total: total, at: at}
+	el := at.Sub(prev.at)
+	if prev.at.IsZero() || el <= 0 || el > 5*time.Minute || total < prev.total {
+		return "n/a"
+	}
+	return fmt.Sprintf("%.1f/s", float64(total-prev.total)/el.Seconds())
+}
+
+func (c *Console) overviewPage(w http.ResponseWriter, r *http.Request, s session) {
+	o, err := c.readOverview(r.Context())
+	if err != nil {
+		c.fail(w, r, err)
+		return
+	}
+	p := c.pageFor(s, "Overview")
+	p.Data = o
+	c.render(w, http.StatusOK, "overview", p)
+}
+
+// overviewFragment is the overview's live part, which console.js swaps in.
+func (c *Console) overviewFragment(w http.ResponseWriter, r *http.Request, s session) {
+	o, err := c.readOverview(r.Context())
+	if err != nil {
+		c.fail(w, r, err)
+		return
+	}
+	w.Header().Set("Content-Type", "text/html; charset=utf-8")
+	if err := c.pages["overview"].ExecuteTemplate(w, "overview-body", o); err != nil {
+		c.log.Error("console: render fragment", "error", err.Error())
+	}
+}
