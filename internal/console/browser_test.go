@@ -74,9 +74,9 @@ func TestBrowserHarness(t *testing.T) {
 	var body string
 	run(t, ctx, "load the API's /healthz",
 		chromedp.Navigate(s.api.URL+"/healthz"),
-		chromedp.WaitVisible("body"),
+		chromedp.WaitVisible(chromedp.CSS("body")),
 	)
-	body, err := chromedp.Run(ctx, chromedp.Text("body"))
+	body, err := chromedp.Run(ctx, chromedp.Text(chromedp.CSS("body")))
 	require.NoError(t, err)
 	require.True(t, strings.Contains(body, "ok"), "healthz page: %q", body)
 	path := screenshot(t, ctx, dir, "healthz")
