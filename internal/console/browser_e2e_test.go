@@ -15,6 +15,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/outflow-dev/outflow/app"
+	"github.com/outflow-dev/outflow/brokers"
 	"github.com/outflow-dev/outflow/internal/console"
 	"github.com/outflow-dev/outflow/outflowtest"
 )
@@ -24,7 +25,8 @@ import (
 // the browser reaches it over plain HTTP on 127.0.0.1.
 func (s *stack) startConsole(t *testing.T) string {
 	t.Helper()
-	h, err := console.New(console.Config{Pool: s.schema.Pool, Logger: quiet, InsecureCookie: true,
+	lag, _ := s.backend.(brokers.LagReporter) // Redis Streams reports it: the overview shows each group's lag
+	h, err := console.New(console.Config{Pool: s.schema.Pool, Logger: quiet, InsecureCookie: true, Lag: lag,
 		Consumers: []console.Consumer{
 			{Name: "sync-analytics", Topic: app.PaymentsTopic},
 			{Name: "notify-merchant", Topic: app.PaymentsTopic},

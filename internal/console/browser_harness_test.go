@@ -171,6 +171,7 @@ type stack struct {
 	svc      *app.Service
 	api      *httptest.Server
 	broker   *refusingBroker
+	backend  brokers.Backend
 	adminKey string
 
 	mu      sync.Mutex
@@ -201,6 +202,7 @@ func startStack(t *testing.T) *stack {
 		Redis: brokers.RedisConfig{URL: outflowtest.RedisURL(), StreamPrefix: prefix}})
 	require.NoError(t, err)
 	t.Cleanup(func() { _ = backend.Close() })
+	s.backend = backend
 
 	s.broker = &refusingBroker{Broker: backend.Broker(), refuse: map[string]bool{}}
 	fwd, err := forwarder.New(forwarder.Config{Pool: pool, Broker: s.broker, MessagingSystem: string(brokers.Redis),
