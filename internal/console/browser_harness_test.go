@@ -41,10 +41,11 @@ var quiet = slog.New(slog.NewTextHandler(io.Discard, nil))
 // (the project's rule: a test never skips for want of a tool).
 func chromiumPath(t testing.TB) string {
 	t.Helper()
+	names := []string{"chromium", "chromium-browser", "google-chrome"}
 	if p := os.Getenv("OUTFLOW_CHROMIUM"); p != "" {
-		return p
+		names = []string{p}
 	}
-	for _, name := range []string{"chromium", "chromium-browser", "google-chrome"} {
+	for _, name := range names {
 		if p, err := exec.LookPath(name); err == nil {
 			return p
 		}
