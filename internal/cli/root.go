@@ -49,6 +49,7 @@ same transaction, and forwards committed events to a broker: never lost, never a
 		newWorkerCmd(e),
 		newDLQCmd(e),
 		newStatsCmd(e),
+		newConsoleCmd(e),
 		newOutboxCmd(e),
 		newReplayCmd(e),
 		newConsumerCmd(e),

@@ -21,7 +21,7 @@ import (
 )
 
 // knownRoles lists the roles one process can run.
-var knownRoles = []string{"api", "forwarder", "worker"}
+var knownRoles = []string{"api", "forwarder", "worker", "console"}
 
 func newServeCmd(e *env) *cobra.Command {
 	var (
@@ -107,6 +107,13 @@ func newServeCmd(e *env) *cobra.Command {
 			if r != nil {
 				runs = append(runs, r)
 			}
+		}
+		if slices.Contains(roles, "console") {
+			// On its own address (--console-addr), never the API's: the
+			// API's port is the one exposed to clients.
+			runs = append(runs, func(ctx context.Context) error {
+				return serveConsole(ctx, cfg, fwd.streamPartitions, shutdownTimeout, logger)
+			})
 		}
 		if slices.Contains(roles, "api") {
 			// The api marks the process started once it listens.

@@ -33,6 +33,8 @@ const (
 	DefaultAMQPURL     = "amqp://guest:guest@127.0.0.1:5672/"
 	DefaultKafkaBroker = "127.0.0.1:9092"
 	DefaultAMQPGroups  = ""
+	// DefaultConsoleAddr is where the operator console listens.
+	DefaultConsoleAddr = "127.0.0.1:8090"
 	// DefaultWebhookSecretGrace is how long a rotated-out webhook secret
 	// stays valid.
 	DefaultWebhookSecretGrace = "24h"
@@ -106,6 +108,13 @@ type Config struct {
 	// flag: a flag shows in the process list). Nil when not set: secrets
 	// are stored in plaintext, and the process warns at start.
 	SecretKey *secretseal.Key
+	// ConsoleAddr is the operator console's address (`outflow console`,
+	// the console role of `outflow serve`).
+	ConsoleAddr string
+	// ConsoleInsecureCookie drops the Secure attribute of the console's
+	// session cookie, for plain HTTP on a loopback address only: Load
+	// refuses it with any other ConsoleAddr.
+	ConsoleInsecureCookie bool
 }
 
 // setting ties a flag to its environment variable and default.
@@ -133,6 +142,8 @@ var settings = []setting{
 	{"broker-database-url", "BROKER_DATABASE_URL", "", "PostgreSQL URL of the sql broker's tables, for --broker sql (default: --database-url)"},
 	{"audit-interval", "AUDIT_INTERVAL", DefaultAuditInterval, "how often the forwarder holding partition 0 checks the broker for entries it lost after acknowledging them (a flush, a restart without persistence, a failover to a replica behind) and publishes them again; negative disables (docs/broker-loss.md)"},
 	{"audit-margin", "AUDIT_MARGIN", DefaultAuditMargin, "how far before the loss a repair starts publishing again: covers clock skew between PostgreSQL and the broker"},
+	{"console-addr", "CONSOLE_ADDR", DefaultConsoleAddr, "address the operator console listens on (outflow console; outflow serve --roles console)"},
+	{"console-insecure-cookie", "CONSOLE_INSECURE_COOKIE", "false", "send the console's session cookie without Secure, so that a browser keeps it over plain http: only with a loopback --console-addr (behind a TLS proxy, leave it false)"},
 	{"webhook-secret-grace", "WEBHOOK_SECRET_GRACE", DefaultWebhookSecretGrace, "how long a merchant's previous webhook secret stays valid after a rotation (webhooks are signed with both meanwhile; 0s to 720h)"},
 }
 
@@ -263,6 +274,15 @@ func (f *Flags) Load() (Config, error) {
 			cfg.AuditMargin, err = time.ParseDuration(v)
 			if err == nil && (cfg.AuditMargin <= 0 || cfg.AuditMargin > 24*time.Hour) {
 				err = fmt.Errorf("want a duration from 1ns to 24h, such as 30s: %q", v)
+			}
+		case "console-addr":
+			cfg.ConsoleAddr, err = v, validateAddr(v)
+		case "console-insecure-cookie":
+			cfg.ConsoleInsecureCookie, err = strconv.ParseBool(v)
+			if err != nil {
+				err = fmt.Errorf("want true or false, not %q", v)
+			} else if cfg.ConsoleInsecureCookie && !loopback(cfg.ConsoleAddr) {
+				err = fmt.Errorf("only with a loopback --console-addr (127.0.0.1, ::1, localhost), not %q: serve the console behind TLS", cfg.ConsoleAddr)
 			}
 		case "webhook-secret-grace":
 			cfg.WebhookSecretGrace, err = time.ParseDuration(v)
@@ -409,6 +429,19 @@ func (c Config) BrokerConfig(partitions int, logger *slog.Logger) brokers.Config
 		AMQP:  brokers.AMQPConfig{URL: c.AMQPURL, Groups: c.AMQPGroups},
 		Kafka: brokers.KafkaConfig{Brokers: c.KafkaBrokers, TopicPartitions: c.KafkaTopicPartitions},
 		SQL:   brokers.SQLConfig{DatabaseURL: dbURL, PollInterval: c.SQLPollInterval}}
+}
+
+// loopback reports whether addr's host is a loopback address.
+func loopback(addr string) bool {
+	host, _, err := net.SplitHostPort(addr)
+	if err != nil {
+		return false
+	}
+	if host == "localhost" {
+		return true
+	}
+	ip := net.ParseIP(host)
+	return ip != nil && ip.IsLoopback()
 }
 
 func validateAddr(v string) error {

@@ -53,6 +53,12 @@ func TestLoad(t *testing.T) {
 		{name: "bad replicas", env: map[string]string{"NATS_REPLICAS": "7"}, wantErr: "invalid NATS_REPLICAS: want a whole number from 1 to 5"},
 		{name: "bad partitions", args: []string{"--kafka-topic-partitions", "0"}, wantErr: "invalid --kafka-topic-partitions"},
 		{name: "bad poll interval", args: []string{"--sql-poll-interval", "fast"}, wantErr: "invalid --sql-poll-interval"},
+		{name: "console defaults", check: func(c Config) bool { return c.ConsoleAddr == DefaultConsoleAddr && !c.ConsoleInsecureCookie }},
+		{name: "console insecure cookie on loopback", env: map[string]string{"CONSOLE_INSECURE_COOKIE": "true"}, args: []string{"--console-addr", "[::1]:9"},
+			check: func(c Config) bool { return c.ConsoleAddr == "[::1]:9" && c.ConsoleInsecureCookie }},
+		{name: "console insecure cookie refused off loopback", args: []string{"--console-addr", "0.0.0.0:8090", "--console-insecure-cookie", "true"},
+			wantErr: "invalid --console-insecure-cookie: only with a loopback"},
+		{name: "bad console addr", env: map[string]string{"CONSOLE_ADDR": "8090"}, wantErr: "invalid CONSOLE_ADDR"},
 		{name: "audit defaults", check: func(c Config) bool { return c.AuditInterval == 20*time.Second && c.AuditMargin == 30*time.Second }},
 		{name: "audit off", env: map[string]string{"AUDIT_INTERVAL": "-1s"}, check: func(c Config) bool { return c.AuditInterval < 0 }},
 		{name: "audit set", args: []string{"--audit-interval", "5s", "--audit-margin", "1m"}, check: func(c Config) bool {
@@ -80,7 +86,7 @@ func TestLoad(t *testing.T) {
 		t.Run(tt.name, func(t *testing.T) {
 			for _, k := range []string{"DATABASE_URL", "REDIS_URL", "HTTP_ADDR", "LOG_LEVEL", "LOG_FORMAT", "AMQP_GROUPS", "NATS_REPLICAS",
 				"WEBHOOK_ALLOW_PRIVATE", "WEBHOOK_SECRET_GRACE", "OUTFLOW_SECRET_KEY", "AUDIT_INTERVAL", "AUDIT_MARGIN",
-				"REDIS_CLUSTER", "REDIS_WAIT_REPLICAS", "REDIS_WAIT_TIMEOUT"} {
+				"REDIS_CLUSTER", "REDIS_WAIT_REPLICAS", "REDIS_WAIT_TIMEOUT", "CONSOLE_ADDR", "CONSOLE_INSECURE_COOKIE"} {
 				t.Setenv(k, tt.env[k])
 			}
 			fs := pflag.NewFlagSet("test", pflag.ContinueOnError)

@@ -11,6 +11,7 @@ import (
 
 	"github.com/outflow-dev/outflow/forwarder"
 	"github.com/outflow-dev/outflow/idempotency"
+	"github.com/outflow-dev/outflow/replay"
 )
 
 // maxSelection bounds the ids one action names.
@@ -66,6 +67,14 @@ func (c *Console) act(w http.ResponseWriter, r *http.Request, s session, name, w
 		http.Error(w, err.Error(), http.StatusBadRequest)
 		return
 	}
+	c.confirmThenDo(w, r, s, name, what, back, sel, len(sel.IDs), sel.All, func(ctx context.Context) (int64, error) { return do(ctx, sel) })
+}
+
+// confirmThenDo asks for confirmation (without confirm=yes), or runs do
+// and records it with target.
+func (c *Console) confirmThenDo(w http.ResponseWriter, r *http.Request, s session, name, what, back string,
+	target any, selected int, all bool, do func(ctx context.Context) (int64, error),
+) {
 	if r.PostFormValue("confirm") != "yes" {
 		fields := url.Values{}
 		for k, v := range r.PostForm {
@@ -74,16 +83,16 @@ func (c *Console) act(w http.ResponseWriter, r *http.Request, s session, name, w
 			}
 		}
 		p := c.pageFor(s, "Confirm")
-		p.Data = confirmData{Action: r.URL.Path, What: what, Back: back, Fields: fields, Selected: len(sel.IDs), All: sel.All}
+		p.Data = confirmData{Action: r.URL.Path, What: what, Back: back, Fields: fields, Selected: selected, All: all}
 		c.render(w, http.StatusOK, "confirm", p)
 		return
 	}
-	n, doErr := do(r.Context(), sel)
+	n, doErr := do(r.Context())
 	errText := ""
 	if doErr != nil {
 		errText = doErr.Error()
 	}
-	target, err := json.Marshal(sel)
+	targetJSON, err := json.Marshal(target)
 	if err != nil {
 		c.fail(w, r, err)
 		return
@@ -91,7 +100,7 @@ func (c *Console) act(w http.ResponseWriter, r *http.Request, s session, name, w
 	var id int64
 	err = c.cfg.Pool.QueryRow(r.Context(), `
 		INSERT INTO console_actions (api_key_id, api_key_name, action, target, result_count, error)
-		VALUES ($1, $2, $3, $4, $5, $6) RETURNING id`, s.keyID, s.keyName, name, target, n, errText).Scan(&id)
+		VALUES ($1, $2, $3, $4, $5, $6) RETURNING id`, s.keyID, s.keyName, name, targetJSON, n, errText).Scan(&id)
 	if err != nil {
 		c.fail(w, r, fmt.Errorf("record console action: %w", err))
 		return
@@ -199,4 +208,39 @@ func (c *Console) deadIDs(ctx context.Context, consumer string) ([]int64, error)
 		ids = append(ids, id)
 	}
 	return ids, rows.Err()
+}
+
+// replayTarget is what a replay names: one aggregate, one consumer.
+type replayTarget struct {
+	Consumer      string `json:"consumer"`
+	AggregateType string `json:"aggregate_type"`
+	AggregateID   string `json:"aggregate_id"`
+}
+
+// replay publishes one aggregate's retained events to one consumer's
+// replay topic (package replay, as `outflow replay` does), through the
+// configured broker.
+func (c *Console) replay(w http.ResponseWriter, r *http.Request, s session) {
+	t := replayTarget{Consumer: r.PostFormValue("consumer"), AggregateType: r.PostFormValue("aggregate_type"), AggregateID: r.PostFormValue("aggregate_id")}
+	var cs *Consumer
+	for i := range c.cfg.Consumers {
+		if c.cfg.Consumers[i].Name == t.Consumer {
+			cs = &c.cfg.Consumers[i]
+		}
+	}
+	if cs == nil || t.AggregateType == "" || t.AggregateID == "" {
+		http.Error(w, "replay needs a known consumer, an aggregate_type and an aggregate_id", http.StatusBadRequest)
+		return
+	}
+	if c.cfg.Broker == nil {
+		http.Error(w, "no broker configured: replay is not available", http.StatusServiceUnavailable)
+		return
+	}
+	back := "/journey?q=" + url.QueryEscape(t.AggregateID)
+	what := fmt.Sprintf("Replay every retained event of %s %s to %s (its replay topic): the consumer skips what it already handled.",
+		t.AggregateType, t.AggregateID, t.Consumer)
+	c.confirmThenDo(w, r, s, "replay", what, back, t, 0, true, func(ctx context.Context) (int64, error) {
+		return replay.Publish(ctx, c.cfg.Pool, c.cfg.Broker, t.Consumer,
+			replay.Filter{Topic: cs.Topic, AggregateType: t.AggregateType, AggregateIDs: []string{t.AggregateID}}, replay.Options{})
+	})
 }

@@ -14,6 +14,7 @@ import (
 	"github.com/jackc/pgx/v5/pgxpool"
 
 	"github.com/outflow-dev/outflow/brokers"
+	"github.com/outflow-dev/outflow/forwarder"
 )
 
 // DefaultSessionTTL is how long a login lasts.
@@ -45,6 +46,9 @@ type Config struct {
 	Consumers []Consumer
 	// Lag reports the consumers' lag; nil shows "n/a".
 	Lag brokers.LagReporter
+	// Broker publishes replays (to a consumer's replay topic); nil
+	// disables replay.
+	Broker forwarder.Broker
 	// InsecureCookie drops the cookie's Secure attribute, for plain HTTP
 	// on a loopback address: a browser does not send a Secure cookie over
 	// http://127.0.0.1.
@@ -118,6 +122,7 @@ func New(cfg Config) (*Console, error) {
 	c.mux.HandleFunc("GET /dead", c.authed(c.deadPage))
 	c.mux.HandleFunc("POST /dead/retry", c.authed(c.deadRetry))
 	c.mux.HandleFunc("POST /dead/discard", c.authed(c.deadDiscard))
+	c.mux.HandleFunc("POST /replay", c.authed(c.replay))
 	c.mux.HandleFunc("GET /actions", c.authed(c.actionsPage))
 	return c, nil
 }

@@ -32,10 +32,14 @@ type env struct {
 
 var consumers = []console.Consumer{{Name: "notify-merchant", Topic: "payments"}, {Name: "analytics", Topic: "payments"}}
 
-func newEnv(t *testing.T) *env {
+func newEnv(t *testing.T, mut ...func(*console.Config)) *env {
 	t.Helper()
 	s := outflowtest.NewSchema(t, appmigrations.Set())
-	c, err := console.New(console.Config{Pool: s.Pool, InsecureCookie: true, Consumers: consumers, PageSize: 2})
+	cfg := console.Config{Pool: s.Pool, InsecureCookie: true, Consumers: consumers, PageSize: 2}
+	for _, m := range mut {
+		m(&cfg)
+	}
+	c, err := console.New(cfg)
 	require.NoError(t, err)
 	srv := httptest.NewServer(c)
 	t.Cleanup(srv.Close)
@@ -226,3 +230,43 @@ func TestCSRF(t *testing.T) {
 	require.Equal(t, 2, e.sessions(t))
 }
 
+// An expired session is no session; without one, pages redirect to the
+// login page and a POST is refused, changing nothing.
+func TestExpiredAndMissingSession(t *testing.T) {
+	t.Parallel()
+	e := newEnv(t)
+	id := e.insertOutbox(t, "p1", 1, false, true)
+	anon := e.client(t)
+	for _, path := range []string{"/", "/fragments/overview", "/journey?q=x", "/parked", "/dead", "/actions"} {
+		res, _ := do(t, anon, http.MethodGet, e.srv.URL+path, nil)
+		require.Equal(t, http.StatusSeeOther, res.StatusCode, path)
+		require.Equal(t, "/login", res.Header.Get("Location"), path)
+	}
+	res, _ := do(t, anon, http.MethodPost, e.srv.URL+"/parked/retry", url.Values{"id": {strconv.FormatInt(id, 10)}, "confirm": {"yes"}})
+	require.Equal(t, http.StatusForbidden, res.StatusCode)
+
+	c := e.client(t)
+	csrf := e.login(t, c)
+	e.exec(t, `UPDATE console_sessions SET expires_at = now() - interval '1 second'`)
+	res, _ = do(t, c, http.MethodGet, e.srv.URL+"/", nil)
+	require.Equal(t, http.StatusSeeOther, res.StatusCode, "expired")
+	res, _ = do(t, c, http.MethodPost, e.srv.URL+"/parked/retry", url.Values{"csrf_token": {csrf}, "id": {strconv.FormatInt(id, 10)}, "confirm": {"yes"}})
+	require.Equal(t, http.StatusForbidden, res.StatusCode, "expired")
+	require.Equal(t, 1, e.count(t, `SELECT count(*) FROM outbox WHERE parked_at IS NOT NULL`))
+	require.Equal(t, 0, e.count(t, `SELECT count(*) FROM console_actions`))
+}
+
+// The static assets are embedded and served without a session.
+func TestStaticAssets(t *testing.T) {
+	t.Parallel()
+	e := newEnv(t)
+	for path, ctype := range map[string]string{"/static/console.css": "text/css", "/static/console.js": "text/javascript"} {
+		res, body := do(t, e.client(t), http.MethodGet, e.srv.URL+path, nil)
+		require.Equal(t, http.StatusOK, res.StatusCode, path)
+		require.Contains(t, res.Header.Get("Content-Type"), ctype, path)
+		require.NotEmpty(t, body)
+	}
+	res, _ := do(t, e.client(t), http.MethodGet, e.srv.URL+"/login", nil)
+	require.Contains(t, res.Header.Get("Content-Security-Policy"), "default-src 'self'")
+	require.Equal(t, "DENY", res.Header.Get("X-Frame-Options"))
+}

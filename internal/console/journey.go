@@ -15,6 +15,30 @@ import (
 // maxJourneyEvents bounds one journey: an aggregate's events, oldest first.
 const maxJourneyEvents = 1000
 
+// The journey's queries; each goes through an index (TestQueriesUseIndexes).
+const (
+	qFindMessage = `SELECT aggregate_type, aggregate_id FROM outbox WHERE message_id = $1`
+	// Published rows through outbox_aggregate_idx, pending ones through
+	// outbox_pending_idx: their partial predicates are the two branches'.
+	qEvents = `
+		SELECT id, message_id::text, topic, event_type, aggregate_version, payload::text, metadata::text,
+		       attempts, coalesce(last_error, ''), created_at, published_at, parked_at
+		FROM (
+			SELECT * FROM outbox WHERE aggregate_type = $1 AND aggregate_id = $2 AND published_at IS NOT NULL
+			UNION ALL
+			SELECT * FROM outbox WHERE aggregate_type = $1 AND aggregate_id = $2 AND published_at IS NULL
+		) o ORDER BY aggregate_version, id LIMIT $3`
+	qProcessed = `
+		SELECT message_id::text, consumer, processed_at FROM processed_messages WHERE message_id = ANY($1::uuid[])`
+	qDeadOutcomes = `
+		SELECT id, message_id::text, consumer, status, reason, error, attempts FROM dead_letters
+		WHERE consumer = ANY($1) AND message_id = ANY($2::uuid[])`
+	qDeliveries = `
+		SELECT d.id, d.message_id::text, d.url, d.status, a.attempted_at, a.status_code, a.latency_ms, coalesce(a.error, '')
+		FROM webhook_deliveries d LEFT JOIN webhook_attempts a ON a.delivery_id = d.id
+		WHERE d.message_id = ANY($1::uuid[]) ORDER BY d.id, a.id`
+)
+
 type journeyEvent struct {
 	ID               int64
 	MessageID        string
@@ -61,20 +85,31 @@ type journey struct {
 	AggregateType, AggregateID string
 	Events                     []journeyEvent
 	Truncated                  bool
+	// Consumers a replay can go to; empty when no broker is configured.
+	ReplayTo []string
 }
 
 func (c *Console) journeyPage(w http.ResponseWriter, r *http.Request, s session) {
 	p := c.pageFor(s, "Journey")
 	q := strings.TrimSpace(r.URL.Query().Get("q"))
 	j := journey{Query: q}
+	var err error
 	if q != "" {
-		var err error
 		if j, err = c.readJourney(r.Context(), q); err != nil {
 			c.fail(w, r, err)
 			return
 		}
 	}
+	if c.cfg.Broker != nil && len(j.Events) > 0 {
+		for _, cs := range c.cfg.Consumers {
+			j.ReplayTo = append(j.ReplayTo, cs.Name)
+		}
+	}
 	p.Data = j
+	if p.Result, err = c.doneAction(r); err != nil {
+		c.fail(w, r, err)
+		return
+	}
 	c.render(w, http.StatusOK, "journey", p)
 }
 
@@ -88,20 +123,13 @@ func (c *Console) readJourney(ctx context.Context, q string) (journey, error) {
 	j := journey{Query: q, AggregateType: c.cfg.AggregateType, AggregateID: q}
 	pool := c.cfg.Pool
 	if id, err := uuid.Parse(q); err == nil {
-		err := pool.QueryRow(ctx, `SELECT aggregate_type, aggregate_id FROM outbox WHERE message_id = $1`, id).
+		err := pool.QueryRow(ctx, qFindMessage, id).
 			Scan(&j.AggregateType, &j.AggregateID)
 		if err != nil && !errors.Is(err, pgx.ErrNoRows) {
 			return j, fmt.Errorf("journey: find message: %w", err)
 		}
 	}
-	rows, err := pool.Query(ctx, `
-		SELECT id, message_id::text, topic, event_type, aggregate_version, payload::text, metadata::text,
-		       attempts, coalesce(last_error, ''), created_at, published_at, parked_at
-		FROM (
-			SELECT * FROM outbox WHERE aggregate_type = $1 AND aggregate_id = $2 AND published_at IS NOT NULL
-			UNION ALL
-			SELECT * FROM outbox WHERE aggregate_type = $1 AND aggregate_id = $2 AND published_at IS NULL
-		) o ORDER BY aggregate_version, id LIMIT $3`, j.AggregateType, j.AggregateID, maxJourneyEvents+1)
+	rows, err := pool.Query(ctx, qEvents, j.AggregateType, j.AggregateID, maxJourneyEvents+1)
 	if err != nil {
 		return j, fmt.Errorf("journey: read events: %w", err)
 	}
@@ -141,8 +169,7 @@ func (c *Console) readOutcomes(ctx context.Context, ids []string, byID map[strin
 		names[i] = cs.Name
 	}
 	processed := map[[2]string]time.Time{}
-	rows, err := c.cfg.Pool.Query(ctx, `
-		SELECT message_id::text, consumer, processed_at FROM processed_messages WHERE message_id = ANY($1::uuid[])`, ids)
+	rows, err := c.cfg.Pool.Query(ctx, qProcessed, ids)
 	if err != nil {
 		return fmt.Errorf("journey: read processed messages: %w", err)
 	}
@@ -157,9 +184,7 @@ func (c *Console) readOutcomes(ctx context.Context, ids []string, byID map[strin
 		return fmt.Errorf("journey: read processed messages: %w", err)
 	}
 	dead := map[[2]string]outcome{}
-	rows, err = c.cfg.Pool.Query(ctx, `
-		SELECT id, message_id::text, consumer, status, reason, error, attempts FROM dead_letters
-		WHERE consumer = ANY($1) AND message_id = ANY($2::uuid[])`, names, ids)
+	rows, err = c.cfg.Pool.Query(ctx, qDeadOutcomes, names, ids)
 	if err != nil {
 		return fmt.Errorf("journey: read dead letters: %w", err)
 	}
@@ -191,10 +216,7 @@ func (c *Console) readOutcomes(ctx context.Context, ids []string, byID map[strin
 }
 
 func (c *Console) readDeliveries(ctx context.Context, ids []string, byID map[string]*journeyEvent) error {
-	rows, err := c.cfg.Pool.Query(ctx, `
-		SELECT d.id, d.message_id::text, d.url, d.status, a.attempted_at, a.status_code, a.latency_ms, coalesce(a.error, '')
-		FROM webhook_deliveries d LEFT JOIN webhook_attempts a ON a.delivery_id = d.id
-		WHERE d.message_id = ANY($1::uuid[]) ORDER BY d.id, a.id`, ids)
+	rows, err := c.cfg.Pool.Query(ctx, qDeliveries, ids)
 	if err != nil {
 		return fmt.Errorf("journey: read webhook deliveries: %w", err)
 	}

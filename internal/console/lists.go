@@ -16,6 +16,20 @@ import (
 // Lists page by keyset (id > after), never by OFFSET: a page costs the
 // same however deep it is.
 
+const (
+	// Parked rows are pending rows: through outbox_pending_idx.
+	qParked = `
+		SELECT id, message_id::text, topic, event_type, aggregate_type, aggregate_id, aggregate_version,
+		       attempts, coalesce(last_error, ''), created_at, parked_at
+		FROM outbox WHERE published_at IS NULL AND parked_at IS NOT NULL AND id > $1
+		ORDER BY id LIMIT $2`
+	qDeadLetters = `
+		SELECT id, consumer, message_id::text, event_type, aggregate_type, aggregate_id, aggregate_version,
+		       status, reason, error, attempts, next_attempt_at, created_at
+		FROM dead_letters WHERE status = ANY($1) AND ($2 = '' OR consumer = $2) AND id > $3
+		ORDER BY id LIMIT $4`
+)
+
 type listPage[T any] struct {
 	Rows []T
 	Next int64 // the after= of the next page; 0 when this is the last
@@ -34,11 +48,7 @@ func afterParam(r *http.Request, name string) int64 {
 func (c *Console) readParked(ctx context.Context, after int64) (listPage[forwarder.ParkedRow], error) {
 	var lp listPage[forwarder.ParkedRow]
 	// Through outbox_pending_idx: parked rows are pending rows.
-	rows, err := c.cfg.Pool.Query(ctx, `
-		SELECT id, message_id::text, topic, event_type, aggregate_type, aggregate_id, aggregate_version,
-		       attempts, coalesce(last_error, ''), created_at, parked_at
-		FROM outbox WHERE published_at IS NULL AND parked_at IS NOT NULL AND id > $1
-		ORDER BY id LIMIT $2`, after, c.cfg.PageSize+1)
+	rows, err := c.cfg.Pool.Query(ctx, qParked, after, c.cfg.PageSize+1)
 	if err != nil {
 		return lp, fmt.Errorf("list parked rows: %w", err)
 	}
@@ -77,11 +87,7 @@ func (c *Console) readDead(ctx context.Context, consumer, status string, after i
 			statuses = []string{status}
 		}
 	}
-	rows, err := c.cfg.Pool.Query(ctx, `
-		SELECT id, consumer, message_id::text, event_type, aggregate_type, aggregate_id, aggregate_version,
-		       status, reason, error, attempts, next_attempt_at, created_at
-		FROM dead_letters WHERE status = ANY($1) AND ($2 = '' OR consumer = $2) AND id > $3
-		ORDER BY id LIMIT $4`, statuses, consumer, after, c.cfg.PageSize+1)
+	rows, err := c.cfg.Pool.Query(ctx, qDeadLetters, statuses, consumer, after, c.cfg.PageSize+1)
 	if err != nil {
 		return lp, fmt.Errorf("list dead letters: %w", err)
 	}

@@ -15,6 +15,15 @@ import (
 	"github.com/outflow-dev/outflow/idempotency"
 )
 
+// qWebhookStats counts what handlers.ReadWebhookStats counts, one status
+// at a time, so that each count reads its partial index
+// (webhook_deliveries_due_idx, webhook_deliveries_dead_idx): status IN
+// ('pending', 'dead') reads every row of the table instead.
+const qWebhookStats = `
+	SELECT (SELECT count(*) FROM webhook_deliveries WHERE status = 'pending'),
+	       (SELECT count(*) FROM webhook_deliveries WHERE status = 'pending' AND attempts > 0),
+	       (SELECT count(*) FROM webhook_deliveries WHERE status = 'dead')`
+
 type partitionRow struct {
 	Partition      int32
 	Owner          string
@@ -50,8 +59,8 @@ func (c *Console) readOverview(ctx context.Context) (overview, error) {
 		return o, err
 	}
 	o.Rate = c.rate(o.Outbox.PublishedTotal, o.At)
-	if o.Webhooks, err = handlers.ReadWebhookStats(ctx, c.cfg.Pool); err != nil {
-		return o, err
+	if err := c.cfg.Pool.QueryRow(ctx, qWebhookStats).Scan(&o.Webhooks.Pending, &o.Webhooks.Failing, &o.Webhooks.Dead); err != nil {
+		return o, fmt.Errorf("read webhook stats: %w", err)
 	}
 	// The lease's last renewal is not stored: the owner's heartbeat (it
 	// renews its leases on the same tick) and the lease's end say it.

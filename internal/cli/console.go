@@ -1,0 +1,135 @@
+package cli
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"net"
+	"net/http"
+	"time"
+
+	"github.com/jackc/pgx/v5/pgxpool"
+	"github.com/spf13/cobra"
+
+	"github.com/outflow-dev/outflow/brokers"
+	"github.com/outflow-dev/outflow/forwarder"
+	"github.com/outflow-dev/outflow/handlers"
+	"github.com/outflow-dev/outflow/internal/config"
+	"github.com/outflow-dev/outflow/internal/console"
+	"github.com/outflow-dev/outflow/internal/redact"
+)
+
+func newConsoleCmd(e *env) *cobra.Command {
+	var (
+		addr            string
+		partitions      int
+		shutdownTimeout time.Duration
+	)
+	cmd := &cobra.Command{
+		Use:   "console",
+		Short: "Serve the operator console: the pipeline's state, an event's journey, retry and discard, behind the admin API key",
+		Args:  cobra.NoArgs,
+		RunE: func(cmd *cobra.Command, _ []string) error {
+			if partitions < 1 || partitions > 1024 {
+				return errors.New("invalid --stream-partitions: must be between 1 and 1024")
+			}
+			if shutdownTimeout <= 0 {
+				return errors.New("invalid --shutdown-timeout: must be positive")
+			}
+			cfg, logger, err := e.load()
+			if err != nil {
+				return err
+			}
+			if cmd.Flags().Changed("addr") {
+				if _, _, err := net.SplitHostPort(addr); err != nil {
+					return fmt.Errorf("invalid --addr: want host:port, such as 127.0.0.1:8090: %q", addr)
+				}
+				cfg.ConsoleAddr = addr
+			}
+			return serveConsole(cmd.Context(), cfg, partitions, shutdownTimeout, logger)
+		},
+	}
+	cmd.Flags().StringVar(&addr, "addr", config.DefaultConsoleAddr, "address the console listens on (overrides --console-addr)")
+	cmd.Flags().IntVar(&partitions, "stream-partitions", 1, "the forwarder's --stream-partitions, for the consumers' lag")
+	cmd.Flags().DurationVar(&shutdownTimeout, "shutdown-timeout", 15*time.Second, "how long SIGTERM waits for in-flight requests")
+	return cmd
+}
+
+// serveConsole serves the console on cfg.ConsoleAddr until ctx is done.
+func serveConsole(ctx context.Context, cfg config.Config, partitions int, shutdownTimeout time.Duration, logger *slog.Logger) error {
+	if cfg.ConsoleInsecureCookie {
+		// config.Load refuses it off loopback; say it anyway.
+		logger.Warn("console: session cookie without Secure (--console-insecure-cookie): plain HTTP on loopback only")
+	}
+	pool, err := openPool(ctx, cfg.DatabaseURL)
+	if err != nil {
+		return err
+	}
+	defer pool.Close()
+	h, closeBackend, err := newConsole(ctx, pool, cfg, partitions, logger)
+	if err != nil {
+		return err
+	}
+	defer closeBackend()
+	ln, err := net.Listen("tcp", cfg.ConsoleAddr)
+	if err != nil {
+		return fmt.Errorf("listen on CONSOLE_ADDR %s: %w", cfg.ConsoleAddr, err)
+	}
+	srv := &http.Server{
+		Handler:           h,
+		ReadHeaderTimeout: DefaultReadHeaderTimeout,
+		ReadTimeout:       DefaultReadTimeout,
+		WriteTimeout:      DefaultWriteTimeout,
+		IdleTimeout:       DefaultIdleTimeout,
+		MaxHeaderBytes:    64 << 10,
+		BaseContext:       func(net.Listener) context.Context { return context.WithoutCancel(ctx) },
+	}
+	errc := make(chan error, 1)
+	go func() { errc <- srv.Serve(ln) }()
+	logger.Info("console serving", slog.String("addr", ln.Addr().String()), slog.String("database", redact.URL(cfg.DatabaseURL)))
+	select {
+	case err := <-errc:
+		return fmt.Errorf("console http server: %w", err)
+	case <-ctx.Done():
+	}
+	sctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), shutdownTimeout)
+	defer cancel()
+	if err := srv.Shutdown(sctx); err != nil {
+		return fmt.Errorf("drain console requests: %w", err)
+	}
+	if err := <-errc; err != nil && !errors.Is(err, http.ErrServerClosed) {
+		return fmt.Errorf("console http server: %w", err)
+	}
+	return nil
+}
+
+// newConsole builds the console's handler for the reference handlers; the
+// broker backend, when reachable, reports their lag (only reads: see
+// readStats) and publishes replays. The returned func closes it.
+func newConsole(ctx context.Context, pool *pgxpool.Pool, cfg config.Config, partitions int, logger *slog.Logger) (http.Handler, func(), error) {
+	var consumers []console.Consumer
+	for _, h := range referenceHandlers(nil, handlers.NotifyConfig{}) {
+		consumers = append(consumers, console.Consumer{Name: h.Name, Topic: h.Topic})
+	}
+	closeBackend := func() {}
+	var (
+		lag    brokers.LagReporter
+		broker forwarder.Broker
+	)
+	backend, err := brokers.Open(ctx, brokerConfig(cfg, partitions, logger))
+	if err != nil {
+		logger.Warn("console: consumer lag unknown: broker unreachable", "broker", string(cfg.Broker), "error", err.Error())
+	} else {
+		closeBackend = func() { _ = backend.Close() }
+		lag, _ = backend.(brokers.LagReporter)
+		broker = backend.Broker()
+	}
+	h, err := console.New(console.Config{Pool: pool, Logger: logger, Consumers: consumers, Lag: lag, Broker: broker,
+		InsecureCookie: cfg.ConsoleInsecureCookie})
+	if err != nil {
+		closeBackend()
+		return nil, nil, err
+	}
+	return h, closeBackend, nil
+}

@@ -1,0 +1,70 @@
+package cli_test
+
+import (
+	"context"
+	"net/http"
+	"net/url"
+	"strings"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/require"
+
+	"github.com/outflow-dev/outflow/app/apikey"
+	appmigrations "github.com/outflow-dev/outflow/app/migrations"
+	"github.com/outflow-dev/outflow/outflowtest"
+)
+
+// `serve --roles api,console` serves the console on --console-addr, apart
+// from the API; an admin key logs in, and the cookie is Secure unless
+// --console-insecure-cookie.
+func TestServeConsoleRole(t *testing.T) {
+	t.Parallel()
+	s := outflowtest.NewSchema(t, appmigrations.Set())
+	key, err := apikey.Create(context.Background(), s.Pool, apikey.New{Name: "ops"})
+	require.NoError(t, err)
+	for _, insecure := range []bool{false, true} {
+		api, consoleAddr := freeAddr(t), freeAddr(t)
+		env := map[string]string{"DATABASE_URL": s.URL, "HTTP_ADDR": api, "CONSOLE_ADDR": consoleAddr}
+		if insecure {
+			env["CONSOLE_INSECURE_COOKIE"] = "true"
+		}
+		cmd := command(env, "serve", "--roles", "api,console")
+		var stderr syncBuffer
+		cmd.Stderr = &stderr
+		require.NoError(t, cmd.Start())
+		t.Cleanup(func() { _ = cmd.Process.Kill() })
+
+		client := &http.Client{CheckRedirect: func(*http.Request, []*http.Request) error { return http.ErrUseLastResponse }}
+		deadline := time.Now().Add(20 * time.Second)
+		for {
+			resp, err := client.Get("http://" + consoleAddr + "/")
+			if err == nil {
+				resp.Body.Close()
+				require.Equal(t, http.StatusSeeOther, resp.StatusCode)
+				require.Equal(t, "/login", resp.Header.Get("Location"))
+				break
+			}
+			require.True(t, time.Now().Before(deadline), "the console never listened: %s", stderr.String())
+			time.Sleep(20 * time.Millisecond) // polling a condition, with a deadline
+		}
+		resp, err := client.Get("http://" + api + "/login")
+		require.NoError(t, err)
+		resp.Body.Close()
+		require.NotEqual(t, http.StatusOK, resp.StatusCode, "the API's address does not serve the console")
+
+		resp, err = client.PostForm("http://"+consoleAddr+"/login", url.Values{"api_key": {key.Secret}})
+		require.NoError(t, err)
+		resp.Body.Close()
+		require.Equal(t, http.StatusSeeOther, resp.StatusCode)
+		setCookie := resp.Header.Get("Set-Cookie")
+		require.Contains(t, setCookie, "HttpOnly")
+		require.Contains(t, setCookie, "SameSite=Strict")
+		require.Equal(t, !insecure, strings.Contains(setCookie, "Secure"), setCookie)
+		require.NotContains(t, stderr.String(), key.Secret, "the key is never logged")
+
+		require.NoError(t, cmd.Process.Signal(syscall.SIGTERM))
+		require.NoError(t, cmd.Wait(), stderr.String())
+	}
+}

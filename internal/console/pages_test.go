@@ -1,0 +1,336 @@
+package console_test
+
+import (
+	"context"
+	"log/slog"
+	"net/http"
+	"net/url"
+	"regexp"
+	"strconv"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/require"
+
+	redisstreams "github.com/outflow-dev/outflow/brokers/redis"
+	"github.com/outflow-dev/outflow/forwarder"
+	"github.com/outflow-dev/outflow/internal/console"
+	"github.com/outflow-dev/outflow/outflowtest"
+)
+
+func (e *env) insertDead(t *testing.T, consumer, messageID, aggID string, version int, status string) int64 {
+	t.Helper()
+	var id int64
+	require.NoError(t, e.pool.QueryRow(context.Background(), `
+		INSERT INTO dead_letters (consumer, message_id, event_type, aggregate_type, aggregate_id, aggregate_version, payload, metadata,
+		                          status, reason, error, attempts)
+		VALUES ($1, $2, 'payment.paid', 'payment', $3, $4, '\x7b7d', '{}', $5, 'failed', 'ledger is closed', 5) RETURNING id`,
+		consumer, messageID, aggID, version, status).Scan(&id))
+	return id
+}
+
+func requireText(t *testing.T, body, id, want string) {
+	t.Helper()
+	m := regexp.MustCompile(`id="` + regexp.QuoteMeta(id) + `"[^>]*>([^<]*)<`).FindStringSubmatch(body)
+	require.NotNil(t, m, "no element #%s", id)
+	require.Equal(t, want, strings.TrimSpace(m[1]), "#%s", id)
+}
+
+// The overview (and its live fragment) shows the numbers of the schema.
+func TestOverviewShowsTheNumbers(t *testing.T) {
+	t.Parallel()
+	e := newEnv(t)
+	for i := range 3 {
+		e.insertOutbox(t, "pub", i+1, true, false)
+	}
+	e.insertOutbox(t, "pend", 1, false, false)
+	e.insertOutbox(t, "pend", 2, false, false)
+	e.insertOutbox(t, "park", 1, false, true)
+	e.exec(t, `INSERT INTO outbox_forwarders (id, heartbeat_at) VALUES ('fwd-a', '2026-01-02 03:04:05Z')`)
+	e.exec(t, `INSERT INTO outbox_partitions (partition, owner, lease_until, published_total) VALUES
+		(0, 'fwd-a', now() + interval '10s', 5), (1, NULL, NULL, 2)`)
+	e.insertDead(t, "notify-merchant", "00000000-0000-0000-0000-000000000001", "a", 1, "dead")
+	e.insertDead(t, "notify-merchant", "00000000-0000-0000-0000-000000000002", "a", 2, "held")
+	e.insertDead(t, "notify-merchant", "00000000-0000-0000-0000-000000000003", "b", 1, "retrying")
+	e.insertDead(t, "notify-merchant", "00000000-0000-0000-0000-000000000004", "c", 1, "resolved")
+	e.insertDead(t, "legacy", "00000000-0000-0000-0000-000000000005", "d", 1, "dead")
+	e.exec(t, `INSERT INTO merchants (id, name, webhook_url, webhook_secret) VALUES ('00000000-0000-0000-0000-00000000000a', 'm', 'https://example.com', 's')`)
+	e.exec(t, `INSERT INTO webhook_deliveries (message_id, merchant_id, url, event_type, body, status, attempts) VALUES
+		(gen_random_uuid(), '00000000-0000-0000-0000-00000000000a', 'https://example.com', 'payment.paid', '', 'pending', 0),
+		(gen_random_uuid(), '00000000-0000-0000-0000-00000000000a', 'https://example.com', 'payment.paid', '', 'pending', 2),
+		(gen_random_uuid(), '00000000-0000-0000-0000-00000000000a', 'https://example.com', 'payment.paid', '', 'dead', 9),
+		(gen_random_uuid(), '00000000-0000-0000-0000-00000000000a', 'https://example.com', 'payment.paid', '', 'delivered', 1)`)
+
+	c := e.client(t)
+	e.login(t, c)
+	for _, path := range []string{"/", "/fragments/overview"} {
+		res, body := do(t, c, http.MethodGet, e.srv.URL+path, nil)
+		require.Equal(t, http.StatusOK, res.StatusCode)
+		requireText(t, body, "outbox-pending", "2")
+		require.Contains(t, body, `id="outbox-parked"><a href="/parked">1</a>`)
+		requireText(t, body, "outbox-published-total", "7")
+		requireText(t, body, "webhooks-pending", "2")
+		requireText(t, body, "webhooks-failing", "1")
+		requireText(t, body, "webhooks-dead", "1")
+		require.Regexp(t, `data-consumer="notify-merchant"><td>notify-merchant</td><td>payments</td><td class="lag">n/a</td>\s*<td class="held">1</td><td class="retrying">1</td>\s*<td class="dead"><a[^>]*>1</a>`, body)
+		require.Regexp(t, `data-consumer="analytics">[^\n]*\s*<td class="held">0</td><td class="retrying">0</td>\s*<td class="dead">0</td>`, body)
+		require.Contains(t, body, `data-consumer="legacy"`, "a consumer with dead letters shows though not configured")
+		require.Regexp(t, `data-partition="0"><td>0</td><td class="owner">fwd-a</td>\s*<td>[^<]+</td><td class="renewed">2026-01-02 03:04:05.000Z</td><td>5</td>`, body)
+		require.Regexp(t, `data-partition="1"><td>1</td><td class="owner">none</td>`, body)
+		if path == "/" {
+			require.Contains(t, body, `data-refresh="/fragments/overview"`)
+		} else {
+			require.NotContains(t, body, "<html", "a fragment, not a page")
+			requireText(t, body, "outbox-rate", "0.0/s") // nothing published since the page
+		}
+	}
+}
+
+// A payment's journey: its events in version order, each with its outbox
+// state, every consumer's outcome and its webhook attempts; found by the
+// payment id and by any of its message ids.
+func TestJourneyOfAPayment(t *testing.T) {
+	t.Parallel()
+	e := newEnv(t)
+	pay := "0190c0de-0000-7000-8000-000000000001"
+	v2 := e.insertOutbox(t, pay, 2, true, false) // inserted first: the page orders by version
+	v1 := e.insertOutbox(t, pay, 1, true, false)
+	v3 := e.insertOutbox(t, pay, 3, false, true)
+	e.insertOutbox(t, "another", 1, true, false)
+	m1, m2 := e.messageID(t, v1), e.messageID(t, v2)
+	e.exec(t, `INSERT INTO processed_messages (message_id, consumer, processed_at) VALUES
+		($1, 'notify-merchant', '2026-01-01 00:00:01Z'), ($1, 'analytics', '2026-01-01 00:00:02Z'), ($2, 'notify-merchant', '2026-01-01 00:00:03Z')`, m1, m2)
+	e.insertDead(t, "analytics", m2, pay, 2, "dead")
+	e.exec(t, `INSERT INTO merchants (id, name, webhook_url, webhook_secret) VALUES ('00000000-0000-0000-0000-00000000000a', 'm', 'https://example.com/hook', 's')`)
+	var del int64
+	require.NoError(t, e.pool.QueryRow(context.Background(), `INSERT INTO webhook_deliveries (message_id, merchant_id, url, event_type, body, status, attempts)
+		VALUES ($1, '00000000-0000-0000-0000-00000000000a', 'https://example.com/hook', 'payment.paid', '', 'delivered', 2) RETURNING id`, m1).Scan(&del))
+	e.exec(t, `INSERT INTO webhook_attempts (delivery_id, status_code, latency_ms, error) VALUES ($1, 503, 12.5, 'upstream down'), ($1, 200, 3.25, NULL)`, del)
+
+	c := e.client(t)
+	e.login(t, c)
+	for _, q := range []string{pay, m2, e.messageID(t, v3)} {
+		res, body := do(t, c, http.MethodGet, e.srv.URL+"/journey?q="+url.QueryEscape(q), nil)
+		require.Equal(t, http.StatusOK, res.StatusCode)
+		require.Contains(t, body, `data-aggregate-id="`+pay+`"`, q)
+		ids := regexp.MustCompile(`<section class="event" id="event-(\d+)"`).FindAllStringSubmatch(body, -1)
+		require.Len(t, ids, 3, q)
+		require.Equal(t, []string{strconv.FormatInt(v1, 10), strconv.FormatInt(v2, 10), strconv.FormatInt(v3, 10)},
+			[]string{ids[0][1], ids[1][1], ids[2][1]}, "version order")
+		sections := strings.Split(body, `<section class="event"`)[1:]
+		require.Regexp(t, `(?s)data-consumer="notify-merchant" data-status="processed">.*?<td class="processed-at">2026-01-01 00:00:01.000Z`, sections[0])
+		require.Contains(t, sections[0], `data-consumer="analytics" data-status="processed"`)
+		require.Contains(t, sections[0], `<td>503</td>`)
+		require.Contains(t, sections[0], `12.5 ms`)
+		require.Contains(t, sections[0], `upstream down`)
+		require.Contains(t, sections[0], `<td>200</td>`)
+		require.Contains(t, sections[1], `data-consumer="notify-merchant" data-status="processed"`)
+		require.Regexp(t, `data-consumer="analytics" data-status="dead">\s*<td>analytics</td><td class="status">dead</td>`, sections[1])
+		require.Contains(t, sections[1], `ledger is closed`)
+		require.Contains(t, sections[2], `<dd class="published-at">pending</dd>`)
+		require.Contains(t, sections[2], `class="parked"`)
+		require.Contains(t, sections[2], `broker said no`)
+		require.Contains(t, sections[2], `data-consumer="analytics" data-status=""`)
+	}
+	res, body := do(t, c, http.MethodGet, e.srv.URL+"/journey?q=nothing-here", nil)
+	require.Equal(t, http.StatusOK, res.StatusCode)
+	require.Contains(t, body, `id="journey-empty"`)
+}
+
+var (
+	indexScanRe        = regexp.MustCompile(`Index (?:Only )?Scan (?:using|on) (\w+)`)
+	waitingRowsIndexes = map[string]bool{"outbox_pending_idx": true, "dead_letters_open_idx": true,
+		"webhook_deliveries_due_idx": true, "webhook_deliveries_dead_idx": true}
+)
+
+// No query of the journey or the lists reads a whole table: with
+// sequential scans off, each plan still finds an index (a plan with no
+// usable index shows a Seq Scan anyway).
+func TestQueriesUseIndexes(t *testing.T) {
+	t.Parallel()
+	e := newEnv(t)
+	args := map[string][]any{
+		"find message":  {"00000000-0000-0000-0000-000000000001"},
+		"events":        {"payment", "p1", 1000},
+		"processed":     {[]string{"00000000-0000-0000-0000-000000000001"}},
+		"dead outcomes": {[]string{"notify-merchant"}, []string{"00000000-0000-0000-0000-000000000001"}},
+		"deliveries":    {[]string{"00000000-0000-0000-0000-000000000001"}},
+		"parked":        {0, 50},
+		"dead letters":  {[]string{"dead"}, "", 0, 50},
+		"webhook stats": nil,
+	}
+	ctx := context.Background()
+	conn, err := e.pool.Acquire(ctx)
+	require.NoError(t, err)
+	defer conn.Release()
+	_, err = conn.Exec(ctx, `SET enable_seqscan = off`)
+	require.NoError(t, err)
+	defer func() { _, _ = conn.Exec(ctx, `RESET enable_seqscan`) }()
+	require.Len(t, console.Queries, len(args))
+	for name, q := range console.Queries {
+		rows, err := conn.Query(ctx, "EXPLAIN "+q, args[name]...)
+		require.NoError(t, err, name)
+		var plan []string
+		for rows.Next() {
+			var line string
+			require.NoError(t, rows.Scan(&line))
+			plan = append(plan, line)
+		}
+		require.NoError(t, rows.Err())
+		text := strings.Join(plan, "\n")
+		require.NotContains(t, text, "Seq Scan", "%s:\n%s", name, text)
+		// A full index scan filtered row by row would pass the line above:
+		// every index scan needs a condition on the index, but for a
+		// partial index of the rows that wait (pending outbox rows, open
+		// dead letters), whose predicate bounds it.
+		scans := 0
+		for _, m := range indexScanRe.FindAllStringSubmatch(text, -1) {
+			if !waitingRowsIndexes[m[1]] {
+				scans++
+			}
+		}
+		require.Positive(t, len(indexScanRe.FindAllString(text, -1)), "%s:\n%s", name, text)
+		require.GreaterOrEqual(t, strings.Count(text, "Index Cond"), scans, "%s: an index scan without a condition:\n%s", name, text)
+		if name == "events" {
+			require.Contains(t, strings.Join(plan, "\n"), "outbox_aggregate_idx")
+		}
+	}
+}
+
+// Retrying a parked row: the form asks for confirmation first (nothing
+// changes), then clears parked_at, records the action and shows its
+// result; a forwarder then publishes the row.
+func TestRetryParkedRowIsForwarded(t *testing.T) {
+	t.Parallel()
+	e := newEnv(t)
+	id := e.insertOutbox(t, "p1", 1, false, true)
+	c := e.client(t)
+	csrf := e.login(t, c)
+
+	res, body := do(t, c, http.MethodGet, e.srv.URL+"/parked", nil)
+	require.Equal(t, http.StatusOK, res.StatusCode)
+	require.Contains(t, body, `id="parked-`+strconv.FormatInt(id, 10)+`"`)
+
+	form := url.Values{"csrf_token": {csrf}, "id": {strconv.FormatInt(id, 10)}}
+	res, body = do(t, c, http.MethodPost, e.srv.URL+"/parked/retry", form)
+	require.Equal(t, http.StatusOK, res.StatusCode)
+	require.Contains(t, body, `id="confirm-form"`)
+	require.Contains(t, body, `name="id" value="`+strconv.FormatInt(id, 10)+`"`)
+	require.Equal(t, 1, e.count(t, `SELECT count(*) FROM outbox WHERE parked_at IS NOT NULL`), "not before confirmation")
+	require.Equal(t, 0, e.count(t, `SELECT count(*) FROM console_actions`))
+
+	form.Set("confirm", "yes")
+	res, _ = do(t, c, http.MethodPost, e.srv.URL+"/parked/retry", form)
+	require.Equal(t, http.StatusSeeOther, res.StatusCode)
+	loc := res.Header.Get("Location")
+	require.Regexp(t, `^/parked\?done=\d+$`, loc)
+	require.Equal(t, 0, e.count(t, `SELECT count(*) FROM outbox WHERE parked_at IS NOT NULL`))
+	require.Equal(t, 1, e.count(t, `SELECT count(*) FROM console_actions WHERE api_key_id = $1 AND api_key_name = 'ops'
+		AND action = 'outbox.retry' AND target = jsonb_build_object('ids', jsonb_build_array($2::bigint)) AND result_count = 1
+		AND at > now() - interval '1 minute'`, e.adminID, id))
+	res, body = do(t, c, http.MethodGet, e.srv.URL+loc, nil)
+	require.Equal(t, http.StatusOK, res.StatusCode)
+	requireText(t, body, "action-count", "1")
+
+	rc := outflowtest.Redis(t)
+	b, err := redisstreams.New(redisstreams.Config{Client: rc, StreamPrefix: outflowtest.UniqueName(t, rc)})
+	require.NoError(t, err)
+	f, err := forwarder.New(forwarder.Config{Pool: e.pool, Broker: b, PollInterval: 20 * time.Millisecond, TakeoverAfter: 2 * time.Second,
+		Logger: slog.New(slog.NewTextHandler(t.Output(), &slog.HandlerOptions{Level: slog.LevelWarn}))})
+	require.NoError(t, err)
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan error, 1)
+	go func() { done <- f.Run(ctx) }()
+	t.Cleanup(func() { cancel(); require.NoError(t, <-done) })
+	deadline := time.Now().Add(20 * time.Second)
+	for e.count(t, `SELECT count(*) FROM outbox WHERE id = $1 AND published_at IS NOT NULL`, id) == 0 {
+		require.True(t, time.Now().Before(deadline), "the retried row was never published")
+		time.Sleep(20 * time.Millisecond) // polling a condition, with a deadline
+	}
+	res, body = do(t, c, http.MethodGet, e.srv.URL+"/journey?q="+e.messageID(t, id), nil)
+	require.Equal(t, http.StatusOK, res.StatusCode)
+	require.NotContains(t, body, `<dd class="published-at">pending</dd>`)
+}
+
+// Dead letters: retry and discard, one or all of a filter, each recorded
+// and listed on /actions.
+func TestDeadLetterActionsAreRecorded(t *testing.T) {
+	t.Parallel()
+	e := newEnv(t)
+	a := e.insertDead(t, "notify-merchant", "00000000-0000-0000-0000-000000000001", "a", 1, "dead")
+	b := e.insertDead(t, "notify-merchant", "00000000-0000-0000-0000-000000000002", "b", 1, "dead")
+	x := e.insertDead(t, "analytics", "00000000-0000-0000-0000-000000000003", "c", 1, "dead")
+	y := e.insertDead(t, "analytics", "00000000-0000-0000-0000-000000000004", "d", 1, "dead")
+	c := e.client(t)
+	csrf := e.login(t, c)
+
+	res, body := do(t, c, http.MethodGet, e.srv.URL+"/dead?consumer=analytics", nil)
+	require.Equal(t, http.StatusOK, res.StatusCode)
+	require.Contains(t, body, `id="dead-`+strconv.FormatInt(x, 10)+`"`)
+	require.NotContains(t, body, `id="dead-`+strconv.FormatInt(a, 10)+`"`, "filtered by consumer")
+
+	post := func(path string, form url.Values) string {
+		form.Set("csrf_token", csrf)
+		form.Set("confirm", "yes")
+		res, _ := do(t, c, http.MethodPost, e.srv.URL+path, form)
+		require.Equal(t, http.StatusSeeOther, res.StatusCode)
+		return res.Header.Get("Location")
+	}
+	post("/dead/retry", url.Values{"id": {strconv.FormatInt(a, 10)}})
+	post("/dead/discard", url.Values{"id": {strconv.FormatInt(b, 10)}})
+	loc := post("/dead/discard", url.Values{"all": {"1"}, "consumer": {"analytics"}})
+	require.Regexp(t, `^/dead\?consumer=analytics&done=\d+$`, loc)
+	for id, want := range map[int64]string{a: "retrying", b: "discarded", x: "discarded", y: "discarded"} {
+		require.Equal(t, 1, e.count(t, `SELECT count(*) FROM dead_letters WHERE id = $1 AND status = $2`, id, want), "%d %s", id, want)
+	}
+	_, body = do(t, c, http.MethodGet, e.srv.URL+loc, nil)
+	requireText(t, body, "action-count", "2")
+
+	require.Equal(t, 3, e.count(t, `SELECT count(*) FROM console_actions WHERE api_key_id = $1`, e.adminID))
+	// PageSize is 2: the newest two, then the oldest on the next page.
+	res, body = do(t, c, http.MethodGet, e.srv.URL+"/actions", nil)
+	require.Equal(t, http.StatusOK, res.StatusCode)
+	require.Equal(t, 2, strings.Count(body, `<tr class="action"`))
+	require.Contains(t, body, `dlq.discard`)
+	m := regexp.MustCompile(`class="next-page" href="([^"]+)"`).FindStringSubmatch(body)
+	require.NotNil(t, m)
+	_, body = do(t, c, http.MethodGet, e.srv.URL+strings.ReplaceAll(m[1], "&amp;", "&"), nil)
+	require.Equal(t, 1, strings.Count(body, `<tr class="action"`))
+	require.Contains(t, body, `dlq.retry`)
+}
+
+// Replaying one aggregate to one consumer publishes its retained events to
+// the consumer's replay topic through the real broker, and is recorded.
+func TestReplayOneAggregateToOneConsumer(t *testing.T) {
+	t.Parallel()
+	rc := outflowtest.Redis(t)
+	b, err := redisstreams.New(redisstreams.Config{Client: rc, StreamPrefix: outflowtest.UniqueName(t, rc)})
+	require.NoError(t, err)
+	e := newEnv(t, func(c *console.Config) { c.Broker = b })
+	pay := "0190c0de-0000-7000-8000-000000000002"
+	e.insertOutbox(t, pay, 1, true, false)
+	e.insertOutbox(t, pay, 2, true, false)
+	e.insertOutbox(t, "other", 1, true, false)
+	c := e.client(t)
+	csrf := e.login(t, c)
+	_, body := do(t, c, http.MethodGet, e.srv.URL+"/journey?q="+pay, nil)
+	require.Contains(t, body, `id="replay-form"`)
+
+	form := url.Values{"csrf_token": {csrf}, "consumer": {"analytics"}, "aggregate_type": {"payment"}, "aggregate_id": {pay}}
+	res, body := do(t, c, http.MethodPost, e.srv.URL+"/replay", form)
+	require.Equal(t, http.StatusOK, res.StatusCode)
+	require.Contains(t, body, `id="confirm-form"`)
+	require.Equal(t, 0, e.count(t, `SELECT count(*) FROM console_actions`))
+	form.Set("confirm", "yes")
+	res, _ = do(t, c, http.MethodPost, e.srv.URL+"/replay", form)
+	require.Equal(t, http.StatusSeeOther, res.StatusCode)
+	require.Equal(t, 1, e.count(t, `SELECT count(*) FROM console_actions WHERE action = 'replay' AND result_count = 2 AND error = ''
+		AND target = jsonb_build_object('consumer', 'analytics', 'aggregate_type', 'payment', 'aggregate_id', $1::text)`, pay))
+	_, body = do(t, c, http.MethodGet, e.srv.URL+res.Header.Get("Location"), nil)
+	requireText(t, body, "action-count", "2")
+
+	form.Set("consumer", "nobody")
+	res, _ = do(t, c, http.MethodPost, e.srv.URL+"/replay", form)
+	require.Equal(t, http.StatusBadRequest, res.StatusCode, "an unknown consumer")
+}
