@@ -2,6 +2,8 @@ package console_test
 
 import (
 	"context"
+	"encoding/json"
+	"fmt"
 	"errors"
 	"io"
 	"log/slog"
@@ -163,14 +165,15 @@ func (b *refusingBroker) Publish(ctx context.Context, msgs []forwarder.Outgoing)
 }
 
 // stack is an `outflow serve --roles api,forwarder,worker` in the test's
-// process: the payments API, a forwarder and a worker (the analytics
+// process: the payments API (payments are made through it, with an admin
+// key, as an operator's script would), a forwarder and a worker (the analytics
 // projection, the merchant notifier, and a handler that fails every event
 // of the payments in failFor, so they become dead letters) over Redis
 // Streams, on a schema of its own.
 type stack struct {
 	schema   *outflowtest.Schema
 	svc      *app.Service
-	api      *httptest.Server
+	apiSrv   *httptest.Server
 	broker   *refusingBroker
 	backend  brokers.Backend
 	adminKey string
@@ -191,8 +194,8 @@ func startStack(t *testing.T) *stack {
 	require.NoError(t, err)
 	api, err := httpapi.New(httpapi.Config{Service: s.svc, Pool: pool, Logger: quiet})
 	require.NoError(t, err)
-	s.api = httptest.NewServer(api)
-	t.Cleanup(s.api.Close)
+	s.apiSrv = httptest.NewServer(api)
+	t.Cleanup(s.apiSrv.Close)
 
 	key, err := apikey.Create(ctx, pool, apikey.New{Name: "browser-test admin"})
 	require.NoError(t, err)
@@ -255,15 +258,37 @@ func (s *stack) merchant(t *testing.T) app.CreatedMerchant {
 	return m
 }
 
-// pay creates a payment and pays it: two events of one aggregate.
+// api calls the payments API as an operator's script would, with the
+// admin key, and decodes the payment it answers.
+func (s *stack) api(t *testing.T, path, body string) app.Payment {
+	t.Helper()
+	req, err := http.NewRequest(http.MethodPost, s.apiSrv.URL+path, strings.NewReader(body))
+	require.NoError(t, err)
+	req.Header.Set("Authorization", "Bearer "+s.adminKey)
+	req.Header.Set("Content-Type", "application/json")
+	res, err := http.DefaultClient.Do(req)
+	require.NoError(t, err)
+	defer res.Body.Close()
+	raw, err := io.ReadAll(res.Body)
+	require.NoError(t, err)
+	require.Less(t, res.StatusCode, 300, "POST %s: %s", path, raw)
+	var p app.Payment
+	require.NoError(t, json.Unmarshal(raw, &p), "POST %s: %s", path, raw)
+	return p
+}
+
+// create creates a payment through the API: one event.
+func (s *stack) create(t *testing.T, merchantID string, amount int64) app.Payment {
+	t.Helper()
+	return s.api(t, "/v1/payments", fmt.Sprintf(`{"merchant_id":%q,"amount":%d,"currency":"EUR"}`, merchantID, amount))
+}
+
+// pay creates a payment and pays it through the API: two events of one
+// aggregate.
 func (s *stack) pay(t *testing.T, merchantID string, amount int64) app.Payment {
 	t.Helper()
-	ctx := context.Background()
-	p, err := s.svc.CreatePayment(ctx, app.NewPayment{MerchantID: merchantID, Amount: amount, Currency: "EUR"})
-	require.NoError(t, err)
-	p, err = s.svc.Pay(ctx, p.ID)
-	require.NoError(t, err)
-	return p
+	p := s.create(t, merchantID, amount)
+	return s.api(t, "/v1/payments/"+p.ID+"/pay", `{}`)
 }
 
 func goRun(t *testing.T, fn func(context.Context) error) {
@@ -276,8 +301,4 @@ func goRun(t *testing.T, fn func(context.Context) error) {
 			t.Errorf("stack component: %v", err)
 		}
 	})
-}
-
-func appNewPayment(merchantID string, amount int64) app.NewPayment {
-	return app.NewPayment{MerchantID: merchantID, Amount: amount, Currency: "EUR"}
 }

@@ -38,15 +38,12 @@ func (s *stack) seed(t *testing.T) seeded {
 	s.mu.Lock()
 	s.failFor[dead.ID] = true
 	s.mu.Unlock()
-	_, err := s.svc.Refund(ctx, dead.ID, nil)
-	require.NoError(t, err)
+	s.api(t, "/v1/payments/"+dead.ID+"/refund", `{}`)
 
-	pending, err := s.svc.CreatePayment(ctx, appNewPayment(m.ID, 777))
-	require.NoError(t, err)
+	pending := s.create(t, m.ID, 777)
 	out.parked = pending.ID
 	s.broker.setRefused(pending.ID, true)
-	_, err = s.svc.Pay(ctx, pending.ID)
-	require.NoError(t, err)
+	s.api(t, "/v1/payments/"+pending.ID+"/pay", `{}`)
 
 	pool := s.schema.Pool
 	outflowtest.WaitFor(t, 30*time.Second, "a parked outbox row of the refused payment", func() bool {
@@ -73,7 +70,7 @@ func TestBrowserHarness(t *testing.T) {
 	dir := artifactsDir(t)
 	var body string
 	run(t, ctx, "load the API's /healthz",
-		chromedp.Navigate(s.api.URL+"/healthz"),
+		chromedp.Navigate(s.apiSrv.URL+"/healthz"),
 		chromedp.WaitVisible(chromedp.CSS("body")),
 	)
 	body, err := chromedp.Run(ctx, chromedp.Text(chromedp.CSS("body")))
