@@ -52,10 +52,11 @@ func (s *stack) seed(t *testing.T) seeded {
 			`SELECT count(*) FROM outbox WHERE aggregate_id = $1 AND parked_at IS NOT NULL`, out.parked).Scan(&n))
 		return n > 0
 	})
+	// Dead, not still retrying: the overview must show a settled count.
 	outflowtest.WaitFor(t, 30*time.Second, "a dead letter of ledger-export", func() bool {
 		var n int
 		require.NoError(t, pool.QueryRow(ctx,
-			`SELECT count(*) FROM dead_letters WHERE consumer = 'ledger-export'`).Scan(&n))
+			`SELECT count(*) FROM dead_letters WHERE consumer = 'ledger-export' AND status = 'dead'`).Scan(&n))
 		return n > 0
 	})
 	return out
