@@ -31,7 +31,7 @@ const (
 	qProcessed = `
 		SELECT message_id::text, consumer, processed_at FROM processed_messages WHERE message_id = ANY($1::uuid[])`
 	qDeadOutcomes = `
-		SELECT id, message_id::text, consumer, status, reason, error, attempts FROM dead_letters
+		SELECT id, message_id::text, consumer, status, reason, error, attempts, resolved_at FROM dead_letters
 		WHERE consumer = ANY($1) AND message_id = ANY($2::uuid[])`
 	qDeliveries = `
 		SELECT d.id, d.message_id::text, d.url, d.status, a.attempted_at, a.status_code, a.latency_ms, coalesce(a.error, '')
@@ -188,9 +188,17 @@ func (c *Console) readOutcomes(ctx context.Context, ids []string, byID map[strin
 	if err != nil {
 		return fmt.Errorf("journey: read dead letters: %w", err)
 	}
-	var o outcome
-	if _, err := pgx.ForEachRow(rows, []any{&o.DeadID, &mid, &o.Consumer, &o.Status, &o.Reason, &o.Error, &o.Attempts}, func() error {
-		dead[[2]string{mid, o.Consumer}] = o
+	var (
+		o        outcome
+		resolved *time.Time
+	)
+	if _, err := pgx.ForEachRow(rows, []any{&o.DeadID, &mid, &o.Consumer, &o.Status, &o.Reason, &o.Error, &o.Attempts, &resolved}, func() error {
+		d := o
+		if resolved != nil {
+			at := *resolved // the scan target is reused
+			d.ProcessedAt = &at
+		}
+		dead[[2]string{mid, o.Consumer}] = d
 		return nil
 	}); err != nil {
 		return fmt.Errorf("journey: read dead letters: %w", err)
@@ -199,14 +207,18 @@ func (c *Console) readOutcomes(ctx context.Context, ids []string, byID map[strin
 		e := byID[id]
 		for _, name := range names {
 			k := [2]string{id, name}
+			// A parked message has its processed_messages row too (it was
+			// taken in, into dead_letters): its outcome is the dead
+			// letter's, applied at resolved_at when resolved.
 			o, ok := dead[k]
-			if !ok {
+			switch {
+			case ok && o.Status == "resolved":
+				o.Status = "processed"
+			case ok:
+			default:
 				o = outcome{Consumer: name}
-			}
-			if at, ok := processed[k]; ok {
-				o.ProcessedAt = &at
-				if o.Status == "" || o.Status == "resolved" {
-					o.Status = "processed"
+				if at, ok := processed[k]; ok {
+					o.ProcessedAt, o.Status = &at, "processed"
 				}
 			}
 			e.Outcomes = append(e.Outcomes, o)

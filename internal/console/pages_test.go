@@ -100,7 +100,8 @@ func TestJourneyOfAPayment(t *testing.T) {
 	e.insertOutbox(t, "another", 1, true, false)
 	m1, m2 := e.messageID(t, v1), e.messageID(t, v2)
 	e.exec(t, `INSERT INTO processed_messages (message_id, consumer, processed_at) VALUES
-		($1, 'notify-merchant', '2026-01-01 00:00:01Z'), ($1, 'analytics', '2026-01-01 00:00:02Z'), ($2, 'notify-merchant', '2026-01-01 00:00:03Z')`, m1, m2)
+		($1, 'notify-merchant', '2026-01-01 00:00:01Z'), ($1, 'analytics', '2026-01-01 00:00:02Z'), ($2, 'notify-merchant', '2026-01-01 00:00:03Z'),
+		($2, 'analytics', '2026-01-01 00:00:04Z')`, m1, m2) // a parked message is taken in: it has its row too
 	e.insertDead(t, "analytics", m2, pay, 2, "dead")
 	e.exec(t, `INSERT INTO merchants (id, name, webhook_url, webhook_secret) VALUES ('00000000-0000-0000-0000-00000000000a', 'm', 'https://example.com/hook', 's')`)
 	var del int64
@@ -128,6 +129,8 @@ func TestJourneyOfAPayment(t *testing.T) {
 		require.Contains(t, sections[1], `data-consumer="notify-merchant" data-status="processed"`)
 		require.Regexp(t, `data-consumer="analytics" data-status="dead">\s*<td>analytics</td><td class="status">dead</td>`, sections[1])
 		require.Contains(t, sections[1], `ledger is closed`)
+		require.Regexp(t, `(?s)data-consumer="analytics" data-status="dead">.*?<td class="processed-at"></td>`, sections[1],
+			"a dead letter is not shown processed")
 		require.Contains(t, sections[2], `<dd class="published-at">pending</dd>`)
 		require.Contains(t, sections[2], `class="parked"`)
 		require.Contains(t, sections[2], `broker said no`)
