@@ -14,7 +14,8 @@ build: ## Build bin/outflow
 # What the tests use: PostgreSQL, Redis, NATS (JetStream) and RabbitMQ. Kafka
 # runs in-process (kfake); servers some tests start of their own come from
 # the binaries `scripts/services.sh tools` checks (redis-server, nats-server,
-# pgbouncer, and prometheus/promtool for deploy/observability's test).
+# pgbouncer, prometheus/promtool for deploy/observability's test, and
+# chromium for the console's browser test).
 TEST_SERVICES := postgres redis nats rabbitmq
 SERVICES      ?= $(TEST_SERVICES)
 
@@ -27,8 +28,13 @@ services-down: ## Stop the services that services-up started
 demo: ## The main job: services, migrate, serve, drive payments, verify, report (CHAOS=1: with crashes)
 	@CHAOS='$(CHAOS)' scripts/demo.sh
 
-test: test-services lint ## Every test, with the race detector, against real services
-	$(GO) test -race -count=1 -timeout 15m $(PKGS)
+# Tests write what CI keeps (the console's browser screenshots) under
+# $(OUTFLOW_TEST_ARTIFACTS), git-ignored test-artifacts/ by default; run
+# directly, go test puts them in a temporary directory and logs its path.
+OUTFLOW_TEST_ARTIFACTS ?= $(CURDIR)/test-artifacts
+
+test: test-services lint ## Every test, with the race detector, against real services (screenshots in test-artifacts/)
+	OUTFLOW_TEST_ARTIFACTS='$(OUTFLOW_TEST_ARTIFACTS)' $(GO) test -race -count=1 -timeout 15m $(PKGS)
 
 # The services at the tests' URLs (OUTFLOW_TEST_*_URL), and the binaries of
 # the servers some tests start themselves.
@@ -49,6 +55,7 @@ bench: services-up ## Benchmarks, with ratios against a baseline measured in the
 	$(GO) run ./cmd/outflow-bench footprint
 	$(GO) run ./cmd/outflow-bench tracing
 	$(GO) run ./cmd/outflow-bench audit
+	$(GO) run ./cmd/outflow-bench console
 	$(GO) test -run '^$$' -bench Handler -benchtime 3000x -count 3 ./idempotency
 
 lint: ## go vet and gofmt

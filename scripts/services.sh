@@ -341,12 +341,13 @@ stop_rabbitmq() {
 # ---- the binaries some tests start servers from, on free ports of their own ----
 
 # tools: redis-server (outage and CLI tests), nats-server (the NATS outage
-# test), pgbouncer (the forwarder behind PgBouncer). Installed when missing
+# test), pgbouncer (the forwarder behind PgBouncer), chromium (the console's
+# end-to-end test drives it headless). Installed when missing
 # and we may (root with apt-get); else said, and the test that needs one
 # fails saying how to get it.
 tools() {
 	local bin pkg missing=
-	for bin in redis-server nats-server pgbouncer prometheus promtool; do
+	for bin in redis-server nats-server pgbouncer prometheus promtool chromium; do
 		command -v "$bin" >/dev/null || [ -x "/usr/sbin/$bin" ] && continue
 		pkg=$bin
 		# promtool ships in Debian's prometheus package.
@@ -356,8 +357,8 @@ tools() {
 	done
 	[ -z "$missing" ] && return 0
 	say "not installed:$missing. Tests that start their own servers need them:"
-	say "  Debian/Ubuntu: apt-get install redis-server nats-server pgbouncer prometheus"
-	say "  macOS: brew install redis nats-server pgbouncer prometheus"
+	say "  Debian/Ubuntu: apt-get install redis-server nats-server pgbouncer prometheus chromium"
+	say "  macOS: brew install redis nats-server pgbouncer prometheus; brew install --cask chromium"
 	say "  nats-server, any OS with Go: go install github.com/nats-io/nats-server/v2@latest (then put \$(go env GOPATH)/bin on PATH)"
 }
 

@@ -12,6 +12,7 @@
 //	outflow-bench history [-processed 10000000] [-aggregates 1000000] [-backlog 15000] [-rounds 11]
 //	outflow-bench tracing [-pay-ops 3000] [-clients 16] [-backlog 24000] [-rounds 6] [-modes off,on,never]
 //	outflow-bench audit [-backlog 50000] [-rounds 3] [-interval 1s] [-lost 20000]
+//	outflow-bench console [-outbox 1000000] [-processed 10000000] [-dead 100000] [-renders 200]
 //
 // The database is BENCH_DATABASE_URL, defaulting to the test database.
 package main
@@ -45,7 +46,7 @@ func main() {
 
 func run(ctx context.Context, args []string) error {
 	if len(args) == 0 {
-		return fmt.Errorf("usage: outflow-bench pay|writepath|forward|claim-dead|pipeline|brokers|nats-replicas|history|webhooks|footprint|tracing|wait|audit [flags]")
+		return fmt.Errorf("usage: outflow-bench pay|writepath|forward|claim-dead|pipeline|brokers|nats-replicas|history|webhooks|footprint|tracing|wait|audit|console [flags]")
 	}
 	dbURL := os.Getenv("BENCH_DATABASE_URL")
 	if dbURL == "" {
@@ -207,6 +208,17 @@ func run(ctx context.Context, args []string) error {
 		}
 		return bench.History(ctx, bench.HistoryConfig{DatabaseURL: dbURL, RedisURL: redisURL(), Processed: *processed,
 			Aggregates: *aggregates, Backlog: *backlog, Rounds: *rounds, Out: os.Stdout})
+	case "console":
+		fs := flag.NewFlagSet("console", flag.ContinueOnError)
+		outboxRows := fs.Int("outbox", bench.DefaultConsoleOutbox, "outbox rows seeded (payments of four events)")
+		processed := fs.Int("processed", bench.DefaultConsoleProcessed, "processed_messages rows seeded")
+		dead := fs.Int("dead", bench.DefaultConsoleDead, "dead letters seeded")
+		renders := fs.Int("renders", bench.DefaultConsoleRenders, "renders measured per page, after 10 unmeasured")
+		if err := fs.Parse(args[1:]); err != nil {
+			return err
+		}
+		return bench.Console(ctx, bench.ConsoleConfig{DatabaseURL: dbURL, Outbox: *outboxRows, Processed: *processed,
+			Dead: *dead, Renders: *renders, Warmup: 10, Out: os.Stdout})
 	case "wait":
 		return bench.WaitCommand(ctx, dbURL, args[1:], os.Stdout)
 	case "footprint":

@@ -1,0 +1,337 @@
+package bench
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"net/http"
+	"net/http/httptest"
+	"net/url"
+	"slices"
+	"strings"
+	"time"
+
+	"github.com/jackc/pgx/v5/pgxpool"
+
+	"github.com/outflow-dev/outflow/app/apikey"
+	"github.com/outflow-dev/outflow/forwarder"
+	"github.com/outflow-dev/outflow/idempotency"
+	"github.com/outflow-dev/outflow/internal/console"
+)
+
+// ConsoleConfig sizes the console's render benchmark.
+type ConsoleConfig struct {
+	DatabaseURL string
+	// Outbox rows seeded: payments of four events each; 1% of them still
+	// pending and 1 in 1,000 parked, the rest published.
+	Outbox int
+	// Processed rows seeded in processed_messages: the published events,
+	// each handled by as many consumers as it takes to reach this count.
+	Processed int
+	// Dead letters seeded, spread over the payments.
+	Dead int
+	// Renders is how many times each page is rendered (after Warmup).
+	Renders int
+	Warmup  int
+	Out     io.Writer
+}
+
+// Defaults of ConsoleConfig: the sizes issue 16 names.
+const (
+	DefaultConsoleOutbox    = 1_000_000
+	DefaultConsoleProcessed = 10_000_000
+	DefaultConsoleDead      = 100_000
+	DefaultConsoleRenders   = 200
+)
+
+// ConsoleTarget is the server-side render time issue 16 asks of the
+// overview and of an event's journey.
+const ConsoleTarget = 100 * time.Millisecond
+
+// Console seeds a schema of its own with cfg's sizes and measures how long
+// the console's handler takes to render the overview and an event's
+// journey, called in-process (server side only: no network, no browser).
+func Console(ctx context.Context, cfg ConsoleConfig) error {
+	if cfg.Outbox < 8 || cfg.Processed < 0 || cfg.Dead < 0 || cfg.Renders < 1 {
+		return errors.New("console bench: need Outbox >= 8, Processed and Dead >= 0, Renders >= 1")
+	}
+	pool, drop, err := Schema(ctx, cfg.DatabaseURL, 8)
+	if err != nil {
+		return err
+	}
+	defer drop()
+	out := cfg.Out
+
+	fmt.Fprintf(out, "## console render: %d outbox rows, %d processed messages, %d dead letters\n\n",
+		cfg.Outbox, cfg.Processed, cfg.Dead)
+	consumers, err := seedConsole(ctx, pool, cfg, out)
+	if err != nil {
+		return err
+	}
+
+	h, err := console.New(console.Config{Pool: pool, Logger: quietLogger(), InsecureCookie: true, Consumers: consumers})
+	if err != nil {
+		return fmt.Errorf("console: %w", err)
+	}
+	cookie, err := consoleLogin(ctx, pool, h)
+	if err != nil {
+		return err
+	}
+
+	// A payment in the middle of the table with a dead letter (seeded on
+	// every aggregate whose number is a multiple of the spacing below).
+	agg := consoleAggregateID(int64(cfg.Outbox/4/2) / deadSpacing(cfg) * deadSpacing(cfg))
+	var msgID string
+	if err := pool.QueryRow(ctx, `SELECT message_id::text FROM outbox WHERE aggregate_type = 'payment' AND aggregate_id = $1
+		AND published_at IS NOT NULL ORDER BY aggregate_version LIMIT 1`, agg).Scan(&msgID); err != nil {
+		return fmt.Errorf("pick a payment: %w", err)
+	}
+
+	fmt.Fprintf(out, "| page | renders | p50 | p99 | max | target | verdict |\n| --- | ---: | ---: | ---: | ---: | ---: | --- |\n")
+	// A journey that found nothing would be fast and meaningless: each must
+	// show the payment's four events.
+	fourEvents := func(body string) error {
+		if n := strings.Count(body, `class="event"`); n != 4 {
+			return fmt.Errorf("the journey shows %d events, want 4", n)
+		}
+		return nil
+	}
+	for _, page := range []struct {
+		name, path string
+		check      func(string) error
+	}{
+		{"overview (/)", "/", nil},
+		{"overview fragment (/fragments/overview)", "/fragments/overview", nil},
+		{"journey by payment id", "/journey?q=" + url.QueryEscape(agg), fourEvents},
+		{"journey by message id", "/journey?q=" + url.QueryEscape(msgID), fourEvents},
+	} {
+		d, err := renderTimes(ctx, h, cookie, page.path, cfg.Warmup, cfg.Renders, page.check)
+		if err != nil {
+			return fmt.Errorf("%s: %w", page.name, err)
+		}
+		p50, p99, worst := d[len(d)/2], d[min(len(d)-1, len(d)*99/100)], d[len(d)-1]
+		verdict := "meets"
+		if p99 > ConsoleTarget {
+			verdict = "MISSES"
+		}
+		fmt.Fprintf(out, "| %s | %d | %s | %s | %s | %s | %s |\n", page.name, cfg.Renders,
+			msStr(p50), msStr(p99), msStr(worst), msStr(ConsoleTarget), verdict)
+	}
+	fmt.Fprintln(out)
+
+	// Where the overview's time goes: the library reads it calls, each
+	// timed alone (its webhook counts are the console's own query).
+	fmt.Fprintf(out, "| overview read | p50 | p99 |\n| --- | ---: | ---: |\n")
+	for _, q := range []struct {
+		name string
+		read func(context.Context) error
+	}{
+		{"forwarder.ReadStats (pending and parked outbox rows)", func(ctx context.Context) error {
+			_, err := forwarder.ReadStats(ctx, pool)
+			return err
+		}},
+		{"idempotency.ReadParkedCounts (held, retrying, dead per consumer)", func(ctx context.Context) error {
+			_, err := idempotency.ReadParkedCounts(ctx, pool)
+			return err
+		}},
+	} {
+		d := make([]time.Duration, 0, cfg.Renders)
+		for i := range cfg.Warmup + cfg.Renders {
+			start := time.Now()
+			if err := q.read(ctx); err != nil {
+				return fmt.Errorf("%s: %w", q.name, err)
+			}
+			if i >= cfg.Warmup {
+				d = append(d, time.Since(start))
+			}
+		}
+		slices.Sort(d)
+		fmt.Fprintf(out, "| %s | %s | %s |\n", q.name, msStr(d[len(d)/2]), msStr(d[min(len(d)-1, len(d)*99/100)]))
+	}
+	fmt.Fprintln(out)
+	return nil
+}
+
+func msStr(d time.Duration) string { return fmt.Sprintf("%.1f ms", float64(d.Microseconds())/1000) }
+
+// renderTimes serves path warmup+n times to h and returns the n durations,
+// sorted; any answer but 200, or a first body check refuses, is an error.
+func renderTimes(ctx context.Context, h http.Handler, cookie *http.Cookie, path string, warmup, n int,
+	check func(string) error,
+) ([]time.Duration, error) {
+	d := make([]time.Duration, 0, n)
+	for i := range warmup + n {
+		if err := ctx.Err(); err != nil {
+			return nil, err
+		}
+		req := httptest.NewRequestWithContext(ctx, http.MethodGet, path, nil)
+		req.AddCookie(cookie)
+		rec := httptest.NewRecorder()
+		start := time.Now()
+		h.ServeHTTP(rec, req)
+		took := time.Since(start)
+		if rec.Code != http.StatusOK {
+			return nil, fmt.Errorf("GET %s: status %d: %.200s", path, rec.Code, rec.Body.String())
+		}
+		if i == 0 && check != nil {
+			if err := check(rec.Body.String()); err != nil {
+				return nil, fmt.Errorf("GET %s: %w", path, err)
+			}
+		}
+		if i >= warmup {
+			d = append(d, took)
+		}
+	}
+	slices.Sort(d)
+	return d, nil
+}
+
+// consoleLogin creates an admin key and logs in with it, as an operator
+// would, and returns the session cookie.
+func consoleLogin(ctx context.Context, pool *pgxpool.Pool, h http.Handler) (*http.Cookie, error) {
+	key, err := apikey.Create(ctx, pool, apikey.New{Name: "bench admin"})
+	if err != nil {
+		return nil, fmt.Errorf("create an admin key: %w", err)
+	}
+	form := url.Values{"api_key": {key.Secret}}
+	req := httptest.NewRequestWithContext(ctx, http.MethodPost, "/login", strings.NewReader(form.Encode()))
+	req.Header.Set("Content-Type", "application/x-www-form-urlencoded")
+	rec := httptest.NewRecorder()
+	h.ServeHTTP(rec, req)
+	for _, c := range rec.Result().Cookies() {
+		if c.Name == "outflow_console" && c.Value != "" {
+			return c, nil
+		}
+	}
+	return nil, fmt.Errorf("console login: status %d and no session cookie", rec.Code)
+}
+
+// consumerNames are the seeded consumers; processed_messages holds a row
+// per published event for as many of them as its size asks.
+func consumerNames(n int) []string {
+	names := make([]string, n)
+	for i := range names {
+		names[i] = fmt.Sprintf("consumer-%02d", i)
+	}
+	return names
+}
+
+func deadSpacing(cfg ConsoleConfig) int64 {
+	payments := int64(cfg.Outbox / 4)
+	if cfg.Dead == 0 || int64(cfg.Dead) >= payments {
+		return 1
+	}
+	return payments / int64(cfg.Dead)
+}
+
+// consoleAggregateID is payment number g's id: a UUID, as the service's.
+func consoleAggregateID(g int64) string {
+	h := fmt.Sprintf("%032x", g)
+	return h[0:8] + "-" + h[8:12] + "-4" + h[13:16] + "-8" + h[17:20] + "-" + h[20:32]
+}
+
+// seedConsole fills the schema with set-based statements (INSERT ...
+// SELECT generate_series: one statement per table, the tables logged as in
+// production), dropping the big secondary indexes during the load and
+// building them after, and prints how long each step took.
+func seedConsole(ctx context.Context, pool *pgxpool.Pool, cfg ConsoleConfig, out io.Writer) ([]console.Consumer, error) {
+	payments := cfg.Outbox / 4
+	published := payments * 4
+	// 99 in 100 payments are published; each of their events is processed
+	// by as many consumers as it takes to reach cfg.Processed rows.
+	handled := published / 100 * 99
+	nConsumers := max(1, min(30, (cfg.Processed+handled-1)/max(1, handled)))
+	names := consumerNames(nConsumers)
+	consumers := make([]console.Consumer, len(names))
+	for i, n := range names {
+		consumers[i] = console.Consumer{Name: n, Topic: "payments"}
+	}
+	spacing := deadSpacing(cfg)
+
+	// The aggregate id of payment g, in SQL, as consoleAggregateID.
+	const aggSQL = `(substr(lpad(to_hex(%[1]s), 32, '0'), 1, 8) || '-' || substr(lpad(to_hex(%[1]s), 32, '0'), 9, 4) || '-4' ||
+		substr(lpad(to_hex(%[1]s), 32, '0'), 14, 3) || '-8' || substr(lpad(to_hex(%[1]s), 32, '0'), 18, 3) || '-' ||
+		substr(lpad(to_hex(%[1]s), 32, '0'), 21, 12))`
+	agg := func(expr string) string { return fmt.Sprintf(aggSQL, expr) }
+	// The message id of event g (0-based over the outbox): md5 as a uuid.
+	const msgSQL = `md5('m' || %s)::uuid`
+	msg := func(expr string) string { return fmt.Sprintf(msgSQL, expr) }
+
+	steps := []struct{ name, sql string }{
+		{"drop secondary indexes", `DO $$ BEGIN
+			EXECUTE 'ALTER TABLE processed_messages DROP CONSTRAINT processed_messages_pkey';
+			EXECUTE 'DROP INDEX processed_messages_processed_at_idx';
+		END $$`},
+		{fmt.Sprintf("outbox: %d rows", published), fmt.Sprintf(`
+			INSERT INTO outbox (message_id, topic, aggregate_type, aggregate_id, aggregate_version, event_type,
+			                    payload, metadata, occurred_at, created_at, published_at, attempts, last_error, parked_at)
+			SELECT %s, 'payments', 'payment', %s, v,
+			       (ARRAY['payment.created','payment.paid','payment.refunded','payment.refunded'])[v],
+			       jsonb_build_object('amount', 1000 + p %% 5000, 'currency', 'EUR', 'merchant_id', 'm-' || (p %% 100)),
+			       '{"correlation_id":"bench"}'::jsonb, ts, ts,
+			       CASE WHEN p %% 100 = 99 THEN NULL ELSE ts + interval '50 ms' END,
+			       CASE WHEN p %% 1000 = 999 THEN 10 ELSE 0 END,
+			       CASE WHEN p %% 1000 = 999 THEN 'broker refused: message too large' END,
+			       CASE WHEN p %% 1000 = 999 AND v = 1 THEN ts + interval '1 minute' END
+			FROM generate_series(0, %d) p, generate_series(1, 4) v,
+			     LATERAL (SELECT now() - interval '14 days' + (p * 4 + v) * interval '1 ms' * (1209600000 / %d) AS ts) t`,
+			msg("(p * 4 + v - 1)"), agg("p"), payments-1, published)},
+		{fmt.Sprintf("processed_messages: %d rows (%d consumers)", min(cfg.Processed, handled*nConsumers), nConsumers), fmt.Sprintf(`
+			INSERT INTO processed_messages (message_id, consumer, processed_at)
+			SELECT %s, 'consumer-' || lpad(c::text, 2, '0'), now() - interval '14 days' + g * interval '1 ms'
+			FROM generate_series(0, %d) c, generate_series(0, %d) g
+			WHERE g / 4 %% 100 <> 99
+			LIMIT %d`,
+			msg("g"), nConsumers-1, published-1, cfg.Processed)},
+		{fmt.Sprintf("dead_letters: %d rows", cfg.Dead), fmt.Sprintf(`
+			INSERT INTO dead_letters (consumer, message_id, event_type, aggregate_type, aggregate_id, aggregate_version,
+			                          payload, metadata, status, reason, error, attempts, created_at, resolved_at)
+			SELECT 'consumer-' || lpad((d %% %d)::text, 2, '0'), %s, 'payment.paid', 'payment', %s, 2,
+			       convert_to('{"amount":1000}', 'UTF8'), '{}'::jsonb,
+			       (ARRAY['dead','dead','resolved','discarded','held','retrying'])[1 + d %% 6],
+			       'handler failed', 'ledger export: account closed', 8, now() - d * interval '1 s',
+			       CASE WHEN d %% 6 IN (2, 3) THEN now() END
+			FROM generate_series(0, %d) d`, nConsumers, msg("((d * "+fmt.Sprint(spacing)+") * 4 + 1)"),
+			agg(fmt.Sprintf("(d * %d)", spacing)), cfg.Dead-1)},
+		{fmt.Sprintf("webhook_deliveries: %d rows, one attempt each", payments), fmt.Sprintf(`
+			WITH d AS (
+				INSERT INTO webhook_deliveries (message_id, merchant_id, url, event_type, body, status, attempts,
+				                                last_error, created_at, delivered_at)
+				SELECT %s, md5('merchant' || p %% 100)::uuid, 'https://merchant.example/hooks', 'payment.paid',
+				       convert_to('{}', 'UTF8'),
+				       CASE WHEN p %% 500 = 0 THEN 'dead' WHEN p %% 100 = 1 THEN 'pending' ELSE 'delivered' END, 1,
+				       CASE WHEN p %% 500 = 0 THEN 'status 500' END, now(), now()
+				FROM generate_series(0, %d) p
+				RETURNING id)
+			INSERT INTO webhook_attempts (delivery_id, status_code, latency_ms) SELECT id, 204, 12.5 FROM d`,
+			msg("(p * 4 + 1)"), payments-1)},
+		{"outbox_partitions", `INSERT INTO outbox_partitions (partition, owner, lease_until, published_total)
+			SELECT g, 'forwarder-' || g, now() + interval '10 s', 1000 * g FROM generate_series(0, 3) g
+			ON CONFLICT (partition) DO UPDATE SET owner = EXCLUDED.owner, lease_until = EXCLUDED.lease_until`},
+		{"rebuild processed_messages' indexes", `DO $$ BEGIN
+			EXECUTE 'ALTER TABLE processed_messages ADD CONSTRAINT processed_messages_pkey PRIMARY KEY (message_id, consumer)';
+			EXECUTE 'CREATE INDEX processed_messages_processed_at_idx ON processed_messages (processed_at)';
+		END $$`},
+		{"VACUUM ANALYZE the seeded tables", `VACUUM ANALYZE outbox, processed_messages, dead_letters, webhook_deliveries, webhook_attempts, outbox_partitions`},
+	}
+	conn, err := pool.Acquire(ctx)
+	if err != nil {
+		return nil, err
+	}
+	defer conn.Release()
+	if _, err := conn.Exec(ctx, `SET maintenance_work_mem = '256MB'`); err != nil {
+		return nil, err
+	}
+	fmt.Fprintf(out, "| seeding step | took |\n| --- | ---: |\n")
+	total := time.Now()
+	for _, s := range steps {
+		start := time.Now()
+		if _, err := conn.Exec(ctx, s.sql); err != nil {
+			return nil, fmt.Errorf("seed %s: %w", s.name, err)
+		}
+		fmt.Fprintf(out, "| %s | %s |\n", s.name, time.Since(start).Round(10*time.Millisecond))
+	}
+	fmt.Fprintf(out, "| total | %s |\n\n", time.Since(total).Round(10*time.Millisecond))
+	return consumers, nil
+}

@@ -1,0 +1,84 @@
+package console_test
+
+import (
+	"context"
+	"os"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/chromedp/chromedp"
+	"github.com/stretchr/testify/require"
+
+	"github.com/outflow-dev/outflow/outflowtest"
+)
+
+// seeded is what the browser tests find in the stack: payments forwarded
+// and handled, one parked outbox row and the dead letters of one payment.
+type seeded struct {
+	merchantID string
+	parked     string // the payment whose rows the broker refused
+	dead       string // the payment the ledger-export consumer fails
+}
+
+// seed makes payments, parks one (the broker refuses its aggregate and the
+// forwarder gives up after one attempt) and dead-letters another (a
+// consumer fails its events), and waits until the pipeline shows all three.
+func (s *stack) seed(t *testing.T) seeded {
+	t.Helper()
+	ctx := context.Background()
+	m := s.merchant(t)
+	out := seeded{merchantID: m.ID}
+	for i := range 5 {
+		s.pay(t, m.ID, int64(1000+i))
+	}
+	// The ids are known only once created: create, then mark, before paying.
+	dead := s.pay(t, m.ID, 4242)
+	out.dead = dead.ID
+	s.mu.Lock()
+	s.failFor[dead.ID] = true
+	s.mu.Unlock()
+	s.api(t, "/v1/payments/"+dead.ID+"/refund", `{}`)
+
+	pending := s.create(t, m.ID, 777)
+	out.parked = pending.ID
+	s.broker.setRefused(pending.ID, true)
+	s.api(t, "/v1/payments/"+pending.ID+"/pay", `{}`)
+
+	pool := s.schema.Pool
+	outflowtest.WaitFor(t, 30*time.Second, "a parked outbox row of the refused payment", func() bool {
+		var n int
+		require.NoError(t, pool.QueryRow(ctx,
+			`SELECT count(*) FROM outbox WHERE aggregate_id = $1 AND parked_at IS NOT NULL`, out.parked).Scan(&n))
+		return n > 0
+	})
+	// Dead, not still retrying: the overview must show a settled count.
+	outflowtest.WaitFor(t, 30*time.Second, "a dead letter of ledger-export", func() bool {
+		var n int
+		require.NoError(t, pool.QueryRow(ctx,
+			`SELECT count(*) FROM dead_letters WHERE consumer = 'ledger-export' AND status = 'dead'`).Scan(&n))
+		return n > 0
+	})
+	return out
+}
+
+// The harness itself: the stack parks a row and makes a dead letter, and
+// the browser starts, loads a page of the stack and screenshots it.
+func TestBrowserHarness(t *testing.T) {
+	s := startStack(t)
+	s.seed(t)
+	ctx := newBrowser(t)
+	dir := artifactsDir(t)
+	var body string
+	run(t, ctx, "load the API's /healthz",
+		chromedp.Navigate(s.apiSrv.URL+"/healthz"),
+		chromedp.WaitVisible(chromedp.CSS("body")),
+	)
+	body, err := chromedp.Run(ctx, chromedp.Text(chromedp.CSS("body")))
+	require.NoError(t, err)
+	require.True(t, strings.Contains(body, "ok"), "healthz page: %q", body)
+	path := screenshot(t, ctx, dir, "healthz")
+	st, err := os.Stat(path)
+	require.NoError(t, err)
+	require.Positive(t, st.Size())
+}
