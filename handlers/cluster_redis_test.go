@@ -80,11 +80,21 @@ func pipelineOnClusterWithAPrimaryKilled(t *testing.T, waitReplicas int, audit t
 	want.PaidCount += more.PaidCount
 	want.PaidAmount = want.PaidAmount.Plus(more.PaidAmount)
 	want.RefundedAmount = want.RefundedAmount.Plus(more.RefundedAmount)
-	// The forwarder has written every row of the primary's streams to it
-	// (those its replica does not have among them) before it dies.
+	// The primary has entries its replica lacks when it dies. With WAIT, a
+	// batch the replica did not acknowledge was refused (and will be sent
+	// again): wait for one. Without, wait until the forwarder has written
+	// every row of the primary's streams to it.
 	broker := redisstreams.BrokerOf(p.backend)
 	cc := cluster.Client()
+	if waitReplicas > 0 {
+		outflowtest.WaitFor(t, 90*time.Second, "a batch refused for want of a replica", func() bool {
+			return metricSum(t, reg, "outflow_forwarder_broker_unavailable_total") > 0
+		})
+	}
 	outflowtest.WaitFor(t, 90*time.Second, "every row of the doomed primary's streams written to it", func() bool {
+		if waitReplicas > 0 {
+			return true
+		}
 		rows, err := p.schema.Pool.Query(ctx, `SELECT topic, aggregate_id FROM outbox`)
 		require.NoError(t, err)
 		perStream := map[string]int64{}
