@@ -154,6 +154,15 @@ func percentile(sorted []time.Duration, q float64) time.Duration {
 func ms(d time.Duration) float64 { return float64(d) / float64(time.Millisecond) }
 
 func runPay(ctx context.Context, svc *app.Service, ids []string, clients int) (sample, error) {
+	return runClients(ids, clients, func(id string) error {
+		_, err := svc.Pay(ctx, id)
+		return err
+	})
+}
+
+// runClients hands ids to clients concurrent callers of call and times
+// each call: the latencies and the whole run's time, and the first error.
+func runClients(ids []string, clients int, call func(id string) error) (sample, error) {
 	var (
 		mu      sync.Mutex
 		lat     = make([]time.Duration, 0, len(ids))
@@ -167,7 +176,7 @@ func runPay(ctx context.Context, svc *app.Service, ids []string, clients int) (s
 			local := make([]time.Duration, 0, len(ids)/clients+1)
 			for id := range next {
 				t0 := time.Now()
-				_, err := svc.Pay(ctx, id)
+				err := call(id)
 				local = append(local, time.Since(t0))
 				if err != nil {
 					mu.Lock()

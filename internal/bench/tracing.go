@@ -453,45 +453,7 @@ func (pb *payBench) run(ctx context.Context, mode string, recv *otlpReceiver, n 
 }
 
 func runPayHTTP(ctx context.Context, pb *payBench, ids []string) (sample, error) {
-	var (
-		mu      sync.Mutex
-		lat     = make([]time.Duration, 0, len(ids))
-		next    = make(chan string)
-		firstEr error
-		wg      sync.WaitGroup
-	)
-	start := time.Now()
-	for range pb.clients {
-		wg.Go(func() {
-			local := make([]time.Duration, 0, len(ids)/pb.clients+1)
-			for id := range next {
-				t0 := time.Now()
-				err := pb.pay(ctx, id)
-				local = append(local, time.Since(t0))
-				if err != nil {
-					mu.Lock()
-					firstEr = cmpOr(firstEr, err)
-					mu.Unlock()
-				}
-			}
-			mu.Lock()
-			lat = append(lat, local...)
-			mu.Unlock()
-		})
-	}
-	for _, id := range ids {
-		next <- id
-	}
-	close(next)
-	wg.Wait()
-	return sample{latencies: lat, elapsed: time.Since(start)}, firstEr
-}
-
-func cmpOr(a, b error) error {
-	if a != nil {
-		return a
-	}
-	return b
+	return runClients(ids, pb.clients, func(id string) error { return pb.pay(ctx, id) })
 }
 
 func (pb *payBench) pay(ctx context.Context, id string) error {
