@@ -72,6 +72,17 @@ func serveConsole(ctx context.Context, cfg config.Config, partitions int, shutdo
 		return err
 	}
 	defer closeBackend()
+	// The published rate's sampler runs as long as the server, and ends
+	// before the pool closes.
+	rateCtx, stopRate := context.WithCancel(ctx)
+	rateDone := make(chan error, 1)
+	go func() { rateDone <- h.Run(rateCtx) }()
+	defer func() {
+		stopRate()
+		if err := <-rateDone; err != nil {
+			logger.Warn("console: published rate sampler", "error", err.Error())
+		}
+	}()
 	ln, err := net.Listen("tcp", cfg.ConsoleAddr)
 	if err != nil {
 		return fmt.Errorf("listen on CONSOLE_ADDR %s: %w", cfg.ConsoleAddr, err)
@@ -107,7 +118,7 @@ func serveConsole(ctx context.Context, cfg config.Config, partitions int, shutdo
 // newConsole builds the console's handler for the reference handlers; the
 // broker backend, when reachable, reports their lag (only reads: see
 // readStats) and publishes replays. The returned func closes it.
-func newConsole(ctx context.Context, pool *pgxpool.Pool, cfg config.Config, partitions int, logger *slog.Logger) (http.Handler, func(), error) {
+func newConsole(ctx context.Context, pool *pgxpool.Pool, cfg config.Config, partitions int, logger *slog.Logger) (*console.Console, func(), error) {
 	var consumers []console.Consumer
 	for _, h := range referenceHandlers(nil, handlers.NotifyConfig{}) {
 		consumers = append(consumers, console.Consumer{Name: h.Name, Topic: h.Topic})

@@ -2,6 +2,7 @@ package cli_test
 
 import (
 	"context"
+	"io"
 	"net/http"
 	"net/url"
 	"strings"
@@ -49,6 +50,17 @@ func TestServeConsoleRole(t *testing.T) {
 			require.True(t, time.Now().Before(deadline), "the console never listened: %s", stderr.String())
 			time.Sleep(20 * time.Millisecond) // polling a condition, with a deadline
 		}
+		// The api role may listen after the console: wait for it before
+		// asking it for the console's page.
+		for {
+			resp, err := client.Get("http://" + api + "/healthz")
+			if err == nil {
+				resp.Body.Close()
+				break
+			}
+			require.True(t, time.Now().Before(deadline), "the API never listened: %s", stderr.String())
+			time.Sleep(20 * time.Millisecond) // polling a condition, with a deadline
+		}
 		resp, err := client.Get("http://" + api + "/login")
 		require.NoError(t, err)
 		resp.Body.Close()
@@ -63,6 +75,20 @@ func TestServeConsoleRole(t *testing.T) {
 		require.Contains(t, setCookie, "SameSite=Strict")
 		require.Equal(t, !insecure, strings.Contains(setCookie, "Secure"), setCookie)
 		require.NotContains(t, stderr.String(), key.Secret, "the key is never logged")
+
+		// The first overview has a published rate, not n/a: the role runs
+		// the console's sampler (console.Run), which took its first sample
+		// before the console listened.
+		req, err := http.NewRequest(http.MethodGet, "http://"+consoleAddr+"/", nil)
+		require.NoError(t, err)
+		req.Header.Set("Cookie", strings.SplitN(setCookie, ";", 2)[0])
+		resp, err = client.Do(req)
+		require.NoError(t, err)
+		page, err := io.ReadAll(resp.Body)
+		resp.Body.Close()
+		require.NoError(t, err)
+		require.Equal(t, http.StatusOK, resp.StatusCode)
+		require.Regexp(t, `id="outbox-rate">[0-9]+\.[0-9]/s<`, string(page))
 
 		require.NoError(t, cmd.Process.Signal(syscall.SIGTERM))
 		require.NoError(t, cmd.Wait(), stderr.String())

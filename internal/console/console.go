@@ -57,6 +57,12 @@ type Config struct {
 	SessionTTL time.Duration
 	// PageSize defaults to [DefaultPageSize].
 	PageSize int
+	// RateSampleInterval is how often [Console.Run] samples the published
+	// total; defaults to [DefaultRateSampleInterval].
+	RateSampleInterval time.Duration
+	// RateWindow is how far back the overview's published rate looks;
+	// defaults to [DefaultRateWindow]. Not shorter than RateSampleInterval.
+	RateWindow time.Duration
 	// AggregateType is what a journey's query names when it is not a
 	// message id; defaults to "payment" (a payment id is its aggregate id).
 	AggregateType string
@@ -72,22 +78,20 @@ type Console struct {
 	mux   *http.ServeMux
 	pages map[string]*template.Template
 
-	mu   sync.Mutex
-	last rateSample // the previous overview's published total, for the rate
+	now func() time.Time // time.Now; a test's clock makes the rate exact
+
+	mu    sync.Mutex
+	rates rateRing // the published totals of the last RateWindow
 }
 
-type rateSample struct {
-	total int64
-	at    time.Time
-}
-
-// New returns the console's handler. It starts nothing.
+// New returns the console's handler. It starts nothing: [Console.Run]
+// samples the published rate.
 func New(cfg Config) (*Console, error) {
 	if cfg.Pool == nil {
 		return nil, fmt.Errorf("%w: Pool is required", ErrInvalidConfig)
 	}
-	if cfg.SessionTTL < 0 || cfg.PageSize < 0 {
-		return nil, fmt.Errorf("%w: SessionTTL and PageSize must not be negative", ErrInvalidConfig)
+	if cfg.SessionTTL < 0 || cfg.PageSize < 0 || cfg.RateSampleInterval < 0 || cfg.RateWindow < 0 {
+		return nil, fmt.Errorf("%w: SessionTTL, PageSize, RateSampleInterval and RateWindow must not be negative", ErrInvalidConfig)
 	}
 	if cfg.Logger == nil {
 		cfg.Logger = slog.Default()
@@ -98,6 +102,16 @@ func New(cfg Config) (*Console, error) {
 	if cfg.PageSize == 0 {
 		cfg.PageSize = DefaultPageSize
 	}
+	if cfg.RateSampleInterval == 0 {
+		cfg.RateSampleInterval = DefaultRateSampleInterval
+	}
+	if cfg.RateWindow == 0 {
+		cfg.RateWindow = DefaultRateWindow
+	}
+	if cfg.RateWindow < cfg.RateSampleInterval {
+		return nil, fmt.Errorf("%w: RateWindow (%s) must not be shorter than RateSampleInterval (%s)",
+			ErrInvalidConfig, cfg.RateWindow, cfg.RateSampleInterval)
+	}
 	if cfg.AggregateType == "" {
 		cfg.AggregateType = "payment"
 	}
@@ -105,7 +119,8 @@ func New(cfg Config) (*Console, error) {
 	if err != nil {
 		return nil, err
 	}
-	c := &Console{cfg: cfg, log: cfg.Logger, pages: pages, mux: http.NewServeMux()}
+	c := &Console{cfg: cfg, log: cfg.Logger, pages: pages, mux: http.NewServeMux(), now: time.Now,
+		rates: rateRing{window: cfg.RateWindow}}
 	static, err := fs.Sub(staticFS, "static")
 	if err != nil {
 		return nil, fmt.Errorf("console: static assets: %w", err)

@@ -58,7 +58,7 @@ func (c *Console) readOverview(ctx context.Context) (overview, error) {
 	if o.Outbox, err = forwarder.ReadStats(ctx, c.cfg.Pool); err != nil {
 		return o, err
 	}
-	o.Rate = c.rate(o.Outbox.PublishedTotal, o.At)
+	o.Rate = c.rate(o.Outbox.PublishedTotal)
 	if err := c.cfg.Pool.QueryRow(ctx, qWebhookStats).Scan(&o.Webhooks.Pending, &o.Webhooks.Failing, &o.Webhooks.Dead); err != nil {
 		return o, fmt.Errorf("read webhook stats: %w", err)
 	}
@@ -102,20 +102,6 @@ func (c *Console) readOverview(ctx context.Context) (overview, error) {
 		o.Consumers = append(o.Consumers, consumerRow{Name: name, Lag: "n/a", ParkedCounts: parked[name]})
 	}
 	return o, nil
-}
-
-// rate is the published rate since the previous overview of any session
-// (the live refresh asks every 2s), in events per second.
-func (c *Console) rate(total int64, at time.Time) string {
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	prev := c.last
-	c.last = rateSample{total: total, at: at}
-	el := at.Sub(prev.at)
-	if prev.at.IsZero() || el <= 0 || el > 5*time.Minute || total < prev.total {
-		return "n/a"
-	}
-	return fmt.Sprintf("%.1f/s", float64(total-prev.total)/el.Seconds())
 }
 
 func (c *Console) overviewPage(w http.ResponseWriter, r *http.Request, s session) {
