@@ -10,8 +10,10 @@ import (
 	"testing"
 	"time"
 
+	"github.com/chromedp/cdproto/emulation"
 	"github.com/chromedp/cdproto/page"
 	"github.com/chromedp/chromedp"
+	"github.com/jackc/pgx/v5/pgxpool"
 	"github.com/stretchr/testify/require"
 
 	"github.com/outflow-dev/outflow/app"
@@ -21,7 +23,7 @@ import (
 )
 
 // startConsole serves the console of the stack's schema on a port of its
-// own, as `outflow serve --roles console` does. The cookie is not Secure:
+// own, with its sampler running, as `outflow serve --roles console` does. The cookie is not Secure:
 // the browser reaches it over plain HTTP on 127.0.0.1.
 func (s *stack) startConsole(t *testing.T) string {
 	t.Helper()
@@ -33,6 +35,7 @@ func (s *stack) startConsole(t *testing.T) string {
 			{Name: "ledger-export", Topic: app.PaymentsTopic},
 		}})
 	require.NoError(t, err)
+	goRun(t, h.Run) // the published rate's sampler, as the console role runs it
 	srv := httptest.NewServer(h)
 	t.Cleanup(srv.Close)
 	return srv.URL
@@ -135,6 +138,108 @@ func TestConsoleInBrowser(t *testing.T) {
 	require.Contains(t, journey, seed.dead, "the dead letter's payment, on the journey")
 	require.Contains(t, journey, "account closed", "the dead letter's error, on the journey")
 	screenshot(t, ctx, dir, "08-journey-dead-letter")
+
+	// The same stack and browser: without JavaScript, then on a phone.
+	t.Run("without JavaScript the server asks", func(t *testing.T) {
+		confirmWithoutJS(t, ctx, base, dir, pool, deadID)
+	})
+	t.Run("on a phone", func(t *testing.T) {
+		onAPhone(t, ctx, base, dir, seed)
+	})
+}
+
+// confirmWithoutJS discards a dead letter with scripts disabled: the
+// button's form goes to the server, which answers its confirmation page
+// (what the action does, on which rows); cancel changes nothing, confirm
+// discards it and lands on the list with the result.
+func confirmWithoutJS(t *testing.T, ctx context.Context, base, dir string, pool *pgxpool.Pool, deadID int64) {
+	bg := context.Background()
+	_, err := chromedp.Call(ctx, emulation.SetScriptExecutionDisabled, emulation.SetScriptExecutionDisabledParams{Value: true})
+	require.NoError(t, err)
+	t.Cleanup(func() {
+		_, err := chromedp.Call(ctx, emulation.SetScriptExecutionDisabled, emulation.SetScriptExecutionDisabledParams{Value: false})
+		require.NoError(t, err)
+	})
+	status := func() string {
+		var s string
+		require.NoError(t, pool.QueryRow(bg, `SELECT status FROM dead_letters WHERE id = $1`, deadID).Scan(&s))
+		return s
+	}
+	actions := func() int {
+		var n int
+		require.NoError(t, pool.QueryRow(bg, `SELECT count(*) FROM console_actions WHERE action = 'dlq.discard'`).Scan(&n))
+		return n
+	}
+	require.Equal(t, "dead", status())
+	list := base + "/dead?consumer=ledger-export&status=dead"
+	row := fmt.Sprintf("#dead-%d", deadID)
+	toConfirm := []chromedp.Action[chromedp.Void]{
+		chromedp.Navigate(list),
+		chromedp.WaitVisible(chromedp.CSS(row)),
+		chromedp.Click(chromedp.CSS(row + ` input[name="id"]`)),
+		chromedp.Click(chromedp.CSS("#dead-discard-selected")),
+		chromedp.WaitVisible(chromedp.CSS("#confirm-form")),
+	}
+
+	run(t, ctx, "discard it: the server's confirmation page", toConfirm...)
+	require.Contains(t, text(t, ctx, "#confirm-what"), "Discard dead letters", "the confirmation says what it does")
+	require.Equal(t, fmt.Sprintf("#%d", deadID), text(t, ctx, "#confirm-ids"), "and on which rows")
+	screenshot(t, ctx, dir, "09-confirm-without-js")
+	run(t, ctx, "cancel", chromedp.Click(chromedp.CSS("#confirm-cancel")), chromedp.WaitVisible(chromedp.CSS(row)))
+	require.Equal(t, list, location(t, ctx), "cancel goes back to the list")
+	require.Equal(t, "dead", status(), "cancel changes nothing")
+	require.Zero(t, actions(), "cancel records nothing")
+
+	run(t, ctx, "discard it again, and confirm", append(toConfirm,
+		chromedp.Click(chromedp.CSS("#confirm-submit")),
+		chromedp.WaitVisible(chromedp.CSS("#action-result")))...)
+	require.Contains(t, text(t, ctx, "#action-result"), "dlq.discard", "the result, on the list")
+	require.Equal(t, "1", text(t, ctx, "#action-count"))
+	back, err := url.Parse(location(t, ctx))
+	require.NoError(t, err)
+	require.Equal(t, "/dead", back.Path, "back on the list")
+	require.Equal(t, "ledger-export", back.Query().Get("consumer"), "with its filter")
+	require.Equal(t, "dead", back.Query().Get("status"), "with its filter")
+	require.Equal(t, "discarded", status(), "the dead letter is discarded")
+	require.Equal(t, 1, actions(), "the action is recorded")
+	screenshot(t, ctx, dir, "10-discarded-without-js")
+}
+
+// onAPhone reads the overview, a journey, the dead letters, the parked
+// rows and the actions on a phone's viewport (390 px, and the narrowest
+// common one, 320 px): none is wider than the screen (a table scrolls
+// inside its own box).
+func onAPhone(t *testing.T, ctx context.Context, base, dir string, seed seeded) {
+	t.Cleanup(func() { run(t, ctx, "back to the laptop", chromedp.ResetViewport()) })
+	for _, phone := range []struct{ width, height int64 }{{390, 844}, {320, 640}} {
+		run(t, ctx, "a phone's viewport",
+			chromedp.EmulateViewport(phone.width, phone.height, chromedp.EmulateMobile, chromedp.EmulatePortrait))
+		for _, pg := range []struct{ name, path, sel string }{
+			{"overview", "/", "#partitions"},
+			{"journey", "/journey?q=" + url.QueryEscape(seed.dead), "#journey"},
+			{"dead", "/dead?consumer=ledger-export", "#dead-form"},
+			{"parked", "/parked", "#parked-form"},
+			{"actions", "/actions", "#actions"},
+		} {
+			run(t, ctx, "open "+pg.path, chromedp.Navigate(base+pg.path), chromedp.WaitVisible(chromedp.CSS(pg.sel)))
+			sizes, err := chromedp.Run(ctx, chromedp.Evaluate[[]int64](
+				`[window.innerWidth, document.documentElement.scrollWidth]`))
+			require.NoError(t, err)
+			// A mobile browser widens its viewport to a page wider than the
+			// screen (and zooms out): innerWidth says so too.
+			require.Equal(t, phone.width, sizes[0], "%s at %d px: the page's viewport is the phone's", pg.path, phone.width)
+			require.LessOrEqual(t, sizes[1], phone.width, "%s at %d px: the page is not wider than the phone", pg.path, phone.width)
+			screenshot(t, ctx, dir, fmt.Sprintf("11-phone-%d-%s", phone.width, pg.name))
+		}
+	}
+}
+
+// location is the page's URL.
+func location(t *testing.T, ctx context.Context) string {
+	t.Helper()
+	u, err := chromedp.Run(ctx, chromedp.Location())
+	require.NoError(t, err)
+	return u
 }
 
 // acceptDialogs accepts the next JavaScript dialog (the console's confirm())
