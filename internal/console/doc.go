@@ -7,5 +7,6 @@
 // It is server-rendered (html/template) with embedded static assets: no
 // build step. Every page needs a session, which a login with an admin API
 // key opens; every POST carries the session's CSRF token; every action is
-// recorded in console_actions.
+// recorded in console_actions. [Console.Run] samples the published total
+// for the overview's rate; New starts nothing.
 package console
