@@ -1,9 +1,11 @@
 package console
 
 import (
+	"context"
 	"testing"
 	"time"
 
+	"github.com/jackc/pgx/v5/pgxpool"
 	"github.com/stretchr/testify/require"
 )
 
@@ -65,4 +67,31 @@ func totals(r rateRing) []int64 {
 		out = append(out, s.total)
 	}
 	return out
+}
+
+// The rate's settings are checked by New, which names the bad one.
+func TestNewChecksTheRateSettings(t *testing.T) {
+	pool, err := pgxpool.New(context.Background(), "postgres://127.0.0.1:1/never-dialled") // connects lazily
+	require.NoError(t, err)
+	t.Cleanup(pool.Close)
+	for _, tc := range []struct {
+		name  string
+		cfg   Config
+		names string
+	}{
+		{"negative interval", Config{RateSampleInterval: -time.Second}, "RateSampleInterval"},
+		{"negative window", Config{RateWindow: -time.Second}, "RateWindow"},
+		{"window shorter than the interval", Config{RateSampleInterval: 2 * time.Minute}, "RateWindow (1m0s) must not be shorter than RateSampleInterval (2m0s)"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			tc.cfg.Pool = pool
+			_, err := New(tc.cfg)
+			require.ErrorIs(t, err, ErrInvalidConfig)
+			require.ErrorContains(t, err, tc.names)
+		})
+	}
+	c, err := New(Config{Pool: pool})
+	require.NoError(t, err)
+	require.Equal(t, DefaultRateSampleInterval, c.cfg.RateSampleInterval)
+	require.Equal(t, DefaultRateWindow, c.rates.window)
 }
