@@ -58,11 +58,12 @@ func newOutboxCmd(e *env) *cobra.Command {
 	parked.Flags().IntVar(&limit, "limit", 100, "rows to list")
 	parked.Flags().BoolVar(&parkedAsJSON, "json", false, "print a JSON array of the rows")
 
-	retry := releaseCmd("retry", "Put parked rows back in line with a fresh attempt count: --id N or --all [--topic T]",
+	retry := releaseCmd("retry", "Put parked rows back in line with a fresh attempt count: --id N or --all [--topic T]", "",
 		"released", e, forwarder.RetryParked)
-	discard := releaseCmd("discard",
-		"Give up on parked rows: each is replaced by a discard marker (event type "+events.EventTypeDiscarded+
-			"), which consumers record without running their handler, so its aggregate's later events flow: --id N or --all [--topic T]",
+	discard := releaseCmd("discard", "Give up on parked rows, a discard marker going out in place of each: --id N or --all [--topic T]",
+		"Each row is released and marked discarded; the forwarder publishes a discard marker in its place (event type "+
+			events.EventTypeDiscarded+", the same message id and aggregate version, an empty payload). Consumers record it\n"+
+			"without running their handler, and the aggregate's later events flow after it. The row is kept.",
 		"discarded", e, forwarder.DiscardParked)
 
 	var (
@@ -99,7 +100,7 @@ func newOutboxCmd(e *env) *cobra.Command {
 // releaseCmd is `outbox retry` or `outbox discard`: the same flags, the
 // same checks, release applied to the rows they choose; done is the verb
 // of its output.
-func releaseCmd(name, short, done string, e *env,
+func releaseCmd(name, short, long, done string, e *env,
 	release func(context.Context, *pgxpool.Pool, forwarder.ParkedFilter) (int64, error),
 ) *cobra.Command {
 	var (
@@ -111,6 +112,7 @@ func releaseCmd(name, short, done string, e *env,
 	cmd = &cobra.Command{
 		Use:   name,
 		Short: short,
+		Long:  long,
 		Args:  cobra.NoArgs,
 		RunE: e.withPool(func() error {
 			if err := checkIDOrAll(id, all, "a parked row's id (see `outflow outbox parked`)"); err != nil {
