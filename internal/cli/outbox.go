@@ -62,7 +62,7 @@ func newOutboxCmd(e *env) *cobra.Command {
 		"released", e, forwarder.RetryParked)
 	discard := releaseCmd("discard", "Give up on parked rows, a discard marker going out in place of each: --id N or --all [--topic T]",
 		"Each row is released and marked discarded; the forwarder publishes a discard marker in its place (event type "+
-			events.EventTypeDiscarded+", the same message id and aggregate version, an empty payload). Consumers record it\n"+
+			events.EventTypeDiscarded+", the same message id and aggregate version, an empty payload). Consumers record it "+
 			"without running their handler, and the aggregate's later events flow after it. The row is kept.",
 		"discarded", e, forwarder.DiscardParked)
 
