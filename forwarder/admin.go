@@ -72,9 +72,36 @@ func ListParked(ctx context.Context, pool *pgxpool.Pool, limit int) ([]ParkedRow
 	return out, nil
 }
 
-// RetryParked puts parked rows back in line with a fresh count of attempts:
-// the row with id, or every parked row when id is 0. It returns how many
-// rows it released. Nothing is ever deleted.
+// ParkedFilter chooses parked rows for [RetryParked] and [DiscardParked]:
+// the row with ID, or every parked row when ID is 0; a Topic narrows
+// either to that topic's rows.
+type ParkedFilter struct {
+	ID    int64
+	Topic string
+}
+
+// releaseParkedSQL puts the parked rows $1/$2 choose back in line with a
+// fresh count of attempts, discarding them as well when $3. See
+// [RetryParked] for why a released row is due at once and its aggregate's
+// held rows with it. A row discarded before stays discarded when retried:
+// what failed then was its marker.
+const releaseParkedSQL = `
+	WITH released AS (
+		UPDATE outbox SET parked_at = NULL, next_attempt_at = now(), attempts = 0,
+		       discarded_at = CASE WHEN $3 THEN now() ELSE discarded_at END
+		WHERE published_at IS NULL AND parked_at IS NOT NULL AND ($1 = 0 OR id = $1) AND ($2 = '' OR topic = $2)
+		RETURNING id, aggregate_type, aggregate_id
+	), held AS (
+		UPDATE outbox h SET next_attempt_at = now()
+		FROM (SELECT aggregate_type, aggregate_id, min(id) AS id FROM released GROUP BY 1, 2) r
+		WHERE h.aggregate_type = r.aggregate_type AND h.aggregate_id = r.aggregate_id AND h.id > r.id
+		  AND h.published_at IS NULL AND h.parked_at IS NULL AND h.next_attempt_at IS NULL
+	)
+	SELECT count(*) FROM released`
+
+// RetryParked puts the parked rows f chooses back in line with a fresh
+// count of attempts. It returns how many rows it released. Nothing is ever
+// deleted.
 //
 // A released row is due at once rather than new: a forwarder's claim may
 // have moved its low-water mark past it (and past the later rows of its
@@ -83,25 +110,43 @@ func ListParked(ctx context.Context, pool *pgxpool.Pool, limit int) ([]ParkedRow
 // the same reason; they still go out after the released row, in id order.
 // This walks the aggregate's pending rows once: an operator's command, not
 // the forwarder's hot path.
-func RetryParked(ctx context.Context, pool *pgxpool.Pool, id int64) (int64, error) {
-	var n int64
-	err := pool.QueryRow(ctx, `
-		WITH released AS (
-			UPDATE outbox SET parked_at = NULL, next_attempt_at = now(), attempts = 0
-			WHERE published_at IS NULL AND parked_at IS NOT NULL AND ($1 = 0 OR id = $1)
-			RETURNING id, aggregate_type, aggregate_id
-		), held AS (
-			UPDATE outbox h SET next_attempt_at = now()
-			FROM (SELECT aggregate_type, aggregate_id, min(id) AS id FROM released GROUP BY 1, 2) r
-			WHERE h.aggregate_type = r.aggregate_type AND h.aggregate_id = r.aggregate_id AND h.id > r.id
-			  AND h.published_at IS NULL AND h.parked_at IS NULL AND h.next_attempt_at IS NULL
-		)
-		SELECT count(*) FROM released`, id).Scan(&n)
+func RetryParked(ctx context.Context, pool *pgxpool.Pool, f ParkedFilter) (int64, error) {
+	n, err := releaseParked(ctx, pool, f, false)
 	if err != nil {
 		return 0, fmt.Errorf("retry parked rows: %w", err)
 	}
 	return n, nil
 }
+
+// DiscardParked gives up on the events of the parked rows f chooses: it
+// releases them as [RetryParked] does and marks them discarded, in one
+// statement, so that the forwarder publishes each one's discard marker
+// (see [Message]) in its place. The marker keeps the event's version in
+// its aggregate's stream: the consumers apply it without running their
+// handler and go on with the aggregate's later events, which a row simply
+// dropped would leave waiting for the missing version. It returns how many
+// rows it discarded. The row itself is kept, payload and all.
+func DiscardParked(ctx context.Context, pool *pgxpool.Pool, f ParkedFilter) (int64, error) {
+	n, err := releaseParked(ctx, pool, f, true)
+	if err != nil {
+		return 0, fmt.Errorf("discard parked rows: %w", err)
+	}
+	return n, nil
+}
+
+func releaseParked(ctx context.Context, pool *pgxpool.Pool, f ParkedFilter, discard bool) (int64, error) {
+	if f.ID < 0 {
+		return 0, fmt.Errorf("%w: the id must not be negative", ErrInvalidFilter)
+	}
+	var n int64
+	if err := pool.QueryRow(ctx, releaseParkedSQL, f.ID, f.Topic, discard).Scan(&n); err != nil {
+		return 0, err
+	}
+	return n, nil
+}
+
+// ErrInvalidFilter is returned for a [ParkedFilter] that cannot choose rows.
+var ErrInvalidFilter = errors.New("invalid parked-rows filter")
 
 // ErrForwardersRunning is returned by [Repartition] while a forwarder runs.
 var ErrForwardersRunning = errors.New("forwarders are running")

@@ -45,7 +45,7 @@ WITH mine AS MATERIALIZED (
     FOR SHARE
 )
 SELECT t.id, t.message_id::text, t.topic, t.aggregate_type, t.aggregate_id, t.aggregate_version,
-       t.event_type, t.payload::text, t.metadata::text, t.occurred_at, t.attempts
+       t.event_type, t.payload::text, t.metadata::text, t.occurred_at, t.attempts, t.discarded_at
 FROM outbox t
 WHERE t.published_at IS NULL AND t.parked_at IS NULL
   AND (t.next_attempt_at IS NULL OR t.next_attempt_at <= now())
@@ -83,6 +83,7 @@ type row struct {
 	metadata      string
 	occurredAt    time.Time
 	attempts      int
+	discardedAt   *time.Time // an operator discarded it: its message is the discard marker
 }
 
 // batchResult is what one claim did.
@@ -136,7 +137,7 @@ func (f *Forwarder) forwardBatch(ctx context.Context) (res batchResult, err erro
 		claimed, err = pgx.CollectRows(rows, func(r pgx.CollectableRow) (row, error) {
 			var x row
 			err := r.Scan(&x.id, &x.messageID, &x.topic, &x.aggregateType, &x.aggregateID, &x.version,
-				&x.eventType, &x.payload, &x.metadata, &x.occurredAt, &x.attempts)
+				&x.eventType, &x.payload, &x.metadata, &x.occurredAt, &x.attempts, &x.discardedAt)
 			return x, err
 		})
 		return err
@@ -190,7 +191,7 @@ func (f *Forwarder) prepare(claimed []row) ([]Outgoing, []error) {
 		msg, err := f.message(r)
 		if err == nil {
 			msgs[i] = Outgoing{Topic: r.topic, AggregateID: r.aggregateID, Message: msg}
-			err = f.checkSize(lim, r, msgs[i])
+			err = f.checkSize(lim, msgs[i])
 		}
 		results[i] = err
 	}
@@ -279,7 +280,7 @@ func (f *Forwarder) message(r row) (*message.Message, error) {
 	return Message(Row{
 		MessageID: r.messageID, AggregateType: r.aggregateType, AggregateID: r.aggregateID,
 		AggregateVersion: r.version, EventType: r.eventType, Payload: r.payload, Metadata: r.metadata,
-		OccurredAt: r.occurredAt,
+		OccurredAt: r.occurredAt, DiscardedAt: r.discardedAt,
 	})
 }
 

@@ -63,7 +63,11 @@
 // most 2,000 bytes, cut on a character boundary). While a row waits or is
 // parked, the later rows of its aggregate wait behind it; other aggregates
 // keep flowing. `outflow outbox parked` lists parked rows, `outflow outbox
-// retry` puts them back in line.
+// retry` puts them back in line ([RetryParked]), `outflow outbox discard`
+// gives up on them ([DiscardParked]): the forwarder then publishes a
+// discard marker in each one's place (see [Message]), which keeps the
+// version in its aggregate's stream, so that consumers applying versions in
+// order go on with the later ones instead of waiting for it.
 //
 // "Too large" is decided before sending, against the effective limit: the
 // smaller of MaxPayloadBytes (on the payload) and the broker's own limit on

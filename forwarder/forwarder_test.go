@@ -304,7 +304,7 @@ func TestPoisonRowParkedWhileOthersFlow(t *testing.T) {
 	stop()
 
 	// The operator fixes the cause (here: a larger limit) and retries.
-	n, err := forwarder.RetryParked(context.Background(), e.schema.Pool, 0)
+	n, err := forwarder.RetryParked(context.Background(), e.schema.Pool, forwarder.ParkedFilter{})
 	require.NoError(t, err)
 	require.EqualValues(t, 1, n)
 	e.run(e.config())

@@ -32,9 +32,10 @@ func (f *Forwarder) brokerLimit() *brokerLimit {
 
 // checkSize fails a row whose payload exceeds MaxPayloadBytes, or whose
 // message, as the broker counts it, exceeds the broker's limit. The error
-// names both limits and the one that applied.
-func (f *Forwarder) checkSize(lim *brokerLimit, r row, m Outgoing) error {
-	payload := len(r.payload)
+// names both limits and the one that applied. It measures the message's
+// payload, not the row's: a discarded row's marker carries an empty one.
+func (f *Forwarder) checkSize(lim *brokerLimit, m Outgoing) error {
+	payload := len(m.Message.Payload)
 	if lim == nil {
 		if payload > f.cfg.MaxPayloadBytes {
 			return fmt.Errorf("%w: payload of %d bytes exceeds MaxPayloadBytes %d (the broker has no limit of its own)",

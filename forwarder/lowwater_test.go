@@ -96,7 +96,7 @@ func TestParkedRowRetriedAfterTheMarkPassedIt(t *testing.T) {
 	require.Zero(t, e.count("aggregate_id = 'x' AND published_at IS NOT NULL"))
 
 	rb.setRefused()
-	n, err := forwarder.RetryParked(context.Background(), e.schema.Pool, 0)
+	n, err := forwarder.RetryParked(context.Background(), e.schema.Pool, forwarder.ParkedFilter{})
 	require.NoError(t, err)
 	require.EqualValues(t, 1, n)
 	e.flow(2)

@@ -21,27 +21,51 @@ type Row struct {
 	Payload          string
 	Metadata         string
 	OccurredAt       time.Time
+	// DiscardedAt is set when an operator discarded the row
+	// ([DiscardParked]): its message is then the discard marker.
+	DiscardedAt *time.Time
 }
 
 // Message builds the broker message of an outbox row: the message id as
 // its UUID, the row's metadata and envelope as metadata, the payload as it
 // is. The forwarder publishes what it returns; so does a replay (package
 // replay), so a replayed event is byte for byte the one first forwarded.
+//
+// A discarded row's message is the discard marker instead (see
+// [events.EventTypeDiscarded]): the same message id, aggregate, version and
+// occurred_at, event type [events.EventTypeDiscarded] with the row's own
+// event type and the discard time in metadata, the row's metadata
+// (correlation id, traceparent) kept, and an empty JSON object as payload.
+// A discarded row's metadata that is not a JSON object of strings is left
+// out rather than failing the marker: the row may have been discarded for
+// that very reason, and the marker must go out for its aggregate to flow.
 func Message(r Row) (*message.Message, error) {
 	md := make(message.Metadata)
 	if r.Metadata != "" && r.Metadata != "{}" {
 		if err := json.Unmarshal([]byte(r.Metadata), &md); err != nil {
-			return nil, fmt.Errorf("metadata is not a JSON object of strings: %w", err)
+			if r.DiscardedAt == nil {
+				return nil, fmt.Errorf("metadata is not a JSON object of strings: %w", err)
+			}
+			md = make(message.Metadata)
 		}
 	}
 	env := events.Envelope{
 		MessageID: r.MessageID, EventType: r.EventType, AggregateType: r.AggregateType,
 		AggregateID: r.AggregateID, AggregateVersion: r.AggregateVersion, OccurredAt: r.OccurredAt,
 	}
+	payload := r.Payload
+	if r.DiscardedAt != nil {
+		env.EventType = events.EventTypeDiscarded
+		payload = "{}"
+	}
 	for k, v := range env.Metadata() {
 		md[k] = v
 	}
-	msg := message.NewMessage(r.MessageID, []byte(r.Payload))
+	if r.DiscardedAt != nil {
+		md[events.DiscardedEventTypeKey] = r.EventType
+		md[events.DiscardedAtKey] = r.DiscardedAt.UTC().Format(time.RFC3339Nano)
+	}
+	msg := message.NewMessage(r.MessageID, []byte(payload))
 	msg.Metadata = md
 	return msg, nil
 }

@@ -34,6 +34,13 @@
 //     of its own), so a message parked by a transaction that held the lock
 //     before is seen. `outflow dlq list | retry | discard` manages them.
 //
+// A discard marker (event type [events.EventTypeDiscarded]: what the
+// forwarder publishes in place of an outbox row an operator discarded) is
+// handled as an event whose handler does nothing: recorded processed, its
+// version applied through the same ordering (held when early, applied in
+// order), the wrapped handler never called. The aggregate's later events
+// then apply as if the discarded one had.
+//
 // The transaction's own statements (the bookkeeping, the queued
 // statements, the commit) do not take the message context's deadline: a
 // deadline set around the handler (Watermill's Timeout middleware) bounds

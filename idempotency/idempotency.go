@@ -251,6 +251,9 @@ SELECT (SELECT f FROM fresh), prev_version, version FROM v`
 // batch at once, several subscribers feeding one handler) share
 // transactions, up to MaxBatch per transaction; see the package doc.
 func (c *Consumer) Middleware(h message.HandlerFunc) message.HandlerFunc {
+	// Swapped here, once, so that every path (alone, in a batch, a retry of
+	// a held one) sees the same handler.
+	h = skippingDiscardMarkers(h)
 	c.mu.Lock()
 	c.handler = h
 	c.mu.Unlock()
@@ -266,6 +269,20 @@ func (c *Consumer) Middleware(h message.HandlerFunc) message.HandlerFunc {
 			return c.batch.do(c, h, msg, env)
 		}
 		return c.handleOne(h, msg, env)
+	}
+}
+
+// skippingDiscardMarkers runs h on every message but a discard marker (see
+// [events.EventTypeDiscarded]), which the operator chose to drop: for a
+// marker it does nothing. The marker still goes through the bookkeeping
+// like any event (recorded processed, its version applied in order, held
+// when early), which is what lets the aggregate's later events flow.
+func skippingDiscardMarkers(h message.HandlerFunc) message.HandlerFunc {
+	return func(msg *message.Message) ([]*message.Message, error) {
+		if events.IsDiscardMarker(msg) {
+			return nil, nil
+		}
+		return h(msg)
 	}
 }
 

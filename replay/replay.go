@@ -52,7 +52,7 @@ func Select(ctx context.Context, pool *pgxpool.Pool, f Filter, batchSize int, fn
 	}
 	where, args := f.where(3)
 	q := `SELECT o.id, o.topic, o.message_id::text, o.aggregate_type, o.aggregate_id, o.aggregate_version,
-	       o.event_type, o.payload::text, o.metadata::text, o.occurred_at
+	       o.event_type, o.payload::text, o.metadata::text, o.occurred_at, o.discarded_at
 	FROM outbox o WHERE o.id > $1 AND ` + where + ` ORDER BY o.id LIMIT $2`
 	var after int64
 	for {
@@ -63,7 +63,7 @@ func Select(ctx context.Context, pool *pgxpool.Pool, f Filter, batchSize int, fn
 		batch, err := pgx.CollectRows(rows, func(r pgx.CollectableRow) (Row, error) {
 			var x Row
 			err := r.Scan(&x.ID, &x.Topic, &x.MessageID, &x.AggregateType, &x.AggregateID, &x.AggregateVersion,
-				&x.EventType, &x.Payload, &x.Metadata, &x.OccurredAt)
+				&x.EventType, &x.Payload, &x.Metadata, &x.OccurredAt, &x.DiscardedAt)
 			return x, err
 		})
 		if err != nil {
@@ -93,7 +93,9 @@ type Options struct {
 }
 
 // Publish replays the rows f chooses to the consumer named consumerName:
-// each row's message, built as the forwarder builds it, published through
+// each row's message, built as the forwarder builds it (for a row an
+// operator discarded, its discard marker, never the discarded payload),
+// published through
 // broker (a brokers.Backend's Broker(), of the backend the consumer reads)
 // to consumer.ReplayTopic(consumerName) keyed consumer.ReplayKey, in id
 // order, one Publish call per batch. It returns how many messages the

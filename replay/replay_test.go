@@ -6,9 +6,14 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/ThreeDotsLabs/watermill-redisstream/pkg/redisstream"
+	"github.com/ThreeDotsLabs/watermill/message"
 	"github.com/jackc/pgx/v5"
 	"github.com/stretchr/testify/require"
 
+	redisstreams "github.com/outflow-dev/outflow/brokers/redis"
+	"github.com/outflow-dev/outflow/consumer"
+	"github.com/outflow-dev/outflow/events"
 	"github.com/outflow-dev/outflow/outflowtest"
 	"github.com/outflow-dev/outflow/replay"
 )
@@ -147,4 +152,45 @@ func TestResetConsumer(t *testing.T) {
 	require.NoError(t, err)
 	require.Equal(t, replay.ResetResult{Processed: 31, Versions: 10, DeadLetters: 2}, res)
 	require.Equal(t, "24 0 8 0 1 1", state())
+}
+
+// A discarded row replays as its discard marker, as the forwarder
+// published it: never the payload the operator gave up on.
+func TestReplayOfADiscardedRowIsItsMarker(t *testing.T) {
+	t.Parallel()
+	s := outflowtest.NewSchema(t)
+	ctx := context.Background()
+	_, err := s.Pool.Exec(ctx, `
+		INSERT INTO outbox (message_id, topic, aggregate_type, aggregate_id, aggregate_version, event_type, payload, metadata,
+		                    occurred_at, published_at, discarded_at)
+		VALUES ('0190c0de-0000-7000-8000-000000000001', 't', 'a', 'x', 1, 'e', '{"kept": true}', '{}', now(), now(), NULL),
+		       ('0190c0de-0000-7000-8000-000000000002', 't', 'a', 'x', 2, 'e', '{"poison": true}', '{"correlation_id": "c"}',
+		        now(), now(), '2026-01-02 03:04:05Z')`)
+	require.NoError(t, err)
+	rc := outflowtest.Redis(t)
+	b, err := redisstreams.New(redisstreams.Config{Client: rc, StreamPrefix: outflowtest.UniqueName(t, rc) + ":"})
+	require.NoError(t, err)
+
+	n, err := replay.Publish(ctx, s.Pool, b, "c1", replay.Filter{Topic: "t", AggregateType: "a", AggregateIDs: []string{"x"}}, replay.Options{})
+	require.NoError(t, err)
+	require.EqualValues(t, 2, n)
+	streams := b.Streams(consumer.ReplayTopic("c1"))
+	require.Len(t, streams, 1)
+	entries, err := rc.XRange(ctx, streams[0], "-", "+").Result()
+	require.NoError(t, err)
+	require.Len(t, entries, 2)
+	var got []*message.Message
+	for _, en := range entries {
+		m, err := redisstream.DefaultMarshallerUnmarshaller{}.Unmarshal(en.Values)
+		require.NoError(t, err)
+		got = append(got, m)
+	}
+	require.False(t, events.IsDiscardMarker(got[0]))
+	require.JSONEq(t, `{"kept": true}`, string(got[0].Payload))
+	require.True(t, events.IsDiscardMarker(got[1]))
+	require.Equal(t, "0190c0de-0000-7000-8000-000000000002", got[1].UUID)
+	require.Equal(t, "{}", string(got[1].Payload))
+	require.Equal(t, "e", got[1].Metadata.Get(events.DiscardedEventTypeKey))
+	require.Equal(t, "2026-01-02T03:04:05Z", got[1].Metadata.Get(events.DiscardedAtKey))
+	require.Equal(t, "c", got[1].Metadata.Get(events.CorrelationIDKey))
 }

@@ -1,14 +1,17 @@
 package cli
 
 import (
+	"context"
 	"errors"
 	"fmt"
+	"strings"
 	"text/tabwriter"
 	"time"
 
 	"github.com/jackc/pgx/v5/pgxpool"
 	"github.com/spf13/cobra"
 
+	"github.com/outflow-dev/outflow/events"
 	"github.com/outflow-dev/outflow/forwarder"
 )
 
@@ -55,28 +58,13 @@ func newOutboxCmd(e *env) *cobra.Command {
 	parked.Flags().IntVar(&limit, "limit", 100, "rows to list")
 	parked.Flags().BoolVar(&parkedAsJSON, "json", false, "print a JSON array of the rows")
 
-	var (
-		id  int64
-		all bool
-	)
-	retry := &cobra.Command{
-		Use:   "retry",
-		Short: "Put parked rows back in line with a fresh attempt count: --id N or --all",
-		Args:  cobra.NoArgs,
-		RunE: e.withPool(func() error { return checkIDOrAll(id, all, "a parked row's id (see `outflow outbox parked`)") }, func(cmd *cobra.Command, pool *pgxpool.Pool) error {
-			n, err := forwarder.RetryParked(cmd.Context(), pool, id)
-			if err != nil {
-				return err
-			}
-			if n == 0 && !all {
-				return fmt.Errorf("invalid --id: row %d is not parked", id)
-			}
-			fmt.Fprintf(cmd.OutOrStdout(), "released %d parked rows\n", n)
-			return nil
-		}),
-	}
-	retry.Flags().Int64Var(&id, "id", 0, "the parked row to retry")
-	retry.Flags().BoolVar(&all, "all", false, "retry every parked row")
+	retry := releaseCmd("retry", "Put parked rows back in line with a fresh attempt count: --id N or --all [--topic T]", "",
+		"released", e, forwarder.RetryParked)
+	discard := releaseCmd("discard", "Give up on parked rows, a discard marker going out in place of each: --id N or --all [--topic T]",
+		"Each row is released and marked discarded; the forwarder publishes a discard marker in its place (event type "+
+			events.EventTypeDiscarded+", the same message id and aggregate version, an empty payload). Consumers record it "+
+			"without running their handler, and the aggregate's later events flow after it. The row is kept.",
+		"discarded", e, forwarder.DiscardParked)
 
 	var (
 		partitions int
@@ -105,7 +93,55 @@ func newOutboxCmd(e *env) *cobra.Command {
 	repartition.Flags().IntVar(&partitions, "partitions", 0, "the new partition count")
 	repartition.Flags().DurationVar(&liveWithin, "takeover-after", 10*time.Second,
 		"the forwarders' --takeover-after: a forwarder whose last heartbeat is older counts as stopped")
-	cmd.AddCommand(parked, retry, repartition)
+	cmd.AddCommand(parked, retry, discard, repartition)
+	return cmd
+}
+
+// releaseCmd is `outbox retry` or `outbox discard`: the same flags, the
+// same checks, release applied to the rows they choose; done is the verb
+// of its output.
+func releaseCmd(name, short, long, done string, e *env,
+	release func(context.Context, *pgxpool.Pool, forwarder.ParkedFilter) (int64, error),
+) *cobra.Command {
+	var (
+		id    int64
+		all   bool
+		topic string
+		cmd   *cobra.Command
+	)
+	cmd = &cobra.Command{
+		Use:   name,
+		Short: short,
+		Long:  long,
+		Args:  cobra.NoArgs,
+		RunE: e.withPool(func() error {
+			if err := checkIDOrAll(id, all, "a parked row's id (see `outflow outbox parked`)"); err != nil {
+				return err
+			}
+			// A blank --topic would choose every topic: `--all --topic "$T"`
+			// with T unset must not act on every parked row.
+			if cmd.Flags().Changed("topic") && strings.TrimSpace(topic) == "" {
+				return errors.New("invalid --topic: must not be blank (leave it out to choose every topic)")
+			}
+			return nil
+		}, func(cmd *cobra.Command, pool *pgxpool.Pool) error {
+			n, err := release(cmd.Context(), pool, forwarder.ParkedFilter{ID: id, Topic: topic})
+			if err != nil {
+				return err
+			}
+			if n == 0 && !all {
+				if topic != "" {
+					return fmt.Errorf("invalid --id: row %d is not a parked row of topic %q", id, topic)
+				}
+				return fmt.Errorf("invalid --id: row %d is not parked", id)
+			}
+			fmt.Fprintf(cmd.OutOrStdout(), "%s %d parked rows\n", done, n)
+			return nil
+		}),
+	}
+	cmd.Flags().Int64Var(&id, "id", 0, "the parked row to "+name)
+	cmd.Flags().BoolVar(&all, "all", false, name+" every parked row (of --topic, when given)")
+	cmd.Flags().StringVar(&topic, "topic", "", "only rows of this outbox topic")
 	return cmd
 }
 

@@ -9,6 +9,8 @@ import (
 	"net/url"
 	"strconv"
 
+	"github.com/jackc/pgx/v5/pgxpool"
+
 	"github.com/outflow-dev/outflow/forwarder"
 	"github.com/outflow-dev/outflow/idempotency"
 	"github.com/outflow-dev/outflow/replay"
@@ -24,10 +26,13 @@ type selection struct {
 	All      bool    `json:"all,omitempty"`
 	Consumer string  `json:"consumer,omitempty"`
 	Status   string  `json:"status,omitempty"`
+	// Topic is the parked rows' filter.
+	Topic string `json:"topic,omitempty"`
 }
 
 func parseSelection(r *http.Request) (selection, error) {
-	sel := selection{All: r.PostFormValue("all") == "1", Consumer: r.PostFormValue("consumer"), Status: r.PostFormValue("status")}
+	sel := selection{All: r.PostFormValue("all") == "1", Consumer: r.PostFormValue("consumer"), Status: r.PostFormValue("status"),
+		Topic: r.PostFormValue("topic")}
 	ids := r.PostForm["id"]
 	if len(ids) > maxSelection {
 		return sel, fmt.Errorf("at most %d rows at once", maxSelection)
@@ -113,22 +118,54 @@ func (c *Console) confirmThenDo(w http.ResponseWriter, r *http.Request, s sessio
 	http.Redirect(w, r, u.String(), http.StatusSeeOther)
 }
 
+func parkedBack(sel selection) string {
+	if sel.Topic == "" {
+		return "/parked"
+	}
+	return "/parked?" + url.Values{"topic": {sel.Topic}}.Encode()
+}
+
 func (c *Console) parkedRetry(w http.ResponseWriter, r *http.Request, s session) {
-	c.act(w, r, s, "outbox.retry", "Retry parked outbox rows: they go back in line with a fresh count of attempts.", "/parked",
+	_ = r.ParseForm()
+	sel, _ := parseSelection(r)
+	c.act(w, r, s, "outbox.retry", "Retry parked outbox rows: they go back in line with a fresh count of attempts.", parkedBack(sel),
 		func(ctx context.Context, sel selection) (int64, error) {
-			if sel.All {
-				return forwarder.RetryParked(ctx, c.cfg.Pool, 0)
-			}
-			var total int64
-			for _, id := range sel.IDs {
-				n, err := forwarder.RetryParked(ctx, c.cfg.Pool, id)
-				total += n
-				if err != nil {
-					return total, err
-				}
-			}
-			return total, nil
+			return c.releaseParked(ctx, sel, forwarder.RetryParked)
 		})
+}
+
+// discardWhat is the discard's confirmation, and the template's: what a
+// discard does, for the operator deciding.
+const discardWhat = "Discard parked outbox rows: each event is replaced by a discard marker, which the forwarder publishes " +
+	"in its place. Consumers receive the marker, not the event: their handler is not run for it, and the aggregate's later " +
+	"events flow after it. The row is kept, marked discarded."
+
+func (c *Console) parkedDiscard(w http.ResponseWriter, r *http.Request, s session) {
+	_ = r.ParseForm()
+	sel, _ := parseSelection(r)
+	c.act(w, r, s, "outbox.discard", discardWhat, parkedBack(sel),
+		func(ctx context.Context, sel selection) (int64, error) {
+			return c.releaseParked(ctx, sel, forwarder.DiscardParked)
+		})
+}
+
+// releaseParked applies release (retry or discard) to the selected rows,
+// or to every parked row of the selection's topic filter.
+func (c *Console) releaseParked(ctx context.Context, sel selection,
+	release func(context.Context, *pgxpool.Pool, forwarder.ParkedFilter) (int64, error),
+) (int64, error) {
+	if sel.All {
+		return release(ctx, c.cfg.Pool, forwarder.ParkedFilter{Topic: sel.Topic})
+	}
+	var total int64
+	for _, id := range sel.IDs {
+		n, err := release(ctx, c.cfg.Pool, forwarder.ParkedFilter{ID: id})
+		total += n
+		if err != nil {
+			return total, err
+		}
+	}
+	return total, nil
 }
 
 func deadBack(sel selection) string {

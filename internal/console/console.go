@@ -134,6 +134,7 @@ func New(cfg Config) (*Console, error) {
 	c.mux.HandleFunc("GET /journey", c.authed(c.journeyPage))
 	c.mux.HandleFunc("GET /parked", c.authed(c.parkedPage))
 	c.mux.HandleFunc("POST /parked/retry", c.authed(c.parkedRetry))
+	c.mux.HandleFunc("POST /parked/discard", c.authed(c.parkedDiscard))
 	c.mux.HandleFunc("GET /dead", c.authed(c.deadPage))
 	c.mux.HandleFunc("POST /dead/retry", c.authed(c.deadRetry))
 	c.mux.HandleFunc("POST /dead/discard", c.authed(c.deadDiscard))

@@ -22,7 +22,7 @@ const (
 	// outbox_pending_idx: their partial predicates are the two branches'.
 	qEvents = `
 		SELECT id, message_id::text, topic, event_type, aggregate_version, payload::text, metadata::text,
-		       attempts, coalesce(last_error, ''), created_at, published_at, parked_at
+		       attempts, coalesce(last_error, ''), created_at, published_at, parked_at, discarded_at
 		FROM (
 			SELECT * FROM outbox WHERE aggregate_type = $1 AND aggregate_id = $2 AND published_at IS NOT NULL
 			UNION ALL
@@ -52,8 +52,11 @@ type journeyEvent struct {
 	CreatedAt        time.Time
 	PublishedAt      *time.Time
 	ParkedAt         *time.Time
-	Outcomes         []outcome
-	Deliveries       []delivery
+	// DiscardedAt is when an operator discarded the row: what its
+	// consumers received (once published) is its discard marker.
+	DiscardedAt *time.Time
+	Outcomes    []outcome
+	Deliveries  []delivery
 }
 
 type outcome struct {
@@ -136,7 +139,7 @@ func (c *Console) readJourney(ctx context.Context, q string) (journey, error) {
 	j.Events, err = pgx.CollectRows(rows, func(r pgx.CollectableRow) (journeyEvent, error) {
 		var e journeyEvent
 		err := r.Scan(&e.ID, &e.MessageID, &e.Topic, &e.EventType, &e.AggregateVersion, &e.Payload, &e.Metadata,
-			&e.Attempts, &e.LastError, &e.CreatedAt, &e.PublishedAt, &e.ParkedAt)
+			&e.Attempts, &e.LastError, &e.CreatedAt, &e.PublishedAt, &e.ParkedAt, &e.DiscardedAt)
 		return e, err
 	})
 	if err != nil {

@@ -17,11 +17,12 @@ import (
 // same however deep it is.
 
 const (
-	// Parked rows are pending rows: through outbox_pending_idx.
+	// Parked rows are pending rows: through outbox_pending_idx. $3 is the
+	// topic filter, '' for every topic.
 	qParked = `
 		SELECT id, message_id::text, topic, event_type, aggregate_type, aggregate_id, aggregate_version,
 		       attempts, coalesce(last_error, ''), created_at, parked_at
-		FROM outbox WHERE published_at IS NULL AND parked_at IS NOT NULL AND id > $1
+		FROM outbox WHERE published_at IS NULL AND parked_at IS NOT NULL AND id > $1 AND ($3 = '' OR topic = $3)
 		ORDER BY id LIMIT $2`
 	qDeadLetters = `
 		SELECT id, consumer, message_id::text, event_type, aggregate_type, aggregate_id, aggregate_version,
@@ -35,6 +36,8 @@ type listPage[T any] struct {
 	Next int64 // the after= of the next page; 0 when this is the last
 	// Filter of the dead letters' list.
 	Consumer, Status string
+	// Filter of the parked rows' list.
+	Topic string
 }
 
 func afterParam(r *http.Request, name string) int64 {
@@ -45,10 +48,10 @@ func afterParam(r *http.Request, name string) int64 {
 	return v
 }
 
-func (c *Console) readParked(ctx context.Context, after int64) (listPage[forwarder.ParkedRow], error) {
-	var lp listPage[forwarder.ParkedRow]
+func (c *Console) readParked(ctx context.Context, topic string, after int64) (listPage[forwarder.ParkedRow], error) {
+	lp := listPage[forwarder.ParkedRow]{Topic: topic}
 	// Through outbox_pending_idx: parked rows are pending rows.
-	rows, err := c.cfg.Pool.Query(ctx, qParked, after, c.cfg.PageSize+1)
+	rows, err := c.cfg.Pool.Query(ctx, qParked, after, c.cfg.PageSize+1, topic)
 	if err != nil {
 		return lp, fmt.Errorf("list parked rows: %w", err)
 	}
@@ -63,7 +66,7 @@ func (c *Console) readParked(ctx context.Context, after int64) (listPage[forward
 }
 
 func (c *Console) parkedPage(w http.ResponseWriter, r *http.Request, s session) {
-	lp, err := c.readParked(r.Context(), afterParam(r, "after"))
+	lp, err := c.readParked(r.Context(), r.URL.Query().Get("topic"), afterParam(r, "after"))
 	if err != nil {
 		c.fail(w, r, err)
 		return

@@ -159,7 +159,7 @@ func TestQueriesUseIndexes(t *testing.T) {
 		"processed":     {[]string{"00000000-0000-0000-0000-000000000001"}},
 		"dead outcomes": {[]string{"notify-merchant"}, []string{"00000000-0000-0000-0000-000000000001"}},
 		"deliveries":    {[]string{"00000000-0000-0000-0000-000000000001"}},
-		"parked":        {0, 50},
+		"parked":        {0, 50, ""},
 		"dead letters":  {[]string{"dead"}, "", 0, 50},
 		"webhook stats": nil,
 	}
@@ -336,4 +336,88 @@ func TestReplayOneAggregateToOneConsumer(t *testing.T) {
 	form.Set("consumer", "nobody")
 	res, _ = do(t, c, http.MethodPost, e.srv.URL+"/replay", form)
 	require.Equal(t, http.StatusBadRequest, res.StatusCode, "an unknown consumer")
+}
+
+// Discarding parked rows: confirmed first (the page says what a discard
+// does), then recorded and applied to the rows chosen, one or all of the
+// topic filter; the /parked list filters by topic, across pages; the
+// journey shows the row discarded. Without the CSRF token, or with a bad
+// id, nothing changes.
+func TestDiscardParkedRows(t *testing.T) {
+	t.Parallel()
+	e := newEnv(t)
+	p1 := e.insertOutbox(t, "p1", 1, false, true)
+	held := e.insertOutbox(t, "p1", 2, false, false)
+	p2 := e.insertOutbox(t, "p2", 1, false, true)
+	p3 := e.insertOutbox(t, "p3", 1, false, true)
+	r1 := e.insertOutbox(t, "r1", 1, false, true)
+	e.exec(t, `UPDATE outbox SET topic = 'refunds' WHERE id = $1`, r1)
+	ids := func(id int64) string { return strconv.FormatInt(id, 10) }
+	rowRe := regexp.MustCompile(`id="parked-(\d+)"`)
+	listed := func(body string) []string {
+		var out []string
+		for _, m := range rowRe.FindAllStringSubmatch(body, -1) {
+			out = append(out, m[1])
+		}
+		return out
+	}
+	parked := func() int {
+		return e.count(t, `SELECT count(*) FROM outbox WHERE parked_at IS NOT NULL AND discarded_at IS NULL`)
+	}
+	c := e.client(t)
+	csrf := e.login(t, c)
+
+	_, body := do(t, c, http.MethodGet, e.srv.URL+"/parked?topic=refunds", nil)
+	require.Equal(t, []string{ids(r1)}, listed(body))
+	require.Contains(t, body, `name="topic" value="refunds"`, "the actions carry the filter")
+	_, body = do(t, c, http.MethodGet, e.srv.URL+"/parked?topic=payments", nil)
+	require.Equal(t, []string{ids(p1), ids(p2)}, listed(body), "a page of 2")
+	m := regexp.MustCompile(`class="next-page" href="([^"]+)"`).FindStringSubmatch(body)
+	require.NotNil(t, m)
+	require.Contains(t, m[1], "topic=payments")
+	_, body = do(t, c, http.MethodGet, e.srv.URL+strings.ReplaceAll(m[1], "&amp;", "&"), nil)
+	require.Equal(t, []string{ids(p3)}, listed(body), "the next page keeps the filter")
+
+	res, _ := do(t, c, http.MethodPost, e.srv.URL+"/parked/discard", url.Values{"id": {ids(p1)}, "confirm": {"yes"}})
+	require.Equal(t, http.StatusForbidden, res.StatusCode, "no CSRF token")
+	res, _ = do(t, c, http.MethodPost, e.srv.URL+"/parked/discard", url.Values{"csrf_token": {csrf}, "id": {"abc"}, "confirm": {"yes"}})
+	require.Equal(t, http.StatusBadRequest, res.StatusCode)
+	res, body = do(t, c, http.MethodPost, e.srv.URL+"/parked/discard", url.Values{"csrf_token": {csrf}, "id": {ids(p1)}})
+	require.Equal(t, http.StatusOK, res.StatusCode)
+	require.Contains(t, body, `id="confirm-form"`)
+	require.Contains(t, body, "discard marker")
+	require.Contains(t, body, "their handler is not run")
+	require.Equal(t, 4, parked(), "nothing before confirmation")
+	require.Zero(t, e.count(t, `SELECT count(*) FROM console_actions`))
+
+	res, _ = do(t, c, http.MethodPost, e.srv.URL+"/parked/discard", url.Values{"csrf_token": {csrf}, "id": {ids(p1)}, "confirm": {"yes"}})
+	require.Equal(t, http.StatusSeeOther, res.StatusCode)
+	require.Regexp(t, `^/parked\?done=\d+$`, res.Header.Get("Location"))
+	require.Equal(t, 1, e.count(t, `SELECT count(*) FROM outbox WHERE id = $1 AND discarded_at IS NOT NULL AND parked_at IS NULL
+		AND next_attempt_at IS NOT NULL`, p1), "discarded and released")
+	require.Equal(t, 1, e.count(t, `SELECT count(*) FROM outbox WHERE id = $1 AND discarded_at IS NULL AND next_attempt_at IS NOT NULL`, held),
+		"the row held behind it is due")
+	require.Equal(t, 1, e.count(t, `SELECT count(*) FROM console_actions WHERE api_key_id = $1 AND action = 'outbox.discard'
+		AND target = jsonb_build_object('ids', jsonb_build_array($2::bigint)) AND result_count = 1`, e.adminID, p1))
+
+	res, _ = do(t, c, http.MethodPost, e.srv.URL+"/parked/discard",
+		url.Values{"csrf_token": {csrf}, "all": {"1"}, "topic": {"refunds"}, "confirm": {"yes"}})
+	require.Equal(t, http.StatusSeeOther, res.StatusCode)
+	loc := res.Header.Get("Location")
+	require.Regexp(t, `^/parked\?done=\d+&topic=refunds$`, loc)
+	require.Equal(t, 1, e.count(t, `SELECT count(*) FROM outbox WHERE id = $1 AND discarded_at IS NOT NULL`, r1))
+	require.Equal(t, 2, parked(), "the other topic's rows are still parked")
+	require.Equal(t, 1, e.count(t, `SELECT count(*) FROM console_actions WHERE action = 'outbox.discard'
+		AND target = '{"all": true, "topic": "refunds"}' AND result_count = 1`))
+	_, body = do(t, c, http.MethodGet, e.srv.URL+loc, nil)
+	requireText(t, body, "action-count", "1")
+
+	e.exec(t, `UPDATE outbox SET published_at = now() WHERE id = $1`, p1) // the forwarder published its marker
+	_, body = do(t, c, http.MethodGet, e.srv.URL+"/journey?q=p1", nil)
+	sections := strings.Split(body, `<section class="event"`)[1:]
+	require.Len(t, sections, 2)
+	require.Contains(t, sections[0], `class="discarded-badge"`)
+	require.Regexp(t, `<dd class="discarded">[^<]+: consumers receive a discard marker`, sections[0])
+	require.Regexp(t, `<dd class="published-at">[^<]+ \(its discard marker\)</dd>`, sections[0])
+	require.NotContains(t, sections[1], `discarded`)
 }

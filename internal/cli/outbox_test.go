@@ -1,0 +1,72 @@
+package cli_test
+
+import (
+	"context"
+	"strconv"
+	"testing"
+
+	"github.com/stretchr/testify/require"
+
+	appmigrations "github.com/outflow-dev/outflow/app/migrations"
+	"github.com/outflow-dev/outflow/outflowtest"
+)
+
+// `outbox discard` and `outbox retry --topic`: a bad flag is named and
+// changes nothing; a good one acts on the rows it chooses and says how
+// many.
+func TestOutboxDiscardCommand(t *testing.T) {
+	t.Parallel()
+	s := outflowtest.NewSchema(t, appmigrations.Set())
+	ctx := context.Background()
+	env := map[string]string{"DATABASE_URL": s.URL}
+	parked := func(topic, agg string) int64 {
+		var id int64
+		require.NoError(t, s.Pool.QueryRow(ctx, `
+			INSERT INTO outbox (message_id, topic, aggregate_type, aggregate_id, aggregate_version, event_type, payload, occurred_at,
+			                    attempts, last_error, parked_at)
+			VALUES (gen_random_uuid(), $1, 'payment', $2, 1, 'payment.paid', '{}', now(), 5, 'broker said no', now()) RETURNING id`,
+			topic, agg).Scan(&id))
+		return id
+	}
+	a, b := parked("payments", "a"), parked("refunds", "b")
+	state := func() string {
+		var st string
+		require.NoError(t, s.Pool.QueryRow(ctx, `SELECT string_agg(id || ':' || (parked_at IS NOT NULL) || ':' || (discarded_at IS NOT NULL), ',' ORDER BY id)
+			FROM outbox`).Scan(&st))
+		return st
+	}
+	before := state()
+	ids := func(id int64) string { return strconv.FormatInt(id, 10) }
+
+	for _, tt := range []struct {
+		args []string
+		want string
+	}{
+		{[]string{"outbox", "discard"}, "invalid --id"},
+		{[]string{"outbox", "discard", "--id", ids(a), "--all"}, "give --id or --all, not both"},
+		{[]string{"outbox", "discard", "--id", "-3"}, "invalid --id"},
+		{[]string{"outbox", "discard", "--all", "--topic", ""}, "invalid --topic"},
+		{[]string{"outbox", "retry", "--all", "--topic", " "}, "invalid --topic"},
+		{[]string{"outbox", "discard", "--id", ids(a), "--topic", "refunds"}, `not a parked row of topic "refunds"`},
+		{[]string{"outbox", "discard", "--id", "999999"}, "row 999999 is not parked"},
+	} {
+		out, err := command(env, tt.args...).CombinedOutput()
+		require.Error(t, err, "%v", tt.args)
+		require.Contains(t, string(out), tt.want, "%v", tt.args)
+		require.Equal(t, before, state(), "%v changed nothing", tt.args)
+	}
+
+	out, err := command(env, "outbox", "discard", "--all", "--topic", "refunds").CombinedOutput()
+	require.NoError(t, err, "%s", out)
+	require.Contains(t, string(out), "discarded 1 parked rows")
+	require.Equal(t, ids(a)+":true:false,"+ids(b)+":false:true", state(), "only the topic's row, released and discarded")
+
+	out, err = command(env, "outbox", "retry", "--all", "--topic", "refunds").CombinedOutput()
+	require.NoError(t, err, "%s", out)
+	require.Contains(t, string(out), "released 0 parked rows")
+
+	out, err = command(env, "outbox", "retry", "--id", ids(a), "--topic", "payments").CombinedOutput()
+	require.NoError(t, err, "%s", out)
+	require.Contains(t, string(out), "released 1 parked rows")
+	require.Equal(t, ids(a)+":false:false,"+ids(b)+":false:true", state(), "a retry does not discard")
+}
