@@ -6,3 +6,9 @@ func (c *Consumer) Queued() int {
 	defer c.batch.mu.Unlock()
 	return len(c.batch.queue)
 }
+
+// ListDeadLettersSQL is ListDeadLetters' query, for the test of its plan.
+var ListDeadLettersSQL = listDeadLettersSQL
+
+// ParkedCountsSQL is ReadParkedCounts' query, for the test of its plan.
+const ParkedCountsSQL = qParkedCounts

@@ -15,24 +15,39 @@ type ParkedCounts struct {
 	Dead     int64 `json:"dead"`
 }
 
+// qParkedCounts is ReadParkedCounts' query.
+const qParkedCounts = `
+	SELECT consumer, status, count(*) FROM dead_letters
+	WHERE status IN ('retrying', 'dead', 'held') GROUP BY consumer, status`
+
 // ReadParkedCounts counts the open dead letters of every consumer that has
-// any.
+// any. One count per (consumer, status), which
+// dead_letters_open_consumer_status_idx answers from the index alone
+// (migration 00020), in the order of its key. Not one count(*) FILTER per
+// status grouped by consumer: evaluating the filters tips the planner to a
+// parallel plan, whose workers, on a busy machine, take longer to start
+// than the count takes (60-80 ms against 6-7 ms for 66,000 open dead
+// letters with the load average at 6 on 2 cores).
 func ReadParkedCounts(ctx context.Context, pool *pgxpool.Pool) (map[string]ParkedCounts, error) {
-	rows, err := pool.Query(ctx, `
-		SELECT consumer,
-		       count(*) FILTER (WHERE status = 'held'),
-		       count(*) FILTER (WHERE status = 'retrying'),
-		       count(*) FILTER (WHERE status = 'dead')
-		FROM dead_letters WHERE status IN ('held', 'retrying', 'dead') GROUP BY consumer`)
+	rows, err := pool.Query(ctx, qParkedCounts)
 	if err != nil {
 		return nil, fmt.Errorf("idempotency: count dead letters: %w", err)
 	}
 	out := map[string]ParkedCounts{}
 	var (
-		name string
-		c    ParkedCounts
+		name, status string
+		n            int64
 	)
-	if _, err := pgx.ForEachRow(rows, []any{&name, &c.Held, &c.Retrying, &c.Dead}, func() error {
+	if _, err := pgx.ForEachRow(rows, []any{&name, &status, &n}, func() error {
+		c := out[name]
+		switch status {
+		case "held":
+			c.Held = n
+		case "retrying":
+			c.Retrying = n
+		case "dead":
+			c.Dead = n
+		}
 		out[name] = c
 		return nil
 	}); err != nil {

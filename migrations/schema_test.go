@@ -96,7 +96,7 @@ func TestSchemaOption(t *testing.T) {
 		require.False(t, x.Applied, "%d %s", x.Version, x.Name)
 	}
 
-	for _, want := range []int64{19, 17, 16, 11} {
+	for _, want := range []int64{20, 19, 17, 16, 11} {
 		r, err := m.Down(ctx)
 		require.NoError(t, err)
 		require.EqualValues(t, want, r.Version)

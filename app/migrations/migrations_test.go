@@ -99,9 +99,9 @@ func TestUpgradeFromSingleSet(t *testing.T) {
 		processes     int
 		legacyVersion int
 	}{
-		{"complete", 11, []int64{16, 17, 19}, []int64{12, 13, 14, 15, 18}, 1, 11},
-		{"stopped after 00007", 7, []int64{8, 10, 11, 16, 17, 19}, []int64{9, 12, 13, 14, 15, 18}, 1, 7},
-		{"stopped after 00003, four processes at once", 3, []int64{4, 5, 8, 10, 11, 16, 17, 19}, []int64{6, 7, 9, 12, 13, 14, 15, 18}, 4, 3},
+		{"complete", 11, []int64{16, 17, 19, 20}, []int64{12, 13, 14, 15, 18, 21}, 1, 11},
+		{"stopped after 00007", 7, []int64{8, 10, 11, 16, 17, 19, 20}, []int64{9, 12, 13, 14, 15, 18, 21}, 1, 7},
+		{"stopped after 00003, four processes at once", 3, []int64{4, 5, 8, 10, 11, 16, 17, 19, 20}, []int64{6, 7, 9, 12, 13, 14, 15, 18, 21}, 4, 3},
 	} {
 		t.Run(tt.name, func(t *testing.T) {
 			t.Parallel()
@@ -221,7 +221,7 @@ func TestDownPerSet(t *testing.T) {
 		}
 		rolled = append(rolled, r.Version)
 	}
-	require.Equal(t, []int64{18, 15, 14, 13, 12, 9, 7, 6, 3, 2}, rolled)
+	require.Equal(t, []int64{21, 18, 15, 14, 13, 12, 9, 7, 6, 3, 2}, rolled)
 	rows, err := schemadump.Rows(ctx, s.Pool, s.Name)
 	require.NoError(t, err)
 	tables := make([]string, 0, len(rows))
@@ -236,7 +236,7 @@ func TestDownPerSet(t *testing.T) {
 
 	rs, err := appmigrations.Up(ctx, db)
 	require.NoError(t, err)
-	require.Len(t, rs, 10)
+	require.Len(t, rs, 11)
 }
 
 // 00012 on a database that holds Idempotency-Keys: they are kept, owned by
@@ -256,7 +256,7 @@ func TestAPIKeysMigrationKeepsIdempotencyKeys(t *testing.T) {
 		    ('00000000-0000-0000-0000-0000000000b2', 'other', '\x03', 200, 'other', now())`)
 	require.NoError(t, err)
 
-	for _, later := range []int64{18, 15, 14, 13} { // the later migrations first
+	for _, later := range []int64{21, 18, 15, 14, 13} { // the later migrations first
 		r, err := appmigrations.Down(ctx, db)
 		require.NoError(t, err)
 		require.Equal(t, later, r.Version)
@@ -281,4 +281,45 @@ func TestAPIKeysMigrationKeepsIdempotencyKeys(t *testing.T) {
 	var keys int
 	require.NoError(t, s.Pool.QueryRow(ctx, `SELECT count(*) FROM api_keys`).Scan(&keys))
 	require.Equal(t, 1, keys, "the placeholder, and only it")
+}
+
+// 00021 drops the console's index of open dead letters, whose job the
+// framework's 00020 does; rolling it back restores it, and rolling the
+// framework's set back first (dead_letters gone) does not stop the app's
+// from rolling back.
+func TestConsoleDeadLettersIndexMovedToFramework(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	s := outflowtest.NewSchema(t, appmigrations.Set())
+	db := s.OpenDB(t)
+	exists := func(index string) bool {
+		var ok bool
+		require.NoError(t, s.Pool.QueryRow(ctx, `SELECT to_regclass($1) IS NOT NULL`, index).Scan(&ok))
+		return ok
+	}
+	require.False(t, exists("console_dead_letters_open_status_idx"))
+	require.True(t, exists("dead_letters_open_consumer_status_idx"))
+	require.True(t, exists("dead_letters_open_status_idx"))
+
+	r, err := appmigrations.Down(ctx, db)
+	require.NoError(t, err)
+	require.EqualValues(t, 21, r.Version)
+	require.True(t, exists("console_dead_letters_open_status_idx"), "00021's down restores 00018's index")
+	_, err = appmigrations.Up(ctx, db)
+	require.NoError(t, err)
+	require.False(t, exists("console_dead_letters_open_status_idx"))
+
+	// The framework's set first, all of it: dead_letters goes.
+	for {
+		r, err := migrations.Down(ctx, db)
+		require.NoError(t, err)
+		if r == nil {
+			break
+		}
+	}
+	require.False(t, exists("dead_letters"))
+	r, err = appmigrations.Down(ctx, db)
+	require.NoError(t, err)
+	require.EqualValues(t, 21, r.Version, "rolled back without dead_letters")
+	require.False(t, exists("console_dead_letters_open_status_idx"))
 }

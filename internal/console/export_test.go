@@ -4,5 +4,11 @@ package console
 // test that checks each uses an index.
 var Queries = map[string]string{
 	"find message": qFindMessage, "events": qEvents, "processed": qProcessed, "dead outcomes": qDeadOutcomes,
-	"deliveries": qDeliveries, "parked": qParked, "dead letters": qDeadLetters, "webhook stats": qWebhookStats,
+	"deliveries": qDeliveries, "parked": qParked, "webhook stats": qWebhookStats,
+	// The /dead list, for each filter: every open status or one, every
+	// consumer or one.
+	"dead letters":                     deadLettersQuery(false, openStatuses),
+	"dead letters of a consumer":       deadLettersQuery(true, openStatuses),
+	"dead letters of a status":         deadLettersQuery(false, []string{"dead"}),
+	"dead letters of consumer, status": deadLettersQuery(true, []string{"held"}),
 }
