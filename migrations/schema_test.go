@@ -71,7 +71,7 @@ func TestSchemaOption(t *testing.T) {
 	require.NoError(t, err)
 	rs, err := m.Up(ctx)
 	require.NoError(t, err)
-	require.Len(t, rs, 9)
+	require.Len(t, rs, 10)
 	require.Equal(t, frameworkTables, tables(t, s, target))
 	require.Empty(t, tables(t, s, s.Name), "nothing in the connection's own schema")
 
@@ -110,7 +110,7 @@ func TestSchemaOption(t *testing.T) {
 	require.Equal(t, "a", identity(), "00011 was rolled back in the target schema: outbox.id is an identity again")
 	rs, err = m.Up(ctx)
 	require.NoError(t, err)
-	require.Len(t, rs, 4)
+	require.Len(t, rs, 5)
 	require.Empty(t, identity())
 }
 
