@@ -81,15 +81,17 @@ type ParkedFilter struct {
 }
 
 // releaseParkedSQL puts the parked rows $1/$2 choose back in line with a
-// fresh count of attempts, discarding them as well when $3. See
+// fresh count of attempts, discarding them as well when $3. The casts are
+// not decoration: PostgreSQL types a parameter where it first meets it,
+// and `$1 = 0` alone would make the id an integer, refused past 2^31. See
 // [RetryParked] for why a released row is due at once and its aggregate's
 // held rows with it. A row discarded before stays discarded when retried:
 // what failed then was its marker.
 const releaseParkedSQL = `
 	WITH released AS (
 		UPDATE outbox SET parked_at = NULL, next_attempt_at = now(), attempts = 0,
-		       discarded_at = CASE WHEN $3 THEN now() ELSE discarded_at END
-		WHERE published_at IS NULL AND parked_at IS NOT NULL AND ($1 = 0 OR id = $1) AND ($2 = '' OR topic = $2)
+		       discarded_at = CASE WHEN $3::boolean THEN now() ELSE discarded_at END
+		WHERE published_at IS NULL AND parked_at IS NOT NULL AND ($1::bigint = 0 OR id = $1::bigint) AND ($2::text = '' OR topic = $2::text)
 		RETURNING id, aggregate_type, aggregate_id
 	), held AS (
 		UPDATE outbox h SET next_attempt_at = now()

@@ -240,3 +240,31 @@ func TestDiscardedRowReachesAStrictConsumerAsAMarker(t *testing.T) {
 	require.Equal(t, "test.happened", found.Metadata.Get(events.DiscardedEventTypeKey))
 	require.Equal(t, "{}", string(found.Payload))
 }
+
+// Retry and discard find a row by an id past 2^31: outbox.id is a bigint,
+// and the statement must not type its parameter as an integer.
+func TestReleaseParkedByAnIDPastInt32(t *testing.T) {
+	t.Parallel()
+	s := outflowtest.NewSchema(t)
+	ctx := context.Background()
+	_, err := s.Pool.Exec(ctx, `SELECT setval(pg_get_serial_sequence('outbox', 'id'), 3000000000)`)
+	require.NoError(t, err)
+	park := func() int64 {
+		var id int64
+		require.NoError(t, s.Pool.QueryRow(ctx, `
+			INSERT INTO outbox (message_id, topic, aggregate_type, aggregate_id, aggregate_version, event_type, payload, occurred_at,
+			                    attempts, parked_at)
+			VALUES (gen_random_uuid(), 't', 't', gen_random_uuid()::text, 1, 'e', '{}', now(), 5, now()) RETURNING id`).Scan(&id))
+		return id
+	}
+	n, err := forwarder.RetryParked(ctx, s.Pool, forwarder.ParkedFilter{ID: park()})
+	require.NoError(t, err)
+	require.EqualValues(t, 1, n)
+	id := park()
+	n, err = forwarder.DiscardParked(ctx, s.Pool, forwarder.ParkedFilter{ID: id})
+	require.NoError(t, err)
+	require.EqualValues(t, 1, n)
+	var discarded bool
+	require.NoError(t, s.Pool.QueryRow(ctx, `SELECT discarded_at IS NOT NULL FROM outbox WHERE id = $1`, id).Scan(&discarded))
+	require.True(t, discarded)
+}

@@ -69,11 +69,12 @@ var ErrNotDead = errors.New("dead letter not found or not dead")
 
 // RetryDeadLetter puts a dead message (id, or every dead one of consumer
 // when id is 0) back in line with a fresh attempt count: the consumer's Run
-// tries it at once. It returns how many rows it released.
+// tries it at once. It returns how many rows it released. (The casts keep
+// the id a bigint: `$2 = 0` alone would type it integer.)
 func RetryDeadLetter(ctx context.Context, pool *pgxpool.Pool, consumer string, id int64) (int64, error) {
 	tag, err := pool.Exec(ctx, `
 		UPDATE dead_letters SET status = 'retrying', attempts = 0, next_attempt_at = now()
-		WHERE status = 'dead' AND ($1 = '' OR consumer = $1) AND ($2 = 0 OR id = $2)`, consumer, id)
+		WHERE status = 'dead' AND ($1::text = '' OR consumer = $1::text) AND ($2::bigint = 0 OR id = $2::bigint)`, consumer, id)
 	if err != nil {
 		return 0, fmt.Errorf("retry dead letters: %w", err)
 	}

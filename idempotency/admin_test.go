@@ -131,3 +131,21 @@ func TestReadParkedCountsIndexOnly(t *testing.T) {
 	require.NoError(t, err)
 	require.Contains(t, strings.Join(plan, "\n"), "Index Only Scan using dead_letters_open_consumer_status_idx", strings.Join(plan, "\n"))
 }
+
+// RetryDeadLetter finds a dead letter by an id past 2^31: dead_letters.id
+// is a bigint, and the statement must not type its parameter as an integer.
+func TestRetryDeadLetterByAnIDPastInt32(t *testing.T) {
+	t.Parallel()
+	s := outflowtest.NewSchema(t)
+	ctx := context.Background()
+	_, err := s.Pool.Exec(ctx, `ALTER TABLE dead_letters ALTER COLUMN id RESTART WITH 3000000000`)
+	require.NoError(t, err)
+	var id int64
+	require.NoError(t, s.Pool.QueryRow(ctx, `
+		INSERT INTO dead_letters (consumer, message_id, event_type, aggregate_type, aggregate_id, aggregate_version,
+		                          payload, metadata, status, reason)
+		VALUES ('c', gen_random_uuid(), 'e', 'acct', '1', 1, '\x7b7d', '{}', 'dead', 'failed') RETURNING id`).Scan(&id))
+	n, err := idempotency.RetryDeadLetter(ctx, s.Pool, "", id)
+	require.NoError(t, err)
+	require.EqualValues(t, 1, n)
+}

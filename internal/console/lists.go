@@ -191,7 +191,7 @@ func (c *Console) doneAction(r *http.Request) (*action, error) {
 func (c *Console) actionsPage(w http.ResponseWriter, r *http.Request, s session) {
 	before := afterParam(r, "before")
 	rows, err := c.cfg.Pool.Query(r.Context(), `SELECT `+actionColumns+` FROM console_actions
-		WHERE ($1 = 0 OR id < $1) ORDER BY id DESC LIMIT $2`, before, c.cfg.PageSize+1)
+		WHERE ($1::bigint = 0 OR id < $1::bigint) ORDER BY id DESC LIMIT $2`, before, c.cfg.PageSize+1)
 	if err != nil {
 		c.fail(w, r, fmt.Errorf("list console actions: %w", err))
 		return
