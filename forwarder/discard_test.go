@@ -61,11 +61,11 @@ func TestMessageOfADiscardedRow(t *testing.T) {
 		{"discarded", func(r *forwarder.Row) { r.DiscardedAt = &discarded }, `{}`,
 			with(events.EventTypeKey, events.EventTypeDiscarded, events.DiscardedEventTypeKey, "payment.paid",
 				events.DiscardedAtKey, "2026-03-05T00:02:03.0000004Z")},
-		{"discarded, metadata of its own kept, envelope keys not overridden", func(r *forwarder.Row) {
+		{"discarded, only its correlation id and traceparent kept of its metadata, envelope keys not overridden", func(r *forwarder.Row) {
 			r.DiscardedAt = &discarded
-			r.Metadata = `{"correlation_id": "c-2", "tenant": "t9", "event_type": "forged"}`
+			r.Metadata = `{"correlation_id": "c-2", "tenant": "t9", "big": "` + strings.Repeat("x", 1<<20) + `", "event_type": "forged"}`
 		}, `{}`, with(events.EventTypeKey, events.EventTypeDiscarded, events.DiscardedEventTypeKey, "payment.paid",
-			events.DiscardedAtKey, "2026-03-05T00:02:03.0000004Z", events.CorrelationIDKey, "c-2", "tenant", "t9",
+			events.DiscardedAtKey, "2026-03-05T00:02:03.0000004Z", events.CorrelationIDKey, "c-2",
 			events.TraceparentKey, "")},
 		{"discarded, metadata that does not parse left out", func(r *forwarder.Row) {
 			r.DiscardedAt = &discarded

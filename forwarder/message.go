@@ -34,8 +34,10 @@ type Row struct {
 // A discarded row's message is the discard marker instead (see
 // [events.EventTypeDiscarded]): the same message id, aggregate, version and
 // occurred_at, event type [events.EventTypeDiscarded] with the row's own
-// event type and the discard time in metadata, the row's metadata
-// (correlation id, traceparent) kept, and an empty JSON object as payload.
+// event type and the discard time in metadata, of the row's own metadata
+// only its correlation id and traceparent (a row parked because its
+// metadata made the message too large must not have a marker as large),
+// and an empty JSON object as payload.
 // A discarded row's metadata that is not a JSON object of strings is left
 // out rather than failing the marker: the row may have been discarded for
 // that very reason, and the marker must go out for its aggregate to flow.
@@ -57,6 +59,7 @@ func Message(r Row) (*message.Message, error) {
 	if r.DiscardedAt != nil {
 		env.EventType = events.EventTypeDiscarded
 		payload = "{}"
+		md = markerMetadata(md)
 	}
 	for k, v := range env.Metadata() {
 		md[k] = v
@@ -68,4 +71,16 @@ func Message(r Row) (*message.Message, error) {
 	msg := message.NewMessage(r.MessageID, []byte(payload))
 	msg.Metadata = md
 	return msg, nil
+}
+
+// markerMetadata keeps, of a discarded row's metadata, what ties the marker
+// to its cause and its trace.
+func markerMetadata(md message.Metadata) message.Metadata {
+	out := make(message.Metadata, 2)
+	for _, k := range []string{events.CorrelationIDKey, events.TraceparentKey} {
+		if v, ok := md[k]; ok {
+			out[k] = v
+		}
+	}
+	return out
 }
