@@ -73,7 +73,11 @@ func serveConsole(ctx context.Context, cfg config.Config, partitions int, shutdo
 	}
 	defer closeBackend()
 	// The published rate's sampler runs as long as the server, and ends
-	// before the pool closes.
+	// before the pool closes. Its first sample is taken before the server
+	// listens, so that the first overview already has one to compare with.
+	if err := h.Sample(ctx); err != nil {
+		logger.Warn("console: published rate", "error", err.Error())
+	}
 	rateCtx, stopRate := context.WithCancel(ctx)
 	rateDone := make(chan error, 1)
 	go func() { rateDone <- h.Run(rateCtx) }()

@@ -76,9 +76,8 @@ func TestServeConsoleRole(t *testing.T) {
 		require.Equal(t, !insecure, strings.Contains(setCookie, "Secure"), setCookie)
 		require.NotContains(t, stderr.String(), key.Secret, "the key is never logged")
 
-		// The first overview has a published rate, not n/a: the role runs
-		// the console's sampler (console.Run), which took its first sample
-		// before the console listened.
+		// The first overview has a published rate, not n/a: the role takes the
+		// rate's first sample before the console listens (then Run samples on).
 		req, err := http.NewRequest(http.MethodGet, "http://"+consoleAddr+"/", nil)
 		require.NoError(t, err)
 		req.Header.Set("Cookie", strings.SplitN(setCookie, ";", 2)[0])

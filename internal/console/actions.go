@@ -72,7 +72,13 @@ func (c *Console) act(w http.ResponseWriter, r *http.Request, s session, name, w
 		http.Error(w, err.Error(), http.StatusBadRequest)
 		return
 	}
-	c.confirmThenDo(w, r, s, name, what, back, sel, len(sel.IDs), sel.All, func(ctx context.Context) (int64, error) { return do(ctx, sel) })
+	// The record names what the action applied to: chosen ids ignore the
+	// list's filter, so it is not recorded with them.
+	target := sel
+	if !sel.All {
+		target.Consumer, target.Status, target.Topic = "", "", ""
+	}
+	c.confirmThenDo(w, r, s, name, what, back, target, len(sel.IDs), sel.All, func(ctx context.Context) (int64, error) { return do(ctx, sel) })
 }
 
 // confirmThenDo asks for confirmation (without confirm=yes), or runs do

@@ -59,7 +59,10 @@ func (c *Console) readOverview(ctx context.Context) (overview, error) {
 		parked map[string]idempotency.ParkedCounts
 		lags   = make([]string, len(c.cfg.Consumers))
 	)
-	o.At = time.Now()
+	// The total is stamped when its read starts: a sample the rate's
+	// sampler takes while a slow read runs is then newer, and the ring keeps
+	// its samples in time order (see rateRing.add).
+	o.At = c.now()
 	g, gctx := errgroup.WithContext(ctx)
 	g.Go(func() (err error) {
 		o.Outbox, err = forwarder.ReadStats(gctx, c.cfg.Pool)
@@ -112,7 +115,7 @@ func (c *Console) readOverview(ctx context.Context) (overview, error) {
 	if err := g.Wait(); err != nil {
 		return o, err
 	}
-	o.Rate = c.rate(o.Outbox.PublishedTotal)
+	o.Rate = c.rate(o.Outbox.PublishedTotal, o.At)
 	seen := map[string]bool{}
 	for i, cs := range c.cfg.Consumers {
 		seen[cs.Name] = true

@@ -88,13 +88,14 @@ func (r *rateRing) add(s rateSample) {
 	}
 }
 
-// rate is the published rate over the window, up to this read of total:
+// rate is the published rate over the window, up to this read of total,
+// stamped at when its read started:
 // from the samples Run takes (so the first overview already has one) and
 // those of earlier overview reads (all there is when Run is not running).
-func (c *Console) rate(total int64) string {
+func (c *Console) rate(total int64, at time.Time) string {
 	c.mu.Lock()
 	defer c.mu.Unlock()
-	now := rateSample{total: total, at: c.now()}
+	now := rateSample{total: total, at: at}
 	var base []rateSample
 	for _, s := range c.rates.samples {
 		if now.at.Sub(s.at) <= maxRateAge {
@@ -109,6 +110,21 @@ func (c *Console) rate(total int64) string {
 	return fmt.Sprintf("%.1f/s", r)
 }
 
+// Sample takes one sample of the outbox's published total now. Run calls it
+// on every tick; a server that calls it once before it listens shows a
+// rate on its very first overview.
+func (c *Console) Sample(ctx context.Context) error {
+	var total int64
+	at := c.now()
+	if err := c.cfg.Pool.QueryRow(ctx, qPublishedTotal).Scan(&total); err != nil {
+		return fmt.Errorf("console: sample the published total: %w", err)
+	}
+	c.mu.Lock()
+	c.rates.add(rateSample{total: total, at: at})
+	c.mu.Unlock()
+	return nil
+}
+
 // Run samples the outbox's published total every RateSampleInterval until
 // ctx is done, so that the overview's rate covers the last RateWindow from
 // its first render. It returns nil when ctx ends; a failed sample is logged
@@ -116,15 +132,7 @@ func (c *Console) rate(total int64) string {
 // overview reads alone.
 func (c *Console) Run(ctx context.Context) error {
 	poll.Drain(ctx, c.cfg.RateSampleInterval, func(ctx context.Context) (int, error) {
-		var total int64
-		if err := c.cfg.Pool.QueryRow(ctx, qPublishedTotal).Scan(&total); err != nil {
-			return 0, fmt.Errorf("console: sample the published total: %w", err)
-		}
-		s := rateSample{total: total, at: c.now()}
-		c.mu.Lock()
-		c.rates.add(s)
-		c.mu.Unlock()
-		return 0, nil
+		return 0, c.Sample(ctx)
 	}, func(err error) { c.log.Warn("console: published rate", "error", err.Error()) })
 	return nil
 }

@@ -28,7 +28,10 @@
   function confirmOnSubmit(form) {
     form.addEventListener("submit", function (ev) {
       var btn = ev.submitter;
-      var msg = (btn && btn.getAttribute("data-confirm")) || form.getAttribute("data-confirm");
+      // Without the button that submitted (an older browser), the message
+      // could be another button's: let the server's page ask instead.
+      if (!btn) { return; }
+      var msg = btn.getAttribute("data-confirm") || form.getAttribute("data-confirm");
       if (!msg) { return; }
       if (!window.confirm(msg)) { ev.preventDefault(); return; }
       var old = form.querySelector("input[name=confirm]");
