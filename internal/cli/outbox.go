@@ -59,12 +59,13 @@ func newOutboxCmd(e *env) *cobra.Command {
 	parked.Flags().BoolVar(&parkedAsJSON, "json", false, "print a JSON array of the rows")
 
 	retry := releaseCmd("retry", "Put parked rows back in line with a fresh attempt count: --id N or --all [--topic T]", "",
-		"released", e, forwarder.RetryParked)
+		"released", false, e, forwarder.RetryParked)
 	discard := releaseCmd("discard", "Give up on parked rows, a discard marker going out in place of each: --id N or --all [--topic T]",
 		"Each row is released and marked discarded; the forwarder publishes a discard marker in its place (event type "+
 			events.EventTypeDiscarded+", the same message id and aggregate version, an empty payload). Consumers record it "+
-			"without running their handler, and the aggregate's later events flow after it. The row is kept.",
-		"discarded", e, forwarder.DiscardParked)
+			"without running their handler, and the aggregate's later events flow after it. The row is kept. "+
+			"--all asks first on a terminal; elsewhere it needs --yes.",
+		"discarded", true, e, forwarder.DiscardParked)
 
 	var (
 		partitions int
@@ -99,13 +100,16 @@ func newOutboxCmd(e *env) *cobra.Command {
 
 // releaseCmd is `outbox retry` or `outbox discard`: the same flags, the
 // same checks, release applied to the rows they choose; done is the verb
-// of its output.
-func releaseCmd(name, short, long, done string, e *env,
+// of its output. With askAll, --all asks first, or needs --yes off a
+// terminal, as `consumer reset` does: a discard of every parked row cannot
+// be taken back, a retry can be left to fail again.
+func releaseCmd(name, short, long, done string, askAll bool, e *env,
 	release func(context.Context, *pgxpool.Pool, forwarder.ParkedFilter) (int64, error),
 ) *cobra.Command {
 	var (
 		id    int64
 		all   bool
+		yes   bool
 		topic string
 		cmd   *cobra.Command
 	)
@@ -125,6 +129,20 @@ func releaseCmd(name, short, long, done string, e *env,
 			}
 			return nil
 		}, func(cmd *cobra.Command, pool *pgxpool.Pool) error {
+			if askAll && all && !yes {
+				what := "every parked row"
+				if topic != "" {
+					what = fmt.Sprintf("every parked row of topic %q", topic)
+				}
+				answered, ok := confirm(cmd, fmt.Sprintf("%s %s?", strings.ToUpper(name[:1])+name[1:], what))
+				switch {
+				case !answered:
+					return fmt.Errorf("invalid flags: not on a terminal: give --yes to %s --all", name)
+				case !ok:
+					fmt.Fprintln(cmd.OutOrStdout(), "nothing changed")
+					return nil
+				}
+			}
 			n, err := release(cmd.Context(), pool, forwarder.ParkedFilter{ID: id, Topic: topic})
 			if err != nil {
 				return err
@@ -142,6 +160,9 @@ func releaseCmd(name, short, long, done string, e *env,
 	cmd.Flags().Int64Var(&id, "id", 0, "the parked row to "+name)
 	cmd.Flags().BoolVar(&all, "all", false, name+" every parked row (of --topic, when given)")
 	cmd.Flags().StringVar(&topic, "topic", "", "only rows of this outbox topic")
+	if askAll {
+		cmd.Flags().BoolVar(&yes, "yes", false, "do not ask for confirmation of --all")
+	}
 	return cmd
 }
 

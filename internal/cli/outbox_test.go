@@ -49,6 +49,7 @@ func TestOutboxDiscardCommand(t *testing.T) {
 		{[]string{"outbox", "retry", "--all", "--topic", " "}, "invalid --topic"},
 		{[]string{"outbox", "discard", "--id", ids(a), "--topic", "refunds"}, `not a parked row of topic "refunds"`},
 		{[]string{"outbox", "discard", "--id", "999999"}, "row 999999 is not parked"},
+		{[]string{"outbox", "discard", "--all", "--topic", "refunds"}, "give --yes"},
 	} {
 		out, err := command(env, tt.args...).CombinedOutput()
 		require.Error(t, err, "%v", tt.args)
@@ -56,7 +57,7 @@ func TestOutboxDiscardCommand(t *testing.T) {
 		require.Equal(t, before, state(), "%v changed nothing", tt.args)
 	}
 
-	out, err := command(env, "outbox", "discard", "--all", "--topic", "refunds").CombinedOutput()
+	out, err := command(env, "outbox", "discard", "--all", "--topic", "refunds", "--yes").CombinedOutput()
 	require.NoError(t, err, "%s", out)
 	require.Contains(t, string(out), "discarded 1 parked rows")
 	require.Equal(t, ids(a)+":true:false,"+ids(b)+":false:true", state(), "only the topic's row, released and discarded")
