@@ -199,6 +199,9 @@ func (f *Forwarder) auditTopic(ctx context.Context, topic string) ([]auditResult
 		}
 	}
 	if len(lost) > 0 {
+		if err := f.waitForBatchesInFlight(ctx); err != nil {
+			return nil, errors.Join(append(errs, err)...)
+		}
 		put, err := f.repair(ctx, tx, topic, lost)
 		if err != nil {
 			return nil, errors.Join(append(errs, err)...)
@@ -245,6 +248,34 @@ func saveAudits(ctx context.Context, tx pgx.Tx, results []auditResult) error {
 	}
 	if err := tx.SendBatch(ctx, b).Close(); err != nil {
 		return fmt.Errorf("save audit states: %w", err)
+	}
+	return nil
+}
+
+// inFlightTimeout bounds the repair's wait for the batches in flight: a
+// claim's transaction lasts as long as its publish, which the broker's own
+// timeout bounds. A variable for the tests.
+var inFlightTimeout = 30 * time.Second
+
+// waitForBatchesInFlight returns once every batch that was being
+// forwarded when it was called has committed its mark. A batch publishes
+// before it marks: a row it sent before the loss, whose mark commits after
+// the repair's select, would be neither seen as published by the repair
+// nor on the broker. Every claim holds its partitions' rows FOR SHARE for
+// its whole transaction, so locking them FOR UPDATE waits for exactly
+// those; the lock is let go at once (claims queued behind it resume), and
+// the repair's select, a statement of its own under READ COMMITTED, sees
+// their marks. A claim that starts after this publishes after the loss was
+// found, to what the broker has now: a later audit covers it.
+func (f *Forwarder) waitForBatchesInFlight(ctx context.Context) error {
+	wctx, cancel := context.WithTimeout(ctx, inFlightTimeout)
+	defer cancel()
+	err := pgx.BeginFunc(wctx, f.cfg.Pool, func(tx pgx.Tx) error {
+		_, err := tx.Exec(wctx, `SELECT 1 FROM outbox_partitions FOR UPDATE`)
+		return err
+	})
+	if err != nil {
+		return fmt.Errorf("repair: wait for the batches in flight: %w", err)
 	}
 	return nil
 }

@@ -109,6 +109,75 @@ func TestAuditRepairsAFlushedStream(t *testing.T) {
 	require.Equal(t, 1.0, counter(t, reg, "outflow_forwarder_broker_losses_total"))
 }
 
+// A batch in flight when a loss is found: it published a row to the broker
+// before the loss and has not committed the row's mark yet. The repair must
+// wait for that mark, or its select would see the row pending, leave it
+// alone, and the row would end published in the table and on no stream.
+// The test plays the batch by hand (its partitions FOR SHARE, as a claim
+// holds them, and the row's mark uncommitted; the row is parked so the
+// forwarder itself leaves it alone).
+func TestAuditRepairWaitsForABatchInFlight(t *testing.T) {
+	t.Parallel()
+	e := setup(t)
+	c := e.ownRedis(1)
+	ctx := context.Background()
+	f, _ := e.run(e.config(func(cfg *forwarder.Config) {
+		cfg.AuditInterval = time.Hour
+		cfg.FullClaimInterval = time.Hour
+	}))
+	e.writeMany(aggregates(5), 1, 2)
+	outflowtest.WaitFor(t, 20*time.Second, "10 rows published", func() bool { return e.count("published_at IS NOT NULL") == 10 })
+	e.passMark(f, e.lastMessageID())
+	require.NoError(t, f.Audit(ctx), "the baseline")
+
+	var inFlight int64
+	require.NoError(t, e.schema.Pool.QueryRow(ctx, `
+		INSERT INTO outbox (message_id, topic, aggregate_type, aggregate_id, aggregate_version, event_type, payload, occurred_at,
+		                    attempts, parked_at)
+		VALUES (gen_random_uuid(), $1, 'test', 'in-flight', 1, 'test.happened', '{"n": 1}', now(), 1, now()) RETURNING id`,
+		e.topic).Scan(&inFlight))
+	batch, err := e.schema.Pool.Begin(ctx)
+	require.NoError(t, err)
+	defer func() { _ = batch.Rollback(ctx) }()
+	var batchPID int
+	require.NoError(t, batch.QueryRow(ctx, `SELECT pg_backend_pid()`).Scan(&batchPID))
+	_, err = batch.Exec(ctx, `SELECT 1 FROM outbox_partitions FOR SHARE`)
+	require.NoError(t, err)
+	_, err = batch.Exec(ctx, `UPDATE outbox SET published_at = now(), parked_at = NULL WHERE id = $1`, inFlight)
+	require.NoError(t, err)
+
+	total := e.count("true")
+	require.NoError(t, c.FlushAll(ctx).Err())
+	audit := make(chan error, 1)
+	go func() { audit <- f.Audit(ctx) }()
+	// The batch commits once the audit waits for it, or has finished
+	// without waiting (what the test catches: then the row is lost).
+	var (
+		auditErr error
+		finished bool
+	)
+	outflowtest.WaitFor(t, 20*time.Second, "the repair waiting for the batch in flight, or the audit finished", func() bool {
+		select {
+		case auditErr = <-audit:
+			finished = true
+			return true
+		default:
+		}
+		var n int
+		require.NoError(t, e.schema.Pool.QueryRow(ctx, `SELECT count(*) FROM pg_stat_activity
+			WHERE $1 = ANY(pg_blocking_pids(pid)) AND query LIKE '%outbox_partitions FOR UPDATE%'`, batchPID).Scan(&n))
+		return n > 0
+	})
+	require.NoError(t, batch.Commit(ctx))
+	if !finished {
+		auditErr = <-audit
+	}
+	require.NoError(t, auditErr)
+	outflowtest.WaitFor(t, 20*time.Second, "every row on the stream again, the one in flight too, and marked", func() bool {
+		return e.distinctOnStreams() == total && e.count("published_at IS NOT NULL") == total
+	})
+}
+
 // The loop itself: run by the holder of partition 0, every AuditInterval,
 // over the topics the forwarder recorded. With two instances, each holding
 // one partition, the repaired rows of the partition the auditor does not
