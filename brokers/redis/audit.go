@@ -201,11 +201,10 @@ func hasHashTag(key string) bool {
 }
 
 // Audit compares stream with prev (see [forwarder.Auditor]): the canary
-// key, XINFO STREAM (entries-added, last-generated-id, first entry), XINFO
-// GROUPS, an XPENDING per group with pending entries, and at most two
-// XRANGEs of a single id (see probeIDs): a handful of commands in at most
-// two round trips, none reading more than the entries XINFO STREAM returns
-// and one more.
+// key, XINFO STREAM (entries-added, last-generated-id; then the first
+// entry), XINFO GROUPS, an XPENDING per group, and at most two XRANGEs of a
+// single id (see probeIDs): a handful of commands in two round trips, none
+// reading more than the entries XINFO STREAM returns and one more.
 func (b *Broker) Audit(ctx context.Context, stream string, prev []byte) ([]byte, *forwarder.Loss, error) {
 	var st *auditState
 	if len(prev) > 0 {
@@ -281,27 +280,12 @@ func (b *Broker) observe(ctx context.Context, stream string, prev *auditState) (
 		return o, fmt.Errorf("XINFO STREAM: %w", err)
 	}
 	o.stream, o.added, o.last = true, info.EntriesAdded, info.LastGeneratedID
-	if info.Length > 0 {
-		o.first = info.FirstEntry.ID
-	}
 	groups, err := grcmd.Result()
 	if err != nil && !isNoSuchKey(err) {
 		return o, fmt.Errorf("XINFO GROUPS: %w", err)
 	}
 
-	pipe = c.Pipeline()
-	pending := map[string]*goredis.XPendingCmd{}
-	o.floors = make(map[string]string, len(groups))
-	for _, g := range groups {
-		o.floors[g.Name] = nextID(g.LastDeliveredID)
-		if g.Pending > 0 {
-			pending[g.Name] = pipe.XPending(ctx, stream, g.Name)
-		}
-	}
-	var (
-		probes []string
-		rcmds  []*goredis.XMessageSliceCmd
-	)
+	var probes []string
 	if prev != nil {
 		probes = probeIDs(prev, acked, o.last)
 	}
@@ -312,23 +296,32 @@ func (b *Broker) observe(ctx context.Context, stream string, prev *auditState) (
 			break
 		}
 	}
+	if b.auditHook != nil {
+		b.auditHook()
+	}
+
+	// The second look: the probes first, then what tells a trim from a
+	// loss (the first entry, each group's oldest unacknowledged entry).
+	// Read after the probes, these are at least as new as any trim that
+	// took a probe away (a trim keeps every group's unacknowledged
+	// entries, and acknowledgements only move forward), so a trim racing
+	// the audit is seen as the trim it is; read before, a probe trimmed in
+	// between looked lost.
+	pipe = c.Pipeline()
+	rcmds := make([]*goredis.XMessageSliceCmd, 0, len(probes))
 	for _, id := range probes {
 		rcmds = append(rcmds, pipe.XRange(ctx, stream, id, id))
 	}
-	if pipe.Len() == 0 {
-		return o, nil
+	scmd = pipe.XInfoStream(ctx, stream)
+	grcmd = pipe.XInfoGroups(ctx, stream)
+	// Every group the first look found, whatever its pending count was
+	// then: entries may have been delivered since.
+	pending := make(map[string]*goredis.XPendingCmd, len(groups))
+	for _, g := range groups {
+		pending[g.Name] = pipe.XPending(ctx, stream, g.Name)
 	}
 	if err := pipelineFailed(pipe.Exec(ctx)); err != nil {
 		return o, err
-	}
-	for g, cmd := range pending {
-		p, err := cmd.Result()
-		if err != nil {
-			return o, fmt.Errorf("XPENDING %s: %w", g, err)
-		}
-		if p.Count > 0 && lessID(p.Lower, o.floors[g]) {
-			o.floors[g] = p.Lower
-		}
 	}
 	for i, cmd := range rcmds {
 		msgs, err := cmd.Result()
@@ -337,6 +330,46 @@ func (b *Broker) observe(ctx context.Context, stream string, prev *auditState) (
 		}
 		if o.probe == "" || !o.probeGone {
 			o.probe, o.probeGone = probes[i], len(msgs) == 0
+		}
+	}
+	info, err = scmd.Result()
+	if isNoSuchKey(err) {
+		o.stream = false // deleted since the first look
+		return o, nil
+	}
+	if err == nil && info == nil {
+		err = errors.New("no reply")
+	}
+	if err != nil {
+		return o, fmt.Errorf("XINFO STREAM: %w", err)
+	}
+	if info.Length > 0 {
+		o.first = info.FirstEntry.ID
+	}
+	if groups, err = grcmd.Result(); err != nil && !isNoSuchKey(err) {
+		return o, fmt.Errorf("XINFO GROUPS: %w", err)
+	}
+	o.floors = make(map[string]string, len(groups))
+	for _, g := range groups {
+		o.floors[g.Name] = nextID(g.LastDeliveredID)
+		cmd, known := pending[g.Name]
+		switch {
+		case !known && g.Pending > 0:
+			// Created between the looks, with entries already pending:
+			// their oldest is unknown, so nothing counts as trimmed.
+			o.floors[g.Name] = "0-1"
+		case !known:
+		default:
+			p, err := cmd.Result()
+			if err != nil && strings.Contains(err.Error(), "NOGROUP") {
+				continue // destroyed between the commands
+			}
+			if err != nil {
+				return o, fmt.Errorf("XPENDING %s: %w", g.Name, err)
+			}
+			if p.Count > 0 && lessID(p.Lower, o.floors[g.Name]) {
+				o.floors[g.Name] = p.Lower
+			}
 		}
 	}
 	return o, nil

@@ -249,6 +249,35 @@ func TestAuditIgnoresNormalTrimming(t *testing.T) {
 	require.Less(t, n, int64(1+8*20), "trimming removed entries")
 }
 
+// A trim between an audit's two looks: the group reads and acknowledges
+// everything and the trimmer removes it, after the audit saw the stream
+// and before it looks for the entry it probes. The probe is gone, trimmed
+// as it may be: no loss (the first entry and the group's floor seen before
+// the trim said it could not have been).
+func TestAuditIgnoresATrimBetweenItsLooks(t *testing.T) {
+	t.Parallel()
+	_, c := ownRedis(t)
+	ctx := context.Background()
+	require.NoError(t, c.ConfigSet(ctx, "stream-node-max-entries", "4").Err())
+	a := newAuditTarget(t, c)
+	a.publish(1)
+	require.NoError(t, c.XGroupCreate(ctx, a.stream, "g", "0").Err())
+	a.publish(20)
+	require.Nil(t, a.audit(), "the baseline")
+	probe := lastID(t, c, a.stream)
+	a.publish(20)
+	redisstreams.SetAuditHook(a.b, func() {
+		redisstreams.SetAuditHook(a.b, nil)
+		a.readAck("g", 0)
+		_, err := a.b.TrimTopic(ctx, a.stream)
+		require.NoError(t, err)
+	})
+	require.Nil(t, a.audit(), "trimmed, not lost")
+	gone, err := c.XRange(ctx, a.stream, probe, probe).Result()
+	require.NoError(t, err)
+	require.Empty(t, gone, "the entry the audit looked for was trimmed in between")
+}
+
 func lastID(t *testing.T, c *redis.Client, stream string) string {
 	t.Helper()
 	info, err := c.XInfoStream(context.Background(), stream).Result()

@@ -57,6 +57,8 @@ var ErrClusterNotConfigured = errors.New("redis server is a Cluster node, not co
 type Broker struct {
 	cfg   Config
 	acked ackedIDs // for the audit (audit.go)
+	// auditHook, when a test sets it, runs between an audit's two looks.
+	auditHook func()
 }
 
 var _ forwarder.Broker = (*Broker)(nil)
