@@ -344,14 +344,20 @@ func (f *Forwarder) repair(ctx context.Context, tx pgx.Tx, topic string, lost ma
 
 // noteTopics records in outbox_audit_topics the topics of a committed
 // batch this process has not recorded yet: the audit covers their broker
-// topics. Once per process and topic; a failure is retried with the next
-// batch of the topic.
+// topics. Once per process and topic; after a failure, it tries again with
+// a batch at least an AuditInterval later: the audit reads the table no
+// more often, and a failure that lasts (the table missing: migrations not
+// run) logs once an interval, not once a batch.
 func (f *Forwarder) noteTopics(ctx context.Context, byTopic map[string]*[3]int) {
 	if f.auditor == nil {
 		return
 	}
 	var fresh []string
 	f.mu.Lock()
+	if time.Now().Before(f.noteAfter) {
+		f.mu.Unlock()
+		return
+	}
 	for t, c := range byTopic {
 		if c[0] > 0 && !f.noted[t] {
 			fresh = append(fresh, t)
@@ -363,7 +369,10 @@ func (f *Forwarder) noteTopics(ctx context.Context, byTopic map[string]*[3]int) 
 	}
 	_, err := f.cfg.Pool.Exec(ctx, `INSERT INTO outbox_audit_topics (topic) SELECT unnest($1::text[]) ON CONFLICT DO NOTHING`, fresh)
 	if err != nil {
-		f.cfg.Logger.Warn("record topics for the broker audit", "error", err.Error())
+		f.mu.Lock()
+		f.noteAfter = time.Now().Add(f.cfg.AuditInterval)
+		f.mu.Unlock()
+		f.cfg.Logger.Warn("record topics for the broker audit", "error", err.Error(), "retry_in", f.cfg.AuditInterval)
 		return
 	}
 	f.mu.Lock()

@@ -2,6 +2,8 @@ package forwarder_test
 
 import (
 	"context"
+	"log/slog"
+	"strings"
 	"testing"
 	"time"
 
@@ -176,6 +178,27 @@ func TestAuditRepairWaitsForABatchInFlight(t *testing.T) {
 	outflowtest.WaitFor(t, 20*time.Second, "every row on the stream again, the one in flight too, and marked", func() bool {
 		return e.distinctOnStreams() == total && e.count("published_at IS NOT NULL") == total
 	})
+}
+
+// Recording the topics audited fails while outbox_audit_topics is missing
+// (migrations not run): the forwarder goes on forwarding, and says so once
+// an audit interval, not once a batch.
+func TestTopicsNotRecordedWarnOnceAnInterval(t *testing.T) {
+	t.Parallel()
+	e := setup(t)
+	ctx := context.Background()
+	_, err := e.schema.Pool.Exec(ctx, `DROP TABLE outbox_audit_topics`)
+	require.NoError(t, err)
+	var logs lockedBuffer
+	e.run(e.config(func(cfg *forwarder.Config) {
+		cfg.AuditInterval = time.Hour
+		cfg.Logger = slog.New(slog.NewTextHandler(&logs, &slog.HandlerOptions{Level: slog.LevelWarn}))
+	}))
+	for i := range 5 {
+		e.write("agg", int64(i+1), testPayload{N: i})
+		outflowtest.WaitFor(t, 20*time.Second, "the row forwarded", func() bool { return e.count("published_at IS NOT NULL") == i+1 })
+	}
+	require.Equal(t, 1, strings.Count(logs.String(), "record topics for the broker audit"), "%s", logs.String())
 }
 
 // The loop itself: run by the holder of partition 0, every AuditInterval,

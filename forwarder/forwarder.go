@@ -28,9 +28,11 @@ type Forwarder struct {
 
 	// auditor is cfg.Broker as an Auditor, nil when it is none or the
 	// audit is off; noted holds the topics this process has recorded in
-	// outbox_audit_topics (under mu).
-	auditor Auditor
-	noted   map[string]bool
+	// outbox_audit_topics (under mu), noteAfter when it may try again
+	// after a failure (under mu).
+	auditor   Auditor
+	noted     map[string]bool
+	noteAfter time.Time
 }
 
 // New validates cfg and returns a Forwarder. It starts nothing.
