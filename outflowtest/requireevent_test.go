@@ -138,8 +138,9 @@ var _ Querier = pgx.Tx(nil)
 // ReadOutbox of a discarded row: Written.Message is the discard marker the
 // forwarder sends in its place (the row's message id, version and
 // correlation id, the event's own type in metadata, an empty payload), not
-// its event; a handler harness given it applies the version without
-// running the handler, and the aggregate's next event applies after it.
+// its event; a handler harness given it reports it Applied (its version,
+// without running the handler) and releases the aggregate's next event,
+// which waited for it.
 // Event refuses it. A discarded row whose metadata does not parse is read,
 // its marker without that metadata, as the forwarder sends it.
 func TestReadOutboxOfADiscardedRowGivesTheMarker(t *testing.T) {
@@ -178,12 +179,17 @@ func TestReadOutboxOfADiscardedRowGivesTheMarker(t *testing.T) {
 	_, err = w.Event(testRegistry(t))
 	require.ErrorIs(t, err, ErrDiscarded)
 
+	// v2 first: it waits for v1, which its marker fills.
 	h := NewHandlerHarness(t, s.Pool, testRegistry(t), balanceHandler(ledgerAggregate))
-	require.Zero(t, h.DeliverMessage(ctx, msg).Calls, "the handler is not run for a marker")
 	next := RequireEvent(ctx, t, s.Pool, Want{AggregateID: "acc-d1", Version: 2})
 	require.Nil(t, next.DiscardedAt)
-	require.Equal(t, Applied, h.DeliverMessage(ctx, next.Message(ctx)).Outcome, "v2 follows the marker")
+	require.Equal(t, Parked, h.DeliverMessage(ctx, next.Message(ctx)).Outcome)
+	d := h.DeliverMessage(ctx, msg)
+	require.Equal(t, Applied, d.Outcome, "the marker applies its version")
+	require.Equal(t, []string{v2.MessageID}, d.Released, "and releases v2")
+	require.Equal(t, 1, d.Calls, "v2's handler ran, never the marker's")
 	require.Equal(t, balance{Amount: 7, Applied: []string{"2"}}, readBalance(t, s.Pool, "acc-d1"))
+	require.Equal(t, Duplicate, h.DeliverMessage(ctx, msg).Outcome, "delivered again")
 
 	wb := RequireEvent(ctx, t, s.Pool, Want{AggregateID: "acc-d2"})
 	require.Nil(t, wb.Metadata)
