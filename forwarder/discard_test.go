@@ -92,6 +92,17 @@ func TestMessageOfADiscardedRow(t *testing.T) {
 	}
 	_, err := forwarder.Message(forwarder.Row{MessageID: base.MessageID, Metadata: `{"n": 1}`})
 	require.ErrorContains(t, err, "metadata is not a JSON object of strings", "a row not discarded still fails on it")
+	// A metadata column holding JSON null (the column allows it; another
+	// producer may write it) is no metadata; Message panicked on it, and
+	// the forwarder calls it for every row it claims.
+	for _, discardedAt := range []*time.Time{nil, &discarded} {
+		r := base
+		r.Metadata, r.DiscardedAt = "null", discardedAt
+		msg, err := forwarder.Message(r)
+		require.NoError(t, err)
+		require.Empty(t, msg.Metadata.Get(events.CorrelationIDKey))
+		require.Equal(t, "p1", msg.Metadata.Get(events.AggregateIDKey))
+	}
 }
 
 // DiscardParked chooses rows as its filter says: a topic's parked rows
