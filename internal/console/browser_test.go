@@ -45,12 +45,20 @@ func (s *stack) seed(t *testing.T) seeded {
 	out.parked = pending.ID
 	s.broker.setRefused(pending.ID, true)
 	s.api(t, "/v1/payments/"+pending.ID+"/pay", `{}`)
+	pool := s.schema.Pool
+	// Refused once created and forwarded: its payment.paid is what parks,
+	// the event the merchant would be notified of.
 	toDiscard := s.create(t, m.ID, 888)
 	out.discard = toDiscard.ID
+	outflowtest.WaitFor(t, 30*time.Second, "the payment to discard forwarded", func() bool {
+		var n int
+		require.NoError(t, pool.QueryRow(ctx, `SELECT count(*) FROM outbox WHERE aggregate_id = $1 AND published_at IS NOT NULL`,
+			out.discard).Scan(&n))
+		return n == 1
+	})
 	s.broker.setRefused(toDiscard.ID, true)
 	s.api(t, "/v1/payments/"+toDiscard.ID+"/pay", `{}`)
 
-	pool := s.schema.Pool
 	outflowtest.WaitFor(t, 30*time.Second, "a parked outbox row of each refused payment", func() bool {
 		var n int
 		require.NoError(t, pool.QueryRow(ctx, `SELECT count(DISTINCT aggregate_id) FROM outbox
