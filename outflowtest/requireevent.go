@@ -94,10 +94,6 @@ type Written struct {
 	// (forwarder.DiscardParked): what the forwarder sends for it is its
 	// discard marker, not this event (see [Written.Message]).
 	DiscardedAt *time.Time
-
-	// metadataJSON is the metadata column as the forwarder reads it, for
-	// [Written.Message]; empty in a Written made by hand.
-	metadataJSON string
 }
 
 func (w Written) String() string {
@@ -113,10 +109,11 @@ func (w Written) String() string {
 // with the forwarder's own builder (forwarder.Message): the message id as
 // UUID, the envelope in metadata, the payload as is; for a discarded row,
 // its discard marker (events.IsDiscardMarker), which a consumer built on
-// package idempotency records without running its handler.
+// package idempotency records without running its handler. It is built
+// from the fields, so a test may change them first.
 func (w Written) Message(ctx context.Context) *message.Message {
-	md := w.metadataJSON
-	if md == "" && len(w.Metadata) > 0 {
+	var md string
+	if len(w.Metadata) > 0 {
 		b, err := json.Marshal(w.Metadata)
 		if err != nil {
 			panic(fmt.Sprintf("outflowtest: marshal the metadata of %s: %v", w.MessageID, err)) // a map of strings always marshals
@@ -128,8 +125,7 @@ func (w Written) Message(ctx context.Context) *message.Message {
 		Payload: string(w.Payload), Metadata: md, OccurredAt: w.OccurredAt, DiscardedAt: w.DiscardedAt})
 	if err != nil {
 		// Its only error is metadata that is not an object of strings,
-		// which ReadOutbox refuses for a row not discarded and a map of
-		// strings cannot be.
+		// which a map of strings cannot be.
 		panic(fmt.Sprintf("outflowtest: the message of %s: %v", w.MessageID, err))
 	}
 	msg.SetContext(ctx)
@@ -168,7 +164,6 @@ func ReadOutbox(ctx context.Context, db Querier) ([]Written, error) {
 			return w, err
 		}
 		w.Payload = json.RawMessage(payload)
-		w.metadataJSON = md
 		// A discarded row's metadata that does not parse is left out, as
 		// its marker leaves it out: it may be why the row was discarded.
 		if err := json.Unmarshal([]byte(md), &w.Metadata); err != nil {
