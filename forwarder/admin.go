@@ -41,6 +41,10 @@ func ReadStats(ctx context.Context, pool *pgxpool.Pool) (Stats, error) {
 }
 
 // ParkedRow is a row the forwarder gave up on.
+//
+// A row with DiscardedAt set was parked again after an operator discarded
+// it ([DiscardParked]): what the forwarder gave up on is its discard
+// marker, not its event, and a retry sends the marker again.
 type ParkedRow struct {
 	ID               int64     `json:"id"`
 	MessageID        string    `json:"message_id"`
@@ -53,13 +57,15 @@ type ParkedRow struct {
 	LastError        string    `json:"last_error"`
 	CreatedAt        time.Time `json:"created_at"`
 	ParkedAt         time.Time `json:"parked_at"`
+	// DiscardedAt is when an operator discarded the row, nil when not.
+	DiscardedAt *time.Time `json:"discarded_at,omitempty"`
 }
 
 // ListParked returns up to limit parked rows, oldest first.
 func ListParked(ctx context.Context, pool *pgxpool.Pool, limit int) ([]ParkedRow, error) {
 	rows, err := pool.Query(ctx, `
 		SELECT id, message_id::text, topic, event_type, aggregate_type, aggregate_id, aggregate_version,
-		       attempts, coalesce(last_error, ''), created_at, parked_at
+		       attempts, coalesce(last_error, ''), created_at, parked_at, discarded_at
 		FROM outbox WHERE published_at IS NULL AND parked_at IS NOT NULL
 		ORDER BY id LIMIT $1`, limit)
 	if err != nil {

@@ -2,6 +2,8 @@ package forwarder_test
 
 import (
 	"context"
+	"encoding/json"
+	"errors"
 	"slices"
 	"strings"
 	"sync"
@@ -90,6 +92,17 @@ func TestMessageOfADiscardedRow(t *testing.T) {
 	}
 	_, err := forwarder.Message(forwarder.Row{MessageID: base.MessageID, Metadata: `{"n": 1}`})
 	require.ErrorContains(t, err, "metadata is not a JSON object of strings", "a row not discarded still fails on it")
+	// A metadata column holding JSON null (the column allows it; another
+	// producer may write it) is no metadata; Message panicked on it, and
+	// the forwarder calls it for every row it claims.
+	for _, discardedAt := range []*time.Time{nil, &discarded} {
+		r := base
+		r.Metadata, r.DiscardedAt = "null", discardedAt
+		msg, err := forwarder.Message(r)
+		require.NoError(t, err)
+		require.Empty(t, msg.Metadata.Get(events.CorrelationIDKey))
+		require.Equal(t, "p1", msg.Metadata.Get(events.AggregateIDKey))
+	}
 }
 
 // DiscardParked chooses rows as its filter says: a topic's parked rows
@@ -267,4 +280,59 @@ func TestReleaseParkedByAnIDPastInt32(t *testing.T) {
 	var discarded bool
 	require.NoError(t, s.Pool.QueryRow(ctx, `SELECT discarded_at IS NOT NULL FROM outbox WHERE id = $1`, id).Scan(&discarded))
 	require.True(t, discarded)
+}
+
+// A discarded row whose marker the broker refuses is parked again:
+// ListParked says it is discarded (and when), so an operator does not
+// retry it expecting its event; a row parked and never discarded says
+// nothing of the kind.
+func TestListParkedShowsADiscardedRowParkedAgain(t *testing.T) {
+	t.Parallel()
+	e := setup(t)
+	ctx := context.Background()
+	var (
+		mu      sync.Mutex
+		markers int
+	)
+	fb := &failingBroker{fail: func(o forwarder.Outgoing) error {
+		mu.Lock()
+		defer mu.Unlock()
+		if events.IsDiscardMarker(o.Message) {
+			markers++
+		}
+		return errors.New("broker said no")
+	}}
+	e.run(e.config(func(c *forwarder.Config) { c.Broker = fb; c.MaxAttempts = 1 }))
+	discarded := e.write("x", 1, testPayload{N: 1})
+	kept := e.write("y", 1, testPayload{N: 2})
+	outflowtest.WaitFor(t, 20*time.Second, "both rows parked", func() bool { return e.count("parked_at IS NOT NULL") == 2 })
+	var id int64
+	require.NoError(t, e.schema.Pool.QueryRow(ctx, `SELECT id FROM outbox WHERE message_id = $1`, discarded).Scan(&id))
+	n, err := forwarder.DiscardParked(ctx, e.schema.Pool, forwarder.ParkedFilter{ID: id})
+	require.NoError(t, err)
+	require.EqualValues(t, 1, n)
+	outflowtest.WaitFor(t, 20*time.Second, "the marker refused and parked", func() bool {
+		return e.count("parked_at IS NOT NULL AND discarded_at IS NOT NULL") == 1
+	})
+	mu.Lock()
+	require.Equal(t, 1, markers, "what the broker refused the second time was the marker")
+	mu.Unlock()
+
+	var at time.Time
+	require.NoError(t, e.schema.Pool.QueryRow(ctx, `SELECT discarded_at FROM outbox WHERE id = $1`, id).Scan(&at))
+	parked, err := forwarder.ListParked(ctx, e.schema.Pool, 10)
+	require.NoError(t, err)
+	require.Len(t, parked, 2)
+	require.Equal(t, discarded, parked[0].MessageID)
+	require.NotNil(t, parked[0].DiscardedAt, "the discarded row says so")
+	require.True(t, at.Equal(*parked[0].DiscardedAt), "and when: %s, want %s", parked[0].DiscardedAt, at)
+	require.Equal(t, kept, parked[1].MessageID)
+	require.Nil(t, parked[1].DiscardedAt, "a row never discarded")
+
+	b, err := json.Marshal(parked)
+	require.NoError(t, err)
+	var asJSON []map[string]any
+	require.NoError(t, json.Unmarshal(b, &asJSON))
+	require.Contains(t, asJSON[0], "discarded_at")
+	require.NotContains(t, asJSON[1], "discarded_at", "omitted when not discarded")
 }

@@ -50,6 +50,9 @@ func Message(r Row) (*message.Message, error) {
 			}
 			md = make(message.Metadata)
 		}
+		if md == nil { // the JSON null: no metadata, and a nil map would panic below
+			md = make(message.Metadata)
+		}
 	}
 	env := events.Envelope{
 		MessageID: r.MessageID, EventType: r.EventType, AggregateType: r.AggregateType,

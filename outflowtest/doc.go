@@ -23,7 +23,9 @@
 // version, topic and payload; the payload is compared as JSON, a map
 // naming just the fields it cares about. A failure lists every event the
 // outbox holds and why each one does not match. [ReadOutbox] returns them
-// all; [Written.Event] decodes one with the service's registry.
+// all; [Written.Event] decodes one with the service's registry, and
+// [Written.Message] is the message the forwarder sends for it (built by
+// forwarder.Message), a discarded row's discard marker included.
 //
 // # A handler, synchronously
 //

@@ -27,7 +27,8 @@ type Outcome string
 const (
 	// Applied: the message's transaction committed, with the handler's
 	// effects (a type the handler does not list commits with none: its
-	// version still counts).
+	// version still counts; so does a discard marker, for which the
+	// handler is never run).
 	Applied Outcome = "applied"
 	// Duplicate: this consumer had already processed the message id;
 	// nothing ran.
@@ -227,6 +228,15 @@ func (h *HandlerHarness) DeliverMessage(ctx context.Context, msg *message.Messag
 	if err := h.pool.QueryRow(ctx, `SELECT coalesce(max(id), 0) FROM dead_letters`).Scan(&lastID); err != nil {
 		h.t.Fatalf("outflowtest: read dead_letters: %v", err)
 	}
+	// The middleware applies a discard marker without running the handler:
+	// that it applied shows in its aggregate's version, which it moves.
+	marker := events.IsDiscardMarker(msg)
+	var versionBefore int64
+	if marker {
+		if versionBefore, err = h.aggregateVersion(ctx, env); err != nil {
+			h.t.Fatalf("outflowtest: %v", err)
+		}
+	}
 	h.mu.Lock()
 	callsBefore, invokedBefore := h.calls, h.invoked
 	h.mu.Unlock()
@@ -234,8 +244,15 @@ func (h *HandlerHarness) DeliverMessage(ctx context.Context, msg *message.Messag
 	msg.SetContext(ctx)
 	_, herr := h.fn(msg)
 	h.mu.Lock()
-	invoked := h.invoked > invokedBefore
+	applied := h.invoked > invokedBefore
 	h.mu.Unlock()
+	if marker && herr == nil && !seen && versionBefore < env.AggregateVersion {
+		after, err := h.aggregateVersion(ctx, env)
+		if err != nil {
+			h.t.Fatalf("outflowtest: %v", err)
+		}
+		applied = after == env.AggregateVersion
+	}
 
 	var d Delivery
 	dl, err := h.deadLetter(ctx, env.MessageID)
@@ -249,7 +266,7 @@ func (h *HandlerHarness) DeliverMessage(ctx context.Context, msg *message.Messag
 		d.Outcome = Parked
 	case dl != nil && dl.ID > lastID:
 		d.Outcome, d.Err = Failed, errors.New(dl.Error)
-	case invoked:
+	case applied:
 		d.Outcome = Applied
 	case seen:
 		d.Outcome = Duplicate
@@ -386,6 +403,19 @@ func (h *HandlerHarness) processed(ctx context.Context, messageID string) (bool,
 		return false, fmt.Errorf("read processed_messages: %w", err)
 	}
 	return seen, nil
+}
+
+// aggregateVersion is the version of env's aggregate the consumer applied
+// last, 0 when none.
+func (h *HandlerHarness) aggregateVersion(ctx context.Context, env events.Envelope) (int64, error) {
+	var v int64
+	err := h.pool.QueryRow(ctx, `SELECT coalesce(max(version), 0) FROM consumer_aggregate_versions
+		WHERE consumer = $1 AND aggregate_type = $2 AND aggregate_id = $3`,
+		h.handler.Name, env.AggregateType, env.AggregateID).Scan(&v)
+	if err != nil {
+		return 0, fmt.Errorf("read consumer_aggregate_versions: %w", err)
+	}
+	return v, nil
 }
 
 func (h *HandlerHarness) openDeadLetters(ctx context.Context) ([]int64, error) {

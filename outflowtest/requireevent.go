@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"context"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"reflect"
 	"strings"
@@ -14,6 +15,7 @@ import (
 	"github.com/jackc/pgx/v5"
 
 	"github.com/outflow-dev/outflow/events"
+	"github.com/outflow-dev/outflow/forwarder"
 )
 
 // Querier reads the outbox: a pgx.Tx (the transaction under test, before
@@ -88,33 +90,58 @@ type Written struct {
 	// Published says whether the forwarder has handed the row to the
 	// broker.
 	Published bool
+	// DiscardedAt is set when an operator discarded the row
+	// (forwarder.DiscardParked): what the forwarder sends for it is its
+	// discard marker, not this event (see [Written.Message]).
+	DiscardedAt *time.Time
 }
 
 func (w Written) String() string {
-	return fmt.Sprintf("%s %s/%s v%d topic=%s %s", w.EventType, w.AggregateType, w.AggregateID,
+	s := fmt.Sprintf("%s %s/%s v%d topic=%s %s", w.EventType, w.AggregateType, w.AggregateID,
 		w.AggregateVersion, w.Topic, w.Payload)
+	if w.DiscardedAt != nil {
+		s += " (discarded)"
+	}
+	return s
 }
 
-// Message rebuilds the Watermill message the forwarder sends for the row:
-// the message id as UUID, the envelope in metadata, the payload as is.
+// Message rebuilds the Watermill message the forwarder sends for the row,
+// with the forwarder's own builder (forwarder.Message): the message id as
+// UUID, the envelope in metadata, the payload as is; for a discarded row,
+// its discard marker (events.IsDiscardMarker), which a consumer built on
+// package idempotency records without running its handler. It is built
+// from the fields, so a test may change them first.
 func (w Written) Message(ctx context.Context) *message.Message {
-	env := events.Envelope{MessageID: w.MessageID, EventType: w.EventType, AggregateType: w.AggregateType,
-		AggregateID: w.AggregateID, AggregateVersion: w.AggregateVersion, OccurredAt: w.OccurredAt}
-	md := message.Metadata{}
-	for k, v := range w.Metadata {
-		md[k] = v
+	var md string
+	if len(w.Metadata) > 0 {
+		b, err := json.Marshal(w.Metadata)
+		if err != nil {
+			panic(fmt.Sprintf("outflowtest: marshal the metadata of %s: %v", w.MessageID, err)) // a map of strings always marshals
+		}
+		md = string(b)
 	}
-	for k, v := range env.Metadata() {
-		md[k] = v
+	msg, err := forwarder.Message(forwarder.Row{MessageID: w.MessageID, AggregateType: w.AggregateType,
+		AggregateID: w.AggregateID, AggregateVersion: w.AggregateVersion, EventType: w.EventType,
+		Payload: string(w.Payload), Metadata: md, OccurredAt: w.OccurredAt, DiscardedAt: w.DiscardedAt})
+	if err != nil {
+		// Its only error is metadata that is not an object of strings,
+		// which a map of strings cannot be.
+		panic(fmt.Sprintf("outflowtest: the message of %s: %v", w.MessageID, err))
 	}
-	msg := message.NewMessage(w.MessageID, []byte(w.Payload))
-	msg.Metadata = md
 	msg.SetContext(ctx)
 	return msg
 }
 
-// Event decodes the row with reg, as a consumer would.
+// ErrDiscarded is returned by [Written.Event] for a discarded row: no
+// consumer decodes its event, they receive its discard marker.
+var ErrDiscarded = errors.New("the row was discarded: consumers receive its discard marker, not its event")
+
+// Event decodes the row with reg, as a consumer would. For a discarded row
+// it returns [ErrDiscarded]; [Written.Message] is its marker.
 func (w Written) Event(reg *events.Registry) (events.Event, error) {
+	if w.DiscardedAt != nil {
+		return events.Event{}, fmt.Errorf("outflowtest: %s: %w", w.MessageID, ErrDiscarded)
+	}
 	return reg.DecodeMessage(w.Message(context.Background()))
 }
 
@@ -122,7 +149,7 @@ func (w Written) Event(reg *events.Registry) (events.Event, error) {
 func ReadOutbox(ctx context.Context, db Querier) ([]Written, error) {
 	rows, err := db.Query(ctx, `
 		SELECT id, message_id::text, topic, event_type, aggregate_type, aggregate_id, aggregate_version,
-		       payload::text, metadata::text, occurred_at, published_at IS NOT NULL
+		       payload::text, metadata::text, occurred_at, published_at IS NOT NULL, discarded_at
 		FROM outbox ORDER BY id`)
 	if err != nil {
 		return nil, fmt.Errorf("outflowtest: read outbox: %w", err)
@@ -133,12 +160,17 @@ func ReadOutbox(ctx context.Context, db Querier) ([]Written, error) {
 			payload, md string
 		)
 		if err := r.Scan(&w.ID, &w.MessageID, &w.Topic, &w.EventType, &w.AggregateType, &w.AggregateID,
-			&w.AggregateVersion, &payload, &md, &w.OccurredAt, &w.Published); err != nil {
+			&w.AggregateVersion, &payload, &md, &w.OccurredAt, &w.Published, &w.DiscardedAt); err != nil {
 			return w, err
 		}
 		w.Payload = json.RawMessage(payload)
+		// A discarded row's metadata that does not parse is left out, as
+		// its marker leaves it out: it may be why the row was discarded.
 		if err := json.Unmarshal([]byte(md), &w.Metadata); err != nil {
-			return w, fmt.Errorf("metadata of %s: %w", w.MessageID, err)
+			if w.DiscardedAt == nil {
+				return w, fmt.Errorf("metadata of %s: %w", w.MessageID, err)
+			}
+			w.Metadata = nil
 		}
 		w.OccurredAt = w.OccurredAt.UTC()
 		return w, nil

@@ -3,11 +3,14 @@ package outflowtest
 import (
 	"context"
 	"testing"
+	"time"
 
 	"github.com/jackc/pgx/v5"
 	"github.com/stretchr/testify/require"
 
+	"github.com/outflow-dev/outflow/events"
 	"github.com/outflow-dev/outflow/events/outbox"
+	"github.com/outflow-dev/outflow/forwarder"
 )
 
 func TestRequireEventInsideTheTransaction(t *testing.T) {
@@ -131,3 +134,66 @@ func TestPayloadSubset(t *testing.T) {
 }
 
 var _ Querier = pgx.Tx(nil)
+
+// ReadOutbox of a discarded row: Written.Message is the discard marker the
+// forwarder sends in its place (the row's message id, version and
+// correlation id, the event's own type in metadata, an empty payload), not
+// its event; a handler harness given it reports it Applied (its version,
+// without running the handler) and releases the aggregate's next event,
+// which waited for it.
+// Event refuses it. A discarded row whose metadata does not parse is read,
+// its marker without that metadata, as the forwarder sends it.
+func TestReadOutboxOfADiscardedRowGivesTheMarker(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	s := kitSchema(t)
+	v1 := newEvent(t, "acc-d1", 1, credited{Account: "acc-d1", Amount: 5})
+	v1.CorrelationID = "req-d1"
+	v2 := newEvent(t, "acc-d1", 2, credited{Account: "acc-d1", Amount: 7})
+	bad := newEvent(t, "acc-d2", 1, credited{Account: "acc-d2", Amount: 9})
+	writeEvents(t, s.Pool, v1, v2, bad)
+	_, err := s.Pool.Exec(ctx, `UPDATE outbox SET metadata = '{"n": 1}' WHERE message_id = $1`, bad.MessageID)
+	require.NoError(t, err)
+	// Parked as the forwarder parks a row, then discarded as an operator does.
+	_, err = s.Pool.Exec(ctx, `UPDATE outbox SET parked_at = now(), attempts = 5 WHERE message_id = ANY($1::uuid[])`,
+		[]string{v1.MessageID, bad.MessageID})
+	require.NoError(t, err)
+	n, err := forwarder.DiscardParked(ctx, s.Pool, forwarder.ParkedFilter{})
+	require.NoError(t, err)
+	require.EqualValues(t, 2, n)
+
+	w := RequireEvent(ctx, t, s.Pool, Want{AggregateID: "acc-d1", Version: 1})
+	var at time.Time
+	require.NoError(t, s.Pool.QueryRow(ctx, `SELECT discarded_at FROM outbox WHERE message_id = $1`, v1.MessageID).Scan(&at))
+	require.NotNil(t, w.DiscardedAt)
+	require.True(t, at.Equal(*w.DiscardedAt))
+	require.Contains(t, w.String(), "(discarded)")
+	msg := w.Message(ctx)
+	require.True(t, events.IsDiscardMarker(msg), "the marker, not the event: %v", msg.Metadata)
+	require.Equal(t, v1.MessageID, msg.UUID)
+	require.Equal(t, "{}", string(msg.Payload))
+	require.Equal(t, "account.credited", msg.Metadata.Get(events.DiscardedEventTypeKey))
+	require.Equal(t, at.UTC().Format(time.RFC3339Nano), msg.Metadata.Get(events.DiscardedAtKey))
+	require.Equal(t, "req-d1", msg.Metadata.Get(events.CorrelationIDKey))
+	require.Equal(t, "1", msg.Metadata.Get(events.AggregateVersionKey))
+	_, err = w.Event(testRegistry(t))
+	require.ErrorIs(t, err, ErrDiscarded)
+
+	// v2 first: it waits for v1, which its marker fills.
+	h := NewHandlerHarness(t, s.Pool, testRegistry(t), balanceHandler(ledgerAggregate))
+	next := RequireEvent(ctx, t, s.Pool, Want{AggregateID: "acc-d1", Version: 2})
+	require.Nil(t, next.DiscardedAt)
+	require.Equal(t, Parked, h.DeliverMessage(ctx, next.Message(ctx)).Outcome)
+	d := h.DeliverMessage(ctx, msg)
+	require.Equal(t, Applied, d.Outcome, "the marker applies its version")
+	require.Equal(t, []string{v2.MessageID}, d.Released, "and releases v2")
+	require.Equal(t, 1, d.Calls, "v2's handler ran, never the marker's")
+	require.Equal(t, balance{Amount: 7, Applied: []string{"2"}}, readBalance(t, s.Pool, "acc-d1"))
+	require.Equal(t, Duplicate, h.DeliverMessage(ctx, msg).Outcome, "delivered again")
+
+	wb := RequireEvent(ctx, t, s.Pool, Want{AggregateID: "acc-d2"})
+	require.Nil(t, wb.Metadata)
+	mb := wb.Message(ctx)
+	require.True(t, events.IsDiscardMarker(mb))
+	require.Empty(t, mb.Metadata.Get("n"))
+}

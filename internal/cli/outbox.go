@@ -47,12 +47,25 @@ func newOutboxCmd(e *env) *cobra.Command {
 				return nil
 			}
 			tw := tabwriter.NewWriter(out, 0, 4, 2, ' ', 0)
-			fmt.Fprintln(tw, "ID\tMESSAGE ID\tEVENT\tAGGREGATE\tVERSION\tATTEMPTS\tPARKED AT\tLAST ERROR")
+			fmt.Fprintln(tw, "ID\tMESSAGE ID\tEVENT\tAGGREGATE\tVERSION\tATTEMPTS\tPARKED AT\tDISCARDED AT\tLAST ERROR")
+			discarded := false
 			for _, r := range rows {
-				fmt.Fprintf(tw, "%d\t%s\t%s\t%s/%s\t%d\t%d\t%s\t%s\n", r.ID, r.MessageID, r.EventType, r.AggregateType,
-					r.AggregateID, r.AggregateVersion, r.Attempts, r.ParkedAt.Format(time.RFC3339), r.LastError)
+				at := "-"
+				if r.DiscardedAt != nil {
+					at, discarded = r.DiscardedAt.Format(time.RFC3339), true
+				}
+				fmt.Fprintf(tw, "%d\t%s\t%s\t%s/%s\t%d\t%d\t%s\t%s\t%s\n", r.ID, r.MessageID, r.EventType, r.AggregateType,
+					r.AggregateID, r.AggregateVersion, r.Attempts, r.ParkedAt.Format(time.RFC3339), at, r.LastError)
 			}
-			return tw.Flush()
+			if err := tw.Flush(); err != nil {
+				return err
+			}
+			if discarded {
+				// Otherwise an operator retrying such a row expects its event.
+				fmt.Fprintln(out, "A row with DISCARDED AT was discarded, then parked again: what failed is its discard marker "+
+					"(event type "+events.EventTypeDiscarded+"), and `outbox retry` sends the marker again, not the event.")
+			}
+			return nil
 		}),
 	}
 	parked.Flags().IntVar(&limit, "limit", 100, "rows to list")

@@ -2,7 +2,9 @@ package cli_test
 
 import (
 	"context"
+	"encoding/json"
 	"strconv"
+	"strings"
 	"testing"
 
 	"github.com/stretchr/testify/require"
@@ -70,4 +72,44 @@ func TestOutboxDiscardCommand(t *testing.T) {
 	require.NoError(t, err, "%s", out)
 	require.Contains(t, string(out), "released 1 parked rows")
 	require.Equal(t, ids(a)+":false:false,"+ids(b)+":false:true", state(), "a retry does not discard")
+}
+
+// `outbox parked` says which rows were discarded and parked again (their
+// marker failed), and that a retry sends the marker, not the event; --json
+// carries discarded_at for those rows only.
+func TestOutboxParkedShowsDiscardedRows(t *testing.T) {
+	t.Parallel()
+	s := outflowtest.NewSchema(t, appmigrations.Set())
+	ctx := context.Background()
+	env := map[string]string{"DATABASE_URL": s.URL, "TZ": "UTC"} // times print in the process's zone
+	parked := func(agg, discardedAt string) int64 {
+		var id int64
+		require.NoError(t, s.Pool.QueryRow(ctx, `
+			INSERT INTO outbox (message_id, topic, aggregate_type, aggregate_id, aggregate_version, event_type, payload, occurred_at,
+			                    attempts, last_error, parked_at, discarded_at)
+			VALUES (gen_random_uuid(), 'payments', 'payment', $1, 1, 'payment.paid', '{}', now(), 1, 'broker said no', now(),
+			        nullif($2, '')::timestamptz) RETURNING id`,
+			agg, discardedAt).Scan(&id))
+		return id
+	}
+	plain := parked("a", "")
+	again := parked("b", "2026-01-02T03:04:05Z")
+
+	out, err := command(env, "outbox", "parked").CombinedOutput()
+	require.NoError(t, err, "%s", out)
+	lines := strings.Split(strings.TrimSpace(string(out)), "\n")
+	require.Len(t, lines, 4, "%s", out)
+	require.Contains(t, lines[0], "DISCARDED AT")
+	require.Regexp(t, `^`+strconv.FormatInt(plain, 10)+` .* payment/a .* - +broker said no$`, lines[1])
+	require.Regexp(t, `^`+strconv.FormatInt(again, 10)+` .* payment/b .* 2026-01-02T03:04:05Z +broker said no$`, lines[2])
+	require.Contains(t, lines[3], "discarded, then parked again: what failed is its discard marker")
+	require.Contains(t, lines[3], "`outbox retry` sends the marker again, not the event")
+
+	out, err = command(env, "outbox", "parked", "--json").Output()
+	require.NoError(t, err, "%s", out)
+	var rows []map[string]any
+	require.NoError(t, json.Unmarshal(out, &rows), "%s", out)
+	require.Len(t, rows, 2)
+	require.NotContains(t, rows[0], "discarded_at")
+	require.Equal(t, "2026-01-02T03:04:05Z", rows[1]["discarded_at"])
 }

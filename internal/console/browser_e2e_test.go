@@ -122,6 +122,46 @@ func TestConsoleInBrowser(t *testing.T) {
 	require.NotEqual(t, "pending", text(t, ctx, event+" .published-at"), "the retried row's published_at on its journey")
 	screenshot(t, ctx, dir, "06-journey-forwarded")
 
+	// Another parked row, a payment.paid given up on: discarded from the
+	// list (the button's formaction, confirmed in the browser's dialog);
+	// the forwarder publishes its discard marker in its place, which the
+	// broker takes where it refused the event, and the consumers take in
+	// without running their handler: the merchant is not notified.
+	var (
+		discardID  int64
+		discardMsg string
+	)
+	require.NoError(t, pool.QueryRow(bg, `SELECT id, message_id::text FROM outbox WHERE aggregate_id = $1 AND parked_at IS NOT NULL
+		AND event_type = 'payment.paid'`, seed.discard).Scan(&discardID, &discardMsg))
+	row = fmt.Sprintf("#parked-%d", discardID)
+	run(t, ctx, "open the parked rows again", chromedp.Navigate(base+"/parked"), chromedp.WaitVisible(chromedp.CSS(row)),
+		chromedp.Click(chromedp.CSS(row+` input[name="id"]`)))
+	confirmed = acceptDialogs(t, ctx)
+	run(t, ctx, "discard it, confirming in the browser's dialog",
+		chromedp.Click(chromedp.CSS("#parked-discard-selected")),
+		chromedp.WaitVisible(chromedp.CSS("#action-result")),
+	)
+	require.Contains(t, <-confirmed, "Discard the selected parked rows", "the discard button's own question")
+	require.Contains(t, text(t, ctx, "#action-result"), "outbox.discard", "the discard's result")
+	require.Equal(t, "1", text(t, ctx, "#action-count"))
+	screenshot(t, ctx, dir, "06b-parked-discarded")
+	outflowtest.WaitFor(t, 30*time.Second, "the discarded row's marker published", func() bool {
+		var published bool
+		require.NoError(t, pool.QueryRow(bg, `SELECT published_at IS NOT NULL FROM outbox WHERE id = $1`, discardID).Scan(&published))
+		return published
+	})
+	var discarded bool
+	require.NoError(t, pool.QueryRow(bg, `SELECT discarded_at IS NOT NULL FROM outbox WHERE id = $1`, discardID).Scan(&discarded))
+	require.True(t, discarded, "published as its discard marker")
+	outflowtest.WaitFor(t, 30*time.Second, "the marker taken in by the three consumers", func() bool {
+		var n int
+		require.NoError(t, pool.QueryRow(bg, `SELECT count(*) FROM processed_messages WHERE message_id = $1`, discardMsg).Scan(&n))
+		return n == 3
+	})
+	var notified int
+	require.NoError(t, pool.QueryRow(bg, `SELECT count(*) FROM webhook_deliveries WHERE message_id = $1`, discardMsg).Scan(&notified))
+	require.Zero(t, notified, "notify-merchant's handler did not run for the discarded payment.paid")
+
 	// A dead letter: listed, and its event's journey found from the search form.
 	var deadID int64
 	require.NoError(t, pool.QueryRow(bg, `SELECT id FROM dead_letters WHERE consumer = 'ledger-export' AND aggregate_id = $1

@@ -117,8 +117,9 @@ func screenshot(t testing.TB, ctx context.Context, dir, name string) string {
 }
 
 // refusingBroker refuses, as a broker refusing a message would, every
-// message of the aggregates in refuse: with the forwarder's MaxAttempts at 1
+// event of the aggregates in refuse: with the forwarder's MaxAttempts at 1
 // such a row is parked at once. Clearing refuse lets a retried row through.
+// A discard marker goes through: what it refuses is the event.
 type refusingBroker struct {
 	forwarder.Broker
 	mu     sync.Mutex
@@ -138,7 +139,7 @@ func (b *refusingBroker) Publish(ctx context.Context, msgs []forwarder.Outgoing)
 	refused := make([]bool, len(msgs))
 	var any bool
 	for i, m := range msgs {
-		refused[i] = b.refuse[m.AggregateID]
+		refused[i] = b.refuse[m.AggregateID] && !events.IsDiscardMarker(m.Message)
 		any = any || refused[i]
 	}
 	b.mu.Unlock()

@@ -14,16 +14,17 @@ import (
 )
 
 // seeded is what the browser tests find in the stack: payments forwarded
-// and handled, one parked outbox row and the dead letters of one payment.
+// and handled, two parked outbox rows and the dead letters of one payment.
 type seeded struct {
 	merchantID string
-	parked     string // the payment whose rows the broker refused
+	parked     string // the payment whose rows the broker refused, to retry
+	discard    string // another one, to discard
 	dead       string // the payment the ledger-export consumer fails
 }
 
-// seed makes payments, parks one (the broker refuses its aggregate and the
-// forwarder gives up after one attempt) and dead-letters another (a
-// consumer fails its events), and waits until the pipeline shows all three.
+// seed makes payments, parks two (the broker refuses their aggregates and
+// the forwarder gives up after one attempt) and dead-letters another (a
+// consumer fails its events), and waits until the pipeline shows them all.
 func (s *stack) seed(t *testing.T) seeded {
 	t.Helper()
 	ctx := context.Background()
@@ -44,13 +45,25 @@ func (s *stack) seed(t *testing.T) seeded {
 	out.parked = pending.ID
 	s.broker.setRefused(pending.ID, true)
 	s.api(t, "/v1/payments/"+pending.ID+"/pay", `{}`)
-
 	pool := s.schema.Pool
-	outflowtest.WaitFor(t, 30*time.Second, "a parked outbox row of the refused payment", func() bool {
+	// Refused once created and forwarded: its payment.paid is what parks,
+	// the event the merchant would be notified of.
+	toDiscard := s.create(t, m.ID, 888)
+	out.discard = toDiscard.ID
+	outflowtest.WaitFor(t, 30*time.Second, "the payment to discard forwarded", func() bool {
 		var n int
-		require.NoError(t, pool.QueryRow(ctx,
-			`SELECT count(*) FROM outbox WHERE aggregate_id = $1 AND parked_at IS NOT NULL`, out.parked).Scan(&n))
-		return n > 0
+		require.NoError(t, pool.QueryRow(ctx, `SELECT count(*) FROM outbox WHERE aggregate_id = $1 AND published_at IS NOT NULL`,
+			out.discard).Scan(&n))
+		return n == 1
+	})
+	s.broker.setRefused(toDiscard.ID, true)
+	s.api(t, "/v1/payments/"+toDiscard.ID+"/pay", `{}`)
+
+	outflowtest.WaitFor(t, 30*time.Second, "a parked outbox row of each refused payment", func() bool {
+		var n int
+		require.NoError(t, pool.QueryRow(ctx, `SELECT count(DISTINCT aggregate_id) FROM outbox
+			WHERE aggregate_id = ANY($1) AND parked_at IS NOT NULL`, []string{out.parked, out.discard}).Scan(&n))
+		return n == 2
 	})
 	// Dead, not still retrying: the overview must show a settled count.
 	outflowtest.WaitFor(t, 30*time.Second, "a dead letter of ledger-export", func() bool {

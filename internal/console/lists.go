@@ -24,7 +24,7 @@ const (
 	// topic filter, '' for every topic.
 	qParked = `
 		SELECT id, message_id::text, topic, event_type, aggregate_type, aggregate_id, aggregate_version,
-		       attempts, coalesce(last_error, ''), created_at, parked_at
+		       attempts, coalesce(last_error, ''), created_at, parked_at, discarded_at
 		FROM outbox WHERE published_at IS NULL AND parked_at IS NOT NULL AND id > $1 AND ($3 = '' OR topic = $3)
 		ORDER BY id LIMIT $2`
 )

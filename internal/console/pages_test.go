@@ -443,3 +443,28 @@ func TestDiscardParkedRows(t *testing.T) {
 	require.Regexp(t, `<dd class="published-at">[^<]+ \(its discard marker\)</dd>`, sections[0])
 	require.NotContains(t, sections[1], `discarded`)
 }
+
+// A discarded row parked again (its marker failed) is marked so on /parked,
+// with when it was discarded, and says a retry sends the marker again: an
+// operator must not take it for the event. A row never discarded is not.
+func TestParkedListShowsADiscardedRow(t *testing.T) {
+	t.Parallel()
+	e := newEnv(t)
+	again := e.insertOutbox(t, "p1", 1, false, true)
+	plain := e.insertOutbox(t, "p2", 1, false, true)
+	e.exec(t, `UPDATE outbox SET discarded_at = '2026-01-02 03:04:05.678Z' WHERE id = $1`, again)
+	c := e.client(t)
+	e.login(t, c)
+	res, body := do(t, c, http.MethodGet, e.srv.URL+"/parked", nil)
+	require.Equal(t, http.StatusOK, res.StatusCode)
+	rows := regexp.MustCompile(`(?s)<tr class="parked-row[^"]*" id="parked-(\d+)".*?</tr>`).FindAllStringSubmatch(body, -1)
+	require.Len(t, rows, 2)
+	require.Equal(t, strconv.FormatInt(again, 10), rows[0][1])
+	require.Contains(t, rows[0][0], `class="parked-row discarded"`)
+	require.Contains(t, rows[0][0], `<span class="discarded-badge">discarded</span>`)
+	require.Regexp(t, `<div class="discarded-note">discarded 2026-01-02 03:04:05.678Z: its discard marker is what failed, `+
+		`and a retry sends the marker again, not this event</div>`, rows[0][0])
+	require.Equal(t, strconv.FormatInt(plain, 10), rows[1][1])
+	require.Contains(t, rows[1][0], `class="parked-row"`)
+	require.NotContains(t, rows[1][0], "discard", "a row never discarded")
+}
