@@ -169,6 +169,9 @@ type journey struct {
 	// not a message id or the message is on another page.
 	Focus        int64
 	FocusVersion int64
+	// Positioned is a page opened at after= or before=: empty, it is past
+	// the aggregate's events, not a query that found none.
+	Positioned bool
 	// Consumers a replay can go to; empty when no broker is configured.
 	ReplayTo []string
 }
@@ -216,7 +219,7 @@ func (c *Console) journeyPage(w http.ResponseWriter, r *http.Request, s session)
 // processed_messages and dead_letters' (consumer, message_id), and
 // webhook_deliveries' message_id.
 func (c *Console) readJourney(ctx context.Context, q string, at *journeyPosition) (journey, error) {
-	j := journey{Query: q, AggregateType: c.cfg.AggregateType, AggregateID: q}
+	j := journey{Query: q, AggregateType: c.cfg.AggregateType, AggregateID: q, Positioned: at != nil}
 	pool := c.cfg.Pool
 	var msg *position
 	if id, err := uuid.Parse(q); err == nil {

@@ -164,6 +164,7 @@ func TestJourneyPages(t *testing.T) {
 	body = get("/journey?q=" + agg + "&after=130." + strconv.FormatInt(ids[130], 10))
 	require.Empty(t, shownEvents(t, body))
 	require.Empty(t, link(laterRe, body))
+	require.Contains(t, body, `id="journey-past-end"`, "not the message of a query that found nothing")
 }
 
 // The journey's after= and before= are positions its own links write: any
