@@ -46,8 +46,8 @@ func TestUpgradeFromSingleSet(t *testing.T) {
 		upTo int64
 		want []int64 // what the upgrade runs
 	}{
-		{"complete", 11, []int64{16, 17, 19, 20}},
-		{"stopped after 00007", 7, []int64{8, 10, 11, 16, 17, 19, 20}},
+		{"complete", 11, []int64{16, 17, 19, 20, 22}},
+		{"stopped after 00007", 7, []int64{8, 10, 11, 16, 17, 19, 20, 22}},
 	} {
 		t.Run(tt.name, func(t *testing.T) {
 			t.Parallel()
@@ -94,8 +94,11 @@ func TestUpgradeFromSingleSet(t *testing.T) {
 				VALUES (gen_random_uuid(), 't', 'a', '1', 1, 'e', '{}', now()) RETURNING id`).Scan(&id))
 			require.EqualValues(t, 3, id)
 
-			// Down works on the adopted set: 20, 19, 17 and 16 (run here), then 11.
+			// Down works on the adopted set: 22, 20, 19, 17 and 16 (run here), then 11.
 			r, err := migrations.Down(ctx, s.OpenDB(t))
+			require.NoError(t, err)
+			require.EqualValues(t, 22, r.Version)
+			r, err = migrations.Down(ctx, s.OpenDB(t))
 			require.NoError(t, err)
 			require.EqualValues(t, 20, r.Version)
 			r, err = migrations.Down(ctx, s.OpenDB(t))
@@ -123,13 +126,13 @@ func TestAdoptionRunsOnce(t *testing.T) {
 	legacyUp(t, s, 11)
 	rs, err := migrations.Up(ctx, s.OpenDB(t))
 	require.NoError(t, err)
-	require.Len(t, rs, 4, "only the versions after the single-set release run: 16, 17, 19 and 20")
-	for _, want := range []int64{20, 19, 17, 16, 11} {
+	require.Len(t, rs, 5, "only the versions after the single-set release run: 16, 17, 19, 20 and 22")
+	for _, want := range []int64{22, 20, 19, 17, 16, 11} {
 		r, err := migrations.Down(ctx, s.OpenDB(t))
 		require.NoError(t, err)
 		require.EqualValues(t, want, r.Version)
 	}
 	rs, err = migrations.Up(ctx, s.OpenDB(t))
 	require.NoError(t, err)
-	require.Len(t, rs, 5, "11 runs again, then 16, 17, 19 and 20: the rolled-back version is not re-adopted")
+	require.Len(t, rs, 6, "11 runs again, then 16, 17, 19, 20 and 22: the rolled-back version is not re-adopted")
 }

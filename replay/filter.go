@@ -65,7 +65,7 @@ func (f Filter) empty() bool {
 // where renders f as a condition on the outbox (alias o) whose parameters
 // start at $first, with their values. Only the set fields appear, so that
 // the planner sees each query's real shape (an aggregate filter uses
-// outbox_aggregate_idx).
+// outbox_aggregate_version_idx).
 func (f Filter) where(first int) (string, []any) {
 	conds := []string{"o.published_at IS NOT NULL"}
 	var args []any

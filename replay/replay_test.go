@@ -61,7 +61,7 @@ func TestSelectPagesInIDOrder(t *testing.T) {
 	require.ErrorIs(t, err, replay.ErrEmptyFilter)
 }
 
-// The aggregate filters are served by outbox_aggregate_idx (and the
+// The aggregate filters are served by outbox_aggregate_version_idx (and the
 // pending-rows index for the reset's pending rows): with sequential scans
 // priced out, the plans of Select and of the reset's deletes name the
 // indexes, so they never read the whole outbox.
@@ -89,13 +89,13 @@ func TestAggregateQueriesUseTheIndex(t *testing.T) {
 	ids := []string{"a1", "a2"}
 	sel := explain(`SELECT o.id FROM outbox o WHERE o.id > $1 AND o.published_at IS NOT NULL AND o.topic = $2
 		AND o.aggregate_type = $3 AND o.aggregate_id = ANY($4::text[]) ORDER BY o.id LIMIT 10`, 0, "t", "a", ids)
-	require.Contains(t, sel, "outbox_aggregate_idx", sel)
+	require.Contains(t, sel, "outbox_aggregate_version_idx", sel)
 	del := explain(`DELETE FROM processed_messages p WHERE p.consumer = $1 AND p.message_id IN (
 		SELECT o.message_id FROM outbox o WHERE o.published_at IS NOT NULL AND o.aggregate_type = $2 AND o.aggregate_id = ANY($3::text[])
 		UNION ALL
 		SELECT o.message_id FROM outbox o WHERE o.published_at IS NULL AND o.aggregate_type = $2 AND o.aggregate_id = ANY($3::text[]))`,
 		"c", "a", ids)
-	require.Contains(t, del, "outbox_aggregate_idx", del)
+	require.Contains(t, del, "outbox_aggregate_version_idx", del)
 	require.Contains(t, del, "outbox_pending_idx", del)
 	require.NotContains(t, sel+del, "Seq Scan on outbox", fmt.Sprint(sel, "\n", del))
 }

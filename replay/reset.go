@@ -120,7 +120,7 @@ func resetOnce(ctx context.Context, pool *pgxpool.Pool, r Reset, ids []string) (
 			aggregate, outboxAggregate, args = `true`, `true`, args[:2]
 		}
 		b := &pgx.Batch{}
-		// Published rows through outbox_aggregate_idx, pending ones (a
+		// Published rows through outbox_aggregate_version_idx, pending ones (a
 		// row the broker lost, waiting to be published again) through
 		// the pending-rows index.
 		b.Queue(`DELETE FROM processed_messages p WHERE p.consumer = $1 AND p.message_id IN (

@@ -2,6 +2,7 @@ package bench
 
 import (
 	"context"
+	"crypto/md5" // the seed's message ids, as its SQL derives them: not a digest
 	"errors"
 	"fmt"
 	"io"
@@ -9,6 +10,7 @@ import (
 	"net/http/httptest"
 	"net/url"
 	"slices"
+	"strconv"
 	"strings"
 	"time"
 
@@ -98,6 +100,20 @@ func Console(ctx context.Context, cfg ConsoleConfig) error {
 		}
 		return nil
 	}
+	// A page of the long-lived aggregate: a full one, and for a message id
+	// the message's (marked).
+	fullPage := func(focus bool) func(string) error {
+		return func(body string) error {
+			if n := strings.Count(body, `class="event"`); n != console.DefaultPageSize {
+				return fmt.Errorf("the journey shows %d events, want a page of %d", n, console.DefaultPageSize)
+			}
+			if focus && !strings.Contains(body, `data-focus="true"`) {
+				return errors.New("the message looked up is not on its page")
+			}
+			return nil
+		}
+	}
+	long, middle := consoleAggregateID(int64(cfg.Outbox/4)), consoleLongMessageID(consoleLongEvents/2)
 	for _, page := range []struct {
 		name, path string
 		check      func(string) error
@@ -106,6 +122,10 @@ func Console(ctx context.Context, cfg ConsoleConfig) error {
 		{"overview fragment (/fragments/overview)", "/fragments/overview", nil},
 		{"journey by payment id", "/journey?q=" + url.QueryEscape(agg), fourEvents},
 		{"journey by message id", "/journey?q=" + url.QueryEscape(msgID), fourEvents},
+		{fmt.Sprintf("journey of a %d-event aggregate (its newest page)", consoleLongEvents),
+			"/journey?q=" + url.QueryEscape(long), fullPage(false)},
+		{fmt.Sprintf("journey by message id, v%d of it", consoleLongEvents/2),
+			"/journey?q=" + url.QueryEscape(middle), fullPage(true)},
 	} {
 		d, err := renderTimes(ctx, h, cookie, page.path, cfg.Warmup, cfg.Renders, page.check)
 		if err != nil {
@@ -226,6 +246,20 @@ func deadSpacing(cfg ConsoleConfig) int64 {
 	return payments / int64(cfg.Dead)
 }
 
+// The long-lived aggregate (an account's, a merchant's history): its
+// journey is paged, and a page must cost what a payment's journey costs.
+// Its last 10 events are pending. The message id of its version v is
+// md5('long' || v) as a uuid.
+const (
+	consoleLongEvents     = 20_000
+	consoleLongMessageSQL = `md5('long' || v)::uuid`
+)
+
+func consoleLongMessageID(v int) string {
+	h := fmt.Sprintf("%x", md5.Sum([]byte("long"+strconv.Itoa(v))))
+	return h[0:8] + "-" + h[8:12] + "-" + h[12:16] + "-" + h[16:20] + "-" + h[20:32]
+}
+
 // consoleAggregateID is payment number g's id: a UUID, as the service's.
 func consoleAggregateID(g int64) string {
 	h := fmt.Sprintf("%032x", g)
@@ -278,6 +312,15 @@ func seedConsole(ctx context.Context, pool *pgxpool.Pool, cfg ConsoleConfig, out
 			FROM generate_series(0, %d) p, generate_series(1, 4) v,
 			     LATERAL (SELECT now() - interval '14 days' + (p * 4 + v) * interval '1 ms' * (1209600000 / %d) AS ts) t`,
 			msg("(p * 4 + v - 1)"), agg("p"), payments-1, published)},
+		{fmt.Sprintf("outbox: a long-lived aggregate of %d events", consoleLongEvents), fmt.Sprintf(`
+			INSERT INTO outbox (message_id, topic, aggregate_type, aggregate_id, aggregate_version, event_type,
+			                    payload, metadata, occurred_at, created_at, published_at)
+			SELECT %s, 'payments', 'payment', '%s', v, 'payment.paid',
+			       jsonb_build_object('amount', 1000 + v %% 5000, 'currency', 'EUR'), '{"correlation_id":"bench"}'::jsonb,
+			       now() - interval '14 days' + v * interval '1 s', now() - interval '14 days' + v * interval '1 s',
+			       CASE WHEN v <= %d THEN now() - interval '14 days' + v * interval '1 s' + interval '50 ms' END
+			FROM generate_series(1, %d) v`,
+			consoleLongMessageSQL, consoleAggregateID(int64(payments)), consoleLongEvents-10, consoleLongEvents)},
 		{fmt.Sprintf("processed_messages: %d rows (%d consumers)", min(cfg.Processed, handled*nConsumers), nConsumers), fmt.Sprintf(`
 			INSERT INTO processed_messages (message_id, consumer, processed_at)
 			SELECT %s, 'consumer-' || lpad(c::text, 2, '0'), now() - interval '14 days' + g * interval '1 ms'

@@ -55,7 +55,10 @@ type Config struct {
 	InsecureCookie bool
 	// SessionTTL defaults to [DefaultSessionTTL].
 	SessionTTL time.Duration
-	// PageSize defaults to [DefaultPageSize].
+	// PageSize is the rows of a list's page and the events of a journey's
+	// page (one knob: a journey's page is its events' outcomes and
+	// deliveries too, read by key for the page only); defaults to
+	// [DefaultPageSize].
 	PageSize int
 	// RateSampleInterval is how often [Console.Run] samples the published
 	// total; defaults to [DefaultRateSampleInterval].

@@ -3,7 +3,7 @@ package console
 // Queries are the console's queries on the big tables, by name, for the
 // test that checks each uses an index.
 var Queries = map[string]string{
-	"find message": qFindMessage, "events": qEvents, "processed": qProcessed, "dead outcomes": qDeadOutcomes,
+	"find message": qFindMessage, "events after": qEventsAfter, "events before": qEventsBefore, "processed": qProcessed, "dead outcomes": qDeadOutcomes,
 	"deliveries": qDeliveries, "parked": qParked, "webhook stats": qWebhookStats,
 	// The /dead list, for each filter: every open status or one, every
 	// consumer or one.

@@ -4,7 +4,9 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"math"
 	"net/http"
+	"strconv"
 	"strings"
 	"time"
 
@@ -12,22 +14,37 @@ import (
 	"github.com/jackc/pgx/v5"
 )
 
-// maxJourneyEvents bounds one journey: an aggregate's events, oldest first.
-const maxJourneyEvents = 1000
-
 // The journey's queries; each goes through an index (TestQueriesUseIndexes).
 const (
-	qFindMessage = `SELECT aggregate_type, aggregate_id FROM outbox WHERE message_id = $1`
-	// Published rows through outbox_aggregate_idx, pending ones through
-	// outbox_pending_idx: their partial predicates are the two branches'.
-	qEvents = `
-		SELECT id, message_id::text, topic, event_type, aggregate_version, payload::text, metadata::text,
-		       attempts, coalesce(last_error, ''), created_at, published_at, parked_at, discarded_at
-		FROM (
-			SELECT * FROM outbox WHERE aggregate_type = $1 AND aggregate_id = $2 AND published_at IS NOT NULL
+	qFindMessage = `SELECT aggregate_type, aggregate_id, aggregate_version, id FROM outbox WHERE message_id = $1`
+	// A page of an aggregate's events by keyset on (aggregate_version, id):
+	// $5 rows after ($3, $4) in that order (qEventsAfter) or before it in
+	// the reverse order (qEventsBefore). Published rows through
+	// outbox_aggregate_version_idx, whose key ends in (aggregate_version,
+	// id): a range scan that stops after $5 rows, however long the
+	// aggregate's history. Pending ones through outbox_pending_idx (the
+	// branches' predicates are the two indexes'), sorted: an aggregate has
+	// few. The merge sorts at most twice a page.
+	qEventsAfter = `
+		SELECT * FROM (
+			(SELECT ` + eventColumns + ` FROM outbox
+			 WHERE aggregate_type = $1 AND aggregate_id = $2 AND published_at IS NOT NULL AND (aggregate_version, id) > ($3, $4)
+			 ORDER BY aggregate_version, id LIMIT $5)
 			UNION ALL
-			SELECT * FROM outbox WHERE aggregate_type = $1 AND aggregate_id = $2 AND published_at IS NULL
-		) o ORDER BY aggregate_version, id LIMIT $3`
+			(SELECT ` + eventColumns + ` FROM outbox
+			 WHERE aggregate_type = $1 AND aggregate_id = $2 AND published_at IS NULL AND (aggregate_version, id) > ($3, $4)
+			 ORDER BY aggregate_version, id LIMIT $5)
+		) o ORDER BY aggregate_version, id LIMIT $5`
+	qEventsBefore = `
+		SELECT * FROM (
+			(SELECT ` + eventColumns + ` FROM outbox
+			 WHERE aggregate_type = $1 AND aggregate_id = $2 AND published_at IS NOT NULL AND (aggregate_version, id) < ($3, $4)
+			 ORDER BY aggregate_version DESC, id DESC LIMIT $5)
+			UNION ALL
+			(SELECT ` + eventColumns + ` FROM outbox
+			 WHERE aggregate_type = $1 AND aggregate_id = $2 AND published_at IS NULL AND (aggregate_version, id) < ($3, $4)
+			 ORDER BY aggregate_version DESC, id DESC LIMIT $5)
+		) o ORDER BY aggregate_version DESC, id DESC LIMIT $5`
 	qProcessed = `
 		SELECT message_id::text, consumer, processed_at FROM processed_messages WHERE message_id = ANY($1::uuid[])`
 	qDeadOutcomes = `
@@ -83,22 +100,97 @@ type attempt struct {
 	Error      string
 }
 
+// eventColumns are what a journey shows of an outbox row, in the order
+// scanEvent reads them.
+const eventColumns = `id, message_id::text, topic, event_type, aggregate_version, payload::text, metadata::text,
+			       attempts, coalesce(last_error, '') AS last_error, created_at, published_at, parked_at, discarded_at`
+
+// journeyLead is how many events a lookup by message id shows before the
+// message, when it has that many: what led to it, such as the parked event
+// a strict consumer holds it behind.
+const journeyLead = 5
+
+// position is a place in an aggregate's events, their keyset: the
+// after= and before= of the journey's links, written "<version>.<id>".
+type position struct{ Version, ID int64 }
+
+func (p position) String() string {
+	return strconv.FormatInt(p.Version, 10) + "." + strconv.FormatInt(p.ID, 10)
+}
+
+// errBadPosition is a journey's after= or before= that is not a position.
+var errBadPosition = errors.New("bad position")
+
+func parsePosition(field, s string) (position, error) {
+	v, id, ok := strings.Cut(s, ".")
+	var p position
+	var errV, errID error
+	p.Version, errV = strconv.ParseInt(v, 10, 64)
+	p.ID, errID = strconv.ParseInt(id, 10, 64)
+	if !ok || errV != nil || errID != nil || p.Version < 0 || p.ID < 0 {
+		return p, fmt.Errorf("%w: %s must be <aggregate version>.<outbox id>, as the journey's links write it; got %q",
+			errBadPosition, field, s)
+	}
+	return p, nil
+}
+
+// journeyPosition is where a journey's page starts: after= or before= (one
+// at most), else nil.
+type journeyPosition struct {
+	pos    position
+	before bool
+}
+
+func journeyPositionOf(r *http.Request) (*journeyPosition, error) {
+	q := r.URL.Query()
+	after, before := q.Get("after"), q.Get("before")
+	switch {
+	case after != "" && before != "":
+		return nil, fmt.Errorf("%w: give after or before, not both", errBadPosition)
+	case after != "":
+		p, err := parsePosition("after", after)
+		return &journeyPosition{pos: p}, err
+	case before != "":
+		p, err := parsePosition("before", before)
+		return &journeyPosition{pos: p, before: true}, err
+	}
+	return nil, nil
+}
+
 type journey struct {
 	Query                      string
 	AggregateType, AggregateID string
-	Events                     []journeyEvent
-	Truncated                  bool
+	// Events is one page, in version order.
+	Events []journeyEvent
+	// Earlier and Later are the positions the links to the neighbouring
+	// pages start from; nil on the first, the last page.
+	Earlier, Later *position
+	// Focus is the outbox id of the message looked up (q), 0 when q is
+	// not a message id or the message is on another page.
+	Focus        int64
+	FocusVersion int64
+	// Positioned is a page opened at after= or before=: empty, it is past
+	// the aggregate's events, not a query that found none.
+	Positioned bool
 	// Consumers a replay can go to; empty when no broker is configured.
 	ReplayTo []string
 }
 
+// FirstVersion and LastVersion are the page's range of versions.
+func (j journey) FirstVersion() int64 { return j.Events[0].AggregateVersion }
+func (j journey) LastVersion() int64  { return j.Events[len(j.Events)-1].AggregateVersion }
+
 func (c *Console) journeyPage(w http.ResponseWriter, r *http.Request, s session) {
 	p := c.pageFor(s, "Journey")
 	q := strings.TrimSpace(r.URL.Query().Get("q"))
+	at, err := journeyPositionOf(r)
+	if err != nil {
+		http.Error(w, err.Error(), http.StatusBadRequest)
+		return
+	}
 	j := journey{Query: q}
-	var err error
 	if q != "" {
-		if j, err = c.readJourney(r.Context(), q); err != nil {
+		if j, err = c.readJourney(r.Context(), q, at); err != nil {
 			c.fail(w, r, err)
 			return
 		}
@@ -117,39 +209,114 @@ func (c *Console) journeyPage(w http.ResponseWriter, r *http.Request, s session)
 }
 
 // readJourney finds q's aggregate (q is a message id, else an aggregate id
-// of Config.AggregateType) and reads every event of it. Each query goes
-// through an index: the outbox's message_id, outbox_aggregate_idx
-// (published rows), outbox_pending_idx (pending ones), the primary keys of
+// of Config.AggregateType) and reads one page of its events (Config.PageSize)
+// with their outcomes: from at when given; else the page around the
+// message q names, journeyLead events before it; else the newest page,
+// which holds what is pending or parked (an aggregate's newest events; a
+// payment's whole journey). Each query goes through an index: the outbox's
+// message_id, outbox_aggregate_version_idx (published rows),
+// outbox_pending_idx (pending ones), the primary keys of
 // processed_messages and dead_letters' (consumer, message_id), and
 // webhook_deliveries' message_id.
-func (c *Console) readJourney(ctx context.Context, q string) (journey, error) {
-	j := journey{Query: q, AggregateType: c.cfg.AggregateType, AggregateID: q}
+func (c *Console) readJourney(ctx context.Context, q string, at *journeyPosition) (journey, error) {
+	j := journey{Query: q, AggregateType: c.cfg.AggregateType, AggregateID: q, Positioned: at != nil}
 	pool := c.cfg.Pool
+	var msg *position
 	if id, err := uuid.Parse(q); err == nil {
-		err := pool.QueryRow(ctx, qFindMessage, id).
-			Scan(&j.AggregateType, &j.AggregateID)
-		if err != nil && !errors.Is(err, pgx.ErrNoRows) {
+		var m position
+		err := pool.QueryRow(ctx, qFindMessage, id).Scan(&j.AggregateType, &j.AggregateID, &m.Version, &m.ID)
+		switch {
+		case err == nil:
+			msg = &m
+		case !errors.Is(err, pgx.ErrNoRows):
 			return j, fmt.Errorf("journey: find message: %w", err)
 		}
 	}
-	rows, err := pool.Query(ctx, qEvents, j.AggregateType, j.AggregateID, maxJourneyEvents+1)
+	n := c.cfg.PageSize
+	// A page is the events before a position (newest first, reversed
+	// below) and those after it; each read asks for one row more than it
+	// may show, which tells whether there is a page beyond.
+	read := func(q string, from position, limit int) ([]journeyEvent, error) {
+		rows, err := pool.Query(ctx, q, j.AggregateType, j.AggregateID, from.Version, from.ID, limit)
+		if err != nil {
+			return nil, fmt.Errorf("journey: read events: %w", err)
+		}
+		evs, err := pgx.CollectRows(rows, scanEvent)
+		if err != nil {
+			return nil, fmt.Errorf("journey: read events: %w", err)
+		}
+		return evs, nil
+	}
+	var before, after []journeyEvent
+	var err error
+	lead := 0
+	switch {
+	case at != nil && at.before:
+		before, err = read(qEventsBefore, at.pos, n+1)
+		lead = n
+	case at != nil:
+		after, err = read(qEventsAfter, at.pos, n+1)
+	case msg != nil:
+		// (version, id - 1) is just before the message: ids are unique.
+		if after, err = read(qEventsAfter, position{msg.Version, msg.ID - 1}, n+1); err == nil {
+			before, err = read(qEventsBefore, *msg, n+1)
+		}
+		lead = min(journeyLead, n-1)
+		if len(after) < n-lead { // near the newest: fill the page with earlier events
+			lead = n - len(after)
+		}
+	default:
+		before, err = read(qEventsBefore, position{math.MaxInt64, math.MaxInt64}, n+1)
+		lead = n
+	}
 	if err != nil {
-		return j, fmt.Errorf("journey: read events: %w", err)
+		return j, err
 	}
-	j.Events, err = pgx.CollectRows(rows, func(r pgx.CollectableRow) (journeyEvent, error) {
-		var e journeyEvent
-		err := r.Scan(&e.ID, &e.MessageID, &e.Topic, &e.EventType, &e.AggregateVersion, &e.Payload, &e.Metadata,
-			&e.Attempts, &e.LastError, &e.CreatedAt, &e.PublishedAt, &e.ParkedAt, &e.DiscardedAt)
-		return e, err
-	})
-	if err != nil {
-		return j, fmt.Errorf("journey: read events: %w", err)
+	lead = min(lead, len(before))
+	rest := min(n-lead, len(after))
+	j.Events = make([]journeyEvent, 0, lead+rest)
+	for i := lead - 1; i >= 0; i-- {
+		j.Events = append(j.Events, before[i])
 	}
-	if len(j.Events) > maxJourneyEvents {
-		j.Events, j.Truncated = j.Events[:maxJourneyEvents], true
-	}
+	j.Events = append(j.Events, after[:rest]...)
 	if len(j.Events) == 0 {
 		return j, nil
+	}
+	first, last := &position{j.Events[0].AggregateVersion, j.Events[0].ID},
+		&position{j.Events[len(j.Events)-1].AggregateVersion, j.Events[len(j.Events)-1].ID}
+	if len(before) > lead {
+		j.Earlier = first
+	}
+	if len(after) > rest {
+		j.Later = last
+	}
+	// A page read in one direction looks one row the other way: the
+	// position it was opened at may be no event's (a link written by hand,
+	// an edge that retention deleted).
+	switch {
+	case at != nil && at.before:
+		more, err := read(qEventsAfter, *last, 1)
+		if err != nil {
+			return j, err
+		}
+		if len(more) > 0 {
+			j.Later = last
+		}
+	case at != nil:
+		more, err := read(qEventsBefore, *first, 1)
+		if err != nil {
+			return j, err
+		}
+		if len(more) > 0 {
+			j.Earlier = first
+		}
+	}
+	if msg != nil {
+		for _, e := range j.Events {
+			if e.ID == msg.ID {
+				j.Focus, j.FocusVersion = e.ID, e.AggregateVersion
+			}
+		}
 	}
 	ids := make([]string, len(j.Events))
 	byID := map[string]*journeyEvent{}
@@ -164,6 +331,13 @@ func (c *Console) readJourney(ctx context.Context, q string) (journey, error) {
 		return j, err
 	}
 	return j, nil
+}
+
+func scanEvent(r pgx.CollectableRow) (journeyEvent, error) {
+	var e journeyEvent
+	err := r.Scan(&e.ID, &e.MessageID, &e.Topic, &e.EventType, &e.AggregateVersion, &e.Payload, &e.Metadata,
+		&e.Attempts, &e.LastError, &e.CreatedAt, &e.PublishedAt, &e.ParkedAt, &e.DiscardedAt)
+	return e, err
 }
 
 func (c *Console) readOutcomes(ctx context.Context, ids []string, byID map[string]*journeyEvent) error {

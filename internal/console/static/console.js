@@ -45,5 +45,10 @@
   document.addEventListener("DOMContentLoaded", function () {
     document.querySelectorAll("[data-refresh]").forEach(refresh);
     document.querySelectorAll("form[data-confirm]").forEach(confirmOnSubmit);
+    // A journey looked up by message id marks that message's event, which
+    // may be anywhere on its page: bring it into view, unless the address
+    // names an element (#event-...) itself.
+    var focus = document.querySelector("section.event[data-focus]");
+    if (focus && !window.location.hash) { focus.scrollIntoView(); }
   });
 }());

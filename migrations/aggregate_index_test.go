@@ -1,0 +1,42 @@
+package migrations_test
+
+import (
+	"context"
+	"testing"
+
+	"github.com/stretchr/testify/require"
+
+	"github.com/outflow-dev/outflow/migrations"
+	"github.com/outflow-dev/outflow/outflowtest"
+)
+
+// 00022 replaces 00017's index of an aggregate's published rows by one in
+// version order; its down puts the old one back.
+func TestAggregateVersionIndexReplacesAggregateIndex(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	s := outflowtest.NewSchema(t)
+	db := s.OpenDB(t)
+	def := func(index string) string {
+		var d *string
+		require.NoError(t, s.Pool.QueryRow(ctx, `SELECT pg_get_indexdef(to_regclass($1))`, index).Scan(&d))
+		if d == nil {
+			return ""
+		}
+		return *d
+	}
+	require.Contains(t, def("outbox_aggregate_version_idx"),
+		"USING btree (aggregate_type, aggregate_id, aggregate_version, id) WHERE (published_at IS NOT NULL)")
+	require.Empty(t, def("outbox_aggregate_idx"))
+
+	r, err := migrations.Down(ctx, db)
+	require.NoError(t, err)
+	require.EqualValues(t, 22, r.Version)
+	require.Empty(t, def("outbox_aggregate_version_idx"))
+	require.Contains(t, def("outbox_aggregate_idx"), "USING btree (aggregate_type, aggregate_id) WHERE (published_at IS NOT NULL)")
+
+	_, err = migrations.Up(ctx, db)
+	require.NoError(t, err)
+	require.NotEmpty(t, def("outbox_aggregate_version_idx"))
+	require.Empty(t, def("outbox_aggregate_idx"))
+}
