@@ -126,6 +126,8 @@ type observed struct {
 	id     string
 	high   []int64 // by partition id
 	start  []int64
+	// leaders are the brokers leading the partitions, by partition id.
+	leaders map[*sarama.Broker][]int32
 }
 
 // decide is the audit's judgement: the reason of a loss and the time it
@@ -253,18 +255,28 @@ func (kb kafkaBroker) Audit(ctx context.Context, name string, prev []byte) ([]by
 			return fail(err)
 		}
 		next.Parts = make([]partState, len(o.high))
+		unplaced := map[int32]int64{} // partition -> floor older than every sample
 		for p := range o.high {
 			t, ok := floorTime(next.Samples, p, floors[p], o.high[p], now)
 			if !ok {
-				rt, err := b.recordTime(ctx, name, int32(p), floors[p])
-				if err != nil {
-					return fail(fmt.Errorf("time of partition %d's offset %d: %w", p, floors[p], err))
-				}
-				// Zero when the record was trimmed meanwhile: the
-				// epoch, everything retained, errs early.
-				t = min(max(rt.UnixMilli(), 0), now)
+				unplaced[int32(p)] = floors[p]
 			}
 			next.Parts[p] = partState{High: o.high[p], Start: o.start[p], Floor: t}
+		}
+		if len(unplaced) > 0 {
+			var times map[int32]time.Time
+			err := withContext(ctx, func() (err error) {
+				times, err = b.recordTimes(name, o, unplaced)
+				return err
+			})
+			if err != nil {
+				return fail(err)
+			}
+			for p := range unplaced {
+				// Zero when the record was trimmed meanwhile: the
+				// epoch, everything retained, errs early.
+				next.Parts[p].Floor = min(max(times[p].UnixMilli(), 0), now)
+			}
 		}
 	} else if st != nil && st.Exists {
 		// Created again for the repair; the next audit takes the new
@@ -310,6 +322,7 @@ func (b *kafkaBackend) observe(name string) (observed, error) {
 		return observed{}, fmt.Errorf("describe topic: partitions %d of ids up to %d", len(meta[0].Partitions), n-1)
 	}
 	o.high, o.start = make([]int64, n), make([]int64, n)
+	o.leaders = map[*sarama.Broker][]int32{}
 	for leader, parts := range byLeader {
 		broker, err := b.client.Broker(leader)
 		if errors.Is(err, sarama.ErrBrokerNotFound) {
@@ -320,6 +333,7 @@ func (b *kafkaBackend) observe(name string) (observed, error) {
 		if err != nil {
 			return observed{}, fmt.Errorf("leader %d of partitions %v: %w", leader, parts, err)
 		}
+		o.leaders[broker] = parts
 		for _, at := range []struct {
 			ts  int64
 			out []int64
@@ -411,6 +425,65 @@ func (b *kafkaBackend) groupFloors(ctx context.Context, name string, o observed)
 		floors[i] = max(floors[i], o.start[i])
 	}
 	return floors, nil
+}
+
+// recordTimes fetches the timestamp of the record at (or the first after)
+// each partition's offset in at: one fetch request per partition (a broker
+// returns the first batch of a request's first partition whole, however
+// small the limit asked, and only that one), whose answer is the one
+// record batch holding the offset. A partition whose record is gone
+// (trimmed meanwhile) gets no time.
+func (b *kafkaBackend) recordTimes(name string, o observed, at map[int32]int64) (map[int32]time.Time, error) {
+	times := map[int32]time.Time{}
+	if !b.client.Config().Version.IsAtLeast(sarama.V0_11_0_0) {
+		return times, nil // no record batches to read timestamps from: the epoch
+	}
+	for broker, parts := range o.leaders {
+		for _, p := range parts {
+			off, ok := at[p]
+			if !ok {
+				continue
+			}
+			req := &sarama.FetchRequest{Version: 4, MinBytes: 1, MaxWaitTime: 100, MaxBytes: 1, Isolation: sarama.ReadUncommitted}
+			req.AddBlock(name, p, off, 1, -1)
+			resp, err := broker.Fetch(req)
+			if err != nil {
+				return nil, fmt.Errorf("fetch partition %d's offset %d: %w", p, off, err)
+			}
+			blk := resp.GetBlock(name, p)
+			switch {
+			case blk == nil:
+				return nil, fmt.Errorf("fetch partition %d: %w", p, sarama.ErrIncompleteResponse)
+			case errors.Is(blk.Err, sarama.ErrOffsetOutOfRange):
+				continue
+			case !errors.Is(blk.Err, sarama.ErrNoError):
+				return nil, fmt.Errorf("fetch partition %d: %w", p, blk.Err)
+			}
+			times[p] = firstTimeFrom(blk.RecordsSet, off)
+		}
+	}
+	return times, nil
+}
+
+// firstTimeFrom is the timestamp of the first record at or after offset in
+// sets, zero when there is none.
+func firstTimeFrom(sets []*sarama.Records, offset int64) time.Time {
+	for _, rs := range sets {
+		batch := rs.RecordBatch
+		if batch == nil || batch.Control {
+			continue
+		}
+		for _, r := range batch.Records {
+			if batch.FirstOffset+r.OffsetDelta < offset {
+				continue
+			}
+			if batch.LogAppendTime {
+				return batch.MaxTimestamp
+			}
+			return batch.FirstTimestamp.Add(r.TimestampDelta)
+		}
+	}
+	return time.Time{}
 }
 
 // createTopic creates name with the backend's settings, unless it exists.
