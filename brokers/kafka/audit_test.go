@@ -17,7 +17,7 @@ import (
 
 // kafkaAuditor audits one Kafka topic, keeping the state between calls.
 type kafkaAuditor struct {
-	t     *testing.T
+	t     testing.TB
 	a     forwarder.Auditor
 	topic string
 	state []byte
@@ -61,7 +61,7 @@ func openAuditedKafka(t *testing.T, topic string) (brokers.Backend, *kafkaAudito
 
 // publishKafka publishes n events of topic over 8 aggregates (every
 // partition gets some).
-func publishKafka(t *testing.T, b brokers.Backend, topic string, n int) {
+func publishKafka(t testing.TB, b brokers.Backend, topic string, n int) {
 	t.Helper()
 	for _, err := range b.Broker().Publish(context.Background(), outgoing(topic, n)) {
 		require.NoError(t, err)
@@ -178,7 +178,7 @@ func TestKafkaAuditSeesADeletedTopic(t *testing.T) {
 
 // commit commits offsets of topic as group (a simple commit, outside any
 // generation, as a tool resetting offsets does).
-func commit(t *testing.T, addrs []string, group, topic string, offsets map[int32]int64) {
+func commit(t testing.TB, addrs []string, group, topic string, offsets map[int32]int64) {
 	t.Helper()
 	cfg := sarama.NewConfig()
 	cfg.Version = sarama.V2_8_0_0
@@ -225,3 +225,37 @@ func TestKafkaAuditLossStartsAtTheGroupsOffsets(t *testing.T) {
 	require.False(t, loss.Since.Before(beforeAudit) || loss.Since.After(afterAudit),
 		"since %s, want the first audit's time (the groups had consumed what came before), in [%s, %s]", loss.Since, beforeAudit, afterAudit)
 }
+
+// The audit's cost on an 8-partition topic read by 3 groups, in steady
+// state (the history full, nothing to fetch): the broker calls and the
+// state's size. kfake answers in-process: the figure is the client's work
+// and the round trips on loopback, not a real cluster's.
+//
+//	go test -run '^$' -bench KafkaAudit -benchtime 500x ./brokers/kafka/
+func BenchmarkKafkaAudit(b *testing.B) {
+	addrs := outflowtest.Kafka(b)
+	be, err := brokers.Open(context.Background(), brokers.Config{Kind: brokers.Kafka, Logger: kafkaTestLogger,
+		Kafka: brokers.KafkaConfig{Brokers: addrs, TopicPrefix: "t.", TopicPartitions: 8}})
+	require.NoError(b, err)
+	b.Cleanup(func() { be.Close() })
+	publishKafka(b, be, "orders", 800)
+	offsets := map[int32]int64{}
+	for p := range int32(8) {
+		offsets[p] = 50
+	}
+	for i := range 3 {
+		commit(b, addrs, fmt.Sprint("t.g", i), "t.orders", offsets)
+	}
+	au := &kafkaAuditor{t: b, a: be.Broker().(forwarder.Auditor), topic: "t.orders"}
+	for i := range maxSamplesForBench {
+		publishKafka(b, be, "orders", 8)
+		au.requireNoLoss(fmt.Sprint("filling the history, ", i))
+	}
+	for b.Loop() {
+		au.requireNoLoss("steady")
+	}
+	b.ReportMetric(float64(len(au.state)), "state-bytes")
+}
+
+// maxSamplesForBench fills the history (64 samples) and more.
+const maxSamplesForBench = 70
