@@ -216,7 +216,7 @@ func (kb kafkaBroker) BrokerTopic(topic, _ string) string { return kb.b.kafkaTop
 // a metadata request (the topic's id and partitions, no auto-creation),
 // two ListOffsets per partition leader (high watermarks, log start
 // offsets), a ListGroups per broker and an OffsetFetch per consumer group
-// of the backend's prefix, and a one-record fetch per partition only when
+// of the backend's prefix, and a one-batch fetch per partition only when
 // its floor predates the history. A topic found missing after it existed
 // is created again with the backend's settings, so that the repair's
 // publishes find it with its partitions (an auto-created topic would have
