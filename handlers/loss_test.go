@@ -1,6 +1,7 @@
 package handlers_test
 
 import (
+	"cmp"
 	"context"
 	"testing"
 	"time"
@@ -18,11 +19,14 @@ import (
 // TestNATSLossRepaired: the pipeline's workers read through a proxy the
 // test cuts (cut, uncut) so that they cannot read while the forwarder
 // publishes; the forwarder writes through direct; lose makes the broker
-// lose what it acknowledged. Its topic has two partitions.
+// lose what it acknowledged. Its topic has two partitions: two broker
+// topics to audit, unless brokerTopics says otherwise (Kafka: one topic,
+// its partitions inside).
 type brokerLoss struct {
-	direct     brokers.Backend
-	cut, uncut func()
-	lose       func(t *testing.T)
+	direct       brokers.Backend
+	cut, uncut   func()
+	lose         func(t *testing.T)
+	brokerTopics int
 }
 
 // run drives payments, makes the broker lose them before the consumers
@@ -68,10 +72,11 @@ func (l brokerLoss) run(t *testing.T, p *pipeline, present, audit bool) {
 		return pending == 0
 	})
 	if audit {
-		outflowtest.WaitFor(t, 10*time.Second, "the audit's baseline of both partitions", func() bool {
+		want := cmp.Or(l.brokerTopics, 2)
+		outflowtest.WaitFor(t, 10*time.Second, "the audit's baseline of every broker topic", func() bool {
 			var n int
 			require.NoError(t, p.schema.Pool.QueryRow(ctx, `SELECT count(*) FROM outbox_audit WHERE state IS NOT NULL`).Scan(&n))
-			return n == 2
+			return n == want
 		})
 	}
 

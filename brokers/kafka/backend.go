@@ -257,15 +257,7 @@ func (b *kafkaBackend) Topics(topic string) []string {
 // ensureTopic creates a Kafka topic once per process; one that exists is
 // left as it is.
 func (b *kafkaBackend) ensureTopic(name string) error {
-	return b.topics.Do(name, func() error {
-		err := b.admin.CreateTopic(name, &sarama.TopicDetail{
-			NumPartitions: b.cfg.Kafka.TopicPartitions, ReplicationFactor: b.cfg.Kafka.ReplicationFactor,
-		}, false)
-		if err != nil && !errors.Is(err, sarama.ErrTopicAlreadyExists) {
-			return fmt.Errorf("create Kafka topic %q: %w", name, err)
-		}
-		return nil
-	})
+	return b.topics.Do(name, func() error { return b.createTopic(name) })
 }
 
 func (b *kafkaBackend) Broker() forwarder.Broker { return kafkaBroker{b} }

@@ -18,4 +18,10 @@
 // offset: one fetch per lagging partition, by a partition consumer outside
 // the group. Lag creates no topic (its metadata request does not
 // auto-create) and joins no group. Ping is a cluster metadata request.
+//
+// The forwarder side is also a [forwarder.Auditor] (audit.go): per Kafka
+// topic, its id and each partition's high watermark and log start offset
+// against the last audit's, with a short history of watermark samples and
+// the consumer groups' committed offsets to place a loss in time; see
+// docs/broker-loss.md.
 package kafka
