@@ -156,6 +156,15 @@ func decide(prev *auditState, o observed) (string, time.Time) {
 	case len(o.high) < len(prev.Parts):
 		return fmt.Sprintf("partitions went from %d to %d: topic recreated", len(prev.Parts), len(o.high)), whole()
 	}
+	// Without topic ids (a broker before 2.8, or KafkaConfig.Version set
+	// below it) a recreation shows only in offsets, and only on some
+	// partitions (one the new topic already wrote past the old offsets
+	// looks as it was): any offset going back may be one, and puts back
+	// the whole topic. With ids, the same id is the same topic: a log start
+	// offset seen lower is a new leader's that has not applied retention
+	// yet, not a loss, and a high watermark lower is a truncation of that
+	// partition alone.
+	ids := prev.ID != "" && o.id != ""
 	var (
 		reasons []string
 		since   time.Time
@@ -166,8 +175,13 @@ func decide(prev *auditState, o observed) (string, time.Time) {
 			from   = time.UnixMilli(p.Floor)
 		)
 		switch {
+		case !ids && o.start[i] < p.Start:
+			return fmt.Sprintf("partition %d's log start offset went back from %d to %d: topic recreated", i, p.Start, o.start[i]), whole()
+		case !ids && o.high[i] < p.High:
+			return fmt.Sprintf("partition %d's high watermark went back from %d to %d (without topic ids, a truncation and a recreation look alike)",
+				i, p.High, o.high[i]), whole()
 		case o.start[i] < p.Start:
-			reason = fmt.Sprintf("partition %d's log start offset went back from %d to %d: topic recreated", i, p.Start, o.start[i])
+			continue
 		case o.high[i] < p.High:
 			reason = fmt.Sprintf("partition %d's high watermark went back from %d to %d", i, p.High, o.high[i])
 			// Only records from the new watermark are gone.

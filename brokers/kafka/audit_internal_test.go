@@ -44,6 +44,17 @@ func TestDecide(t *testing.T) {
 			seen(func(o *observed) { o.id, o.high, o.start = "", []int64{30}, []int64{0} }), "partitions went from 2 to 1", 2000},
 		{"no topic ids: a log start offset went back", &auditState{V: auditVersion, Exists: true, Parts: prev.Parts, Samples: prev.Samples},
 			seen(func(o *observed) { o.id, o.start, o.high = "", []int64{0, 0}, []int64{30, 9} }), "partition 1's log start offset went back from 2 to 0", 2000},
+		// Without ids, any offset back puts back the whole topic, from the
+		// lowest floor: a recreation may show on one partition only (the
+		// other one's new records already past its old offsets).
+		{"no topic ids: a log start offset back on one partition, the other's floor lower", &auditState{V: auditVersion, Exists: true,
+			Parts: []partState{{High: 1000, Start: 0, Floor: 1000}, {High: 500, Start: 300, Floor: 9000}}},
+			observed{exists: true, high: []int64{1200, 10}, start: []int64{0, 0}}, "partition 1's log start offset went back", 1000},
+		{"no topic ids: a high watermark back is not refined by the samples", &auditState{V: auditVersion, Exists: true,
+			Parts: []partState{{High: 1000, Floor: 1000}}, Samples: []sample{{At: 5000, High: []int64{300}}}},
+			observed{exists: true, high: []int64{300}, start: []int64{0}}, "a truncation and a recreation look alike", 1000},
+		{"same topic id: a log start offset seen lower (a new leader) is no loss", prev,
+			seen(func(o *observed) { o.start = []int64{0, 0} }), "", 0},
 		// Truncated to 25: records from 25 were acknowledged after the
 		// sample of 20 (2000) at the earliest; the floor is 2000 too.
 		{"high watermark back, within what the groups had not consumed", prev,
