@@ -15,8 +15,12 @@ import (
 	"github.com/outflow-dev/outflow/internal/poll"
 )
 
-// errSubscriberClosed is Subscribe's error after Close.
-var errSubscriberClosed = errors.New("kafka subscriber closed")
+var (
+	// errSubscriberClosed is Subscribe's error after Close.
+	errSubscriberClosed = errors.New("kafka subscriber closed")
+	// errTopicMissing fails a session's setup while its topic is gone.
+	errTopicMissing = errors.New("topic missing (deleted)")
+)
 
 // kafkaSubscriber creates the topic before subscribing, so a consumer that
 // starts before any event was published does not fail, and watches the
@@ -273,8 +277,15 @@ func (h *stampingHandler) Setup(sess sarama.ConsumerGroupSession) error {
 	for topic, parts := range sess.Claims() {
 		err := withContext(sess.Context(), func() error {
 			_, id, err := b.describeTopic(topic)
-			if err != nil || id.id == "" {
+			switch {
+			case err != nil:
 				return err
+			case !id.exists:
+				// Deleted, not created again yet: this session's commits
+				// would carry no id, and be trusted on the new topic.
+				return errTopicMissing
+			case id.id == "":
+				return nil
 			}
 			h.id = id.id // a subscription reads one topic
 			resp, err := b.admin.ListConsumerGroupOffsets(h.t.group, map[string][]int32{topic: parts})
@@ -298,6 +309,12 @@ func (h *stampingHandler) Setup(sess sarama.ConsumerGroupSession) error {
 			return nil
 		})
 		if err != nil {
+			// watermill-kafka joins again at once when a session fails:
+			// a pause keeps that from spinning while the topic is gone.
+			select {
+			case <-sess.Context().Done():
+			case <-time.After(time.Second):
+			}
 			return fmt.Errorf("kafka session setup, topic %s: %w", topic, err)
 		}
 	}
