@@ -105,6 +105,14 @@ type KafkaConfig struct {
 	// group.max.session.timeout.ms. A consumer that stops cleanly leaves at
 	// once. Defaults to 10s.
 	SessionTimeout time.Duration
+	// TopicCheckInterval is how often a running subscription reads its
+	// topic's id (one metadata request): a topic deleted and recreated
+	// under it makes it rejoin its group, which reads the new topic from
+	// its start, instead of resuming at the old topic's offsets and
+	// skipping the new one's first records (docs/broker-loss.md). Records
+	// of the new topic read before the check saw it may be delivered
+	// again. Defaults to 5s.
+	TopicCheckInterval time.Duration
 }
 
 // SQLConfig is the sql block: PostgreSQL only, no broker. The forwarder

@@ -312,28 +312,19 @@ func (kb kafkaBroker) Audit(ctx context.Context, name string, prev []byte) ([]by
 // observe reads the topic's id, partitions, high watermarks and log start
 // offsets.
 func (b *kafkaBackend) observe(name string) (observed, error) {
-	meta, err := b.admin.DescribeTopics([]string{name})
-	if err != nil {
-		return observed{}, fmt.Errorf("describe topic: %w", err)
+	meta, id, err := b.describeTopic(name)
+	if err != nil || !id.exists {
+		return observed{}, err
 	}
-	if len(meta) != 1 || errors.Is(meta[0].Err, sarama.ErrUnknownTopicOrPartition) {
-		return observed{}, nil
-	}
-	if !errors.Is(meta[0].Err, sarama.ErrNoError) {
-		return observed{}, fmt.Errorf("describe topic: %w", meta[0].Err)
-	}
-	o := observed{exists: true}
-	if meta[0].Uuid != (sarama.Uuid{}) {
-		o.id = meta[0].Uuid.String()
-	}
+	o := observed{exists: true, id: id.id}
 	n := 0
 	byLeader := map[int32][]int32{}
-	for _, p := range meta[0].Partitions {
+	for _, p := range meta.Partitions {
 		n = max(n, int(p.ID)+1)
 		byLeader[p.Leader] = append(byLeader[p.Leader], p.ID)
 	}
-	if n != len(meta[0].Partitions) {
-		return observed{}, fmt.Errorf("describe topic: partitions %d of ids up to %d", len(meta[0].Partitions), n-1)
+	if n != len(meta.Partitions) {
+		return observed{}, fmt.Errorf("describe topic: partitions %d of ids up to %d", len(meta.Partitions), n-1)
 	}
 	o.high, o.start = make([]int64, n), make([]int64, n)
 	o.leaders = map[*sarama.Broker][]int32{}
@@ -376,6 +367,33 @@ func (b *kafkaBackend) observe(name string) (observed, error) {
 		}
 	}
 	return o, nil
+}
+
+// topicIdentity tells one incarnation of a topic from the next: the audit
+// and the subscriptions' watch (subscriber.go) read it the same way.
+type topicIdentity struct {
+	exists bool
+	id     string // "" when the broker gives none (before Kafka 2.8)
+}
+
+// describeTopic is one metadata request for name, which does not create
+// it: its metadata (nil when it does not exist) and identity.
+func (b *kafkaBackend) describeTopic(name string) (*sarama.TopicMetadata, topicIdentity, error) {
+	meta, err := b.admin.DescribeTopics([]string{name})
+	if err != nil {
+		return nil, topicIdentity{}, fmt.Errorf("describe topic: %w", err)
+	}
+	if len(meta) != 1 || errors.Is(meta[0].Err, sarama.ErrUnknownTopicOrPartition) {
+		return nil, topicIdentity{}, nil
+	}
+	if !errors.Is(meta[0].Err, sarama.ErrNoError) {
+		return nil, topicIdentity{}, fmt.Errorf("describe topic: %w", meta[0].Err)
+	}
+	id := topicIdentity{exists: true}
+	if meta[0].Uuid != (sarama.Uuid{}) {
+		id.id = meta[0].Uuid.String()
+	}
+	return meta[0], id, nil
 }
 
 // groupFloors is, per partition of o, the lowest offset some consumer

@@ -68,6 +68,7 @@ func open(ctx context.Context, cfg brokers.Config) (brokers.Backend, error) {
 	k.DialTimeout = cmp.Or(k.DialTimeout, 3*time.Second)
 	k.PublishTimeout = cmp.Or(k.PublishTimeout, 10*time.Second)
 	k.SessionTimeout = cmp.Or(k.SessionTimeout, 10*time.Second)
+	k.TopicCheckInterval = cmp.Or(k.TopicCheckInterval, 5*time.Second)
 	switch {
 	case kafkaName(k.TopicPrefix) != k.TopicPrefix:
 		return nil, fmt.Errorf("kafka config: TopicPrefix %q may hold only letters, digits, '.', '_' and '-'", k.TopicPrefix)
@@ -75,8 +76,8 @@ func open(ctx context.Context, cfg brokers.Config) (brokers.Backend, error) {
 		return nil, errors.New("kafka config: TopicPartitions must be at least 1")
 	case k.ReplicationFactor < -1:
 		return nil, errors.New("kafka config: ReplicationFactor must be -1 (broker default) or at least 1")
-	case k.DialTimeout < 0 || k.PublishTimeout < 0 || k.SessionTimeout < 0:
-		return nil, errors.New("kafka config: DialTimeout, PublishTimeout and SessionTimeout must not be negative")
+	case k.DialTimeout < 0 || k.PublishTimeout < 0 || k.SessionTimeout < 0 || k.TopicCheckInterval < 0:
+		return nil, errors.New("kafka config: DialTimeout, PublishTimeout, SessionTimeout and TopicCheckInterval must not be negative")
 	}
 	if _, err := sarama.ParseKafkaVersion(k.Version); err != nil {
 		return nil, fmt.Errorf("kafka config: Version: %w", err)
@@ -415,37 +416,12 @@ func (b *kafkaBackend) Subscriber(group, consumer string, opts brokers.Subscribe
 		ConsumerGroup:         b.cfg.Kafka.TopicPrefix + group,
 		NackResendSleep:       time.Second,
 		ReconnectRetrySleep:   time.Second,
+		Tracer:                incarnationTracer{b: b, group: b.cfg.Kafka.TopicPrefix + group},
 	}, watermill.NewSlogLogger(b.cfg.Logger))
 	if err != nil {
 		return nil, fmt.Errorf("kafka subscriber for %q: %w", group, err)
 	}
-	return &kafkaSubscriber{Subscriber: sub, b: b}, nil
-}
-
-// kafkaSubscriber creates the topic before subscribing, so a consumer that
-// starts before any event was published does not fail.
-type kafkaSubscriber struct {
-	*kafka.Subscriber
-	b *kafkaBackend
-}
-
-func (s *kafkaSubscriber) Subscribe(ctx context.Context, topic string) (<-chan *message.Message, error) {
-	if err := validKafkaTopic(topic); err != nil {
-		return nil, err
-	}
-	if err := s.b.ensureTopic(topic); err != nil {
-		return nil, err
-	}
-	return s.Subscriber.Subscribe(ctx, topic)
-}
-
-// SubscribeInitialize creates the topic (watermill-kafka's needs topic
-// details the backend keeps itself).
-func (s *kafkaSubscriber) SubscribeInitialize(topic string) error {
-	if err := validKafkaTopic(topic); err != nil {
-		return err
-	}
-	return s.b.ensureTopic(topic)
+	return &kafkaSubscriber{Subscriber: sub, b: b, closing: make(chan struct{})}, nil
 }
 
 // Close flushes and closes the producer, then the clients.

@@ -24,4 +24,10 @@
 // against the last audit's, with a short history of watermark samples and
 // the consumer groups' committed offsets to place a loss in time; see
 // docs/broker-loss.md.
+//
+// The subscriber (subscriber.go) survives its topic's deletion and
+// recreation: each subscription reads the topic's id every
+// TopicCheckInterval and joins its group again when it changed, and every
+// committed offset carries its topic's id, so that a commit the old
+// session made on the new topic is read back to the start.
 package kafka

@@ -31,7 +31,8 @@ var kafkaTestLogger = slog.New(slog.NewTextHandler(io.Discard, nil))
 func openTestKafka(t *testing.T, addrs []string) brokers.Backend {
 	t.Helper()
 	b, err := brokers.Open(context.Background(), brokers.Config{Kind: brokers.Kafka, Logger: kafkaTestLogger,
-		Kafka: brokers.KafkaConfig{Brokers: addrs, TopicPrefix: "t.", TopicPartitions: 4, SessionTimeout: 2 * time.Second}})
+		Kafka: brokers.KafkaConfig{Brokers: addrs, TopicPrefix: "t.", TopicPartitions: 4, SessionTimeout: 2 * time.Second,
+			TopicCheckInterval: 200 * time.Millisecond}})
 	require.NoError(t, err)
 	t.Cleanup(func() { require.NoError(t, b.Close()) })
 	return b

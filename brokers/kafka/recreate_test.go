@@ -10,16 +10,13 @@ import (
 	"github.com/outflow-dev/outflow/brokers"
 )
 
-// Known limit, not fixed (docs/broker-loss.md, "A consumer running through
-// the deletion"): a consumer that keeps running while its topic is deleted
-// and recreated resumes at its old in-memory offsets on the new topic, and
-// skips what each partition holds below them (here 10 records a
-// partition: 40 of the new topic's records never arrive). The audit's
-// repair publishes the rows again, but this consumer does not read them.
-// A fix belongs to the subscriber (watch the topic id, restart the group
-// at the new topic's start): remove the Skip with it.
+// A consumer that keeps running while its topic is deleted and recreated
+// reads every record of the new topic (docs/broker-loss.md, "A consumer
+// running through the deletion"). Without the subscription's watch of the
+// topic id it resumed at its old in-memory offsets on the new topic and
+// skipped what each partition held below them: here 10 records a
+// partition, 40 of the new topic's records never arrived.
 func TestKafkaConsumerRunningThroughTopicDeletion(t *testing.T) {
-	t.Skip("known limit: a running consumer skips the recreated topic's first records (docs/broker-loss.md)")
 	t.Parallel()
 	b, au, admin, addrs := openAuditedKafka(t, "orders")
 	sub, err := b.Subscriber("g", "w1", brokers.SubscriberOptions{})
