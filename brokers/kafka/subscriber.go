@@ -15,12 +15,8 @@ import (
 	"github.com/outflow-dev/outflow/internal/poll"
 )
 
-var (
-	// errSubscriberClosed is Subscribe's error after Close.
-	errSubscriberClosed = errors.New("kafka subscriber closed")
-	// errTopicMissing fails a session's setup while its topic is gone.
-	errTopicMissing = errors.New("topic missing (deleted)")
-)
+// errSubscriberClosed is Subscribe's error after Close.
+var errSubscriberClosed = errors.New("kafka subscriber closed")
 
 // kafkaSubscriber creates the topic before subscribing, so a consumer that
 // starts before any event was published does not fail, and watches the
@@ -277,15 +273,8 @@ func (h *stampingHandler) Setup(sess sarama.ConsumerGroupSession) error {
 	for topic, parts := range sess.Claims() {
 		err := withContext(sess.Context(), func() error {
 			_, id, err := b.describeTopic(topic)
-			switch {
-			case err != nil:
+			if err != nil || id.id == "" {
 				return err
-			case !id.exists:
-				// Deleted, not created again yet: this session's commits
-				// would carry no id, and be trusted on the new topic.
-				return errTopicMissing
-			case id.id == "":
-				return nil
 			}
 			h.id = id.id // a subscription reads one topic
 			resp, err := b.admin.ListConsumerGroupOffsets(h.t.group, map[string][]int32{topic: parts})
@@ -309,12 +298,6 @@ func (h *stampingHandler) Setup(sess sarama.ConsumerGroupSession) error {
 			return nil
 		})
 		if err != nil {
-			// watermill-kafka joins again at once when a session fails:
-			// a pause keeps that from spinning while the topic is gone.
-			select {
-			case <-sess.Context().Done():
-			case <-time.After(time.Second):
-			}
 			return fmt.Errorf("kafka session setup, topic %s: %w", topic, err)
 		}
 	}
