@@ -139,6 +139,9 @@ func parsePosition(field, s string) (position, error) {
 type journeyPosition struct {
 	pos    position
 	before bool
+	// aggType and aggID name the aggregate, as the pager's links write
+	// them: q may be a message id that retention has purged since.
+	aggType, aggID string
 }
 
 func journeyPositionOf(r *http.Request) (*journeyPosition, error) {
@@ -147,14 +150,17 @@ func journeyPositionOf(r *http.Request) (*journeyPosition, error) {
 	switch {
 	case after != "" && before != "":
 		return nil, fmt.Errorf("%w: give after or before, not both", errBadPosition)
-	case after != "":
-		p, err := parsePosition("after", after)
-		return &journeyPosition{pos: p}, err
-	case before != "":
-		p, err := parsePosition("before", before)
-		return &journeyPosition{pos: p, before: true}, err
+	case after == "" && before == "":
+		return nil, nil
 	}
-	return nil, nil
+	at := &journeyPosition{before: before != "", aggType: q.Get("aggregate_type"), aggID: q.Get("aggregate_id")}
+	var err error
+	if at.before {
+		at.pos, err = parsePosition("before", before)
+	} else {
+		at.pos, err = parsePosition("after", after)
+	}
+	return at, err
 }
 
 type journey struct {
@@ -231,6 +237,14 @@ func (c *Console) readJourney(ctx context.Context, q string, at *journeyPosition
 		case !errors.Is(err, pgx.ErrNoRows):
 			return j, fmt.Errorf("journey: find message: %w", err)
 		}
+	}
+	if at != nil && at.aggType != "" && at.aggID != "" {
+		// A page the pager links to names its aggregate: q's message may
+		// have been purged since (it still marks the message if not).
+		if msg != nil && (j.AggregateType != at.aggType || j.AggregateID != at.aggID) {
+			msg = nil
+		}
+		j.AggregateType, j.AggregateID = at.aggType, at.aggID
 	}
 	n := c.cfg.PageSize
 	// A page is the events before a position (newest first, reversed

@@ -1,6 +1,7 @@
 package console_test
 
 import (
+	"context"
 	"math/rand/v2"
 	"net/http"
 	"net/url"
@@ -165,6 +166,13 @@ func TestJourneyPages(t *testing.T) {
 	require.Empty(t, shownEvents(t, body))
 	require.Empty(t, link(laterRe, body))
 	require.Contains(t, body, `id="journey-past-end"`, "not the message of a query that found nothing")
+
+	// The links name the aggregate: once retention purged the message the
+	// page was opened by, they still lead through the aggregate's events.
+	earlier := link(earlierRe, get("/journey?q="+url.QueryEscape(m97)))
+	_, err := e.pool.Exec(context.Background(), `DELETE FROM outbox WHERE id = $1`, ids[97])
+	require.NoError(t, err)
+	require.Equal(t, span(72, 91), versionsOf(shownEvents(t, get(earlier))), "the earlier page after the purge")
 }
 
 // The journey's after= and before= are positions its own links write: any
