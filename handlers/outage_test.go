@@ -86,11 +86,15 @@ func brokerOutage(t *testing.T, cfg brokers.Config, srv outflowtest.Outage) {
 		BatchSize: 20, MaxAttempts: 2, OutageBackoffMax: 200 * time.Millisecond, Registerer: reg, Logger: quiet})
 	require.NoError(t, err)
 	run(t, f.Run)
-	run(t, p.worker(t, 2*time.Second, counter).Run)
-	// Every consumer has applied the first events: each is subscribed,
-	// with its group's position on the broker, when the outage begins.
-	outflowtest.WaitFor(t, 30*time.Second, "the first events applied by every consumer", func() bool {
-		return p.stats(t, m.ID) == want && len(counted()) == p.events(t)
+	w := p.worker(t, 2*time.Second, counter)
+	run(t, w.Run)
+	// Every consumer has applied the first events, and the worker is
+	// subscribed to every topic (its replay topics too, which it
+	// subscribes after the first ones already consume): each has its
+	// group's position on the broker when the outage begins. A subscribe
+	// cut by the outage fails the worker's start, as it is meant to.
+	outflowtest.WaitFor(t, 30*time.Second, "the first events applied by every consumer, every topic subscribed", func() bool {
+		return p.stats(t, m.ID) == want && len(counted()) == p.events(t) && w.Ready() == nil
 	})
 
 	srv.Stop()
