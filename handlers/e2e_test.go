@@ -255,7 +255,11 @@ func (s *merchantSite) requireWebhooks(t *testing.T, p *pipeline) {
 	t.Helper()
 	want := p.messageIDs(t, paymentevents.PaidType, paymentevents.RefundedType)
 	require.NotEmpty(t, want)
-	outflowtest.WaitFor(t, 30*time.Second, "a webhook for every paid or refunded event, and none left to send", func() bool {
+	// The bound is generous: the caller waited for the projection, not
+	// for NotifyMerchant, whose group may still be rejoining its broker
+	// after an outage on a loaded machine (a Kafka rebalance alone takes
+	// seconds), before the sender's work starts.
+	outflowtest.WaitFor(t, 60*time.Second, "a webhook for every paid or refunded event, and none left to send", func() bool {
 		s.mu.Lock()
 		for id := range want {
 			if len(s.received[id]) == 0 {
