@@ -38,30 +38,25 @@ func TestServeConsoleRole(t *testing.T) {
 		t.Cleanup(func() { _ = cmd.Process.Kill() })
 
 		client := &http.Client{CheckRedirect: func(*http.Request, []*http.Request) error { return http.ErrUseLastResponse }}
-		deadline := time.Now().Add(20 * time.Second)
-		for {
-			resp, err := client.Get("http://" + consoleAddr + "/")
-			if err == nil {
-				resp.Body.Close()
-				require.Equal(t, http.StatusSeeOther, resp.StatusCode)
-				require.Equal(t, "/login", resp.Header.Get("Location"))
-				break
+		listens := func(url string) func() bool {
+			return func() bool {
+				resp, err := client.Get(url)
+				if err == nil {
+					resp.Body.Close()
+				}
+				return err == nil
 			}
-			require.True(t, time.Now().Before(deadline), "the console never listened: %s", stderr.String())
-			time.Sleep(20 * time.Millisecond) // polling a condition, with a deadline
 		}
+		outflowtest.WaitFor(t, 20*time.Second, "the console to listen", listens("http://"+consoleAddr+"/"))
+		resp, err := client.Get("http://" + consoleAddr + "/")
+		require.NoError(t, err, stderr.String())
+		resp.Body.Close()
+		require.Equal(t, http.StatusSeeOther, resp.StatusCode)
+		require.Equal(t, "/login", resp.Header.Get("Location"))
 		// The api role may listen after the console: wait for it before
 		// asking it for the console's page.
-		for {
-			resp, err := client.Get("http://" + api + "/healthz")
-			if err == nil {
-				resp.Body.Close()
-				break
-			}
-			require.True(t, time.Now().Before(deadline), "the API never listened: %s", stderr.String())
-			time.Sleep(20 * time.Millisecond) // polling a condition, with a deadline
-		}
-		resp, err := client.Get("http://" + api + "/login")
+		outflowtest.WaitFor(t, 20*time.Second, "the API to listen", listens("http://"+api+"/healthz"))
+		resp, err = client.Get("http://" + api + "/login")
 		require.NoError(t, err)
 		resp.Body.Close()
 		require.NotEqual(t, http.StatusOK, resp.StatusCode, "the API's address does not serve the console")

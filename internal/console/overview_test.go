@@ -8,6 +8,8 @@ import (
 
 	"github.com/jackc/pgx/v5"
 	"github.com/stretchr/testify/require"
+
+	"github.com/outflow-dev/outflow/outflowtest"
 )
 
 // The overview's reads run at once, so that it takes as long as the
@@ -62,11 +64,7 @@ func TestOverviewReadsConcurrently(t *testing.T) {
 			locker.PgConn().PID()).Scan(&n))
 		return n
 	}
-	deadline := time.Now().Add(20 * time.Second)
-	for blocked() < 4 {
-		require.True(t, time.Now().Before(deadline), "the overview's reads never waited together (%d at most at once)", blocked())
-		time.Sleep(10 * time.Millisecond) // polling a condition, with a deadline
-	}
+	outflowtest.WaitFor(t, 20*time.Second, "the overview's four reads waiting together", func() bool { return blocked() >= 4 })
 	require.NoError(t, tx.Rollback(ctx))
 	select {
 	case r := <-done:

@@ -320,11 +320,9 @@ func TestRetryParkedRowIsForwarded(t *testing.T) {
 	done := make(chan error, 1)
 	go func() { done <- f.Run(ctx) }()
 	t.Cleanup(func() { cancel(); require.NoError(t, <-done) })
-	deadline := time.Now().Add(20 * time.Second)
-	for e.count(t, `SELECT count(*) FROM outbox WHERE id = $1 AND published_at IS NOT NULL`, id) == 0 {
-		require.True(t, time.Now().Before(deadline), "the retried row was never published")
-		time.Sleep(20 * time.Millisecond) // polling a condition, with a deadline
-	}
+	outflowtest.WaitFor(t, 20*time.Second, "the retried row published", func() bool {
+		return e.count(t, `SELECT count(*) FROM outbox WHERE id = $1 AND published_at IS NOT NULL`, id) > 0
+	})
 	res, body = do(t, c, http.MethodGet, e.srv.URL+"/journey?q="+e.messageID(t, id), nil)
 	require.Equal(t, http.StatusOK, res.StatusCode)
 	require.NotContains(t, body, `<dd class="published-at">pending</dd>`)
