@@ -16,6 +16,7 @@ import (
 	"github.com/outflow-dev/outflow/consumer"
 
 	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgxpool"
 	"github.com/redis/go-redis/v9"
 	"github.com/stretchr/testify/require"
 
@@ -145,18 +146,27 @@ func countingHandler(t *testing.T, p *pipeline) (consumer.Handler, func() map[st
 		return err
 	}}
 	return h, func() map[string]int {
-		rows, err := p.schema.Pool.Query(context.Background(), `SELECT message_id, count(*) FROM counted GROUP BY message_id`)
-		require.NoError(t, err)
-		out := map[string]int{}
-		for rows.Next() {
-			var id string
-			var n int
-			require.NoError(t, rows.Scan(&id, &n))
-			out[id] = n
-		}
-		require.NoError(t, rows.Err())
-		return out
+		return countsBy(t, p.schema.Pool, `SELECT message_id, count(*) FROM counted GROUP BY message_id`)
 	}
+}
+
+// countsBy runs q, which selects a key and a count, and returns the counts
+// by key.
+func countsBy(t *testing.T, pool *pgxpool.Pool, q string) map[string]int {
+	t.Helper()
+	rows, err := pool.Query(context.Background(), q)
+	require.NoError(t, err)
+	out := map[string]int{}
+	var (
+		key string
+		n   int
+	)
+	_, err = pgx.ForEachRow(rows, []any{&key, &n}, func() error {
+		out[key] = n
+		return nil
+	})
+	require.NoError(t, err)
+	return out
 }
 
 // messageIDs returns the outbox's message ids, of the given event types

@@ -80,17 +80,7 @@ func (p *replayPipeline) readProjection(t *testing.T) []string {
 
 func (p *replayPipeline) readProcessed(t *testing.T) map[string]int {
 	t.Helper()
-	rows, err := p.schema.Pool.Query(context.Background(), `SELECT consumer, count(*) FROM processed_messages GROUP BY consumer`)
-	require.NoError(t, err)
-	out := map[string]int{}
-	for rows.Next() {
-		var c string
-		var n int
-		require.NoError(t, rows.Scan(&c, &n))
-		out[c] = n
-	}
-	require.NoError(t, rows.Err())
-	return out
+	return countsBy(t, p.schema.Pool, `SELECT consumer, count(*) FROM processed_messages GROUP BY consumer`)
 }
 
 func (p *replayPipeline) readDeliveries(t *testing.T) int {
