@@ -121,17 +121,16 @@ func lagContract(t *testing.T, h ObserveHarness) {
 // waitLag polls lag until ok, and fails naming the last lag seen.
 func waitLag(t *testing.T, lag func() brokers.Lag, what string, ok func(brokers.Lag) bool) {
 	t.Helper()
-	deadline := time.Now().Add(30 * time.Second)
-	for {
-		l := lag()
-		if ok(l) {
-			return
+	var last brokers.Lag
+	defer func() {
+		if t.Failed() {
+			t.Logf("last lag seen: %+v", last)
 		}
-		if time.Now().After(deadline) {
-			t.Fatalf("Lag did not report %s within 30s: last %+v", what, l)
-		}
-		time.Sleep(20 * time.Millisecond)
-	}
+	}()
+	outflowtest.WaitFor(t, 30*time.Second, "Lag to report "+what, func() bool {
+		last = lag()
+		return ok(last)
+	})
 }
 
 func pingContract(t *testing.T, h ObserveHarness) {

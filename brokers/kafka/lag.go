@@ -45,18 +45,12 @@ func (b *kafkaBackend) Lag(ctx context.Context, group, topic string) (brokers.La
 	}
 	var lag brokers.Lag
 	err := withContext(ctx, func() error {
-		meta, err := b.admin.DescribeTopics([]string{name})
-		if err != nil {
+		meta, id, err := b.describeTopic(name)
+		if err != nil || !id.exists {
 			return err
 		}
-		if len(meta) != 1 || errors.Is(meta[0].Err, sarama.ErrUnknownTopicOrPartition) {
-			return nil
-		}
-		if meta[0].Err != sarama.ErrNoError {
-			return meta[0].Err
-		}
-		parts := make([]int32, len(meta[0].Partitions))
-		for i, p := range meta[0].Partitions {
+		parts := make([]int32, len(meta.Partitions))
+		for i, p := range meta.Partitions {
 			parts[i] = p.ID
 		}
 		committed, err := b.admin.ListConsumerGroupOffsets(b.cfg.Kafka.TopicPrefix+group, map[string][]int32{name: parts})

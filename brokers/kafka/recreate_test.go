@@ -27,19 +27,22 @@ func TestKafkaConsumerRunningThroughTopicDeletion(t *testing.T) {
 	ch, err := sub.Subscribe(ctx, "t.orders")
 	require.NoError(t, err)
 	publishKafka(t, b, "orders", 40)
+	deadline := time.After(30 * time.Second)
 	for range 40 {
-		m := <-ch
-		m.Ack()
+		select {
+		case m := <-ch:
+			m.Ack()
+		case <-deadline:
+			t.Fatal("the first 40 records never arrived")
+		}
 	}
-	t.Log("consumed 40")
 	au.requireNoLoss("baseline")
 	require.NoError(t, admin.DeleteTopic("t.orders"))
-	loss := au.audit()
-	t.Logf("loss %+v", loss)
+	require.NotNil(t, au.audit(), "the deletion is a loss")
 	publishEventually(t, b, "orders", 80)
 	total := kafkaRecords(t, addrs, "t.orders")
 	seen := map[string]bool{}
-	deadline := time.After(30 * time.Second)
+	deadline = time.After(30 * time.Second)
 	for int64(len(seen)) < total {
 		select {
 		case m := <-ch:

@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"strings"
 	"time"
 
 	"github.com/nats-io/nats.go"
@@ -198,7 +199,7 @@ func readsSubject(cfg nats.ConsumerConfig, subject string) bool {
 // subjectMatches reports whether filter (with * and > wildcards) matches
 // subject.
 func subjectMatches(filter, subject string) bool {
-	ft, st := splitTokens(filter), splitTokens(subject)
+	ft, st := strings.Split(filter, "."), strings.Split(subject, ".")
 	for i, f := range ft {
 		switch {
 		case f == ">":
@@ -210,18 +211,6 @@ func subjectMatches(filter, subject string) bool {
 		}
 	}
 	return len(ft) == len(st)
-}
-
-func splitTokens(s string) []string {
-	var out []string
-	start := 0
-	for i := 0; i < len(s); i++ {
-		if s[i] == '.' {
-			out = append(out, s[start:i])
-			start = i + 1
-		}
-	}
-	return append(out, s[start:])
 }
 
 // consumers lists stream's consumers with their ack floors. nats.go's

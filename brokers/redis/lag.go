@@ -39,7 +39,7 @@ func (b *backend) Lag(ctx context.Context, group, topic string) (brokers.Lag, er
 	for _, stream := range b.broker.Streams(topic) {
 		groups, err := b.client.XInfoGroups(ctx, stream).Result()
 		if err != nil {
-			if strings.Contains(err.Error(), "no such key") {
+			if isNoSuchKey(err) {
 				continue
 			}
 			return brokers.Lag{}, fmt.Errorf("redis lag of %s on %s: %w", group, stream, err)

@@ -15,7 +15,7 @@ import (
 func (b *Broker) Trim(ctx context.Context, stream string) (int64, error) {
 	groups, err := b.cfg.Client.XInfoGroups(ctx, stream).Result()
 	if err != nil {
-		if strings.Contains(err.Error(), "no such key") {
+		if isNoSuchKey(err) {
 			return 0, nil
 		}
 		return 0, fmt.Errorf("trim %s: %w", stream, err)
