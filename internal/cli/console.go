@@ -45,6 +45,11 @@ func newConsoleCmd(e *env) *cobra.Command {
 				if _, _, err := net.SplitHostPort(addr); err != nil {
 					return fmt.Errorf("invalid --addr: want host:port, such as 127.0.0.1:8090: %q", addr)
 				}
+				// Load checked --console-insecure-cookie against the
+				// address it knew; this one replaces it.
+				if cfg.ConsoleInsecureCookie && !config.Loopback(addr) {
+					return fmt.Errorf("invalid --addr: --console-insecure-cookie serves only a loopback address (127.0.0.1, ::1, localhost), not %q: serve the console behind TLS", addr)
+				}
 				cfg.ConsoleAddr = addr
 			}
 			return serveConsole(cmd.Context(), cfg, partitions, shutdownTimeout, logger)

@@ -17,6 +17,30 @@ import (
 	"github.com/outflow-dev/outflow/outflowtest"
 )
 
+// `outflow console --addr` replaces the address --console-insecure-cookie
+// was checked against: a non-loopback one is refused there too, before
+// anything listens.
+func TestConsoleAddrKeepsTheCookieSecure(t *testing.T) {
+	t.Parallel()
+	s := outflowtest.NewSchema(t, appmigrations.Set())
+	cmd := command(map[string]string{"DATABASE_URL": s.URL, "CONSOLE_INSECURE_COOKIE": "true"},
+		"console", "--addr", "0.0.0.0:0")
+	var out syncBuffer
+	cmd.Stdout, cmd.Stderr = &out, &out
+	require.NoError(t, cmd.Start())
+	exited := make(chan error, 1)
+	go func() { exited <- cmd.Wait() }()
+	select {
+	case err := <-exited:
+		require.Error(t, err, "%s", out.String())
+	case <-time.After(20 * time.Second):
+		_ = cmd.Process.Kill()
+		t.Fatalf("the console started on a non-loopback address with an insecure cookie: %s", out.String())
+	}
+	require.Contains(t, out.String(), "invalid --addr")
+	require.Contains(t, out.String(), "console-insecure-cookie")
+}
+
 // `serve --roles api,console` serves the console on --console-addr, apart
 // from the API; an admin key logs in, and the cookie is Secure unless
 // --console-insecure-cookie.

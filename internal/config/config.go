@@ -281,7 +281,7 @@ func (f *Flags) Load() (Config, error) {
 			cfg.ConsoleInsecureCookie, err = strconv.ParseBool(v)
 			if err != nil {
 				err = fmt.Errorf("want true or false, not %q", v)
-			} else if cfg.ConsoleInsecureCookie && !loopback(cfg.ConsoleAddr) {
+			} else if cfg.ConsoleInsecureCookie && !Loopback(cfg.ConsoleAddr) {
 				err = fmt.Errorf("only with a loopback --console-addr (127.0.0.1, ::1, localhost), not %q: serve the console behind TLS", cfg.ConsoleAddr)
 			}
 		case "webhook-secret-grace":
@@ -431,8 +431,9 @@ func (c Config) BrokerConfig(partitions int, logger *slog.Logger) brokers.Config
 		SQL:   brokers.SQLConfig{DatabaseURL: dbURL, PollInterval: c.SQLPollInterval}}
 }
 
-// loopback reports whether addr's host is a loopback address.
-func loopback(addr string) bool {
+// Loopback reports whether addr's host is a loopback address: the only
+// place the console may serve a cookie without Secure.
+func Loopback(addr string) bool {
 	host, _, err := net.SplitHostPort(addr)
 	if err != nil {
 		return false
