@@ -217,13 +217,18 @@ const ReplayTopicPrefix = "outflow.replay."
 // prefix+topic.N otherwise, N = FNV-1a of the aggregate id mod partitions.
 // The redis, nats and amqp backends name their topics so.
 func PartitionTopic(prefix, topic string, partitions int, aggregateID string) string {
-	p := 0
-	if partitions > 1 {
-		h := fnv.New32a()
-		h.Write([]byte(aggregateID))
-		p = int(h.Sum32() % uint32(partitions))
+	return partitionName(prefix, topic, partitions, PartitionIndex(aggregateID, partitions))
+}
+
+// PartitionIndex is the partition, of partitions, that key goes to: FNV-1a
+// of the key modulo the count (0 with one partition).
+func PartitionIndex(key string, partitions int) int {
+	if partitions <= 1 {
+		return 0
 	}
-	return partitionName(prefix, topic, partitions, p)
+	h := fnv.New32a()
+	h.Write([]byte(key))
+	return int(h.Sum32() % uint32(partitions))
 }
 
 // PartitionTopics lists every broker topic of topic, as [PartitionTopic]

@@ -1,8 +1,6 @@
 package consumer
 
 import (
-	"hash/fnv"
-
 	"github.com/outflow-dev/outflow/brokers"
 )
 
@@ -30,10 +28,5 @@ func ReplayTopic(name string) string { return ReplayTopicPrefix + name }
 // in order) or not at all (one topic).
 func ReplayBrokerTopic(b brokers.Backend, name string) string {
 	topics := b.Topics(ReplayTopic(name))
-	if len(topics) == 1 {
-		return topics[0]
-	}
-	h := fnv.New32a()
-	h.Write([]byte(ReplayKey))
-	return topics[h.Sum32()%uint32(len(topics))]
+	return topics[brokers.PartitionIndex(ReplayKey, len(topics))]
 }
