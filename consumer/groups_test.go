@@ -39,4 +39,6 @@ type partitioned struct {
 	n      int
 }
 
-func (p partitioned) Topics(topic string) []string { return brokers.PartitionTopics(p.prefix, topic, p.n) }
+func (p partitioned) Topics(topic string) []string {
+	return brokers.PartitionTopics(p.prefix, topic, p.n)
+}
