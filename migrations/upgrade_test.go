@@ -95,24 +95,11 @@ func TestUpgradeFromSingleSet(t *testing.T) {
 			require.EqualValues(t, 3, id)
 
 			// Down works on the adopted set: 22, 20, 19, 17 and 16 (run here), then 11.
-			r, err := migrations.Down(ctx, s.OpenDB(t))
-			require.NoError(t, err)
-			require.EqualValues(t, 22, r.Version)
-			r, err = migrations.Down(ctx, s.OpenDB(t))
-			require.NoError(t, err)
-			require.EqualValues(t, 20, r.Version)
-			r, err = migrations.Down(ctx, s.OpenDB(t))
-			require.NoError(t, err)
-			require.EqualValues(t, 19, r.Version)
-			r, err = migrations.Down(ctx, s.OpenDB(t))
-			require.NoError(t, err)
-			require.EqualValues(t, 17, r.Version)
-			r, err = migrations.Down(ctx, s.OpenDB(t))
-			require.NoError(t, err)
-			require.EqualValues(t, 16, r.Version)
-			r, err = migrations.Down(ctx, s.OpenDB(t))
-			require.NoError(t, err)
-			require.EqualValues(t, 11, r.Version)
+			for _, want := range []int64{22, 20, 19, 17, 16, 11} {
+				r, err := migrations.Down(ctx, s.OpenDB(t))
+				require.NoError(t, err)
+				require.EqualValues(t, want, r.Version)
+			}
 		})
 	}
 }
