@@ -2,7 +2,6 @@ package outflowtest
 
 import (
 	"fmt"
-	"net"
 	"os"
 	"os/exec"
 	"strconv"
@@ -76,22 +75,9 @@ type NATSServer struct {
 // when t ends. It fails the test if nats-server is not installed.
 func StartNATS(t testing.TB) *NATSServer {
 	t.Helper()
-	bin, err := exec.LookPath("nats-server")
-	if err != nil {
-		if _, serr := os.Stat("/usr/sbin/nats-server"); serr != nil {
-			t.Fatalf("outflowtest: this test starts its own nats-server and none is installed: " +
-				"install NATS (Debian: apt-get install nats-server; macOS: brew install nats-server)")
-		}
-		bin = "/usr/sbin/nats-server"
-	}
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	port := ln.Addr().(*net.TCPAddr).Port
-	ln.Close()
+	port := freePorts(t, 1)[0]
 	s := &NATSServer{t: t, dir: t.TempDir(), Port: port, URL: fmt.Sprintf("nats://127.0.0.1:%d", port)}
-	s.start(bin)
+	s.start(natsServerBinary(t))
 	t.Cleanup(s.Stop)
 	return s
 }
@@ -99,11 +85,7 @@ func StartNATS(t testing.TB) *NATSServer {
 // Start starts the server again, with the streams it had.
 func (s *NATSServer) Start() {
 	s.t.Helper()
-	bin, err := exec.LookPath("nats-server")
-	if err != nil {
-		bin = "/usr/sbin/nats-server"
-	}
-	s.start(bin)
+	s.start(natsServerBinary(s.t))
 }
 
 func (s *NATSServer) start(bin string) {

@@ -3,7 +3,6 @@ package outflowtest
 import (
 	"errors"
 	"fmt"
-	"net"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -50,8 +49,9 @@ func StartNATSCluster(t testing.TB) *NATSCluster {
 	t.Helper()
 	c := &NATSCluster{t: t, bin: natsServerBinary(t), name: "outflowtest-" + randomHex(4)}
 	var urls, routes []string
+	ports := freePorts(t, 6) // held together: six different ports
 	for i := range 3 {
-		n := &clusterNode{name: fmt.Sprintf("%s-n%d", c.name, i), port: freePort(t), route: freePort(t), dir: t.TempDir()}
+		n := &clusterNode{name: fmt.Sprintf("%s-n%d", c.name, i), port: ports[2*i], route: ports[2*i+1], dir: t.TempDir()}
 		c.nodes = append(c.nodes, n)
 		urls = append(urls, fmt.Sprintf("nats://127.0.0.1:%d", n.port))
 		routes = append(routes, fmt.Sprintf("nats://127.0.0.1:%d", n.route))
@@ -70,7 +70,7 @@ func StartNATSCluster(t testing.TB) *NATSCluster {
 }
 
 // natsServerBinary is the installed nats-server, or fails t saying how to
-// install it.
+// install it (the single server's and the cluster's).
 func natsServerBinary(t testing.TB) string {
 	t.Helper()
 	if bin, err := exec.LookPath("nats-server"); err == nil {
@@ -82,16 +82,6 @@ func natsServerBinary(t testing.TB) string {
 	t.Fatalf("outflowtest: this test starts its own NATS cluster and nats-server is not installed: " +
 		"install NATS (Debian: apt-get install nats-server; macOS: brew install nats-server)")
 	return ""
-}
-
-func freePort(t testing.TB) int {
-	t.Helper()
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer ln.Close()
-	return ln.Addr().(*net.TCPAddr).Port
 }
 
 func (c *NATSCluster) start(i int) {

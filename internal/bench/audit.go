@@ -145,7 +145,6 @@ type auditRun struct {
 // auditLane is one forwarder over a fresh schema and topic, seeded with n
 // pending rows, not started.
 type auditLane struct {
-	cfg      AuditConfig
 	pool     *pgxpool.Pool
 	drop     func()
 	f        *forwarder.Forwarder
@@ -159,7 +158,7 @@ func newAuditLane(ctx context.Context, cfg AuditConfig, rdb *redis.Client, n int
 	if err != nil {
 		return nil, err
 	}
-	l := &auditLane{cfg: cfg, pool: pool, drop: drop, n: n, interval: interval}
+	l := &auditLane{pool: pool, drop: drop, n: n, interval: interval}
 	topic := "bench." + uuid.NewString()[:8]
 	broker, err := redisstreams.New(redisstreams.Config{Client: rdb, Partitions: cfg.Streams})
 	if err != nil {
@@ -304,12 +303,10 @@ func waitFor(ctx context.Context, limit time.Duration, cond func() (bool, error)
 // startRedis runs a redis-server of the benchmark's own on a free port,
 // without persistence: the loss run flushes it.
 func startRedis(ctx context.Context) (*redis.Client, func(), error) {
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	port, err := freeTCPPort()
 	if err != nil {
 		return nil, nil, err
 	}
-	port := ln.Addr().(*net.TCPAddr).Port
-	ln.Close()
 	dir, err := os.MkdirTemp("", "outflow-bench-redis")
 	if err != nil {
 		return nil, nil, err

@@ -9,7 +9,6 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
-	"slices"
 	"strconv"
 	"strings"
 	"time"
@@ -68,9 +67,7 @@ func NATSReplicas(ctx context.Context, cfg NATSReplicasConfig) error {
 		for _, v := range rates[r] {
 			each = append(each, fmt.Sprintf("%.0f", v))
 		}
-		s := slices.Clone(rates[r])
-		slices.Sort(s)
-		med[r] = s[len(s)/2]
+		med[r] = median(rates[r])
 		fmt.Fprintf(cfg.Out, "| %d | %s | %.0f |\n", r, strings.Join(each, ", "), med[r])
 	}
 	fmt.Fprintf(cfg.Out, "\n3 replicas / 1 replica: %.2fx\n", med[3]/med[1])

@@ -288,18 +288,14 @@ func WritePath(ctx context.Context, cfg WritePathConfig) error {
 // machine a stall (a checkpoint, another process) lands on one slice, and the
 // pooled rate would charge it to whichever variant it hit.
 func medianRate(ss []sample) float64 {
+	if len(ss) == 0 {
+		return 0
+	}
 	rates := make([]float64, 0, len(ss))
 	for _, s := range ss {
 		rates = append(rates, float64(len(s.latencies))/s.elapsed.Seconds())
 	}
-	slices.Sort(rates)
-	if len(rates) == 0 {
-		return 0
-	}
-	if len(rates)%2 == 0 {
-		return (rates[len(rates)/2-1] + rates[len(rates)/2]) / 2
-	}
-	return rates[len(rates)/2]
+	return median(rates)
 }
 
 // migrateSchema creates schema and runs the migrations in it, through a
