@@ -1,10 +1,12 @@
 package console
 
+import "github.com/outflow-dev/outflow/handlers"
+
 // Queries are the console's queries on the big tables, by name, for the
 // test that checks each uses an index.
 var Queries = map[string]string{
 	"find message": qFindMessage, "events after": qEventsAfter, "events before": qEventsBefore, "processed": qProcessed, "dead outcomes": qDeadOutcomes,
-	"deliveries": qDeliveries, "parked": qParked, "webhook stats": qWebhookStats,
+	"deliveries": qDeliveries, "parked": qParked, "webhook stats": handlers.WebhookStatsQuery,
 	// The /dead list, for each filter: every open status or one, every
 	// consumer or one.
 	"dead letters":                     deadLettersQuery(false, openStatuses),

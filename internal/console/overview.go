@@ -16,15 +16,6 @@ import (
 	"github.com/outflow-dev/outflow/idempotency"
 )
 
-// qWebhookStats counts what handlers.ReadWebhookStats counts, one status
-// at a time, so that each count reads its partial index
-// (webhook_deliveries_due_idx, webhook_deliveries_dead_idx): status IN
-// ('pending', 'dead') reads every row of the table instead.
-const qWebhookStats = `
-	SELECT (SELECT count(*) FROM webhook_deliveries WHERE status = 'pending'),
-	       (SELECT count(*) FROM webhook_deliveries WHERE status = 'pending' AND attempts > 0),
-	       (SELECT count(*) FROM webhook_deliveries WHERE status = 'dead')`
-
 type partitionRow struct {
 	Partition      int32
 	Owner          string
@@ -69,10 +60,9 @@ func (c *Console) readOverview(ctx context.Context) (overview, error) {
 		return err
 	})
 	g.Go(func() error {
-		if err := c.cfg.Pool.QueryRow(gctx, qWebhookStats).Scan(&o.Webhooks.Pending, &o.Webhooks.Failing, &o.Webhooks.Dead); err != nil {
-			return fmt.Errorf("read webhook stats: %w", err)
-		}
-		return nil
+		var err error
+		o.Webhooks, err = handlers.ReadWebhookStats(gctx, c.cfg.Pool)
+		return err
 	})
 	g.Go(func() error {
 		// The lease's last renewal is not stored: the owner's heartbeat (it
