@@ -63,8 +63,9 @@ type confirmData struct {
 
 // act runs one action in two steps: without confirm=yes it shows what it
 // would do and asks; with it, it runs do, records it in console_actions
-// (who, when, what, on what, how many) and returns to back with ?done=.
-func (c *Console) act(w http.ResponseWriter, r *http.Request, s session, name, what, back string,
+// (who, when, what, on what, how many) and returns to back(sel), the list
+// it came from, with ?done=.
+func (c *Console) act(w http.ResponseWriter, r *http.Request, s session, name, what string, back func(selection) string,
 	do func(ctx context.Context, sel selection) (int64, error),
 ) {
 	sel, err := parseSelection(r)
@@ -78,7 +79,7 @@ func (c *Console) act(w http.ResponseWriter, r *http.Request, s session, name, w
 	if !sel.All {
 		target.Consumer, target.Status, target.Topic = "", "", ""
 	}
-	c.confirmThenDo(w, r, s, name, what, back, target, len(sel.IDs), sel.All, func(ctx context.Context) (int64, error) { return do(ctx, sel) })
+	c.confirmThenDo(w, r, s, name, what, back(sel), target, len(sel.IDs), sel.All, func(ctx context.Context) (int64, error) { return do(ctx, sel) })
 }
 
 // confirmThenDo asks for confirmation (without confirm=yes), or runs do
@@ -132,9 +133,7 @@ func parkedBack(sel selection) string {
 }
 
 func (c *Console) parkedRetry(w http.ResponseWriter, r *http.Request, s session) {
-	_ = r.ParseForm()
-	sel, _ := parseSelection(r)
-	c.act(w, r, s, "outbox.retry", "Retry parked outbox rows: they go back in line with a fresh count of attempts.", parkedBack(sel),
+	c.act(w, r, s, "outbox.retry", "Retry parked outbox rows: they go back in line with a fresh count of attempts.", parkedBack,
 		func(ctx context.Context, sel selection) (int64, error) {
 			return c.releaseParked(ctx, sel, forwarder.RetryParked)
 		})
@@ -147,9 +146,7 @@ const discardWhat = "Discard parked outbox rows: each event is replaced by a dis
 	"events flow after it. The row is kept, marked discarded."
 
 func (c *Console) parkedDiscard(w http.ResponseWriter, r *http.Request, s session) {
-	_ = r.ParseForm()
-	sel, _ := parseSelection(r)
-	c.act(w, r, s, "outbox.discard", discardWhat, parkedBack(sel),
+	c.act(w, r, s, "outbox.discard", discardWhat, parkedBack,
 		func(ctx context.Context, sel selection) (int64, error) {
 			return c.releaseParked(ctx, sel, forwarder.DiscardParked)
 		})
@@ -189,9 +186,7 @@ func deadBack(sel selection) string {
 }
 
 func (c *Console) deadRetry(w http.ResponseWriter, r *http.Request, s session) {
-	_ = r.ParseForm()
-	sel, _ := parseSelection(r)
-	c.act(w, r, s, "dlq.retry", "Retry dead letters: the consumer tries them again at once.", deadBack(sel),
+	c.act(w, r, s, "dlq.retry", "Retry dead letters: the consumer tries them again at once.", deadBack,
 		func(ctx context.Context, sel selection) (int64, error) {
 			if sel.All {
 				return idempotency.RetryDeadLetter(ctx, c.cfg.Pool, sel.Consumer, 0)
@@ -209,9 +204,7 @@ func (c *Console) deadRetry(w http.ResponseWriter, r *http.Request, s session) {
 }
 
 func (c *Console) deadDiscard(w http.ResponseWriter, r *http.Request, s session) {
-	_ = r.ParseForm()
-	sel, _ := parseSelection(r)
-	c.act(w, r, s, "dlq.discard", "Discard dead letters: recorded as handled without running the handler; the events held behind them are released.", deadBack(sel),
+	c.act(w, r, s, "dlq.discard", "Discard dead letters: recorded as handled without running the handler; the events held behind them are released.", deadBack,
 		func(ctx context.Context, sel selection) (int64, error) {
 			ids := sel.IDs
 			if sel.All {
