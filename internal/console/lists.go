@@ -65,6 +65,15 @@ type listPage[T any] struct {
 	Topic string
 }
 
+// cut keeps the first n rows of a read that asked for n+1, and points Next
+// at the id of the last kept when there was one more.
+func (lp *listPage[T]) cut(n int, id func(T) int64) {
+	if len(lp.Rows) > n {
+		lp.Rows = lp.Rows[:n]
+		lp.Next = id(lp.Rows[n-1])
+	}
+}
+
 func afterParam(r *http.Request, name string) int64 {
 	v, err := strconv.ParseInt(r.URL.Query().Get(name), 10, 64)
 	if err != nil || v < 0 {
@@ -83,10 +92,7 @@ func (c *Console) readParked(ctx context.Context, topic string, after int64) (li
 	if lp.Rows, err = pgx.CollectRows(rows, pgx.RowToStructByPos[forwarder.ParkedRow]); err != nil {
 		return lp, fmt.Errorf("list parked rows: %w", err)
 	}
-	if len(lp.Rows) > c.cfg.PageSize {
-		lp.Rows = lp.Rows[:c.cfg.PageSize]
-		lp.Next = lp.Rows[len(lp.Rows)-1].ID
-	}
+	lp.cut(c.cfg.PageSize, func(r forwarder.ParkedRow) int64 { return r.ID })
 	return lp, nil
 }
 
@@ -130,10 +136,7 @@ func (c *Console) readDead(ctx context.Context, consumer, status string, after i
 	if lp.Rows, err = pgx.CollectRows(rows, pgx.RowToStructByPos[idempotency.DeadLetter]); err != nil {
 		return lp, fmt.Errorf("list dead letters: %w", err)
 	}
-	if len(lp.Rows) > c.cfg.PageSize {
-		lp.Rows = lp.Rows[:c.cfg.PageSize]
-		lp.Next = lp.Rows[len(lp.Rows)-1].ID
-	}
+	lp.cut(c.cfg.PageSize, func(d idempotency.DeadLetter) int64 { return d.ID })
 	return lp, nil
 }
 
@@ -201,10 +204,7 @@ func (c *Console) actionsPage(w http.ResponseWriter, r *http.Request, s session)
 		c.fail(w, r, fmt.Errorf("list console actions: %w", err))
 		return
 	}
-	if len(lp.Rows) > c.cfg.PageSize {
-		lp.Rows = lp.Rows[:c.cfg.PageSize]
-		lp.Next = lp.Rows[len(lp.Rows)-1].ID
-	}
+	lp.cut(c.cfg.PageSize, func(a action) int64 { return a.ID })
 	p := c.pageFor(s, "Actions")
 	p.Data = lp
 	c.render(w, http.StatusOK, "actions", p)
