@@ -14,10 +14,10 @@ func init() {
 		// Every group the suite's workers run: the forwarder declares their
 		// queues before its first publish, which happens before any worker
 		// starts.
-		groups := map[string][]string{app.PaymentsTopic: {"sync-analytics", "notify-merchant", "counter"}}
-		for _, g := range groups[app.PaymentsTopic] { // and each one's replay topic (consumer.ReplayTopic)
-			groups[consumer.ReplayTopic(g)] = []string{g}
-		}
+		groups := consumer.HandlerGroups(
+			consumer.Handler{Name: "sync-analytics", Topic: app.PaymentsTopic},
+			consumer.Handler{Name: "notify-merchant", Topic: app.PaymentsTopic},
+			consumer.Handler{Name: "counter", Topic: app.PaymentsTopic})
 		return openBackend(t, brokers.Config{Kind: brokers.AMQP, Partitions: 2,
 			AMQP: brokers.AMQPConfig{URL: outflowtest.AMQPURL(), Prefix: outflowtest.AMQPPrefix(t, 2, groups), Groups: groups}})
 	}})

@@ -25,14 +25,13 @@ import (
 // merchants, until every consumer has handled every event.
 type replayPipeline struct {
 	*pipeline
-	m1, m2         app.CreatedMerchant
-	site1, site2   *merchantSite
-	want1, want2   app.CurrencyStats
-	counted        func() map[string]int
-	projection     []string // merchant_stats_daily, every row
-	processed      map[string]int
-	deliveries     int
-	redisStreamFor func(name string) string
+	m1, m2       app.CreatedMerchant
+	site1, site2 *merchantSite
+	want1, want2 app.CurrencyStats
+	counted      func() map[string]int
+	projection   []string // merchant_stats_daily, every row
+	processed    map[string]int
+	deliveries   int
 }
 
 func newReplayPipeline(t *testing.T) *replayPipeline {
@@ -40,7 +39,6 @@ func newReplayPipeline(t *testing.T) *replayPipeline {
 	p := &replayPipeline{pipeline: newPipeline(t)}
 	p.backend = openBackend(t, brokers.Config{Kind: brokers.Redis, Partitions: 2,
 		Redis: brokers.RedisConfig{URL: outflowtest.RedisURL(), StreamPrefix: p.prefix}})
-	p.redisStreamFor = func(name string) string { return consumer.ReplayBrokerTopic(p.backend, name) }
 	p.m1, p.site1 = p.newMerchant(t)
 	p.m2, p.site2 = p.newMerchant(t)
 	counter, counted := countingHandler(t, p.pipeline)
@@ -97,7 +95,7 @@ func (p *replayPipeline) readDeliveries(t *testing.T) int {
 func (p *replayPipeline) replayAndWait(t *testing.T, name string, f replay.Filter) int64 {
 	t.Helper()
 	ctx := context.Background()
-	stream := p.redisStreamFor(name)
+	stream := consumer.ReplayBrokerTopic(p.backend, name)
 	before, err := p.rdb.XLen(ctx, stream).Result()
 	require.NoError(t, err)
 	n, err := replay.Publish(ctx, p.schema.Pool, p.backend.Broker(), name, f, replay.Options{BatchSize: 7})
@@ -286,7 +284,7 @@ func TestReplayWithoutResetAppliesNothing(t *testing.T) {
 
 	ctx := context.Background()
 	for _, name := range []string{"sync-analytics", "notify-merchant", "counter"} {
-		stream := p.redisStreamFor(name)
+		stream := consumer.ReplayBrokerTopic(p.backend, name)
 		groups, err := p.rdb.XInfoGroups(ctx, stream).Result()
 		require.NoError(t, err)
 		require.Len(t, groups, 1, "only %s reads %s", name, stream)
@@ -340,7 +338,6 @@ func TestResetLocksAggregatesTheConsumerHasNotSeen(t *testing.T) {
 	p := &replayPipeline{pipeline: newPipeline(t)}
 	p.backend = openBackend(t, brokers.Config{Kind: brokers.Redis, Partitions: 2,
 		Redis: brokers.RedisConfig{URL: outflowtest.RedisURL(), StreamPrefix: p.prefix}})
-	p.redisStreamFor = func(name string) string { return consumer.ReplayBrokerTopic(p.backend, name) }
 	ctx := context.Background()
 	m, err := p.svc.CreateMerchant(ctx, app.NewMerchant{Name: "Shop", WebhookURL: "https://shop.example/h"})
 	require.NoError(t, err)
