@@ -162,7 +162,7 @@ func (c *Consumer) applyBatch(h message.HandlerFunc, batch []*pending) error {
 				_ = res.Close()
 				return fmt.Errorf("idempotency: record batch: %w", err)
 			}
-			outcomes[i] = o
+			outcomes[i] = o.outcome
 		}
 		if err := res.Close(); err != nil {
 			return fmt.Errorf("idempotency: record batch: %w", err)

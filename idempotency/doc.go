@@ -68,6 +68,18 @@
 // new aggregate whose version 1 never arrives within GapTimeout starts at
 // its next version rather than staying dead.
 //
+// An aggregate that `outflow consumer reset` (replay.ResetConsumer) made the
+// consumer forget is not one it has never seen: its row in
+// consumer_aggregate_versions is set back to version 0 and marked
+// (reset_at), and until its version 1 applies it takes no baseline, at
+// first sight or after GapTimeout. Its history starts again at version 1,
+// which the replay brings, whenever that comes: a live event that arrives
+// first waits as a gap, is dead-lettered after GapTimeout (its error says
+// the aggregate was reset), and heals once the replay applied its
+// predecessors. Taking it as the baseline would make every replayed
+// version stale, silently. An aggregate whose first versions the outbox no
+// longer holds stays dead so, for an operator (docs/replay.md).
+//
 // The bookkeeping costs one statement per message (one round trip, or one
 // per batch of messages sharing a transaction) on top of the handler's
 // transaction. Handlers with effects outside the database (an HTTP call)

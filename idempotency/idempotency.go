@@ -69,7 +69,9 @@ type Config struct {
 	// an aggregate's version before its baseline is skipped as stale if it
 	// arrives after it, and an aggregate created after BaselineBefore that
 	// never receives its version 1 starts at its first version after
-	// GapTimeout. See the package doc.
+	// GapTimeout. An aggregate a reset made the consumer forget
+	// (replay.ResetConsumer) never takes a baseline: its history starts
+	// again at version 1. See the package doc.
 	BaselineBefore time.Time
 	// Logger defaults to slog.Default().
 	Logger *slog.Logger
@@ -224,7 +226,11 @@ func (o outcome) String() string {
 // lock and miss a dead letter that the lock's previous holder committed.
 // $8 says the message may be its aggregate's baseline: it applies whatever
 // its version when the consumer has applied nothing of the aggregate
-// (version 0). The outcome is read by classify.
+// (version 0), unless a reset made the consumer forget the aggregate
+// (reset_at, see replay.ResetConsumer): then its history starts again at
+// version 1, which the replay brings, and a later version taken as the
+// baseline would make the replayed ones stale. The statement returns
+// whether the aggregate is so marked; the outcome is read by classify.
 const claimSQL = `
 WITH seen AS (
     INSERT INTO processed_messages (message_id, consumer) SELECT $1, $2 WHERE $7
@@ -238,13 +244,14 @@ WITH seen AS (
     ON CONFLICT (consumer, aggregate_type, aggregate_id) DO UPDATE SET
         prev_version = c.version,
         version = CASE WHEN (SELECT f FROM fresh)
-                            AND (($6 AND ($5 = c.version + 1 OR (c.version = 0 AND $8))) OR (NOT $6 AND $5 > c.version))
+                            AND (($6 AND ($5 = c.version + 1 OR (c.version = 0 AND $8 AND c.reset_at IS NULL)))
+                                 OR (NOT $6 AND $5 > c.version))
                             AND NOT consumer_blocked($2, $3, $4, $5)
                        THEN $5 ELSE c.version END,
         updated_at = now()
-    RETURNING prev_version, version
+    RETURNING prev_version, version, reset_at IS NOT NULL AS reset
 )
-SELECT (SELECT f FROM fresh), prev_version, version FROM v`
+SELECT (SELECT f FROM fresh), prev_version, version, reset FROM v`
 
 // Middleware is the Watermill handler middleware. One Consumer wraps one
 // handler. Messages handled concurrently (a subscriber that delivers a
@@ -295,7 +302,8 @@ func (c *Consumer) handleOne(h message.HandlerFunc, msg *message.Message, env ev
 	// handler's work, not the commit of what it already did. A handler that
 	// returns nil after its deadline has its effects committed, once.
 	start := time.Now()
-	out, o, err := c.apply(context.WithoutCancel(ctx), ctx, c.cfg.Pool, h, msg, env, true, c.mayBaseline(env))
+	out, v, err := c.apply(context.WithoutCancel(ctx), ctx, c.cfg.Pool, h, msg, env, true, c.mayBaseline(env))
+	o := v.outcome
 	switch {
 	case err != nil:
 		// The handler failed: park the message for a retry, so that
@@ -348,16 +356,37 @@ func (c *Consumer) queueClaim(q *pgx.Batch, env events.Envelope, fresh, baseline
 		env.AggregateVersion, c.cfg.Ordering == Strict, fresh, baseline)
 }
 
+// verdict is the bookkeeping's decision on one message.
+type verdict struct {
+	outcome
+	// afterReset says that a reset made the consumer forget the aggregate
+	// and it has applied nothing since: it waits for its version 1 and
+	// takes no baseline (see endGap).
+	afterReset bool
+}
+
 // readClaim reads the result of what queueClaim queued.
-func (c *Consumer) readClaim(res pgx.BatchResults, env events.Envelope, baseline bool) (outcome, error) {
+func (c *Consumer) readClaim(res pgx.BatchResults, env events.Envelope, baseline bool) (verdict, error) {
 	var (
-		isNew        bool
+		isNew, reset bool
 		prev, stored int64
 	)
-	if err := res.QueryRow().Scan(&isNew, &prev, &stored); err != nil {
-		return 0, err
+	if err := res.QueryRow().Scan(&isNew, &prev, &stored, &reset); err != nil {
+		return verdict{}, err
 	}
-	return classify(isNew, c.cfg.Ordering == Strict, baseline, prev, stored, env.AggregateVersion), nil
+	return decide(isNew, c.cfg.Ordering == Strict, baseline, reset, prev, stored, env.AggregateVersion), nil
+}
+
+// decide reads the claim statement's result as classify does, reset
+// saying whether the aggregate's row is marked reset. The statement
+// refuses the baseline of a reset aggregate: classify must not count on
+// it either, or it would read the refusal as a message blocked by a dead
+// letter.
+func decide(fresh, strict, baseline, reset bool, prev, stored, version int64) verdict {
+	return verdict{
+		outcome:    classify(fresh, strict, baseline && !reset, prev, stored, version),
+		afterReset: reset && stored == 0,
+	}
 }
 
 // beginner opens a transaction: the pool, or a transaction that nests a
@@ -370,10 +399,10 @@ type beginner interface {
 // with ctx; h gets hctx, the transaction in it. fresh says whether the message must be recorded in processed_messages
 // (false for a retry, whose row was written when it was parked); baseline
 // whether it may become its aggregate's baseline.
-func (c *Consumer) apply(ctx, hctx context.Context, db beginner, h message.HandlerFunc, msg *message.Message, env events.Envelope, fresh, baseline bool) ([]*message.Message, outcome, error) {
+func (c *Consumer) apply(ctx, hctx context.Context, db beginner, h message.HandlerFunc, msg *message.Message, env events.Envelope, fresh, baseline bool) ([]*message.Message, verdict, error) {
 	var (
 		out []*message.Message
-		o   outcome
+		o   verdict
 	)
 	err := pgx.BeginFunc(ctx, db, func(tx pgx.Tx) error {
 		var claim pgx.Batch
@@ -387,7 +416,7 @@ func (c *Consumer) apply(ctx, hctx context.Context, db beginner, h message.Handl
 		if err != nil {
 			return fmt.Errorf("idempotency: record message: %w", err)
 		}
-		switch o {
+		switch o.outcome {
 		case duplicate, gap, held:
 			return errRollback
 		case stale:
@@ -404,7 +433,7 @@ func (c *Consumer) apply(ctx, hctx context.Context, db beginner, h message.Handl
 	if errors.Is(err, errRollback) {
 		err = nil
 	}
-	if err == nil && (o == duplicate || o == stale) {
+	if err == nil && (o.outcome == duplicate || o.outcome == stale) {
 		c.cfg.Logger.Debug("message skipped", "consumer", c.cfg.Consumer, "message_id", env.MessageID,
 			"aggregate_id", env.AggregateID, "aggregate_version", env.AggregateVersion, "outcome", o.String())
 	}

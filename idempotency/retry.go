@@ -62,6 +62,38 @@ FROM dead_letters d
 WHERE d.id = $2 AND ` + dueWhere + `
 FOR UPDATE SKIP LOCKED`
 
+// afterResetNote ends the error of a dead gap on an aggregate that a reset
+// made the consumer forget: what it waits for, and why no baseline.
+const afterResetNote = "the aggregate was reset (outflow consumer reset) and applied nothing since: " +
+	"it waits for its versions from 1, which a replay brings (outflow replay); if the outbox no longer holds them, " +
+	"its history cannot be rebuilt and an operator must decide (see docs/replay.md)"
+
+// gapEnding is what becomes of a gap that waited GapTimeout.
+type gapEnding int
+
+const (
+	// gapDead: the message is dead (reason gap), reported, and heals if
+	// its predecessor applies later.
+	gapDead gapEnding = iota
+	// gapBaseline: the message becomes its aggregate's baseline.
+	gapBaseline
+)
+
+// endGap decides for a gap that timed out. Only a consumer with
+// BaselineBefore may take the message as its aggregate's baseline (the
+// claim then checks that nothing of the aggregate was applied), and never
+// for an aggregate a reset made it forget: the reset's purpose is to apply
+// the aggregate's history again from version 1, and the replay that brings
+// it may well come after GapTimeout (a replay of everything takes time);
+// taking a later version as the baseline would make every replayed version
+// stale, silently. Such a gap stays dead, loud, until the replay heals it.
+func endGap(baselineBefore, afterReset bool) gapEnding {
+	if baselineBefore && !afterReset {
+		return gapBaseline
+	}
+	return gapDead
+}
+
 // retryRound looks at every due row, up to retryRoundMax. It returns how
 // many it settled, or the round's size when the round was full, so that
 // poll.Drain runs another round at once when there may be more to do. A
@@ -142,17 +174,18 @@ func (c *Consumer) retryOne(ctx context.Context, h message.HandlerFunc, id int64
 		// the pool is held by a consumer's retry, and the message's
 		// effects now commit with its dead letter's new status.
 		start := time.Now()
-		_, o, herr := c.apply(ctx, ctx, lock, h, msg, env, false, c.mayBaseline(env))
+		_, v, herr := c.apply(ctx, ctx, lock, h, msg, env, false, c.mayBaseline(env))
+		o := v.outcome
 		timedOut := herr == nil && time.Since(created) >= c.cfg.GapTimeout
-		if timedOut && o == gap && !c.cfg.BaselineBefore.IsZero() {
+		if timedOut && o == gap && endGap(!c.cfg.BaselineBefore.IsZero(), v.afterReset) == gapBaseline {
 			// Nothing before it came in GapTimeout: with a baseline, an
 			// aggregate this consumer has applied nothing of starts here.
 			// Should the handler fail, herr takes the message to the
 			// failing handler's retries below, not to a dead gap that
 			// would wait for a predecessor that never comes.
-			var base outcome
-			if _, base, herr = c.apply(ctx, ctx, lock, h, msg, env, false, true); herr == nil && base == applied {
-				o = base
+			var base verdict
+			if _, base, herr = c.apply(ctx, ctx, lock, h, msg, env, false, true); herr == nil && base.outcome == applied {
+				o = base.outcome
 				c.cfg.Logger.With(env.LogArgs()...).Warn("gap timed out on an aggregate with nothing applied: this version is its baseline",
 					"consumer", c.cfg.Consumer, "message_id", msgID, "aggregate_id", env.AggregateID,
 					"aggregate_version", env.AggregateVersion)
@@ -167,11 +200,16 @@ func (c *Consumer) retryOne(ctx context.Context, h message.HandlerFunc, id int64
 			c.cfg.Logger.With(env.LogArgs()...).Info("parked message applied", "consumer", c.cfg.Consumer, "message_id", msgID,
 				"aggregate_id", env.AggregateID, "aggregate_version", env.AggregateVersion, "outcome", o.String())
 		case herr == nil && timedOut: // the gap never filled: report it; it heals if its predecessor applies later
+			text := fmt.Sprintf("version %d waited %s for version %d", env.AggregateVersion, c.cfg.GapTimeout, env.AggregateVersion-1)
+			if v.afterReset {
+				text += "; " + afterResetNote
+			}
 			_, err = lock.Exec(ctx, `UPDATE dead_letters SET status = 'dead', reason = 'gap', error = $2, next_attempt_at = NULL WHERE id = $1`,
-				id, fmt.Sprintf("version %d waited %s for version %d", env.AggregateVersion, c.cfg.GapTimeout, env.AggregateVersion-1))
+				id, text)
 			record = func() { c.metrics.failed("dead") }
 			c.cfg.Logger.With(env.LogArgs()...).Error("gap timed out: message dead", "consumer", c.cfg.Consumer, "message_id", msgID,
-				"aggregate_id", env.AggregateID, "aggregate_version", env.AggregateVersion)
+				"aggregate_type", env.AggregateType, "aggregate_id", env.AggregateID, "aggregate_version", env.AggregateVersion,
+				"after_reset", v.afterReset)
 		case herr == nil: // a gap (or held behind one): wait for the earlier event
 			_, err = lock.Exec(ctx, `UPDATE dead_letters SET status = 'held', next_attempt_at = $2 WHERE id = $1`,
 				id, time.Now().Add(c.cfg.GapRetryDelay))
