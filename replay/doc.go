@@ -13,16 +13,23 @@
 // unless [ResetConsumer] forgot it first.
 //
 // [ResetConsumer] deletes, in one transaction, the consumer's
-// processed_messages rows of the aggregates' retained outbox rows, its
-// aggregate versions and its open dead letters of them; the caller's
-// [Reset.Also] runs in the same transaction, after the aggregates are
-// locked against the consumer, to delete the projection's own rows, so no
-// event is counted twice or lost however the consumer runs meanwhile.
+// processed_messages rows of the aggregates' retained outbox rows and its
+// open dead letters of them, and sets its aggregate versions back to 0,
+// marked reset; the caller's [Reset.Also] runs in the same transaction,
+// after the aggregates are locked against the consumer, to delete the
+// projection's own rows, so no event is counted twice or lost however the
+// consumer runs meanwhile. The mark keeps idempotency.Config.BaselineBefore
+// off the aggregates until their version 1 applies: a live event that
+// arrives before the replay waits for it (dead-lettered after GapTimeout,
+// healed when the replay comes) instead of becoming the baseline that
+// would make the replayed versions stale.
 //
 // Only rows the outbox still holds can be replayed (its retention, 15 days
 // by default), and only rows that were published. An aggregate whose
 // first versions were purged cannot be rebuilt from version 1: after a
-// reset, its first retained event is a gap for a Strict consumer.
+// reset, its first retained event is a gap for a Strict consumer, with or
+// without BaselineBefore, dead-lettered after GapTimeout; the reset counts
+// and names such aggregates ([ResetResult.Purged]).
 //
 // This package is framework: it imports no application code.
 package replay
