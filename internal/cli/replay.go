@@ -241,9 +241,11 @@ func newConsumerCmd(e *env) *cobra.Command {
 		Use:   "reset",
 		Short: "Make one consumer forget aggregates (processed messages, versions, open dead letters), for a replay",
 		Long: `Deletes, in one transaction, the consumer's processed_messages rows of the aggregates' retained
-outbox rows, its aggregate versions and its open dead letters of them; --projection-sql runs in
-the same transaction, after the aggregates are locked against the consumer: delete the
-projection's own rows there. Then 'outflow replay' applies their events again. See docs/replay.md.`,
+outbox rows and its open dead letters of them, and sets its aggregate versions back to 0, marked
+reset: their history starts again at version 1, never at a baseline (BaselineBefore); --projection-sql
+runs in the same transaction, after the aggregates are locked against the consumer: delete the
+projection's own rows there. Then 'outflow replay' applies their events again. Aggregates whose
+first versions the outbox no longer holds are named: a replay cannot rebuild them. See docs/replay.md.`,
 		Args: cobra.NoArgs,
 		RunE: e.withPool(func() error {
 			var err error
@@ -294,6 +296,14 @@ projection's own rows there. Then 'outflow replay' applies their events again. S
 			}
 			fmt.Fprintf(out, "%s forgot %s: %d processed message(s), %d aggregate version(s), %d open dead letter(s)\n",
 				target.Name, what, res.Processed, res.Versions, res.DeadLetters)
+			if res.Purged > 0 {
+				// Said now, not only when their gaps time out: the
+				// operator chose these aggregates and can still act.
+				fmt.Fprintf(cmd.ErrOrStderr(), "warning: the outbox no longer holds the first versions of %d aggregate(s) (%s%s): "+
+					"a replay cannot rebuild them; %s waits for their missing versions and dead-letters their next event "+
+					"after its gap timeout (see docs/replay.md)\n",
+					res.Purged, strings.Join(res.PurgedIDs, ", "), more(res.Purged, len(res.PurgedIDs)), target.Name)
+			}
 			if projectionSQL != "" {
 				fmt.Fprintf(out, "--projection-sql: %d row(s)\n", projected)
 			}
@@ -307,4 +317,12 @@ projection's own rows there. Then 'outflow replay' applies their events again. S
 	reset.Flags().BoolVar(&yes, "yes", false, "do not ask for confirmation")
 	cmd.AddCommand(reset)
 	return cmd
+}
+
+// more says how many of n a list of shown names leaves out.
+func more(n int64, shown int) string {
+	if left := n - int64(shown); left > 0 {
+		return fmt.Sprintf(" and %d more", left)
+	}
+	return ""
 }

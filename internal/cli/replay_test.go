@@ -99,8 +99,9 @@ func TestConsumerResetAndReplayCommands(t *testing.T) {
 	require.Equal(t, "notify-merchant:00000000-0000-0000-0000-000000000001,notify-merchant:00000000-0000-0000-0000-000000000002,"+
 		"notify-merchant:00000000-0000-0000-0000-000000000003,notify-merchant:00000000-0000-0000-0000-000000000004,"+
 		"sync-analytics:00000000-0000-0000-0000-000000000003,sync-analytics:00000000-0000-0000-0000-000000000004 | "+
-		"notify-merchant:p1@2,notify-merchant:p2@2,sync-analytics:p2@2 | m2", replayState(t, s),
-		"sync-analytics forgot p1 (its dead letter too), notify-merchant nothing; the projection lost m1")
+		"notify-merchant:p1@2,notify-merchant:p2@2,sync-analytics:p1@0,sync-analytics:p2@2 | m2", replayState(t, s),
+		"sync-analytics forgot p1 (its dead letter too: its version back to 0, marked reset), notify-merchant nothing; the projection lost m1")
+	require.NotContains(t, string(out), "warning")
 
 	out, err = command(env, "replay", "--consumer", "sync-analytics", "--aggregate-type", "payment", "--dry-run").CombinedOutput()
 	require.NoError(t, err, "%s", out)
@@ -116,4 +117,13 @@ func TestConsumerResetAndReplayCommands(t *testing.T) {
 	require.NoError(t, err)
 	require.Equal(t, []string{"00000000-0000-0000-0000-000000000002", "00000000-0000-0000-0000-000000000003"}, ids,
 		"the rows of the consumer's topic since the time, in id order")
+
+	// p1's version 1 purged: the reset says a replay cannot rebuild p1.
+	_, err = s.Pool.Exec(ctx, `DELETE FROM outbox WHERE message_id = '00000000-0000-0000-0000-000000000001'`)
+	require.NoError(t, err)
+	out, err = command(env, "consumer", "reset", "--consumer", "sync-analytics", "--aggregate-type", "payment",
+		"--aggregate-id", "p1", "--aggregate-id", "p2", "--yes").CombinedOutput()
+	require.NoError(t, err, "%s", out)
+	require.Contains(t, string(out), "warning: the outbox no longer holds the first versions of 1 aggregate(s) (p1): "+
+		"a replay cannot rebuild them; sync-analytics waits for their missing versions")
 }
