@@ -10,6 +10,7 @@ import (
 	"regexp"
 	"strconv"
 	"strings"
+	"sync/atomic"
 	"testing"
 
 	"github.com/jackc/pgx/v5/pgxpool"
@@ -28,6 +29,10 @@ type env struct {
 	srv      *httptest.Server
 	adminKey string
 	adminID  string
+	console  *console.Console
+	// served counts the requests the console has finished: a test whose
+	// client gave up waits on it for the handler's end.
+	served *atomic.Int64
 }
 
 var consumers = []console.Consumer{{Name: "notify-merchant", Topic: "payments"}, {Name: "analytics", Topic: "payments"}}
@@ -41,11 +46,15 @@ func newEnv(t *testing.T, mut ...func(*console.Config)) *env {
 	}
 	c, err := console.New(cfg)
 	require.NoError(t, err)
-	srv := httptest.NewServer(c)
+	served := new(atomic.Int64)
+	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		defer served.Add(1)
+		c.ServeHTTP(w, r)
+	}))
 	t.Cleanup(srv.Close)
 	k, err := apikey.Create(context.Background(), s.Pool, apikey.New{Name: "ops"})
 	require.NoError(t, err)
-	return &env{pool: s.Pool, srv: srv, adminKey: k.Secret, adminID: k.ID}
+	return &env{pool: s.Pool, srv: srv, adminKey: k.Secret, adminID: k.ID, console: c, served: served}
 }
 
 // client is a browser: a cookie jar, and redirects not followed, so that
