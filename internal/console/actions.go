@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"net/http"
 	"net/url"
+	"slices"
 	"strconv"
 	"time"
 
@@ -21,19 +22,44 @@ import (
 const maxSelection = 1000
 
 // selection is what an action's form names: some ids, or every row
-// matching the list's filter.
+// matching the list's filter. It holds only the filter of the action's
+// list: the record of an action names what it applied to, never a field it
+// ignored.
 type selection struct {
-	IDs      []int64 `json:"ids,omitempty"`
-	All      bool    `json:"all,omitempty"`
-	Consumer string  `json:"consumer,omitempty"`
-	Status   string  `json:"status,omitempty"`
+	IDs []int64 `json:"ids,omitempty"`
+	All bool    `json:"all,omitempty"`
+	// Consumer and Status are the dead letters' filter.
+	Consumer string `json:"consumer,omitempty"`
+	Status   string `json:"status,omitempty"`
 	// Topic is the parked rows' filter.
 	Topic string `json:"topic,omitempty"`
 }
 
-func parseSelection(r *http.Request) (selection, error) {
-	sel := selection{All: r.PostFormValue("all") == "1", Consumer: r.PostFormValue("consumer"), Status: r.PostFormValue("status"),
-		Topic: r.PostFormValue("topic")}
+// list says which list an action comes from: the filter its form carries.
+type list int
+
+const (
+	parkedList list = iota
+	deadList
+)
+
+func parseSelection(r *http.Request, from list) (selection, error) {
+	sel := selection{All: r.PostFormValue("all") == "1"}
+	switch from {
+	case parkedList:
+		sel.Topic = r.PostFormValue("topic")
+	case deadList:
+		sel.Consumer, sel.Status = r.PostFormValue("consumer"), r.PostFormValue("status")
+		if sel.Status != "" && !slices.Contains(openStatuses, sel.Status) {
+			return sel, errBadStatus
+		}
+		// Retry and discard act on dead letters only: the list under a
+		// held or retrying filter shows none to act on, and "all" there
+		// must not reach the dead ones it hides.
+		if sel.All && sel.Status != "" && sel.Status != "dead" {
+			return sel, fmt.Errorf("the filter shows %s dead letters: only dead ones can be retried or discarded", sel.Status)
+		}
+	}
 	ids := r.PostForm["id"]
 	if len(ids) > maxSelection {
 		return sel, fmt.Errorf("at most %d rows at once", maxSelection)
@@ -51,6 +77,31 @@ func parseSelection(r *http.Request) (selection, error) {
 	return sel, nil
 }
 
+// describe says what "all" covers, for the confirmation.
+func (sel selection) describe(from list) string {
+	if from == parkedList {
+		if sel.Topic == "" {
+			return "every parked row, of every topic"
+		}
+		return fmt.Sprintf("every parked row of topic %q", sel.Topic)
+	}
+	if sel.Consumer == "" {
+		return "every dead letter (status dead), of every consumer"
+	}
+	return fmt.Sprintf("every dead letter (status dead) of consumer %q", sel.Consumer)
+}
+
+// target is what the record of an action on sel names: the filter and no
+// ids for "all" (the ids ticked with it are ignored), the ids and no
+// filter otherwise (chosen ids ignore the list's filter).
+func (sel selection) target() selection {
+	if sel.All {
+		sel.IDs = nil
+		return sel
+	}
+	return selection{IDs: sel.IDs}
+}
+
 // confirmData is the confirmation page: the same form again, with
 // confirm=yes.
 type confirmData struct {
@@ -60,35 +111,30 @@ type confirmData struct {
 	Fields   url.Values
 	Selected int
 	All      bool
+	Filter   string // what "all" covers
 }
 
 // act runs one action in two steps: without confirm=yes it shows what it
 // would do and asks; with it, it runs do in a transaction with its record
 // in console_actions (who, when, what, on what, how many), and returns to
 // back(sel), the list it came from, with ?done=.
-func (c *Console) act(w http.ResponseWriter, r *http.Request, s session, name, what string, back func(selection) string,
+func (c *Console) act(w http.ResponseWriter, r *http.Request, s session, from list, name, what string, back func(selection) string,
 	do func(ctx context.Context, tx pgx.Tx, sel selection) (int64, error),
 ) {
-	sel, err := parseSelection(r)
+	sel, err := parseSelection(r, from)
 	if err != nil {
 		http.Error(w, err.Error(), http.StatusBadRequest)
 		return
 	}
-	// The record names what the action applied to: chosen ids ignore the
-	// list's filter, so it is not recorded with them.
-	target := sel
-	if !sel.All {
-		target.Consumer, target.Status, target.Topic = "", "", ""
-	}
-	c.confirmThenDo(w, r, s, what, back(sel), len(sel.IDs), sel.All, func(ctx context.Context) (int64, error) {
-		return c.inTx(ctx, s, name, target, func(ctx context.Context, tx pgx.Tx) (int64, error) { return do(ctx, tx, sel) })
+	c.confirmThenDo(w, r, s, what, back(sel), sel.describe(from), len(sel.IDs), sel.All, func(ctx context.Context) (int64, error) {
+		return c.inTx(ctx, s, name, sel.target(), func(ctx context.Context, tx pgx.Tx) (int64, error) { return do(ctx, tx, sel) })
 	})
 }
 
 // confirmThenDo asks for confirmation (without confirm=yes), or runs run,
 // which does the action, records it and returns the record's id, then
 // returns to back with ?done=.
-func (c *Console) confirmThenDo(w http.ResponseWriter, r *http.Request, s session, what, back string,
+func (c *Console) confirmThenDo(w http.ResponseWriter, r *http.Request, s session, what, back, filter string,
 	selected int, all bool, run func(ctx context.Context) (int64, error),
 ) {
 	if r.PostFormValue("confirm") != "yes" {
@@ -99,7 +145,7 @@ func (c *Console) confirmThenDo(w http.ResponseWriter, r *http.Request, s sessio
 			}
 		}
 		p := c.pageFor(s, "Confirm")
-		p.Data = confirmData{Action: r.URL.Path, What: what, Back: back, Fields: fields, Selected: selected, All: all}
+		p.Data = confirmData{Action: r.URL.Path, What: what, Back: back, Fields: fields, Selected: selected, All: all, Filter: filter}
 		c.render(w, http.StatusOK, "confirm", p)
 		return
 	}
@@ -212,7 +258,7 @@ func parkedBack(sel selection) string {
 }
 
 func (c *Console) parkedRetry(w http.ResponseWriter, r *http.Request, s session) {
-	c.act(w, r, s, "outbox.retry", "Retry parked outbox rows: they go back in line with a fresh count of attempts.", parkedBack,
+	c.act(w, r, s, parkedList, "outbox.retry", "Retry parked outbox rows: they go back in line with a fresh count of attempts.", parkedBack,
 		func(ctx context.Context, tx pgx.Tx, sel selection) (int64, error) {
 			return releaseParked(ctx, tx, sel, forwarder.RetryParked)
 		})
@@ -225,7 +271,7 @@ const discardWhat = "Discard parked outbox rows: each event is replaced by a dis
 	"events flow after it. The row is kept, marked discarded."
 
 func (c *Console) parkedDiscard(w http.ResponseWriter, r *http.Request, s session) {
-	c.act(w, r, s, "outbox.discard", discardWhat, parkedBack,
+	c.act(w, r, s, parkedList, "outbox.discard", discardWhat, parkedBack,
 		func(ctx context.Context, tx pgx.Tx, sel selection) (int64, error) {
 			return releaseParked(ctx, tx, sel, forwarder.DiscardParked)
 		})
@@ -265,8 +311,11 @@ func deadBack(sel selection) string {
 }
 
 func (c *Console) deadRetry(w http.ResponseWriter, r *http.Request, s session) {
-	c.act(w, r, s, "dlq.retry", "Retry dead letters: the consumer tries them again at once.", deadBack,
+	c.act(w, r, s, deadList, "dlq.retry", "Retry dead letters: the consumer tries them again at once.", deadBack,
 		func(ctx context.Context, tx pgx.Tx, sel selection) (int64, error) {
+			// With all, the status filter is "" or dead (parseSelection):
+			// what the list shows that can be retried is every dead letter
+			// of the consumer filter.
 			if sel.All {
 				return idempotency.RetryDeadLetter(ctx, tx, sel.Consumer, 0)
 			}
@@ -283,10 +332,10 @@ func (c *Console) deadRetry(w http.ResponseWriter, r *http.Request, s session) {
 }
 
 func (c *Console) deadDiscard(w http.ResponseWriter, r *http.Request, s session) {
-	c.act(w, r, s, "dlq.discard", "Discard dead letters: recorded as handled without running the handler; the events held behind them are released.", deadBack,
+	c.act(w, r, s, deadList, "dlq.discard", "Discard dead letters: recorded as handled without running the handler; the events held behind them are released.", deadBack,
 		func(ctx context.Context, tx pgx.Tx, sel selection) (int64, error) {
 			ids := sel.IDs
-			if sel.All {
+			if sel.All { // as for a retry: every dead letter of the consumer filter
 				var err error
 				if ids, err = deadIDs(ctx, tx, sel.Consumer); err != nil {
 					return 0, err
@@ -356,7 +405,7 @@ func (c *Console) replay(w http.ResponseWriter, r *http.Request, s session) {
 	back := "/journey?q=" + url.QueryEscape(t.AggregateID)
 	what := fmt.Sprintf("Replay every retained event of %s %s to %s (its replay topic): the consumer skips what it already handled.",
 		t.AggregateType, t.AggregateID, t.Consumer)
-	c.confirmThenDo(w, r, s, what, back, 0, true, func(ctx context.Context) (int64, error) {
+	c.confirmThenDo(w, r, s, what, back, "", 0, true, func(ctx context.Context) (int64, error) {
 		return c.replayRecorded(ctx, s, t, cs.Topic)
 	})
 }
