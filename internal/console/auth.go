@@ -63,8 +63,7 @@ func (c *Console) authed(h func(http.ResponseWriter, *http.Request, session)) ht
 			return
 		}
 		if r.Method == http.MethodPost {
-			r.Body = http.MaxBytesReader(w, r.Body, maxForm)
-			got := r.PostFormValue(CSRFField)
+			got := r.PostFormValue(CSRFField) // parsed and bounded by readParams
 			if subtle.ConstantTimeCompare([]byte(got), []byte(s.csrf())) != 1 {
 				c.log.Warn("console: POST refused: missing or wrong CSRF token", "path", r.URL.Path, "api_key_id", s.keyID)
 				http.Error(w, "missing or wrong CSRF token", http.StatusForbidden)
@@ -103,8 +102,7 @@ func (c *Console) loginPage(w http.ResponseWriter, r *http.Request) {
 // login opens a session for a live admin API key. The key is never logged
 // nor echoed; a wrong key and a merchant's key get the same answer.
 func (c *Console) login(w http.ResponseWriter, r *http.Request) {
-	r.Body = http.MaxBytesReader(w, r.Body, maxForm)
-	secret := strings.TrimSpace(r.PostFormValue("api_key"))
+	secret := strings.TrimSpace(r.PostFormValue("api_key")) // parsed and bounded by readParams
 	ctx := r.Context()
 	k, ok, err := apikey.Authenticate(ctx, c.cfg.Pool, secret)
 	if err != nil {
