@@ -130,10 +130,31 @@ func New(cfg Config) (*Console, error) {
 	if err != nil {
 		return nil, fmt.Errorf("console: static assets: %w", err)
 	}
-	for _, rt := range c.routes(http.StripPrefix("/static/", http.FileServerFS(static))) {
+	for _, rt := range c.routes(http.StripPrefix("/static/", http.FileServerFS(filesOnly{static}))) {
 		c.mux.Handle(rt.pattern, rt.h)
 	}
 	return c, nil
+}
+
+// filesOnly is an fs.FS whose directories do not exist: http.FileServerFS
+// lists a directory it can open, and the console's assets are for pages
+// to load, not for browsing.
+type filesOnly struct{ fs.FS }
+
+func (f filesOnly) Open(name string) (fs.File, error) {
+	file, err := f.FS.Open(name)
+	if err != nil {
+		return nil, err
+	}
+	st, err := file.Stat()
+	if err == nil && st.IsDir() {
+		err = fs.ErrNotExist
+	}
+	if err != nil {
+		file.Close()
+		return nil, &fs.PathError{Op: "open", Path: name, Err: err}
+	}
+	return file, nil
 }
 
 type route struct {

@@ -279,3 +279,29 @@ func TestStaticAssets(t *testing.T) {
 	require.Contains(t, res.Header.Get("Content-Security-Policy"), "default-src 'self'")
 	require.Equal(t, "DENY", res.Header.Get("X-Frame-Options"))
 }
+
+// /static/ serves files, never a listing of a directory: the directory
+// itself, spelled any way, is a 404, logged in or not.
+func TestStaticListsNoDirectory(t *testing.T) {
+	t.Parallel()
+	e := newEnv(t)
+	user := e.client(t)
+	e.login(t, user)
+	for _, c := range []*http.Client{e.client(t), user} {
+		for _, path := range []string{"/static/", "/static/.", "/static/./", "/static//", "/static/?C=M&O=A", "/static/%2e/"} {
+			res, body := do(t, c, http.MethodGet, e.srv.URL+path, nil)
+			require.NotContains(t, body, "console.css", path)
+			if res.StatusCode != http.StatusNotFound {
+				require.Contains(t, []int{http.StatusMovedPermanently, http.StatusTemporaryRedirect}, res.StatusCode, "%s: %s", path, body)
+				// A redirect to the clean path, which is a 404 in turn.
+				loc := res.Header.Get("Location")
+				res, body = do(t, c, http.MethodGet, e.srv.URL+loc, nil)
+				require.Equal(t, http.StatusNotFound, res.StatusCode, "%s -> %s", path, loc)
+				require.NotContains(t, body, "console.css", path)
+			}
+		}
+		res, body := do(t, c, http.MethodGet, e.srv.URL+"/static/console.css", nil)
+		require.Equal(t, http.StatusOK, res.StatusCode)
+		require.NotEmpty(t, body)
+	}
+}
