@@ -127,7 +127,10 @@ func (c *Console) act(w http.ResponseWriter, r *http.Request, s session, from li
 		return
 	}
 	c.confirmThenDo(w, r, s, what, back(sel), sel.describe(from), len(sel.IDs), sel.All, func(ctx context.Context) (int64, error) {
-		return c.inTx(ctx, s, name, sel.target(), func(ctx context.Context, tx pgx.Tx) (int64, error) { return do(ctx, tx, sel) })
+		// A failed action is recorded with its error, which the page it
+		// returns to shows.
+		id, _, err := c.inTx(ctx, s, name, sel.target(), func(ctx context.Context, tx pgx.Tx) (int64, error) { return do(ctx, tx, sel) })
+		return id, err
 	})
 }
 
@@ -166,7 +169,7 @@ func (c *Console) confirmThenDo(w http.ResponseWriter, r *http.Request, s sessio
 const recordTimeout = 30 * time.Second
 
 // inTx runs do and the insert of its record in one transaction, and
-// returns the record's id: the change and its record commit together, or
+// returns the record's id and do's error: the change and its record commit together, or
 // neither does. The statements run on ctx, the request's: a client that
 // gives up before the commit cancels them, and the rollback undoes what
 // was done. The commit does not take the client's cancellation: once it
@@ -174,16 +177,16 @@ const recordTimeout = 30 * time.Second
 // fails is rolled back and recorded alone, with its error and no rows.
 func (c *Console) inTx(ctx context.Context, s session, name string, target any,
 	do func(ctx context.Context, tx pgx.Tx) (int64, error),
-) (int64, error) {
+) (id int64, doErr error, err error) {
 	// Marshalled before acting: a target that cannot be recorded refuses
 	// the action rather than leave it done and unrecorded.
 	targetJSON, err := json.Marshal(target)
 	if err != nil {
-		return 0, fmt.Errorf("console action %s: encode target: %w", name, err)
+		return 0, nil, fmt.Errorf("console action %s: encode target: %w", name, err)
 	}
 	tx, err := c.cfg.Pool.Begin(ctx)
 	if err != nil {
-		return 0, fmt.Errorf("console action %s: begin: %w", name, err)
+		return 0, nil, fmt.Errorf("console action %s: begin: %w", name, err)
 	}
 	defer func() {
 		dctx, cancel := detach(ctx)
@@ -200,17 +203,17 @@ func (c *Console) inTx(ctx context.Context, s session, name string, target any,
 		if err := tx.Rollback(dctx); err != nil {
 			c.log.Warn("console: action rolled back by closing its connection", "action", name, "error", err.Error())
 		}
-		return c.record(dctx, c.cfg.Pool, s, name, targetJSON, 0, doErr)
+		id, err := c.record(dctx, c.cfg.Pool, s, name, targetJSON, 0, doErr)
+		return id, doErr, err
 	}
-	id, err := c.insertRecord(ctx, tx, s, name, targetJSON, n, "")
-	if err != nil {
-		return 0, err
+	if id, err = c.insertRecord(ctx, tx, s, name, targetJSON, n, ""); err != nil {
+		return 0, nil, err
 	}
 	if err := tx.Commit(dctx); err != nil {
-		return 0, fmt.Errorf("console action %s: commit: %w", name, err)
+		return 0, nil, fmt.Errorf("console action %s: commit: %w", name, err)
 	}
 	c.log.Info("console: action", "action", name, "api_key_id", s.keyID, "rows", n)
-	return id, nil
+	return id, nil, nil
 }
 
 // detach is ctx without its cancellation, bounded by recordTimeout: for

@@ -83,7 +83,9 @@ type Console struct {
 	mux   *http.ServeMux
 	pages map[string]*template.Template
 
-	now func() time.Time // time.Now; a test's clock makes the rate exact
+	now func() time.Time // time.Now; a test's clock makes the rate and the login delays exact
+
+	logins *loginThrottle
 
 	mu    sync.Mutex
 	rates rateRing // the published totals of the last RateWindow
@@ -125,7 +127,7 @@ func New(cfg Config) (*Console, error) {
 		return nil, err
 	}
 	c := &Console{cfg: cfg, log: cfg.Logger, pages: pages, mux: http.NewServeMux(), now: time.Now,
-		rates: rateRing{window: cfg.RateWindow}}
+		logins: newLoginThrottle(), rates: rateRing{window: cfg.RateWindow}}
 	static, err := fs.Sub(staticFS, "static")
 	if err != nil {
 		return nil, fmt.Errorf("console: static assets: %w", err)

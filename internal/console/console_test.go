@@ -39,6 +39,13 @@ var consumers = []console.Consumer{{Name: "notify-merchant", Topic: "payments"},
 
 func newEnv(t *testing.T, mut ...func(*console.Config)) *env {
 	t.Helper()
+	return newEnvWith(t, nil, mut...)
+}
+
+// newEnvWith is newEnv with before applied to the console before it
+// serves (a clock).
+func newEnvWith(t *testing.T, before func(*console.Console), mut ...func(*console.Config)) *env {
+	t.Helper()
 	s := outflowtest.NewSchema(t, appmigrations.Set())
 	cfg := console.Config{Pool: s.Pool, InsecureCookie: true, Consumers: consumers, PageSize: 2}
 	for _, m := range mut {
@@ -46,6 +53,9 @@ func newEnv(t *testing.T, mut ...func(*console.Config)) *env {
 	}
 	c, err := console.New(cfg)
 	require.NoError(t, err)
+	if before != nil {
+		before(c)
+	}
 	served := new(atomic.Int64)
 	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		defer served.Add(1)
