@@ -13,8 +13,8 @@ import (
 )
 
 // Failed logins are throttled per client address and per key prefix (the
-// name a secret claims: the part `outflow apikey list` shows): the first
-// loginFreeFailures failures of either cost nothing, then each one refuses
+// name a secret claims: the part `outflow apikey list` shows): from the
+// loginFreeFailures-th failure of either on, each failure refuses its
 // logins for a delay that doubles, from loginLockBase to loginLockMax
 // (backoff.Delay, jittered), and a successful login clears both.
 //
