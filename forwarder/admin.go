@@ -78,6 +78,14 @@ func ListParked(ctx context.Context, pool *pgxpool.Pool, limit int) ([]ParkedRow
 	return out, nil
 }
 
+// Querier is what both a pool and a transaction offer. [RetryParked] and
+// [DiscardParked] take one so that an operator's tool can run them in its
+// own transaction, with the audit record of what it did: both commit, or
+// neither.
+type Querier interface {
+	QueryRow(ctx context.Context, sql string, args ...any) pgx.Row
+}
+
 // ParkedFilter chooses parked rows for [RetryParked] and [DiscardParked]:
 // the row with ID, or every parked row when ID is 0; a Topic narrows
 // either to that topic's rows.
@@ -117,9 +125,10 @@ const releaseParkedSQL = `
 // blocked-rows index wherever they are. The held rows are made due too, for
 // the same reason; they still go out after the released row, in id order.
 // This walks the aggregate's pending rows once: an operator's command, not
-// the forwarder's hot path.
-func RetryParked(ctx context.Context, pool *pgxpool.Pool, f ParkedFilter) (int64, error) {
-	n, err := releaseParked(ctx, pool, f, false)
+// the forwarder's hot path. db is a pool, or a transaction the release
+// commits with.
+func RetryParked(ctx context.Context, db Querier, f ParkedFilter) (int64, error) {
+	n, err := releaseParked(ctx, db, f, false)
 	if err != nil {
 		return 0, fmt.Errorf("retry parked rows: %w", err)
 	}
@@ -133,21 +142,22 @@ func RetryParked(ctx context.Context, pool *pgxpool.Pool, f ParkedFilter) (int64
 // its aggregate's stream: the consumers apply it without running their
 // handler and go on with the aggregate's later events, which a row simply
 // dropped would leave waiting for the missing version. It returns how many
-// rows it discarded. The row itself is kept, payload and all.
-func DiscardParked(ctx context.Context, pool *pgxpool.Pool, f ParkedFilter) (int64, error) {
-	n, err := releaseParked(ctx, pool, f, true)
+// rows it discarded. The row itself is kept, payload and all. db is a
+// pool, or a transaction the discard commits with.
+func DiscardParked(ctx context.Context, db Querier, f ParkedFilter) (int64, error) {
+	n, err := releaseParked(ctx, db, f, true)
 	if err != nil {
 		return 0, fmt.Errorf("discard parked rows: %w", err)
 	}
 	return n, nil
 }
 
-func releaseParked(ctx context.Context, pool *pgxpool.Pool, f ParkedFilter, discard bool) (int64, error) {
+func releaseParked(ctx context.Context, db Querier, f ParkedFilter, discard bool) (int64, error) {
 	if f.ID < 0 {
 		return 0, fmt.Errorf("%w: the id must not be negative", ErrInvalidFilter)
 	}
 	var n int64
-	if err := pool.QueryRow(ctx, releaseParkedSQL, f.ID, f.Topic, discard).Scan(&n); err != nil {
+	if err := db.QueryRow(ctx, releaseParkedSQL, f.ID, f.Topic, discard).Scan(&n); err != nil {
 		return 0, err
 	}
 	return n, nil

@@ -8,6 +8,7 @@ import (
 	"time"
 
 	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgconn"
 	"github.com/jackc/pgx/v5/pgxpool"
 )
 
@@ -64,6 +65,16 @@ func listDeadLettersSQL(byConsumer bool) string {
 	return `SELECT * FROM (` + strings.Join(branches, " UNION ALL ") + `) d ORDER BY id LIMIT @limit`
 }
 
+// DB is what both a pool and a transaction offer. [RetryDeadLetter] and
+// [DiscardDeadLetter] take one so that an operator's tool can run them in
+// its own transaction, with the audit record of what it did: both commit,
+// or neither. In a transaction, DiscardDeadLetter works in a savepoint, so
+// a dead letter that is not dead leaves the caller's transaction usable.
+type DB interface {
+	Exec(ctx context.Context, sql string, args ...any) (pgconn.CommandTag, error)
+	Begin(ctx context.Context) (pgx.Tx, error)
+}
+
 // ErrNotDead is returned when retry or discard names a row that is not dead.
 var ErrNotDead = errors.New("dead letter not found or not dead")
 
@@ -71,8 +82,8 @@ var ErrNotDead = errors.New("dead letter not found or not dead")
 // when id is 0) back in line with a fresh attempt count: the consumer's Run
 // tries it at once. It returns how many rows it released. (The casts keep
 // the id a bigint: `$2 = 0` alone would type it integer.)
-func RetryDeadLetter(ctx context.Context, pool *pgxpool.Pool, consumer string, id int64) (int64, error) {
-	tag, err := pool.Exec(ctx, `
+func RetryDeadLetter(ctx context.Context, db DB, consumer string, id int64) (int64, error) {
+	tag, err := db.Exec(ctx, `
 		UPDATE dead_letters SET status = 'retrying', attempts = 0, next_attempt_at = now()
 		WHERE status = 'dead' AND ($1::text = '' OR consumer = $1::text) AND ($2::bigint = 0 OR id = $2::bigint)`, consumer, id)
 	if err != nil {
@@ -87,8 +98,8 @@ func RetryDeadLetter(ctx context.Context, pool *pgxpool.Pool, consumer string, i
 // DiscardDeadLetter gives up on a dead message: it is recorded as handled
 // (its aggregate's version moves past it) without running the handler, and
 // the events held behind it are released in order. Nothing is deleted.
-func DiscardDeadLetter(ctx context.Context, pool *pgxpool.Pool, id int64) error {
-	return pgx.BeginFunc(ctx, pool, func(tx pgx.Tx) error {
+func DiscardDeadLetter(ctx context.Context, db DB, id int64) error {
+	return pgx.BeginFunc(ctx, db, func(tx pgx.Tx) error {
 		var consumer, aggType, aggID string
 		var version int64
 		err := tx.QueryRow(ctx, `

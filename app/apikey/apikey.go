@@ -123,6 +123,16 @@ func Create(ctx context.Context, q Querier, in New) (Created, error) {
 	return Created{Key: k, Secret: secret}, nil
 }
 
+// PrefixOf is the prefix a key with this secret is listed by (its
+// Key.Prefix), or "" when secret is not shaped like a key. It says which
+// key a secret claims to be without looking it up.
+func PrefixOf(secret string) string {
+	if !strings.HasPrefix(secret, Scheme) || len(secret) < prefixLen {
+		return ""
+	}
+	return secret[:prefixLen]
+}
+
 // Authenticate returns the live (not revoked) key whose secret is given.
 // ok is false for an unknown or revoked key, and for anything that is not
 // a key at all.

@@ -93,3 +93,19 @@ func TestKeyLifecycle(t *testing.T) {
 	require.Len(t, keys, 1)
 	require.Equal(t, admin.ID, keys[0].ID)
 }
+
+// PrefixOf is the prefix a created key is listed by, and nothing for what
+// is not shaped like a key.
+func TestPrefixOf(t *testing.T) {
+	t.Parallel()
+	s := outflowtest.NewSchema(t, appmigrations.Set())
+	k, err := apikey.Create(context.Background(), s.Pool, apikey.New{Name: "ops"})
+	require.NoError(t, err)
+	require.Equal(t, k.Prefix, apikey.PrefixOf(k.Secret))
+	for secret, want := range map[string]string{
+		"ofk_abcdefgh": "ofk_abcdefgh", "ofk_abcdefghijk": "ofk_abcdefgh", "ofk_abcdefg": "", "": "", "OFK_abcdefghijk": "",
+		"xyz_abcdefghijk": "",
+	} {
+		require.Equal(t, want, apikey.PrefixOf(secret), secret)
+	}
+}

@@ -2,6 +2,7 @@ package httpapi_test
 
 import (
 	"context"
+	"fmt"
 	"net/http"
 	"strings"
 	"testing"
@@ -37,6 +38,38 @@ func TestPrivateWebhookURLsRefused(t *testing.T) {
 		requireError(t, r, http.StatusUnprocessableEntity, "invalid_field", "webhook_url")
 	}
 	require.Equal(t, before, e.counts(), "no merchant and no idempotency key written")
+}
+
+// Webhook URLs whose host is a private address or a loopback name in a
+// Unicode spelling (fullwidth, ideographic full stops, enclosed letters),
+// which Go's HTTP client maps to the ASCII form before it dials, are
+// refused at creation as that form is: a 422 whose JSON names
+// webhook_url, and nothing written. The same spellings of a public name
+// are accepted.
+func TestUnicodeWebhookURLsRefused(t *testing.T) {
+	t.Parallel()
+	e := setup(t)
+	before := e.counts()
+	for i, u := range []string{
+		"https://１２７．０．０．１/hooks",
+		"https://127。0。0。1/hooks",
+		"https://１６９．２５４．１６９．２５４/latest/meta-data/",
+		"https://①②⑦.0.0.1:6379/",
+		"https://０ｘ７ｆ．１/",
+		"https://ｌｏｃａｌｈｏｓｔ/hooks",
+		"https://ⓛⓞⓒⓐⓛⓗⓞⓢⓣ/hooks",
+		"https://localhost。/hooks",
+		"https://api．ｌｏｃａｌｈｏｓｔ:8443/hooks",
+		"https://ü_ber.example/hooks", // maps to no host name
+	} {
+		r := e.post("/v1/merchants", map[string]any{"name": "Acme", "webhook_url": u}, fmt.Sprintf("unicode-%d", i))
+		got := requireError(t, r, http.StatusUnprocessableEntity, "invalid_field", "webhook_url")
+		require.Contains(t, got.Message, "webhook_url", u)
+	}
+	require.Equal(t, before, e.counts(), "no merchant and no idempotency key written")
+
+	r := e.post("/v1/merchants", map[string]any{"name": "Acme", "webhook_url": "https://ｓｈｏｐ.example/hooks"}, "unicode-public")
+	require.Equal(t, http.StatusCreated, r.Status, "body: %s", r.Body)
 }
 
 type rotation struct {

@@ -117,7 +117,7 @@ func newOutboxCmd(e *env) *cobra.Command {
 // terminal, as `consumer reset` does: a discard of every parked row cannot
 // be taken back, a retry can be left to fail again.
 func releaseCmd(name, short, long, done string, askAll bool, e *env,
-	release func(context.Context, *pgxpool.Pool, forwarder.ParkedFilter) (int64, error),
+	release func(context.Context, forwarder.Querier, forwarder.ParkedFilter) (int64, error),
 ) *cobra.Command {
 	var (
 		id    int64

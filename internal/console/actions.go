@@ -7,9 +7,11 @@ import (
 	"fmt"
 	"net/http"
 	"net/url"
+	"slices"
 	"strconv"
+	"time"
 
-	"github.com/jackc/pgx/v5/pgxpool"
+	"github.com/jackc/pgx/v5"
 
 	"github.com/outflow-dev/outflow/forwarder"
 	"github.com/outflow-dev/outflow/idempotency"
@@ -20,19 +22,44 @@ import (
 const maxSelection = 1000
 
 // selection is what an action's form names: some ids, or every row
-// matching the list's filter.
+// matching the list's filter. It holds only the filter of the action's
+// list: the record of an action names what it applied to, never a field it
+// ignored.
 type selection struct {
-	IDs      []int64 `json:"ids,omitempty"`
-	All      bool    `json:"all,omitempty"`
-	Consumer string  `json:"consumer,omitempty"`
-	Status   string  `json:"status,omitempty"`
+	IDs []int64 `json:"ids,omitempty"`
+	All bool    `json:"all,omitempty"`
+	// Consumer and Status are the dead letters' filter.
+	Consumer string `json:"consumer,omitempty"`
+	Status   string `json:"status,omitempty"`
 	// Topic is the parked rows' filter.
 	Topic string `json:"topic,omitempty"`
 }
 
-func parseSelection(r *http.Request) (selection, error) {
-	sel := selection{All: r.PostFormValue("all") == "1", Consumer: r.PostFormValue("consumer"), Status: r.PostFormValue("status"),
-		Topic: r.PostFormValue("topic")}
+// list says which list an action comes from: the filter its form carries.
+type list int
+
+const (
+	parkedList list = iota
+	deadList
+)
+
+func parseSelection(r *http.Request, from list) (selection, error) {
+	sel := selection{All: r.PostFormValue("all") == "1"}
+	switch from {
+	case parkedList:
+		sel.Topic = r.PostFormValue("topic")
+	case deadList:
+		sel.Consumer, sel.Status = r.PostFormValue("consumer"), r.PostFormValue("status")
+		if sel.Status != "" && !slices.Contains(openStatuses, sel.Status) {
+			return sel, errBadStatus
+		}
+		// Retry and discard act on dead letters only: the list under a
+		// held or retrying filter shows none to act on, and "all" there
+		// must not reach the dead ones it hides.
+		if sel.All && sel.Status != "" && sel.Status != "dead" {
+			return sel, fmt.Errorf("the filter shows %s dead letters: only dead ones can be retried or discarded", sel.Status)
+		}
+	}
 	ids := r.PostForm["id"]
 	if len(ids) > maxSelection {
 		return sel, fmt.Errorf("at most %d rows at once", maxSelection)
@@ -50,6 +77,31 @@ func parseSelection(r *http.Request) (selection, error) {
 	return sel, nil
 }
 
+// describe says what "all" covers, for the confirmation.
+func (sel selection) describe(from list) string {
+	if from == parkedList {
+		if sel.Topic == "" {
+			return "every parked row, of every topic"
+		}
+		return fmt.Sprintf("every parked row of topic %q", sel.Topic)
+	}
+	if sel.Consumer == "" {
+		return "every dead letter (status dead), of every consumer"
+	}
+	return fmt.Sprintf("every dead letter (status dead) of consumer %q", sel.Consumer)
+}
+
+// target is what the record of an action on sel names: the filter and no
+// ids for "all" (the ids ticked with it are ignored), the ids and no
+// filter otherwise (chosen ids ignore the list's filter).
+func (sel selection) target() selection {
+	if sel.All {
+		sel.IDs = nil
+		return sel
+	}
+	return selection{IDs: sel.IDs}
+}
+
 // confirmData is the confirmation page: the same form again, with
 // confirm=yes.
 type confirmData struct {
@@ -59,33 +111,34 @@ type confirmData struct {
 	Fields   url.Values
 	Selected int
 	All      bool
+	Filter   string // what "all" covers
 }
 
 // act runs one action in two steps: without confirm=yes it shows what it
-// would do and asks; with it, it runs do, records it in console_actions
-// (who, when, what, on what, how many) and returns to back(sel), the list
-// it came from, with ?done=.
-func (c *Console) act(w http.ResponseWriter, r *http.Request, s session, name, what string, back func(selection) string,
-	do func(ctx context.Context, sel selection) (int64, error),
+// would do and asks; with it, it runs do in a transaction with its record
+// in console_actions (who, when, what, on what, how many), and returns to
+// back(sel), the list it came from, with ?done=.
+func (c *Console) act(w http.ResponseWriter, r *http.Request, s session, from list, name, what string, back func(selection) string,
+	do func(ctx context.Context, tx pgx.Tx, sel selection) (int64, error),
 ) {
-	sel, err := parseSelection(r)
+	sel, err := parseSelection(r, from)
 	if err != nil {
 		http.Error(w, err.Error(), http.StatusBadRequest)
 		return
 	}
-	// The record names what the action applied to: chosen ids ignore the
-	// list's filter, so it is not recorded with them.
-	target := sel
-	if !sel.All {
-		target.Consumer, target.Status, target.Topic = "", "", ""
-	}
-	c.confirmThenDo(w, r, s, name, what, back(sel), target, len(sel.IDs), sel.All, func(ctx context.Context) (int64, error) { return do(ctx, sel) })
+	c.confirmThenDo(w, r, s, what, back(sel), sel.describe(from), len(sel.IDs), sel.All, func(ctx context.Context) (int64, error) {
+		// A failed action is recorded with its error, which the page it
+		// returns to shows.
+		id, _, err := c.inTx(ctx, s, name, sel.target(), func(ctx context.Context, tx pgx.Tx) (int64, error) { return do(ctx, tx, sel) })
+		return id, err
+	})
 }
 
-// confirmThenDo asks for confirmation (without confirm=yes), or runs do
-// and records it with target.
-func (c *Console) confirmThenDo(w http.ResponseWriter, r *http.Request, s session, name, what, back string,
-	target any, selected int, all bool, do func(ctx context.Context) (int64, error),
+// confirmThenDo asks for confirmation (without confirm=yes), or runs run,
+// which does the action, records it and returns the record's id, then
+// returns to back with ?done=.
+func (c *Console) confirmThenDo(w http.ResponseWriter, r *http.Request, s session, what, back, filter string,
+	selected int, all bool, run func(ctx context.Context) (int64, error),
 ) {
 	if r.PostFormValue("confirm") != "yes" {
 		fields := url.Values{}
@@ -95,34 +148,109 @@ func (c *Console) confirmThenDo(w http.ResponseWriter, r *http.Request, s sessio
 			}
 		}
 		p := c.pageFor(s, "Confirm")
-		p.Data = confirmData{Action: r.URL.Path, What: what, Back: back, Fields: fields, Selected: selected, All: all}
+		p.Data = confirmData{Action: r.URL.Path, What: what, Back: back, Fields: fields, Selected: selected, All: all, Filter: filter}
 		c.render(w, http.StatusOK, "confirm", p)
 		return
 	}
-	n, doErr := do(r.Context())
-	errText := ""
-	if doErr != nil {
-		errText = doErr.Error()
-	}
-	targetJSON, err := json.Marshal(target)
+	id, err := run(r.Context())
 	if err != nil {
 		c.fail(w, r, err)
 		return
 	}
-	var id int64
-	err = c.cfg.Pool.QueryRow(r.Context(), `
-		INSERT INTO console_actions (api_key_id, api_key_name, action, target, result_count, error)
-		VALUES ($1, $2, $3, $4, $5, $6) RETURNING id`, s.keyID, s.keyName, name, targetJSON, n, errText).Scan(&id)
-	if err != nil {
-		c.fail(w, r, fmt.Errorf("record console action: %w", err))
-		return
-	}
-	c.log.Info("console: action", "action", name, "api_key_id", s.keyID, "rows", n, "error", errText)
 	u, _ := url.Parse(back)
 	q := u.Query()
 	q.Set("done", strconv.FormatInt(id, 10))
 	u.RawQuery = q.Encode()
 	http.Redirect(w, r, u.String(), http.StatusSeeOther)
+}
+
+// recordTimeout bounds what runs on after the client may have gone: the
+// commit of an action with its record, and a record written on its own.
+const recordTimeout = 30 * time.Second
+
+// inTx runs do and the insert of its record in one transaction, and
+// returns the record's id and do's error: the change and its record commit together, or
+// neither does. The statements run on ctx, the request's: a client that
+// gives up before the commit cancels them, and the rollback undoes what
+// was done. The commit does not take the client's cancellation: once it
+// is sent, its outcome must not depend on the client's patience. A do that
+// fails is rolled back and recorded alone, with its error and no rows.
+func (c *Console) inTx(ctx context.Context, s session, name string, target any,
+	do func(ctx context.Context, tx pgx.Tx) (int64, error),
+) (id int64, doErr error, err error) {
+	// Marshalled before acting: a target that cannot be recorded refuses
+	// the action rather than leave it done and unrecorded.
+	targetJSON, err := json.Marshal(target)
+	if err != nil {
+		return 0, nil, fmt.Errorf("console action %s: encode target: %w", name, err)
+	}
+	tx, err := c.cfg.Pool.Begin(ctx)
+	if err != nil {
+		return 0, nil, fmt.Errorf("console action %s: begin: %w", name, err)
+	}
+	defer func() {
+		dctx, cancel := detach(ctx)
+		defer cancel()
+		_ = tx.Rollback(dctx) // a no-op after the commit
+	}()
+	n, doErr := do(ctx, tx)
+	dctx, cancel := detach(ctx)
+	defer cancel()
+	if doErr != nil {
+		// A rollback that fails closes the connection, which ends the
+		// transaction on the server all the same: either way nothing of
+		// do is left.
+		if err := tx.Rollback(dctx); err != nil {
+			c.log.Warn("console: action rolled back by closing its connection", "action", name, "error", err.Error())
+		}
+		id, err := c.record(dctx, c.cfg.Pool, s, name, targetJSON, 0, doErr)
+		return id, doErr, err
+	}
+	if id, err = c.insertRecord(ctx, tx, s, name, targetJSON, n, ""); err != nil {
+		return 0, nil, err
+	}
+	if err := tx.Commit(dctx); err != nil {
+		return 0, nil, fmt.Errorf("console action %s: commit: %w", name, err)
+	}
+	c.log.Info("console: action", "action", name, "api_key_id", s.keyID, "rows", n)
+	return id, nil, nil
+}
+
+// detach is ctx without its cancellation, bounded by recordTimeout: for
+// what must finish once begun, the client gone or not.
+func detach(ctx context.Context) (context.Context, context.CancelFunc) {
+	return context.WithTimeout(context.WithoutCancel(ctx), recordTimeout)
+}
+
+// queryRower is a pool or a transaction.
+type queryRower interface {
+	QueryRow(ctx context.Context, sql string, args ...any) pgx.Row
+}
+
+// record records an action done outside a transaction (a failed one,
+// which changed nothing, or a replay) and returns the record's id.
+func (c *Console) record(ctx context.Context, q queryRower, s session, name string, target []byte, n int64, doErr error) (int64, error) {
+	errText := ""
+	if doErr != nil {
+		errText = doErr.Error()
+	}
+	id, err := c.insertRecord(ctx, q, s, name, target, n, errText)
+	if err != nil {
+		return 0, err
+	}
+	c.log.Info("console: action", "action", name, "api_key_id", s.keyID, "rows", n, "error", errText)
+	return id, nil
+}
+
+func (c *Console) insertRecord(ctx context.Context, q queryRower, s session, name string, target []byte, n int64, errText string) (int64, error) {
+	var id int64
+	err := q.QueryRow(ctx, `
+		INSERT INTO console_actions (api_key_id, api_key_name, action, target, result_count, error)
+		VALUES ($1, $2, $3, $4, $5, $6) RETURNING id`, s.keyID, s.keyName, name, target, n, errText).Scan(&id)
+	if err != nil {
+		return 0, fmt.Errorf("record console action %s: %w", name, err)
+	}
+	return id, nil
 }
 
 func parkedBack(sel selection) string {
@@ -133,9 +261,9 @@ func parkedBack(sel selection) string {
 }
 
 func (c *Console) parkedRetry(w http.ResponseWriter, r *http.Request, s session) {
-	c.act(w, r, s, "outbox.retry", "Retry parked outbox rows: they go back in line with a fresh count of attempts.", parkedBack,
-		func(ctx context.Context, sel selection) (int64, error) {
-			return c.releaseParked(ctx, sel, forwarder.RetryParked)
+	c.act(w, r, s, parkedList, "outbox.retry", "Retry parked outbox rows: they go back in line with a fresh count of attempts.", parkedBack,
+		func(ctx context.Context, tx pgx.Tx, sel selection) (int64, error) {
+			return releaseParked(ctx, tx, sel, forwarder.RetryParked)
 		})
 }
 
@@ -146,23 +274,23 @@ const discardWhat = "Discard parked outbox rows: each event is replaced by a dis
 	"events flow after it. The row is kept, marked discarded."
 
 func (c *Console) parkedDiscard(w http.ResponseWriter, r *http.Request, s session) {
-	c.act(w, r, s, "outbox.discard", discardWhat, parkedBack,
-		func(ctx context.Context, sel selection) (int64, error) {
-			return c.releaseParked(ctx, sel, forwarder.DiscardParked)
+	c.act(w, r, s, parkedList, "outbox.discard", discardWhat, parkedBack,
+		func(ctx context.Context, tx pgx.Tx, sel selection) (int64, error) {
+			return releaseParked(ctx, tx, sel, forwarder.DiscardParked)
 		})
 }
 
 // releaseParked applies release (retry or discard) to the selected rows,
 // or to every parked row of the selection's topic filter.
-func (c *Console) releaseParked(ctx context.Context, sel selection,
-	release func(context.Context, *pgxpool.Pool, forwarder.ParkedFilter) (int64, error),
+func releaseParked(ctx context.Context, tx pgx.Tx, sel selection,
+	release func(context.Context, forwarder.Querier, forwarder.ParkedFilter) (int64, error),
 ) (int64, error) {
 	if sel.All {
-		return release(ctx, c.cfg.Pool, forwarder.ParkedFilter{Topic: sel.Topic})
+		return release(ctx, tx, forwarder.ParkedFilter{Topic: sel.Topic})
 	}
 	var total int64
 	for _, id := range sel.IDs {
-		n, err := release(ctx, c.cfg.Pool, forwarder.ParkedFilter{ID: id})
+		n, err := release(ctx, tx, forwarder.ParkedFilter{ID: id})
 		total += n
 		if err != nil {
 			return total, err
@@ -186,14 +314,17 @@ func deadBack(sel selection) string {
 }
 
 func (c *Console) deadRetry(w http.ResponseWriter, r *http.Request, s session) {
-	c.act(w, r, s, "dlq.retry", "Retry dead letters: the consumer tries them again at once.", deadBack,
-		func(ctx context.Context, sel selection) (int64, error) {
+	c.act(w, r, s, deadList, "dlq.retry", "Retry dead letters: the consumer tries them again at once.", deadBack,
+		func(ctx context.Context, tx pgx.Tx, sel selection) (int64, error) {
+			// With all, the status filter is "" or dead (parseSelection):
+			// what the list shows that can be retried is every dead letter
+			// of the consumer filter.
 			if sel.All {
-				return idempotency.RetryDeadLetter(ctx, c.cfg.Pool, sel.Consumer, 0)
+				return idempotency.RetryDeadLetter(ctx, tx, sel.Consumer, 0)
 			}
 			var total int64
 			for _, id := range sel.IDs {
-				n, err := idempotency.RetryDeadLetter(ctx, c.cfg.Pool, "", id)
+				n, err := idempotency.RetryDeadLetter(ctx, tx, "", id)
 				total += n
 				if err != nil && !errors.Is(err, idempotency.ErrNotDead) {
 					return total, err
@@ -204,18 +335,20 @@ func (c *Console) deadRetry(w http.ResponseWriter, r *http.Request, s session) {
 }
 
 func (c *Console) deadDiscard(w http.ResponseWriter, r *http.Request, s session) {
-	c.act(w, r, s, "dlq.discard", "Discard dead letters: recorded as handled without running the handler; the events held behind them are released.", deadBack,
-		func(ctx context.Context, sel selection) (int64, error) {
+	c.act(w, r, s, deadList, "dlq.discard", "Discard dead letters: recorded as handled without running the handler; the events held behind them are released.", deadBack,
+		func(ctx context.Context, tx pgx.Tx, sel selection) (int64, error) {
 			ids := sel.IDs
-			if sel.All {
+			if sel.All { // as for a retry: every dead letter of the consumer filter
 				var err error
-				if ids, err = c.deadIDs(ctx, sel.Consumer); err != nil {
+				if ids, err = deadIDs(ctx, tx, sel.Consumer); err != nil {
 					return 0, err
 				}
 			}
 			var n int64
 			for _, id := range ids {
-				err := idempotency.DiscardDeadLetter(ctx, c.cfg.Pool, id)
+				// In a savepoint of tx: one that is no longer dead leaves
+				// tx usable.
+				err := idempotency.DiscardDeadLetter(ctx, tx, id)
 				if errors.Is(err, idempotency.ErrNotDead) {
 					continue
 				}
@@ -229,8 +362,8 @@ func (c *Console) deadDiscard(w http.ResponseWriter, r *http.Request, s session)
 }
 
 // deadIDs lists the dead letters (status dead) of consumer, "" for all.
-func (c *Console) deadIDs(ctx context.Context, consumer string) ([]int64, error) {
-	rows, err := c.cfg.Pool.Query(ctx, `SELECT id FROM dead_letters WHERE status = 'dead' AND ($1 = '' OR consumer = $1) ORDER BY id`, consumer)
+func deadIDs(ctx context.Context, tx pgx.Tx, consumer string) ([]int64, error) {
+	rows, err := tx.Query(ctx, `SELECT id FROM dead_letters WHERE status = 'dead' AND ($1 = '' OR consumer = $1) ORDER BY id`, consumer)
 	if err != nil {
 		return nil, fmt.Errorf("list dead letters: %w", err)
 	}
@@ -275,8 +408,30 @@ func (c *Console) replay(w http.ResponseWriter, r *http.Request, s session) {
 	back := "/journey?q=" + url.QueryEscape(t.AggregateID)
 	what := fmt.Sprintf("Replay every retained event of %s %s to %s (its replay topic): the consumer skips what it already handled.",
 		t.AggregateType, t.AggregateID, t.Consumer)
-	c.confirmThenDo(w, r, s, "replay", what, back, t, 0, true, func(ctx context.Context) (int64, error) {
-		return replay.Publish(ctx, c.cfg.Pool, c.cfg.Broker, t.Consumer,
-			replay.Filter{Topic: cs.Topic, AggregateType: t.AggregateType, AggregateIDs: []string{t.AggregateID}}, replay.Options{})
+	c.confirmThenDo(w, r, s, what, back, "", 0, true, func(ctx context.Context) (int64, error) {
+		return c.replayRecorded(ctx, s, t, cs.Topic)
 	})
+}
+
+// replayTimeout bounds a replay, which runs to its end whatever the client
+// does.
+const replayTimeout = 5 * time.Minute
+
+// replayRecorded publishes t's replay and records it. What goes to the
+// broker cannot be part of a database transaction: the replay does not
+// take the client's cancellation, so that once it starts it is recorded
+// with what it published, failed or not (a replay is safe to repeat: the
+// consumer skips what it already handled).
+func (c *Console) replayRecorded(ctx context.Context, s session, t replayTarget, topic string) (int64, error) {
+	targetJSON, err := json.Marshal(t)
+	if err != nil {
+		return 0, fmt.Errorf("console action replay: encode target: %w", err)
+	}
+	ctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), replayTimeout)
+	defer cancel()
+	n, doErr := replay.Publish(ctx, c.cfg.Pool, c.cfg.Broker, t.Consumer,
+		replay.Filter{Topic: topic, AggregateType: t.AggregateType, AggregateIDs: []string{t.AggregateID}}, replay.Options{})
+	rctx, rcancel := detach(ctx)
+	defer rcancel()
+	return c.record(rctx, c.cfg.Pool, s, "replay", targetJSON, n, doErr)
 }

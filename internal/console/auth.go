@@ -63,8 +63,7 @@ func (c *Console) authed(h func(http.ResponseWriter, *http.Request, session)) ht
 			return
 		}
 		if r.Method == http.MethodPost {
-			r.Body = http.MaxBytesReader(w, r.Body, maxForm)
-			got := r.PostFormValue(CSRFField)
+			got := r.PostFormValue(CSRFField) // parsed and bounded by readParams
 			if subtle.ConstantTimeCompare([]byte(got), []byte(s.csrf())) != 1 {
 				c.log.Warn("console: POST refused: missing or wrong CSRF token", "path", r.URL.Path, "api_key_id", s.keyID)
 				http.Error(w, "missing or wrong CSRF token", http.StatusForbidden)
@@ -101,21 +100,33 @@ func (c *Console) loginPage(w http.ResponseWriter, r *http.Request) {
 }
 
 // login opens a session for a live admin API key. The key is never logged
-// nor echoed; a wrong key and a merchant's key get the same answer.
+// nor echoed; a wrong key and a merchant's key get the same answer. Failed
+// logins are throttled (see loginThrottle): while an address or a key
+// prefix is, its logins are refused with a 429 and Retry-After, a right
+// key's too, before the key is looked at.
 func (c *Console) login(w http.ResponseWriter, r *http.Request) {
-	r.Body = http.MaxBytesReader(w, r.Body, maxForm)
-	secret := strings.TrimSpace(r.PostFormValue("api_key"))
+	secret := strings.TrimSpace(r.PostFormValue("api_key")) // parsed and bounded by readParams
 	ctx := r.Context()
+	keys := loginKeys(r, secret)
+	if wait := c.logins.wait(c.now(), keys); wait > 0 {
+		w.Header().Set("Retry-After", retryAfter(wait))
+		c.log.Warn("console: login throttled", "remote", r.RemoteAddr, "retry_after", retryAfter(wait))
+		c.render(w, http.StatusTooManyRequests, "login", page{Title: "Log in",
+			Error: "Too many failed logins: try again in " + retryAfter(wait) + " s."})
+		return
+	}
 	k, ok, err := apikey.Authenticate(ctx, c.cfg.Pool, secret)
 	if err != nil {
 		c.fail(w, r, err)
 		return
 	}
 	if !ok || !k.Admin() {
+		c.logins.fail(c.now(), keys)
 		c.log.Warn("console: login refused", "remote", r.RemoteAddr)
 		c.render(w, http.StatusUnauthorized, "login", page{Title: "Log in", Error: "That is not a live admin API key."})
 		return
 	}
+	c.logins.reset(keys)
 	raw := make([]byte, 32)
 	if _, err := rand.Read(raw); err != nil {
 		c.fail(w, r, fmt.Errorf("session token: %w", err))
@@ -145,9 +156,20 @@ func (c *Console) login(w http.ResponseWriter, r *http.Request) {
 	http.Redirect(w, r, "/", http.StatusSeeOther)
 }
 
+// logout ends the session, and records it in console_actions with it.
 func (c *Console) logout(w http.ResponseWriter, r *http.Request, s session) {
-	if _, err := c.cfg.Pool.Exec(r.Context(), `DELETE FROM console_sessions WHERE token_hash = $1`, tokenHash(s.token)); err != nil {
-		c.fail(w, r, fmt.Errorf("delete console session: %w", err))
+	_, doErr, err := c.inTx(r.Context(), s, "logout", struct{}{}, func(ctx context.Context, tx pgx.Tx) (int64, error) {
+		tag, err := tx.Exec(ctx, `DELETE FROM console_sessions WHERE token_hash = $1`, tokenHash(s.token))
+		if err != nil {
+			return 0, fmt.Errorf("delete console session: %w", err)
+		}
+		return tag.RowsAffected(), nil
+	})
+	if err == nil {
+		err = doErr
+	}
+	if err != nil {
+		c.fail(w, r, err)
 		return
 	}
 	http.SetCookie(w, &http.Cookie{Name: CookieName, Value: "", Path: "/", MaxAge: -1,

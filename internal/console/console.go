@@ -8,8 +8,10 @@ import (
 	"io/fs"
 	"log/slog"
 	"net/http"
+	"strings"
 	"sync"
 	"time"
+	"unicode/utf8"
 
 	"github.com/jackc/pgx/v5/pgxpool"
 
@@ -81,7 +83,9 @@ type Console struct {
 	mux   *http.ServeMux
 	pages map[string]*template.Template
 
-	now func() time.Time // time.Now; a test's clock makes the rate exact
+	now func() time.Time // time.Now; a test's clock makes the rate and the login delays exact
+
+	logins *loginThrottle
 
 	mu    sync.Mutex
 	rates rateRing // the published totals of the last RateWindow
@@ -123,27 +127,62 @@ func New(cfg Config) (*Console, error) {
 		return nil, err
 	}
 	c := &Console{cfg: cfg, log: cfg.Logger, pages: pages, mux: http.NewServeMux(), now: time.Now,
-		rates: rateRing{window: cfg.RateWindow}}
+		logins: newLoginThrottle(), rates: rateRing{window: cfg.RateWindow}}
 	static, err := fs.Sub(staticFS, "static")
 	if err != nil {
 		return nil, fmt.Errorf("console: static assets: %w", err)
 	}
-	c.mux.Handle("GET /static/", http.StripPrefix("/static/", http.FileServerFS(static)))
-	c.mux.HandleFunc("GET /login", c.loginPage)
-	c.mux.HandleFunc("POST /login", c.login)
-	c.mux.HandleFunc("POST /logout", c.authed(c.logout))
-	c.mux.HandleFunc("GET /{$}", c.authed(c.overviewPage))
-	c.mux.HandleFunc("GET /fragments/overview", c.authed(c.overviewFragment))
-	c.mux.HandleFunc("GET /journey", c.authed(c.journeyPage))
-	c.mux.HandleFunc("GET /parked", c.authed(c.parkedPage))
-	c.mux.HandleFunc("POST /parked/retry", c.authed(c.parkedRetry))
-	c.mux.HandleFunc("POST /parked/discard", c.authed(c.parkedDiscard))
-	c.mux.HandleFunc("GET /dead", c.authed(c.deadPage))
-	c.mux.HandleFunc("POST /dead/retry", c.authed(c.deadRetry))
-	c.mux.HandleFunc("POST /dead/discard", c.authed(c.deadDiscard))
-	c.mux.HandleFunc("POST /replay", c.authed(c.replay))
-	c.mux.HandleFunc("GET /actions", c.authed(c.actionsPage))
+	for _, rt := range c.routes(http.StripPrefix("/static/", http.FileServerFS(filesOnly{static}))) {
+		c.mux.Handle(rt.pattern, rt.h)
+	}
 	return c, nil
+}
+
+// filesOnly is an fs.FS whose directories do not exist: http.FileServerFS
+// lists a directory it can open, and the console's assets are for pages
+// to load, not for browsing.
+type filesOnly struct{ fs.FS }
+
+func (f filesOnly) Open(name string) (fs.File, error) {
+	file, err := f.FS.Open(name)
+	if err != nil {
+		return nil, err
+	}
+	st, err := file.Stat()
+	if err == nil && st.IsDir() {
+		err = fs.ErrNotExist
+	}
+	if err != nil {
+		file.Close()
+		return nil, &fs.PathError{Op: "open", Path: name, Err: err}
+	}
+	return file, nil
+}
+
+type route struct {
+	pattern string
+	h       http.Handler
+}
+
+// routes are the console's: one list, which the tests walk.
+func (c *Console) routes(static http.Handler) []route {
+	return []route{
+		{"GET /static/", static},
+		{"GET /login", http.HandlerFunc(c.loginPage)},
+		{"POST /login", http.HandlerFunc(c.login)},
+		{"POST /logout", c.authed(c.logout)},
+		{"GET /{$}", c.authed(c.overviewPage)},
+		{"GET /fragments/overview", c.authed(c.overviewFragment)},
+		{"GET /journey", c.authed(c.journeyPage)},
+		{"GET /parked", c.authed(c.parkedPage)},
+		{"POST /parked/retry", c.authed(c.parkedRetry)},
+		{"POST /parked/discard", c.authed(c.parkedDiscard)},
+		{"GET /dead", c.authed(c.deadPage)},
+		{"POST /dead/retry", c.authed(c.deadRetry)},
+		{"POST /dead/discard", c.authed(c.deadDiscard)},
+		{"POST /replay", c.authed(c.replay)},
+		{"GET /actions", c.authed(c.actionsPage)},
+	}
 }
 
 // ServeHTTP serves the console, with headers that keep its pages out of
@@ -155,8 +194,45 @@ func (c *Console) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	h.Set("X-Frame-Options", "DENY")
 	h.Set("Referrer-Policy", "no-referrer")
 	h.Set("Cache-Control", "no-store")
+	if status, msg := readParams(w, r); status != 0 {
+		http.Error(w, msg, status)
+		return
+	}
 	c.mux.ServeHTTP(w, r)
 }
+
+// readParams parses every parameter of r, the query's and a POST form's,
+// once, before any handler: handlers read them from r.Form and r.PostForm
+// (or r.URL.Query(), the same values). A name or value with a NUL byte or
+// that is not UTF-8 is refused here, with a 400: PostgreSQL's text and
+// jsonb cannot hold them, and a handler passing one on would fail with a
+// 500, or worse, after acting. It returns the status and message of a
+// refusal, 0 when r may go on.
+func readParams(w http.ResponseWriter, r *http.Request) (int, string) {
+	if !validText(r.URL.Path) {
+		return http.StatusBadRequest, "invalid path: NUL byte or invalid UTF-8"
+	}
+	r.Body = http.MaxBytesReader(w, r.Body, maxForm)
+	if err := r.ParseForm(); err != nil {
+		if tooBig := (*http.MaxBytesError)(nil); errors.As(err, &tooBig) {
+			return http.StatusRequestEntityTooLarge, fmt.Sprintf("form too large: at most %d bytes", maxForm)
+		}
+		return http.StatusBadRequest, "invalid query or form"
+	}
+	for name, values := range r.Form { // the query's and the form's
+		if !validText(name) {
+			return http.StatusBadRequest, "invalid parameter name: NUL byte or invalid UTF-8"
+		}
+		for _, v := range values {
+			if !validText(v) {
+				return http.StatusBadRequest, fmt.Sprintf("invalid parameter %s: NUL byte or invalid UTF-8", name)
+			}
+		}
+	}
+	return 0, ""
+}
+
+func validText(s string) bool { return utf8.ValidString(s) && !strings.ContainsRune(s, 0) }
 
 func parsePages() (map[string]*template.Template, error) {
 	funcs := template.FuncMap{

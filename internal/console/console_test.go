@@ -10,6 +10,7 @@ import (
 	"regexp"
 	"strconv"
 	"strings"
+	"sync/atomic"
 	"testing"
 
 	"github.com/jackc/pgx/v5/pgxpool"
@@ -28,11 +29,22 @@ type env struct {
 	srv      *httptest.Server
 	adminKey string
 	adminID  string
+	console  *console.Console
+	// served counts the requests the console has finished: a test whose
+	// client gave up waits on it for the handler's end.
+	served *atomic.Int64
 }
 
 var consumers = []console.Consumer{{Name: "notify-merchant", Topic: "payments"}, {Name: "analytics", Topic: "payments"}}
 
 func newEnv(t *testing.T, mut ...func(*console.Config)) *env {
+	t.Helper()
+	return newEnvWith(t, nil, mut...)
+}
+
+// newEnvWith is newEnv with before applied to the console before it
+// serves (a clock).
+func newEnvWith(t *testing.T, before func(*console.Console), mut ...func(*console.Config)) *env {
 	t.Helper()
 	s := outflowtest.NewSchema(t, appmigrations.Set())
 	cfg := console.Config{Pool: s.Pool, InsecureCookie: true, Consumers: consumers, PageSize: 2}
@@ -41,11 +53,18 @@ func newEnv(t *testing.T, mut ...func(*console.Config)) *env {
 	}
 	c, err := console.New(cfg)
 	require.NoError(t, err)
-	srv := httptest.NewServer(c)
+	if before != nil {
+		before(c)
+	}
+	served := new(atomic.Int64)
+	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		defer served.Add(1)
+		c.ServeHTTP(w, r)
+	}))
 	t.Cleanup(srv.Close)
 	k, err := apikey.Create(context.Background(), s.Pool, apikey.New{Name: "ops"})
 	require.NoError(t, err)
-	return &env{pool: s.Pool, srv: srv, adminKey: k.Secret, adminID: k.ID}
+	return &env{pool: s.Pool, srv: srv, adminKey: k.Secret, adminID: k.ID, console: c, served: served}
 }
 
 // client is a browser: a cookie jar, and redirects not followed, so that
@@ -269,4 +288,30 @@ func TestStaticAssets(t *testing.T) {
 	res, _ := do(t, e.client(t), http.MethodGet, e.srv.URL+"/login", nil)
 	require.Contains(t, res.Header.Get("Content-Security-Policy"), "default-src 'self'")
 	require.Equal(t, "DENY", res.Header.Get("X-Frame-Options"))
+}
+
+// /static/ serves files, never a listing of a directory: the directory
+// itself, spelled any way, is a 404, logged in or not.
+func TestStaticListsNoDirectory(t *testing.T) {
+	t.Parallel()
+	e := newEnv(t)
+	user := e.client(t)
+	e.login(t, user)
+	for _, c := range []*http.Client{e.client(t), user} {
+		for _, path := range []string{"/static/", "/static/.", "/static/./", "/static//", "/static/?C=M&O=A", "/static/%2e/"} {
+			res, body := do(t, c, http.MethodGet, e.srv.URL+path, nil)
+			require.NotContains(t, body, "console.css", path)
+			if res.StatusCode != http.StatusNotFound {
+				require.Contains(t, []int{http.StatusMovedPermanently, http.StatusTemporaryRedirect}, res.StatusCode, "%s: %s", path, body)
+				// A redirect to the clean path, which is a 404 in turn.
+				loc := res.Header.Get("Location")
+				res, body = do(t, c, http.MethodGet, e.srv.URL+loc, nil)
+				require.Equal(t, http.StatusNotFound, res.StatusCode, "%s -> %s", path, loc)
+				require.NotContains(t, body, "console.css", path)
+			}
+		}
+		res, body := do(t, c, http.MethodGet, e.srv.URL+"/static/console.css", nil)
+		require.Equal(t, http.StatusOK, res.StatusCode)
+		require.NotEmpty(t, body)
+	}
 }

@@ -1,6 +1,19 @@
 package console
 
-import "github.com/outflow-dev/outflow/handlers"
+import (
+	"net/http"
+
+	"github.com/outflow-dev/outflow/handlers"
+)
+
+// Routes are the console's route patterns ("GET /journey").
+func Routes(c *Console) []string {
+	var out []string
+	for _, rt := range c.routes(http.NotFoundHandler()) {
+		out = append(out, rt.pattern)
+	}
+	return out
+}
 
 // Queries are the console's queries on the big tables, by name, for the
 // test that checks each uses an index.

@@ -10,6 +10,9 @@ import (
 	"strconv"
 	"strings"
 	"syscall"
+	"unicode/utf8"
+
+	"golang.org/x/net/idna"
 )
 
 // MaxURLLen bounds a webhook URL, in bytes.
@@ -114,6 +117,10 @@ func (p Policy) CheckURL(raw string) (*url.URL, error) {
 	if host == "" {
 		return refuse("must name a host")
 	}
+	host, ok := LookupHost(host)
+	if !ok {
+		return refuse("must name a valid host: not a domain name once mapped as IDNA's lookup maps it")
+	}
 	if port := u.Port(); port != "" {
 		n, err := strconv.Atoi(port)
 		if err != nil || n < 1 || n > 65535 {
@@ -135,6 +142,35 @@ func (p Policy) CheckURL(raw string) (*url.URL, error) {
 		return nil, errPrivateURL
 	}
 	return u, nil
+}
+
+// LookupHost is host as Go's HTTP client dials it: net/http (its
+// transport's canonicalAddr, through idnaASCII) maps a host that is not
+// ASCII with IDNA's lookup profile (UTS #46: fullwidth digits and letters,
+// ideographic and fullwidth full stops, enclosed alphanumerics, case, and
+// code points ignored such as a zero-width space), so "１２７．０．０．１"
+// and "ｌｏｃａｌｈｏｓｔ" are dialled as 127.0.0.1 and localhost. ok is false
+// when a host that is not ASCII does not map (net/http would then dial it
+// as it is, and no resolver answers such a name). An ASCII host is left as
+// it is, as net/http leaves it.
+func LookupHost(host string) (mapped string, ok bool) {
+	if isASCII(host) {
+		return host, true
+	}
+	mapped, err := idna.Lookup.ToASCII(host)
+	if err != nil {
+		return host, false
+	}
+	return mapped, true
+}
+
+func isASCII(s string) bool {
+	for i := 0; i < len(s); i++ {
+		if s[i] >= utf8.RuneSelf {
+			return false
+		}
+	}
+	return true
 }
 
 // parseAddr reads an address literal as a connection would use it,
@@ -231,6 +267,10 @@ func (d *Dialer) DialContext(ctx context.Context, network, addr string) (net.Con
 	host, port, err := net.SplitHostPort(addr)
 	if err != nil {
 		return nil, fmt.Errorf("netguard: %w", err)
+	}
+	// net/http passes the host mapped already; another caller might not.
+	if host, _ = LookupHost(host); !isASCII(host) {
+		return nil, &net.DNSError{Err: "not a valid host name", Name: host, IsNotFound: true}
 	}
 	var addrs []netip.Addr
 	if a, ok := parseAddr(host); ok {

@@ -88,6 +88,90 @@ func TestCheckURL(t *testing.T) {
 	}
 }
 
+// unicodeSpellings are hosts that net/http maps (IDNA's lookup profile)
+// before it dials: each is refused at creation as its mapped form is.
+var unicodeSpellings = []struct {
+	host   string
+	mapped string // what net/http dials
+	reason string // of the strict refusal; "" accepted
+}{
+	{"１２７．０．０．１", "127.0.0.1", "private"},             // fullwidth digits and full stops
+	{"127。0。0。1", "127.0.0.1", "private"},             // ideographic full stops (U+3002)
+	{"127．0．0．1", "127.0.0.1", "private"},             // fullwidth full stops (U+FF0E)
+	{"127｡0｡0｡1", "127.0.0.1", "private"},             // halfwidth ideographic full stops (U+FF61)
+	{"127.0.0.１", "127.0.0.1", "private"},             // one fullwidth digit
+	{"①②⑦.0.0.1", "127.0.0.1", "private"},             // circled digits
+	{"１６９．２５４．１６９．２５４", "169.254.169.254", "private"}, // cloud metadata
+	{"１０。０。０。１", "10.0.0.1", "private"},
+	{"０ｘ７ｆ．１", "0x7f.1", "private"},         // hex and short, fullwidth
+	{"２１３０７０６４３３", "2130706433", "private"}, // one number, fullwidth
+	{"ｌｏｃａｌｈｏｓｔ", "localhost", "private"},
+	{"ＬＯＣＡＬＨＯＳＴ", "localhost", "private"},
+	{"ⓛⓞⓒⓐⓛⓗⓞⓢⓣ", "localhost", "private"},
+	{"localhost。", "localhost.", "private"},
+	{"local­host", "localhost", "private"}, // a soft hyphen, ignored
+	{"localhost​", "localhost", "private"}, // a zero-width space, ignored
+	{"api．ｌｏｃａｌｈｏｓｔ", "api.localhost", "private"},
+	{"ｅｘａｍｐｌｅ.com", "example.com", ""},
+	{"bücher.example", "xn--bcher-kva.example", ""},
+	{"ü_ber.example", "", "valid host"}, // does not map: no resolver answers it
+}
+
+// A host spelled in Unicode is checked as net/http will dial it, mapped:
+// a private address or a loopback name in any such spelling is refused
+// as its ASCII form is.
+func TestCheckURLMapsUnicodeHosts(t *testing.T) {
+	t.Parallel()
+	for _, tt := range unicodeSpellings {
+		raw := "https://" + tt.host + ":8443/hooks"
+		_, err := netguard.Policy{}.CheckURL(raw)
+		if tt.reason == "" {
+			require.NoError(t, err, tt.host)
+		} else {
+			require.ErrorContains(t, err, tt.reason, tt.host)
+			require.Equal(t, tt.reason == "private", errors.Is(err, netguard.ErrBlocked), "%q matches ErrBlocked", tt.host)
+		}
+		mapped, ok := netguard.LookupHost(tt.host)
+		require.Equal(t, tt.mapped != "", ok, tt.host)
+		if ok {
+			require.Equal(t, tt.mapped, mapped, tt.host)
+		}
+		_, err = netguard.Policy{AllowPrivate: true}.CheckURL(raw)
+		require.Equal(t, tt.reason == "valid host", err != nil, "AllowPrivate %q: %v", tt.host, err)
+	}
+}
+
+// Creation refuses what delivery would refuse: for each spelling, the host
+// that Go's HTTP client really dials (caught at its DialContext, which
+// dials nothing) is checked as CheckURL checks the URL, and both agree.
+func TestCheckURLAgreesWithTheHostNetHTTPDials(t *testing.T) {
+	t.Parallel()
+	var dialled string
+	client := &http.Client{Transport: &http.Transport{Proxy: nil,
+		DialContext: func(_ context.Context, _, addr string) (net.Conn, error) {
+			dialled = addr
+			return nil, errors.New("not dialled")
+		}}}
+	for _, tt := range unicodeSpellings {
+		dialled = ""
+		raw := "http://" + tt.host + ":8443/hooks" // plain http: the dial is all there is
+		res, err := client.Get(raw)
+		if err == nil {
+			res.Body.Close()
+		}
+		require.Error(t, err)
+		host, port, err := net.SplitHostPort(dialled)
+		require.NoError(t, err, "%s dialled %q", tt.host, dialled)
+		require.Equal(t, "8443", port)
+		if tt.mapped != "" {
+			require.Equal(t, tt.mapped, host, "net/http dials what LookupHost says")
+		}
+		_, atCreation := netguard.Policy{}.CheckURL("https://" + tt.host + "/")
+		_, atDelivery := netguard.Policy{}.CheckURL("https://" + host + "/")
+		require.Equal(t, atDelivery != nil, atCreation != nil, "%s (dialled as %s): creation %v, delivery %v", tt.host, host, atCreation, atDelivery)
+	}
+}
+
 func TestPublic(t *testing.T) {
 	t.Parallel()
 	for addr, want := range map[string]bool{
@@ -110,6 +194,7 @@ func FuzzCheckURL(f *testing.F) {
 		"https://shop.example/hooks", "http://:80/", "https://[::ffff:169.254.169.254]/", "https://0x7f.1/",
 		"https://2130706433/", "https://localhost./", "https://a:b@c/", "https://shop.example:0/", "https://[fe80::1%25en0]:8443/",
 		"https://%31%32%37.0.0.1/", "https://127.0.0.1.nip.io/", "HTTPS://EXAMPLE.COM", "https://[::]:443", "https://0/",
+		"https://１２７．０．０．１/", "https://ｌｏｃａｌｈｏｓｔ/", "https://127。0。0。1/", "https://①②⑦.0.0.1/",
 	} {
 		f.Add(s)
 	}
@@ -123,6 +208,17 @@ func FuzzCheckURL(f *testing.F) {
 		}
 		if a, err := netip.ParseAddr(u.Hostname()); err == nil && !netguard.Public(a) {
 			t.Fatalf("accepted %q: %s is not public", raw, a)
+		}
+		// Nor once mapped as net/http maps it before it dials.
+		mapped, ok := netguard.LookupHost(u.Hostname())
+		if !ok {
+			t.Fatalf("accepted %q: its host does not map", raw)
+		}
+		if a, err := netip.ParseAddr(mapped); err == nil && !netguard.Public(a) {
+			t.Fatalf("accepted %q: dialled as %s, not public", raw, a)
+		}
+		if h := strings.ToLower(strings.TrimSuffix(mapped, ".")); h == "localhost" || strings.HasSuffix(h, ".localhost") {
+			t.Fatalf("accepted %q: dialled as %s", raw, mapped)
 		}
 		// What the HTTP client will connect to is what was checked.
 		again, err := url.Parse(u.String())
