@@ -2,45 +2,94 @@ package forwarder
 
 import (
 	"context"
-	"time"
 )
 
-// Auditor is implemented by a [Broker] that can tell when it lost entries it
-// had acknowledged: a Redis failover to a replica that had not caught up, a
-// Redis restarted without persistence, a NATS stream deleted and recreated.
-// The forwarder that exports the outbox gauges (the holder of partition 0)
-// audits every broker topic the outbox publishes to, every
-// Config.AuditInterval, and publishes again the rows a loss may have taken.
+// Auditor is implemented by a [Broker] that can tell whether it still
+// holds the messages it acknowledged: a Redis failover to a replica that
+// had not caught up, a Redis restarted without persistence, a NATS stream
+// that lost its tail, a Kafka topic deleted and recreated.
 //
-// Audit must be cheap (a few commands per broker topic, never a read of the
-// entries themselves) and must not take normal trimming of acknowledged
-// entries for a loss.
+// When the broker is an Auditor and Config.AuditInterval is positive, the
+// forwarder publishes with PublishReceipts and keeps each receipt in
+// PostgreSQL (table outbox_receipts) in the transaction that marks the row
+// published. The forwarder that holds partition 0 then hands the receipts
+// not yet settled to Check, every AuditInterval: what the broker lost is
+// published again, what every consumer has is forgotten. Detection thus
+// rests on what PostgreSQL durably knows it published and where, not on
+// the memory of a process nor on an earlier audit: a loss before the first
+// audit, across a restart of every forwarder, or after an audit that
+// failed is found by the next audit that runs.
+//
+// [brokers/brokertest.RunAudit] is the contract an implementation must
+// pass.
 type Auditor interface {
-	// Topics lists the broker topics (streams, subjects) of an outbox
-	// topic: one per partition.
-	Topics(topic string) []string
-	// BrokerTopic is the broker topic a row of topic and aggregateID goes
-	// to: one of Topics(topic).
-	BrokerTopic(topic, aggregateID string) string
-	// Audit checks one broker topic against prev, the state the previous
-	// call returned for it (nil the first time, or after the state was
-	// lost: take a baseline, report no loss). It returns the state to pass
-	// next time, which the forwarder keeps in PostgreSQL, and a non-nil
-	// Loss when the broker no longer holds entries it acknowledged since
-	// prev was taken.
-	Audit(ctx context.Context, brokerTopic string, prev []byte) (next []byte, loss *Loss, err error)
+	Broker
+	// PublishReceipts is Publish that also tells where the broker put each
+	// message it acknowledged: receipts[i] is msgs[i]'s when errs[i] is
+	// nil. Both slices have len(msgs) elements.
+	PublishReceipts(ctx context.Context, msgs []Outgoing) (receipts []Receipt, errs []error)
+	// Check looks on one broker topic for the messages of held (receipts
+	// of that broker topic not yet settled, with their message ids, in
+	// the order they were published) and judges each one: see [Status].
+	// prev is the State the previous Check of the broker topic returned
+	// (nil the first time, or when it was lost); the forwarder keeps the
+	// returned State in PostgreSQL for the next call.
+	//
+	// Check must never call Lost a message that every consumer had
+	// acknowledged before it went (normal trimming, retention, a deletion
+	// of acknowledged entries), and must call Lost any message it cannot
+	// find while it cannot show that every consumer had it. It may remove
+	// from the broker what it settles (Redis trims its streams there).
+	Check(ctx context.Context, brokerTopic string, prev []byte, held []Held) (Verdict, error)
 }
 
-// Loss is what an [Auditor] found missing on one broker topic.
-type Loss struct {
-	// Since is the earliest time (the broker's clock) from which entries
-	// may be gone: every row of the broker topic published at or after it,
-	// less Config.AuditMargin, is published again. The auditor takes it
-	// from the oldest entry some consumer group had not acknowledged when
-	// the state was taken, so that what every group had already handled is
-	// not sent again.
-	Since time.Time
-	// Reason says what showed the loss, for the log and the metrics, e.g.
-	// "stream missing", "entries-added went back from 1200 to 900".
+// Receipt is where a broker put a message it acknowledged.
+type Receipt struct {
+	// BrokerTopic is the stream, subject or topic the message went to.
+	BrokerTopic string
+	// Position locates the message there in the broker's own terms (a
+	// Redis entry id, a JetStream stream sequence, a Kafka partition and
+	// offset). It is opaque to the forwarder and must not be empty.
+	Position string
+}
+
+// Held is a receipt not yet settled, handed to [Auditor.Check].
+type Held struct {
+	Position string
+	// MessageID is the message's UUID (the outbox row's message_id), for a
+	// broker whose positions can be reused (a JetStream sequence, a Kafka
+	// offset after a truncation) to tell its message from another. Empty
+	// when the outbox row is gone (retention purged it).
+	MessageID string
+}
+
+// Status is [Auditor.Check]'s judgement of one held message.
+type Status uint8
+
+const (
+	// Unsettled: the broker holds the message and some consumer may not
+	// have acknowledged it yet (or no consumer reads the broker topic
+	// yet). It is checked again at the next audit.
+	Unsettled Status = iota
+	// Settled: every consumer of the broker topic acknowledged the
+	// message while the broker held it; whatever happens to it now loses
+	// nothing. The receipt is forgotten.
+	Settled
+	// Lost: the broker no longer holds the message and cannot show that
+	// every consumer had it. The forwarder publishes the row again (a
+	// consumer that had it drops the duplicate) and forgets the receipt:
+	// the new publish makes a new one.
+	Lost
+)
+
+// Verdict is what [Auditor.Check] found on one broker topic.
+type Verdict struct {
+	// State is what the next Check of the broker topic gets as prev.
+	State []byte
+	// Status holds one Status per held message, in held's order.
+	Status []Status
+	// Reason says what showed the losses, for the log, the metrics and
+	// outbox_audit (e.g. "stream missing", "entry 1700-3 missing above the
+	// stream's first entry"); empty when nothing was Lost.
 	Reason string
 }

@@ -1,6 +1,7 @@
 package forwarder
 
 import (
+	"cmp"
 	"context"
 	"errors"
 	"fmt"
@@ -10,13 +11,25 @@ import (
 	"github.com/jackc/pgx/v5"
 )
 
-// auditLock, with a hash of the schema and the topic, keeps the audit of
-// one topic to one instance at a time ("outa"): while partition 0 moves,
-// two instances may both believe they hold it.
+// auditLock, with a hash of the schema, keeps the audit to one instance at
+// a time ("outa"): while partition 0 moves, two instances may both believe
+// they hold it, and a second auditor would judge the same receipts twice.
 const auditLock = 0x6f757461
 
 // repairBatch bounds one UPDATE of a repair.
 const repairBatch = 1000
+
+// auditHeldLimit bounds the receipts one audit hands to the broker: the
+// oldest half and the newest half of the unsettled ones when there are
+// more (a consumer group far behind keeps its receipts unsettled). The
+// newest are where a failover or a restart loses messages; the oldest are
+// those whose settling lets the broker trim. The ones in between wait for
+// a later audit. auditRowLimit bounds the receipt rows read for each half.
+// Variables for the tests.
+var (
+	auditHeldLimit = 20000
+	auditRowLimit  = 2000
+)
 
 // auditLoop runs the broker audit while this instance holds partition 0
 // (the instance that exports the outbox gauges), and, on every instance,
@@ -29,7 +42,7 @@ func (f *Forwarder) auditLoop(ctx context.Context) {
 	// of another instance's partition waits seconds, not FullClaimInterval.
 	watch := time.NewTicker(min(f.cfg.LeaseRenewInterval, f.cfg.AuditInterval))
 	defer watch.Stop()
-	var seen *time.Time // the newest repair this instance has applied
+	var seen map[string]time.Time // broker topic -> the last repair this instance applied
 	f.watchRepairs(ctx, &seen)
 	for {
 		select {
@@ -49,16 +62,36 @@ func (f *Forwarder) auditLoop(ctx context.Context) {
 }
 
 // watchRepairs lowers this instance's low-water mark to the first row of
-// any repair newer than *seen. The first call only records where the
-// repairs stand: a starting instance's mark is 0 anyway.
-func (f *Forwarder) watchRepairs(ctx context.Context, seen **time.Time) {
+// any repair it has not seen yet. Repairs are told apart per broker topic
+// (each row of outbox_audit is written by one auditor at a time, under the
+// audit lock), not by the newest time over all of them: an auditor's
+// commit that lands after another's, with an earlier time, is still seen.
+// The first call only records where the repairs stand: a starting
+// instance's mark is 0 anyway.
+func (f *Forwarder) watchRepairs(ctx context.Context, seen *map[string]time.Time) {
+	rows, err := f.cfg.Pool.Query(ctx, `
+		SELECT broker_topic, last_loss_at, repair_from_id FROM outbox_audit WHERE last_loss_at IS NOT NULL`)
+	if err != nil {
+		if ctx.Err() == nil {
+			f.cfg.Logger.Warn("read broker repairs", "error", err.Error())
+		}
+		return
+	}
 	var (
-		latest *time.Time
-		from   *int64
+		bt   string
+		at   time.Time
+		from *int64
+		low  *int64
 	)
-	err := f.cfg.Pool.QueryRow(ctx, `
-		SELECT max(last_loss_at), min(repair_from_id) FILTER (WHERE last_loss_at > $1)
-		FROM outbox_audit`, *seen).Scan(&latest, &from)
+	now := make(map[string]time.Time, len(*seen))
+	_, err = pgx.ForEachRow(rows, []any{&bt, &at, &from}, func() error {
+		now[bt] = at
+		if prev, ok := (*seen)[bt]; (!ok || !prev.Equal(at)) && from != nil && (low == nil || *from < *low) {
+			low = new(int64)
+			*low = *from
+		}
+		return nil
+	})
 	if err != nil {
 		if ctx.Err() == nil {
 			f.cfg.Logger.Warn("read broker repairs", "error", err.Error())
@@ -66,182 +99,349 @@ func (f *Forwarder) watchRepairs(ctx context.Context, seen **time.Time) {
 		return
 	}
 	first := *seen == nil
-	if latest != nil {
-		*seen = latest
-	} else if first {
-		*seen = &time.Time{}
-	}
-	if !first && from != nil {
-		f.low.resetBelow(*from)
+	*seen = now
+	if !first && low != nil {
+		f.low.resetBelow(*low)
 		f.Wake()
 	}
 }
 
-// auditResult is one broker topic's audit, to be recorded.
-type auditResult struct {
-	topic, brokerTopic string
-	next               []byte
-	loss               *Loss
-	rows               int64
-	fromID             int64
+// receiptRow is one row of outbox_receipts: one batch's receipts.
+type receiptRow struct {
+	id                      int64
+	publishedAt             time.Time
+	outboxIDs               []int64
+	brokerTopics, positions []string
 }
 
-// Audit audits every broker topic of the topics the outbox has published
-// to, once, and repairs what was lost. The audit loop calls it every
-// AuditInterval on the holder of partition 0; it is exported for tests and
-// tools. It does nothing when the broker is no [Auditor] or the audit is
-// off. Each outbox topic is audited in a transaction of its own, under an
-// advisory lock of its own (another instance auditing it meanwhile is
-// skipped): a broker topic that errs or answers slowly, or a long repair,
-// holds back nothing of the other topics, and an error leaves that topic's
-// state as it was. The errors are reported once every topic was tried.
+// heldRef is one receipt of a receiptRow: the row's index, the element's.
+type heldRef struct{ row, elem int }
+
+// topicAudit is one broker topic's part of an audit.
+type topicAudit struct {
+	brokerTopic string
+	topic       string // the outbox topic of its rows, for the metrics
+	refs        []heldRef
+	held        []Held
+	verdict     Verdict
+	err         error
+	// What its repair did: the rows put back, the smallest of their ids,
+	// the lost rows retention had already purged, and when the oldest
+	// lost message was published.
+	repaired, purged int64
+	fromID           int64
+	oldestLost       time.Time
+}
+
+// Audit checks, once, every receipt not yet settled (up to a bound, see
+// auditHeldLimit) against the broker, forgets those every consumer had,
+// and publishes again the rows whose messages the broker lost. The audit
+// loop calls it every AuditInterval on the holder of partition 0; it is
+// exported for tests and tools. It does nothing when the broker is no
+// [Auditor], the audit is off, or another instance is auditing.
+//
+// It runs in one transaction: the judged receipts are deleted, the lost
+// rows put back and the broker topics' states saved together, so a crash
+// or an error before the commit leaves every receipt to the next audit (a
+// repair done twice at worst, never one forgotten). A broker topic whose
+// Check fails keeps its receipts as they were; the others are committed,
+// and the errors returned.
 func (f *Forwarder) Audit(ctx context.Context) error {
 	if f.auditor == nil {
 		return nil
 	}
-	rows, err := f.cfg.Pool.Query(ctx, `SELECT topic FROM outbox_audit_topics ORDER BY topic`)
-	if err != nil {
-		return fmt.Errorf("read audited topics (has `outflow migrate up` run?): %w", err)
-	}
-	topics, err := pgx.CollectRows(rows, pgx.RowTo[string])
-	if err != nil {
-		return fmt.Errorf("read audited topics: %w", err)
-	}
-	var errs []error
-	woke := false
-	for _, topic := range topics {
-		if ctx.Err() != nil {
-			errs = append(errs, ctx.Err())
-			break
-		}
-		results, err := f.auditTopic(ctx, topic)
-		if err != nil {
-			errs = append(errs, err)
-		}
-		for _, r := range results {
-			if r.loss == nil {
-				continue
-			}
-			f.metrics.brokerLosses.WithLabelValues(r.topic).Inc()
-			f.metrics.repaired.WithLabelValues(r.topic).Add(float64(r.rows))
-			f.cfg.Logger.Warn("broker lost acknowledged entries: publishing them again",
-				"topic", r.topic, "broker_topic", r.brokerTopic, "reason", r.loss.Reason,
-				"since", r.loss.Since.UTC().Format(time.RFC3339Nano), "margin", f.cfg.AuditMargin, "rows", r.rows)
-			if r.rows > 0 {
-				f.low.resetBelow(r.fromID)
-				woke = true
-			}
-		}
-	}
-	if woke {
-		f.Wake()
-	}
-	return errors.Join(errs...)
-}
-
-// auditCallTimeout bounds one Auditor.Audit call: a broker topic whose
-// broker does not answer is an error of that topic, not a stalled pass.
-// A variable for the tests.
-var auditCallTimeout = 15 * time.Second
-
-// auditTopic audits topic's broker topics and repairs what they lost, in
-// one transaction, and returns what it committed (nothing when another
-// instance holds the topic's lock). The new states are recorded only with
-// the repair, so a crash in between makes the next audit find the loss
-// again: a duplicate repair, never a forgotten one. A broker topic whose
-// audit errs keeps its state; the others are committed.
-func (f *Forwarder) auditTopic(ctx context.Context, topic string) ([]auditResult, error) {
 	tx, err := f.cfg.Pool.Begin(ctx)
 	if err != nil {
-		return nil, fmt.Errorf("begin audit of %s: %w", topic, err)
+		return fmt.Errorf("begin audit: %w", err)
 	}
 	defer func() { _ = tx.Rollback(context.WithoutCancel(ctx)) }()
 	var acquired bool
-	if err := tx.QueryRow(ctx, `SELECT pg_try_advisory_xact_lock($1, hashtext(current_schema() || '/' || $2))`,
-		auditLock, topic).Scan(&acquired); err != nil {
-		return nil, fmt.Errorf("audit lock of %s: %w", topic, err)
+	if err := tx.QueryRow(ctx, `SELECT pg_try_advisory_xact_lock($1, hashtext(current_schema()))`, auditLock).Scan(&acquired); err != nil {
+		return fmt.Errorf("audit lock: %w", err)
 	}
 	if !acquired {
-		return nil, nil
+		return nil
 	}
-	states := map[string][]byte{}
-	rows, err := tx.Query(ctx, `SELECT broker_topic, state FROM outbox_audit WHERE topic = $1`, topic)
+	receipts, err := loadReceipts(ctx, tx)
 	if err != nil {
-		return nil, fmt.Errorf("read audit states of %s: %w", topic, err)
+		return err
+	}
+	if len(receipts) == 0 {
+		return tx.Commit(ctx)
+	}
+	audits, err := f.heldByBrokerTopic(ctx, tx, receipts)
+	if err != nil {
+		return err
+	}
+	var errs []error
+	for _, a := range audits {
+		actx, cancel := context.WithTimeout(ctx, auditCallTimeout)
+		a.verdict, a.err = f.auditor.Check(actx, a.brokerTopic, a.verdict.State, a.held)
+		cancel()
+		if a.err == nil && len(a.verdict.Status) != len(a.held) {
+			a.err = fmt.Errorf("the auditor returned %d statuses for %d messages", len(a.verdict.Status), len(a.held))
+		}
+		if a.err != nil {
+			a.err = fmt.Errorf("audit %s: %w", a.brokerTopic, a.err)
+			errs = append(errs, a.err)
+		}
+	}
+	if err := f.repair(ctx, tx, receipts, audits); err != nil {
+		return errors.Join(append(errs, err)...)
+	}
+	if err := forgetJudged(ctx, tx, receipts, audits); err != nil {
+		return errors.Join(append(errs, err)...)
+	}
+	if err := saveAudits(ctx, tx, audits); err != nil {
+		return errors.Join(append(errs, err)...)
+	}
+	if err := tx.Commit(ctx); err != nil {
+		return errors.Join(append(errs, fmt.Errorf("commit audit: %w", err))...)
+	}
+	f.reportRepairs(audits)
+	return errors.Join(errs...)
+}
+
+// loadReceipts reads the unsettled receipts, in publication (id) order:
+// all of them, or the oldest and the newest rows up to auditHeldLimit
+// receipts in all.
+func loadReceipts(ctx context.Context, tx pgx.Tx) ([]receiptRow, error) {
+	rows, err := tx.Query(ctx, `
+		(SELECT id, published_at, outbox_ids, broker_topics, positions FROM outbox_receipts ORDER BY id LIMIT $1)
+		UNION
+		(SELECT id, published_at, outbox_ids, broker_topics, positions FROM outbox_receipts ORDER BY id DESC LIMIT $1)
+		ORDER BY id`, auditRowLimit)
+	if err != nil {
+		return nil, fmt.Errorf("read receipts (has `outflow migrate up` run?): %w", err)
+	}
+	all, err := pgx.CollectRows(rows, func(r pgx.CollectableRow) (receiptRow, error) {
+		var x receiptRow
+		err := r.Scan(&x.id, &x.publishedAt, &x.outboxIDs, &x.brokerTopics, &x.positions)
+		return x, err
+	})
+	if err != nil {
+		return nil, fmt.Errorf("read receipts: %w", err)
+	}
+	total := 0
+	for _, r := range all {
+		total += len(r.positions)
+	}
+	if total <= auditHeldLimit {
+		return all, nil
+	}
+	// Oldest rows up to half the bound, newest rows up to the other half.
+	var (
+		keep []receiptRow
+		n    int
+		head int
+	)
+	for head = 0; head < len(all) && n < auditHeldLimit/2; head++ {
+		keep = append(keep, all[head])
+		n += len(all[head].positions)
+	}
+	tail := len(all)
+	for n = 0; tail > head && n < auditHeldLimit/2; {
+		tail--
+		n += len(all[tail].positions)
+	}
+	return append(keep, all[tail:]...), nil
+}
+
+// heldByBrokerTopic groups the receipts by broker topic, with their
+// message ids (and outbox topics) from the outbox, and the broker topics'
+// saved states in verdict.State.
+func (f *Forwarder) heldByBrokerTopic(ctx context.Context, tx pgx.Tx, receipts []receiptRow) ([]*topicAudit, error) {
+	var ids []int64
+	for _, r := range receipts {
+		ids = append(ids, r.outboxIDs...)
+	}
+	type msg struct{ id, topic string }
+	msgs := make(map[int64]msg, len(ids))
+	rows, err := tx.Query(ctx, `SELECT id, message_id::text, topic FROM outbox WHERE id = ANY($1)`, ids)
+	if err != nil {
+		return nil, fmt.Errorf("read the receipts' messages: %w", err)
 	}
 	var (
-		bt    string
-		state []byte
+		id       int64
+		mid, top string
 	)
-	if _, err := pgx.ForEachRow(rows, []any{&bt, &state}, func() error {
-		states[bt] = slices.Clone(state)
+	if _, err := pgx.ForEachRow(rows, []any{&id, &mid, &top}, func() error {
+		msgs[id] = msg{mid, top}
 		return nil
 	}); err != nil {
-		return nil, fmt.Errorf("read audit states of %s: %w", topic, err)
+		return nil, fmt.Errorf("read the receipts' messages: %w", err)
 	}
 
-	var (
-		results []auditResult
-		errs    []error
-	)
-	lost := map[string]time.Time{} // broker topic -> repair from
-	for _, bt := range f.auditor.Topics(topic) {
-		actx, cancel := context.WithTimeout(ctx, auditCallTimeout)
-		next, loss, err := f.auditor.Audit(actx, bt, states[bt])
-		cancel()
-		if err != nil {
-			errs = append(errs, fmt.Errorf("audit %s: %w", bt, err))
-			continue
+	byTopic := map[string]*topicAudit{}
+	var audits []*topicAudit
+	for ri, r := range receipts {
+		if len(r.brokerTopics) != len(r.outboxIDs) || len(r.positions) != len(r.outboxIDs) {
+			return nil, fmt.Errorf("receipt row %d: its arrays differ in length", r.id)
 		}
-		results = append(results, auditResult{topic: topic, brokerTopic: bt, next: next, loss: loss})
-		if loss != nil {
-			lost[bt] = loss.Since.Add(-f.cfg.AuditMargin)
+		for e, bt := range r.brokerTopics {
+			a := byTopic[bt]
+			if a == nil {
+				a = &topicAudit{brokerTopic: bt, topic: bt}
+				byTopic[bt] = a
+				audits = append(audits, a)
+			}
+			m, ok := msgs[r.outboxIDs[e]]
+			if ok {
+				a.topic = m.topic
+			}
+			a.refs = append(a.refs, heldRef{ri, e})
+			a.held = append(a.held, Held{Position: r.positions[e], MessageID: m.id})
 		}
 	}
-	if len(lost) > 0 {
-		if err := f.waitForBatchesInFlight(ctx); err != nil {
-			return nil, errors.Join(append(errs, err)...)
+	slices.SortFunc(audits, func(a, b *topicAudit) int { return cmp.Compare(a.brokerTopic, b.brokerTopic) })
+
+	names := make([]string, len(audits))
+	for i, a := range audits {
+		names[i] = a.brokerTopic
+	}
+	rows, err = tx.Query(ctx, `SELECT broker_topic, state FROM outbox_audit WHERE broker_topic = ANY($1)`, names)
+	if err != nil {
+		return nil, fmt.Errorf("read audit states: %w", err)
+	}
+	var state []byte
+	if _, err := pgx.ForEachRow(rows, []any{&top, &state}, func() error {
+		byTopic[top].verdict.State = slices.Clone(state)
+		return nil
+	}); err != nil {
+		return nil, fmt.Errorf("read audit states: %w", err)
+	}
+	return audits, nil
+}
+
+// repair puts back the rows whose messages a broker topic lost:
+// published_at and next_attempt_at to NULL, so that they are pending
+// again, in the pending-rows index, and are claimed through the normal
+// path in id order (the claim holds an aggregate's later rows behind an
+// earlier row waiting for a retry, so a due next_attempt_at would let
+// through one row per aggregate per claim). attempts is kept: it counts
+// the row's own failures, and a broker's loss is none. It touches those
+// rows only, by id: a repair costs what it repairs, and holds no claim of
+// any forwarder (a row published is no claim's).
+//
+// No wait for the batches in flight is needed: a batch that published
+// before the loss and marks after this commits has its receipts committed
+// with its mark, and the next audit checks them.
+func (f *Forwarder) repair(ctx context.Context, tx pgx.Tx, receipts []receiptRow, audits []*topicAudit) error {
+	for _, a := range audits {
+		if a.err != nil {
+			continue
 		}
-		put, err := f.repair(ctx, tx, topic, lost)
-		if err != nil {
-			return nil, errors.Join(append(errs, err)...)
+		var lost []int64
+		for k, s := range a.verdict.Status {
+			if s != Lost {
+				continue
+			}
+			r := receipts[a.refs[k].row]
+			lost = append(lost, r.outboxIDs[a.refs[k].elem])
+			if a.oldestLost.IsZero() || r.publishedAt.Before(a.oldestLost) {
+				a.oldestLost = r.publishedAt
+			}
 		}
-		for i := range results {
-			if p, ok := put[results[i].brokerTopic]; ok {
-				results[i].rows, results[i].fromID = p.rows, p.fromID
+		if len(lost) == 0 {
+			continue
+		}
+		slices.Sort(lost)
+		lost = slices.Compact(lost)
+		a.fromID = lost[0]
+		for chunk := range slices.Chunk(lost, repairBatch) {
+			var put, found int64
+			err := tx.QueryRow(ctx, `
+				WITH put AS (
+					UPDATE outbox SET published_at = NULL, next_attempt_at = NULL
+					WHERE id = ANY($1) AND published_at IS NOT NULL
+					RETURNING 1)
+				SELECT (SELECT count(*) FROM put), (SELECT count(*) FROM outbox WHERE id = ANY($1))`, chunk).Scan(&put, &found)
+			if err != nil {
+				return fmt.Errorf("repair %s: put rows back: %w", a.brokerTopic, err)
+			}
+			a.repaired += put
+			a.purged += int64(len(chunk)) - found
+		}
+	}
+	return nil
+}
+
+// forgetJudged deletes the receipts judged Settled or Lost, and rewrites a
+// row some of whose receipts stay (Unsettled, or of a broker topic whose
+// Check failed).
+func forgetJudged(ctx context.Context, tx pgx.Tx, receipts []receiptRow, audits []*topicAudit) error {
+	done := make([][]bool, len(receipts))
+	for i, r := range receipts {
+		done[i] = make([]bool, len(r.positions))
+	}
+	for _, a := range audits {
+		if a.err != nil {
+			continue
+		}
+		for k, s := range a.verdict.Status {
+			if s == Settled || s == Lost {
+				done[a.refs[k].row][a.refs[k].elem] = true
 			}
 		}
 	}
-	if err := saveAudits(ctx, tx, results); err != nil {
-		return nil, errors.Join(append(errs, err)...)
+	var (
+		gone []int64
+		b    = &pgx.Batch{}
+	)
+	for i, r := range receipts {
+		var keep receiptRow
+		for e, d := range done[i] {
+			if !d {
+				keep.outboxIDs = append(keep.outboxIDs, r.outboxIDs[e])
+				keep.brokerTopics = append(keep.brokerTopics, r.brokerTopics[e])
+				keep.positions = append(keep.positions, r.positions[e])
+			}
+		}
+		switch len(keep.positions) {
+		case 0:
+			gone = append(gone, r.id)
+		case len(r.positions):
+		default:
+			b.Queue(`UPDATE outbox_receipts SET outbox_ids = $2, broker_topics = $3, positions = $4 WHERE id = $1`,
+				r.id, keep.outboxIDs, keep.brokerTopics, keep.positions)
+		}
 	}
-	if err := tx.Commit(ctx); err != nil {
-		return nil, errors.Join(append(errs, fmt.Errorf("commit audit of %s: %w", topic, err))...)
+	if len(gone) > 0 {
+		b.Queue(`DELETE FROM outbox_receipts WHERE id = ANY($1)`, gone)
 	}
-	return results, errors.Join(errs...)
+	if b.Len() == 0 {
+		return nil
+	}
+	if err := tx.SendBatch(ctx, b).Close(); err != nil {
+		return fmt.Errorf("forget judged receipts: %w", err)
+	}
+	return nil
 }
 
-func saveAudits(ctx context.Context, tx pgx.Tx, results []auditResult) error {
+func saveAudits(ctx context.Context, tx pgx.Tx, audits []*topicAudit) error {
 	b := &pgx.Batch{}
-	for _, r := range results {
-		if r.loss == nil {
+	for _, a := range audits {
+		if a.err != nil {
+			continue
+		}
+		if a.verdict.Reason == "" || a.oldestLost.IsZero() {
 			b.Queue(`
 				INSERT INTO outbox_audit (broker_topic, topic, state) VALUES ($1, $2, $3)
 				ON CONFLICT (broker_topic) DO UPDATE SET topic = excluded.topic, state = excluded.state, audited_at = now()`,
-				r.brokerTopic, r.topic, r.next)
+				a.brokerTopic, a.topic, a.verdict.State)
 			continue
 		}
 		var from *int64
-		if r.rows > 0 {
-			from = &r.fromID
+		if a.repaired > 0 {
+			from = &a.fromID
 		}
 		b.Queue(`
 			INSERT INTO outbox_audit (broker_topic, topic, state, last_loss_at, last_loss_reason, last_loss_since, last_repaired, repair_from_id)
-			VALUES ($1, $2, $3, now(), $4, $5, $6, $7)
+			VALUES ($1, $2, $3, clock_timestamp(), $4, $5, $6, $7)
 			ON CONFLICT (broker_topic) DO UPDATE SET topic = excluded.topic, state = excluded.state, audited_at = now(),
-				last_loss_at = now(), last_loss_reason = excluded.last_loss_reason, last_loss_since = excluded.last_loss_since,
+				last_loss_at = excluded.last_loss_at, last_loss_reason = excluded.last_loss_reason, last_loss_since = excluded.last_loss_since,
 				last_repaired = excluded.last_repaired, repair_from_id = excluded.repair_from_id`,
-			r.brokerTopic, r.topic, r.next, r.loss.Reason, r.loss.Since, r.rows, from)
+			a.brokerTopic, a.topic, a.verdict.State, a.verdict.Reason, a.oldestLost, a.repaired, from)
 	}
 	if b.Len() == 0 {
 		return nil
@@ -252,132 +452,34 @@ func saveAudits(ctx context.Context, tx pgx.Tx, results []auditResult) error {
 	return nil
 }
 
-// inFlightTimeout bounds the repair's wait for the batches in flight: a
-// claim's transaction lasts as long as its publish, which the broker's own
-// timeout bounds. A variable for the tests.
-var inFlightTimeout = 30 * time.Second
-
-// waitForBatchesInFlight returns once every batch that was being
-// forwarded when it was called has committed its mark. A batch publishes
-// before it marks: a row it sent before the loss, whose mark commits after
-// the repair's select, would be neither seen as published by the repair
-// nor on the broker. Every claim holds its partitions' rows FOR SHARE for
-// its whole transaction, so locking them FOR UPDATE waits for exactly
-// those; the lock is let go at once (claims queued behind it resume), and
-// the repair's select, a statement of its own under READ COMMITTED, sees
-// their marks. A claim that starts after this publishes after the loss was
-// found, to what the broker has now: a later audit covers it.
-func (f *Forwarder) waitForBatchesInFlight(ctx context.Context) error {
-	wctx, cancel := context.WithTimeout(ctx, inFlightTimeout)
-	defer cancel()
-	err := pgx.BeginFunc(wctx, f.cfg.Pool, func(tx pgx.Tx) error {
-		_, err := tx.Exec(wctx, `SELECT 1 FROM outbox_partitions FOR UPDATE`)
-		return err
-	})
-	if err != nil {
-		return fmt.Errorf("repair: wait for the batches in flight: %w", err)
+// reportRepairs counts and logs the committed repairs, and lowers this
+// instance's low-water mark to the first row put back.
+func (f *Forwarder) reportRepairs(audits []*topicAudit) {
+	woke := false
+	for _, a := range audits {
+		if a.err != nil || a.oldestLost.IsZero() {
+			continue
+		}
+		f.metrics.brokerLosses.WithLabelValues(a.topic).Inc()
+		f.metrics.repaired.WithLabelValues(a.topic).Add(float64(a.repaired))
+		f.cfg.Logger.Warn("broker lost acknowledged messages: publishing them again",
+			"topic", a.topic, "broker_topic", a.brokerTopic, "reason", a.verdict.Reason,
+			"oldest_published_at", a.oldestLost.UTC().Format(time.RFC3339Nano), "rows", a.repaired)
+		if a.purged > 0 {
+			f.cfg.Logger.Error("broker lost messages whose outbox rows retention already purged: they cannot be published again",
+				"topic", a.topic, "broker_topic", a.brokerTopic, "rows", a.purged)
+		}
+		if a.repaired > 0 {
+			f.low.resetBelow(a.fromID)
+			woke = true
+		}
 	}
-	return nil
+	if woke {
+		f.Wake()
+	}
 }
 
-// putBack is what a repair did on one broker topic: how many rows it put
-// back, the smallest id among them.
-type putBack struct{ rows, fromID int64 }
-
-// repair puts back, for each broker topic of topic in lost, every row
-// published at or after its time: published_at and next_attempt_at to
-// NULL, so that the rows are pending again, in the pending-rows index, and
-// are claimed through the normal path in id order (the claim holds an
-// aggregate's later rows behind an earlier row waiting for a retry, so a
-// due next_attempt_at would let through one row per aggregate per claim).
-// attempts is kept: it counts the row's own failures, and a broker's loss
-// is none.
-//
-// There is no index on published_at, on purpose: one would make every
-// mark of a published row a non-HOT update. A loss is rare, so the repair
-// scans the topic's retained rows once, whatever the number of its broker
-// topics lost, and sorts them by broker topic here.
-func (f *Forwarder) repair(ctx context.Context, tx pgx.Tx, topic string, lost map[string]time.Time) (map[string]putBack, error) {
-	var from time.Time
-	for _, t := range lost {
-		if from.IsZero() || t.Before(from) {
-			from = t
-		}
-	}
-	rows, err := tx.Query(ctx, `SELECT id, aggregate_id, published_at FROM outbox WHERE topic = $1 AND published_at >= $2 ORDER BY id`, topic, from)
-	if err != nil {
-		return nil, fmt.Errorf("repair %s: select rows: %w", topic, err)
-	}
-	var (
-		ids = map[string][]int64{}
-		id  int64
-		agg string
-		at  time.Time
-	)
-	_, err = pgx.ForEachRow(rows, []any{&id, &agg, &at}, func() error {
-		bt := f.auditor.BrokerTopic(topic, agg)
-		if since, ok := lost[bt]; ok && !at.Before(since) {
-			ids[bt] = append(ids[bt], id)
-		}
-		return nil
-	})
-	if err != nil {
-		return nil, fmt.Errorf("repair %s: select rows: %w", topic, err)
-	}
-	put := make(map[string]putBack, len(lost))
-	for bt, list := range ids {
-		var p putBack
-		for chunk := range slices.Chunk(list, repairBatch) {
-			tag, err := tx.Exec(ctx, `
-				UPDATE outbox SET published_at = NULL, next_attempt_at = NULL
-				WHERE id = ANY($1) AND published_at IS NOT NULL`, chunk)
-			if err != nil {
-				return nil, fmt.Errorf("repair %s: put rows back: %w", bt, err)
-			}
-			p.rows += tag.RowsAffected()
-		}
-		p.fromID = list[0]
-		put[bt] = p
-	}
-	return put, nil
-}
-
-// noteTopics records in outbox_audit_topics the topics of a committed
-// batch this process has not recorded yet: the audit covers their broker
-// topics. Once per process and topic; after a failure, it tries again with
-// a batch at least an AuditInterval later: the audit reads the table no
-// more often, and a failure that lasts (the table missing: migrations not
-// run) logs once an interval, not once a batch.
-func (f *Forwarder) noteTopics(ctx context.Context, byTopic map[string]*[3]int) {
-	if f.auditor == nil {
-		return
-	}
-	var fresh []string
-	f.mu.Lock()
-	if time.Now().Before(f.noteAfter) {
-		f.mu.Unlock()
-		return
-	}
-	for t, c := range byTopic {
-		if c[0] > 0 && !f.noted[t] {
-			fresh = append(fresh, t)
-		}
-	}
-	f.mu.Unlock()
-	if len(fresh) == 0 || ctx.Err() != nil {
-		return
-	}
-	_, err := f.cfg.Pool.Exec(ctx, `INSERT INTO outbox_audit_topics (topic) SELECT unnest($1::text[]) ON CONFLICT DO NOTHING`, fresh)
-	if err != nil {
-		f.mu.Lock()
-		f.noteAfter = time.Now().Add(f.cfg.AuditInterval)
-		f.mu.Unlock()
-		f.cfg.Logger.Warn("record topics for the broker audit", "error", err.Error(), "retry_in", f.cfg.AuditInterval)
-		return
-	}
-	f.mu.Lock()
-	for _, t := range fresh {
-		f.noted[t] = true
-	}
-	f.mu.Unlock()
-}
+// auditCallTimeout bounds one Auditor.Check call: a broker topic whose
+// broker does not answer is an error of that topic, not a stalled pass.
+// A variable for the tests.
+var auditCallTimeout = 15 * time.Second

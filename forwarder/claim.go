@@ -152,16 +152,20 @@ func (f *Forwarder) forwardBatch(ctx context.Context) (res batchResult, err erro
 	}
 
 	msgs, results := f.prepare(claimed)
+	var receipts []Receipt // claimed[i]'s when the broker is audited and took it
+	if f.auditor != nil {
+		receipts = make([]Receipt, len(claimed))
+	}
 	// The publish and the marks run even if ctx ends now: finishing the
 	// batch is cheaper than publishing it twice.
 	pctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), f.cfg.PublishTimeout)
 	defer cancel()
 	pubStart := time.Now()
-	if f.publishWaves(pctx, claimed, msgs, results) > 0 {
+	if f.publishWaves(pctx, claimed, msgs, results, receipts) > 0 {
 		f.metrics.publishSeconds.Observe(time.Since(pubStart).Seconds())
 	}
 
-	marks := f.classify(claimed, results, &res)
+	marks := f.classify(claimed, results, receipts, &res)
 	mctx, mcancel := context.WithTimeout(context.WithoutCancel(ctx), f.cfg.ShutdownTimeout)
 	defer mcancel()
 	if err := f.mark(mctx, tx, marks); err != nil {
@@ -176,7 +180,6 @@ func (f *Forwarder) forwardBatch(ctx context.Context) (res batchResult, err erro
 		f.metrics.failedAttempts.WithLabelValues(topic).Add(float64(c[1]))
 		f.metrics.parked.WithLabelValues(topic).Add(float64(c[2]))
 	}
-	f.noteTopics(ctx, res.byTopic)
 	return res, nil
 }
 
@@ -208,8 +211,9 @@ func (f *Forwarder) prepare(claimed []row) ([]Outgoing, []error) {
 // that failed in prepare blocks its aggregate in its own turn. The round
 // trips per batch are the most rows one aggregate has in it: one, unless
 // a backlog piled up behind one aggregate. It returns how many Publish
-// calls it made.
-func (f *Forwarder) publishWaves(ctx context.Context, claimed []row, msgs []Outgoing, results []error) int {
+// calls it made. When receipts is not nil, it sets receipts[i] for each
+// row the broker took.
+func (f *Forwarder) publishWaves(ctx context.Context, claimed []row, msgs []Outgoing, results []error, receipts []Receipt) int {
 	keys := make([]string, len(claimed))
 	pending := make([]int, len(claimed))
 	for i, r := range claimed {
@@ -255,13 +259,21 @@ func (f *Forwarder) publishWaves(ctx context.Context, claimed []row, msgs []Outg
 			continue
 		}
 		calls++
-		errs := f.publish(ctx, wave)
+		rs, errs := f.publish(ctx, wave)
 		for j, i := range index {
 			var err error
-			if j < len(errs) {
-				err = errs[j]
-			} else {
+			switch {
+			case j >= len(errs):
 				err = fmt.Errorf("%w: the broker returned %d results for %d messages", ErrBrokerUnavailable, len(errs), len(wave))
+			case errs[j] != nil:
+				err = errs[j]
+			case receipts == nil:
+			case j >= len(rs) || rs[j].BrokerTopic == "" || rs[j].Position == "":
+				// Published, but with nothing to audit it by: sent again
+				// rather than left unaudited (consumers deduplicate).
+				err = fmt.Errorf("%w: the broker returned no receipt for a message it acknowledged", ErrBrokerUnavailable)
+			default:
+				receipts[i] = rs[j]
 			}
 			results[i] = err
 			if err != nil {
@@ -286,6 +298,8 @@ func (f *Forwarder) message(r row) (*message.Message, error) {
 
 type marks struct {
 	published []int64
+	// receipts, parallel to published when the broker is audited.
+	brokerTopics, positions []string
 	failedIDs []int64
 	failedErr []string
 	failedDue []time.Time
@@ -295,7 +309,7 @@ type marks struct {
 // classify turns per-row results into marks. Broker outages and held rows
 // leave rows untouched; a row's own failure counts an attempt, schedules a
 // retry with jittered exponential backoff, or parks it.
-func (f *Forwarder) classify(claimed []row, results []error, res *batchResult) marks {
+func (f *Forwarder) classify(claimed []row, results []error, receipts []Receipt, res *batchResult) marks {
 	var m marks
 	now := time.Now()
 	for i, r := range claimed {
@@ -303,6 +317,10 @@ func (f *Forwarder) classify(claimed []row, results []error, res *batchResult) m
 		switch {
 		case err == nil:
 			m.published = append(m.published, r.id)
+			if receipts != nil {
+				m.brokerTopics = append(m.brokerTopics, receipts[i].BrokerTopic)
+				m.positions = append(m.positions, receipts[i].Position)
+			}
 			res.published++
 			res.countTopic(r.topic, 0)
 		case errors.Is(err, errHeld):
@@ -346,6 +364,13 @@ func (f *Forwarder) mark(ctx context.Context, tx pgx.Tx, m marks) error {
 		b.Queue(`UPDATE outbox_partitions SET published_total = published_total + $1
 			WHERE partition = (SELECT min(partition) FROM outbox_partitions WHERE owner = $2)`,
 			len(m.published), f.cfg.InstanceID)
+		if m.positions != nil {
+			// In the mark's transaction: a row is published with its
+			// receipt or not at all, so the audit checks every row the
+			// broker took, whenever the batch commits.
+			b.Queue(`INSERT INTO outbox_receipts (outbox_ids, broker_topics, positions) VALUES ($1, $2, $3)`,
+				m.published, m.brokerTopics, m.positions)
+		}
 	}
 	if len(m.failedIDs) > 0 {
 		b.Queue(`

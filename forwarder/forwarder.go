@@ -27,12 +27,8 @@ type Forwarder struct {
 	lease leaseHealth // for Ready
 
 	// auditor is cfg.Broker as an Auditor, nil when it is none or the
-	// audit is off; noted holds the topics this process has recorded in
-	// outbox_audit_topics (under mu), noteAfter when it may try again
-	// after a failure (under mu).
-	auditor   Auditor
-	noted     map[string]bool
-	noteAfter time.Time
+	// audit is off.
+	auditor Auditor
 }
 
 // New validates cfg and returns a Forwarder. It starts nothing.
@@ -45,7 +41,7 @@ func New(cfg Config) (*Forwarder, error) {
 	if err != nil {
 		return nil, err
 	}
-	f := &Forwarder{cfg: cfg, metrics: m, wake: make(chan struct{}, 1), noted: map[string]bool{}}
+	f := &Forwarder{cfg: cfg, metrics: m, wake: make(chan struct{}, 1)}
 	if a, ok := cfg.Broker.(Auditor); ok && cfg.AuditInterval > 0 {
 		f.auditor = a
 	}

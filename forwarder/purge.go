@@ -38,6 +38,15 @@ func (f *Forwarder) purgeLoop(ctx context.Context) {
 // never touches a pending or parked row. It returns how many rows it
 // deleted. Concurrent calls are harmless: only one runs, the others return 0.
 //
+// The DELETE filters on the row itself (o.published_at), not on the scan's
+// copy of it: a row the broker audit puts back (published_at to NULL) while
+// the DELETE waits for its lock is then rechecked as it is now, pending,
+// and kept. Filtered on the scan's copy, it was deleted: lost.
+//
+// Receipts of the broker audit older than retention go too: their rows are
+// gone or going, so a loss of them could not be repaired anyway (a
+// consumer group that lags behind the retention loses events either way).
+//
 // For very high volumes, partition the outbox by time instead and drop
 // whole partitions: see the package documentation.
 func Purge(ctx context.Context, pool interface {
@@ -66,11 +75,14 @@ func Purge(ctx context.Context, pool interface {
 					SELECT id, published_at, created_at FROM outbox WHERE id > $1 ORDER BY id LIMIT $2
 				), del AS (
 					DELETE FROM outbox o USING scan s
-					WHERE o.id = s.id AND s.published_at IS NOT NULL AND s.published_at < $3
+					WHERE o.id = s.id AND o.published_at IS NOT NULL AND o.published_at < $3
 					RETURNING o.id
 				)
 				SELECT (SELECT max(id) FROM scan), (SELECT count(*) FROM del), (SELECT bool_or(created_at >= $3) FROM scan)`,
 				after, batch, cutoff).Scan(&lastID, &deleted, &reached)
+		}
+		if err == nil && acquired && after < 0 {
+			_, err = tx.Exec(ctx, `DELETE FROM outbox_receipts WHERE published_at < $1`, cutoff)
 		}
 		if err != nil {
 			_ = tx.Rollback(context.WithoutCancel(ctx))

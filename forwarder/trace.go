@@ -17,8 +17,9 @@ import (
 // a trace of its own, linked to each message's creation context (the
 // outbox row's traceparent), as the messaging semantic conventions ask of a
 // batch send. The messages keep their creation context: a consumer's span
-// is its child, not the publish span's.
-func (f *Forwarder) publish(ctx context.Context, wave []Outgoing) []error {
+// is its child, not the publish span's. When the broker is audited, it
+// returns the broker's receipts too (nil otherwise).
+func (f *Forwarder) publish(ctx context.Context, wave []Outgoing) ([]Receipt, []error) {
 	name, topic := "send", wave[0].Topic
 	for _, m := range wave[1:] {
 		if m.Topic != topic {
@@ -46,7 +47,15 @@ func (f *Forwarder) publish(ctx context.Context, wave []Outgoing) []error {
 			span.AddLink(l)
 		}
 	}
-	errs := f.cfg.Broker.Publish(ctx, wave)
+	var (
+		receipts []Receipt
+		errs     []error
+	)
+	if f.auditor != nil {
+		receipts, errs = f.auditor.PublishReceipts(ctx, wave)
+	} else {
+		errs = f.cfg.Broker.Publish(ctx, wave)
+	}
 	failed := 0
 	for _, err := range errs {
 		if err != nil {
@@ -56,5 +65,5 @@ func (f *Forwarder) publish(ctx context.Context, wave []Outgoing) []error {
 	if failed > 0 {
 		span.SetStatus(codes.Error, fmt.Sprintf("%d of %d messages not published", failed, len(wave)))
 	}
-	return errs
+	return receipts, errs
 }

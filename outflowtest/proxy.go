@@ -20,9 +20,11 @@ type Outage interface {
 // refuses new ones, as the server's crash would look to its clients; Start
 // lets connections through again. Point the client at Addr.
 type Proxy struct {
-	Addr   string
+	Addr string
+	ln   *cutListener
+
+	mu     sync.Mutex
 	target string
-	ln     *cutListener
 }
 
 // StartProxy listens on a free 127.0.0.1 port and forwards every
@@ -47,7 +49,10 @@ func StartProxy(t testing.TB, target string) *Proxy {
 			if err != nil {
 				return
 			}
-			s, err := net.Dial("tcp", target)
+			p.mu.Lock()
+			to := p.target
+			p.mu.Unlock()
+			s, err := net.Dial("tcp", to)
 			if err != nil {
 				c.Close()
 				continue
@@ -70,6 +75,18 @@ func (p *Proxy) Stop() { p.ln.Stop() }
 
 // Start accepts connections again.
 func (p *Proxy) Start() { p.ln.Start() }
+
+// Retarget sends the connections made from now on to target, and cuts
+// those open: the clients reconnect to target, as they would to a server
+// that took over an address (a failover behind a virtual IP or a DNS
+// name).
+func (p *Proxy) Retarget(target string) {
+	p.mu.Lock()
+	p.target = target
+	p.mu.Unlock()
+	p.ln.Stop()
+	p.ln.Start()
+}
 
 // cutListener is a listener whose connections can all be cut at once:
 // while stopped, a connection is closed as soon as it is accepted (the

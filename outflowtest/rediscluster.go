@@ -29,6 +29,8 @@ type RedisNode struct {
 	dir  string
 	args []string
 	cmd  *exec.Cmd
+	// paused: stopped by Pause, not resumed yet.
+	paused bool
 }
 
 func requireRedisServer(t testing.TB) {
@@ -95,7 +97,7 @@ func (n *RedisNode) Kill() {
 	}
 	_ = n.cmd.Process.Signal(syscall.SIGKILL)
 	_ = n.cmd.Wait()
-	n.cmd = nil
+	n.cmd, n.paused = nil, false
 }
 
 // Pause stops the node's process (SIGSTOP) without killing it: a replica
@@ -109,6 +111,7 @@ func (n *RedisNode) Pause() {
 	if err := n.cmd.Process.Signal(syscall.SIGSTOP); err != nil {
 		n.t.Fatalf("outflowtest: pause redis node %s: %v", n.Addr, err)
 	}
+	n.paused = true
 }
 
 // Resume resumes a paused node (SIGCONT).
@@ -120,6 +123,7 @@ func (n *RedisNode) Resume() {
 	if err := n.cmd.Process.Signal(syscall.SIGCONT); err != nil {
 		n.t.Fatalf("outflowtest: resume redis node %s: %v", n.Addr, err)
 	}
+	n.paused = false
 }
 
 // Running says whether the node's process is running.
@@ -204,6 +208,29 @@ func (p *RedisPair) WaitReplicaInSync() {
 	WaitFor(p.Primary.t, 20*time.Second, "the replica in sync with its primary", func() bool {
 		return p.Primary.info("replication", "connected_slaves") == "1" &&
 			p.Replica.info("replication", "master_link_status") == "up"
+	})
+}
+
+// HoldReplication makes what the primary takes from now on stay on it
+// alone, as [RedisCluster.HoldReplication] does: lost if it dies before
+// the replica is resumed.
+func (p *RedisPair) HoldReplication() { holdReplication(p.Primary, p.Replica) }
+
+// FailOver makes the replica the primary, as Sentinel or an operator
+// would once the primary died: the primary is killed (what it had not
+// replicated is lost with it) and the replica promoted (REPLICAOF NO ONE).
+// A paused replica (see HoldReplication) is resumed first.
+func (p *RedisPair) FailOver() {
+	p.Primary.t.Helper()
+	p.Primary.Kill()
+	if p.Replica.paused {
+		p.Replica.Resume()
+	}
+	c := p.Replica.client()
+	defer c.Close()
+	WaitFor(p.Primary.t, 10*time.Second, "the replica to become the primary", func() bool {
+		return c.Do(context.Background(), "replicaof", "no", "one").Err() == nil &&
+			p.Replica.info("replication", "role") == "master"
 	})
 }
 
@@ -439,19 +466,27 @@ const fillerSize = 24 << 20
 func (c *RedisCluster) HoldReplication(i int) int {
 	c.t.Helper()
 	r := c.ReplicaOf(i)
-	c.Nodes[r].Pause()
-	nc := c.Nodes[i].client()
+	holdReplication(c.Nodes[i], c.Nodes[r])
+	return r
+}
+
+// holdReplication pauses replica and fills its link from primary (see
+// [RedisCluster.HoldReplication]). The filler goes to the first key whose
+// slot primary holds (on a Cluster the others answer MOVED).
+func holdReplication(primary, replica *RedisNode) {
+	replica.t.Helper()
+	replica.Pause()
+	nc := primary.client()
 	defer nc.Close()
 	ctx := context.Background()
 	filler := strings.Repeat("f", fillerSize)
 	for k := 0; ; k++ {
-		// The first key whose slot primary i holds (others answer MOVED).
 		err := nc.Set(ctx, fmt.Sprintf("outflowtest-filler-%d", k), filler, 0).Err()
 		if err == nil {
-			return r
+			return
 		}
 		if !strings.HasPrefix(err.Error(), "MOVED") || k > 1000 {
-			c.t.Fatalf("outflowtest: filler on %s: %v", c.Nodes[i].Addr, err)
+			primary.t.Fatalf("outflowtest: filler on %s: %v", primary.Addr, err)
 		}
 	}
 }

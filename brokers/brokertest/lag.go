@@ -167,7 +167,13 @@ func pingContract(t *testing.T, h ObserveHarness) {
 // closes the subscriber (idempotent; also run at the test's end).
 func subscribeBackend(t *testing.T, b brokers.Backend, topic string) (<-chan *message.Message, func()) {
 	t.Helper()
-	sub, err := b.Subscriber(Group, "c"+watermill.NewShortUUID(), brokers.SubscriberOptions{ClaimIdle: 5 * time.Second})
+	return subscribeAs(t, b, Group, topic)
+}
+
+// subscribeAs is subscribeBackend for any group.
+func subscribeAs(t *testing.T, b brokers.Backend, group, topic string) (<-chan *message.Message, func()) {
+	t.Helper()
+	sub, err := b.Subscriber(group, "c"+watermill.NewShortUUID(), brokers.SubscriberOptions{ClaimIdle: 5 * time.Second})
 	if err != nil {
 		t.Fatalf("brokertest: subscriber: %v", err)
 	}

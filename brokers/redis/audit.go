@@ -1,16 +1,17 @@
 package redis
 
 import (
+	"cmp"
 	"context"
 	"crypto/rand"
 	"encoding/hex"
 	"encoding/json"
 	"errors"
 	"fmt"
+	"slices"
 	"strings"
-	"sync"
-	"time"
 
+	"github.com/ThreeDotsLabs/watermill-redisstream/pkg/redisstream"
 	goredis "github.com/redis/go-redis/v9"
 
 	"github.com/outflow-dev/outflow/forwarder"
@@ -18,160 +19,363 @@ import (
 
 var _ forwarder.Auditor = (*Broker)(nil)
 
-// auditState is what one audit of a stream leaves for the next: the
+// auditState is what one Check of a stream leaves for the next: the
 // forwarder keeps it in PostgreSQL, opaque.
 type auditState struct {
-	// Canary is the token of the stream's canary key, written when the
-	// baseline was taken: a flush or a restart without persistence takes
-	// it with the stream.
+	// Canary is the token of the stream's canary key as the last Check
+	// saw or wrote it. A flush, a restart without persistence or a
+	// failover to an empty replica takes the key with the stream; a data
+	// set restored from elsewhere has another token.
 	Canary string `json:"c"`
-	// Added is the stream's entries-added: it never goes back, trimming
-	// included, unless entries the stream had were lost.
-	Added int64 `json:"n"`
-	// Last is the stream's last-generated-id.
-	Last string `json:"l"`
-	// SafeSince (Unix ms, the Redis clock) is the time of the oldest entry
-	// some group had not acknowledged, or of the oldest entry when no
-	// group exists: what a loss found next time may have taken starts
-	// there, and what is older every group had handled.
-	SafeSince int64 `json:"s"`
-	// Acked is the newest id Redis had acknowledged to this process's
-	// Publish when this state was taken: looked for by that audit, so not
-	// again. Kept in the saved state rather than forgotten in memory, so
-	// that a pass that rolls back looks for it again.
-	Acked string `json:"a,omitempty"`
+	// Trimmed is the highest MINID Check trimmed the stream to, in that
+	// data set: an entry missing below it was trimmed by the audit, which
+	// trims only below every group's floor. One missing below the first
+	// entry and not below Trimmed cannot be told from an entry a failover
+	// lost before new entries were written, so it is taken for lost.
+	Trimmed string `json:"t,omitempty"`
 }
 
-// ackedIDs remembers, per stream, the newest entry id Redis acknowledged
-// to this process's Publish since the stream's last audit. The audit looks
-// for it: a failover to a replica that lacked only what was written since
-// the last audit leaves entries-added, last-generated-id and the canary as
-// the audit last saw them (or ahead), and only an id Redis acknowledged
-// then shows what is missing.
-type ackedIDs struct {
-	mu   sync.Mutex
-	last map[string]string
+// probeChunk bounds the XRANGEs of one pipeline.
+const probeChunk = 1000
+
+// look is what Check read of a stream.
+type look struct {
+	// found[i]: held[i]'s entry is in the stream, holding held[i]'s
+	// message (or a message without an id field to compare).
+	found []bool
+	// other[i]: an entry with held[i]'s id holds another message.
+	other []bool
+	// floors0 are the groups' floors read before the entries were looked
+	// for, floors after: each group's oldest entry not acknowledged (its
+	// oldest pending entry, or the one after its last delivered).
+	floors0, floors map[string]string
+	canary          string // "" when the key is missing
+	stream          bool   // the stream exists (read after the entries)
+	first, last     string // first entry ("" when empty), last-generated-id
+	maxDeleted      string // max-deleted-entry-id: XDEL moves it, trimming does not
 }
 
-func (a *ackedIDs) note(stream, id string) {
-	a.mu.Lock()
-	defer a.mu.Unlock()
-	if a.last == nil {
-		a.last = make(map[string]string)
-	}
-	if cur, ok := a.last[stream]; !ok || lessID(cur, id) {
-		a.last[stream] = id
-	}
-}
-
-// newest returns the stream's newest acknowledged id. It is kept, not
-// taken: an audit whose pass rolls back (its state not saved) must find it
-// again next time, since it is the only sign of a failover that lost only
-// recent writes. Once a saved state's last id is at or past it, probeIDs
-// no longer looks for it.
-func (a *ackedIDs) newest(stream string) string {
-	a.mu.Lock()
-	defer a.mu.Unlock()
-	return a.last[stream]
-}
-
-// observed is one look at a stream.
-type observed struct {
-	acked  string    // the newest id acknowledged to this process, read before the look
-	now    time.Time // Redis's TIME, taken first
-	canary string    // "" when the key is missing
-	stream bool      // the stream exists
-	added  int64
-	last   string // last-generated-id
-	first  string // the first entry's id, "" when the stream is empty
-	// floors holds each group's oldest entry not acknowledged: its oldest
-	// pending entry, or the one after its last delivered when nothing is
-	// pending. Trim keeps everything from the lowest floor.
-	floors map[string]string
-	// probe is an entry the stream must still hold unless trimmed (see
-	// probeIDs): the first found missing, or else the last looked for; ""
-	// when none. probeGone: it is not in the stream.
-	probe     string
-	probeGone bool
-}
-
-// decide is the audit's judgement: the reason of a loss, or "" when the
-// stream holds everything prev had seen that a group had not acknowledged.
-// Normal trimming (Trim, which keeps every group's unacknowledged entries)
-// is never a loss.
-func decide(prev *auditState, o observed) string {
-	switch {
-	case prev == nil:
-		return "" // a baseline
-	case o.canary == "":
-		return "canary missing: the data set was flushed or lost (restart without persistence, failover to an empty replica)"
-	case o.canary != prev.Canary:
-		return "canary replaced: the data set was replaced"
-	case !o.stream && prev.Added > 0:
-		return fmt.Sprintf("stream missing, it had %d entries added", prev.Added)
-	case !o.stream && o.probe != "":
-		return fmt.Sprintf("stream missing, entry %s was acknowledged to the forwarder", o.probe)
-	case !o.stream:
-		return ""
-	case o.added < prev.Added:
-		return fmt.Sprintf("entries-added went back from %d to %d", prev.Added, o.added)
-	case prev.Last != "" && lessID(o.last, prev.Last):
-		return fmt.Sprintf("last-generated-id went back from %s to %s", prev.Last, o.last)
-	case o.probe != "" && lessID(o.last, o.probe):
-		return fmt.Sprintf("entry %s, acknowledged to the forwarder, is above the stream's last-generated-id %s", o.probe, o.last)
-	case !o.probeGone:
-		return ""
-	case o.first != "" && !lessID(o.probe, o.first):
-		return fmt.Sprintf("entry %s missing, above the stream's first entry %s", o.probe, o.first)
-	case len(o.floors) == 0:
-		return fmt.Sprintf("entry %s missing from a stream without consumer groups (nothing trims one)", o.probe)
-	}
-	for g, floor := range o.floors {
-		if !lessID(o.probe, floor) {
-			return fmt.Sprintf("entry %s missing while group %s had not acknowledged it", o.probe, g)
+// Check judges each held entry of stream ([forwarder.Auditor]), then trims
+// the stream below what every group acknowledged and it settled.
+//
+// An entry found is Settled when every consumer group had acknowledged it
+// before the look (the groups' floors are read first: what was acknowledged
+// then was acknowledged while the entry was there), Unsettled otherwise (no
+// group yet counts as not acknowledged).
+//
+// An entry not found is Lost unless the stream shows how it went while
+// every group had acknowledged it:
+//   - at or below the stream's max-deleted-entry-id: deleted (XDEL,
+//     XACKDEL), which trimming never moves;
+//   - below what an earlier Check trimmed the stream to (the audit trims
+//     only below every group's floor);
+//
+// in both cases only with every group's floor above it now, and only in a
+// data set an earlier Check saw (the same canary): after a flush or a
+// restart without persistence, new groups reading new entries pass the
+// old ids without having read them. Any other missing entry is Lost: above
+// the last-generated-id, or below it with nothing to account for it, is
+// how a failover to a replica that lacked the last writes, or a restore of
+// an older copy, shows once new entries were written; and below the first
+// entry, as a trim leaves it, but not below the audit's own trim, is
+// another hand's trim or such a failover, which look alike.
+//
+// The trim removes only entries below every group's floor and below the
+// first held entry not settled, so a stream never loses by Outflow's hand
+// an entry whose receipt the audit has not settled: a missing entry below
+// the first one is then another hand's trim.
+//
+// Cost: one XRANGE of one id per held entry (pipelined, probeChunk a
+// round trip: the entries are read whole, so an audit reads about what one
+// more consumer group would), XINFO STREAM, GET of the canary, XINFO
+// GROUPS and one XPENDING per group twice; one XTRIM MINID, exact (what
+// it removes, it removes once; an approximate trim would keep up to a
+// radix node of settled entries a while longer).
+func (b *Broker) Check(ctx context.Context, stream string, prev []byte, held []forwarder.Held) (forwarder.Verdict, error) {
+	var st *auditState
+	if len(prev) > 0 {
+		st = new(auditState)
+		if json.Unmarshal(prev, st) != nil || st.Canary == "" {
+			st = nil // unreadable: as for a lost state
 		}
 	}
-	return "" // trimmed: every group had acknowledged it
-}
+	l, err := b.look(ctx, stream, held)
+	if err != nil {
+		return forwarder.Verdict{}, fmt.Errorf("redis audit %s: %w", stream, err)
+	}
+	status, reason := judge(st, l, held)
 
-// safeSince is the time from which a loss after o may have taken entries
-// some consumer still needs: the oldest entry a group has not acknowledged,
-// the oldest entry when no group exists (nothing trims such a stream), and
-// o.now when every entry was acknowledged (an entry added later has an id
-// above now). Stream ids carry their Redis time in ms.
-func safeSince(o observed) int64 {
-	now := o.now.UnixMilli()
-	if !o.stream || o.first == "" {
-		return now
+	next := auditState{Canary: l.canary}
+	if st != nil && st.Canary == l.canary {
+		next.Trimmed = st.Trimmed
 	}
-	if len(o.floors) == 0 {
-		return idMillis(o.first)
-	}
-	floor := ""
-	for _, f := range o.floors {
-		if floor == "" || lessID(f, floor) {
-			floor = f
+	if next.Canary == "" {
+		if next.Canary, err = b.plantCanary(ctx, stream); err != nil {
+			return forwarder.Verdict{}, fmt.Errorf("redis audit %s: %w", stream, err)
 		}
 	}
-	if lessID(floor, o.first) {
-		floor = o.first
+	if bound := trimBound(l, held, status); bound != "" {
+		// Recorded whether or not the trim succeeds: one that fails
+		// after Redis did it must not leave its entries unaccounted for,
+		// and below the bound every held entry is settled anyway.
+		if next.Trimmed == "" || lessID(next.Trimmed, bound) {
+			next.Trimmed = bound
+		}
+		// A trim that fails is tried again by the next Check (the bound
+		// is computed anew); the verdict holds without it.
+		_ = b.cfg.Client.XTrimMinID(ctx, stream, bound).Err()
 	}
-	if lessID(o.last, floor) {
-		return now
+	state, err := json.Marshal(next)
+	if err != nil {
+		return forwarder.Verdict{}, fmt.Errorf("redis audit %s: %w", stream, err)
 	}
-	return min(idMillis(floor), now)
+	return forwarder.Verdict{State: state, Status: status, Reason: reason}, nil
 }
 
-func idMillis(id string) int64 {
-	ms, _ := parseID(id)
-	return int64(ms)
+// judge is Check's decision for each held entry, and the reason of the
+// first loss.
+func judge(st *auditState, l look, held []forwarder.Held) ([]forwarder.Status, string) {
+	status := make([]forwarder.Status, len(held))
+	reason := ""
+	lose := func(i int, why string) {
+		status[i] = forwarder.Lost
+		if reason == "" {
+			reason = why
+		}
+	}
+	// The data set is one an earlier Check saw: its canary is the one the
+	// previous Check saw, or, without a saved state, one an earlier audit
+	// planted. A data set without the canary was flushed or lost since
+	// (or no audit ever ran on it): nothing vouches that the groups there
+	// read what is missing.
+	trusted := l.canary != "" && (st == nil || st.Canary == l.canary)
+	for i, h := range held {
+		p := h.Position
+		switch {
+		case l.other[i]:
+			lose(i, fmt.Sprintf("entry %s holds another message: the stream was replaced", p))
+		case l.found[i]:
+			if acknowledged(l.floors0, p) {
+				status[i] = forwarder.Settled
+			}
+		case !trusted && l.canary == "":
+			lose(i, fmt.Sprintf("entry %s missing and the canary too: the data set was flushed or lost (restart without persistence, failover to an empty replica)", p))
+		case !trusted:
+			lose(i, fmt.Sprintf("entry %s missing and the canary replaced: the data set was replaced", p))
+		case !l.stream:
+			lose(i, fmt.Sprintf("stream missing, entry %s was acknowledged to the forwarder", p))
+		case lessID(l.last, p):
+			lose(i, fmt.Sprintf("entry %s missing above the stream's last-generated-id %s: the stream went back (failover, restore)", p, l.last))
+		case l.maxDeleted != "" && !lessID(l.maxDeleted, p):
+			if g := notAcknowledged(l.floors, p); g != "" {
+				lose(i, fmt.Sprintf("entry %s deleted before group %s acknowledged it", p, g))
+			} else {
+				status[i] = forwarder.Settled // deleted (XDEL, XACKDEL) after every group had it
+			}
+		case l.first == "" || lessID(p, l.first):
+			switch g := notAcknowledged(l.floors, p); {
+			case g != "":
+				lose(i, fmt.Sprintf("entry %s missing below the stream's first entry while group %s had not acknowledged it", p, g))
+			case st == nil || st.Trimmed == "" || !lessID(p, st.Trimmed):
+				// Below the first entry, as a trim leaves it, but above
+				// anything the audit trimmed: someone else's trim, or a
+				// failover that lost it before every older entry was
+				// trimmed and new ones written. The two look alike.
+				lose(i, fmt.Sprintf("entry %s missing below the stream's first entry %q, above what the audit trimmed: a failover lost it, or another hand trimmed it before the audit settled it", p, l.first))
+			default:
+				status[i] = forwarder.Settled // the audit trimmed it, every group having it
+			}
+		default:
+			lose(i, fmt.Sprintf("entry %s missing above the stream's first entry %s, and no deletion reaches it: a failover or a restart lost it", p, l.first))
+		}
+	}
+	return status, reason
 }
 
-// Topics lists the streams of topic: [forwarder.Auditor].
-func (b *Broker) Topics(topic string) []string { return b.Streams(topic) }
+// acknowledged reports whether every group's floor is above id, with at
+// least one group: an entry nobody reads yet is needed by whoever comes.
+func acknowledged(floors map[string]string, id string) bool {
+	return len(floors) > 0 && notAcknowledged(floors, id) == ""
+}
 
-// BrokerTopic is the stream of topic's aggregateID: [forwarder.Auditor].
-func (b *Broker) BrokerTopic(topic, aggregateID string) string { return b.Stream(topic, aggregateID) }
+// notAcknowledged names a group whose floor is at or below id ("" when
+// every group's is above; "(no group)" when there is none).
+func notAcknowledged(floors map[string]string, id string) string {
+	if len(floors) == 0 {
+		return "(no group)"
+	}
+	names := make([]string, 0, len(floors))
+	for g := range floors {
+		names = append(names, g)
+	}
+	slices.Sort(names) // the same name each time, for the log
+	for _, g := range names {
+		if !lessID(id, floors[g]) {
+			return g
+		}
+	}
+	return ""
+}
+
+// trimBound is the MINID below which Check may trim: the entry after the
+// highest of the held entries settled from the lowest on, capped by every
+// group's floor; "" when nothing may be trimmed. Entries above the first
+// held one not settled stay, so that no receipt the audit keeps points to
+// an entry Outflow removed.
+func trimBound(l look, held []forwarder.Held, status []forwarder.Status) string {
+	if !l.stream || len(l.floors0) == 0 {
+		return ""
+	}
+	order := make([]int, len(held))
+	for i := range order {
+		order[i] = i
+	}
+	slices.SortFunc(order, func(a, b int) int { return compareID(held[a].Position, held[b].Position) })
+	bound := ""
+	for _, i := range order {
+		if status[i] != forwarder.Settled {
+			break
+		}
+		bound = nextID(held[i].Position)
+	}
+	if bound == "" {
+		return ""
+	}
+	for _, f := range l.floors0 {
+		if lessID(f, bound) {
+			bound = f
+		}
+	}
+	return bound
+}
+
+func compareID(a, b string) int {
+	am, as := parseID(a)
+	bm, bs := parseID(b)
+	if c := cmp.Compare(am, bm); c != 0 {
+		return c
+	}
+	return cmp.Compare(as, bs)
+}
+
+// look reads the stream in three round trips: the groups' floors, then the
+// held entries followed by the stream's info, canary and groups, then
+// their floors again. Read in this order, a trim or an acknowledgement
+// racing the look is seen for what it is: the floors read first are
+// acknowledgements made while the entries found were there, and the first
+// entry read after the entries is at least as new as any trim that took
+// one of them away (a trim keeps every group's unacknowledged entries, and
+// acknowledgements only move forward).
+func (b *Broker) look(ctx context.Context, stream string, held []forwarder.Held) (look, error) {
+	c := b.cfg.Client
+	l := look{found: make([]bool, len(held)), other: make([]bool, len(held))}
+	var err error
+	if l.floors0, err = b.floors(ctx, stream); err != nil {
+		return l, err
+	}
+	for start := 0; start < len(held); start += probeChunk {
+		chunk := held[start:min(start+probeChunk, len(held))]
+		pipe := c.Pipeline()
+		cmds := make([]*goredis.XMessageSliceCmd, len(chunk))
+		for k, h := range chunk {
+			cmds[k] = pipe.XRange(ctx, stream, h.Position, h.Position)
+		}
+		if err := pipelineFailed(pipe.Exec(ctx)); err != nil {
+			return l, err
+		}
+		for k, cmd := range cmds {
+			msgs, err := cmd.Result()
+			if err != nil && !isNoSuchKey(err) {
+				return l, fmt.Errorf("XRANGE %s: %w", chunk[k].Position, err)
+			}
+			if len(msgs) == 0 {
+				continue
+			}
+			id, _ := msgs[0].Values[redisstream.UUIDHeaderKey].(string)
+			if id != "" && chunk[k].MessageID != "" && id != chunk[k].MessageID {
+				l.other[start+k] = true
+			} else {
+				l.found[start+k] = true
+			}
+		}
+	}
+	if b.auditHook != nil {
+		b.auditHook()
+	}
+	pipe := c.Pipeline()
+	gcmd := pipe.Get(ctx, CanaryKey(stream))
+	scmd := pipe.XInfoStream(ctx, stream)
+	if err := pipelineFailed(pipe.Exec(ctx)); err != nil {
+		return l, err
+	}
+	switch l.canary, err = gcmd.Result(); {
+	case errors.Is(err, goredis.Nil):
+		l.canary = ""
+	case err != nil:
+		return l, fmt.Errorf("GET canary: %w", err)
+	}
+	info, err := scmd.Result()
+	if isNoSuchKey(err) {
+		return l, nil
+	}
+	if err == nil && info == nil {
+		err = errors.New("no reply") // the pipeline did not run it
+	}
+	if err != nil {
+		return l, fmt.Errorf("XINFO STREAM: %w", err)
+	}
+	l.stream, l.last, l.maxDeleted = true, info.LastGeneratedID, info.MaxDeletedEntryID
+	if info.Length > 0 {
+		l.first = info.FirstEntry.ID
+	}
+	if l.floors, err = b.floors(ctx, stream); err != nil {
+		return l, err
+	}
+	return l, nil
+}
+
+// floors reads each consumer group's oldest entry not acknowledged: its
+// oldest pending entry, or the one after its last delivered when nothing
+// is pending. Trim keeps everything from the lowest.
+func (b *Broker) floors(ctx context.Context, stream string) (map[string]string, error) {
+	c := b.cfg.Client
+	groups, err := c.XInfoGroups(ctx, stream).Result()
+	if isNoSuchKey(err) {
+		return map[string]string{}, nil
+	}
+	if err != nil {
+		return nil, fmt.Errorf("XINFO GROUPS: %w", err)
+	}
+	floors := make(map[string]string, len(groups))
+	pipe := c.Pipeline()
+	pending := make(map[string]*goredis.XPendingCmd, len(groups))
+	for _, g := range groups {
+		floors[g.Name] = nextID(g.LastDeliveredID)
+		if g.Pending > 0 {
+			pending[g.Name] = pipe.XPending(ctx, stream, g.Name)
+		}
+	}
+	if len(pending) == 0 {
+		return floors, nil
+	}
+	if err := pipelineFailed(pipe.Exec(ctx)); err != nil {
+		return nil, err
+	}
+	for name, cmd := range pending {
+		p, err := cmd.Result()
+		if err != nil && strings.Contains(err.Error(), "NOGROUP") {
+			delete(floors, name) // destroyed meanwhile
+			continue
+		}
+		if err != nil {
+			return nil, fmt.Errorf("XPENDING %s: %w", name, err)
+		}
+		if p.Count > 0 && lessID(p.Lower, floors[name]) {
+			floors[name] = p.Lower
+		}
+	}
+	return floors, nil
+}
 
 // CanaryKey is the key of stream's audit canary. It hashes to the stream's
 // Cluster slot (so it lives, fails over and is lost with the stream): its
@@ -180,8 +384,8 @@ func (b *Broker) BrokerTopic(topic, aggregateID string) string { return b.Stream
 // selects a prefix's keys (a SCAN, a cleanup) selects it too. (A stream
 // name holding a brace but no hash tag, as "a{}b" or "a}b", gets a canary
 // of another slot: on a Cluster it may live on another shard, and a
-// failover of the stream's shard alone is then seen by the other marks
-// only.)
+// flush of the stream's shard alone is then judged by the stream's own
+// marks only.)
 func CanaryKey(stream string) string {
 	if hasHashTag(stream) {
 		return stream + ":outflow-audit"
@@ -198,196 +402,6 @@ func hasHashTag(key string) bool {
 	}
 	j := strings.IndexByte(key[i+1:], '}')
 	return j > 0
-}
-
-// Audit compares stream with prev (see [forwarder.Auditor]): the canary
-// key, XINFO STREAM (entries-added, last-generated-id; then the first
-// entry), XINFO GROUPS, an XPENDING per group, and at most two XRANGEs of a
-// single id (see probeIDs): a handful of commands in two round trips, none
-// reading more than the entries XINFO STREAM returns and one more.
-func (b *Broker) Audit(ctx context.Context, stream string, prev []byte) ([]byte, *forwarder.Loss, error) {
-	var st *auditState
-	if len(prev) > 0 {
-		st = new(auditState)
-		if err := json.Unmarshal(prev, st); err != nil {
-			st = nil // unreadable: a new baseline, as for a lost state
-		}
-	}
-	o, err := b.observe(ctx, stream, st)
-	if err != nil {
-		return nil, nil, fmt.Errorf("redis audit %s: %w", stream, err)
-	}
-	reason := decide(st, o)
-	if o.canary == "" {
-		if o.canary, err = b.plantCanary(ctx, stream); err != nil {
-			return nil, nil, fmt.Errorf("redis audit %s: %w", stream, err)
-		}
-	}
-	acked := o.acked
-	if st != nil && (acked == "" || (st.Acked != "" && lessID(acked, st.Acked))) {
-		acked = st.Acked
-	}
-	next, err := json.Marshal(auditState{Canary: o.canary, Added: o.added, Last: o.last, SafeSince: safeSince(o), Acked: acked})
-	if err != nil {
-		return nil, nil, fmt.Errorf("redis audit %s: %w", stream, err)
-	}
-	if reason == "" {
-		return next, nil, nil
-	}
-	return next, &forwarder.Loss{Since: time.UnixMilli(st.SafeSince), Reason: reason}, nil
-}
-
-func (b *Broker) observe(ctx context.Context, stream string, prev *auditState) (o observed, err error) {
-	// Read before the look: an id acknowledged after it may be newer than
-	// the stream as seen, and is the next audit's. One a saved state
-	// already looked for is not looked for again.
-	newest := b.acked.newest(stream)
-	defer func() { o.acked = newest }()
-	acked := newest
-	if prev != nil && acked != "" && prev.Acked != "" && !lessID(prev.Acked, acked) {
-		acked = ""
-	}
-	c := b.cfg.Client
-	pipe := c.Pipeline()
-	tcmd := pipe.Time(ctx)
-	gcmd := pipe.Get(ctx, CanaryKey(stream))
-	scmd := pipe.XInfoStream(ctx, stream)
-	grcmd := pipe.XInfoGroups(ctx, stream)
-	if err := pipelineFailed(pipe.Exec(ctx)); err != nil {
-		return observed{}, err
-	}
-
-	if o.now, err = tcmd.Result(); err != nil {
-		return o, fmt.Errorf("TIME: %w", err)
-	}
-	switch o.canary, err = gcmd.Result(); {
-	case errors.Is(err, goredis.Nil):
-		o.canary = ""
-	case err != nil:
-		return o, fmt.Errorf("GET canary: %w", err)
-	}
-	info, err := scmd.Result()
-	if isNoSuchKey(err) {
-		if prev != nil {
-			o.probe = acked // any id acknowledged since is gone
-		}
-		return o, nil
-	}
-	if err == nil && info == nil {
-		err = errors.New("no reply") // the pipeline did not run it
-	}
-	if err != nil {
-		return o, fmt.Errorf("XINFO STREAM: %w", err)
-	}
-	o.stream, o.added, o.last = true, info.EntriesAdded, info.LastGeneratedID
-	groups, err := grcmd.Result()
-	if err != nil && !isNoSuchKey(err) {
-		return o, fmt.Errorf("XINFO GROUPS: %w", err)
-	}
-
-	var probes []string
-	if prev != nil {
-		probes = probeIDs(prev, acked, o.last)
-	}
-	for _, id := range probes {
-		if lessID(o.last, id) {
-			o.probe = id // above the stream's last id: gone, no look needed
-			probes = nil
-			break
-		}
-	}
-	if b.auditHook != nil {
-		b.auditHook()
-	}
-
-	// The second look: the probes first, then what tells a trim from a
-	// loss (the first entry, each group's oldest unacknowledged entry).
-	// Read after the probes, these are at least as new as any trim that
-	// took a probe away (a trim keeps every group's unacknowledged
-	// entries, and acknowledgements only move forward), so a trim racing
-	// the audit is seen as the trim it is; read before, a probe trimmed in
-	// between looked lost.
-	pipe = c.Pipeline()
-	rcmds := make([]*goredis.XMessageSliceCmd, 0, len(probes))
-	for _, id := range probes {
-		rcmds = append(rcmds, pipe.XRange(ctx, stream, id, id))
-	}
-	scmd = pipe.XInfoStream(ctx, stream)
-	grcmd = pipe.XInfoGroups(ctx, stream)
-	// Every group the first look found, whatever its pending count was
-	// then: entries may have been delivered since.
-	pending := make(map[string]*goredis.XPendingCmd, len(groups))
-	for _, g := range groups {
-		pending[g.Name] = pipe.XPending(ctx, stream, g.Name)
-	}
-	if err := pipelineFailed(pipe.Exec(ctx)); err != nil {
-		return o, err
-	}
-	for i, cmd := range rcmds {
-		msgs, err := cmd.Result()
-		if err != nil {
-			return o, fmt.Errorf("XRANGE: %w", err)
-		}
-		if o.probe == "" || !o.probeGone {
-			o.probe, o.probeGone = probes[i], len(msgs) == 0
-		}
-	}
-	info, err = scmd.Result()
-	if isNoSuchKey(err) {
-		o.stream = false // deleted since the first look
-		return o, nil
-	}
-	if err == nil && info == nil {
-		err = errors.New("no reply")
-	}
-	if err != nil {
-		return o, fmt.Errorf("XINFO STREAM: %w", err)
-	}
-	if info.Length > 0 {
-		o.first = info.FirstEntry.ID
-	}
-	if groups, err = grcmd.Result(); err != nil && !isNoSuchKey(err) {
-		return o, fmt.Errorf("XINFO GROUPS: %w", err)
-	}
-	o.floors = make(map[string]string, len(groups))
-	for _, g := range groups {
-		o.floors[g.Name] = nextID(g.LastDeliveredID)
-		cmd, known := pending[g.Name]
-		switch {
-		case !known && g.Pending > 0:
-			// Created between the looks, with entries already pending:
-			// their oldest is unknown, so nothing counts as trimmed.
-			o.floors[g.Name] = "0-1"
-		case !known:
-		default:
-			p, err := cmd.Result()
-			if err != nil && strings.Contains(err.Error(), "NOGROUP") {
-				continue // destroyed between the commands
-			}
-			if err != nil {
-				return o, fmt.Errorf("XPENDING %s: %w", g.Name, err)
-			}
-			if p.Count > 0 && lessID(p.Lower, o.floors[g.Name]) {
-				o.floors[g.Name] = p.Lower
-			}
-		}
-	}
-	return o, nil
-}
-
-// probeIDs are the entries an audit looks for: prev.Last when
-// last-generated-id moved since (a failover that lost entries the previous
-// audit saw), and acked when newer (one that lost only entries written
-// since). At most two XRANGEs of one id each.
-func probeIDs(prev *auditState, acked, last string) []string {
-	var ids []string
-	if prev.Last != "" && prev.Last != "0-0" && prev.Last != last {
-		ids = append(ids, prev.Last)
-	}
-	if acked != "" && (prev.Last == "" || lessID(prev.Last, acked)) {
-		ids = append(ids, acked)
-	}
-	return ids
 }
 
 // plantCanary writes the stream's canary if it is missing (SET NX: two

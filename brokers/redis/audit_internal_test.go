@@ -3,144 +3,119 @@ package redis
 import (
 	"strings"
 	"testing"
-	"time"
 
-	"github.com/stretchr/testify/require"
+	"github.com/outflow-dev/outflow/forwarder"
 )
 
-func TestDecide(t *testing.T) {
-	t.Parallel()
-	prev := &auditState{Canary: "tok", Added: 100, Last: "1000-5", SafeSince: 900}
-	seen := func(mut func(o *observed)) observed {
-		o := observed{canary: "tok", stream: true, added: 100, last: "1000-5", first: "900-0",
-			floors: map[string]string{"g": "950-0"}}
-		if mut != nil {
-			mut(&o)
-		}
-		return o
+func TestJudge(t *testing.T) {
+	const (
+		U = forwarder.Unsettled
+		S = forwarder.Settled
+		L = forwarder.Lost
+	)
+	prev := &auditState{Canary: "tok", Trimmed: "9-5"} // the audit trimmed below 9-5
+	// A stream 10-0 .. 20-0, whose group has acknowledged below 15-0.
+	base := look{canary: "tok", stream: true, first: "10-0", last: "20-0", maxDeleted: "0-0",
+		floors0: map[string]string{"g": "15-0"}, floors: map[string]string{"g": "15-0"}}
+	with := func(f func(*look)) look {
+		l := base
+		l.floors0 = map[string]string{"g": "15-0"}
+		l.floors = map[string]string{"g": "15-0"}
+		f(&l)
+		return l
 	}
-	for _, tt := range []struct {
-		name string
-		prev *auditState
-		o    observed
-		want string // a part of the reason; "" for no loss
+	tests := []struct {
+		name   string
+		prev   *auditState
+		look   look
+		pos    string
+		found  bool
+		want   forwarder.Status
+		reason string // a part of the reason, when Lost
 	}{
-		{"no state: a baseline", nil, observed{}, ""},
-		{"nothing changed", prev, seen(nil), ""},
-		{"entries added", prev, seen(func(o *observed) { o.added, o.last = 120, "1100-0" }), ""},
-		{"flushed: canary and stream gone", prev, observed{}, "canary missing"},
-		{"flushed, then written again", prev, seen(func(o *observed) { o.canary, o.added, o.last = "", 3, "2000-0" }), "canary missing"},
-		{"canary replaced", prev, seen(func(o *observed) { o.canary = "other" }), "canary replaced"},
-		{"stream deleted", prev, seen(func(o *observed) { o.stream, o.added, o.last, o.first, o.floors = false, 0, "", "", nil }), "stream missing"},
-		{"stream missing, never had an entry", &auditState{Canary: "tok"}, observed{canary: "tok"}, ""},
-		{"stream missing, entries acknowledged since", &auditState{Canary: "tok"}, observed{canary: "tok", probe: "1100-0"}, "entry 1100-0 was acknowledged"},
-		{"entries-added went back", prev, seen(func(o *observed) { o.added = 90 }), "entries-added went back from 100 to 90"},
-		{"last-generated-id went back", prev, seen(func(o *observed) { o.last = "999-0" }), "last-generated-id went back"},
-		{"failover to a lagging replica, then more entries: last entry gone above the first",
-			prev, seen(func(o *observed) { o.added, o.last, o.probe, o.probeGone = 104, "1200-0", "1000-5", true }), "above the stream's first entry"},
-		{"last entry gone below the first, a group had not acknowledged it",
-			prev, seen(func(o *observed) {
-				o.added, o.last, o.first, o.probe, o.probeGone = 130, "1200-0", "1100-0", "1000-5", true
-			}), "group g had not acknowledged"},
-		{"last entry gone from a stream without groups",
-			prev, seen(func(o *observed) {
-				o.added, o.last, o.first, o.floors, o.probe, o.probeGone = 130, "1200-0", "1100-0", nil, "1000-5", true
-			}), "without consumer groups"},
-		{"trimmed: every group had acknowledged the last entry",
-			prev, seen(func(o *observed) {
-				o.added, o.last, o.first, o.probe, o.probeGone = 130, "1200-0", "1100-0", "1000-5", true
-				o.floors = map[string]string{"g": "1000-6", "h": "1150-0"}
-			}), ""},
-		{"trimmed to empty, then more entries",
-			prev, seen(func(o *observed) {
-				o.added, o.last, o.first, o.probe, o.probeGone = 101, "1200-0", "1200-0", "1000-5", true
-				o.floors = map[string]string{"g": "1000-6"}
-			}), ""},
-		{"failover between audits: an acknowledged entry above last-generated-id",
-			prev, seen(func(o *observed) { o.added, o.last, o.probe = 103, "1100-0", "1150-0" }), "acknowledged to the forwarder"},
-		{"failover between audits, then more entries: an acknowledged entry gone",
-			prev, seen(func(o *observed) { o.added, o.last, o.probe, o.probeGone = 110, "1300-0", "1150-0", true }), "entry 1150-0 missing"},
-		{"an acknowledged entry present", prev, seen(func(o *observed) { o.added, o.last, o.probe = 110, "1300-0", "1150-0" }), ""},
-		{"one group of two behind the trimmed entry",
-			prev, seen(func(o *observed) {
-				o.added, o.last, o.first, o.probe, o.probeGone = 130, "1200-0", "1100-0", "1000-5", true
-				o.floors = map[string]string{"g": "1150-0", "h": "1000-5"}
-			}), "group h had not acknowledged"},
-	} {
+		{"found, acknowledged", prev, base, "12-0", true, S, ""},
+		{"found, not acknowledged", prev, base, "16-0", true, U, ""},
+		{"found, no group reads it yet", prev, with(func(l *look) { l.floors0 = map[string]string{} }), "12-0", true, U, ""},
+		{"found, acknowledged only after the look began", prev, with(func(l *look) { l.floors0["g"] = "11-0" }), "12-0", true, U, ""},
+		{"missing above the last-generated-id", prev, base, "21-0", false, L, "last-generated-id"},
+		{"missing between first and last, no deletion", prev, base, "12-0", false, L, "failover"},
+		{"missing between first and last, group moved past it (a failover)", prev, with(func(l *look) { l.floors["g"] = "20-1" }), "16-0", false, L, "failover"},
+		{"deleted after every group had it", prev, with(func(l *look) { l.maxDeleted = "13-0" }), "12-0", false, S, ""},
+		{"deleted before the group had it", prev, with(func(l *look) { l.maxDeleted = "17-0" }), "16-0", false, L, "deleted before group g"},
+		{"trimmed by the audit", prev, base, "9-0", false, S, ""},
+		{"trimmed by the audit, stream empty now", prev, with(func(l *look) { l.first = "" }), "9-0", false, S, ""},
+		{"below the first entry, above the audit's trim: a failover then new entries, or another's trim", prev, base, "9-9", false, L, "above what the audit trimmed"},
+		{"below the first entry, a group had not acknowledged it", prev, with(func(l *look) { l.floors["g"] = "8-0" }), "9-0", false, L, "group g had not acknowledged"},
+		{"below the first entry of a stream without groups", prev, with(func(l *look) { l.floors = map[string]string{} }), "9-0", false, L, "(no group)"},
+		{"stream missing", prev, with(func(l *look) { l.stream = false }), "12-0", false, L, "stream missing"},
+		{"canary missing (flush)", prev, with(func(l *look) { l.canary = "" }), "9-0", false, L, "flushed"},
+		{"canary missing, entry between first and last", prev, with(func(l *look) { l.canary = "" }), "12-0", false, L, "flushed"},
+		{"no audit ever ran and no canary (a flush before the first audit)", nil, with(func(l *look) { l.canary = "" }), "9-0", false, L, "flushed"},
+		{"no saved state: nothing the audit trimmed", nil, base, "9-0", false, L, "above what the audit trimmed"},
+		{"no saved state, entry found", nil, base, "12-0", true, S, ""},
+		{"canary replaced", prev, with(func(l *look) { l.canary = "other" }), "9-0", false, L, "replaced"},
+		{"canary missing, entry found: nothing lost", prev, with(func(l *look) { l.canary = "" }), "12-0", true, S, ""},
+	}
+	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
-			got := decide(tt.prev, tt.o)
-			if tt.want == "" {
-				require.Empty(t, got)
-				return
+			l := tt.look
+			l.found, l.other = []bool{tt.found}, []bool{false}
+			status, reason := judge(tt.prev, l, []forwarder.Held{{Position: tt.pos}})
+			if status[0] != tt.want {
+				t.Fatalf("status %d, want %d (reason %q)", status[0], tt.want, reason)
 			}
-			require.Contains(t, got, tt.want)
+			if tt.want == L && !strings.Contains(reason, tt.reason) {
+				t.Fatalf("reason %q does not say %q", reason, tt.reason)
+			}
+			if tt.want != L && reason != "" {
+				t.Fatalf("a reason, %q, without a loss", reason)
+			}
 		})
 	}
-}
-
-func TestProbeIDs(t *testing.T) {
-	t.Parallel()
-	prev := &auditState{Last: "1000-5"}
-	for _, tt := range []struct {
-		name        string
-		prev        *auditState
-		acked, last string
-		want        []string
-	}{
-		{"nothing moved", prev, "", "1000-5", nil},
-		{"last-generated-id moved", prev, "", "1200-0", []string{"1000-5"}},
-		{"acknowledged since", prev, "1100-0", "1100-0", []string{"1000-5", "1100-0"}},
-		{"acknowledged since, last-generated-id back where it was", prev, "1100-0", "1000-5", []string{"1100-0"}},
-		{"acknowledged, older than prev.Last", prev, "900-0", "1200-0", []string{"1000-5"}},
-		{"empty stream before", &auditState{Last: "0-0"}, "", "1200-0", nil},
-		{"no stream before, acknowledged since", &auditState{}, "1100-0", "1100-0", []string{"1100-0"}},
-	} {
-		t.Run(tt.name, func(t *testing.T) {
-			require.Equal(t, tt.want, probeIDs(tt.prev, tt.acked, tt.last))
-		})
-	}
-}
-
-func TestSafeSince(t *testing.T) {
-	t.Parallel()
-	now := time.UnixMilli(5000)
-	for _, tt := range []struct {
-		name string
-		o    observed
-		want int64
-	}{
-		{"no stream", observed{now: now}, 5000},
-		{"empty stream", observed{now: now, stream: true, last: "1000-0"}, 5000},
-		{"no group: the first entry", observed{now: now, stream: true, first: "800-0", last: "1000-0"}, 800},
-		{"the lowest group floor", observed{now: now, stream: true, first: "800-0", last: "1000-0",
-			floors: map[string]string{"g": "950-0", "h": "900-3"}}, 900},
-		{"a floor below the first entry: the first entry", observed{now: now, stream: true, first: "800-0", last: "1000-0",
-			floors: map[string]string{"g": "0-1"}}, 800},
-		{"everything acknowledged: now", observed{now: now, stream: true, first: "800-0", last: "1000-0",
-			floors: map[string]string{"g": "1000-1"}}, 5000},
-	} {
-		t.Run(tt.name, func(t *testing.T) {
-			require.Equal(t, tt.want, safeSince(tt.o))
-		})
-	}
-}
-
-// hashTag is Redis Cluster's rule: the part between the first "{" and the
-// next "}", if not empty; else the whole key.
-func hashTag(key string) string {
-	if i := strings.IndexByte(key, '{'); i >= 0 {
-		if j := strings.IndexByte(key[i+1:], '}'); j > 0 {
-			return key[i+1 : i+1+j]
+	t.Run("another message at the id", func(t *testing.T) {
+		l := base
+		l.found, l.other = []bool{false}, []bool{true}
+		status, reason := judge(prev, l, []forwarder.Held{{Position: "12-0"}})
+		if status[0] != L || !strings.Contains(reason, "another message") {
+			t.Fatalf("status %d, reason %q", status[0], reason)
 		}
-	}
-	return key
+	})
 }
 
-func TestCanaryKeySharesTheStreamsSlot(t *testing.T) {
-	t.Parallel()
-	for _, stream := range []string{"payments", "app:payments.3", "{payments}.3", "x{y}z.0"} {
-		k := CanaryKey(stream)
-		require.Equal(t, hashTag(stream), hashTag(k), "canary %q of stream %q", k, stream)
-		require.True(t, strings.HasPrefix(k, stream), "the canary starts with the stream's name")
+func TestTrimBound(t *testing.T) {
+	const (
+		U = forwarder.Unsettled
+		S = forwarder.Settled
+		L = forwarder.Lost
+	)
+	held := func(ps ...string) []forwarder.Held {
+		out := make([]forwarder.Held, len(ps))
+		for i, p := range ps {
+			out[i] = forwarder.Held{Position: p}
+		}
+		return out
+	}
+	l := look{stream: true, floors0: map[string]string{"a": "30-0", "b": "25-0"}}
+	tests := []struct {
+		name   string
+		look   look
+		held   []forwarder.Held
+		status []forwarder.Status
+		want   string
+	}{
+		{"settled prefix", l, held("10-0", "11-0", "12-0"), []forwarder.Status{S, S, U}, "11-1"},
+		{"unordered, settled prefix by id", l, held("12-0", "10-0", "11-0"), []forwarder.Status{U, S, S}, "11-1"},
+		{"a lost entry stops the prefix", l, held("10-0", "11-0", "12-0"), []forwarder.Status{S, L, S}, "10-1"},
+		{"nothing settled first", l, held("10-0", "11-0"), []forwarder.Status{U, S}, ""},
+		{"capped by the lowest floor", l, held("10-0", "26-0"), []forwarder.Status{S, S}, "25-0"},
+		{"no group", look{stream: true, floors0: map[string]string{}}, held("10-0"), []forwarder.Status{S}, ""},
+		{"no stream", look{floors0: map[string]string{"a": "30-0"}}, held("10-0"), []forwarder.Status{S}, ""},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			if got := trimBound(tt.look, tt.held, tt.status); got != tt.want {
+				t.Fatalf("got %q, want %q", got, tt.want)
+			}
+		})
 	}
 }

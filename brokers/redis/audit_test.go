@@ -2,7 +2,6 @@ package redis_test
 
 import (
 	"context"
-	"fmt"
 	"os"
 	"path/filepath"
 	"testing"
@@ -14,7 +13,10 @@ import (
 	"github.com/redis/go-redis/v9"
 	"github.com/stretchr/testify/require"
 
+	"github.com/outflow-dev/outflow/brokers"
+	"github.com/outflow-dev/outflow/brokers/brokertest"
 	redisstreams "github.com/outflow-dev/outflow/brokers/redis"
+	"github.com/outflow-dev/outflow/events"
 	"github.com/outflow-dev/outflow/forwarder"
 	"github.com/outflow-dev/outflow/outflowtest"
 )
@@ -43,246 +45,192 @@ func restartEmpty(t *testing.T, srv *outflowtest.RedisServer, c *redis.Client) {
 	srv.Start()
 }
 
-type auditTarget struct {
+// The Auditor contract, on a primary and its replica of the test's own,
+// reached through a proxy: a failover is the replica (paused, so behind)
+// promoted and the proxy pointed at it, as a virtual IP would move.
+func TestAuditContract(t *testing.T) {
+	t.Parallel()
+	brokertest.RunAudit(t, brokertest.AuditHarness{
+		Open: func(t *testing.T) brokertest.AuditTarget {
+			pair := outflowtest.StartRedisPair(t)
+			proxy := outflowtest.StartProxy(t, pair.Primary.Addr)
+			url := "redis://" + proxy.Addr + "/0"
+			b := openBackend(t, brokers.Config{Kind: brokers.Redis, Partitions: 2, Redis: brokers.RedisConfig{URL: url}})
+			c := redis.NewClient(&redis.Options{Addr: proxy.Addr})
+			t.Cleanup(func() { c.Close() })
+			return brokertest.AuditTarget{
+				Backend: b,
+				Lose: func(t *testing.T, topic string) {
+					require.NoError(t, c.FlushAll(context.Background()).Err())
+				},
+				HoldBack: func(t *testing.T, topic string) func() {
+					pair.HoldReplication()
+					return func() {
+						pair.FailOver()
+						proxy.Retarget(pair.Replica.Addr)
+					}
+				},
+				Delete: func(t *testing.T, receipts []forwarder.Receipt) {
+					for _, r := range receipts {
+						require.NoError(t, c.XDel(context.Background(), r.BrokerTopic, r.Position).Err())
+					}
+				},
+			}
+		},
+	})
+}
+
+// checked is a stream under audit in the tests below: one Check at a time,
+// its state kept as the forwarder keeps it.
+type checked struct {
 	t      *testing.T
 	c      *redis.Client
 	b      *redisstreams.Broker
 	stream string
 	state  []byte
+	held   []forwarder.Held
 }
 
-func newAuditTarget(t *testing.T, c *redis.Client) *auditTarget {
+func newChecked(t *testing.T, c *redis.Client) *checked {
 	b, err := redisstreams.New(redisstreams.Config{Client: c})
 	require.NoError(t, err)
-	return &auditTarget{t: t, c: c, b: b, stream: "orders"}
+	return &checked{t: t, c: c, b: b, stream: "orders"}
 }
 
-// audit runs one audit and keeps its state, as the forwarder does.
-func (a *auditTarget) audit() *forwarder.Loss {
-	a.t.Helper()
-	next, loss, err := a.b.Audit(context.Background(), a.stream, a.state)
-	require.NoError(a.t, err)
-	require.NotEmpty(a.t, next)
-	a.state = next
-	return loss
-}
-
-func (a *auditTarget) publish(n int) {
+// publish publishes n entries and holds their receipts.
+func (a *checked) publish(n int) []forwarder.Held {
 	a.t.Helper()
 	msgs := make([]forwarder.Outgoing, n)
 	for i := range msgs {
-		msgs[i] = forwarder.Outgoing{Topic: a.stream, AggregateID: "a", Message: message.NewMessage(watermill.NewUUID(), []byte("{}"))}
-	}
-	for _, err := range a.b.Publish(context.Background(), msgs) {
+		ev, err := events.New(context.Background(), events.Aggregate{Type: "order", ID: watermill.NewShortUUID(), Version: 1}, placed{})
 		require.NoError(a.t, err)
+		m, err := ev.Message(context.Background())
+		require.NoError(a.t, err)
+		msgs[i] = forwarder.Outgoing{Topic: a.stream, AggregateID: ev.AggregateID, Message: m}
 	}
+	receipts, errs := a.b.PublishReceipts(context.Background(), msgs)
+	out := make([]forwarder.Held, n)
+	for i := range msgs {
+		require.NoError(a.t, errs[i])
+		out[i] = forwarder.Held{Position: receipts[i].Position, MessageID: msgs[i].Message.UUID}
+	}
+	a.held = append(a.held, out...)
+	return out
+}
+
+// check checks every held entry, keeps the state and the unsettled ones,
+// and returns the verdict.
+func (a *checked) check() forwarder.Verdict {
+	a.t.Helper()
+	v, err := a.b.Check(context.Background(), a.stream, a.state, a.held)
+	require.NoError(a.t, err)
+	a.state = v.State
+	var keep []forwarder.Held
+	for i, s := range v.Status {
+		if s == forwarder.Unsettled {
+			keep = append(keep, a.held[i])
+		}
+	}
+	a.held = keep
+	return v
 }
 
 // readAck reads every new entry in group and acknowledges all but keep.
-func (a *auditTarget) readAck(group string, keep int) {
+func (a *checked) readAck(group string, keep int) {
 	a.t.Helper()
 	ctx := context.Background()
-	res, err := a.c.XReadGroup(ctx, &redis.XReadGroupArgs{Group: group, Consumer: "c", Streams: []string{a.stream, ">"}, Count: 10_000}).Result()
-	if err == redis.Nil {
-		return
+	err := a.c.XGroupCreateMkStream(ctx, a.stream, group, "0").Err()
+	if err != nil && err.Error() != "BUSYGROUP Consumer Group name already exists" {
+		require.NoError(a.t, err)
 	}
+	res, err := a.c.XReadGroup(ctx, &redis.XReadGroupArgs{Group: group, Consumer: "c", Streams: []string{a.stream, ">"}, Count: 1000, Block: -1}).Result()
 	require.NoError(a.t, err)
 	msgs := res[0].Messages
-	var ids []string
-	for _, m := range msgs[:len(msgs)-min(keep, len(msgs))] {
-		ids = append(ids, m.ID)
-	}
-	if len(ids) > 0 {
-		require.NoError(a.t, a.c.XAck(ctx, a.stream, group, ids...).Err())
+	for _, m := range msgs[:len(msgs)-keep] {
+		require.NoError(a.t, a.c.XAck(ctx, a.stream, group, m.ID).Err())
 	}
 }
 
-func TestAuditFindsAFlush(t *testing.T) {
-	t.Parallel()
-	_, c := ownRedis(t)
-	a := newAuditTarget(t, c)
-	require.Nil(t, a.audit(), "a baseline of a stream that does not exist yet")
-	a.publish(10)
-	require.Nil(t, a.audit())
-	require.NoError(t, c.XGroupCreate(context.Background(), a.stream, "g", "0").Err())
-	a.readAck("g", 3) // three entries unacknowledged: the loss starts at the first of them
-	require.Nil(t, a.audit())
-	entries, err := c.XRange(context.Background(), a.stream, "-", "+").Result()
-	require.NoError(t, err)
-	var ms, seq int64
-	_, err = fmt.Sscanf(entries[7].ID, "%d-%d", &ms, &seq)
-	require.NoError(t, err)
-	firstUnacked := time.UnixMilli(ms)
+type placed struct{}
 
-	require.NoError(t, c.FlushAll(context.Background()).Err())
-	loss := a.audit()
-	require.NotNil(t, loss)
-	require.Contains(t, loss.Reason, "canary missing")
-	require.Equal(t, firstUnacked, loss.Since, "from the oldest entry a group had not acknowledged")
-	require.Nil(t, a.audit(), "the new baseline holds")
+func (placed) EventType() string { return "order.placed" }
+
+func count(status []forwarder.Status, s forwarder.Status) int {
+	n := 0
+	for _, x := range status {
+		if x == s {
+			n++
+		}
+	}
+	return n
 }
 
-func TestAuditFindsARestartWithoutPersistence(t *testing.T) {
+// A restart without persistence, with new entries written after it: the
+// entries before are lost, the canary with them.
+func TestCheckFindsARestartWithoutPersistence(t *testing.T) {
 	t.Parallel()
 	srv, c := ownRedis(t)
-	a := newAuditTarget(t, c)
+	a := newChecked(t, c)
 	a.publish(5)
-	require.Nil(t, a.audit())
+	require.Zero(t, count(a.check().Status, forwarder.Lost))
 	restartEmpty(t, srv, c)
-	a.publish(2) // the forwarder went on
-	loss := a.audit()
-	require.NotNil(t, loss)
-	require.Contains(t, loss.Reason, "canary missing")
+	a.publish(3)
+	v := a.check()
+	require.Equal(t, 5, count(v.Status, forwarder.Lost), v.Reason)
+	require.Contains(t, v.Reason, "canary")
+	require.Zero(t, count(a.check().Status, forwarder.Lost), "the entries after the restart are there")
 }
 
-// A failover to a replica that had the canary but not the last entries,
-// which then takes more entries than it lacked: entries-added is back where
-// it was, the canary is there, the last entry the audit saw is not.
-func TestAuditFindsLostEntriesBehindACanary(t *testing.T) {
+// An entry deleted (XDEL) before its group acknowledged it is lost to that
+// group; one deleted after every group had it is not.
+func TestCheckTellsADeletionOfUnacknowledgedEntries(t *testing.T) {
 	t.Parallel()
 	_, c := ownRedis(t)
-	ctx := context.Background()
-	a := newAuditTarget(t, c)
-	a.publish(10)
-	require.Nil(t, a.audit())
-	// The replica's copy: the first 7 entries, entries-added 7.
-	entries, err := c.XRange(ctx, a.stream, "-", "+").Result()
-	require.NoError(t, err)
-	require.NoError(t, c.Del(ctx, a.stream).Err())
-	for _, e := range entries[:7] {
-		require.NoError(t, c.XAdd(ctx, &redis.XAddArgs{Stream: a.stream, ID: e.ID, Values: e.Values}).Err())
-	}
-	entriesAdded := func() int64 {
-		info, err := c.XInfoStream(ctx, a.stream).Result()
-		require.NoError(t, err)
-		return info.EntriesAdded
-	}
-	require.EqualValues(t, 7, entriesAdded())
-	loss := a.audit()
-	require.NotNil(t, loss)
-	require.Contains(t, loss.Reason, "entries-added went back")
-
-	// The same loss seen only after the new primary took more entries.
-	a.publish(10)
-	require.Nil(t, a.audit())
-	entries, err = c.XRange(ctx, a.stream, "-", "+").Result()
-	require.NoError(t, err)
-	require.NoError(t, c.Del(ctx, a.stream).Err())
-	for _, e := range entries[:len(entries)-3] {
-		require.NoError(t, c.XAdd(ctx, &redis.XAddArgs{Stream: a.stream, ID: e.ID, Values: e.Values}).Err())
-	}
-	a.publish(5) // ids after the lost ones
-	require.Greater(t, entriesAdded(), int64(len(entries)))
-	loss = a.audit()
-	require.NotNil(t, loss)
-	require.Contains(t, loss.Reason, "missing")
+	a := newChecked(t, c)
+	held := a.publish(4)
+	require.Zero(t, count(a.check().Status, forwarder.Lost)) // an audit ran: the canary
+	a.readAck("g", 2) // the first two acknowledged, the last two pending
+	require.NoError(t, c.XDel(context.Background(), a.stream, held[0].Position, held[3].Position).Err())
+	v := a.check()
+	require.Equal(t, []forwarder.Status{forwarder.Settled, forwarder.Settled, forwarder.Unsettled, forwarder.Lost}, v.Status, v.Reason)
+	require.Contains(t, v.Reason, "deleted before group g acknowledged it")
 }
 
-// A failover to a replica that lacked only what was written since the last
-// audit: entries-added, last-generated-id and the canary are as the audit
-// saw them, or ahead once other forwarders write to the new primary. The
-// ids Redis acknowledged to this broker since show the loss.
-func TestAuditFindsAFailoverLossBetweenAudits(t *testing.T) {
-	t.Parallel()
-	for _, more := range []int{0, 10} {
-		t.Run(fmt.Sprintf("%d entries written to the new primary by others", more), func(t *testing.T) {
-			t.Parallel()
-			_, c := ownRedis(t)
-			ctx := context.Background()
-			a := newAuditTarget(t, c)
-			a.publish(10)
-			require.Nil(t, a.audit())
-			replica, err := c.XRange(ctx, a.stream, "-", "+").Result()
-			require.NoError(t, err)
-			a.publish(5) // acknowledged by the primary, never replicated
-			require.NoError(t, c.Del(ctx, a.stream).Err())
-			for _, e := range replica {
-				require.NoError(t, c.XAdd(ctx, &redis.XAddArgs{Stream: a.stream, ID: e.ID, Values: e.Values}).Err())
-			}
-			for range more {
-				require.NoError(t, c.XAdd(ctx, &redis.XAddArgs{Stream: a.stream, Values: map[string]any{"x": "y"}}).Err())
-			}
-			// A pass whose transaction rolls back does not save its state:
-			// the next one, from the same state, finds the loss again.
-			_, rolledBack, err := a.b.Audit(ctx, a.stream, a.state)
-			require.NoError(t, err)
-			require.NotNil(t, rolledBack, "the entries acknowledged since the last audit are gone")
-			loss := a.audit()
-			require.NotNil(t, loss, "found again after a pass that was not saved")
-			require.Nil(t, a.audit(), "found once")
-		})
-	}
-}
-
-// Normal trimming, of everything every group acknowledged, rounds after
-// rounds, with an audit between each step: never a loss, although the
-// last entry an audit saw is trimmed away.
-func TestAuditIgnoresNormalTrimming(t *testing.T) {
+// Check trims what it settled, and only that: entries pending in a group,
+// and those above them, stay.
+func TestCheckTrimsWhatItSettled(t *testing.T) {
 	t.Parallel()
 	_, c := ownRedis(t)
-	ctx := context.Background()
-	// Approximate trimming removes whole radix-tree nodes: small ones here.
-	require.NoError(t, c.ConfigSet(ctx, "stream-node-max-entries", "4").Err())
-	a := newAuditTarget(t, c)
-	a.publish(1)
-	require.NoError(t, c.XGroupCreate(ctx, a.stream, "g", "0").Err())
-	require.NoError(t, c.XGroupCreate(ctx, a.stream, "h", "0").Err())
-	var trimmedLast bool
-	for round := range 8 {
-		a.publish(20)
-		require.Nil(t, a.audit(), "round %d, published", round)
-		last := lastID(t, c, a.stream)
-		a.readAck("g", round%2) // g keeps one pending every other round
-		require.Nil(t, a.audit(), "round %d, g read", round)
-		a.readAck("h", 0)
-		require.Nil(t, a.audit(), "round %d, h read", round)
-		_, err := a.b.TrimTopic(ctx, a.stream)
-		require.NoError(t, err)
-		require.Nil(t, a.audit(), "round %d, trimmed", round)
-		gone, err := c.XRange(ctx, a.stream, last, last).Result()
-		require.NoError(t, err)
-		trimmedLast = trimmedLast || len(gone) == 0
-	}
-	require.True(t, trimmedLast, "some audit's last entry was trimmed away")
-	n, err := c.XLen(ctx, a.stream).Result()
+	a := newChecked(t, c)
+	held := a.publish(6)
+	a.readAck("g", 3)
+	v := a.check()
+	require.Equal(t, 3, count(v.Status, forwarder.Settled))
+	first, err := c.XRange(context.Background(), a.stream, "-", "+").Result()
 	require.NoError(t, err)
-	require.Less(t, n, int64(1+8*20), "trimming removed entries")
+	require.Len(t, first, 3, "the settled entries are trimmed, the pending ones kept")
+	require.Equal(t, held[3].Position, first[0].ID)
 }
 
-// A trim between an audit's two looks: the group reads and acknowledges
-// everything and the trimmer removes it, after the audit saw the stream
-// and before it looks for the entry it probes. The probe is gone, trimmed
-// as it may be: no loss (the first entry and the group's floor seen before
-// the trim said it could not have been).
-func TestAuditIgnoresATrimBetweenItsLooks(t *testing.T) {
+// A trim between the look for the held entries and the read of the
+// stream's first entry: the group had acknowledged the entries, the
+// trimmer removed them while the audit ran. Read in the other order, the
+// entries looked lost.
+func TestCheckIgnoresATrimDuringItsLook(t *testing.T) {
 	t.Parallel()
 	_, c := ownRedis(t)
-	ctx := context.Background()
-	require.NoError(t, c.ConfigSet(ctx, "stream-node-max-entries", "4").Err())
-	a := newAuditTarget(t, c)
-	a.publish(1)
-	require.NoError(t, c.XGroupCreate(ctx, a.stream, "g", "0").Err())
-	a.publish(20)
-	require.Nil(t, a.audit(), "the baseline")
-	probe := lastID(t, c, a.stream)
-	a.publish(20)
+	a := newChecked(t, c)
+	a.publish(2)
+	require.Zero(t, count(a.check().Status, forwarder.Lost)) // the canary
+	a.publish(4)
+	a.readAck("g", 0)
+	// The hook runs after the entries were looked for: they were there
+	// then; a trimmer takes them before the stream's first entry is read.
 	redisstreams.SetAuditHook(a.b, func() {
-		redisstreams.SetAuditHook(a.b, nil)
-		a.readAck("g", 0)
-		_, err := a.b.TrimTopic(ctx, a.stream)
-		require.NoError(t, err)
+		require.NoError(t, c.XTrimMinID(context.Background(), a.stream, "9999999999999-0").Err())
 	})
-	require.Nil(t, a.audit(), "trimmed, not lost")
-	gone, err := c.XRange(ctx, a.stream, probe, probe).Result()
-	require.NoError(t, err)
-	require.Empty(t, gone, "the entry the audit looked for was trimmed in between")
-}
-
-func lastID(t *testing.T, c *redis.Client, stream string) string {
-	t.Helper()
-	info, err := c.XInfoStream(context.Background(), stream).Result()
-	require.NoError(t, err)
-	return info.LastGeneratedID
+	v := a.check()
+	require.Zero(t, count(v.Status, forwarder.Lost), v.Reason)
 }
 
 // The subscriber meets the loss too: its stream and group are gone (it was

@@ -55,9 +55,9 @@ var ErrClusterNotConfigured = errors.New("redis server is a Cluster node, not co
 
 // Broker publishes to Redis Streams.
 type Broker struct {
-	cfg   Config
-	acked ackedIDs // for the audit (audit.go)
-	// auditHook, when a test sets it, runs between an audit's two looks.
+	cfg Config
+	// auditHook, when a test sets it, runs in an audit between its look
+	// for the held entries and its reading of the stream's first entry.
 	auditHook func()
 }
 
@@ -202,6 +202,26 @@ func (b *Broker) Streams(topic string) []string {
 // again by the retry (consumers deduplicate), but nothing says they would
 // survive a failover.
 func (b *Broker) Publish(ctx context.Context, msgs []forwarder.Outgoing) []error {
+	return b.publish(ctx, msgs, nil)
+}
+
+// PublishReceipts is Publish, returning each acknowledged entry's stream
+// and id: [forwarder.Auditor].
+func (b *Broker) PublishReceipts(ctx context.Context, msgs []forwarder.Outgoing) ([]forwarder.Receipt, []error) {
+	ids := make([]string, len(msgs))
+	errs := b.publish(ctx, msgs, ids)
+	receipts := make([]forwarder.Receipt, len(msgs))
+	for i, m := range msgs {
+		if errs[i] == nil {
+			receipts[i] = forwarder.Receipt{BrokerTopic: b.Stream(m.Topic, m.AggregateID), Position: ids[i]}
+		}
+	}
+	return receipts, errs
+}
+
+// publish is Publish; when ids is not nil, it sets ids[i] to the id Redis
+// gave msgs[i].
+func (b *Broker) publish(ctx context.Context, msgs []forwarder.Outgoing, ids []string) []error {
 	errs := make([]error, len(msgs))
 	entries := make([]entry, 0, len(msgs))
 	for i, m := range msgs {
@@ -218,7 +238,7 @@ func (b *Broker) Publish(ctx context.Context, msgs []forwarder.Outgoing) []error
 	if b.cfg.WaitReplicas == 0 {
 		// A Cluster client's pipeline splits by node and follows MOVED
 		// replies by itself.
-		b.pipeline(ctx, b.cfg.Client, entries, errs, false)
+		b.pipeline(ctx, b.cfg.Client, entries, errs, ids, false)
 		return errs
 	}
 	groups, err := b.byPrimary(ctx, entries)
@@ -230,7 +250,7 @@ func (b *Broker) Publish(ctx context.Context, msgs []forwarder.Outgoing) []error
 	}
 	var wg sync.WaitGroup
 	for _, g := range groups {
-		wg.Go(func() { b.pipeline(ctx, g.client, g.entries, errs, true) }) // each sets errs of its own entries only
+		wg.Go(func() { b.pipeline(ctx, g.client, g.entries, errs, ids, true) }) // each sets errs and ids of its own entries only
 	}
 	wg.Wait()
 	if cc, ok := b.cfg.Client.(*goredis.ClusterClient); ok && anyErr(errs) {
@@ -286,8 +306,8 @@ func (b *Broker) byPrimary(ctx context.Context, entries []entry) ([]primaryGroup
 }
 
 // pipeline appends entries in one pipeline on c, then WAITs when wait is
-// set, and sets errs of those entries.
-func (b *Broker) pipeline(ctx context.Context, c pipeliner, entries []entry, errs []error, wait bool) {
+// set, and sets errs (and ids, when not nil) of those entries.
+func (b *Broker) pipeline(ctx context.Context, c pipeliner, entries []entry, errs []error, ids []string, wait bool) {
 	pipe := c.Pipeline()
 	cmds := make([]*goredis.StringCmd, len(entries))
 	for k, e := range entries {
@@ -329,9 +349,11 @@ func (b *Broker) pipeline(ctx context.Context, c pipeliner, entries []entry, err
 			errs[e.i] = classify(execErr)
 		}
 	}
-	for k, e := range entries {
-		if errs[e.i] == nil {
-			b.acked.note(e.stream, cmds[k].Val()) // for the audit (audit.go)
+	if ids != nil {
+		for k, e := range entries {
+			if errs[e.i] == nil {
+				ids[e.i] = cmds[k].Val()
+			}
 		}
 	}
 }
