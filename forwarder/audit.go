@@ -38,8 +38,12 @@ type Auditor interface {
 	// Check must never call Lost a message that every consumer had
 	// acknowledged before it went (normal trimming, retention, a deletion
 	// of acknowledged entries), and must call Lost any message it cannot
-	// find while it cannot show that every consumer had it. It may remove
-	// from the broker what it settles (Redis trims its streams there).
+	// find while it cannot show that every consumer had it. A consumer
+	// group the broker lost with its data (its consumer will create it
+	// again) counts as having acknowledged nothing until it is back: a
+	// message the groups still there have read is not Settled for it. It
+	// may remove from the broker what it settles (Redis trims its streams
+	// there).
 	Check(ctx context.Context, brokerTopic string, prev []byte, held []Held) (Verdict, error)
 }
 

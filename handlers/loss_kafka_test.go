@@ -56,7 +56,7 @@ func kafkaLoss(t *testing.T, audit bool) {
 		defer admin.Close()
 		require.NoError(t, admin.DeleteTopic(app.PaymentsTopic))
 	}
-	brokerLoss{direct: direct, cut: func() {}, uncut: func() {}, lose: lose, brokerTopics: 1}.run(t, p, false, audit)
+	brokerLoss{direct: direct, cut: func() {}, uncut: func() {}, lose: lose}.run(t, p, false, audit)
 }
 
 // kafkaLossPresent: the workers keep running while the topic is deleted and

@@ -63,11 +63,12 @@ func TestRedisLossRepaired(t *testing.T) {
 	for _, tc := range []struct {
 		name    string
 		present bool
+		reboot  bool
 		lose    func(*lossRedis, *testing.T)
 	}{
-		{"flush, consumers absent", false, (*lossRedis).flush},
-		{"flush, consumers present", true, (*lossRedis).flush},
-		{"restart without persistence, consumers present", true, (*lossRedis).restartEmpty},
+		{"flush, consumers absent", false, false, (*lossRedis).flush},
+		{"flush before any audit, forwarder restarted, consumers present", true, true, (*lossRedis).flush},
+		{"restart without persistence, consumers present", true, false, (*lossRedis).restartEmpty},
 	} {
 		for _, audit := range []bool{true, false} {
 			name := tc.name + ", audit on"
@@ -76,18 +77,18 @@ func TestRedisLossRepaired(t *testing.T) {
 			}
 			t.Run(name, func(t *testing.T) {
 				t.Parallel()
-				redisLoss(t, tc.present, audit, tc.lose)
+				redisLoss(t, tc.present, tc.reboot, audit, tc.lose)
 			})
 		}
 	}
 }
 
-func redisLoss(t *testing.T, present, audit bool, lose func(*lossRedis, *testing.T)) {
+func redisLoss(t *testing.T, present, reboot, audit bool, lose func(*lossRedis, *testing.T)) {
 	r := startLossRedis(t)
 	p := newPipeline(t)
 	// The workers read through the proxy; the forwarder writes directly.
 	p.backend = openBackend(t, brokers.Config{Kind: brokers.Redis, Partitions: 2,
 		Redis: brokers.RedisConfig{URL: "redis://" + r.proxy.Addr + "/0"}})
 	direct := openBackend(t, brokers.Config{Kind: brokers.Redis, Partitions: 2, Redis: brokers.RedisConfig{URL: r.srv.URL}})
-	brokerLoss{direct: direct, cut: r.proxy.Stop, uncut: r.proxy.Start, lose: func(t *testing.T) { lose(r, t) }}.run(t, p, present, audit)
+	brokerLoss{direct: direct, cut: r.proxy.Stop, uncut: r.proxy.Start, lose: func(t *testing.T) { lose(r, t) }, reboot: reboot}.run(t, p, present, audit)
 }

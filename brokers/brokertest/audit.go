@@ -75,6 +75,10 @@ type AuditTarget struct {
 //     acknowledged, then deleted one by one, are not Lost.
 //   - NewGroupIsNoLoss: a consumer group created after a trim, at the
 //     stream's start, makes nothing Lost.
+//   - GroupLostWithTheDataIsAwaited: of two groups lost with the broker's
+//     data, one comes back and reads the new messages, the other not yet:
+//     the new messages are not Settled until the second is back and has
+//     them (settled, a broker that trims could drop them before it reads).
 func RunAudit(t *testing.T, h AuditHarness) {
 	t.Helper()
 	if h.Open == nil {
@@ -89,6 +93,7 @@ func RunAudit(t *testing.T, h AuditHarness) {
 	t.Run("TrimIsNoLoss", func(t *testing.T) { trimContract(t, h.Open(t)) })
 	t.Run("DeleteOfAcknowledgedIsNoLoss", func(t *testing.T) { deleteContract(t, h.Open(t)) })
 	t.Run("NewGroupIsNoLoss", func(t *testing.T) { newGroupContract(t, h.Open(t)) })
+	t.Run("GroupLostWithTheDataIsAwaited", func(t *testing.T) { lostGroupContract(t, h.Open(t)) })
 }
 
 // audited is a topic under audit: what was published to it, and each
@@ -491,4 +496,44 @@ func waitAcknowledged(t *testing.T, b brokers.Backend, group, topic string) {
 		}
 		return l
 	}, "nothing left to acknowledge", func(l brokers.Lag) bool { return l.Events == 0 })
+}
+
+func lostGroupContract(t *testing.T, target AuditTarget) {
+	a := newAudited(t, target)
+	const other = Group + "-b"
+	hasA, stopA := a.consumeIDs(Group)
+	defer stopA()
+	hasB, stopB := a.consumeIDs(other)
+	first := a.publish(4)
+	outflowtest.WaitFor(t, 30*time.Second, "both groups to receive the first messages", func() bool {
+		return receivedAll(hasA, first) && receivedAll(hasB, first)
+	})
+	waitAcknowledged(t, target.Backend, Group, a.topic)
+	waitAcknowledged(t, target.Backend, other, a.topic)
+	held := first
+	outflowtest.WaitFor(t, 30*time.Second, "the first messages Settled", func() bool {
+		status := a.check(held)
+		requireStatus(t, "the first messages", status, notLost)
+		held = unsettledOnly(held, status)
+		return len(held) == 0
+	})
+	stopB() // its consumer is down when the data goes, and comes back later
+
+	target.Lose(t, a.topic)
+	after := a.publish(4)
+	outflowtest.WaitFor(t, 60*time.Second, "the first group, back, to receive the new messages", func() bool { return receivedAll(hasA, after) })
+	waitAcknowledged(t, target.Backend, Group, a.topic)
+	requireStatus(t, "new messages the second group, lost with the data, has not read", a.check(after), is(forwarder.Unsettled))
+
+	hasB, stopB = a.consumeIDs(other)
+	defer stopB()
+	outflowtest.WaitFor(t, 60*time.Second, "the second group, back, to receive the new messages", func() bool { return receivedAll(hasB, after) })
+	waitAcknowledged(t, target.Backend, other, a.topic)
+	held = after
+	outflowtest.WaitFor(t, 30*time.Second, "the new messages Settled once both groups have them", func() bool {
+		status := a.check(held)
+		requireStatus(t, "the new messages", status, notLost)
+		held = unsettledOnly(held, status)
+		return len(held) == 0
+	})
 }

@@ -10,6 +10,7 @@ import (
 	"fmt"
 	"slices"
 	"strings"
+	"time"
 
 	"github.com/ThreeDotsLabs/watermill-redisstream/pkg/redisstream"
 	goredis "github.com/redis/go-redis/v9"
@@ -33,7 +34,23 @@ type auditState struct {
 	// entry and not below Trimmed cannot be told from an entry a failover
 	// lost before new entries were written, so it is taken for lost.
 	Trimmed string `json:"t,omitempty"`
+	// Groups are the consumer groups the last Check saw on the stream.
+	Groups []string `json:"g,omitempty"`
+	// Awaited are groups that vanished with data (a flush, a restart
+	// without persistence, a failover that lost entries), by when they
+	// were first missed (Unix ms): their consumers will create them again
+	// and read the stream from its start, so until they are back, or
+	// awaitGroupsFor has passed, they count as having acknowledged
+	// nothing. A group gone while the data set is intact was destroyed on
+	// purpose, and is forgotten.
+	Awaited map[string]int64 `json:"w,omitempty"`
 }
+
+// awaitGroupsFor bounds how long a group lost with the data keeps the
+// stream's entries unsettled (and untrimmed) while its consumer does not
+// come back: a consumer retired during the incident must not hold the
+// stream for ever.
+const awaitGroupsFor = 24 * time.Hour
 
 // probeChunk bounds the XRANGEs of one pipeline.
 const probeChunk = 1000
@@ -103,9 +120,20 @@ func (b *Broker) Check(ctx context.Context, stream string, prev []byte, held []f
 	if err != nil {
 		return forwarder.Verdict{}, fmt.Errorf("redis audit %s: %w", stream, err)
 	}
+	awaited := awaitedGroups(st, l, time.Now())
+	for g := range awaited {
+		// Nothing acknowledged: no entry is settled or trimmed for them.
+		l.floors0[g], l.floors[g] = "0-0", "0-0"
+	}
 	status, reason := judge(st, l, held)
 
-	next := auditState{Canary: l.canary}
+	next := auditState{Canary: l.canary, Awaited: awaited}
+	for g, f := range l.floors {
+		if f != "0-0" || awaited[g] == 0 {
+			next.Groups = append(next.Groups, g)
+		}
+	}
+	slices.Sort(next.Groups)
 	if st != nil && st.Canary == l.canary {
 		next.Trimmed = st.Trimmed
 	}
@@ -192,6 +220,46 @@ func judge(st *auditState, l look, held []forwarder.Held) ([]forwarder.Status, s
 	return status, reason
 }
 
+// awaitedGroups returns the groups of st that are missing from the stream
+// now and that its consumers will create again: those missed while the
+// data set was lost (no canary, another canary) or entries were missing
+// (a failover), or already awaited, for at most awaitGroupsFor. With them
+// the map holds when each was first missed (Unix ms).
+func awaitedGroups(st *auditState, l look, now time.Time) map[string]int64 {
+	if st == nil {
+		return nil
+	}
+	suspect := l.canary == "" || l.canary != st.Canary || !l.stream
+	for i := range l.found {
+		if !l.found[i] {
+			suspect = true
+		}
+	}
+	var out map[string]int64
+	await := func(g string, since int64) {
+		if now.UnixMilli()-since > awaitGroupsFor.Milliseconds() {
+			return
+		}
+		if out == nil {
+			out = map[string]int64{}
+		}
+		out[g] = since
+	}
+	for g, since := range st.Awaited {
+		if _, back := l.floors[g]; !back {
+			await(g, since)
+		}
+	}
+	for _, g := range st.Groups {
+		_, back := l.floors[g]
+		_, already := out[g]
+		if !back && !already && suspect {
+			await(g, now.UnixMilli())
+		}
+	}
+	return out
+}
+
 // acknowledged reports whether every group's floor is above id, with at
 // least one group: an entry nobody reads yet is needed by whoever comes.
 func acknowledged(floors map[string]string, id string) bool {
@@ -245,6 +313,9 @@ func trimBound(l look, held []forwarder.Held, status []forwarder.Status) string 
 		if lessID(f, bound) {
 			bound = f
 		}
+	}
+	if bound == "0-0" {
+		return "" // a group awaited: nothing to trim
 	}
 	return bound
 }
@@ -316,6 +387,7 @@ func (b *Broker) look(ctx context.Context, stream string, held []forwarder.Held)
 	}
 	info, err := scmd.Result()
 	if isNoSuchKey(err) {
+		l.floors = map[string]string{}
 		return l, nil
 	}
 	if err == nil && info == nil {

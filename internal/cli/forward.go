@@ -42,7 +42,7 @@ func addForwardFlags(fs *pflag.FlagSet) *forwardOptions {
 	fs.DurationVar(&o.cfg.Retention, "retention", 15*24*time.Hour, "how long published rows are kept (negative: forever)")
 	fs.IntVar(&o.streamPartitions, "stream-partitions", 1, "Redis streams per topic, by hash of the aggregate id")
 	fs.StringVar(&o.cutoverTo, "cutover-to", "", "also publish every event to this broker (redis, nats, ...), for a live cutover: see docs/brokers.md")
-	fs.DurationVar(&o.trimInterval, "trim-interval", time.Minute, "how often the broker drops what every consumer group acknowledged: Redis streams, or the sql broker's rows past their 7-day retention (0: never)")
+	fs.DurationVar(&o.trimInterval, "trim-interval", time.Minute, "how often the broker drops what every consumer group acknowledged: Redis streams when the audit is off (audited, the audit trims them at each pass), or the sql broker's rows past their 7-day retention (0: never)")
 	return o
 }
 
@@ -181,7 +181,12 @@ func buildForwarder(ctx context.Context, c config.Config, o *forwardOptions, reg
 		trimDone := make(chan struct{})
 		go func() {
 			defer close(trimDone)
-			if tt, ok := backend.(brokers.TopicTrimmer); ok {
+			_, audited := broker.(forwarder.Auditor)
+			audited = audited && cfg.AuditInterval > 0
+			if tt, ok := backend.(brokers.TopicTrimmer); ok && !audited {
+				// Audited, the streams are trimmed by the audit, of what it
+				// settled: a trim of entries it has not checked yet could
+				// not be told from a failover that lost them.
 				trimLoop(tctx, pool, tt, o.trimInterval, logger)
 			} else if tr, ok := backend.(brokers.Trimmer); ok {
 				trimBrokerLoop(tctx, tr, o.trimInterval, logger)
