@@ -300,10 +300,10 @@ type marks struct {
 	published []int64
 	// receipts, parallel to published when the broker is audited.
 	brokerTopics, positions []string
-	failedIDs []int64
-	failedErr []string
-	failedDue []time.Time
-	parkNow   []bool
+	failedIDs               []int64
+	failedErr               []string
+	failedDue               []time.Time
+	parkNow                 []bool
 }
 
 // classify turns per-row results into marks. Broker outages and held rows

@@ -189,7 +189,7 @@ func TestCheckTellsADeletionOfUnacknowledgedEntries(t *testing.T) {
 	a := newChecked(t, c)
 	held := a.publish(4)
 	require.Zero(t, count(a.check().Status, forwarder.Lost)) // an audit ran: the canary
-	a.readAck("g", 2) // the first two acknowledged, the last two pending
+	a.readAck("g", 2)                                        // the first two acknowledged, the last two pending
 	require.NoError(t, c.XDel(context.Background(), a.stream, held[0].Position, held[3].Position).Err())
 	v := a.check()
 	require.Equal(t, []forwarder.Status{forwarder.Settled, forwarder.Settled, forwarder.Unsettled, forwarder.Lost}, v.Status, v.Reason)
