@@ -94,19 +94,14 @@ type Config struct {
 	// PurgeBatchSize bounds one purge transaction. Defaults to 1000.
 	PurgeBatchSize int
 
-	// AuditInterval is how often the holder of partition 0 asks a Broker
-	// that is an [Auditor] whether it lost entries it had acknowledged, and
-	// publishes again the rows a loss may have taken: a loss is repaired
-	// within about AuditInterval plus one publish. Defaults to 20s.
-	// Negative disables the audit; a Broker that is no Auditor is never
+	// AuditInterval is how often the holder of partition 0 checks, with a
+	// Broker that is an [Auditor], the receipts of what it published and
+	// no consumer has settled yet, and publishes again the rows whose
+	// messages the broker lost: a loss is repaired within about
+	// AuditInterval plus one publish. Defaults to 20s. Negative disables
+	// the audit (and the receipts); a Broker that is no Auditor is never
 	// audited.
 	AuditInterval time.Duration
-	// AuditMargin widens a repair back in time: every row of the broker
-	// topic published at or after the loss's Since less AuditMargin is
-	// published again. It covers the clocks of PostgreSQL and the broker
-	// disagreeing, and published_at being the time of the claim, which
-	// began before the broker write. Defaults to 30s.
-	AuditMargin time.Duration
 
 	// ShutdownTimeout bounds how long Run, once its context is done, waits
 	// for the batch in flight before it releases its leases. Defaults to 15s.
@@ -152,7 +147,6 @@ func (c *Config) setDefaults() {
 	defInt(&c.PurgeBatchSize, 1000)
 	def(&c.ShutdownTimeout, 15*time.Second)
 	def(&c.AuditInterval, 20*time.Second)
-	def(&c.AuditMargin, 30*time.Second)
 	if c.Logger == nil {
 		c.Logger = slog.Default()
 	}
@@ -184,7 +178,6 @@ func (c *Config) validate() error {
 	check(c.PurgeBatchSize >= 1, "PurgeBatchSize", "must be at least 1")
 	check(c.ShutdownTimeout > 0, "ShutdownTimeout", "must be positive")
 	check(c.AuditInterval < 0 || c.AuditInterval >= 10*time.Millisecond, "AuditInterval", "must be at least 10ms, or negative to disable the audit")
-	check(c.AuditMargin >= 0, "AuditMargin", "must not be negative")
 	if err := errors.Join(errs...); err != nil {
 		return fmt.Errorf("forwarder config: %w", err)
 	}

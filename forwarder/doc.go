@@ -252,16 +252,19 @@
 //
 // A broker that comes back with less than it acknowledged (a Redis failover
 // to a replica that had not caught up, a restart without persistence, a NATS
-// stream recreated) leaves rows marked published that no consumer will read.
-// When the Broker is an [Auditor], the instance holding partition 0 audits
-// every broker topic the outbox has published to, every
-// Config.AuditInterval (20s; negative disables), against the state of the
-// previous audit kept in outbox_audit; on a [Loss] it puts back, in the
-// audit's transaction, every row of that broker topic published since
-// Loss.Since less Config.AuditMargin, and the normal claim publishes them
-// again (every instance lowers its low-water mark to the first of them).
-// Consumers deduplicate, so a repair applies nothing twice. Each repair
-// counts outflow_forwarder_broker_losses_total and
+// stream that lost its tail, a Kafka topic recreated) leaves rows marked
+// published that no consumer will read. When the Broker is an [Auditor],
+// the mark of a batch also keeps, in outbox_receipts, where the broker put
+// each row (its [Receipt]), and every Config.AuditInterval (20s; negative
+// disables) the instance holding partition 0 hands the receipts no consumer
+// has settled yet to [Auditor.Check]: what the broker lost it puts back, in
+// the audit's transaction, row by row, and the normal claim publishes them
+// again (every instance lowers its low-water mark to the first of them);
+// what every consumer had it forgets. Detection rests on those receipts,
+// so a loss before the first audit, across a restart of every forwarder
+// or after a failed audit is found by the next audit. Consumers
+// deduplicate, so a repair applies nothing twice. Each repair counts
+// outflow_forwarder_broker_losses_total and
 // outflow_forwarder_repaired_total and logs one Warn line; see
 // docs/broker-loss.md for what each backend can and cannot see.
 //

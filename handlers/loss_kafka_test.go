@@ -80,7 +80,7 @@ func kafkaLossPresent(t *testing.T) {
 	counter, counted := countingHandler(t, p)
 	reg := prometheus.NewRegistry()
 	f, err := forwarder.New(forwarder.Config{Pool: p.schema.Pool, Broker: direct.Broker(), PollInterval: 50 * time.Millisecond,
-		BatchSize: 20, AuditInterval: 100 * time.Millisecond, AuditMargin: time.Millisecond, Registerer: reg, Logger: quiet})
+		BatchSize: 20, AuditInterval: 100 * time.Millisecond, Registerer: reg, Logger: quiet})
 	require.NoError(t, err)
 	run(t, f.Run)
 	run(t, p.worker(t, time.Second, counter).Run)

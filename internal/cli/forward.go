@@ -164,7 +164,7 @@ func buildForwarder(ctx context.Context, c config.Config, o *forwardOptions, reg
 	cfg := o.cfg
 	cfg.Pool, cfg.Broker, cfg.Registerer, cfg.Logger = pool, broker, reg, logger
 	cfg.MessagingSystem = string(backend.Kind())
-	cfg.AuditInterval, cfg.AuditMargin = c.AuditInterval, c.AuditMargin
+	cfg.AuditInterval = c.AuditInterval
 	f, err := forwarder.New(cfg)
 	if err != nil {
 		pool.Close()

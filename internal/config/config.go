@@ -52,7 +52,6 @@ const (
 // Broker-loss audit defaults, as the forwarder sets them.
 const (
 	DefaultAuditInterval = "20s"
-	DefaultAuditMargin   = "30s"
 )
 
 // Config is what every subcommand shares.
@@ -101,9 +100,6 @@ type Config struct {
 	// AuditInterval is how often the forwarder audits the broker for lost
 	// entries (forwarder.Config.AuditInterval); negative disables.
 	AuditInterval time.Duration
-	// AuditMargin widens a repair back in time
-	// (forwarder.Config.AuditMargin).
-	AuditMargin time.Duration
 	// SecretKey seals webhook secrets at rest (OUTFLOW_SECRET_KEY, never a
 	// flag: a flag shows in the process list). Nil when not set: secrets
 	// are stored in plaintext, and the process warns at start.
@@ -141,7 +137,6 @@ var settings = []setting{
 	{"sql-poll-interval", "SQL_POLL_INTERVAL", DefaultSQLPollInterval, "how long a subscription of the sql broker waits after an empty look unless a NOTIFY from the forwarder wakes it first (a look is a read: no lock, no transaction id), for --broker sql"},
 	{"broker-database-url", "BROKER_DATABASE_URL", "", "PostgreSQL URL of the sql broker's tables, for --broker sql (default: --database-url)"},
 	{"audit-interval", "AUDIT_INTERVAL", DefaultAuditInterval, "how often the forwarder holding partition 0 checks the broker for entries it lost after acknowledging them (a flush, a restart without persistence, a failover to a replica behind) and publishes them again; negative disables (docs/broker-loss.md)"},
-	{"audit-margin", "AUDIT_MARGIN", DefaultAuditMargin, "how far before the loss a repair starts publishing again: covers clock skew between PostgreSQL and the broker"},
 	{"console-addr", "CONSOLE_ADDR", DefaultConsoleAddr, "address the operator console listens on (outflow console; outflow serve --roles console)"},
 	{"console-insecure-cookie", "CONSOLE_INSECURE_COOKIE", "false", "send the console's session cookie without Secure, so that a browser keeps it over plain http: only with a loopback --console-addr (behind a TLS proxy, leave it false)"},
 	{"webhook-secret-grace", "WEBHOOK_SECRET_GRACE", DefaultWebhookSecretGrace, "how long a merchant's previous webhook secret stays valid after a rotation (webhooks are signed with both meanwhile; 0s to 720h)"},
@@ -269,11 +264,6 @@ func (f *Flags) Load() (Config, error) {
 			cfg.AuditInterval, err = time.ParseDuration(v)
 			if err == nil && cfg.AuditInterval >= 0 && cfg.AuditInterval < 10*time.Millisecond {
 				err = fmt.Errorf("want a duration of at least 10ms, such as 20s, or a negative one to disable the audit: %q", v)
-			}
-		case "audit-margin":
-			cfg.AuditMargin, err = time.ParseDuration(v)
-			if err == nil && (cfg.AuditMargin <= 0 || cfg.AuditMargin > 24*time.Hour) {
-				err = fmt.Errorf("want a duration from 1ns to 24h, such as 30s: %q", v)
 			}
 		case "console-addr":
 			cfg.ConsoleAddr, err = v, validateAddr(v)

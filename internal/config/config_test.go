@@ -59,13 +59,12 @@ func TestLoad(t *testing.T) {
 		{name: "console insecure cookie refused off loopback", args: []string{"--console-addr", "0.0.0.0:8090", "--console-insecure-cookie", "true"},
 			wantErr: "invalid --console-insecure-cookie: only with a loopback"},
 		{name: "bad console addr", env: map[string]string{"CONSOLE_ADDR": "8090"}, wantErr: "invalid CONSOLE_ADDR"},
-		{name: "audit defaults", check: func(c Config) bool { return c.AuditInterval == 20*time.Second && c.AuditMargin == 30*time.Second }},
+		{name: "audit defaults", check: func(c Config) bool { return c.AuditInterval == 20*time.Second }},
 		{name: "audit off", env: map[string]string{"AUDIT_INTERVAL": "-1s"}, check: func(c Config) bool { return c.AuditInterval < 0 }},
-		{name: "audit set", args: []string{"--audit-interval", "5s", "--audit-margin", "1m"}, check: func(c Config) bool {
-			return c.AuditInterval == 5*time.Second && c.AuditMargin == time.Minute
+		{name: "audit set", args: []string{"--audit-interval", "5s"}, check: func(c Config) bool {
+			return c.AuditInterval == 5*time.Second
 		}},
 		{name: "bad audit interval", env: map[string]string{"AUDIT_INTERVAL": "0s"}, wantErr: "invalid AUDIT_INTERVAL"},
-		{name: "bad audit margin", args: []string{"--audit-margin", "-1s"}, wantErr: "invalid --audit-margin"},
 		{name: "webhook safety defaults", check: func(c Config) bool {
 			return !c.WebhookAllowPrivate && c.SecretKey == nil && c.WebhookSecretGrace == 24*time.Hour
 		}},
@@ -85,7 +84,7 @@ func TestLoad(t *testing.T) {
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
 			for _, k := range []string{"DATABASE_URL", "REDIS_URL", "HTTP_ADDR", "LOG_LEVEL", "LOG_FORMAT", "AMQP_GROUPS", "NATS_REPLICAS",
-				"WEBHOOK_ALLOW_PRIVATE", "WEBHOOK_SECRET_GRACE", "OUTFLOW_SECRET_KEY", "AUDIT_INTERVAL", "AUDIT_MARGIN",
+				"WEBHOOK_ALLOW_PRIVATE", "WEBHOOK_SECRET_GRACE", "OUTFLOW_SECRET_KEY", "AUDIT_INTERVAL",
 				"REDIS_CLUSTER", "REDIS_WAIT_REPLICAS", "REDIS_WAIT_TIMEOUT", "CONSOLE_ADDR", "CONSOLE_INSECURE_COOKIE"} {
 				t.Setenv(k, tt.env[k])
 			}
