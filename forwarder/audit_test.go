@@ -2,6 +2,9 @@ package forwarder_test
 
 import (
 	"context"
+	"fmt"
+	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -424,4 +427,83 @@ func (e *env) lastMessageID() string {
 	var id string
 	require.NoError(e.t, e.schema.Pool.QueryRow(context.Background(), `SELECT message_id::text FROM outbox ORDER BY id DESC LIMIT 1`).Scan(&id))
 	return id
+}
+
+// stallingAuditor is the real broker, except that a publish carrying the
+// message block is held until release is closed: a batch stalled in the
+// broker, its claim's locks held.
+type stallingAuditor struct {
+	*redisstreams.Broker
+	block   atomic.Value // the message id (string) to hold
+	entered chan struct{}
+	release chan struct{}
+	once    sync.Once
+}
+
+func (s *stallingAuditor) PublishReceipts(ctx context.Context, msgs []forwarder.Outgoing) ([]forwarder.Receipt, []error) {
+	for _, m := range msgs {
+		if id, _ := s.block.Load().(string); m.Message.UUID == id {
+			s.once.Do(func() { close(s.entered) })
+			select {
+			case <-s.release:
+			case <-ctx.Done():
+			}
+		}
+	}
+	return s.Broker.PublishReceipts(ctx, msgs)
+}
+
+// A repair holds no other forwarder (issue 22): while one instance's batch
+// is stalled in the broker, an audit finds a loss and repairs it, and the
+// other instance goes on forwarding its own rows meanwhile. (A repair used
+// to wait for the batches in flight by locking every partition FOR UPDATE:
+// the other instance's claims queued behind it for as long as the stalled
+// batch lasted, up to 30 s.)
+func TestARepairHoldsNoOtherForwarder(t *testing.T) {
+	t.Parallel()
+	e := setup(t)
+	c := e.ownRedis(1)
+	ctx := context.Background()
+	brokers := map[string]*stallingAuditor{}
+	forwarders := map[string]*forwarder.Forwarder{}
+	for _, id := range []string{"a", "b"} {
+		brokers[id] = &stallingAuditor{Broker: e.broker, entered: make(chan struct{}), release: make(chan struct{})}
+		forwarders[id], _ = e.run(e.config(func(cfg *forwarder.Config) {
+			cfg.InstanceID = id
+			cfg.Partitions = 2
+			cfg.Broker = brokers[id]
+			cfg.AuditInterval = time.Hour
+			cfg.PublishTimeout = time.Minute
+		}))
+	}
+	outflowtest.WaitFor(t, 20*time.Second, "one partition each", func() bool {
+		return e.countSQL(`SELECT count(DISTINCT owner) FROM outbox_partitions WHERE lease_until > now()`) == 2
+	})
+	// The stalled instance holds partition 1: a lock of every partition in
+	// order takes 0, the other's, before it waits for 1.
+	var stalled, free string
+	require.NoError(t, e.schema.Pool.QueryRow(ctx, `SELECT owner FROM outbox_partitions WHERE partition = 1`).Scan(&stalled))
+	free = map[string]string{"a": "b", "b": "a"}[stalled]
+	aggIn := func(partition int) string {
+		for i := 0; ; i++ {
+			agg := fmt.Sprint("agg-", i)
+			if e.countSQL(`SELECT (((hashtextextended($1, 0) % 2) + 2) % 2)::int`, agg) == partition {
+				return agg
+			}
+		}
+	}
+	e.writeMany(aggregates(10), 1, 2)
+	outflowtest.WaitFor(t, 20*time.Second, "20 rows published", func() bool { return e.count("published_at IS NOT NULL") == 20 })
+	require.NoError(t, c.FlushAll(ctx).Err())
+
+	brokers[stalled].block.Store(e.write(aggIn(1), 1, testPayload{N: 1}))
+	<-brokers[stalled].entered
+	defer close(brokers[stalled].release)
+	audit := make(chan error, 1)
+	go func() { audit <- forwarders[free].Audit(ctx) }()
+	require.NoError(t, <-audit, "the audit and its repair do not wait for the stalled batch")
+	e.write(aggIn(0), 1, testPayload{N: 2})
+	outflowtest.WaitFor(t, 20*time.Second, "the free instance to forward its rows, the repaired ones and a new one", func() bool {
+		return e.countSQL(`SELECT count(*) FROM outbox WHERE published_at IS NULL AND (((hashtextextended(aggregate_id, 0) % 2) + 2) % 2) = 0`) == 0
+	})
 }
