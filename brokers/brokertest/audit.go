@@ -194,6 +194,19 @@ func (a *audited) check(msgs []sent) []forwarder.Status {
 	return out
 }
 
+// settle checks msgs until every one is Settled (acknowledgements may
+// travel asynchronously), failing if one is ever Lost.
+func (a *audited) settle(msgs []sent, what string) {
+	a.t.Helper()
+	held := msgs
+	outflowtest.WaitFor(a.t, 30*time.Second, what, func() bool {
+		status := a.check(held)
+		requireStatus(a.t, what, status, notLost)
+		held = unsettledOnly(held, status)
+		return len(held) == 0
+	})
+}
+
 // unsettledOnly drops the messages a check settled or lost: the forwarder
 // hands Check only the receipts it still keeps.
 func unsettledOnly(msgs []sent, status []forwarder.Status) []sent {
@@ -204,6 +217,16 @@ func unsettledOnly(msgs []sent, status []forwarder.Status) []sent {
 		}
 	}
 	return out
+}
+
+// auditedOnce publishes three messages, waits for the consumer to have
+// them and checks them: an audit running every interval has run once.
+func (a *audited) auditedOnce(received func() int) []sent {
+	a.t.Helper()
+	earlier := a.publish(3)
+	outflowtest.WaitFor(a.t, 30*time.Second, "the group to receive the earlier messages", func() bool { return received() == len(earlier) })
+	requireStatus(a.t, "earlier messages", a.check(earlier), notLost)
+	return earlier
 }
 
 // consume subscribes a group to every broker topic of the topic and acks
@@ -334,13 +357,7 @@ func acknowledgedContract(t *testing.T, target AuditTarget) {
 	defer stop()
 	msgs := a.publish(6)
 	outflowtest.WaitFor(t, 30*time.Second, "the group to receive every message", func() bool { return received() == len(msgs) })
-	held := msgs
-	outflowtest.WaitFor(t, 30*time.Second, "every acknowledged message Settled", func() bool {
-		status := a.check(held)
-		requireStatus(t, "acknowledged messages", status, notLost)
-		held = unsettledOnly(held, status)
-		return len(held) == 0
-	})
+	a.settle(msgs, "every acknowledged message Settled")
 }
 
 // lossContract: messages published, lost with the broker's data, and new
@@ -404,9 +421,7 @@ func trimContract(t *testing.T, target AuditTarget) {
 	a := newAudited(t, target)
 	received, stop := a.consume(Group)
 	defer stop()
-	earlier := a.publish(3)
-	outflowtest.WaitFor(t, 30*time.Second, "the group to receive the earlier messages", func() bool { return received() == len(earlier) })
-	requireStatus(t, "earlier messages", a.check(earlier), notLost)
+	earlier := a.auditedOnce(received)
 	late := a.publish(3)
 	msgs := a.publish(6)
 	outflowtest.WaitFor(t, 30*time.Second, "the group to receive every message", func() bool {
@@ -418,13 +433,7 @@ func trimContract(t *testing.T, target AuditTarget) {
 	if target.Trim != nil {
 		target.Trim(t, a.topic)
 	}
-	held := msgs
-	outflowtest.WaitFor(t, 30*time.Second, "every acknowledged message Settled", func() bool {
-		status := a.check(held)
-		requireStatus(t, "acknowledged messages trimmed", status, notLost)
-		held = unsettledOnly(held, status)
-		return len(held) == 0
-	})
+	a.settle(msgs, "every acknowledged message Settled")
 	requireStatus(t, "acknowledged messages whose receipts came after the trim", a.check(late), notLost)
 }
 
@@ -438,9 +447,7 @@ func deleteContract(t *testing.T, target AuditTarget) {
 	a := newAudited(t, target)
 	received, stop := a.consume(Group)
 	defer stop()
-	earlier := a.publish(3)
-	outflowtest.WaitFor(t, 30*time.Second, "the group to receive the earlier messages", func() bool { return received() == len(earlier) })
-	requireStatus(t, "earlier messages", a.check(earlier), notLost)
+	earlier := a.auditedOnce(received)
 	msgs := a.publish(6)
 	outflowtest.WaitFor(t, 30*time.Second, "the group to receive every message", func() bool {
 		return received() == len(earlier)+len(msgs)
@@ -461,13 +468,7 @@ func newGroupContract(t *testing.T, target AuditTarget) {
 	outflowtest.WaitFor(t, 30*time.Second, "the group to receive every message", func() bool { return received() == len(msgs) })
 	waitAcknowledged(t, target.Backend, Group, a.topic)
 	stop()
-	held := msgs
-	outflowtest.WaitFor(t, 30*time.Second, "every acknowledged message Settled", func() bool {
-		status := a.check(held)
-		requireStatus(t, "acknowledged messages", status, notLost)
-		held = unsettledOnly(held, status)
-		return len(held) == 0
-	})
+	a.settle(msgs, "every acknowledged message Settled")
 	if target.Trim != nil {
 		target.Trim(t, a.topic)
 	}
@@ -510,13 +511,7 @@ func lostGroupContract(t *testing.T, target AuditTarget) {
 	})
 	waitAcknowledged(t, target.Backend, Group, a.topic)
 	waitAcknowledged(t, target.Backend, other, a.topic)
-	held := first
-	outflowtest.WaitFor(t, 30*time.Second, "the first messages Settled", func() bool {
-		status := a.check(held)
-		requireStatus(t, "the first messages", status, notLost)
-		held = unsettledOnly(held, status)
-		return len(held) == 0
-	})
+	a.settle(first, "the first messages Settled")
 	stopB() // its consumer is down when the data goes, and comes back later
 
 	target.Lose(t, a.topic)
@@ -529,11 +524,5 @@ func lostGroupContract(t *testing.T, target AuditTarget) {
 	defer stopB()
 	outflowtest.WaitFor(t, 60*time.Second, "the second group, back, to receive the new messages", func() bool { return receivedAll(hasB, after) })
 	waitAcknowledged(t, target.Backend, other, a.topic)
-	held = after
-	outflowtest.WaitFor(t, 30*time.Second, "the new messages Settled once both groups have them", func() bool {
-		status := a.check(held)
-		requireStatus(t, "the new messages", status, notLost)
-		held = unsettledOnly(held, status)
-		return len(held) == 0
-	})
+	a.settle(after, "the new messages Settled once both groups have them")
 }
