@@ -12,6 +12,7 @@
 //	outflow-bench history [-processed 10000000] [-aggregates 1000000] [-backlog 15000] [-rounds 11]
 //	outflow-bench tracing [-pay-ops 3000] [-clients 16] [-backlog 24000] [-rounds 6] [-modes off,on,never]
 //	outflow-bench audit [-backlog 50000] [-rounds 3] [-interval 1s] [-lost 20000]
+//	outflow-bench relay-wal [-events 2000] [-batch-sizes 1,500]
 //	outflow-bench console [-outbox 1000000] [-processed 10000000] [-dead 100000] [-renders 200]
 //
 // The database is BENCH_DATABASE_URL, defaulting to the test database.
@@ -46,7 +47,7 @@ func main() {
 
 func run(ctx context.Context, args []string) error {
 	if len(args) == 0 {
-		return fmt.Errorf("usage: outflow-bench pay|writepath|forward|claim-dead|pipeline|brokers|nats-replicas|history|webhooks|footprint|tracing|wait|audit|console [flags]")
+		return fmt.Errorf("usage: outflow-bench pay|writepath|forward|claim-dead|pipeline|brokers|nats-replicas|history|webhooks|footprint|tracing|wait|audit|relay-wal|console [flags]")
 	}
 	dbURL := os.Getenv("BENCH_DATABASE_URL")
 	if dbURL == "" {
@@ -107,6 +108,18 @@ func run(ctx context.Context, args []string) error {
 		defer rdb.Close()
 		return bench.Forward(ctx, bench.ForwardConfig{DatabaseURL: dbURL, Redis: rdb, Backlog: *backlog, Rate: *rate,
 			Duration: *dur, Published: *published, Only: splitNonEmpty(*only), Out: os.Stdout})
+	case "relay-wal":
+		fs := flag.NewFlagSet("relay-wal", flag.ContinueOnError)
+		events := fs.Int("events", 2000, "rows each run forwards")
+		batches := fs.String("batch-sizes", "1,500", "comma-separated forwarder batch sizes")
+		if err := fs.Parse(args[1:]); err != nil {
+			return err
+		}
+		sizes, err := parseInts(*batches)
+		if err != nil {
+			return err
+		}
+		return bench.RelayWAL(ctx, bench.RelayWALConfig{DatabaseURL: dbURL, Events: *events, BatchSizes: sizes, Out: os.Stdout})
 	case "audit":
 		fs := flag.NewFlagSet("audit", flag.ContinueOnError)
 		backlog := fs.Int("backlog", 50_000, "rows each throughput run drains")

@@ -1,0 +1,137 @@
+package bench
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"time"
+
+	"github.com/google/uuid"
+	"github.com/prometheus/client_golang/prometheus"
+
+	redisstreams "github.com/outflow-dev/outflow/brokers/redis"
+	"github.com/outflow-dev/outflow/forwarder"
+)
+
+// RelayWALConfig configures the relay's WAL benchmark.
+type RelayWALConfig struct {
+	// DatabaseURL is where fresh schemas are made; the benchmark reads the
+	// server's pg_wal, so it runs on the database's host. Required.
+	DatabaseURL string
+	// Events is how many rows each run forwards. Defaults to 2,000.
+	Events int
+	// BatchSizes are the forwarder's batch sizes, one run with the audit
+	// off and one with it on each. Defaults to 1 (a service's everyday
+	// rate: a batch per commit) and 500 (a backlog).
+	BatchSizes []int
+	Out        io.Writer
+}
+
+// RelayWAL measures the WAL the relay writes per event, by relation, with
+// the broker audit off and on (receipts): seeded pending rows are
+// forwarded to a redis-server of the benchmark's own, from a CHECKPOINT on;
+// with the audit on, the pass that settles the receipts (a consumer group
+// past the last entry) is measured after it.
+func RelayWAL(ctx context.Context, cfg RelayWALConfig) error {
+	if cfg.Events <= 0 {
+		cfg.Events = 2000
+	}
+	if len(cfg.BatchSizes) == 0 {
+		cfg.BatchSizes = []int{1, 500}
+	}
+	rdb, stop, err := startRedis(ctx)
+	if err != nil {
+		return err
+	}
+	defer stop()
+	fmt.Fprintf(cfg.Out, "relay WAL per event, by relation (pg_waldump from a CHECKPOINT, full-page images included), %d events a run:\n", cfg.Events)
+	for _, batch := range cfg.BatchSizes {
+		var off float64
+		for _, audit := range []bool{false, true} {
+			pool, drop, err := Schema(ctx, cfg.DatabaseURL, 4)
+			if err != nil {
+				return err
+			}
+			res, err := func() (float64, error) {
+				defer drop()
+				topic := "wal." + uuid.NewString()[:8]
+				if err := seedOutbox(ctx, pool, topic, cfg.Events, 0); err != nil {
+					return 0, err
+				}
+				broker, err := redisstreams.New(redisstreams.Config{Client: rdb, Partitions: 16})
+				if err != nil {
+					return 0, err
+				}
+				interval := time.Duration(-1)
+				if audit {
+					interval = time.Hour // a pass by hand, below
+				}
+				f, err := forwarder.New(forwarder.Config{Pool: pool, Broker: broker, BatchSize: batch, Registerer: prometheus.NewRegistry(),
+					Logger: quietLogger(), AuditInterval: interval})
+				if err != nil {
+					return 0, err
+				}
+				meter, err := newWALMeter(ctx, pool)
+				if err != nil {
+					return 0, err
+				}
+				start, err := meter.mark(ctx)
+				if err != nil {
+					return 0, err
+				}
+				rctx, cancel := context.WithCancel(ctx)
+				done := make(chan error, 1)
+				go func() { done <- f.Run(rctx) }()
+				err = waitFor(ctx, 10*time.Minute, func() (bool, error) {
+					var pending bool
+					err := pool.QueryRow(ctx, `SELECT EXISTS (SELECT 1 FROM outbox WHERE published_at IS NULL)`).Scan(&pending)
+					return !pending, err
+				})
+				cancel()
+				if err := errors.Join(err, <-done); err != nil {
+					return 0, err
+				}
+				by, err := meter.since(ctx, start)
+				if err != nil {
+					return 0, err
+				}
+				table, total := walTable(by, cfg.Events, "outbox")
+				label := "audit off"
+				if audit {
+					label = "audit on (receipts)"
+				}
+				fmt.Fprintf(cfg.Out, "  batch %d, %s: %.0f B/event\n%s", batch, label, total, table)
+				if !audit {
+					return total, nil
+				}
+				for _, s := range broker.Streams(topic) {
+					if err := rdb.XGroupCreateMkStream(ctx, s, "bench", "$").Err(); err != nil {
+						return 0, err
+					}
+				}
+				if start, err = meter.mark(ctx); err != nil {
+					return 0, err
+				}
+				if err := f.Audit(ctx); err != nil {
+					return 0, err
+				}
+				if by, err = meter.since(ctx, start); err != nil {
+					return 0, err
+				}
+				table, settle := walTable(by, cfg.Events, "outbox")
+				fmt.Fprintf(cfg.Out, "    the audit pass that settles them: %.0f B/event\n%s", settle, table)
+				return total + settle, nil
+			}()
+			if err != nil {
+				return err
+			}
+			if !audit {
+				off = res
+			} else {
+				fmt.Fprintf(cfg.Out, "  batch %d: relay and settle with receipts / relay without: %.0f / %.0f B/event = %.2fx\n\n", batch, res, off, res/off)
+			}
+		}
+	}
+	return nil
+}
