@@ -2,10 +2,13 @@ package nats_test
 
 import (
 	"context"
+	"errors"
 	"sync"
 	"testing"
 	"time"
 
+	"github.com/ThreeDotsLabs/watermill"
+	"github.com/ThreeDotsLabs/watermill/message"
 	"github.com/nats-io/nats.go"
 
 	"github.com/outflow-dev/outflow/brokers"
@@ -40,15 +43,9 @@ func TestThreeReplicasOnACluster(t *testing.T) {
 		t.Fatalf("stream of %d replicas, cluster %+v; want 3", info.Config.Replicas, info.Cluster)
 	}
 
-	a := b.Broker().(forwarder.Auditor)
-	states := map[string][]byte{}
-	for _, s := range b.Topics("orders") {
-		next, loss, err := a.Audit(context.Background(), s, nil)
-		if err != nil || loss != nil {
-			t.Fatalf("baseline of %s: %v, %v", s, loss, err)
-		}
-		states[s] = next
-	}
+	a := &auditedTopic{t: t, a: b.Broker().(forwarder.Auditor), states: map[string][]byte{}, msgs: map[string][]forwarder.Held{}}
+	ids = append(ids, a.publish(10)...)
+	a.check() // before any consumer: unsettled, and the states of the stream
 
 	sub, err := b.Subscriber("g", "c", brokers.SubscriberOptions{})
 	if err != nil {
@@ -80,6 +77,7 @@ func TestThreeReplicasOnACluster(t *testing.T) {
 	}
 	c.Kill(leader)
 	ids = append(ids, publishEventually(t, b, "orders", 10)...)
+	ids = append(ids, a.publish(10)...)
 	outflowtest.WaitFor(t, 60*time.Second, "every message received", func() bool {
 		gotMu.Lock()
 		defer gotMu.Unlock()
@@ -90,18 +88,82 @@ func TestThreeReplicasOnACluster(t *testing.T) {
 		}
 		return true
 	})
-	outflowtest.WaitFor(t, 30*time.Second, "the audit to answer after the election", func() bool {
-		for s, prev := range states {
-			next, loss, err := a.Audit(context.Background(), s, prev)
-			if err != nil {
-				return false
-			}
-			if loss != nil {
-				t.Fatalf("%s: a leader change taken for a loss: %+v", s, *loss)
-			}
-			states[s] = next
-		}
-		return true
+	outflowtest.WaitFor(t, 30*time.Second, "every receipt settled after the election", func() bool {
+		return a.check() == 0
 	})
 	c.Restart(leader)
+}
+
+// auditedTopic publishes with receipts and checks them as the forwarder does:
+// each subject with the state of its previous Check, the receipts it has
+// not settled yet.
+type auditedTopic struct {
+	t      *testing.T
+	a      forwarder.Auditor
+	states map[string][]byte
+	msgs   map[string][]forwarder.Held // by subject
+}
+
+// publish publishes n messages of "orders", each its own aggregate,
+// sending again what the broker cannot take yet, and returns their ids.
+func (h *auditedTopic) publish(n int) []string {
+	h.t.Helper()
+	var left, all []forwarder.Outgoing
+	for range n {
+		m := message.NewMessage(watermill.NewUUID(), []byte("x"))
+		left = append(left, forwarder.Outgoing{Topic: "orders", AggregateID: m.UUID, Message: m})
+	}
+	all = left
+	outflowtest.WaitFor(h.t, 30*time.Second, "the broker to take every message", func() bool {
+		var retry []forwarder.Outgoing
+		receipts, errs := h.a.PublishReceipts(context.Background(), left)
+		for i, err := range errs {
+			switch {
+			case errors.Is(err, forwarder.ErrBrokerUnavailable):
+				retry = append(retry, left[i])
+			case err != nil:
+				h.t.Fatal(err)
+			default:
+				r := receipts[i]
+				h.msgs[r.BrokerTopic] = append(h.msgs[r.BrokerTopic], forwarder.Held{Position: r.Position, MessageID: left[i].Message.UUID})
+			}
+		}
+		left = retry
+		return len(left) == 0
+	})
+	ids := make([]string, len(all))
+	for i, m := range all {
+		ids[i] = m.Message.UUID
+	}
+	return ids
+}
+
+// check checks every subject's unsettled receipts, fails the test on a
+// loss, and returns how many receipts stay unsettled (-1 when a Check
+// failed: a stream or consumer leader not elected yet).
+func (h *auditedTopic) check() int {
+	h.t.Helper()
+	left := 0
+	for subject, msgs := range h.msgs {
+		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+		v, err := h.a.Check(ctx, subject, h.states[subject], msgs)
+		cancel()
+		if err != nil {
+			h.t.Logf("check %s: %v", subject, err)
+			return -1
+		}
+		h.states[subject] = v.State
+		var keep []forwarder.Held
+		for i, s := range v.Status {
+			switch s {
+			case forwarder.Lost:
+				h.t.Fatalf("%s: sequence %s taken for lost: %s", subject, msgs[i].Position, v.Reason)
+			case forwarder.Unsettled:
+				keep = append(keep, msgs[i])
+			}
+		}
+		h.msgs[subject] = keep
+		left += len(keep)
+	}
+	return left
 }
