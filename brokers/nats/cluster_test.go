@@ -3,6 +3,10 @@ package nats_test
 import (
 	"context"
 	"errors"
+	"os"
+	"path/filepath"
+	"strconv"
+	"strings"
 	"sync"
 	"testing"
 	"time"
@@ -12,6 +16,7 @@ import (
 	"github.com/nats-io/nats.go"
 
 	"github.com/outflow-dev/outflow/brokers"
+	"github.com/outflow-dev/outflow/brokers/brokertest"
 	"github.com/outflow-dev/outflow/forwarder"
 	"github.com/outflow-dev/outflow/outflowtest"
 )
@@ -166,4 +171,116 @@ func (h *auditedTopic) check() int {
 		left += len(keep)
 	}
 	return left
+}
+
+// The Auditor contract on a three-node cluster of the test's own (one for
+// every subtest, each on a topic of its own), streams of three replicas,
+// two partitions. A loss is the stream deleted and created again empty. A
+// failover is the stream losing its tail: a follower that had every
+// message so far is killed (HoldBack); the two others acknowledge what
+// comes next, then lose their disks; the follower comes back first, and
+// its log, without the tail, is the one the two empty nodes take when
+// they join. JetStream then gives the lost sequences to new messages.
+func TestAuditContractOnACluster(t *testing.T) {
+	t.Parallel()
+	var c *outflowtest.NATSCluster
+	brokertest.RunAudit(t, brokertest.AuditHarness{
+		Open: func(st *testing.T) brokertest.AuditTarget {
+			if c == nil {
+				c = outflowtest.StartNATSCluster(t)
+			}
+			b := openBackend(st, brokers.Config{Kind: brokers.NATS, Partitions: 2,
+				NATS: brokers.NATSConfig{URL: c.URL, Replicas: 3, PublishTimeout: 2 * time.Second}})
+			js := jetStreamAt(st, c.URL)
+			return brokertest.AuditTarget{
+				Backend: b,
+				Lose: func(t *testing.T, topic string) {
+					if err := js.DeleteStream(topic); err != nil {
+						t.Fatal(err)
+					}
+					// nats-server 2.9 removes a deleted stream's files after
+					// it answered: a stream of the same name created before
+					// would lose its files.
+					outflowtest.WaitFor(t, 30*time.Second, "the deleted stream's files gone from every node", func() bool {
+						for i := range 3 {
+							if _, err := os.Stat(filepath.Join(c.StoreDir(i), "jetstream", "$G", "streams", topic)); err == nil {
+								return false
+							}
+						}
+						return true
+					})
+					if _, err := js.AddStream(&nats.StreamConfig{Name: topic, Subjects: []string{topic, topic + ".*"},
+						Storage: nats.FileStorage, Retention: nats.LimitsPolicy, Replicas: 3}); err != nil {
+						t.Fatal(err)
+					}
+				},
+				HoldBack: func(t *testing.T, topic string) func() {
+					behind := currentFollower(t, c, js, topic)
+					c.Kill(behind)
+					return func() {
+						var others []int
+						for i := range 3 {
+							if i != behind {
+								others = append(others, i)
+								c.Kill(i)
+							}
+						}
+						for _, i := range others {
+							emptyDir(t, c.StoreDir(i))
+						}
+						// The node that lacks the tail first: with one empty
+						// node beside it, it is the only one that can win an
+						// election (its log is the longer).
+						c.Start(behind)
+						for _, i := range others {
+							c.Restart(i)
+						}
+						outflowtest.WaitFor(t, 60*time.Second, "the stream to have a leader again", func() bool {
+							info, err := js.StreamInfo(topic)
+							return err == nil && info.Cluster != nil && info.Cluster.Leader != ""
+						})
+						waitPing(t, b)
+					}
+				},
+				Trim: func(t *testing.T, topic string) {
+					if err := js.PurgeStream(topic); err != nil {
+						t.Fatal(err)
+					}
+				},
+				Delete: func(t *testing.T, receipts []forwarder.Receipt) {
+					for _, r := range receipts {
+						stream, _, _ := strings.Cut(r.BrokerTopic, ".")
+						seq, err := strconv.ParseUint(r.Position, 10, 64)
+						if err != nil {
+							t.Fatal(err)
+						}
+						if err := js.DeleteMsg(stream, seq); err != nil {
+							t.Fatal(err)
+						}
+					}
+				},
+			}
+		},
+	})
+}
+
+// currentFollower waits until a follower of stream has every message its
+// leader has, and returns its node.
+func currentFollower(t *testing.T, c *outflowtest.NATSCluster, js nats.JetStreamContext, stream string) int {
+	t.Helper()
+	node := -1
+	outflowtest.WaitFor(t, 30*time.Second, "a follower of the stream to be current", func() bool {
+		info, err := js.StreamInfo(stream)
+		if err != nil || info.Cluster == nil {
+			return false
+		}
+		for _, r := range info.Cluster.Replicas {
+			if r.Current && r.Lag == 0 && !r.Offline {
+				node = c.Node(r.Name)
+				return node >= 0
+			}
+		}
+		return false
+	})
+	return node
 }
