@@ -3,6 +3,7 @@ package nats_test
 import (
 	"context"
 	"errors"
+	"math"
 	"os"
 	"path/filepath"
 	"strconv"
@@ -189,9 +190,33 @@ func TestAuditContractOnACluster(t *testing.T) {
 			if c == nil {
 				c = outflowtest.StartNATSCluster(t)
 			}
+			// The default PublishTimeout (5 s) also bounds the creation of
+			// a stream of three replicas, which on a loaded machine may
+			// take more than the 2 s the tests above give a publish.
 			b := openBackend(st, brokers.Config{Kind: brokers.NATS, Partitions: 2,
-				NATS: brokers.NATSConfig{URL: c.URL, Replicas: 3, PublishTimeout: 2 * time.Second}})
+				NATS: brokers.NATSConfig{URL: c.URL, Replicas: 3}})
 			js := jetStreamAt(st, c.URL)
+			// ready waits until the stream has a leader and at least
+			// replicas followers with every message, takes writes through
+			// the nodes up, and the backend is connected: the contract
+			// publishes at once, and fails on an error.
+			ready := func(t *testing.T, topic string, replicas int, up ...int) {
+				outflowtest.WaitFor(t, 60*time.Second, "the stream's leader and current replicas", func() bool {
+					info, err := js.StreamInfo(topic)
+					if err != nil || info.Cluster == nil || info.Cluster.Leader == "" {
+						return false
+					}
+					current := 0
+					for _, r := range info.Cluster.Replicas {
+						if r.Current && !r.Offline && r.Lag == 0 {
+							current++
+						}
+					}
+					return current >= replicas
+				})
+				waitWritable(t, c, topic, up...)
+				waitPing(t, b)
+			}
 			return brokertest.AuditTarget{
 				Backend: b,
 				Lose: func(t *testing.T, topic string) {
@@ -213,10 +238,18 @@ func TestAuditContractOnACluster(t *testing.T) {
 						Storage: nats.FileStorage, Retention: nats.LimitsPolicy, Replicas: 3}); err != nil {
 						t.Fatal(err)
 					}
+					waitWritable(t, c, topic, 0, 1, 2)
 				},
 				HoldBack: func(t *testing.T, topic string) func() {
-					behind := currentFollower(t, c, js, topic)
+					behind, name := currentFollower(t, c, js, topic)
 					c.Kill(behind)
+					var up []int
+					for i := range 3 {
+						if i != behind {
+							up = append(up, i)
+						}
+					}
+					ready(t, topic, 1, up...)
 					return func() {
 						var others []int
 						for i := range 3 {
@@ -228,18 +261,30 @@ func TestAuditContractOnACluster(t *testing.T) {
 						for _, i := range others {
 							emptyDir(t, c.StoreDir(i))
 						}
-						// The node that lacks the tail first: with one empty
-						// node beside it, it is the only one that can win an
-						// election (its log is the longer).
+						// The node that lacks the tail first, with one empty
+						// node: it is the only one of the two that can win an
+						// election (its log is the longer), of the meta group,
+						// the stream's and its consumers'. Two empty nodes
+						// could elect one of them, and empty the stream: the
+						// second joins only once the groups have leaders.
 						c.Start(behind)
-						for _, i := range others {
-							c.Restart(i)
-						}
-						outflowtest.WaitFor(t, 60*time.Second, "the stream to have a leader again", func() bool {
+						c.Restart(others[0])
+						outflowtest.WaitFor(t, 60*time.Second, "the stream and its consumers led from the node behind", func() bool {
 							info, err := js.StreamInfo(topic)
-							return err == nil && info.Cluster != nil && info.Cluster.Leader != ""
+							if err != nil || info.Cluster == nil || info.Cluster.Leader != name {
+								return false
+							}
+							n := 0
+							for ci := range js.ConsumersInfo(topic) {
+								if ci.Cluster == nil || ci.Cluster.Leader == "" {
+									return false
+								}
+								n++
+							}
+							return n == 2 // the group's durable of each partition
 						})
-						waitPing(t, b)
+						c.Restart(others[1])
+						ready(t, topic, 2, 0, 1, 2)
 					}
 				},
 				Trim: func(t *testing.T, topic string) {
@@ -265,10 +310,10 @@ func TestAuditContractOnACluster(t *testing.T) {
 }
 
 // currentFollower waits until a follower of stream has every message its
-// leader has, and returns its node.
-func currentFollower(t *testing.T, c *outflowtest.NATSCluster, js nats.JetStreamContext, stream string) int {
+// leader has, and returns its node and server name.
+func currentFollower(t *testing.T, c *outflowtest.NATSCluster, js nats.JetStreamContext, stream string) (int, string) {
 	t.Helper()
-	node := -1
+	node, name := -1, ""
 	outflowtest.WaitFor(t, 30*time.Second, "a follower of the stream to be current", func() bool {
 		info, err := js.StreamInfo(stream)
 		if err != nil || info.Cluster == nil {
@@ -276,11 +321,28 @@ func currentFollower(t *testing.T, c *outflowtest.NATSCluster, js nats.JetStream
 		}
 		for _, r := range info.Cluster.Replicas {
 			if r.Current && r.Lag == 0 && !r.Offline {
-				node = c.Node(r.Name)
+				node, name = c.Node(r.Name), r.Name
 				return node >= 0
 			}
 		}
 		return false
 	})
-	return node
+	return node, name
+}
+
+// waitWritable waits until the stream of topic answers a publish through
+// each of nodes: a stream just created, or just led again, takes its subjects
+// on one node, and the others learn of it over their routes (until then a
+// publish through them has no responders). The probe expects a last
+// sequence no stream has, so the stream refuses it and stores nothing.
+func waitWritable(t *testing.T, c *outflowtest.NATSCluster, topic string, nodes ...int) {
+	t.Helper()
+	for _, i := range nodes {
+		js := jetStreamAt(t, c.NodeURL(i))
+		outflowtest.WaitFor(t, 30*time.Second, "the stream to answer through node "+strconv.Itoa(i), func() bool {
+			_, err := js.Publish(topic+".probe", nil, nats.ExpectLastSequence(math.MaxUint64), nats.AckWait(2*time.Second))
+			var apiErr *nats.APIError
+			return errors.As(err, &apiErr)
+		})
+	}
 }
