@@ -112,6 +112,11 @@ func (s *NATSServer) start(bin string) {
 	}
 }
 
+// StoreDir is the server's JetStream store directory (-sd). A test may
+// copy it while the server is stopped and put the copy back later, to play
+// a store restored from an older copy (or a replica behind taking over).
+func (s *NATSServer) StoreDir() string { return s.dir }
+
 // Stop stops the server; JetStream's file storage keeps the streams.
 func (s *NATSServer) Stop() {
 	if s.cmd == nil || s.cmd.Process == nil {

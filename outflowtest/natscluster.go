@@ -121,6 +121,21 @@ func (c *NATSCluster) Restart(i int) {
 	c.waitNode(i)
 }
 
+// Start starts node i again (after Kill), on its ports with its store,
+// without waiting: a node alone cannot answer JetStream, which takes a
+// quorum; Restart of a second node then waits for both.
+func (c *NATSCluster) Start(i int) {
+	c.t.Helper()
+	c.Kill(i)
+	c.start(i)
+}
+
+// StoreDir is node i's JetStream store directory (-sd): a test may empty
+// it while the node is down, to play a node that lost its disk.
+func (c *NATSCluster) StoreDir(i int) string {
+	return filepath.Join(c.nodes[i].dir, "js")
+}
+
 // NodeURL is node i's client URL.
 func (c *NATSCluster) NodeURL(i int) string {
 	return fmt.Sprintf("nats://127.0.0.1:%d", c.nodes[i].port)

@@ -5,177 +5,370 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"slices"
+	"strconv"
 	"strings"
 	"time"
 
+	wmnats "github.com/ThreeDotsLabs/watermill-nats/v2/pkg/nats"
 	"github.com/nats-io/nats.go"
+	"golang.org/x/sync/errgroup"
 
 	"github.com/outflow-dev/outflow/forwarder"
 )
 
 var _ forwarder.Auditor = natsBroker{}
 
-// auditState is what one audit of a subject leaves for the next: the
+// auditState is what one Check of a subject leaves for the next: the
 // forwarder keeps it in PostgreSQL, opaque.
 type auditState struct {
-	// Created is the stream's creation time: a stream deleted and created
-	// again (by an operator, by Outflow after a publish found it missing)
-	// has another. Zero when the stream did not exist.
+	// Created is the stream's creation time as Check last saw it: a
+	// stream deleted and created again (by an operator, by Outflow after a
+	// publish found it missing, after its only store was lost) has
+	// another. Zero when the stream was missing.
 	Created time.Time `json:"c"`
-	// Last is the stream's last sequence: it never goes back while the
-	// stream keeps what it acknowledged, purges and limits included.
-	Last uint64 `json:"l"`
-	// SafeSince (Unix ns, the server's clock) is the stored time of the
-	// subject's first message some consumer had not acknowledged, or of its
-	// first message when no consumer exists: what a loss found next time
-	// may have taken starts there, and what is older every consumer had
-	// handled.
-	SafeSince int64 `json:"s"`
+	// Consumers are the marks of the consumers reading the subject, by
+	// name, as Check last saw them.
+	Consumers map[string]consumerMark `json:"k,omitempty"`
 }
 
-// observed is one look at a subject's stream.
-type observed struct {
-	stream  bool // the stream exists
-	created time.Time
-	last    uint64
+// consumerMark is what Check keeps of one consumer, to tell next time
+// whether it read what went meanwhile.
+type consumerMark struct {
+	// Created tells a consumer from another of the same name (a durable
+	// deleted and created again starts over).
+	Created time.Time `json:"c"`
+	// Delivered counts the consumer's deliveries (its delivered consumer
+	// sequence). A purge, a limit or a deletion moves the consumer's ack
+	// floor and its delivered stream sequence over what it removed,
+	// whether the consumer read it or not; they never move this count.
+	Delivered uint64 `json:"d"`
+	// Stream is the consumer's delivered stream sequence: it had passed
+	// every message up to there.
+	Stream uint64 `json:"s"`
 }
 
-// decide is the audit's judgement: the reason of a loss, or "" when the
-// stream still holds what prev had seen. Limits (MaxAge, MaxMsgs) and
-// purges move the first sequence, never the last one nor the creation
-// time, so they are never taken for a loss.
-func decide(prev *auditState, o observed) string {
-	switch {
-	case prev == nil:
-		return "" // a baseline
-	case !o.stream && !prev.Created.IsZero():
-		return fmt.Sprintf("stream missing, it had sequences up to %d", prev.Last)
-	case !o.stream || prev.Created.IsZero():
-		// The stream did not exist at the baseline: whatever it holds now
-		// was stored since.
-		return ""
-	case !o.created.Equal(prev.Created):
-		return fmt.Sprintf("stream recreated (created %s, was %s), it had sequences up to %d",
-			o.created.UTC().Format(time.RFC3339Nano), prev.Created.UTC().Format(time.RFC3339Nano), prev.Last)
-	case o.last < prev.Last:
-		return fmt.Sprintf("last sequence went back from %d to %d", prev.Last, o.last)
+// reader is one consumer reading the subject, as a look saw it.
+type reader struct {
+	consumerMark
+	// Floor is the consumer's ack floor (stream sequence): everything up
+	// to it was acknowledged, or removed from the stream.
+	Floor uint64
+}
+
+// look is what Check read of a subject's stream.
+type look struct {
+	// seqs are the held positions as stream sequences (0: unreadable).
+	seqs []uint64
+	// found[i]: seqs[i] holds held[i]'s message (the subject's, with its
+	// id, or with no id to compare). other[i]: it holds another message.
+	found, other []bool
+	// before are the consumers reading the subject, read before the
+	// messages were looked for; after, read after them (the same map when
+	// nothing was missing, and no second read was needed).
+	before, after map[string]reader
+	stream        bool // the stream exists (read after the messages)
+	created       time.Time
+	last          uint64 // the stream's last sequence
+}
+
+// getParallel bounds the message gets of one Check in flight at once.
+const getParallel = 64
+
+// checkTimeout bounds a Check whose ctx has no deadline: a request nobody
+// answers (a stream leader being elected) would wait as long as ctx.
+const checkTimeout = 30 * time.Second
+
+// Check judges each held message of subject ([forwarder.Auditor]): a held
+// position is the stream sequence its PubAck gave.
+//
+// A message found at its sequence (on the subject, with its message id)
+// is Settled when every consumer reading the subject had acknowledged it
+// before the look (ack floor at or past it; the consumers are read before
+// the messages, so what was acknowledged then was acknowledged while the
+// message was there), Unsettled otherwise, and when no consumer reads the
+// subject yet. A sequence holding another message (another id or another
+// subject) is Lost: JetStream reuses the sequences a stream lost at its
+// tail (a store restored from an older copy, a replica behind taking
+// over), and a recreated stream starts again at 1.
+//
+// A message not found is Lost when the stream is missing, was created
+// again since the last Check (Created differs), or its sequence is above
+// the stream's last one (the stream went back). Otherwise it was removed
+// (a limit, a purge, a deletion) from the stream the last Check saw, and
+// it is Settled only when every consumer reading the subject shows it
+// had it:
+//   - its ack floor is at or past it now; and
+//   - it is a consumer the last Check saw (same name, same Created, its
+//     delivery count not gone back), at least one of them, that made
+//     enough deliveries since the last Check to have read it (see vouch).
+//
+// The second condition is there because JetStream moves every consumer's
+// ack floor over what a purge removes (and, once the consumer reads on,
+// over what a limit removed), read or not: the floor alone cannot tell a
+// purge of acknowledged messages from one of a backlog nobody read. The
+// delivery count is what a removal does not move. A consumer created
+// since the last Check (a new group starting on what the stream holds) is
+// judged by its ack floor alone. With no earlier Check of the stream (no
+// state), nothing vouches for a missing message: it is Lost.
+//
+// "Had it" is "was delivered it, and the floor passed it": a message
+// delivered, then removed before its ack (a consumer that crashed while
+// handling it), leaves no trace in JetStream, and counts as had.
+//
+// Cost: one CONSUMER.LIST (a page per 256 consumers of the stream), one
+// STREAM.MSG.GET per held message (getParallel in flight; each reads the
+// whole message: an audit reads each message about once, as one more
+// consumer would, since a message leaves the held set once every consumer
+// acknowledged it), one STREAM.INFO, and a second CONSUMER.LIST only when
+// a held message was missing.
+func (nb natsBroker) Check(ctx context.Context, subject string, prev []byte, held []forwarder.Held) (forwarder.Verdict, error) {
+	if _, ok := ctx.Deadline(); !ok {
+		var cancel context.CancelFunc
+		ctx, cancel = context.WithTimeout(ctx, checkTimeout)
+		defer cancel()
+	}
+	var st *auditState
+	if len(prev) > 0 {
+		st = new(auditState)
+		if json.Unmarshal(prev, st) != nil {
+			st = nil // unreadable: as for a lost state
+		}
+	}
+	l, err := nb.b.look(ctx, subject, held)
+	if err != nil {
+		return forwarder.Verdict{}, fmt.Errorf("nats audit %s: %w", subject, err)
+	}
+	status, reason := judge(st, l)
+	next := auditState{Consumers: make(map[string]consumerMark, len(l.after))}
+	if l.stream {
+		next.Created = l.created
+	}
+	for name, r := range l.after {
+		next.Consumers[name] = r.consumerMark
+	}
+	state, err := json.Marshal(next)
+	if err != nil {
+		return forwarder.Verdict{}, fmt.Errorf("nats audit %s: %w", subject, err)
+	}
+	return forwarder.Verdict{State: state, Status: status, Reason: reason}, nil
+}
+
+// judge is Check's decision for each held message, and the reason of the
+// first loss.
+func judge(st *auditState, l look) ([]forwarder.Status, string) {
+	status := make([]forwarder.Status, len(l.seqs))
+	reason := ""
+	lose := func(i int, why string) {
+		status[i] = forwarder.Lost
+		if reason == "" {
+			reason = why
+		}
+	}
+	// The held sequences, and those found, sorted and distinct, to count
+	// them between two sequences.
+	held, found := sortedSeqs(l.seqs, nil), sortedSeqs(l.seqs, l.found)
+	for i, s := range l.seqs {
+		switch {
+		case s == 0:
+			lose(i, "a receipt holds no stream sequence")
+		case l.other[i]:
+			lose(i, fmt.Sprintf("sequence %d holds another message: the stream lost its tail and reused the sequence, or was created again", s))
+		case l.found[i]:
+			if acknowledged(l.before, s) {
+				status[i] = forwarder.Settled
+			}
+		case !l.stream:
+			lose(i, fmt.Sprintf("stream missing, sequence %d was acknowledged to the forwarder", s))
+		case st != nil && !st.Created.Equal(l.created):
+			lose(i, fmt.Sprintf("sequence %d missing and the stream was created again since the last audit (created %s, was %s)",
+				s, l.created.UTC().Format(time.RFC3339Nano), st.Created.UTC().Format(time.RFC3339Nano)))
+		case s > l.last:
+			lose(i, fmt.Sprintf("sequence %d missing above the stream's last sequence %d: the stream went back (a store restored from an older copy, a replica behind taking over)", s, l.last))
+		case st == nil:
+			lose(i, fmt.Sprintf("sequence %d missing and no earlier audit of the stream shows its consumers had it", s))
+		default:
+			if why := vouch(st, l.after, s, held, found); why != "" {
+				lose(i, why)
+			} else {
+				status[i] = forwarder.Settled // removed after every consumer had it
+			}
+		}
+	}
+	return status, reason
+}
+
+// acknowledged reports whether every consumer's ack floor is at or past
+// seq, with at least one consumer: a message nobody reads yet is needed
+// by whoever comes.
+func acknowledged(readers map[string]reader, seq uint64) bool {
+	if len(readers) == 0 {
+		return false
+	}
+	for _, r := range readers {
+		if r.Floor < seq {
+			return false
+		}
+	}
+	return true
+}
+
+// vouch says why the consumers do not show they had seq, a message removed
+// from the stream the last Check saw (st); "" when they do. held are the
+// held sequences, found those of them found, sorted and distinct.
+//
+// A consumer delivers its subject's messages in stream order, so one that
+// read seq made, since the last Check, at least a delivery for each held
+// message after its delivered stream sequence then up to seq, and one for
+// each held message found after seq up to its delivered stream sequence
+// now (a message still there that it passed, it delivered). Fewer
+// deliveries than that, and it did not read seq: a purge or a limit moved
+// its ack floor over it. The count is a lower bound (the subject's
+// messages not held count too, and redeliveries count as deliveries): a
+// consumer it fails surely missed a message, one it passes may still have.
+func vouch(st *auditState, readers map[string]reader, seq uint64, held, found []uint64) string {
+	if len(readers) == 0 {
+		return fmt.Sprintf("sequence %d removed while no consumer reads the subject", seq)
+	}
+	names := make([]string, 0, len(readers))
+	for name := range readers {
+		names = append(names, name)
+	}
+	slices.Sort(names) // the same name each time, for the log
+	known := 0
+	for _, name := range names {
+		r := readers[name]
+		if r.Floor < seq {
+			return fmt.Sprintf("sequence %d removed before consumer %s acknowledged it", seq, name)
+		}
+		p, ok := st.Consumers[name]
+		if !ok {
+			continue // created since the last audit: it starts on what the stream holds
+		}
+		if !p.Created.Equal(r.Created) || r.Delivered < p.Delivered {
+			return fmt.Sprintf("sequence %d removed and consumer %s was created again (or went back) since the last audit: its ack floor does not show it read it", seq, name)
+		}
+		known++
+		if need := between(held, p.Stream, seq) + between(found, seq, r.Stream); r.Delivered-p.Delivered < need {
+			return fmt.Sprintf("sequence %d removed, and consumer %s made %d deliveries since the last audit where reading it took at least %d: it did not read it before it went (a purge or a limit moves the ack floor over what it removes)",
+				seq, name, r.Delivered-p.Delivered, need)
+		}
+	}
+	if known == 0 {
+		return fmt.Sprintf("sequence %d removed and no consumer the last audit saw shows it read it", seq)
 	}
 	return ""
 }
 
-// floorInput is what safeSince needs of a subject: its consumers' ack
-// floors and the stream's state.
-type floorInput struct {
-	// consumers says whether any consumer reads the subject; floor is then
-	// the lowest stream sequence one of them has not acknowledged (ack
-	// floor + 1).
-	consumers bool
-	floor     uint64
-	firstSeq  uint64
-	lastTime  time.Time // the stream's last message's time; zero when empty
-}
-
-// safeFrom is the stream sequence from which the subject's messages are
-// still needed by some consumer: the lowest ack floor + 1 over its
-// consumers, or the stream's first sequence when no consumer reads it
-// (nothing has handled any of it).
-func safeFrom(in floorInput) uint64 {
-	if !in.consumers {
-		return max(in.firstSeq, 1)
-	}
-	return max(in.floor, in.firstSeq, 1)
-}
-
-// safeSince turns the time of the subject's message at or after
-// safeFrom (zero when there is none) into the state's SafeSince: when every
-// message was acknowledged, a message stored later has a time at or after
-// the stream's last message's, or after now when the stream is empty.
-func safeSince(next time.Time, in floorInput, now time.Time) time.Time {
-	switch {
-	case !next.IsZero():
-		return next
-	case !in.lastTime.IsZero():
-		return in.lastTime
-	}
-	return now
-}
-
-// auditTimeout bounds one subject's audit.
-const auditTimeout = 10 * time.Second
-
-// Topics lists the subjects of topic: [forwarder.Auditor].
-func (nb natsBroker) Topics(topic string) []string { return nb.b.Topics(topic) }
-
-// BrokerTopic is the subject of topic's aggregateID: [forwarder.Auditor].
-func (nb natsBroker) BrokerTopic(topic, aggregateID string) string {
-	return nb.b.subject(topic, aggregateID)
-}
-
-// Audit compares subject's stream with prev (see [forwarder.Auditor]): a
-// stream info, a consumer list of the stream and one message get (the
-// time of the subject's first message not acknowledged): three API
-// requests, which read no message but one.
-func (nb natsBroker) Audit(ctx context.Context, subject string, prev []byte) ([]byte, *forwarder.Loss, error) {
-	b := nb.b
-	// A request nobody answers (a stream leader being elected) would wait
-	// as long as ctx, which may be forever.
-	ctx, cancel := context.WithTimeout(ctx, auditTimeout)
-	defer cancel()
-	var st *auditState
-	if len(prev) > 0 {
-		st = new(auditState)
-		if err := json.Unmarshal(prev, st); err != nil {
-			st = nil // unreadable: a new baseline, as for a lost state
+// sortedSeqs is seqs (those whose keep is true, all with a nil keep)
+// sorted and distinct, without 0.
+func sortedSeqs(seqs []uint64, keep []bool) []uint64 {
+	out := make([]uint64, 0, len(seqs))
+	for i, s := range seqs {
+		if s != 0 && (keep == nil || keep[i]) {
+			out = append(out, s)
 		}
 	}
-	fail := func(err error) ([]byte, *forwarder.Loss, error) {
-		return nil, nil, fmt.Errorf("nats audit %s: %w", subject, err)
+	slices.Sort(out)
+	return slices.Compact(out)
+}
+
+// between counts the sorted sequences in (lo, hi].
+func between(sorted []uint64, lo, hi uint64) uint64 {
+	if hi <= lo {
+		return 0
 	}
+	from, _ := slices.BinarySearch(sorted, lo+1)
+	to, _ := slices.BinarySearch(sorted, hi+1)
+	return uint64(to - from)
+}
+
+// look reads subject's stream: the consumers reading the subject, then
+// each held message, then the stream's info, then, when a message was
+// missing, the consumers again (their delivery counts after the
+// removal). Read in this order, an acknowledgement seen before a message
+// was found was made while the message was there.
+func (b *natsBackend) look(ctx context.Context, subject string, held []forwarder.Held) (look, error) {
 	stream := streamName(b.streamTopic(subject))
-	now := time.Now()
-	var (
-		o    observed
-		next = auditState{SafeSince: now.UnixNano()}
-	)
+	l := look{seqs: make([]uint64, len(held)), found: make([]bool, len(held)), other: make([]bool, len(held))}
+	for i, h := range held {
+		l.seqs[i], _ = strconv.ParseUint(h.Position, 10, 64) // 0 when unreadable: Lost
+	}
+	var err error
+	if l.before, err = b.readers(ctx, stream, subject); err != nil {
+		return l, err
+	}
+	g, gctx := errgroup.WithContext(ctx)
+	g.SetLimit(getParallel)
+	for i, seq := range l.seqs {
+		if seq == 0 {
+			continue
+		}
+		g.Go(func() error {
+			m, err := b.js.GetMsg(stream, seq, nats.Context(gctx))
+			switch {
+			case errors.Is(err, nats.ErrMsgNotFound), errors.Is(err, nats.ErrStreamNotFound):
+				return nil
+			case err != nil:
+				return fmt.Errorf("get sequence %d: %w", seq, err)
+			}
+			id := m.Header.Get(wmnats.WatermillUUIDHdr)
+			if id == "" {
+				id = m.Header.Get(nats.MsgIdHdr)
+			}
+			if m.Subject != subject || (id != "" && held[i].MessageID != "" && id != held[i].MessageID) {
+				l.other[i] = true
+			} else {
+				l.found[i] = true
+			}
+			return nil
+		})
+	}
+	if err := g.Wait(); err != nil {
+		return l, err
+	}
 	info, err := b.js.StreamInfo(stream, nats.Context(ctx))
 	switch {
 	case errors.Is(err, nats.ErrStreamNotFound):
+		l.after = l.before
+		return l, nil
 	case err != nil:
-		return fail(err)
-	default:
-		o = observed{stream: true, created: info.Created, last: info.State.LastSeq}
-		in := floorInput{firstSeq: info.State.FirstSeq}
-		if info.State.LastSeq > 0 {
-			in.lastTime = info.State.LastTime
-		}
-		consumers, err := b.consumers(ctx, stream)
-		if err != nil {
-			return fail(err)
-		}
-		for _, c := range consumers {
-			if !readsSubject(c.Config, subject) {
-				continue
-			}
-			if floor := c.AckFloor.Stream + 1; !in.consumers || floor < in.floor {
-				in.floor = floor
-			}
-			in.consumers = true
-		}
-		t, err := b.nextTime(ctx, stream, subject, safeFrom(in))
-		if err != nil {
-			return fail(err)
-		}
-		next = auditState{Created: info.Created, Last: info.State.LastSeq, SafeSince: safeSince(t, in, now).UnixNano()}
+		return l, fmt.Errorf("stream info: %w", err)
 	}
-	reason := decide(st, o)
-	raw, err := json.Marshal(next)
+	l.stream, l.created, l.last = true, info.Created, info.State.LastSeq
+	l.after = l.before
+	for i := range held {
+		if !l.found[i] && !l.other[i] && l.seqs[i] != 0 {
+			if l.after, err = b.readers(ctx, stream, subject); err != nil {
+				return l, err
+			}
+			break
+		}
+	}
+	return l, nil
+}
+
+// readers reads the consumers of stream that read subject; none when the
+// stream is missing.
+func (b *natsBackend) readers(ctx context.Context, stream, subject string) (map[string]reader, error) {
+	consumers, err := b.consumers(ctx, stream)
+	if errors.Is(err, nats.ErrStreamNotFound) {
+		return map[string]reader{}, nil
+	}
 	if err != nil {
-		return fail(err)
+		return nil, err
 	}
-	if reason == "" {
-		return raw, nil, nil
+	out := make(map[string]reader, len(consumers))
+	for _, c := range consumers {
+		if !readsSubject(c.Config, subject) {
+			continue
+		}
+		out[c.Name] = reader{
+			consumerMark: consumerMark{Created: c.Created, Delivered: c.Delivered.Consumer, Stream: c.Delivered.Stream},
+			Floor:        c.AckFloor.Stream,
+		}
 	}
-	return raw, &forwarder.Loss{Since: time.Unix(0, st.SafeSince), Reason: reason}, nil
+	return out, nil
 }
 
 // readsSubject reports whether a consumer of cfg may deliver subject's
@@ -213,10 +406,12 @@ func subjectMatches(filter, subject string) bool {
 	return len(ft) == len(st)
 }
 
-// consumers lists stream's consumers with their ack floors. nats.go's
-// lister drops errors (its channel just ends), and an audit that missed a
-// consumer would take a later SafeSince than the truth: this pages the
-// JetStream API's consumer list itself and fails on any error.
+// consumers lists stream's consumers with their ack floors and delivery
+// counts. nats.go's lister drops errors (its channel just ends), and a
+// Check that missed a consumer would settle what that consumer had not
+// read: this pages the JetStream API's consumer list itself, and fails on
+// any error, and when a clustered stream's list names consumers whose
+// leaders did not answer (missing).
 func (b *natsBackend) consumers(ctx context.Context, stream string) ([]*nats.ConsumerInfo, error) {
 	var all []*nats.ConsumerInfo
 	for {
@@ -233,13 +428,20 @@ func (b *natsBackend) consumers(ctx context.Context, stream string) ([]*nats.Con
 		var resp struct {
 			Total     int                  `json:"total"`
 			Consumers []*nats.ConsumerInfo `json:"consumers"`
+			Missing   []string             `json:"missing"`
 			Error     *nats.APIError       `json:"error"`
 		}
 		if err := json.Unmarshal(msg.Data, &resp); err != nil {
 			return nil, fmt.Errorf("list consumers: %w", err)
 		}
 		if resp.Error != nil {
+			if resp.Error.ErrorCode == nats.JSErrCodeStreamNotFound {
+				return nil, nats.ErrStreamNotFound
+			}
 			return nil, fmt.Errorf("list consumers: %w", resp.Error)
+		}
+		if len(resp.Missing) > 0 {
+			return nil, fmt.Errorf("list consumers: consumers %v did not answer", resp.Missing)
 		}
 		all = append(all, resp.Consumers...)
 		if len(resp.Consumers) == 0 || len(all) >= resp.Total {

@@ -2,203 +2,392 @@ package nats_test
 
 import (
 	"context"
+	"errors"
+	"os"
+	"path/filepath"
+	"strconv"
 	"strings"
 	"testing"
 	"time"
 
+	"github.com/ThreeDotsLabs/watermill"
+	"github.com/ThreeDotsLabs/watermill/message"
 	"github.com/nats-io/nats.go"
 
 	"github.com/outflow-dev/outflow/brokers"
+	"github.com/outflow-dev/outflow/brokers/brokertest"
 	"github.com/outflow-dev/outflow/forwarder"
 	"github.com/outflow-dev/outflow/outflowtest"
 )
 
-// auditor audits one subject, keeping the state between calls.
-type auditor struct {
-	t       *testing.T
-	a       forwarder.Auditor
-	subject string
-	state   []byte
+// The Auditor contract, on a nats-server of the test's own, two
+// partitions (two subjects of one stream). A loss is the server stopped,
+// its store wiped, and the stream created again empty (as a crash that
+// takes the disk, then the provisioning, leave it). A failover is a store
+// restored from a copy taken when HoldBack was called: the stream, and its
+// consumers, as a replica that lacked what came after would have them;
+// JetStream then gives the lost sequences to new messages.
+func TestAuditContract(t *testing.T) {
+	t.Parallel()
+	brokertest.RunAudit(t, brokertest.AuditHarness{
+		Open: func(t *testing.T) brokertest.AuditTarget {
+			srv := outflowtest.StartNATS(t)
+			b := openBackend(t, brokers.Config{Kind: brokers.NATS, Partitions: 2, NATS: brokers.NATSConfig{URL: srv.URL}})
+			js := jetStreamAt(t, srv.URL)
+			// restart stops the server, runs between on its stopped store,
+			// starts it and waits until the backend is connected again.
+			restart := func(t *testing.T, between func()) {
+				srv.Stop()
+				between()
+				srv.Start()
+				waitPing(t, b)
+			}
+			return brokertest.AuditTarget{
+				Backend: b,
+				Lose: func(t *testing.T, topic string) {
+					restart(t, func() { emptyDir(t, srv.StoreDir()) })
+					if _, err := js.AddStream(&nats.StreamConfig{Name: topic, Subjects: []string{topic, topic + ".*"},
+						Storage: nats.FileStorage, Retention: nats.LimitsPolicy}); err != nil {
+						t.Fatal(err)
+					}
+				},
+				HoldBack: func(t *testing.T, topic string) func() {
+					snapshot := t.TempDir()
+					restart(t, func() { copyDir(t, srv.StoreDir(), snapshot) })
+					return func() {
+						restart(t, func() {
+							emptyDir(t, srv.StoreDir())
+							copyDir(t, snapshot, srv.StoreDir())
+						})
+					}
+				},
+				Trim: func(t *testing.T, topic string) {
+					if err := js.PurgeStream(topic); err != nil {
+						t.Fatal(err)
+					}
+				},
+				Delete: func(t *testing.T, receipts []forwarder.Receipt) {
+					for _, r := range receipts {
+						stream, _, _ := strings.Cut(r.BrokerTopic, ".")
+						seq, err := strconv.ParseUint(r.Position, 10, 64)
+						if err != nil {
+							t.Fatal(err)
+						}
+						if err := js.DeleteMsg(stream, seq); err != nil {
+							t.Fatal(err)
+						}
+					}
+				},
+			}
+		},
+	})
 }
 
-func (a *auditor) audit() *forwarder.Loss {
-	a.t.Helper()
-	next, loss, err := a.a.Audit(context.Background(), a.subject, a.state)
-	if err != nil {
-		a.t.Fatal(err)
-	}
-	if len(next) == 0 {
-		a.t.Fatal("no state returned")
-	}
-	a.state = next
-	return loss
-}
-
-func (a *auditor) requireNoLoss(what string) {
-	a.t.Helper()
-	if loss := a.audit(); loss != nil {
-		a.t.Fatalf("%s: reported a loss: %+v", what, *loss)
-	}
-}
-
-func openAudited(t *testing.T, partitions int) (brokers.Backend, forwarder.Auditor, string) {
+// jetStreamAt connects to url for the test's own requests; it reconnects
+// after the server restarts.
+func jetStreamAt(t *testing.T, url string) nats.JetStreamContext {
 	t.Helper()
-	prefix := outflowtest.NATSPrefix(t)
-	b := openBackend(t, brokers.Config{Kind: brokers.NATS, Partitions: partitions,
-		NATS: brokers.NATSConfig{URL: outflowtest.NATSURL(), StreamPrefix: prefix}})
-	a, ok := b.Broker().(forwarder.Auditor)
-	if !ok {
-		t.Fatal("the NATS broker is no forwarder.Auditor")
-	}
-	return b, a, prefix
-}
-
-// msgTime is the stored time of stream's message seq.
-func msgTime(t *testing.T, js nats.JetStreamContext, stream string, seq uint64) time.Time {
-	t.Helper()
-	m, err := js.GetMsg(stream, seq)
+	conn, err := nats.Connect(url, nats.MaxReconnects(-1), nats.ReconnectWait(50*time.Millisecond))
 	if err != nil {
 		t.Fatal(err)
 	}
-	return m.Time
-}
-
-// ackFirst has a durable consumer of subject fetch n messages and
-// acknowledge them.
-func ackFirst(t *testing.T, js nats.JetStreamContext, stream, subject, durable string, n int) {
-	t.Helper()
-	if _, err := js.AddConsumer(stream, &nats.ConsumerConfig{Durable: durable, FilterSubject: subject,
-		AckPolicy: nats.AckExplicitPolicy, DeliverPolicy: nats.DeliverAllPolicy}); err != nil {
-		t.Fatal(err)
-	}
-	if n == 0 {
-		return
-	}
-	sub, err := js.PullSubscribe(subject, durable, nats.Bind(stream, durable))
+	t.Cleanup(conn.Close)
+	js, err := conn.JetStream(nats.MaxWait(5 * time.Second))
 	if err != nil {
 		t.Fatal(err)
 	}
-	defer sub.Unsubscribe()
-	msgs, err := sub.Fetch(n, nats.MaxWait(10*time.Second))
-	if err != nil || len(msgs) != n {
-		t.Fatalf("fetched %d of %d: %v", len(msgs), n, err)
+	return js
+}
+
+// waitPing waits until b's connection answers JetStream again.
+func waitPing(t *testing.T, b brokers.Backend) {
+	t.Helper()
+	outflowtest.WaitFor(t, 30*time.Second, "the backend to reach the restarted server", func() bool {
+		ctx, cancel := context.WithTimeout(context.Background(), time.Second)
+		defer cancel()
+		return b.(brokers.Pinger).Ping(ctx) == nil
+	})
+}
+
+// emptyDir removes what dir holds, keeping dir.
+func emptyDir(t *testing.T, dir string) {
+	t.Helper()
+	entries, err := os.ReadDir(dir)
+	if err != nil {
+		t.Fatal(err)
 	}
-	for _, m := range msgs {
-		if err := m.AckSync(); err != nil {
+	for _, e := range entries {
+		if err := os.RemoveAll(filepath.Join(dir, e.Name())); err != nil {
 			t.Fatal(err)
 		}
 	}
 }
 
-// Baselines, growth, and a purge (what limits do to old messages) are no
-// loss.
-func TestAuditSeesNoLossWhereThereIsNone(t *testing.T) {
-	t.Parallel()
-	b, a, prefix := openAudited(t, 1)
-	au := &auditor{t: t, a: a, subject: b.Topics("orders")[0]}
-	au.requireNoLoss("baseline of a stream not created yet")
-	publish(t, b, "orders", 5)
-	au.requireNoLoss("the stream created and written since the baseline")
-	publish(t, b, "orders", 5)
-	au.requireNoLoss("grown")
-	ackFirst(t, jetStream(t), prefix+"orders", au.subject, "g", 10)
-	if err := jetStream(t).PurgeStream(prefix + "orders"); err != nil {
+// copyDir copies the tree under from into to.
+func copyDir(t *testing.T, from, to string) {
+	t.Helper()
+	if err := os.CopyFS(to, os.DirFS(from)); err != nil {
 		t.Fatal(err)
 	}
-	au.requireNoLoss("purged after every message was acknowledged")
-	publish(t, b, "orders", 1)
-	au.requireNoLoss("written after the purge")
-
-	au.state = []byte("not json")
-	au.requireNoLoss("an unreadable state is a new baseline")
 }
 
-// A stream deleted and created again is a loss from the first message no
-// consumer had acknowledged: with no consumer, the stream's first message.
-func TestAuditSeesARecreatedStream(t *testing.T) {
-	t.Parallel()
-	b, a, prefix := openAudited(t, 1)
-	js := jetStream(t)
-	au := &auditor{t: t, a: a, subject: b.Topics("orders")[0]}
-	publish(t, b, "orders", 5)
-	first := msgTime(t, js, prefix+"orders", 1)
-	au.requireNoLoss("baseline")
-	if err := js.DeleteStream(prefix + "orders"); err != nil {
+// checked is a subject under audit on the shared server (streams of a
+// prefix of the test's own), one partition: the subject and the stream
+// share the topic's name. Check is called as the forwarder calls it, with
+// the state the previous one returned and the receipts still unsettled.
+type checked struct {
+	t       *testing.T
+	b       brokers.Backend
+	a       forwarder.Auditor
+	js      nats.JetStreamContext
+	stream  string
+	subject string
+	state   []byte
+	held    []forwarder.Held
+}
+
+func newChecked(t *testing.T, cfg *nats.StreamConfig) *checked {
+	t.Helper()
+	prefix := outflowtest.NATSPrefix(t)
+	b := openBackend(t, brokers.Config{Kind: brokers.NATS,
+		NATS: brokers.NATSConfig{URL: outflowtest.NATSURL(), StreamPrefix: prefix}})
+	c := &checked{t: t, b: b, a: b.Broker().(forwarder.Auditor), js: jetStream(t), stream: prefix + "orders", subject: b.Topics("orders")[0]}
+	// Created before the backend's first publish, which leaves a stream
+	// of another configuration (cfg's limits) as it is.
+	if cfg == nil {
+		cfg = &nats.StreamConfig{}
+	}
+	cfg.Name, cfg.Subjects, cfg.Storage = c.stream, []string{c.stream, c.stream + ".*"}, nats.FileStorage
+	if _, err := c.js.AddStream(cfg); err != nil {
 		t.Fatal(err)
 	}
-	publishEventually(t, b, "orders", 7) // more than before: the sequence alone would not show it
-	loss := au.audit()
-	if loss == nil || !strings.Contains(loss.Reason, "stream recreated") || !loss.Since.Equal(first) {
-		t.Fatalf("got %+v, want a recreated stream since the first message, %s", loss, first)
-	}
-	au.requireNoLoss("the new stream is the new baseline")
+	return c
 }
 
-// A stream deleted is a loss from the first message some consumer had not
-// acknowledged; what every consumer had handled is not sent again. On two
-// partitions, each subject has its own floor.
-func TestAuditLossStartsAtTheAckFloor(t *testing.T) {
-	t.Parallel()
-	b, a, prefix := openAudited(t, 2)
-	js := jetStream(t)
-	stream := prefix + "orders"
-	publish(t, b, "orders", 20)
-	subjects := b.Topics("orders")
-	acked, unread := subjects[0], subjects[1]
-	ackFirst(t, js, stream, acked, "g_0", 3)
-	ackFirst(t, js, stream, acked, "h_0", 5) // another group, further on
-	ackFirst(t, js, stream, unread, "g_1", 0)
+// publish publishes n messages and holds their receipts.
+func (c *checked) publish(n int) []forwarder.Held {
+	c.t.Helper()
+	msgs := make([]forwarder.Outgoing, n)
+	for i := range msgs {
+		m := message.NewMessage(watermill.NewUUID(), []byte("{}"))
+		msgs[i] = forwarder.Outgoing{Topic: "orders", AggregateID: m.UUID, Message: m}
+	}
+	receipts, errs := c.a.PublishReceipts(context.Background(), msgs)
+	out := make([]forwarder.Held, n)
+	for i := range msgs {
+		if errs[i] != nil {
+			c.t.Fatal(errs[i])
+		}
+		if receipts[i].BrokerTopic != c.subject {
+			c.t.Fatalf("receipt on %q, want %q", receipts[i].BrokerTopic, c.subject)
+		}
+		out[i] = forwarder.Held{Position: receipts[i].Position, MessageID: msgs[i].Message.UUID}
+	}
+	c.held = append(c.held, out...)
+	return out
+}
 
-	// The expected Since of each subject: its 4th message (after g_0's ack
-	// floor), and its first (g_1 acked nothing).
-	want := map[string]time.Time{}
-	var seen = map[string]int{}
-	for seq := uint64(1); seq <= 20; seq++ {
-		m, err := js.GetMsg(stream, seq)
+// check checks every held message, keeps the state and the unsettled
+// ones, and returns the verdict.
+func (c *checked) check() forwarder.Verdict {
+	c.t.Helper()
+	v, err := c.a.Check(context.Background(), c.subject, c.state, c.held)
+	if err != nil {
+		c.t.Fatal(err)
+	}
+	if len(v.Status) != len(c.held) {
+		c.t.Fatalf("%d statuses for %d messages", len(v.Status), len(c.held))
+	}
+	c.state = v.State
+	var keep []forwarder.Held
+	for i, s := range v.Status {
+		if s == forwarder.Unsettled {
+			keep = append(keep, c.held[i])
+		}
+	}
+	c.held = keep
+	return v
+}
+
+// consumer creates durable consumer name of the subject, as the
+// subscriber does (explicit acks, from the stream's start).
+func (c *checked) consumer(name string) {
+	c.t.Helper()
+	if _, err := c.js.AddConsumer(c.stream, &nats.ConsumerConfig{Durable: name, FilterSubject: c.subject,
+		AckPolicy: nats.AckExplicitPolicy, DeliverPolicy: nats.DeliverAllPolicy}); err != nil {
+		c.t.Fatal(err)
+	}
+}
+
+// readAck has consumer name fetch n messages and acknowledge them (the
+// server confirms each ack).
+func (c *checked) readAck(name string, n int) {
+	c.t.Helper()
+	sub, err := c.js.PullSubscribe(c.subject, name, nats.Bind(c.stream, name))
+	if err != nil {
+		c.t.Fatal(err)
+	}
+	defer sub.Unsubscribe()
+	got := 0
+	outflowtest.WaitFor(c.t, 10*time.Second, strconv.Itoa(n)+" messages fetched and acknowledged", func() bool {
+		msgs, err := sub.Fetch(n-got, nats.MaxWait(time.Second))
+		if err != nil && !errors.Is(err, nats.ErrTimeout) {
+			c.t.Fatal(err)
+		}
+		for _, m := range msgs {
+			if err := m.AckSync(); err != nil {
+				c.t.Fatal(err)
+			}
+		}
+		got += len(msgs)
+		return got >= n
+	})
+}
+
+func count(status []forwarder.Status, s forwarder.Status) int {
+	n := 0
+	for _, x := range status {
+		if x == s {
+			n++
+		}
+	}
+	return n
+}
+
+// A purge of messages every consumer had acknowledged is no loss; what is
+// published after is found.
+func TestCheckPurgeOfAcknowledgedIsNoLoss(t *testing.T) {
+	t.Parallel()
+	c := newChecked(t, nil)
+	c.consumer("g")
+	c.publish(3)
+	if v := c.check(); count(v.Status, forwarder.Unsettled) != 3 {
+		t.Fatalf("before any read: %v (%s)", v.Status, v.Reason)
+	}
+	c.publish(5)
+	c.readAck("g", 8)
+	if err := c.js.PurgeStream(c.stream); err != nil {
+		t.Fatal(err)
+	}
+	if v := c.check(); count(v.Status, forwarder.Settled) != 8 {
+		t.Fatalf("after the purge: %v (%s)", v.Status, v.Reason)
+	}
+	c.publish(2)
+	if v := c.check(); count(v.Status, forwarder.Unsettled) != 2 {
+		t.Fatalf("published after the purge: %v (%s)", v.Status, v.Reason)
+	}
+}
+
+// MaxMsgs removing messages every consumer had acknowledged is no loss.
+func TestCheckMaxMsgsOfAcknowledgedIsNoLoss(t *testing.T) {
+	t.Parallel()
+	c := newChecked(t, &nats.StreamConfig{MaxMsgs: 5})
+	c.consumer("g")
+	c.publish(3)
+	c.check()
+	c.readAck("g", 3)
+	c.publish(5) // the stream keeps the last five: the first three go
+	info, err := c.js.StreamInfo(c.stream)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if info.State.FirstSeq != 4 {
+		t.Fatalf("the stream's first sequence is %d, want 4", info.State.FirstSeq)
+	}
+	v := c.check()
+	if count(v.Status, forwarder.Settled) != 3 || count(v.Status, forwarder.Unsettled) != 5 {
+		t.Fatalf("after MaxMsgs: %v (%s)", v.Status, v.Reason)
+	}
+}
+
+// MaxAge expiring messages every consumer had acknowledged is no loss.
+func TestCheckMaxAgeOfAcknowledgedIsNoLoss(t *testing.T) {
+	t.Parallel()
+	c := newChecked(t, &nats.StreamConfig{MaxAge: time.Second, Duplicates: time.Second})
+	c.consumer("g")
+	c.publish(4)
+	c.check()
+	c.readAck("g", 4)
+	outflowtest.WaitFor(t, 10*time.Second, "the messages to expire", func() bool {
+		info, err := c.js.StreamInfo(c.stream)
 		if err != nil {
 			t.Fatal(err)
 		}
-		seen[m.Subject]++
-		if (m.Subject == acked && seen[m.Subject] == 4) || (m.Subject == unread && seen[m.Subject] == 1) {
-			want[m.Subject] = m.Time
-		}
-	}
-	if len(want) != 2 {
-		t.Fatalf("the 20 messages did not spread over both subjects enough: %v", seen)
-	}
-	auditors := map[string]*auditor{}
-	for _, s := range subjects {
-		auditors[s] = &auditor{t: t, a: a, subject: s}
-		auditors[s].requireNoLoss("baseline")
-	}
-	if err := js.DeleteStream(stream); err != nil {
-		t.Fatal(err)
-	}
-	for _, s := range subjects {
-		loss := auditors[s].audit()
-		if loss == nil || !strings.Contains(loss.Reason, "stream missing") || !loss.Since.Equal(want[s]) {
-			t.Fatalf("%s: got %+v, want a missing stream since %s", s, loss, want[s])
-		}
+		return info.State.Msgs == 0
+	})
+	if v := c.check(); count(v.Status, forwarder.Settled) != 4 {
+		t.Fatalf("after MaxAge: %v (%s)", v.Status, v.Reason)
 	}
 }
 
-// When every consumer acknowledged everything, a loss can only have taken
-// what came after: Since is the last message's time, not the first's.
-func TestAuditAfterEverythingAcknowledged(t *testing.T) {
+// A purge of messages no consumer had read is a loss, though JetStream
+// moves the consumers' ack floors past what it purged.
+func TestCheckFindsAPurgeOfUnreadMessages(t *testing.T) {
 	t.Parallel()
-	b, a, prefix := openAudited(t, 1)
-	js := jetStream(t)
-	stream := prefix + "orders"
-	au := &auditor{t: t, a: a, subject: b.Topics("orders")[0]}
-	publish(t, b, "orders", 4)
-	ackFirst(t, js, stream, au.subject, "g", 4)
-	last := msgTime(t, js, stream, 4)
-	au.requireNoLoss("baseline")
-	if err := js.DeleteStream(stream); err != nil {
+	c := newChecked(t, nil)
+	c.consumer("g")
+	c.publish(2)
+	c.check()
+	c.readAck("g", 2)
+	c.publish(3)
+	if err := c.js.PurgeStream(c.stream); err != nil {
 		t.Fatal(err)
 	}
-	loss := au.audit()
-	if loss == nil || !loss.Since.Equal(last) {
-		t.Fatalf("got %+v, want a loss since the last message, %s", loss, last)
+	ci, err := c.js.ConsumerInfo(c.stream, "g")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if ci.AckFloor.Stream != 5 {
+		t.Fatalf("the purge left the ack floor at %d; this test expects JetStream to move it to 5", ci.AckFloor.Stream)
+	}
+	v := c.check()
+	if count(v.Status, forwarder.Settled) != 2 || count(v.Status, forwarder.Lost) != 3 {
+		t.Fatalf("after the purge: %v (%s)", v.Status, v.Reason)
+	}
+	if !strings.Contains(v.Reason, "deliveries") {
+		t.Fatalf("reason %q", v.Reason)
+	}
+}
+
+// MaxMsgs removing messages before the consumer read them, the consumer
+// then reading on past them (which moves its ack floor over them): a loss.
+func TestCheckFindsMessagesALimitRemovedUnread(t *testing.T) {
+	t.Parallel()
+	c := newChecked(t, &nats.StreamConfig{MaxMsgs: 3})
+	c.consumer("g")
+	c.publish(3)
+	c.check()
+	c.publish(3) // the first three go, unread
+	c.readAck("g", 3)
+	v := c.check()
+	if count(v.Status, forwarder.Lost) != 3 || count(v.Status, forwarder.Settled) != 3 {
+		t.Fatalf("after MaxMsgs: %v (%s)", v.Status, v.Reason)
+	}
+}
+
+// A message deleted before its consumer acknowledged it is a loss; one
+// deleted after is not.
+func TestCheckFindsADeletionOfAnUnreadMessage(t *testing.T) {
+	t.Parallel()
+	c := newChecked(t, nil)
+	c.consumer("g")
+	held := c.publish(4)
+	c.check()
+	c.readAck("g", 2)
+	for _, h := range []forwarder.Held{held[0], held[3]} {
+		seq, _ := strconv.ParseUint(h.Position, 10, 64)
+		if err := c.js.DeleteMsg(c.stream, seq); err != nil {
+			t.Fatal(err)
+		}
+	}
+	v := c.check()
+	want := []forwarder.Status{forwarder.Settled, forwarder.Settled, forwarder.Unsettled, forwarder.Lost}
+	for i := range want {
+		if v.Status[i] != want[i] {
+			t.Fatalf("got %v, want %v (%s)", v.Status, want, v.Reason)
+		}
+	}
+	if !strings.Contains(v.Reason, "before consumer g acknowledged it") {
+		t.Fatalf("reason %q", v.Reason)
 	}
 }

@@ -6,6 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"net/http"
+	"strconv"
 	"strings"
 	"sync"
 	"time"
@@ -232,7 +233,28 @@ const natsMaxPending = 1024
 // forwarder's audit sees the new stream and publishes again what the old
 // one took with it.
 func (nb natsBroker) Publish(ctx context.Context, msgs []forwarder.Outgoing) []error {
-	errs := nb.publish(ctx, msgs)
+	return nb.publishAll(ctx, msgs, nil)
+}
+
+// PublishReceipts is Publish, returning each acknowledged message's subject
+// and stream sequence (the PubAck's; for a duplicate the server drops, the
+// sequence of the copy it kept): [forwarder.Auditor].
+func (nb natsBroker) PublishReceipts(ctx context.Context, msgs []forwarder.Outgoing) ([]forwarder.Receipt, []error) {
+	seqs := make([]uint64, len(msgs))
+	errs := nb.publishAll(ctx, msgs, seqs)
+	receipts := make([]forwarder.Receipt, len(msgs))
+	for i, m := range msgs {
+		if errs[i] == nil {
+			receipts[i] = forwarder.Receipt{BrokerTopic: nb.b.subject(m.Topic, m.AggregateID), Position: strconv.FormatUint(seqs[i], 10)}
+		}
+	}
+	return receipts, errs
+}
+
+// publishAll is Publish; when seqs is not nil, it sets seqs[i] to the
+// stream sequence of msgs[i]'s PubAck.
+func (nb natsBroker) publishAll(ctx context.Context, msgs []forwarder.Outgoing, seqs []uint64) []error {
+	errs := nb.publish(ctx, msgs, seqs)
 	var (
 		again   []forwarder.Outgoing
 		at      []int
@@ -257,8 +279,15 @@ func (nb natsBroker) Publish(ctx context.Context, msgs []forwarder.Outgoing) []e
 	if len(again) == 0 {
 		return errs
 	}
-	for j, err := range nb.publish(ctx, again) {
+	var againSeqs []uint64
+	if seqs != nil {
+		againSeqs = make([]uint64, len(again))
+	}
+	for j, err := range nb.publish(ctx, again, againSeqs) {
 		errs[at[j]] = err
+		if err == nil && seqs != nil {
+			seqs[at[j]] = againSeqs[j]
+		}
 	}
 	return errs
 }
@@ -266,7 +295,9 @@ func (nb natsBroker) Publish(ctx context.Context, msgs []forwarder.Outgoing) []e
 // errNoStream marks a publish no stream answered.
 var errNoStream = errors.New("no stream for the subject")
 
-func (nb natsBroker) publish(ctx context.Context, msgs []forwarder.Outgoing) []error {
+// publish sends msgs once; when seqs is not nil, it sets seqs[i] to the
+// stream sequence of msgs[i]'s PubAck.
+func (nb natsBroker) publish(ctx context.Context, msgs []forwarder.Outgoing, seqs []uint64) []error {
 	b := nb.b
 	errs := make([]error, len(msgs))
 	unavailable := func(err error) error {
@@ -303,7 +334,10 @@ func (nb natsBroker) publish(ctx context.Context, msgs []forwarder.Outgoing) []e
 			continue
 		}
 		select {
-		case <-f.Ok():
+		case ack := <-f.Ok():
+			if seqs != nil {
+				seqs[i] = ack.Sequence
+			}
 		case err := <-f.Err():
 			var apiErr *nats.APIError
 			switch {

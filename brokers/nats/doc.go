@@ -20,12 +20,16 @@
 // not only the core connection.
 //
 // The forwarder side is also a [forwarder.Auditor] (docs/broker-loss.md):
-// per subject it keeps the stream's Created time and last sequence, and
-// reports a loss when the stream is missing, was created again, or its last
-// sequence went back; the loss starts at the subject's first message some
-// consumer had not acknowledged (its ack floor + 1; the first message when
-// no consumer reads it). A stream info, a consumer list and one message
-// get per subject. A publish that finds its stream missing creates it again
+// a receipt is the subject and the stream sequence of the PubAck. Check
+// looks for each held message by sequence and compares its message id (a
+// sequence JetStream reused after a tail loss holds another message); one
+// found is settled once every consumer reading the subject acknowledged
+// it; one missing is lost when the stream is missing, was created again,
+// or went back below it, and settled only when every consumer reading the
+// subject shows it had it (its ack floor, and, as JetStream moves ack
+// floors over what a purge or a limit removes, its delivery count since
+// the last Check). A consumer list, a stream info and one message get per
+// held message. A publish that finds its stream missing creates it again
 // (once it has been missing recreateDelay: nats-server 2.9 removes a
 // deleted stream's files after answering the delete) and sends again; the
 // subscriber creates a lost durable consumer again.

@@ -20,7 +20,11 @@ import (
 
 func openBackend(t *testing.T, cfg brokers.Config) brokers.Backend {
 	t.Helper()
-	b, err := brokers.Open(context.Background(), cfg)
+	// Bounded: a cluster without a meta leader would not answer the
+	// open's JetStream request.
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	b, err := brokers.Open(ctx, cfg)
 	if err != nil {
 		t.Fatal(err)
 	}
