@@ -30,7 +30,19 @@ type auditState struct {
 	// Consumers are the marks of the consumers reading the subject, by
 	// name, as Check last saw them.
 	Consumers map[string]consumerMark `json:"k,omitempty"`
+	// Awaited are consumers that vanished with data (the stream deleted,
+	// recreated or gone back, a message missing), by when they were first
+	// missed (Unix ms): their subscribers will create them again and read
+	// from the stream's start, so until they are back, or awaitFor has
+	// passed, nothing counts as acknowledged by them. A consumer gone
+	// while the stream is intact was deleted on purpose, and is forgotten.
+	Awaited map[string]int64 `json:"w,omitempty"`
 }
+
+// awaitFor bounds how long a consumer lost with the data keeps the
+// subject's messages unsettled while its subscriber does not come back:
+// a consumer retired during the incident must not hold them for ever.
+const awaitFor = 24 * time.Hour
 
 // consumerMark is what Check keeps of one consumer, to tell next time
 // whether it read what went meanwhile.
@@ -139,8 +151,9 @@ func (nb natsBroker) Check(ctx context.Context, subject string, prev []byte, hel
 	if err != nil {
 		return forwarder.Verdict{}, fmt.Errorf("nats audit %s: %w", subject, err)
 	}
-	status, reason := judge(st, l)
-	next := auditState{Consumers: make(map[string]consumerMark, len(l.after))}
+	awaited := awaitedConsumers(st, l, time.Now())
+	status, reason := judge(st, l, awaited)
+	next := auditState{Consumers: make(map[string]consumerMark, len(l.after)), Awaited: awaited}
 	if l.stream {
 		next.Created = l.created
 	}
@@ -156,7 +169,7 @@ func (nb natsBroker) Check(ctx context.Context, subject string, prev []byte, hel
 
 // judge is Check's decision for each held message, and the reason of the
 // first loss.
-func judge(st *auditState, l look) ([]forwarder.Status, string) {
+func judge(st *auditState, l look, awaited map[string]int64) ([]forwarder.Status, string) {
 	status := make([]forwarder.Status, len(l.seqs))
 	reason := ""
 	lose := func(i int, why string) {
@@ -175,7 +188,7 @@ func judge(st *auditState, l look) ([]forwarder.Status, string) {
 		case l.other[i]:
 			lose(i, fmt.Sprintf("sequence %d holds another message: the stream lost its tail and reused the sequence, or was created again", s))
 		case l.found[i]:
-			if acknowledged(l.before, s) {
+			if len(awaited) == 0 && acknowledged(l.before, s) {
 				status[i] = forwarder.Settled
 			}
 		case !l.stream:
@@ -187,6 +200,8 @@ func judge(st *auditState, l look) ([]forwarder.Status, string) {
 			lose(i, fmt.Sprintf("sequence %d missing above the stream's last sequence %d: the stream went back (a store restored from an older copy, a replica behind taking over)", s, l.last))
 		case st == nil:
 			lose(i, fmt.Sprintf("sequence %d missing and no earlier audit of the stream shows its consumers had it", s))
+		case len(awaited) > 0:
+			lose(i, fmt.Sprintf("sequence %d removed while consumer %s, lost with the data, has not come back", s, firstName(awaited)))
 		default:
 			if why := vouch(st, l.after, s, held, found); why != "" {
 				lose(i, why)
@@ -196,6 +211,58 @@ func judge(st *auditState, l look) ([]forwarder.Status, string) {
 		}
 	}
 	return status, reason
+}
+
+// awaitedConsumers returns the consumers of st missing from the subject
+// now that their subscribers will create again: those missed while the
+// stream was missing, recreated or gone back, or a held message was not
+// found, or already awaited, for at most awaitFor; with when each was
+// first missed (Unix ms).
+func awaitedConsumers(st *auditState, l look, now time.Time) map[string]int64 {
+	if st == nil {
+		return nil
+	}
+	suspect := !l.stream || !st.Created.Equal(l.created)
+	for i := range l.found {
+		if !l.found[i] {
+			suspect = true
+		}
+	}
+	var out map[string]int64
+	await := func(name string, since int64) {
+		if now.UnixMilli()-since > awaitFor.Milliseconds() {
+			return
+		}
+		if out == nil {
+			out = map[string]int64{}
+		}
+		out[name] = since
+	}
+	for name, since := range st.Awaited {
+		if _, back := l.after[name]; !back {
+			await(name, since)
+		}
+	}
+	for name := range st.Consumers {
+		_, back := l.after[name]
+		_, already := out[name]
+		if !back && !already && suspect {
+			await(name, now.UnixMilli())
+		}
+	}
+	return out
+}
+
+// firstName is the first of names, sorted: the same one each time, for
+// the log.
+func firstName(names map[string]int64) string {
+	first := ""
+	for n := range names {
+		if first == "" || n < first {
+			first = n
+		}
+	}
+	return first
 }
 
 // acknowledged reports whether every consumer's ack floor is at or past

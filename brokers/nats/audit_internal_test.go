@@ -108,7 +108,7 @@ func TestJudge(t *testing.T) {
 			for i, c := range tt.looks {
 				l.found[i], l.other[i] = c == found, c == other
 			}
-			got, reason := judge(tt.st, l)
+			got, reason := judge(tt.st, l, nil)
 			for i := range tt.want {
 				if got[i] != tt.want[i] {
 					t.Fatalf("statuses %v, want %v (reason %q)", got, tt.want, reason)
@@ -155,5 +155,49 @@ func TestReadsSubject(t *testing.T) {
 		if got := readsSubject(tt.cfg, tt.subject); got != tt.want {
 			t.Errorf("readsSubject(%q %v, %q) = %v", tt.cfg.FilterSubject, tt.cfg.FilterSubjects, tt.subject, got)
 		}
+	}
+}
+
+func TestAwaitedConsumers(t *testing.T) {
+	t.Parallel()
+	now := time.UnixMilli(1_000_000_000)
+	earlier := now.Add(-time.Hour).UnixMilli()
+	created := time.Date(2026, 12, 3, 10, 0, 0, 0, time.UTC)
+	st := &auditState{Created: created, Consumers: map[string]consumerMark{"a": {}, "b": {}}}
+	only := func(names ...string) map[string]reader {
+		out := map[string]reader{}
+		for _, n := range names {
+			out[n] = reader{}
+		}
+		return out
+	}
+	intact := look{stream: true, created: created, found: []bool{true}, after: only("a")}
+	tests := []struct {
+		name string
+		st   *auditState
+		look look
+		want map[string]int64
+	}{
+		{"no earlier state", nil, intact, nil},
+		{"a consumer gone, stream intact: deleted on purpose", st, intact, nil},
+		{"a consumer gone with the stream recreated", st, look{stream: true, created: created.Add(time.Hour), found: []bool{true}, after: only("a")}, map[string]int64{"b": now.UnixMilli()}},
+		{"both gone with the stream", st, look{found: []bool{false}, after: only()}, map[string]int64{"a": now.UnixMilli(), "b": now.UnixMilli()}},
+		{"a consumer gone while a message is missing", st, look{stream: true, created: created, found: []bool{false}, after: only("a")}, map[string]int64{"b": now.UnixMilli()}},
+		{"awaited, still missing, stream intact now: still awaited", &auditState{Created: created, Consumers: map[string]consumerMark{"a": {}}, Awaited: map[string]int64{"b": earlier}}, intact, map[string]int64{"b": earlier}},
+		{"awaited, back", &auditState{Created: created, Awaited: map[string]int64{"b": earlier}}, look{stream: true, created: created, after: only("a", "b")}, nil},
+		{"awaited for too long: forgotten", &auditState{Created: created, Awaited: map[string]int64{"b": now.Add(-awaitFor - time.Minute).UnixMilli()}}, intact, nil},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			got := awaitedConsumers(tt.st, tt.look, now)
+			if len(got) != len(tt.want) {
+				t.Fatalf("got %v, want %v", got, tt.want)
+			}
+			for n, since := range tt.want {
+				if got[n] != since {
+					t.Fatalf("got %v, want %v", got, tt.want)
+				}
+			}
+		})
 	}
 }
