@@ -30,5 +30,8 @@
 // recreation: each subscription reads the topic's id every
 // TopicCheckInterval and joins its group again when it changed, and every
 // committed offset carries its topic's id, so that a commit the old
-// session made on the new topic is read back to the start.
+// session made on the new topic is read back to the start. A committed
+// offset also names the message the group consumed last: a session that
+// finds another message before it, or none, reads the partition again from
+// its start (a truncation the log has grown past again).
 package kafka
