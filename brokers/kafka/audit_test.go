@@ -30,7 +30,7 @@ import (
 //     failover, and sarama's consumer, which does not check its position
 //     by leader epoch (KIP-320), resumes at its offset in memory on the
 //     cut log: the records written below it before its next fetch never
-//     reach it (one of the four written after the failover, in 4 of 6
+//     reach it (one of the four written after the failover, in 3 of 6
 //     runs), and nothing in the receipts shows it (the group's later
 //     commits are offsets of the new log). docs/broker-loss.md says so.
 func TestAuditContract(t *testing.T) {
