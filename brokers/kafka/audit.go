@@ -5,318 +5,290 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"maps"
 	"slices"
+	"strconv"
 	"strings"
-	"time"
 
 	"github.com/IBM/sarama"
+	"github.com/ThreeDotsLabs/watermill-kafka/v3/pkg/kafka"
 
 	"github.com/outflow-dev/outflow/forwarder"
 )
 
 var _ forwarder.Auditor = kafkaBroker{}
 
-// The audit of a Kafka topic compares, per partition, the high watermark
-// and the log start offset with the last audit's, and the topic's id
-// (KIP-516, metadata v10+, Kafka 2.8+) with the last one:
-//
-//   - a topic missing, or with another id, was deleted (and recreated):
-//     everything it held is gone;
-//   - a high watermark that went back is a truncation: an unclean leader
-//     election, a log restored from an older copy;
-//   - fewer partitions, or a log start offset that went back, are a topic
-//     recreated, for brokers that give no topic id;
-//   - a log start offset that moved forward is retention or DeleteRecords,
-//     normal trimming: never a loss.
-//
-// Since. Kafka records carry no broker-side time the audit can read
-// without fetching them, and a lost record cannot be fetched at all, so
-// the state keeps a short history of samples, (audit time, per-partition
-// high watermark): a record at offset >= H was acknowledged after the
-// newest sample whose watermark was <= H. The consumer groups' committed
-// offsets are cheap to read (one OffsetFetch per group), so, as the Redis
-// and NATS audits use the oldest entry not acknowledged, each partition's
-// floor is the lowest committed offset over the groups reading the topic
-// (the log start offset when none does, or for a group with no offset on
-// the partition: where a new group starts), and its time is taken from the
-// samples, or, when the floor predates every sample (a backlog older than
-// the history), from the record at the floor (one fetch). A loss starts at
-// the latest of the two bounds that hold: the floor's time (what every
-// group had consumed is not needed) and, for a truncation to H, the time
-// of H. Republishing more rows is harmless (consumers deduplicate); a row
-// missed is an event lost, so every bound errs early: the forwarder's
-// clock is taken before the broker is asked, and Config.AuditMargin covers
-// published_at being taken before the write.
+// A receipt's Position is "<partition>:<offset>", as the produce request's
+// answer gave them: the record's place in the Kafka topic the receipt's
+// BrokerTopic names. It says nothing of the topic's incarnation (the
+// produce answer carries no topic id): a topic deleted and recreated
+// reuses the offsets, so Check tells a record from another at the same
+// offset by its message id.
+
+func position(partition int32, offset int64) string {
+	return strconv.FormatInt(int64(partition), 10) + ":" + strconv.FormatInt(offset, 10)
+}
+
+// place is a parsed Position; ok is false for one that does not parse.
+type place struct {
+	p  int32
+	o  int64
+	ok bool
+}
+
+func parsePosition(s string) place {
+	ps, offs, found := strings.Cut(s, ":")
+	p, perr := strconv.ParseInt(ps, 10, 32)
+	o, oerr := strconv.ParseInt(offs, 10, 64)
+	if !found || perr != nil || oerr != nil || p < 0 || o < 0 {
+		return place{}
+	}
+	return place{p: int32(p), o: o, ok: true}
+}
 
 // auditVersion is the version of auditState; a state of another version
-// is a new baseline.
-const auditVersion = 1
+// (the marks of the audit before receipts) is taken for none.
+const auditVersion = 2
 
-// maxSamples bounds the history: a sample is added only when a watermark
-// moved, so at the default 20 s interval 64 samples cover at least 21 min
-// of steady writes, and any time of none.
-const maxSamples = 64
-
-// auditState is what one audit of a Kafka topic leaves for the next: the
+// auditState is what one Check of a Kafka topic leaves for the next: the
 // forwarder keeps it in PostgreSQL, opaque.
 type auditState struct {
 	V int `json:"v"`
-	// Exists says the topic existed. ID is its topic id, "" when the
-	// broker gives none.
-	Exists bool   `json:"e,omitempty"`
-	ID     string `json:"id,omitempty"`
-	// Parts is indexed by partition id.
-	Parts []partState `json:"p,omitempty"`
-	// Samples, oldest first, are the history the times of offsets are
-	// taken from; reset when the topic is recreated.
-	Samples []sample `json:"s,omitempty"`
+	// ID is the topic id (KIP-516) the Check saw, "" when the topic was
+	// missing or the broker gives no ids. A record missing below the log
+	// start of a topic whose id changed since may be the old topic's, whose
+	// consumers' offsets Kafka dropped with it: nothing shows that they had
+	// it.
+	ID string `json:"id,omitempty"`
 }
 
-type partState struct {
-	High  int64 `json:"h"` // high watermark
-	Start int64 `json:"s"` // log start offset
-	// Floor (Unix ms, the forwarder's clock) is the time from which the
-	// partition's records were not consumed by every group: what a loss
-	// found next time may have taken, and some group still needs, was
-	// acknowledged after it.
-	Floor int64 `json:"f"`
-}
+// The fetch of the held records is bounded: fetchPartitionBytes asked per
+// partition and request (a broker returns at least one record batch
+// whole, however small the limit), fetchBudget in all per Check. Held
+// records the budget does not reach are left Unsettled, for a later audit.
+// Variables for the tests.
+var (
+	fetchPartitionBytes int32 = 256 << 10
+	fetchBudget         int64 = 64 << 20
+)
 
-type sample struct {
-	At   int64   `json:"t"` // Unix ms, the forwarder's clock
-	High []int64 `json:"h"` // by partition id; a partition past the end had none
-}
-
-// sampleTime is the time of the newest sample whose high watermark of
-// partition p was at most offset (a record at offset was acknowledged
-// after it), and false when every sample is past offset.
-func sampleTime(samples []sample, p int, offset int64) (int64, bool) {
-	for i := len(samples) - 1; i >= 0; i-- {
-		s := samples[i]
-		h := int64(0)
-		if p < len(s.High) {
-			h = s.High[p]
-		}
-		if h <= offset {
-			return s.At, true
-		}
-	}
-	return 0, false
-}
-
-// addSample appends (at, high) to samples, bounded by maxSamples. When no
-// watermark moved since the newest sample, that one only takes the later
-// time: the bound it gives is tighter and still true.
-func addSample(samples []sample, at int64, high []int64) []sample {
-	if n := len(samples); n > 0 && slices.Equal(samples[n-1].High, high) {
-		out := slices.Clone(samples)
-		out[n-1].At = at
-		return out
-	}
-	out := append(slices.Clone(samples), sample{At: at, High: slices.Clone(high)})
-	if len(out) > maxSamples {
-		out = out[len(out)-maxSamples:]
-	}
-	return out
-}
-
-// observed is one look at a Kafka topic.
-type observed struct {
-	exists bool
-	id     string
-	high   []int64 // by partition id
-	start  []int64
-	// leaders are the brokers leading the partitions, by partition id.
-	leaders map[*sarama.Broker][]int32
-}
-
-// decide is the audit's judgement: the reason of a loss and the time it
-// starts, or "" when the topic holds everything prev had seen. The log
-// start offset moving forward (retention, DeleteRecords) is never a loss.
-func decide(prev *auditState, o observed) (string, time.Time) {
-	if prev == nil || !prev.Exists {
-		// A baseline, or the topic did not exist at the last audit:
-		// whatever it holds now was written since.
-		return "", time.Time{}
-	}
-	whole := func() time.Time {
-		var floor int64
-		for i, p := range prev.Parts {
-			if i == 0 || p.Floor < floor {
-				floor = p.Floor
-			}
-		}
-		return time.UnixMilli(floor)
-	}
-	switch {
-	case !o.exists:
-		return fmt.Sprintf("topic missing, its partitions had offsets up to %v", highs(prev.Parts)), whole()
-	case prev.ID != "" && o.id != "" && o.id != prev.ID:
-		return fmt.Sprintf("topic recreated (id %s, was %s), its partitions had offsets up to %v", o.id, prev.ID, highs(prev.Parts)), whole()
-	case len(o.high) < len(prev.Parts):
-		return fmt.Sprintf("partitions went from %d to %d: topic recreated", len(prev.Parts), len(o.high)), whole()
-	}
-	// Without topic ids (a broker before 2.8, or KafkaConfig.Version set
-	// below it) a recreation shows only in offsets, and only on some
-	// partitions (one the new topic already wrote past the old offsets
-	// looks as it was): any offset going back may be one, and puts back
-	// the whole topic. With ids, the same id is the same topic: a log start
-	// offset seen lower is a new leader's that has not applied retention
-	// yet, not a loss, and a high watermark lower is a truncation of that
-	// partition alone.
-	ids := prev.ID != "" && o.id != ""
-	var (
-		reasons []string
-		since   time.Time
-	)
-	for i, p := range prev.Parts {
-		var (
-			reason string
-			from   = time.UnixMilli(p.Floor)
-		)
-		switch {
-		case !ids && o.start[i] < p.Start:
-			return fmt.Sprintf("partition %d's log start offset went back from %d to %d: topic recreated", i, p.Start, o.start[i]), whole()
-		case !ids && o.high[i] < p.High:
-			return fmt.Sprintf("partition %d's high watermark went back from %d to %d (without topic ids, a truncation and a recreation look alike)",
-				i, p.High, o.high[i]), whole()
-		case o.start[i] < p.Start:
-			continue
-		case o.high[i] < p.High:
-			reason = fmt.Sprintf("partition %d's high watermark went back from %d to %d", i, p.High, o.high[i])
-			// Only records from the new watermark are gone.
-			if at, ok := sampleTime(prev.Samples, i, o.high[i]); ok && at > p.Floor {
-				from = time.UnixMilli(at)
-			}
-		default:
-			continue
-		}
-		reasons = append(reasons, reason)
-		if since.IsZero() || from.Before(since) {
-			since = from
-		}
-	}
-	return strings.Join(reasons, "; "), since
-}
-
-func highs(parts []partState) []int64 {
-	out := make([]int64, len(parts))
-	for i, p := range parts {
-		out[i] = p.High
-	}
-	return out
-}
-
-// floorTime is the time from which partition p's records, from offset
-// floor on, were acknowledged: now when every record was consumed (a record
-// acknowledged later is newer), else the newest sample at or below floor;
-// false when no sample reaches back that far.
-func floorTime(samples []sample, p int, floor, high int64, now int64) (int64, bool) {
-	if floor >= high {
-		return now, true
-	}
-	return sampleTime(samples, p, floor)
-}
-
-// Topics is the outbox topic's one Kafka topic: [forwarder.Auditor].
-func (kb kafkaBroker) Topics(topic string) []string { return kb.b.Topics(topic) }
-
-// BrokerTopic is the Kafka topic of every row of topic, whatever its
-// aggregate: [forwarder.Auditor]. A truncated partition makes the repair
-// put back the rows of every partition since Since; consumers deduplicate.
-func (kb kafkaBroker) BrokerTopic(topic, _ string) string { return kb.b.kafkaTopic(topic) }
-
-// Audit compares the Kafka topic name with prev (see [forwarder.Auditor]):
-// a metadata request (the topic's id and partitions, no auto-creation),
-// two ListOffsets per partition leader (high watermarks, log start
-// offsets), a ListGroups per broker and an OffsetFetch per consumer group
-// of the backend's prefix, and a one-batch fetch per partition only when
-// its floor predates the history. A topic found missing after it existed
-// is created again with the backend's settings, so that the repair's
-// publishes find it with its partitions (an auto-created topic would have
-// the broker's default count).
-func (kb kafkaBroker) Audit(ctx context.Context, name string, prev []byte) ([]byte, *forwarder.Loss, error) {
+// Check judges each held record of the Kafka topic name
+// ([forwarder.Auditor]). It reads the topic's metadata (its id and
+// partitions), the committed offsets of the consumer groups of the
+// backend's prefix, each partition's log start offset and high watermark,
+// and the held records themselves, compared by message id; see judge for
+// the rules. A topic found missing is created again with the backend's
+// partitions, so that the repair's publishes find it (a topic created by
+// the broker's auto-creation would have the broker's default count).
+//
+// Cost: a metadata request; a ListGroups per broker and an OffsetFetch per
+// group of the prefix, twice when a held record is missing; two ListOffsets
+// per partition leader; Fetch requests from the lowest held offset of each
+// partition, one request per leader a round, a round reading
+// fetchPartitionBytes of each partition still to look at and skipping to
+// the next held offset, within fetchBudget: about the held records' bytes.
+func (kb kafkaBroker) Check(ctx context.Context, name string, prev []byte, held []forwarder.Held) (forwarder.Verdict, error) {
 	b := kb.b
-	var st *auditState
-	if len(prev) > 0 {
-		st = new(auditState)
-		if err := json.Unmarshal(prev, st); err != nil || st.V != auditVersion {
-			st = nil // unreadable: a new baseline, as for a lost state
-		}
+	var st auditState
+	if json.Unmarshal(prev, &st) != nil || st.V != auditVersion {
+		st = auditState{} // none, or the old audit's: as for a lost state
 	}
-	fail := func(err error) ([]byte, *forwarder.Loss, error) {
-		return nil, nil, fmt.Errorf("kafka audit %s: %w", name, err)
+	places := make([]place, len(held))
+	for i, h := range held {
+		places[i] = parsePosition(h.Position)
 	}
-	now := time.Now().UnixMilli() // before the look: every bound errs early
-	var o observed
+	fail := func(err error) (forwarder.Verdict, error) {
+		return forwarder.Verdict{}, fmt.Errorf("kafka audit %s: %w", name, err)
+	}
+	var l topicLook
 	err := withContext(ctx, func() (err error) {
-		o, err = b.observe(name)
+		l, err = b.look(name, places)
 		return err
 	})
 	if err != nil {
 		return fail(err)
 	}
-	reason, since := decide(st, o)
-
-	next := auditState{V: auditVersion, Exists: o.exists, ID: o.id}
-	if o.exists {
-		if st != nil && st.Exists && reason == "" {
-			next.Samples = st.Samples
-		}
-		next.Samples = addSample(next.Samples, now, o.high)
-		floors, err := b.groupFloors(ctx, name, o)
+	status, reason := judge(st.ID, l, places, held)
+	next := auditState{V: auditVersion, ID: l.id}
+	if !l.exists {
+		err := withContext(ctx, func() error {
+			if err := b.createTopic(name); err != nil {
+				return err
+			}
+			// The receipts of the next Check are the new topic's.
+			_, id, err := b.describeTopic(name)
+			next.ID = id.id
+			return err
+		})
 		if err != nil {
 			return fail(err)
 		}
-		next.Parts = make([]partState, len(o.high))
-		unplaced := map[int32]int64{} // partition -> floor older than every sample
-		for p := range o.high {
-			t, ok := floorTime(next.Samples, p, floors[p], o.high[p], now)
-			if !ok {
-				unplaced[int32(p)] = floors[p]
-			}
-			next.Parts[p] = partState{High: o.high[p], Start: o.start[p], Floor: t}
-		}
-		if len(unplaced) > 0 {
-			var times map[int32]time.Time
-			err := withContext(ctx, func() (err error) {
-				times, err = b.recordTimes(name, o, unplaced)
-				return err
-			})
-			if err != nil {
-				return fail(err)
-			}
-			for p := range unplaced {
-				// Zero when the record was trimmed meanwhile: the
-				// epoch, everything retained, errs early.
-				next.Parts[p].Floor = min(max(times[p].UnixMilli(), 0), now)
-			}
-		}
-	} else if st != nil && st.Exists {
-		// Created again for the repair; the next audit takes the new
-		// topic as its baseline.
-		if err := withContext(ctx, func() error { return b.createTopic(name) }); err != nil {
-			return fail(err)
-		}
 	}
-	raw, err := json.Marshal(next)
+	state, err := json.Marshal(next)
 	if err != nil {
 		return fail(err)
 	}
-	if reason == "" {
-		return raw, nil, nil
-	}
-	return raw, &forwarder.Loss{Since: since, Reason: reason}, nil
+	return forwarder.Verdict{State: state, Status: status, Reason: reason}, nil
 }
 
-// observe reads the topic's id, partitions, high watermarks and log start
-// offsets.
-func (b *kafkaBackend) observe(name string) (observed, error) {
+// topicLook is what Check read of a Kafka topic.
+type topicLook struct {
+	exists bool
+	id     string     // "" when the broker gives none
+	parts  []partLook // by partition id
+	// before are the groups' offsets read before the records were fetched:
+	// what a group had consumed then, it consumed while the record found
+	// was there. after are those read after, for records found missing
+	// (their trim may have come after the first read); nil when no held
+	// record was missing, and then before stands for them.
+	before, after []groupLook
+}
+
+// partLook is what Check read of one partition.
+type partLook struct {
+	start, high int64 // log start offset, high watermark
+	// records maps the offset of each record fetched to its message id
+	// ("" when it has none).
+	records map[int64]string
+	// covered are the offset ranges [from, to) the fetches read whole:
+	// a held offset in one that is not in records is missing from the log.
+	covered []span
+	// unread: the broker's record format has no headers (before Kafka
+	// 0.11) or no fetch was made: a held offset in [start, high) is taken
+	// for present.
+	unread bool
+}
+
+type span struct{ from, to int64 }
+
+func (pl partLook) isCovered(o int64) bool {
+	return slices.ContainsFunc(pl.covered, func(s span) bool { return s.from <= o && o < s.to })
+}
+
+// groupLook is one consumer group reading the topic: for each partition,
+// the next offset it reads, -1 when it has no committed offset there that
+// Check trusts (it then reads from the log start, as a new group does).
+type groupLook struct {
+	name string
+	next []int64
+}
+
+// judge is Check's decision for each held record (its place, its message
+// id), and the reason of the first loss. prevID is the topic id the
+// previous Check saw.
+//
+// Lost:
+//   - the topic is missing (deleted: Kafka dropped its groups' offsets with
+//     it), or the partition is;
+//   - the offset is at or above the high watermark: the log was truncated
+//     (an unclean leader election, a log restored from an older copy) or
+//     the topic recreated and not yet written that far. A group's offset
+//     past it is no proof: it is an offset in the log that was cut;
+//   - the record at the offset holds another message: the topic was
+//     recreated, or the log truncated and written again;
+//   - below the log start offset (retention, DeleteRecords) or missing
+//     inside the log (compaction), while some group had not committed past
+//     it, or when the topic's id changed since the previous Check (the
+//     record may be the old topic's, which every group may never have
+//     read).
+//
+// Settled: found, with every group of the topic committed past it (at
+// least one group); or gone below the log start or from inside the log
+// with no group short of it (none at all counts: a group created later
+// starts at the log start, and could never read it).
+//
+// Unsettled: found (or not fetched, beyond the budget) while some group,
+// or no group yet, has not consumed it.
+func judge(prevID string, l topicLook, places []place, held []forwarder.Held) ([]forwarder.Status, string) {
+	status := make([]forwarder.Status, len(held))
+	reason := ""
+	lose := func(i int, why string) {
+		status[i] = forwarder.Lost
+		if reason == "" {
+			reason = why
+		}
+	}
+	after := l.after
+	if after == nil {
+		after = l.before
+	}
+	recreated := prevID != "" && l.id != "" && prevID != l.id
+	for i, pl := range places {
+		pos := held[i].Position
+		if !pl.ok {
+			lose(i, fmt.Sprintf("position %q unreadable", pos))
+			continue
+		}
+		if !l.exists {
+			lose(i, fmt.Sprintf("topic missing, record %s was acknowledged to the forwarder", pos))
+			continue
+		}
+		if int(pl.p) >= len(l.parts) {
+			lose(i, fmt.Sprintf("partition %d missing (the topic has %d): the topic was recreated", pl.p, len(l.parts)))
+			continue
+		}
+		part := l.parts[pl.p]
+		switch rec, found := part.records[pl.o]; {
+		case pl.o >= part.high:
+			lose(i, fmt.Sprintf("record %s at or above partition %d's high watermark %d: the log was truncated (unclean leader election, restored copy) or the topic recreated",
+				pos, pl.p, part.high))
+		case pl.o < part.start && recreated:
+			lose(i, fmt.Sprintf("record %s below partition %d's log start offset %d, and the topic was recreated since the last audit (id %s, was %s)",
+				pos, pl.p, part.start, l.id, prevID))
+		case pl.o < part.start:
+			if g := shortOf(after, pl, part.start); g != "" {
+				lose(i, fmt.Sprintf("record %s removed below partition %d's log start offset %d (retention, DeleteRecords) before group %s consumed it",
+					pos, pl.p, part.start, g))
+			} else {
+				status[i] = forwarder.Settled
+			}
+		case found && held[i].MessageID != "" && rec != "" && rec != held[i].MessageID:
+			lose(i, fmt.Sprintf("record %s holds another message: the topic was recreated, or the log truncated and written again", pos))
+		case found || part.unread:
+			if len(l.before) > 0 && shortOf(l.before, pl, part.start) == "" {
+				status[i] = forwarder.Settled
+			}
+		case part.isCovered(pl.o):
+			if g := shortOf(after, pl, part.start); g != "" {
+				lose(i, fmt.Sprintf("record %s missing from partition %d's log (compacted?) before group %s consumed it", pos, pl.p, g))
+			} else {
+				status[i] = forwarder.Settled
+			}
+		default:
+			// Not fetched (beyond the budget): looked for at a later audit.
+		}
+	}
+	return status, reason
+}
+
+// shortOf names a group that has not consumed the record at pl (its next
+// offset, or the log start for a group without one, at or below it), ""
+// when every group has (or there is none).
+func shortOf(groups []groupLook, pl place, start int64) string {
+	for _, g := range groups {
+		next := int64(-1)
+		if int(pl.p) < len(g.next) {
+			next = g.next[pl.p]
+		}
+		if next < 0 {
+			next = start
+		}
+		if next <= pl.o {
+			return g.name
+		}
+	}
+	return ""
+}
+
+// look reads the topic: metadata, the groups' offsets, the partitions'
+// offsets, the held records, and the groups' offsets again when a held
+// record is missing.
+func (b *kafkaBackend) look(name string, places []place) (topicLook, error) {
 	meta, id, err := b.describeTopic(name)
 	if err != nil || !id.exists {
-		return observed{}, err
+		return topicLook{}, err
 	}
-	o := observed{exists: true, id: id.id}
+	l := topicLook{exists: true, id: id.id}
 	n := 0
 	byLeader := map[int32][]int32{}
 	for _, p := range meta.Partitions {
@@ -324,10 +296,9 @@ func (b *kafkaBackend) observe(name string) (observed, error) {
 		byLeader[p.Leader] = append(byLeader[p.Leader], p.ID)
 	}
 	if n != len(meta.Partitions) {
-		return observed{}, fmt.Errorf("describe topic: partitions %d of ids up to %d", len(meta.Partitions), n-1)
+		return topicLook{}, fmt.Errorf("describe topic: %d partitions of ids up to %d", len(meta.Partitions), n-1)
 	}
-	o.high, o.start = make([]int64, n), make([]int64, n)
-	o.leaders = map[*sarama.Broker][]int32{}
+	leaders := map[*sarama.Broker][]int32{}
 	for leader, parts := range byLeader {
 		broker, err := b.client.Broker(leader)
 		if errors.Is(err, sarama.ErrBrokerNotFound) {
@@ -336,37 +307,330 @@ func (b *kafkaBackend) observe(name string) (observed, error) {
 			broker, err = b.client.Leader(name, parts[0])
 		}
 		if err != nil {
-			return observed{}, fmt.Errorf("leader %d of partitions %v: %w", leader, parts, err)
+			return topicLook{}, fmt.Errorf("leader %d of partitions %v: %w", leader, parts, err)
 		}
-		o.leaders[broker] = parts
-		for _, at := range []struct {
-			ts  int64
-			out []int64
-		}{{sarama.OffsetNewest, o.high}, {sarama.OffsetOldest, o.start}} {
-			req := sarama.NewOffsetRequest(b.client.Config().Version)
-			for _, p := range parts {
-				req.AddBlock(name, p, at.ts, 1)
+		leaders[broker] = parts
+	}
+	before, err := b.groupCommits(name, n)
+	if err != nil {
+		return topicLook{}, err
+	}
+	l.parts = make([]partLook, n)
+	for broker, parts := range leaders {
+		if err := b.listOffsets(broker, name, parts, l.parts); err != nil {
+			return topicLook{}, err
+		}
+	}
+	want := make([][]int64, n) // the held offsets of each partition inside its log, sorted
+	for _, pl := range places {
+		if pl.ok && int(pl.p) < n && pl.o >= l.parts[pl.p].start && pl.o < l.parts[pl.p].high {
+			want[pl.p] = append(want[pl.p], pl.o)
+		}
+	}
+	for p := range want {
+		slices.Sort(want[p])
+		want[p] = slices.Compact(want[p])
+	}
+	if b.client.Config().Version.IsAtLeast(sarama.V0_11_0_0) {
+		budget := fetchBudget
+		for broker, parts := range leaders {
+			if err := b.fetchHeld(broker, name, parts, want, l.parts, &budget); err != nil {
+				return topicLook{}, err
 			}
-			resp, err := broker.GetAvailableOffsets(req)
-			if err != nil {
-				return observed{}, fmt.Errorf("list offsets: %w", err)
+		}
+	} else {
+		for p := range l.parts {
+			l.parts[p].unread = true
+		}
+	}
+	l.before = trusted(before, l)
+	missing := false
+	for _, pl := range places {
+		if !pl.ok || int(pl.p) >= n {
+			continue
+		}
+		part := l.parts[pl.p]
+		_, found := part.records[pl.o]
+		missing = missing || pl.o < part.start || (!found && part.isCovered(pl.o))
+	}
+	if missing {
+		after, err := b.groupCommits(name, n)
+		if err != nil {
+			return topicLook{}, err
+		}
+		l.after = trusted(after, l)
+	}
+	return l, nil
+}
+
+// listOffsets sets the log start offset and the high watermark of parts,
+// led by broker: two ListOffsets requests.
+func (b *kafkaBackend) listOffsets(broker *sarama.Broker, name string, parts []int32, out []partLook) error {
+	for _, at := range []int64{sarama.OffsetNewest, sarama.OffsetOldest} {
+		req := sarama.NewOffsetRequest(b.client.Config().Version)
+		for _, p := range parts {
+			req.AddBlock(name, p, at, 1)
+		}
+		resp, err := broker.GetAvailableOffsets(req)
+		if err != nil {
+			return fmt.Errorf("list offsets: %w", err)
+		}
+		for _, p := range parts {
+			blk := resp.GetBlock(name, p)
+			var off int64
+			switch {
+			case blk == nil:
+				return fmt.Errorf("list offsets: partition %d: %w", p, sarama.ErrIncompleteResponse)
+			case !errors.Is(blk.Err, sarama.ErrNoError):
+				return fmt.Errorf("list offsets: partition %d: %w", p, blk.Err)
+			case req.Version == 0 && len(blk.Offsets) == 1:
+				off = blk.Offsets[0]
+			default:
+				off = blk.Offset
 			}
-			for _, p := range parts {
-				blk := resp.GetBlock(name, p)
-				switch {
-				case blk == nil:
-					return observed{}, fmt.Errorf("list offsets: partition %d: %w", p, sarama.ErrIncompleteResponse)
-				case !errors.Is(blk.Err, sarama.ErrNoError):
-					return observed{}, fmt.Errorf("list offsets: partition %d: %w", p, blk.Err)
-				case req.Version == 0 && len(blk.Offsets) == 1:
-					at.out[p] = blk.Offsets[0]
-				default:
-					at.out[p] = blk.Offset
-				}
+			if at == sarama.OffsetNewest {
+				out[p].high = off
+			} else {
+				out[p].start = off
 			}
 		}
 	}
-	return o, nil
+	return nil
+}
+
+// fetchHeld reads, from broker, the records of parts at the offsets of
+// want, into out's records and covered: rounds of one Fetch request, each
+// partition from its lowest held offset not read yet, fetchPartitionBytes
+// at a time, skipping what lies between two held offsets beyond what a
+// round returned. A partition whose offset is out of range (retention, a
+// truncation, racing the look) has its offsets read again, and the held
+// offsets outside them are judged with those.
+func (b *kafkaBackend) fetchHeld(broker *sarama.Broker, name string, parts []int32, want [][]int64, out []partLook, budget *int64) error {
+	next := map[int32]int{} // index in want[p] of the next offset to read
+	for _, p := range parts {
+		if len(want[p]) > 0 {
+			next[p] = 0
+			out[p].records = map[int64]string{}
+		}
+	}
+	for len(next) > 0 && *budget > 0 {
+		from := make(map[int32]int64, len(next))
+		for p, k := range next {
+			from[p] = want[p][k]
+			*budget -= int64(fetchPartitionBytes)
+		}
+		got, err := b.fetchFrom(broker, name, from)
+		if err != nil {
+			return err
+		}
+		for p, f := range got {
+			skip := int64(0) // the held offsets below it are read, or judged without a read
+			switch {
+			case errors.Is(f.err, sarama.ErrOffsetOutOfRange):
+				if err := b.listOffsets(broker, name, []int32{p}, out); err != nil {
+					return err
+				}
+			case !errors.Is(f.err, sarama.ErrNoError):
+				return fmt.Errorf("fetch partition %d from %d: %w", p, from[p], f.err)
+			case f.to <= from[p]:
+				delete(next, p) // nothing to read there: the rest is not looked at
+				continue
+			default:
+				maps.Copy(out[p].records, f.records)
+				out[p].covered = append(out[p].covered, span{from[p], f.to})
+				skip = f.to
+			}
+			skip = max(skip, out[p].start)
+			k := next[p]
+			for k < len(want[p]) && want[p][k] < skip {
+				k++
+			}
+			if k == len(want[p]) || want[p][k] >= out[p].high {
+				delete(next, p)
+			} else {
+				next[p] = k
+			}
+		}
+	}
+	return nil
+}
+
+// fetched is one partition's part of a Fetch answer.
+type fetched struct {
+	err     sarama.KError
+	records map[int64]string // offset -> message id
+	// to is the offset after the last one the answer accounted for (the
+	// last record batch's last offset, or the last record decoded of a
+	// batch cut short); the asked offset when it held none.
+	to int64
+}
+
+// fetchFrom sends one Fetch request to broker for name's partitions, each
+// from its offset in from.
+func (b *kafkaBackend) fetchFrom(broker *sarama.Broker, name string, from map[int32]int64) (map[int32]fetched, error) {
+	req := &sarama.FetchRequest{Version: 4, MinBytes: 1, MaxWaitTime: 100, MaxBytes: 8 << 20, Isolation: sarama.ReadUncommitted}
+	for p, off := range from {
+		req.AddBlock(name, p, off, fetchPartitionBytes, -1)
+	}
+	resp, err := broker.Fetch(req)
+	if err != nil {
+		return nil, fmt.Errorf("fetch: %w", err)
+	}
+	out := make(map[int32]fetched, len(from))
+	for p, off := range from {
+		blk := resp.GetBlock(name, p)
+		if blk == nil {
+			return nil, fmt.Errorf("fetch partition %d: %w", p, sarama.ErrIncompleteResponse)
+		}
+		f := fetched{err: blk.Err, records: map[int64]string{}, to: off}
+		for _, rs := range blk.RecordsSet {
+			batch := rs.RecordBatch
+			if batch == nil {
+				continue
+			}
+			last := batch.LastOffset()
+			if batch.PartialTrailingRecord {
+				last = off - 1
+			}
+			for _, r := range batch.Records {
+				o := batch.FirstOffset + r.OffsetDelta
+				if !batch.Control {
+					f.records[o] = headerID(r.Headers)
+				}
+				if batch.PartialTrailingRecord {
+					last = max(last, o)
+				}
+			}
+			f.to = max(f.to, last+1)
+		}
+		out[p] = f
+	}
+	return out, nil
+}
+
+// headerID is the watermill message id among headers, "" when none.
+func headerID(headers []*sarama.RecordHeader) string {
+	for _, h := range headers {
+		if h != nil && string(h.Key) == kafka.UUIDHeaderKey {
+			return string(h.Value)
+		}
+	}
+	return ""
+}
+
+// groupOffsets is one group's committed offsets on the topic, by
+// partition; offset -1 where it has none.
+type groupOffsets struct {
+	name    string
+	commits []commit
+}
+
+type commit struct {
+	offset int64
+	meta   string // the commit's metadata: the subscriber's stamp
+}
+
+// groupCommits reads the committed offsets on name's n partitions of every
+// consumer group of the backend's prefix that has one on the topic: a
+// ListGroups per broker, an OffsetFetch per group. Groups outside the
+// prefix are not Outflow's and are not counted.
+func (b *kafkaBackend) groupCommits(name string, n int) ([]groupOffsets, error) {
+	groups, err := b.admin.ListConsumerGroups()
+	if err != nil {
+		return nil, fmt.Errorf("list consumer groups: %w", err)
+	}
+	names := make([]string, 0, len(groups))
+	for g := range groups {
+		if strings.HasPrefix(g, b.cfg.Kafka.TopicPrefix) {
+			names = append(names, g)
+		}
+	}
+	slices.Sort(names) // the same group named first each time, for the log
+	parts := make([]int32, n)
+	for i := range parts {
+		parts[i] = int32(i)
+	}
+	var out []groupOffsets
+	for _, g := range names {
+		resp, err := b.admin.ListConsumerGroupOffsets(g, map[string][]int32{name: parts})
+		switch {
+		case errors.Is(err, sarama.ErrGroupIDNotFound):
+			continue // gone meanwhile, or no offsets yet (kfake)
+		case err != nil:
+			return nil, fmt.Errorf("offsets of group %s: %w", g, err)
+		}
+		o := groupOffsets{name: g, commits: make([]commit, n)}
+		reads := false
+		for i, p := range parts {
+			o.commits[i].offset = -1
+			if blk := resp.GetBlock(name, p); blk != nil && errors.Is(blk.Err, sarama.ErrNoError) && blk.Offset >= 0 {
+				o.commits[i] = commit{offset: blk.Offset, meta: blk.Metadata}
+				reads = true
+			}
+		}
+		if reads {
+			out = append(out, o)
+		}
+	}
+	return out, nil
+}
+
+// trusted is the groups' next offsets Check counts: a commit stamped by
+// the subscriber with another topic id is the old topic's (the old session
+// committed after the deletion); one past the high watermark is an offset
+// in a log since cut; one whose stamp names another message than the
+// record now before it was made in a log since truncated and written
+// again. Such a group reads that partition from where its subscriber's
+// next session resets it, the log start: it counts as having no offset
+// there.
+func trusted(groups []groupOffsets, l topicLook) []groupLook {
+	out := make([]groupLook, len(groups))
+	for i, g := range groups {
+		out[i] = groupLook{name: g.name, next: make([]int64, len(g.commits))}
+		for p, c := range g.commits {
+			out[i].next[p] = -1
+			if p < len(l.parts) && trustCommit(c, l.id, l.parts[p]) {
+				out[i].next[p] = c.offset
+			}
+		}
+	}
+	return out
+}
+
+func trustCommit(c commit, id string, part partLook) bool {
+	if c.offset < 0 || c.offset > part.high {
+		return false
+	}
+	s := parseStamp(c.meta)
+	if s.topicID != "" && id != "" && s.topicID != id {
+		return false
+	}
+	if s.messageID != "" && c.offset > part.start {
+		if rec, ok := part.records[c.offset-1]; ok && rec != "" && rec != s.messageID {
+			return false
+		}
+	}
+	return true
+}
+
+// stamp is the metadata the subscriber commits with each offset (see
+// incarnationTracer): the topic id of its session, and the message id of
+// the record before the offset when it marked a message.
+type stamp struct{ topicID, messageID string }
+
+// String is the metadata: "<topic id> <message id>", the topic id alone
+// (no message: an offset reset, or a stamp from before message ids), or
+// " <message id>" (a broker without topic ids).
+func (s stamp) String() string {
+	if s.messageID == "" {
+		return s.topicID
+	}
+	return s.topicID + " " + s.messageID
+}
+
+func parseStamp(meta string) stamp {
+	tid, mid, _ := strings.Cut(meta, " ")
+	return stamp{topicID: tid, messageID: mid}
 }
 
 // topicIdentity tells one incarnation of a topic from the next: the audit
@@ -394,128 +658,6 @@ func (b *kafkaBackend) describeTopic(name string) (*sarama.TopicMetadata, topicI
 		id.id = meta[0].Uuid.String()
 	}
 	return meta[0], id, nil
-}
-
-// groupFloors is, per partition of o, the lowest offset some consumer
-// group of the backend's prefix has not consumed: the lowest committed
-// offset over the groups with a committed offset on the topic (a group
-// without one on a partition reads it from the log start, as a new group
-// does), the log start offset when no group reads the topic. Groups
-// outside the prefix are not Outflow's and are not counted.
-func (b *kafkaBackend) groupFloors(ctx context.Context, name string, o observed) ([]int64, error) {
-	floors := slices.Clone(o.high)
-	parts := make([]int32, len(o.high))
-	for i := range parts {
-		parts[i] = int32(i)
-	}
-	err := withContext(ctx, func() error {
-		groups, err := b.admin.ListConsumerGroups()
-		if err != nil {
-			return fmt.Errorf("list consumer groups: %w", err)
-		}
-		read := false
-		for g := range groups {
-			if !strings.HasPrefix(g, b.cfg.Kafka.TopicPrefix) {
-				continue
-			}
-			resp, err := b.admin.ListConsumerGroupOffsets(g, map[string][]int32{name: parts})
-			switch {
-			case errors.Is(err, sarama.ErrGroupIDNotFound):
-				continue // gone meanwhile, or no offsets yet (kfake)
-			case err != nil:
-				return fmt.Errorf("offsets of group %s: %w", g, err)
-			}
-			committed := make([]int64, len(parts))
-			reads := false
-			for i, p := range parts {
-				committed[i] = -1
-				if blk := resp.GetBlock(name, p); blk != nil && errors.Is(blk.Err, sarama.ErrNoError) {
-					committed[i] = blk.Offset
-				}
-				reads = reads || committed[i] >= 0
-			}
-			if !reads {
-				continue // a group of other topics
-			}
-			read = true
-			for i, c := range committed {
-				if c < 0 {
-					c = o.start[i]
-				}
-				floors[i] = min(floors[i], c)
-			}
-		}
-		if !read {
-			copy(floors, o.start)
-		}
-		return nil
-	})
-	if err != nil {
-		return nil, err
-	}
-	for i := range floors {
-		floors[i] = max(floors[i], o.start[i])
-	}
-	return floors, nil
-}
-
-// recordTimes fetches the timestamp of the record at (or the first after)
-// each partition's offset in at: one fetch request per partition (a broker
-// returns the first batch of a request's first partition whole, however
-// small the limit asked, and only that one), whose answer is the one
-// record batch holding the offset. A partition whose record is gone
-// (trimmed meanwhile) gets no time.
-func (b *kafkaBackend) recordTimes(name string, o observed, at map[int32]int64) (map[int32]time.Time, error) {
-	times := map[int32]time.Time{}
-	if !b.client.Config().Version.IsAtLeast(sarama.V0_11_0_0) {
-		return times, nil // no record batches to read timestamps from: the epoch
-	}
-	for broker, parts := range o.leaders {
-		for _, p := range parts {
-			off, ok := at[p]
-			if !ok {
-				continue
-			}
-			req := &sarama.FetchRequest{Version: 4, MinBytes: 1, MaxWaitTime: 100, MaxBytes: 1, Isolation: sarama.ReadUncommitted}
-			req.AddBlock(name, p, off, 1, -1)
-			resp, err := broker.Fetch(req)
-			if err != nil {
-				return nil, fmt.Errorf("fetch partition %d's offset %d: %w", p, off, err)
-			}
-			blk := resp.GetBlock(name, p)
-			switch {
-			case blk == nil:
-				return nil, fmt.Errorf("fetch partition %d: %w", p, sarama.ErrIncompleteResponse)
-			case errors.Is(blk.Err, sarama.ErrOffsetOutOfRange):
-				continue
-			case !errors.Is(blk.Err, sarama.ErrNoError):
-				return nil, fmt.Errorf("fetch partition %d: %w", p, blk.Err)
-			}
-			times[p] = firstTimeFrom(blk.RecordsSet, off)
-		}
-	}
-	return times, nil
-}
-
-// firstTimeFrom is the timestamp of the first record at or after offset in
-// sets, zero when there is none.
-func firstTimeFrom(sets []*sarama.Records, offset int64) time.Time {
-	for _, rs := range sets {
-		batch := rs.RecordBatch
-		if batch == nil || batch.Control {
-			continue
-		}
-		for _, r := range batch.Records {
-			if batch.FirstOffset+r.OffsetDelta < offset {
-				continue
-			}
-			if batch.LogAppendTime {
-				return batch.MaxTimestamp
-			}
-			return batch.FirstTimestamp.Add(r.TimestampDelta)
-		}
-	}
-	return time.Time{}
 }
 
 // createTopic creates name with the backend's settings, unless it exists.

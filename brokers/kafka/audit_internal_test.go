@@ -3,129 +3,134 @@ package kafka
 import (
 	"strings"
 	"testing"
-	"time"
 
 	"github.com/stretchr/testify/require"
+
+	"github.com/outflow-dev/outflow/forwarder"
 )
 
-func TestDecide(t *testing.T) {
+func TestJudge(t *testing.T) {
 	t.Parallel()
-	// Two partitions; samples at t=1000 (watermarks 10, 5), 2000 (20, 5),
-	// 3000 (30, 8); the floors: partition 0 consumed up to 20 (its time,
-	// 2000), partition 1 up to 5 (2000).
-	prev := &auditState{V: auditVersion, Exists: true, ID: "A",
-		Parts:   []partState{{High: 30, Start: 0, Floor: 2000}, {High: 8, Start: 2, Floor: 2000}},
-		Samples: []sample{{At: 1000, High: []int64{10, 5}}, {At: 2000, High: []int64{20, 5}}, {At: 3000, High: []int64{30, 8}}}}
-	seen := func(mut func(o *observed)) observed {
-		o := observed{exists: true, id: "A", high: []int64{30, 8}, start: []int64{0, 2}}
+	const (
+		U = forwarder.Unsettled
+		S = forwarder.Settled
+		L = forwarder.Lost
+	)
+	// One partition: the log holds offsets [10, 20); the records at 10 to
+	// 14 were fetched (m10 to m14), the fetch covered [10, 15).
+	part := func(mut func(*partLook)) partLook {
+		pl := partLook{start: 10, high: 20, covered: []span{{10, 15}},
+			records: map[int64]string{10: "m10", 11: "m11", 12: "m12", 13: "m13", 14: "m14"}}
 		if mut != nil {
-			mut(&o)
+			mut(&pl)
 		}
-		return o
+		return pl
 	}
+	look := func(groups ...groupLook) topicLook {
+		return topicLook{exists: true, id: "A", parts: []partLook{part(nil)}, before: groups}
+	}
+	g := func(name string, next int64) groupLook { return groupLook{name: name, next: []int64{next}} }
+	h := func(pos, id string) forwarder.Held { return forwarder.Held{Position: pos, MessageID: id} }
 	for _, tt := range []struct {
-		name  string
-		prev  *auditState
-		o     observed
-		want  string // a part of the reason; "" for no loss
-		since int64  // Unix ms
+		name   string
+		prevID string
+		l      topicLook
+		held   []forwarder.Held
+		want   []forwarder.Status
+		reason string // a part of the reason; "" when nothing is lost
 	}{
-		{"no state: a baseline", nil, observed{}, "", 0},
-		{"topic missing at the baseline, created since", &auditState{V: auditVersion}, seen(nil), "", 0},
-		{"nothing changed", prev, seen(nil), "", 0},
-		{"written", prev, seen(func(o *observed) { o.high = []int64{40, 9} }), "", 0},
-		{"retention or DeleteRecords: log start offsets forward", prev,
-			seen(func(o *observed) { o.start = []int64{30, 8} }), "", 0},
-		{"partitions added", prev, seen(func(o *observed) { o.high, o.start = []int64{30, 8, 0}, []int64{0, 2, 0} }), "", 0},
-		{"topic missing", prev, observed{}, "topic missing", 2000},
-		{"topic recreated, more records than before", prev,
-			seen(func(o *observed) { o.id, o.high = "B", []int64{50, 50} }), "topic recreated (id B, was A)", 2000},
-		{"no topic ids: fewer partitions", &auditState{V: auditVersion, Exists: true, Parts: prev.Parts, Samples: prev.Samples},
-			seen(func(o *observed) { o.id, o.high, o.start = "", []int64{30}, []int64{0} }), "partitions went from 2 to 1", 2000},
-		{"no topic ids: a log start offset went back", &auditState{V: auditVersion, Exists: true, Parts: prev.Parts, Samples: prev.Samples},
-			seen(func(o *observed) { o.id, o.start, o.high = "", []int64{0, 0}, []int64{30, 9} }), "partition 1's log start offset went back from 2 to 0", 2000},
-		// Without ids, any offset back puts back the whole topic, from the
-		// lowest floor: a recreation may show on one partition only (the
-		// other one's new records already past its old offsets).
-		{"no topic ids: a log start offset back on one partition, the other's floor lower", &auditState{V: auditVersion, Exists: true,
-			Parts: []partState{{High: 1000, Start: 0, Floor: 1000}, {High: 500, Start: 300, Floor: 9000}}},
-			observed{exists: true, high: []int64{1200, 10}, start: []int64{0, 0}}, "partition 1's log start offset went back", 1000},
-		{"no topic ids: a high watermark back is not refined by the samples", &auditState{V: auditVersion, Exists: true,
-			Parts: []partState{{High: 1000, Floor: 1000}}, Samples: []sample{{At: 5000, High: []int64{300}}}},
-			observed{exists: true, high: []int64{300}, start: []int64{0}}, "a truncation and a recreation look alike", 1000},
-		{"same topic id: a log start offset seen lower (a new leader) is no loss", prev,
-			seen(func(o *observed) { o.start = []int64{0, 0} }), "", 0},
-		// Truncated to 25: records from 25 were acknowledged after the
-		// sample of 20 (2000) at the earliest; the floor is 2000 too.
-		{"high watermark back, within what the groups had not consumed", prev,
-			seen(func(o *observed) { o.high = []int64{25, 8} }), "partition 0's high watermark went back from 30 to 25", 2000},
-		// Truncated to 29 on a partition consumed up to 20: the records lost
-		// were acknowledged after the sample at 2000.
-		{"high watermark back, above every sample but the last", &auditState{V: auditVersion, Exists: true, ID: "A",
-			Parts: []partState{{High: 30, Floor: 1000}, {High: 8, Start: 2, Floor: 1000}}, Samples: prev.Samples},
-			seen(func(o *observed) { o.high = []int64{29, 8} }), "went back from 30 to 29", 2000},
-		// The floor's time is later than the truncation's sample: what the
-		// groups had consumed is not sent again.
-		{"high watermark back below what the groups had consumed", &auditState{V: auditVersion, Exists: true, ID: "A",
-			Parts: []partState{{High: 30, Floor: 2500}, {High: 8, Start: 2, Floor: 2500}}, Samples: prev.Samples},
-			seen(func(o *observed) { o.high = []int64{15, 8} }), "went back from 30 to 15", 2500},
-		{"high watermark back below every sample: the floor", &auditState{V: auditVersion, Exists: true, ID: "A",
-			Parts: []partState{{High: 30, Floor: 500}, {High: 8, Start: 2, Floor: 500}}, Samples: prev.Samples[1:]},
-			seen(func(o *observed) { o.high = []int64{15, 8} }), "went back from 30 to 15", 500},
-		{"two partitions back: the earliest", prev,
-			seen(func(o *observed) { o.high = []int64{25, 4} }), "partition 1's high watermark went back from 8 to 4", 2000},
+		{"found, no group yet", "A", look(), []forwarder.Held{h("0:12", "m12")}, []forwarder.Status{U}, ""},
+		{"found, every group past it", "A", look(g("g", 13), g("h", 20)), []forwarder.Held{h("0:12", "m12")}, []forwarder.Status{S}, ""},
+		{"found, a group at it", "A", look(g("g", 13), g("h", 12)), []forwarder.Held{h("0:12", "m12")}, []forwarder.Status{U}, ""},
+		{"found, a group with no offset reads from the log start", "A", look(g("g", 13), g("new", -1)),
+			[]forwarder.Held{h("0:12", "m12")}, []forwarder.Status{U}, ""},
+		{"found without a message id to compare (the row purged)", "A", look(g("g", 20)), []forwarder.Held{h("0:12", "")}, []forwarder.Status{S}, ""},
+		{"another message at the offset", "A", look(g("g", 20)), []forwarder.Held{h("0:12", "other")}, []forwarder.Status{L}, "holds another message"},
+		{"at the high watermark: truncated, a group's offset past it no proof", "A", look(g("g", 25)),
+			[]forwarder.Held{h("0:20", "m20"), h("0:24", "m24")}, []forwarder.Status{L, L}, "at or above partition 0's high watermark 20"},
+		{"below the log start, every group past it", "A", look(g("g", 12), g("h", 15)), []forwarder.Held{h("0:5", "m5")}, []forwarder.Status{S}, ""},
+		{"below the log start, a group short of it", "A", look(g("g", 12), g("h", 3)), []forwarder.Held{h("0:5", "m5")}, []forwarder.Status{L},
+			"below partition 0's log start offset 10 (retention, DeleteRecords) before group h consumed it"},
+		{"below the log start, a group with no offset (created after the trim)", "A", look(g("g", 12), g("new", -1)),
+			[]forwarder.Held{h("0:5", "m5")}, []forwarder.Status{S}, ""},
+		{"below the log start, no group at all", "A", look(), []forwarder.Held{h("0:5", "m5")}, []forwarder.Status{S}, ""},
+		{"below the log start of a topic recreated since the last Check", "OLD", look(g("g", 12)), []forwarder.Held{h("0:5", "m5")},
+			[]forwarder.Status{L}, "recreated since the last audit (id A, was OLD)"},
+		{"no previous state: trusted", "", look(g("g", 12)), []forwarder.Held{h("0:5", "m5")}, []forwarder.Status{S}, ""},
+		{"missing inside the log (compaction), every group past it", "A",
+			topicLook{exists: true, id: "A", parts: []partLook{part(func(p *partLook) { delete(p.records, 12) })}, before: []groupLook{g("g", 14)}},
+			[]forwarder.Held{h("0:12", "m12")}, []forwarder.Status{S}, ""},
+		{"missing inside the log, a group short of it", "A",
+			topicLook{exists: true, id: "A", parts: []partLook{part(func(p *partLook) { delete(p.records, 12) })}, before: []groupLook{g("g", 11)}},
+			[]forwarder.Held{h("0:12", "m12")}, []forwarder.Status{L}, "missing from partition 0's log"},
+		{"missing records judged with the offsets read after", "A",
+			topicLook{exists: true, id: "A", parts: []partLook{part(nil)}, before: []groupLook{g("g", 3)}, after: []groupLook{g("g", 12)}},
+			[]forwarder.Held{h("0:5", "m5"), h("0:11", "m11")}, []forwarder.Status{S, U}, ""},
+		{"not fetched (beyond the budget): unsettled", "A", look(g("g", 20)), []forwarder.Held{h("0:17", "m17")}, []forwarder.Status{U}, ""},
+		{"no record format with headers: found", "A",
+			topicLook{exists: true, id: "A", parts: []partLook{{start: 10, high: 20, unread: true}}, before: []groupLook{g("g", 20)}},
+			[]forwarder.Held{h("0:17", "m17")}, []forwarder.Status{S}, ""},
+		{"topic missing", "A", topicLook{}, []forwarder.Held{h("0:12", "m12")}, []forwarder.Status{L}, "topic missing"},
+		{"partition missing", "A", look(g("g", 20)), []forwarder.Held{h("3:1", "m")}, []forwarder.Status{L}, "partition 3 missing"},
+		{"position unreadable", "A", look(g("g", 20)), []forwarder.Held{h("12", "m12")}, []forwarder.Status{L}, `position "12" unreadable`},
+		{"the first loss gives the reason", "A", look(g("g", 20)), []forwarder.Held{h("0:12", "m12"), h("0:13", "x"), h("0:22", "m22")},
+			[]forwarder.Status{S, L, L}, "record 0:13 holds another message"},
 	} {
 		t.Run(tt.name, func(t *testing.T) {
-			reason, since := decide(tt.prev, tt.o)
-			if tt.want == "" {
+			places := make([]place, len(tt.held))
+			for i, h := range tt.held {
+				places[i] = parsePosition(h.Position)
+			}
+			status, reason := judge(tt.prevID, tt.l, places, tt.held)
+			require.Equal(t, tt.want, status, reason)
+			if tt.reason == "" {
 				require.Empty(t, reason)
 				return
 			}
-			require.True(t, strings.Contains(reason, tt.want), "reason %q, want %q", reason, tt.want)
-			require.Equal(t, time.UnixMilli(tt.since), since)
+			require.True(t, strings.Contains(reason, tt.reason), "reason %q, want %q", reason, tt.reason)
 		})
 	}
 }
 
-func TestSamples(t *testing.T) {
+// A group's committed offset counts only when it is an offset of the log
+// as it is: the topic's (by the subscriber's stamp), within the log, and,
+// when the record before it was fetched, after the message the group
+// consumed last.
+func TestTrustCommit(t *testing.T) {
 	t.Parallel()
-	var s []sample
-	s = addSample(s, 1000, []int64{0, 0})
-	s = addSample(s, 2000, []int64{10, 0})
-	s = addSample(s, 3000, []int64{10, 0}) // nothing moved: the newest takes the later time
-	require.Equal(t, []sample{{At: 1000, High: []int64{0, 0}}, {At: 3000, High: []int64{10, 0}}}, s)
-	s = addSample(s, 4000, []int64{10, 5, 0}) // a partition added
-
+	part := partLook{start: 10, high: 20, records: map[int64]string{14: "m14"}}
 	for _, tt := range []struct {
-		p      int
-		offset int64
-		want   int64
-		ok     bool
+		name string
+		c    commit
+		want bool
 	}{
-		{0, 0, 1000, true},  // the first record of partition 0 came after the first sample
-		{0, 9, 1000, true},  // so did its tenth
-		{0, 10, 4000, true}, // its eleventh, after the last
-		{1, 0, 3000, true},
-		{1, 4, 3000, true},
-		{2, 0, 4000, true}, // a partition the older samples lack had no records
+		{"no offset", commit{offset: -1}, false},
+		{"no stamp", commit{offset: 15}, true},
+		{"stamped with the topic's id", commit{offset: 15, meta: "A"}, true},
+		{"stamped with another topic's id", commit{offset: 15, meta: "B m14"}, false},
+		{"past the high watermark: the log was cut", commit{offset: 21, meta: "A m20"}, false},
+		{"at the high watermark: consumed everything", commit{offset: 20, meta: "A m19"}, true},
+		{"the record before it is the one the group consumed", commit{offset: 15, meta: "A m14"}, true},
+		{"the record before it is another message: the log was cut and written again", commit{offset: 15, meta: "A m-old"}, false},
+		{"the record before it was not fetched: nothing to compare", commit{offset: 17, meta: "A m16"}, true},
+		{"a broker without topic ids", commit{offset: 15, meta: " m-old"}, false},
+		{"at the log start: the record before it is gone", commit{offset: 10, meta: "A m9"}, true},
 	} {
-		got, ok := sampleTime(s, tt.p, tt.offset)
-		require.Equal(t, tt.ok, ok, "partition %d offset %d", tt.p, tt.offset)
-		require.Equal(t, tt.want, got, "partition %d offset %d", tt.p, tt.offset)
+		t.Run(tt.name, func(t *testing.T) {
+			require.Equal(t, tt.want, trustCommit(tt.c, "A", part))
+		})
 	}
-	_, ok := sampleTime([]sample{{At: 1000, High: []int64{5}}}, 0, 4)
-	require.False(t, ok, "an offset below every sample")
+}
 
-	for i := range 2 * maxSamples {
-		s = addSample(s, int64(5000+i), []int64{int64(20 + i)})
+func TestPositionAndStamp(t *testing.T) {
+	t.Parallel()
+	require.Equal(t, "3:1042", position(3, 1042))
+	require.Equal(t, place{p: 3, o: 1042, ok: true}, parsePosition("3:1042"))
+	for _, bad := range []string{"", "3", "3:", ":4", "a:1", "1:b", "-1:4", "1:-4", "1:2:3", "99999999999:1"} {
+		require.False(t, parsePosition(bad).ok, bad)
 	}
-	require.Len(t, s, maxSamples)
-	require.Equal(t, int64(5000+2*maxSamples-1), s[len(s)-1].At)
-
-	// floorTime: everything consumed is now; otherwise the samples.
-	at, ok := floorTime(s, 0, 200, 200, 9999)
-	require.True(t, ok)
-	require.Equal(t, int64(9999), at)
-	_, ok = floorTime(s, 0, 0, 200, 9999)
-	require.False(t, ok, "a floor older than the history")
+	for _, s := range []stamp{{"A", "m"}, {"A", ""}, {"", "m"}, {"", ""}} {
+		require.Equal(t, s, parseStamp(s.String()))
+	}
+	require.Equal(t, stamp{topicID: "A"}, parseStamp("A"), "a stamp from before message ids")
 }

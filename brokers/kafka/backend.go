@@ -294,6 +294,20 @@ func (kb kafkaBroker) MessageBytes(m forwarder.Outgoing) int {
 // large, or one sarama refuses before sending, is the row's fault;
 // anything else (no broker, no leader, timeouts) is the broker's.
 func (kb kafkaBroker) Publish(ctx context.Context, msgs []forwarder.Outgoing) []error {
+	return kb.publish(ctx, msgs, nil)
+}
+
+// PublishReceipts is Publish, returning each acknowledged record's Kafka
+// topic and "<partition>:<offset>", as the produce answer gave them:
+// [forwarder.Auditor].
+func (kb kafkaBroker) PublishReceipts(ctx context.Context, msgs []forwarder.Outgoing) ([]forwarder.Receipt, []error) {
+	receipts := make([]forwarder.Receipt, len(msgs))
+	return receipts, kb.publish(ctx, msgs, receipts)
+}
+
+// publish is Publish; when receipts is not nil, it sets the receipt of
+// each message acknowledged.
+func (kb kafkaBroker) publish(ctx context.Context, msgs []forwarder.Outgoing, receipts []forwarder.Receipt) []error {
 	b := kb.b
 	errs := make([]error, len(msgs))
 	batch := make([]*sarama.ProducerMessage, 0, len(msgs))
@@ -329,6 +343,17 @@ func (kb kafkaBroker) Publish(ctx context.Context, msgs []forwarder.Outgoing) []
 			errs[i] = fmt.Errorf("%w: connect to Kafka: %w", forwarder.ErrBrokerUnavailable, err)
 		}
 		return errs
+	}
+	if receipts != nil {
+		// sarama sets a record's partition and offset when the broker
+		// acknowledges it, on the message given.
+		defer func() {
+			for j, pm := range batch {
+				if i := sent[j]; errs[i] == nil && pm.Offset >= 0 {
+					receipts[i] = forwarder.Receipt{BrokerTopic: pm.Topic, Position: position(pm.Partition, pm.Offset)}
+				}
+			}
+		}()
 	}
 	done := make(chan error, 1)
 	go func() { done <- p.SendMessages(batch) }()

@@ -19,15 +19,19 @@
 // the group. Lag creates no topic (its metadata request does not
 // auto-create) and joins no group. Ping is a cluster metadata request.
 //
-// The forwarder side is also a [forwarder.Auditor] (audit.go): per Kafka
-// topic, its id and each partition's high watermark and log start offset
-// against the last audit's, with a short history of watermark samples and
-// the consumer groups' committed offsets to place a loss in time; see
-// docs/broker-loss.md.
+// The forwarder side is also a [forwarder.Auditor] (audit.go): a receipt
+// is the record's partition and offset; Check judges each held record by
+// the topic's id and partitions, each partition's log start offset and
+// high watermark, the record at its offset (compared by message id) and
+// the committed offsets of the consumer groups of the backend's prefix;
+// see docs/broker-loss.md.
 //
 // The subscriber (subscriber.go) survives its topic's deletion and
 // recreation: each subscription reads the topic's id every
 // TopicCheckInterval and joins its group again when it changed, and every
 // committed offset carries its topic's id, so that a commit the old
-// session made on the new topic is read back to the start.
+// session made on the new topic is read back to the start. A committed
+// offset also names the message the group consumed last: a session that
+// finds another message before it, or none, reads the partition again from
+// its start (a truncation the log has grown past again).
 package kafka

@@ -229,17 +229,33 @@ func (s *kafkaSubscriber) Close() error {
 
 // incarnationTracer is no tracer: watermill-kafka's one hook into its
 // consumer group handler, used to stamp each committed offset with the
-// topic id it was read from.
+// topic id it was read from and the message id of the record consumed
+// last, and to check those stamps when a session starts.
 //
-// Why: the watch alone is not enough. The old subscription commits its
-// last acks (once a second, and when it leaves) after the deletion, and
-// may read and commit records of the new topic before the watch sees it;
-// Kafka keeps those offsets for the new topic, and the group would resume
-// there. So every commit carries the id of the topic its session started
-// on, and a session starting reads back its partitions' commits: one
-// stamped with another id than the topic's is the old topic's, and the
-// partition is read again from its start. Commits without a stamp (made
-// before this, or on a broker without topic ids) are trusted.
+// Why the topic id: the watch alone is not enough. The old subscription
+// commits its last acks (once a second, and when it leaves) after the
+// deletion, and may read and commit records of the new topic before the
+// watch sees it; Kafka keeps those offsets for the new topic, and the
+// group would resume there. So every commit carries the id of the topic
+// its session started on, and a session starting reads back its
+// partitions' commits: one stamped with another id than the topic's is
+// the old topic's, and the partition is read again from its start.
+//
+// Why the message id: a truncation (an unclean leader election, a log
+// restored from an older copy) keeps the topic id and cuts the log below
+// offsets the group committed. Once new records (the audit's repair among
+// them) fill the log past the committed offset again, the offset is valid
+// to Kafka and the group would skip every record written since the cut.
+// The stamp names the record before the committed offset: a session
+// starting fetches that record, and when it is gone (the offset is past
+// the log's end) or holds another message, the log was cut below it, and
+// the partition is read again from its start (consumers drop what they
+// already had). Commits without a stamp (made before this) are trusted.
+// A session that runs through the cut is not helped: sarama does not
+// check its position by leader epoch (KIP-320), so it resumes at its
+// offset in memory and skips what the new leader wrote below it before
+// its next fetch, and its next commits name records of the new log
+// (docs/broker-loss.md, Kafka).
 type incarnationTracer struct {
 	b     *kafkaBackend
 	group string // the Kafka consumer group
@@ -273,7 +289,7 @@ func (h *stampingHandler) Setup(sess sarama.ConsumerGroupSession) error {
 	for topic, parts := range sess.Claims() {
 		err := withContext(sess.Context(), func() error {
 			_, id, err := b.describeTopic(topic)
-			if err != nil || id.id == "" {
+			if err != nil || !id.exists {
 				return err
 			}
 			h.id = id.id // a subscription reads one topic
@@ -283,17 +299,23 @@ func (h *stampingHandler) Setup(sess sarama.ConsumerGroupSession) error {
 			}
 			for _, p := range parts {
 				blk := resp.GetBlock(topic, p)
-				if blk == nil || !errors.Is(blk.Err, sarama.ErrNoError) || blk.Offset < 0 ||
-					blk.Metadata == "" || blk.Metadata == id.id {
+				if blk == nil || !errors.Is(blk.Err, sarama.ErrNoError) || blk.Offset < 0 || blk.Metadata == "" {
+					continue
+				}
+				why, err := b.staleCommit(topic, id.id, p, blk.Offset, parseStamp(blk.Metadata))
+				if err != nil {
+					return err
+				}
+				if why == "" {
 					continue
 				}
 				start, err := b.client.GetOffset(topic, p, sarama.OffsetOldest)
 				if err != nil {
 					return fmt.Errorf("log start offset of partition %d: %w", p, err)
 				}
-				b.cfg.Logger.Info("kafka: offset committed for a deleted topic of the same name: the partition is read from its start",
+				b.cfg.Logger.Info("kafka: "+why+": the partition is read from its start",
 					"group", h.t.group, "topic", topic, "partition", p, "committed", blk.Offset, "start", start)
-				sess.ResetOffset(topic, p, start, id.id)
+				sess.ResetOffset(topic, p, start, stamp{topicID: id.id}.String())
 			}
 			return nil
 		})
@@ -304,20 +326,67 @@ func (h *stampingHandler) Setup(sess sarama.ConsumerGroupSession) error {
 	return h.ConsumerGroupHandler.Setup(sess)
 }
 
+// staleCommit says why the offset a group committed on topic's partition p
+// with stamp s does not hold for the topic as it is (of id), "" when it
+// does: a commit of a deleted topic of the same name, or of a log since
+// cut below it. Checking a message id costs two ListOffsets and a one-batch
+// Fetch.
+func (b *kafkaBackend) staleCommit(topic, id string, p int32, offset int64, s stamp) (string, error) {
+	if s.topicID != "" && id != "" && s.topicID != id {
+		return "offset committed for a deleted topic of the same name", nil
+	}
+	if s.messageID == "" {
+		return "", nil
+	}
+	high, err := b.client.GetOffset(topic, p, sarama.OffsetNewest)
+	if err != nil {
+		return "", fmt.Errorf("high watermark of partition %d: %w", p, err)
+	}
+	if offset > high {
+		return "offset committed past the end of the log: the log was truncated", nil
+	}
+	start, err := b.client.GetOffset(topic, p, sarama.OffsetOldest)
+	if err != nil {
+		return "", fmt.Errorf("log start offset of partition %d: %w", p, err)
+	}
+	if offset-1 < start {
+		return "", nil // retention took the record: nothing to compare
+	}
+	leader, err := b.client.Leader(topic, p)
+	if err != nil {
+		return "", fmt.Errorf("leader of partition %d: %w", p, err)
+	}
+	got, err := b.fetchFrom(leader, topic, map[int32]int64{p: offset - 1})
+	if err != nil {
+		return "", err
+	}
+	f := got[p]
+	switch rec, ok := f.records[offset-1]; {
+	case errors.Is(f.err, sarama.ErrOffsetOutOfRange):
+		return "the record before the committed offset is gone: the log was truncated", nil
+	case !errors.Is(f.err, sarama.ErrNoError):
+		return "", fmt.Errorf("fetch partition %d at %d: %w", p, offset-1, f.err)
+	case ok && rec != "" && rec != s.messageID:
+		return "the record before the committed offset holds another message: the log was truncated and written again", nil
+	}
+	return "", nil
+}
+
 func (h *stampingHandler) ConsumeClaim(sess sarama.ConsumerGroupSession, claim sarama.ConsumerGroupClaim) error {
 	return h.ConsumerGroupHandler.ConsumeClaim(stampingSession{sess, h.id}, claim)
 }
 
-// stampingSession marks each offset with the topic id of its session.
+// stampingSession marks each offset with the topic id of its session and,
+// for a message, the message's id.
 type stampingSession struct {
 	sarama.ConsumerGroupSession
 	id string
 }
 
 func (s stampingSession) MarkMessage(msg *sarama.ConsumerMessage, _ string) {
-	s.ConsumerGroupSession.MarkOffset(msg.Topic, msg.Partition, msg.Offset+1, s.id)
+	s.ConsumerGroupSession.MarkOffset(msg.Topic, msg.Partition, msg.Offset+1, stamp{topicID: s.id, messageID: headerID(msg.Headers)}.String())
 }
 
 func (s stampingSession) MarkOffset(topic string, partition int32, offset int64, _ string) {
-	s.ConsumerGroupSession.MarkOffset(topic, partition, offset, s.id)
+	s.ConsumerGroupSession.MarkOffset(topic, partition, offset, stamp{topicID: s.id}.String())
 }
