@@ -9,6 +9,7 @@ import (
 	"slices"
 	"strconv"
 	"strings"
+	"time"
 
 	"github.com/IBM/sarama"
 	"github.com/ThreeDotsLabs/watermill-kafka/v3/pkg/kafka"
@@ -60,7 +61,22 @@ type auditState struct {
 	// consumers' offsets Kafka dropped with it: nothing shows that they had
 	// it.
 	ID string `json:"id,omitempty"`
+	// Groups are the consumer groups of the prefix with offsets on the
+	// topic as Check last saw them.
+	Groups []string `json:"g,omitempty"`
+	// Awaited are groups whose offsets on the topic vanished with its data
+	// (the topic deleted or recreated, a record missing), by when they were
+	// first missed (Unix ms): their consumers will read the new topic from
+	// its start, so until they commit on it again, or awaitFor has passed,
+	// they count as having consumed nothing. A group gone while the topic
+	// is intact was deleted on purpose (or its offsets expired), and is
+	// forgotten.
+	Awaited map[string]int64 `json:"w,omitempty"`
 }
+
+// awaitFor bounds how long a group lost with the data keeps the topic's
+// records unsettled while its consumer does not come back.
+const awaitFor = 24 * time.Hour
 
 // The fetch of the held records is bounded: fetchPartitionBytes asked per
 // partition and request (a broker returns at least one record batch
@@ -108,8 +124,15 @@ func (kb kafkaBroker) Check(ctx context.Context, name string, prev []byte, held 
 	if err != nil {
 		return fail(err)
 	}
+	awaited := awaitedGroups(st, l, time.Now())
+	l.await(awaited)
 	status, reason := judge(st.ID, l, places, held)
-	next := auditState{V: auditVersion, ID: l.id}
+	next := auditState{V: auditVersion, ID: l.id, Awaited: awaited}
+	for _, g := range l.groups() {
+		if _, ok := awaited[g]; !ok {
+			next.Groups = append(next.Groups, g)
+		}
+	}
 	if !l.exists {
 		err := withContext(ctx, func() error {
 			if err := b.createTopic(name); err != nil {
@@ -259,6 +282,71 @@ func judge(prevID string, l topicLook, places []place, held []forwarder.Held) ([
 		}
 	}
 	return status, reason
+}
+
+// awaitedGroups returns the groups of st without offsets on the topic now
+// that their consumers will commit on it again: those missed while the
+// topic was missing or recreated, or a held record was not found, or
+// already awaited, for at most awaitFor; with when each was first missed
+// (Unix ms).
+func awaitedGroups(st auditState, l topicLook, now time.Time) map[string]int64 {
+	present := map[string]bool{}
+	for _, g := range l.groups() {
+		present[g] = true
+	}
+	suspect := !l.exists || (st.ID != "" && l.id != "" && st.ID != l.id) || l.after != nil // after: a held record was missing
+	var out map[string]int64
+	await := func(g string, since int64) {
+		if now.UnixMilli()-since > awaitFor.Milliseconds() {
+			return
+		}
+		if out == nil {
+			out = map[string]int64{}
+		}
+		out[g] = since
+	}
+	for g, since := range st.Awaited {
+		if !present[g] {
+			await(g, since)
+		}
+	}
+	for _, g := range st.Groups {
+		if _, already := out[g]; !present[g] && !already && suspect {
+			await(g, now.UnixMilli())
+		}
+	}
+	return out
+}
+
+// groups names the groups the look found, before and after.
+func (l topicLook) groups() []string {
+	var out []string
+	for _, gs := range [][]groupLook{l.before, l.after} {
+		for _, g := range gs {
+			if !slices.Contains(out, g.name) {
+				out = append(out, g.name)
+			}
+		}
+	}
+	slices.Sort(out)
+	return out
+}
+
+// await adds the awaited groups to what the look found, each at offset 0
+// of every partition: it has consumed nothing, not even what a trim
+// removed.
+func (l *topicLook) await(awaited map[string]int64) {
+	if len(awaited) == 0 {
+		return
+	}
+	if l.after == nil {
+		l.after = slices.Clone(l.before)
+	}
+	for g := range awaited {
+		next := make([]int64, len(l.parts))
+		l.before = append(l.before, groupLook{name: g, next: next})
+		l.after = append(l.after, groupLook{name: g, next: next})
+	}
 }
 
 // shortOf names a group that has not consumed the record at pl (its next
