@@ -2,6 +2,7 @@ package forwarder
 
 import (
 	"context"
+	"time"
 )
 
 // Auditor is implemented by a [Broker] that can tell whether it still
@@ -29,11 +30,16 @@ type Auditor interface {
 	// nil. Both slices have len(msgs) elements.
 	PublishReceipts(ctx context.Context, msgs []Outgoing) (receipts []Receipt, errs []error)
 	// Check looks on one broker topic for the messages of held (receipts
-	// of that broker topic not yet settled, with their message ids, in
-	// the order they were published) and judges each one: see [Status].
-	// prev is the State the previous Check of the broker topic returned
-	// (nil the first time, or when it was lost); the forwarder keeps the
-	// returned State in PostgreSQL for the next call.
+	// of that broker topic not yet settled, with their message ids, in no
+	// particular order) and judges each one: see [Status]. prev is the
+	// State the previous Check of the broker topic returned (nil the first
+	// time, or when it was lost); the forwarder keeps the returned State in
+	// PostgreSQL for the next call, in the transaction that records the
+	// verdict: a Check whose audit rolls back is followed by one given the
+	// same prev. partial says the forwarder holds more unsettled receipts
+	// than it handed over (it bounds one audit's work): Check must then
+	// remove nothing from the broker, since it cannot know what it was not
+	// shown.
 	//
 	// Check must never call Lost a message that every consumer had
 	// acknowledged before it went (normal trimming, retention, a deletion
@@ -42,9 +48,11 @@ type Auditor interface {
 	// group the broker lost with its data (its consumer will create it
 	// again) counts as having acknowledged nothing until it is back: a
 	// message the groups still there have read is not Settled for it. It
-	// may remove from the broker what it settles (Redis trims its streams
-	// there).
-	Check(ctx context.Context, brokerTopic string, prev []byte, held []Held) (Verdict, error)
+	// may remove from the broker what it settles (Redis trims its
+	// streams), but only what an earlier Check's committed state accounts
+	// for: a removal whose verdict rolls back would make the next Check
+	// take what it removed for lost.
+	Check(ctx context.Context, brokerTopic string, prev []byte, held []Held, partial bool) (Verdict, error)
 }
 
 // Receipt is where a broker put a message it acknowledged.
@@ -96,4 +104,51 @@ type Verdict struct {
 	// outbox_audit (e.g. "stream missing", "entry 1700-3 missing above the
 	// stream's first entry"); empty when nothing was Lost.
 	Reason string
+	// Again asks for a Check of the broker topic at the next audit even
+	// with nothing held: this one left work for the next (Redis: a trim
+	// it decided, applied once the verdict is committed).
+	Again bool
+}
+
+// AwaitGroupsFor bounds how long [AwaitLostGroups] keeps a consumer group
+// lost with the data awaited: a group retired during the incident must not
+// hold the broker topic's messages unsettled for ever.
+const AwaitGroupsFor = 24 * time.Hour
+
+// AwaitLostGroups is the rule every built-in [Auditor] applies to consumer
+// groups (consumers, in JetStream's words) that vanished: a group the
+// broker lost with its data is created again by its consumer, which reads
+// from the start, so until it is back it counts as having acknowledged
+// nothing; a group gone while the data is intact was removed on purpose,
+// and is forgotten.
+//
+// known are the groups the previous Check saw, awaited those it awaited,
+// by when each was first missed (Unix ms); present says whether a group
+// is there now; lost says the data went (the data set replaced, the broker
+// topic missing or gone back, a message lost). It returns the groups to
+// await now, for at most AwaitGroupsFor, nil when none.
+func AwaitLostGroups(known []string, awaited map[string]int64, present func(group string) bool, lost bool, now time.Time) map[string]int64 {
+	var out map[string]int64
+	await := func(g string, since int64) {
+		if now.UnixMilli()-since > AwaitGroupsFor.Milliseconds() {
+			return
+		}
+		if out == nil {
+			out = map[string]int64{}
+		}
+		out[g] = since
+	}
+	for g, since := range awaited {
+		if !present(g) {
+			await(g, since)
+		}
+	}
+	if lost {
+		for _, g := range known {
+			if _, already := out[g]; !already && !present(g) {
+				await(g, now.UnixMilli())
+			}
+		}
+	}
+	return out
 }

@@ -6,6 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"slices"
+	"sync"
 	"time"
 
 	"github.com/jackc/pgx/v5"
@@ -42,14 +43,17 @@ func (f *Forwarder) auditLoop(ctx context.Context) {
 	// of another instance's partition waits seconds, not FullClaimInterval.
 	watch := time.NewTicker(min(f.cfg.LeaseRenewInterval, f.cfg.AuditInterval))
 	defer watch.Stop()
-	var seen map[string]time.Time // broker topic -> the last repair this instance applied
-	f.watchRepairs(ctx, &seen)
+	// broker topic -> the last repair this instance applied; until the
+	// first read succeeds, a repair made after start counts as unseen.
+	seen := map[string]time.Time{}
+	started := time.Now()
+	f.watchRepairs(ctx, &seen, started)
 	for {
 		select {
 		case <-ctx.Done():
 			return
 		case <-watch.C:
-			f.watchRepairs(ctx, &seen)
+			f.watchRepairs(ctx, &seen, started)
 		case <-audit.C:
 			if !f.exportsStats() {
 				continue
@@ -66,9 +70,9 @@ func (f *Forwarder) auditLoop(ctx context.Context) {
 // (each row of outbox_audit is written by one auditor at a time, under the
 // audit lock), not by the newest time over all of them: an auditor's
 // commit that lands after another's, with an earlier time, is still seen.
-// The first call only records where the repairs stand: a starting
+// Until a read succeeds, only repairs made after started count: a starting
 // instance's mark is 0 anyway.
-func (f *Forwarder) watchRepairs(ctx context.Context, seen *map[string]time.Time) {
+func (f *Forwarder) watchRepairs(ctx context.Context, seen *map[string]time.Time, started time.Time) {
 	rows, err := f.cfg.Pool.Query(ctx, `
 		SELECT broker_topic, last_loss_at, repair_from_id FROM outbox_audit WHERE last_loss_at IS NOT NULL`)
 	if err != nil {
@@ -86,7 +90,9 @@ func (f *Forwarder) watchRepairs(ctx context.Context, seen *map[string]time.Time
 	now := make(map[string]time.Time, len(*seen))
 	_, err = pgx.ForEachRow(rows, []any{&bt, &at, &from}, func() error {
 		now[bt] = at
-		if prev, ok := (*seen)[bt]; (!ok || !prev.Equal(at)) && from != nil && (low == nil || *from < *low) {
+		prev, ok := (*seen)[bt]
+		unseen := (ok && !prev.Equal(at)) || (!ok && (len(*seen) > 0 || at.After(started)))
+		if unseen && from != nil && (low == nil || *from < *low) {
 			low = new(int64)
 			*low = *from
 		}
@@ -98,9 +104,11 @@ func (f *Forwarder) watchRepairs(ctx context.Context, seen *map[string]time.Time
 		}
 		return
 	}
-	first := *seen == nil
+	if len(now) == 0 {
+		now[""] = time.Time{} // read once: a broker topic seen later is a new repair
+	}
 	*seen = now
-	if !first && low != nil {
+	if low != nil {
 		f.low.resetBelow(*low)
 		f.Wake()
 	}
@@ -162,89 +170,156 @@ func (f *Forwarder) Audit(ctx context.Context) error {
 	if !acquired {
 		return nil
 	}
-	receipts, err := loadReceipts(ctx, tx)
+	receipts, partial, err := f.loadReceipts(ctx, tx)
 	if err != nil {
 		return err
-	}
-	if len(receipts) == 0 {
-		return tx.Commit(ctx)
 	}
 	audits, err := f.heldByBrokerTopic(ctx, tx, receipts)
 	if err != nil {
 		return err
 	}
-	var errs []error
-	for _, a := range audits {
-		actx, cancel := context.WithTimeout(ctx, auditCallTimeout)
-		a.verdict, a.err = f.auditor.Check(actx, a.brokerTopic, a.verdict.State, a.held)
-		cancel()
-		if a.err == nil && len(a.verdict.Status) != len(a.held) {
-			a.err = fmt.Errorf("the auditor returned %d statuses for %d messages", len(a.verdict.Status), len(a.held))
-		}
-		if a.err != nil {
-			a.err = fmt.Errorf("audit %s: %w", a.brokerTopic, a.err)
-			errs = append(errs, a.err)
-		}
+	if len(audits) == 0 {
+		return tx.Commit(ctx)
 	}
-	if err := f.repair(ctx, tx, receipts, audits); err != nil {
+	errs := f.check(ctx, audits, partial)
+	// The verdicts are written whatever happens to ctx now (a shutdown):
+	// a verdict some Check acted on (a Redis trim) must be committed, or
+	// the next audit would take what it removed for lost.
+	wctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), f.cfg.ShutdownTimeout)
+	defer cancel()
+	if _, err := tx.Exec(wctx, `SELECT set_config('lock_timeout', '10s', true)`); err != nil {
 		return errors.Join(append(errs, err)...)
 	}
-	if err := forgetJudged(ctx, tx, receipts, audits); err != nil {
+	if err := f.repair(wctx, tx, receipts, audits); err != nil {
 		return errors.Join(append(errs, err)...)
 	}
-	if err := saveAudits(ctx, tx, audits); err != nil {
+	if err := forgetJudged(wctx, tx, receipts, audits); err != nil {
 		return errors.Join(append(errs, err)...)
 	}
-	if err := tx.Commit(ctx); err != nil {
+	if err := saveAudits(wctx, tx, audits); err != nil {
+		return errors.Join(append(errs, err)...)
+	}
+	if err := tx.Commit(wctx); err != nil {
 		return errors.Join(append(errs, fmt.Errorf("commit audit: %w", err))...)
 	}
 	f.reportRepairs(audits)
 	return errors.Join(errs...)
 }
 
-// loadReceipts reads the unsettled receipts, in publication (id) order:
-// all of them, or the oldest and the newest rows up to auditHeldLimit
-// receipts in all.
-func loadReceipts(ctx context.Context, tx pgx.Tx) ([]receiptRow, error) {
-	rows, err := tx.Query(ctx, `
-		(SELECT id, published_at, outbox_ids, broker_topics, positions FROM outbox_receipts ORDER BY id LIMIT $1)
-		UNION
-		(SELECT id, published_at, outbox_ids, broker_topics, positions FROM outbox_receipts ORDER BY id DESC LIMIT $1)
-		ORDER BY id`, auditRowLimit)
-	if err != nil {
-		return nil, fmt.Errorf("read receipts (has `outflow migrate up` run?): %w", err)
+// loadReceipts reads the unsettled receipts, in id (commit) order: all of
+// them, or, past auditRowLimit rows or auditHeldLimit receipts, the oldest
+// rows up to half the bound and the newest up to the other half, and then
+// partial is true. A row whose arrays differ in length (written by hand)
+// cannot be judged: it is left, and said.
+func (f *Forwarder) loadReceipts(ctx context.Context, tx pgx.Tx) (rows []receiptRow, partial bool, err error) {
+	read := func(q string, args ...any) ([]receiptRow, error) {
+		r, err := tx.Query(ctx, q, args...)
+		if err != nil {
+			return nil, fmt.Errorf("read receipts (has `outflow migrate up` run?): %w", err)
+		}
+		all, err := pgx.CollectRows(r, func(r pgx.CollectableRow) (receiptRow, error) {
+			var x receiptRow
+			err := r.Scan(&x.id, &x.publishedAt, &x.outboxIDs, &x.brokerTopics, &x.positions)
+			return x, err
+		})
+		if err != nil {
+			return nil, fmt.Errorf("read receipts: %w", err)
+		}
+		return all, nil
 	}
-	all, err := pgx.CollectRows(rows, func(r pgx.CollectableRow) (receiptRow, error) {
-		var x receiptRow
-		err := r.Scan(&x.id, &x.publishedAt, &x.outboxIDs, &x.brokerTopics, &x.positions)
-		return x, err
-	})
-	if err != nil {
-		return nil, fmt.Errorf("read receipts: %w", err)
+	head, err := read(`SELECT id, published_at, outbox_ids, broker_topics, positions FROM outbox_receipts ORDER BY id LIMIT $1`, auditRowLimit)
+	if err != nil || len(head) == 0 {
+		return nil, false, err
 	}
+	var tail []receiptRow
+	if len(head) == auditRowLimit {
+		// One row more than the bound says whether rows lie between.
+		if tail, err = read(`SELECT id, published_at, outbox_ids, broker_topics, positions FROM outbox_receipts
+			WHERE id > $1 ORDER BY id DESC LIMIT $2`, head[len(head)-1].id, auditRowLimit+1); err != nil {
+			return nil, false, err
+		}
+		if partial = len(tail) > auditRowLimit; partial {
+			tail = tail[:auditRowLimit]
+		}
+		slices.Reverse(tail)
+	}
+	all := append(head, tail...)
 	total := 0
 	for _, r := range all {
 		total += len(r.positions)
 	}
-	if total <= auditHeldLimit {
-		return all, nil
+	if total > auditHeldLimit {
+		// The oldest rows up to half the bound, the newest up to the
+		// other half.
+		partial = true
+		var n, first int
+		for first = 0; first < len(all) && n < auditHeldLimit/2; first++ {
+			n += len(all[first].positions)
+		}
+		last := len(all)
+		for n = 0; last > first && n < auditHeldLimit/2; {
+			last--
+			n += len(all[last].positions)
+		}
+		all = append(all[:first:first], all[last:]...)
 	}
-	// Oldest rows up to half the bound, newest rows up to the other half.
-	var (
-		keep []receiptRow
-		n    int
-		head int
-	)
-	for head = 0; head < len(all) && n < auditHeldLimit/2; head++ {
-		keep = append(keep, all[head])
-		n += len(all[head].positions)
+	rows = all[:0]
+	for _, r := range all {
+		if len(r.brokerTopics) != len(r.outboxIDs) || len(r.positions) != len(r.outboxIDs) {
+			f.cfg.Logger.Error("broker audit: a receipt row whose arrays differ in length is left unjudged", "receipt_id", r.id)
+			continue
+		}
+		rows = append(rows, r)
 	}
-	tail := len(all)
-	for n = 0; tail > head && n < auditHeldLimit/2; {
-		tail--
-		n += len(all[tail].positions)
+	return rows, partial, nil
+}
+
+// checkParallel bounds the Checks of one audit running at once, and
+// checkPhase the time they may take together: a broker that does not
+// answer costs each broker topic auditCallTimeout, and an audit's
+// transaction stays open meanwhile. Broker topics whose turn comes after
+// checkPhase are errors of this audit, checked at the next. Variables for
+// the tests.
+var (
+	checkParallel = 4
+	checkPhase    = 2 * auditCallTimeout
+)
+
+// check runs Check on each broker topic, a few at a time, and returns the
+// errors; a broker topic with an error keeps its receipts as they were.
+func (f *Forwarder) check(ctx context.Context, audits []*topicAudit, partial bool) []error {
+	phase, cancel := context.WithTimeout(ctx, checkPhase)
+	defer cancel()
+	var wg sync.WaitGroup
+	sem := make(chan struct{}, checkParallel)
+	for _, a := range audits {
+		wg.Go(func() {
+			select {
+			case sem <- struct{}{}:
+				defer func() { <-sem }()
+			case <-phase.Done():
+				a.err = fmt.Errorf("audit %s: not checked within %s: %w", a.brokerTopic, checkPhase, phase.Err())
+				return
+			}
+			actx, cancel := context.WithTimeout(phase, auditCallTimeout)
+			defer cancel()
+			a.verdict, a.err = f.auditor.Check(actx, a.brokerTopic, a.verdict.State, a.held, partial)
+			if a.err == nil && len(a.verdict.Status) != len(a.held) {
+				a.err = fmt.Errorf("the auditor returned %d statuses for %d messages", len(a.verdict.Status), len(a.held))
+			}
+			if a.err != nil {
+				a.err = fmt.Errorf("audit %s: %w", a.brokerTopic, a.err)
+			}
+		})
 	}
-	return append(keep, all[tail:]...), nil
+	wg.Wait()
+	var errs []error
+	for _, a := range audits {
+		if a.err != nil {
+			errs = append(errs, a.err)
+		}
+	}
+	return errs
 }
 
 // heldByBrokerTopic groups the receipts by broker topic, with their
@@ -257,7 +332,7 @@ func (f *Forwarder) heldByBrokerTopic(ctx context.Context, tx pgx.Tx, receipts [
 	}
 	type msg struct{ id, topic string }
 	msgs := make(map[int64]msg, len(ids))
-	rows, err := tx.Query(ctx, `SELECT id, message_id::text, topic FROM outbox WHERE id = ANY($1)`, ids)
+	rows, err := tx.Query(ctx, `SELECT id, message_id::text, topic FROM outbox WHERE id = ANY($1)`, ids) // none: no row
 	if err != nil {
 		return nil, fmt.Errorf("read the receipts' messages: %w", err)
 	}
@@ -275,9 +350,6 @@ func (f *Forwarder) heldByBrokerTopic(ctx context.Context, tx pgx.Tx, receipts [
 	byTopic := map[string]*topicAudit{}
 	var audits []*topicAudit
 	for ri, r := range receipts {
-		if len(r.brokerTopics) != len(r.outboxIDs) || len(r.positions) != len(r.outboxIDs) {
-			return nil, fmt.Errorf("receipt row %d: its arrays differ in length", r.id)
-		}
 		for e, bt := range r.brokerTopics {
 			a := byTopic[bt]
 			if a == nil {
@@ -293,23 +365,33 @@ func (f *Forwarder) heldByBrokerTopic(ctx context.Context, tx pgx.Tx, receipts [
 			a.held = append(a.held, Held{Position: r.positions[e], MessageID: m.id})
 		}
 	}
-	slices.SortFunc(audits, func(a, b *topicAudit) int { return cmp.Compare(a.brokerTopic, b.brokerTopic) })
-
 	names := make([]string, len(audits))
 	for i, a := range audits {
 		names[i] = a.brokerTopic
 	}
-	rows, err = tx.Query(ctx, `SELECT broker_topic, state FROM outbox_audit WHERE broker_topic = ANY($1)`, names)
+	// The states of those broker topics, and the broker topics whose last
+	// Check asked to be checked again, receipts or not.
+	rows, err = tx.Query(ctx, `SELECT broker_topic, topic, state FROM outbox_audit WHERE broker_topic = ANY($1) OR again`, names)
 	if err != nil {
 		return nil, fmt.Errorf("read audit states: %w", err)
 	}
-	var state []byte
-	if _, err := pgx.ForEachRow(rows, []any{&top, &state}, func() error {
-		byTopic[top].verdict.State = slices.Clone(state)
+	var (
+		bt    string
+		state []byte
+	)
+	if _, err := pgx.ForEachRow(rows, []any{&bt, &top, &state}, func() error {
+		a := byTopic[bt]
+		if a == nil {
+			a = &topicAudit{brokerTopic: bt, topic: top}
+			byTopic[bt] = a
+			audits = append(audits, a)
+		}
+		a.verdict.State = slices.Clone(state)
 		return nil
 	}); err != nil {
 		return nil, fmt.Errorf("read audit states: %w", err)
 	}
+	slices.SortFunc(audits, func(a, b *topicAudit) int { return cmp.Compare(a.brokerTopic, b.brokerTopic) })
 	return audits, nil
 }
 
@@ -424,24 +506,30 @@ func saveAudits(ctx context.Context, tx pgx.Tx, audits []*topicAudit) error {
 		if a.err != nil {
 			continue
 		}
-		if a.verdict.Reason == "" || a.oldestLost.IsZero() {
+		if a.oldestLost.IsZero() {
 			b.Queue(`
-				INSERT INTO outbox_audit (broker_topic, topic, state) VALUES ($1, $2, $3)
-				ON CONFLICT (broker_topic) DO UPDATE SET topic = excluded.topic, state = excluded.state, audited_at = now()`,
-				a.brokerTopic, a.topic, a.verdict.State)
+				INSERT INTO outbox_audit (broker_topic, topic, state, again) VALUES ($1, $2, $3, $4)
+				ON CONFLICT (broker_topic) DO UPDATE SET topic = excluded.topic, state = excluded.state, again = excluded.again,
+					audited_at = now()`,
+				a.brokerTopic, a.topic, a.verdict.State, a.verdict.Again)
 			continue
 		}
 		var from *int64
 		if a.repaired > 0 {
 			from = &a.fromID
 		}
+		reason := a.verdict.Reason
+		if reason == "" {
+			reason = "lost (the auditor gave no reason)"
+		}
 		b.Queue(`
-			INSERT INTO outbox_audit (broker_topic, topic, state, last_loss_at, last_loss_reason, last_loss_since, last_repaired, repair_from_id)
-			VALUES ($1, $2, $3, clock_timestamp(), $4, $5, $6, $7)
-			ON CONFLICT (broker_topic) DO UPDATE SET topic = excluded.topic, state = excluded.state, audited_at = now(),
+			INSERT INTO outbox_audit (broker_topic, topic, state, again, last_loss_at, last_loss_reason, last_loss_since, last_repaired, repair_from_id)
+			VALUES ($1, $2, $3, $8, clock_timestamp(), $4, $5, $6, $7)
+			ON CONFLICT (broker_topic) DO UPDATE SET topic = excluded.topic, state = excluded.state, again = excluded.again, audited_at = now(),
 				last_loss_at = excluded.last_loss_at, last_loss_reason = excluded.last_loss_reason, last_loss_since = excluded.last_loss_since,
-				last_repaired = excluded.last_repaired, repair_from_id = excluded.repair_from_id`,
-			a.brokerTopic, a.topic, a.verdict.State, a.verdict.Reason, a.oldestLost, a.repaired, from)
+				last_repaired = excluded.last_repaired,
+				repair_from_id = coalesce(excluded.repair_from_id, outbox_audit.repair_from_id)`,
+			a.brokerTopic, a.topic, a.verdict.State, reason, a.oldestLost, a.repaired, from, a.verdict.Again)
 	}
 	if b.Len() == 0 {
 		return nil

@@ -310,6 +310,7 @@ func TestAuditTrimsAndNeverTakesItsTrimForALoss(t *testing.T) {
 		require.NoError(t, f.Audit(ctx))
 	}
 	require.Zero(t, e.receipts(), "every receipt settled")
+	require.NoError(t, f.Audit(ctx)) // applies the trim the last one decided
 	n, err := c.XLen(ctx, e.topic).Result()
 	require.NoError(t, err)
 	require.Zero(t, n, "the audit trimmed what it settled")
@@ -379,12 +380,45 @@ type checkingBroker struct {
 	hang string
 }
 
-func (h checkingBroker) Check(ctx context.Context, brokerTopic string, prev []byte, held []forwarder.Held) (forwarder.Verdict, error) {
+func (h checkingBroker) Check(ctx context.Context, brokerTopic string, prev []byte, held []forwarder.Held, partial bool) (forwarder.Verdict, error) {
 	if brokerTopic == h.hang {
 		<-ctx.Done()
 		return forwarder.Verdict{}, ctx.Err()
 	}
-	return h.Broker.Check(ctx, brokerTopic, prev, held)
+	return h.Broker.Check(ctx, brokerTopic, prev, held, partial)
+}
+
+// reasonlessBroker is the real broker, except that its verdicts give no
+// reason for their losses.
+type reasonlessBroker struct{ *redisstreams.Broker }
+
+func (r reasonlessBroker) Check(ctx context.Context, brokerTopic string, prev []byte, held []forwarder.Held, partial bool) (forwarder.Verdict, error) {
+	v, err := r.Broker.Check(ctx, brokerTopic, prev, held, partial)
+	v.Reason = ""
+	return v, err
+}
+
+// A loss whose verdict gives no reason is a loss all the same: recorded in
+// outbox_audit (so that every instance lowers its mark), with a reason
+// saying there was none.
+func TestAuditRecordsALossWithoutAReason(t *testing.T) {
+	t.Parallel()
+	e := setup(t)
+	c := e.ownRedis(1)
+	ctx := context.Background()
+	f, _ := e.run(e.config(func(cfg *forwarder.Config) {
+		cfg.Broker = reasonlessBroker{e.broker}
+		cfg.AuditInterval = time.Hour
+	}))
+	e.writeMany(aggregates(3), 1, 1)
+	outflowtest.WaitFor(t, 20*time.Second, "3 rows published", func() bool { return e.count("published_at IS NOT NULL") == 3 })
+	require.NoError(t, c.FlushAll(ctx).Err())
+	require.NoError(t, f.Audit(ctx))
+	var reason string
+	var from *int64
+	require.NoError(t, e.schema.Pool.QueryRow(ctx, `SELECT last_loss_reason, repair_from_id FROM outbox_audit WHERE last_loss_at IS NOT NULL`).Scan(&reason, &from))
+	require.Contains(t, reason, "no reason")
+	require.NotNil(t, from)
 }
 
 // A broker topic whose Check does not answer is that topic's error: the
@@ -506,4 +540,44 @@ func TestARepairHoldsNoOtherForwarder(t *testing.T) {
 	outflowtest.WaitFor(t, 20*time.Second, "the free instance to forward its rows, the repaired ones and a new one", func() bool {
 		return e.countSQL(`SELECT count(*) FROM outbox WHERE published_at IS NULL AND (((hashtextextended(aggregate_id, 0) % 2) + 2) % 2) = 0`) == 0
 	})
+}
+
+// One audit reads a bounded number of receipts: the oldest and the
+// newest rows. While it leaves some between them unread, Check is told so
+// (partial) and trims nothing, since it cannot know what it was not shown;
+// the receipts left are settled by the audits after, and the stream
+// trimmed once one audit sees them all. Not parallel: it sets the bounds
+// every audit of the package reads.
+func TestAuditBoundedByReceiptsTrimsNothingItWasNotShown(t *testing.T) {
+	defer forwarder.SetAuditLimits(5, 1000)()
+	e := setup(t)
+	c := e.ownRedis(1)
+	ctx := context.Background()
+	f, _ := e.run(e.config(func(cfg *forwarder.Config) {
+		cfg.AuditInterval = time.Hour
+		cfg.BatchSize = 1 // a receipt row per row
+	}))
+	for i := range 30 {
+		e.write(fmt.Sprint("agg-", i), 1, testPayload{N: i})
+	}
+	outflowtest.WaitFor(t, 20*time.Second, "30 rows published", func() bool { return e.count("published_at IS NOT NULL") == 30 })
+	require.Equal(t, 30, e.countSQL(`SELECT count(*) FROM outbox_receipts`))
+	e.readAck("g")
+
+	require.NoError(t, f.Audit(ctx))
+	require.Equal(t, 20, e.receipts(), "the oldest 5 and the newest 5 settled")
+	require.NoError(t, f.Audit(ctx))
+	require.Equal(t, 10, e.receipts())
+	n, err := c.XLen(ctx, e.topic).Result()
+	require.NoError(t, err)
+	require.EqualValues(t, 30, n, "nothing trimmed while receipts were left unread")
+	// The audit that sees the last 10 receipts, all of them, decides a
+	// trim below the newest of them, and the next applies it (the entries
+	// settled above them, by the partial audits, go with a later trim).
+	require.NoError(t, f.Audit(ctx))
+	require.Zero(t, e.receipts())
+	require.NoError(t, f.Audit(ctx))
+	n, err = c.XLen(ctx, e.topic).Result()
+	require.NoError(t, err)
+	require.EqualValues(t, 10, n, "trimmed below what the last audit was shown")
 }

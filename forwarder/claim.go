@@ -270,8 +270,11 @@ func (f *Forwarder) publishWaves(ctx context.Context, claimed []row, msgs []Outg
 			case receipts == nil:
 			case j >= len(rs) || rs[j].BrokerTopic == "" || rs[j].Position == "":
 				// Published, but with nothing to audit it by: sent again
-				// rather than left unaudited (consumers deduplicate).
+				// rather than left unaudited (consumers deduplicate). A
+				// broker that never gives one is broken: said loudly.
 				err = fmt.Errorf("%w: the broker returned no receipt for a message it acknowledged", ErrBrokerUnavailable)
+				f.cfg.Logger.Error("broker audit: the Auditor acknowledged a message without a receipt (see brokertest.RunAudit)",
+					"message_id", wave[j].Message.UUID)
 			default:
 				receipts[i] = rs[j]
 			}

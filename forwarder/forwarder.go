@@ -48,6 +48,12 @@ func New(cfg Config) (*Forwarder, error) {
 	return f, nil
 }
 
+// Audits reports whether this forwarder keeps receipts and audits the
+// broker: its Broker is an [Auditor] and Config.AuditInterval is positive.
+// Run the audit on every instance or on none: an instance that does not
+// audit keeps no receipts for the auditor to check.
+func (f *Forwarder) Audits() bool { return f.auditor != nil }
+
 // Run forwards until ctx is done, then finishes the batch in flight, hands
 // its partitions back so that other instances take them at once, and
 // returns nil. It returns an error only when it cannot start (the schema is

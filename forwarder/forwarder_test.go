@@ -473,10 +473,21 @@ func TestPurgeDeletesOnlyOldPublishedRows(t *testing.T) {
 		FROM r WHERE o.id = r.id`)
 	require.NoError(t, err)
 
+	// Receipts of the broker audit: 10 older than the retention (a
+	// consumer group that stopped long ago kept them unsettled), 3 newer.
+	_, err = e.schema.Pool.Exec(ctx, `
+		INSERT INTO outbox_receipts (published_at, outbox_ids, broker_topics, positions)
+		SELECT now() - CASE WHEN g <= 10 THEN interval '16 days' ELSE interval '0' END, ARRAY[g::bigint], ARRAY['s'], ARRAY[g::text]
+		FROM generate_series(1, 13) g`)
+	require.NoError(t, err)
+
 	n, err := forwarder.Purge(ctx, e.schema.Pool, 15*24*time.Hour, 7)
 	require.NoError(t, err)
 	require.EqualValues(t, 30, n)
 	require.Equal(t, 20, e.count("true"))
+	var receipts int
+	require.NoError(t, e.schema.Pool.QueryRow(ctx, `SELECT count(*) FROM outbox_receipts`).Scan(&receipts))
+	require.Equal(t, 3, receipts, "receipts older than the retention purged, in batches")
 	require.Equal(t, 10, e.count("published_at IS NULL"), "pending and parked rows are never purged")
 
 	n, err = forwarder.Purge(ctx, e.schema.Pool, 15*24*time.Hour, 7)

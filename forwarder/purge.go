@@ -81,9 +81,6 @@ func Purge(ctx context.Context, pool interface {
 				SELECT (SELECT max(id) FROM scan), (SELECT count(*) FROM del), (SELECT bool_or(created_at >= $3) FROM scan)`,
 				after, batch, cutoff).Scan(&lastID, &deleted, &reached)
 		}
-		if err == nil && acquired && after < 0 {
-			_, err = tx.Exec(ctx, `DELETE FROM outbox_receipts WHERE published_at < $1`, cutoff)
-		}
 		if err != nil {
 			_ = tx.Rollback(context.WithoutCancel(ctx))
 			return total, fmt.Errorf("purge: %w", err)
@@ -92,9 +89,37 @@ func Purge(ctx context.Context, pool interface {
 			return total, fmt.Errorf("purge: %w", err)
 		}
 		total += deleted
-		if !acquired || lastID == nil || (reached != nil && *reached) {
+		if !acquired {
 			return total, nil
 		}
+		if lastID == nil || (reached != nil && *reached) {
+			return total, purgeReceipts(ctx, pool, cutoff, batch)
+		}
 		after = *lastID
+	}
+}
+
+// purgeReceipts deletes the broker audit's receipts published before
+// cutoff, oldest first by their primary key, batch rows a transaction,
+// until the oldest left is newer: normally none (the audit settles them
+// within an interval), a retention's worth when a consumer group stopped.
+func purgeReceipts(ctx context.Context, pool interface {
+	Begin(context.Context) (pgx.Tx, error)
+}, cutoff time.Time, batch int) error {
+	for {
+		var n int64
+		err := pgx.BeginFunc(ctx, pool, func(tx pgx.Tx) error {
+			tag, err := tx.Exec(ctx, `
+				DELETE FROM outbox_receipts WHERE id IN (
+					SELECT id FROM outbox_receipts ORDER BY id LIMIT $2) AND published_at < $1`, cutoff, batch)
+			n = tag.RowsAffected()
+			return err
+		})
+		if err != nil {
+			return fmt.Errorf("purge receipts: %w", err)
+		}
+		if n < int64(batch) {
+			return nil
+		}
 	}
 }

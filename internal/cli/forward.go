@@ -181,9 +181,7 @@ func buildForwarder(ctx context.Context, c config.Config, o *forwardOptions, reg
 		trimDone := make(chan struct{})
 		go func() {
 			defer close(trimDone)
-			_, audited := broker.(forwarder.Auditor)
-			audited = audited && cfg.AuditInterval > 0
-			if tt, ok := backend.(brokers.TopicTrimmer); ok && !audited {
+			if tt, ok := backend.(brokers.TopicTrimmer); ok && !f.Audits() {
 				// Audited, the streams are trimmed by the audit, of what it
 				// settled: a trim of entries it has not checked yet could
 				// not be told from a failover that lost them.

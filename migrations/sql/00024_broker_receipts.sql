@@ -23,7 +23,13 @@ CREATE TABLE outbox_receipts (
 -- broker topics themselves.
 DROP TABLE outbox_audit_topics;
 
+-- A broker topic whose last Check left work for the next one (a trim it
+-- decided, applied once its verdict is committed) is checked again even
+-- with no receipt to hand it.
+ALTER TABLE outbox_audit ADD COLUMN again boolean NOT NULL DEFAULT false;
+
 -- +goose Down
+ALTER TABLE outbox_audit DROP COLUMN again;
 CREATE TABLE outbox_audit_topics (
     topic      text        PRIMARY KEY,
     first_seen timestamptz NOT NULL DEFAULT now()
