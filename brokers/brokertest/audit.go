@@ -175,7 +175,7 @@ func (a *audited) check(msgs []sent) []forwarder.Status {
 			held[k] = forwarder.Held{Position: msgs[i].receipt.Position, MessageID: msgs[i].messageID}
 		}
 		ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
-		v, err := a.auditor.Check(ctx, bt, a.states[bt], held)
+		v, err := a.auditor.Check(ctx, bt, a.states[bt], held, false)
 		cancel()
 		if err != nil {
 			a.t.Fatalf("Check %s: %v", bt, err)

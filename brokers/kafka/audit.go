@@ -64,19 +64,11 @@ type auditState struct {
 	// Groups are the consumer groups of the prefix with offsets on the
 	// topic as Check last saw them.
 	Groups []string `json:"g,omitempty"`
-	// Awaited are groups whose offsets on the topic vanished with its data
-	// (the topic deleted or recreated, a record missing), by when they were
-	// first missed (Unix ms): their consumers will read the new topic from
-	// its start, so until they commit on it again, or awaitFor has passed,
-	// they count as having consumed nothing. A group gone while the topic
-	// is intact was deleted on purpose (or its offsets expired), and is
-	// forgotten.
+	// Awaited are groups whose offsets on the topic vanished with its
+	// data, by when they were first missed (Unix ms): see
+	// [forwarder.AwaitLostGroups].
 	Awaited map[string]int64 `json:"w,omitempty"`
 }
-
-// awaitFor bounds how long a group lost with the data keeps the topic's
-// records unsettled while its consumer does not come back.
-const awaitFor = 24 * time.Hour
 
 // The fetch of the held records is bounded: fetchPartitionBytes asked per
 // partition and request (a broker returns at least one record batch
@@ -103,7 +95,7 @@ var (
 // partition, one request per leader a round, a round reading
 // fetchPartitionBytes of each partition still to look at and skipping to
 // the next held offset, within fetchBudget: about the held records' bytes.
-func (kb kafkaBroker) Check(ctx context.Context, name string, prev []byte, held []forwarder.Held) (forwarder.Verdict, error) {
+func (kb kafkaBroker) Check(ctx context.Context, name string, prev []byte, held []forwarder.Held, _ bool) (forwarder.Verdict, error) {
 	b := kb.b
 	var st auditState
 	if json.Unmarshal(prev, &st) != nil || st.V != auditVersion {
@@ -124,7 +116,7 @@ func (kb kafkaBroker) Check(ctx context.Context, name string, prev []byte, held 
 	if err != nil {
 		return fail(err)
 	}
-	awaited := awaitedGroups(st, l, time.Now())
+	awaited := awaitedGroups(st, l, places, held, time.Now())
 	l.await(awaited)
 	status, reason := judge(st.ID, l, places, held)
 	next := auditState{V: auditVersion, ID: l.id, Awaited: awaited}
@@ -284,38 +276,25 @@ func judge(prevID string, l topicLook, places []place, held []forwarder.Held) ([
 	return status, reason
 }
 
-// awaitedGroups returns the groups of st without offsets on the topic now
-// that their consumers will commit on it again: those missed while the
-// topic was missing or recreated, or a held record was not found, or
-// already awaited, for at most awaitFor; with when each was first missed
-// (Unix ms).
-func awaitedGroups(st auditState, l topicLook, now time.Time) map[string]int64 {
-	present := map[string]bool{}
-	for _, g := range l.groups() {
-		present[g] = true
-	}
-	suspect := !l.exists || (st.ID != "" && l.id != "" && st.ID != l.id) || l.after != nil // after: a held record was missing
-	var out map[string]int64
-	await := func(g string, since int64) {
-		if now.UnixMilli()-since > awaitFor.Milliseconds() {
-			return
-		}
-		if out == nil {
-			out = map[string]int64{}
-		}
-		out[g] = since
-	}
-	for g, since := range st.Awaited {
-		if !present[g] {
-			await(g, since)
+// awaitedGroups returns the groups to await ([forwarder.AwaitLostGroups]):
+// those of st without offsets on the topic now when the topic went
+// missing or was recreated, or when the records, judged with the groups
+// already awaited, show a loss. Retention of consumed records alone while
+// a group was deleted on purpose (or its offsets expired) is no reason to
+// hold the topic.
+func awaitedGroups(st auditState, l topicLook, places []place, held []forwarder.Held, now time.Time) map[string]int64 {
+	names := l.groups()
+	present := func(g string) bool { return slices.Contains(names, g) }
+	dataLost := !l.exists || (st.ID != "" && l.id != "" && st.ID != l.id)
+	awaited := forwarder.AwaitLostGroups(st.Groups, st.Awaited, present, dataLost, now)
+	if !dataLost {
+		lw := l
+		lw.await(awaited)
+		if status, _ := judge(st.ID, lw, places, held); slices.Contains(status, forwarder.Lost) {
+			awaited = forwarder.AwaitLostGroups(st.Groups, st.Awaited, present, true, now)
 		}
 	}
-	for _, g := range st.Groups {
-		if _, already := out[g]; !present[g] && !already && suspect {
-			await(g, now.UnixMilli())
-		}
-	}
-	return out
+	return awaited
 }
 
 // groups names the groups the look found, before and after.

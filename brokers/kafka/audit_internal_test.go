@@ -3,7 +3,6 @@ package kafka
 import (
 	"strings"
 	"testing"
-	"time"
 
 	"github.com/stretchr/testify/require"
 
@@ -134,48 +133,4 @@ func TestPositionAndStamp(t *testing.T) {
 		require.Equal(t, s, parseStamp(s.String()))
 	}
 	require.Equal(t, stamp{topicID: "A"}, parseStamp("A"), "a stamp from before message ids")
-}
-
-func TestAwaitedGroups(t *testing.T) {
-	now := time.UnixMilli(1_000_000_000)
-	earlier := now.Add(-time.Hour).UnixMilli()
-	st := auditState{V: auditVersion, ID: "id1", Groups: []string{"a", "b"}}
-	with := func(id string, exists bool, missing bool, groups ...string) topicLook {
-		l := topicLook{exists: exists, id: id}
-		for _, g := range groups {
-			l.before = append(l.before, groupLook{name: g})
-		}
-		if missing {
-			l.after = l.before
-		}
-		return l
-	}
-	tests := []struct {
-		name string
-		st   auditState
-		look topicLook
-		want map[string]int64
-	}{
-		{"no earlier state", auditState{}, with("id1", true, false, "a"), nil},
-		{"a group gone, topic intact: deleted on purpose", st, with("id1", true, false, "a"), nil},
-		{"a group gone with the topic recreated", st, with("id2", true, false, "a"), map[string]int64{"b": now.UnixMilli()}},
-		{"both gone with the topic", st, with("", false, false), map[string]int64{"a": now.UnixMilli(), "b": now.UnixMilli()}},
-		{"a group gone while a record is missing", st, with("id1", true, true, "a"), map[string]int64{"b": now.UnixMilli()}},
-		{"awaited, still missing, topic intact now", auditState{ID: "id1", Groups: []string{"a"}, Awaited: map[string]int64{"b": earlier}}, with("id1", true, false, "a"), map[string]int64{"b": earlier}},
-		{"awaited, back", auditState{ID: "id1", Awaited: map[string]int64{"b": earlier}}, with("id1", true, false, "a", "b"), nil},
-		{"awaited for too long", auditState{ID: "id1", Awaited: map[string]int64{"b": now.Add(-awaitFor - time.Minute).UnixMilli()}}, with("id1", true, false, "a"), nil},
-	}
-	for _, tt := range tests {
-		t.Run(tt.name, func(t *testing.T) {
-			got := awaitedGroups(tt.st, tt.look, now)
-			if len(got) != len(tt.want) {
-				t.Fatalf("got %v, want %v", got, tt.want)
-			}
-			for g, since := range tt.want {
-				if got[g] != since {
-					t.Fatalf("got %v, want %v", got, tt.want)
-				}
-			}
-		})
-	}
 }

@@ -273,7 +273,7 @@ func (c *checked) check() forwarder.Verdict {
 	c.t.Helper()
 	ctx, cancel := context.WithTimeout(context.Background(), 15*time.Second) // as the forwarder's loop
 	defer cancel()
-	v, err := c.a.Check(ctx, c.name, c.state, c.held)
+	v, err := c.a.Check(ctx, c.name, c.state, c.held, false)
 	require.NoError(c.t, err)
 	require.Len(c.t, v.Status, len(c.held))
 	c.state = v.State

@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"maps"
 	"slices"
 	"strconv"
 	"strings"
@@ -30,19 +31,10 @@ type auditState struct {
 	// Consumers are the marks of the consumers reading the subject, by
 	// name, as Check last saw them.
 	Consumers map[string]consumerMark `json:"k,omitempty"`
-	// Awaited are consumers that vanished with data (the stream deleted,
-	// recreated or gone back, a message missing), by when they were first
-	// missed (Unix ms): their subscribers will create them again and read
-	// from the stream's start, so until they are back, or awaitFor has
-	// passed, nothing counts as acknowledged by them. A consumer gone
-	// while the stream is intact was deleted on purpose, and is forgotten.
+	// Awaited are consumers lost with the data, by when they were first
+	// missed (Unix ms): see [forwarder.AwaitLostGroups].
 	Awaited map[string]int64 `json:"w,omitempty"`
 }
-
-// awaitFor bounds how long a consumer lost with the data keeps the
-// subject's messages unsettled while its subscriber does not come back:
-// a consumer retired during the incident must not hold them for ever.
-const awaitFor = 24 * time.Hour
 
 // consumerMark is what Check keeps of one consumer, to tell next time
 // whether it read what went meanwhile.
@@ -134,7 +126,7 @@ const checkTimeout = 30 * time.Second
 // consumer would, since a message leaves the held set once every consumer
 // acknowledged it), one STREAM.INFO, and a second CONSUMER.LIST only when
 // a held message was missing.
-func (nb natsBroker) Check(ctx context.Context, subject string, prev []byte, held []forwarder.Held) (forwarder.Verdict, error) {
+func (nb natsBroker) Check(ctx context.Context, subject string, prev []byte, held []forwarder.Held, _ bool) (forwarder.Verdict, error) {
 	if _, ok := ctx.Deadline(); !ok {
 		var cancel context.CancelFunc
 		ctx, cancel = context.WithTimeout(ctx, checkTimeout)
@@ -151,6 +143,9 @@ func (nb natsBroker) Check(ctx context.Context, subject string, prev []byte, hel
 	if err != nil {
 		return forwarder.Verdict{}, fmt.Errorf("nats audit %s: %w", subject, err)
 	}
+	// Consumers lost with the data are awaited: those missing when the
+	// stream went missing or was recreated, or, judged again, when the
+	// messages show a loss; not on a mere removal (see awaitedConsumers).
 	awaited := awaitedConsumers(st, l, time.Now())
 	status, reason := judge(st, l, awaited)
 	next := auditState{Consumers: make(map[string]consumerMark, len(l.after)), Awaited: awaited}
@@ -213,44 +208,25 @@ func judge(st *auditState, l look, awaited map[string]int64) ([]forwarder.Status
 	return status, reason
 }
 
-// awaitedConsumers returns the consumers of st missing from the subject
-// now that their subscribers will create again: those missed while the
-// stream was missing, recreated or gone back, or a held message was not
-// found, or already awaited, for at most awaitFor; with when each was
-// first missed (Unix ms).
+// awaitedConsumers returns the consumers to await ([forwarder.AwaitLostGroups]):
+// those of st missing now when the stream went missing or was recreated,
+// or when the messages, judged with the consumers already awaited, show a
+// loss. A removal alone (a limit, a purge of acknowledged messages) while
+// a consumer was deleted on purpose is no reason to hold the subject.
 func awaitedConsumers(st *auditState, l look, now time.Time) map[string]int64 {
 	if st == nil {
 		return nil
 	}
-	suspect := !l.stream || !st.Created.Equal(l.created)
-	for i := range l.found {
-		if !l.found[i] {
-			suspect = true
+	known := slices.Sorted(maps.Keys(st.Consumers))
+	present := func(name string) bool { _, ok := l.after[name]; return ok }
+	dataLost := !l.stream || !st.Created.Equal(l.created)
+	awaited := forwarder.AwaitLostGroups(known, st.Awaited, present, dataLost, now)
+	if !dataLost {
+		if status, _ := judge(st, l, awaited); slices.Contains(status, forwarder.Lost) {
+			awaited = forwarder.AwaitLostGroups(known, st.Awaited, present, true, now)
 		}
 	}
-	var out map[string]int64
-	await := func(name string, since int64) {
-		if now.UnixMilli()-since > awaitFor.Milliseconds() {
-			return
-		}
-		if out == nil {
-			out = map[string]int64{}
-		}
-		out[name] = since
-	}
-	for name, since := range st.Awaited {
-		if _, back := l.after[name]; !back {
-			await(name, since)
-		}
-	}
-	for name := range st.Consumers {
-		_, back := l.after[name]
-		_, already := out[name]
-		if !back && !already && suspect {
-			await(name, now.UnixMilli())
-		}
-	}
-	return out
+	return awaited
 }
 
 // firstName is the first of names, sorted: the same one each time, for

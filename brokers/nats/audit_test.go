@@ -191,7 +191,7 @@ func (c *checked) publish(n int) []forwarder.Held {
 // ones, and returns the verdict.
 func (c *checked) check() forwarder.Verdict {
 	c.t.Helper()
-	v, err := c.a.Check(context.Background(), c.subject, c.state, c.held)
+	v, err := c.a.Check(context.Background(), c.subject, c.state, c.held, false)
 	if err != nil {
 		c.t.Fatal(err)
 	}

@@ -152,7 +152,7 @@ func (h *auditedTopic) check() int {
 	left := 0
 	for subject, msgs := range h.msgs {
 		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
-		v, err := h.a.Check(ctx, subject, h.states[subject], msgs)
+		v, err := h.a.Check(ctx, subject, h.states[subject], msgs, false)
 		cancel()
 		if err != nil {
 			h.t.Logf("check %s: %v", subject, err)

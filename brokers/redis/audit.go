@@ -1,13 +1,13 @@
 package redis
 
 import (
-	"cmp"
 	"context"
 	"crypto/rand"
 	"encoding/hex"
 	"encoding/json"
 	"errors"
 	"fmt"
+	"maps"
 	"slices"
 	"strings"
 	"time"
@@ -34,23 +34,36 @@ type auditState struct {
 	// entry and not below Trimmed cannot be told from an entry a failover
 	// lost before new entries were written, so it is taken for lost.
 	Trimmed string `json:"t,omitempty"`
+	// Trim is the MINID this Check decided to trim the stream to, applied
+	// by the next Check: that one is handed this state only once the
+	// audit that decided it committed, so a trim never runs ahead of the
+	// verdict that accounts for what it removes (an audit rolled back
+	// after it trimmed would make the next one take the trimmed entries
+	// for lost).
+	Trim string `json:"x,omitempty"`
 	// Groups are the consumer groups the last Check saw on the stream.
 	Groups []string `json:"g,omitempty"`
-	// Awaited are groups that vanished with data (a flush, a restart
-	// without persistence, a failover that lost entries), by when they
-	// were first missed (Unix ms): their consumers will create them again
-	// and read the stream from its start, so until they are back, or
-	// awaitGroupsFor has passed, they count as having acknowledged
-	// nothing. A group gone while the data set is intact was destroyed on
-	// purpose, and is forgotten.
+	// Awaited are groups lost with the data, by when they were first
+	// missed (Unix ms): see [forwarder.AwaitLostGroups].
 	Awaited map[string]int64 `json:"w,omitempty"`
 }
 
-// awaitGroupsFor bounds how long a group lost with the data keeps the
-// stream's entries unsettled (and untrimmed) while its consumer does not
-// come back: a consumer retired during the incident must not hold the
-// stream for ever.
-const awaitGroupsFor = 24 * time.Hour
+// trimmedTo is the highest MINID the audit trimmed the stream to, or
+// decided to (a pending Trim may have run in a Check whose audit rolled
+// back): below it, an entry missing is the audit's trim.
+func (st *auditState) trimmedTo() string {
+	if st == nil {
+		return ""
+	}
+	return maxID(st.Trimmed, st.Trim)
+}
+
+func maxID(a, b string) string {
+	if a == "" || (b != "" && lessID(a, b)) {
+		return b
+	}
+	return a
+}
 
 // probeChunk bounds the XRANGEs of one pipeline.
 const probeChunk = 1000
@@ -88,7 +101,8 @@ type look struct {
 //     only below every group's floor);
 //
 // in both cases only with every group's floor above it now, and only in a
-// data set an earlier Check saw (the same canary): after a flush or a
+// data set an earlier Check saw (the canary the previous Check saw, or,
+// without a saved state, one an earlier audit planted): after a flush or a
 // restart without persistence, new groups reading new entries pass the
 // old ids without having read them. Any other missing entry is Lost: above
 // the last-generated-id, or below it with nothing to account for it, is
@@ -100,15 +114,18 @@ type look struct {
 // The trim removes only entries below every group's floor and below the
 // first held entry not settled, so a stream never loses by Outflow's hand
 // an entry whose receipt the audit has not settled: a missing entry below
-// the first one is then another hand's trim.
+// the first one is then another hand's trim. Check decides it and the next
+// Check applies it (see auditState.Trim); with partial, it decides none.
 //
 // Cost: one XRANGE of one id per held entry (pipelined, probeChunk a
 // round trip: the entries are read whole, so an audit reads about what one
-// more consumer group would), XINFO STREAM, GET of the canary, XINFO
-// GROUPS and one XPENDING per group twice; one XTRIM MINID, exact (what
-// it removes, it removes once; an approximate trim would keep up to a
-// radix node of settled entries a while longer).
-func (b *Broker) Check(ctx context.Context, stream string, prev []byte, held []forwarder.Held) (forwarder.Verdict, error) {
+// more consumer group would); before them XINFO GROUPS and an XPENDING per
+// group with pending entries, after them GET of the canary and XINFO
+// STREAM, then XINFO GROUPS and the XPENDINGs again: five round trips
+// besides the XRANGEs at most; one XTRIM MINID when a trim is due, exact
+// (what it removes, it removes once; an approximate trim would keep up to
+// a radix node of settled entries a while longer).
+func (b *Broker) Check(ctx context.Context, stream string, prev []byte, held []forwarder.Held, partial bool) (forwarder.Verdict, error) {
 	var st *auditState
 	if len(prev) > 0 {
 		st = new(auditState)
@@ -120,44 +137,71 @@ func (b *Broker) Check(ctx context.Context, stream string, prev []byte, held []f
 	if err != nil {
 		return forwarder.Verdict{}, fmt.Errorf("redis audit %s: %w", stream, err)
 	}
-	awaited := awaitedGroups(st, l, time.Now())
-	for g := range awaited {
-		// Nothing acknowledged: no entry is settled or trimmed for them.
-		l.floors0[g], l.floors[g] = "0-0", "0-0"
-	}
-	status, reason := judge(st, l, held)
-
-	next := auditState{Canary: l.canary, Awaited: awaited}
-	for g, f := range l.floors {
-		if f != "0-0" || awaited[g] == 0 {
-			next.Groups = append(next.Groups, g)
+	// Groups lost with the data are awaited: those missing when the data
+	// set went (no canary, another one, the stream gone), or, judged
+	// again, when the entries show a loss. Not on a mere missing entry: a
+	// deletion or a trim of acknowledged entries while a group was
+	// destroyed on purpose is no reason to hold the stream for a day.
+	var awaited map[string]int64
+	if st != nil {
+		present := func(g string) bool { _, ok := l.floors[g]; return ok }
+		dataLost := l.canary != st.Canary || !l.stream
+		now := time.Now()
+		awaited = forwarder.AwaitLostGroups(st.Groups, st.Awaited, present, dataLost, now)
+		if !dataLost {
+			if status, _ := judge(st, l.awaiting(awaited), held); slices.Contains(status, forwarder.Lost) {
+				awaited = forwarder.AwaitLostGroups(st.Groups, st.Awaited, present, true, now)
+			}
 		}
 	}
-	slices.Sort(next.Groups)
-	if st != nil && st.Canary == l.canary {
-		next.Trimmed = st.Trimmed
+	lw := l.awaiting(awaited)
+	status, reason := judge(st, lw, held)
+
+	next := auditState{Canary: l.canary, Awaited: awaited}
+	for g := range l.floors {
+		next.Groups = append(next.Groups, g)
 	}
+	slices.Sort(next.Groups)
 	if next.Canary == "" {
 		if next.Canary, err = b.plantCanary(ctx, stream); err != nil {
 			return forwarder.Verdict{}, fmt.Errorf("redis audit %s: %w", stream, err)
 		}
 	}
-	if bound := trimBound(l, held, status); bound != "" {
-		// Recorded whether or not the trim succeeds: one that fails
-		// after Redis did it must not leave its entries unaccounted for,
-		// and below the bound every held entry is settled anyway.
-		if next.Trimmed == "" || lessID(next.Trimmed, bound) {
-			next.Trimmed = bound
+	if st != nil && st.Canary == l.canary {
+		next.Trimmed = st.Trimmed
+		if st.Trim != "" {
+			// The trim the previous Check decided: its verdict is
+			// committed (this Check was handed its state). One that fails
+			// is tried again by the next Check: the bound stays pending.
+			if err := b.cfg.Client.XTrimMinID(ctx, stream, st.Trim).Err(); err != nil && !isNoSuchKey(err) {
+				next.Trim = st.Trim
+			}
+			next.Trimmed = maxID(next.Trimmed, st.Trim)
 		}
-		// A trim that fails is tried again by the next Check (the bound
-		// is computed anew); the verdict holds without it.
-		_ = b.cfg.Client.XTrimMinID(ctx, stream, bound).Err()
+	}
+	if !partial {
+		if bound := trimBound(lw, held, status); bound != "" && (next.Trimmed == "" || lessID(next.Trimmed, bound)) {
+			next.Trim = maxID(next.Trim, bound)
+		}
 	}
 	state, err := json.Marshal(next)
 	if err != nil {
 		return forwarder.Verdict{}, fmt.Errorf("redis audit %s: %w", stream, err)
 	}
-	return forwarder.Verdict{State: state, Status: status, Reason: reason}, nil
+	return forwarder.Verdict{State: state, Status: status, Reason: reason, Again: next.Trim != ""}, nil
+}
+
+// awaiting is l with the awaited groups' floors at 0-0: they acknowledged
+// nothing, so no entry is settled or trimmed under them.
+func (l look) awaiting(awaited map[string]int64) look {
+	if len(awaited) == 0 {
+		return l
+	}
+	l.floors0, l.floors = maps.Clone(l.floors0), maps.Clone(l.floors)
+	for g := range awaited {
+		l.floors0[g], l.floors[g] = "0-0", "0-0"
+	}
+	return l
 }
 
 // judge is Check's decision for each held entry, and the reason of the
@@ -204,7 +248,7 @@ func judge(st *auditState, l look, held []forwarder.Held) ([]forwarder.Status, s
 			switch g := notAcknowledged(l.floors, p); {
 			case g != "":
 				lose(i, fmt.Sprintf("entry %s missing below the stream's first entry while group %s had not acknowledged it", p, g))
-			case st == nil || st.Trimmed == "" || !lessID(p, st.Trimmed):
+			case st.trimmedTo() == "" || !lessID(p, st.trimmedTo()):
 				// Below the first entry, as a trim leaves it, but above
 				// anything the audit trimmed: someone else's trim, or a
 				// failover that lost it before every older entry was
@@ -218,46 +262,6 @@ func judge(st *auditState, l look, held []forwarder.Held) ([]forwarder.Status, s
 		}
 	}
 	return status, reason
-}
-
-// awaitedGroups returns the groups of st that are missing from the stream
-// now and that its consumers will create again: those missed while the
-// data set was lost (no canary, another canary) or entries were missing
-// (a failover), or already awaited, for at most awaitGroupsFor. With them
-// the map holds when each was first missed (Unix ms).
-func awaitedGroups(st *auditState, l look, now time.Time) map[string]int64 {
-	if st == nil {
-		return nil
-	}
-	suspect := l.canary == "" || l.canary != st.Canary || !l.stream
-	for i := range l.found {
-		if !l.found[i] {
-			suspect = true
-		}
-	}
-	var out map[string]int64
-	await := func(g string, since int64) {
-		if now.UnixMilli()-since > awaitGroupsFor.Milliseconds() {
-			return
-		}
-		if out == nil {
-			out = map[string]int64{}
-		}
-		out[g] = since
-	}
-	for g, since := range st.Awaited {
-		if _, back := l.floors[g]; !back {
-			await(g, since)
-		}
-	}
-	for _, g := range st.Groups {
-		_, back := l.floors[g]
-		_, already := out[g]
-		if !back && !already && suspect {
-			await(g, now.UnixMilli())
-		}
-	}
-	return out
 }
 
 // acknowledged reports whether every group's floor is above id, with at
@@ -320,29 +324,23 @@ func trimBound(l look, held []forwarder.Held, status []forwarder.Status) string 
 	return bound
 }
 
-func compareID(a, b string) int {
-	am, as := parseID(a)
-	bm, bs := parseID(b)
-	if c := cmp.Compare(am, bm); c != 0 {
-		return c
-	}
-	return cmp.Compare(as, bs)
-}
-
-// look reads the stream in three round trips: the groups' floors, then the
-// held entries followed by the stream's info, canary and groups, then
-// their floors again. Read in this order, a trim or an acknowledgement
-// racing the look is seen for what it is: the floors read first are
-// acknowledgements made while the entries found were there, and the first
-// entry read after the entries is at least as new as any trim that took
-// one of them away (a trim keeps every group's unacknowledged entries, and
-// acknowledgements only move forward).
+// look reads the stream: the groups' floors, then the held entries, then
+// the stream's info and canary, then the groups' floors again. Read in
+// this order, a deletion, a trim or an acknowledgement racing the look is
+// seen for what it is: the floors read first are acknowledgements made
+// while the entries found were there, and the stream's first entry,
+// max-deleted-entry-id and floors read after the entries are at least as
+// new as whatever took one of them away (acknowledgements only move
+// forward).
 func (b *Broker) look(ctx context.Context, stream string, held []forwarder.Held) (look, error) {
 	c := b.cfg.Client
 	l := look{found: make([]bool, len(held)), other: make([]bool, len(held))}
 	var err error
 	if l.floors0, err = b.floors(ctx, stream); err != nil {
 		return l, err
+	}
+	if b.auditHook != nil {
+		b.auditHook()
 	}
 	for start := 0; start < len(held); start += probeChunk {
 		chunk := held[start:min(start+probeChunk, len(held))]
@@ -369,9 +367,6 @@ func (b *Broker) look(ctx context.Context, stream string, held []forwarder.Held)
 				l.found[start+k] = true
 			}
 		}
-	}
-	if b.auditHook != nil {
-		b.auditHook()
 	}
 	pipe := c.Pipeline()
 	gcmd := pipe.Get(ctx, CanaryKey(stream))

@@ -3,7 +3,6 @@ package redis
 import (
 	"strings"
 	"testing"
-	"time"
 
 	"github.com/outflow-dev/outflow/forwarder"
 )
@@ -116,42 +115,6 @@ func TestTrimBound(t *testing.T) {
 		t.Run(tt.name, func(t *testing.T) {
 			if got := trimBound(tt.look, tt.held, tt.status); got != tt.want {
 				t.Fatalf("got %q, want %q", got, tt.want)
-			}
-		})
-	}
-}
-
-func TestAwaitedGroups(t *testing.T) {
-	now := time.UnixMilli(1_000_000_000)
-	earlier := now.Add(-time.Hour).UnixMilli()
-	st := &auditState{Canary: "tok", Groups: []string{"a", "b"}}
-	intact := look{canary: "tok", stream: true, found: []bool{true}, floors: map[string]string{"a": "5-0"}}
-	tests := []struct {
-		name string
-		st   *auditState
-		look look
-		want map[string]int64
-	}{
-		{"no earlier state", nil, intact, nil},
-		{"a group gone, data set intact: destroyed on purpose", st, intact, nil},
-		{"a group gone with the canary", st, look{stream: true, found: []bool{true}, floors: map[string]string{"a": "5-0"}}, map[string]int64{"b": now.UnixMilli()}},
-		{"a group gone, canary replaced", st, look{canary: "new", stream: true, floors: map[string]string{}}, map[string]int64{"a": now.UnixMilli(), "b": now.UnixMilli()}},
-		{"a group gone while an entry is missing (a failover)", st, look{canary: "tok", stream: true, found: []bool{false}, floors: map[string]string{"a": "5-0"}}, map[string]int64{"b": now.UnixMilli()}},
-		{"the stream gone", st, look{canary: "tok", floors: map[string]string{}}, map[string]int64{"a": now.UnixMilli(), "b": now.UnixMilli()}},
-		{"awaited, still missing, data set intact now: still awaited", &auditState{Canary: "tok", Groups: []string{"a"}, Awaited: map[string]int64{"b": earlier}}, intact, map[string]int64{"b": earlier}},
-		{"awaited, back", &auditState{Canary: "tok", Groups: []string{"a"}, Awaited: map[string]int64{"b": earlier}}, look{canary: "tok", stream: true, floors: map[string]string{"a": "5-0", "b": "1-0"}}, nil},
-		{"awaited for too long: forgotten", &auditState{Canary: "tok", Awaited: map[string]int64{"b": now.Add(-awaitGroupsFor - time.Minute).UnixMilli()}}, intact, nil},
-	}
-	for _, tt := range tests {
-		t.Run(tt.name, func(t *testing.T) {
-			got := awaitedGroups(tt.st, tt.look, now)
-			if len(got) != len(tt.want) {
-				t.Fatalf("got %v, want %v", got, tt.want)
-			}
-			for g, since := range tt.want {
-				if got[g] != since {
-					t.Fatalf("got %v, want %v", got, tt.want)
-				}
 			}
 		})
 	}

@@ -122,7 +122,7 @@ func (a *checked) publish(n int) []forwarder.Held {
 // and returns the verdict.
 func (a *checked) check() forwarder.Verdict {
 	a.t.Helper()
-	v, err := a.b.Check(context.Background(), a.stream, a.state, a.held)
+	v, err := a.b.Check(context.Background(), a.stream, a.state, a.held, false)
 	require.NoError(a.t, err)
 	a.state = v.State
 	var keep []forwarder.Held
@@ -197,7 +197,8 @@ func TestCheckTellsADeletionOfUnacknowledgedEntries(t *testing.T) {
 }
 
 // Check trims what it settled, and only that: entries pending in a group,
-// and those above them, stay.
+// and those above them, stay. It decides the trim and the next Check
+// applies it, once the verdict that accounts for it is committed.
 func TestCheckTrimsWhatItSettled(t *testing.T) {
 	t.Parallel()
 	_, c := ownRedis(t)
@@ -206,31 +207,81 @@ func TestCheckTrimsWhatItSettled(t *testing.T) {
 	a.readAck("g", 3)
 	v := a.check()
 	require.Equal(t, 3, count(v.Status, forwarder.Settled))
+	require.EqualValues(t, 6, xlen(t, c, a.stream), "nothing trimmed before the verdict is committed")
+	a.check()
 	first, err := c.XRange(context.Background(), a.stream, "-", "+").Result()
 	require.NoError(t, err)
 	require.Len(t, first, 3, "the settled entries are trimmed, the pending ones kept")
 	require.Equal(t, held[3].Position, first[0].ID)
 }
 
-// A trim between the look for the held entries and the read of the
-// stream's first entry: the group had acknowledged the entries, the
-// trimmer removed them while the audit ran. Read in the other order, the
-// entries looked lost.
-func TestCheckIgnoresATrimDuringItsLook(t *testing.T) {
+// An audit that rolls back after a Check (a shutdown, a PostgreSQL error)
+// leaves its receipts and the previous state: the next Check is handed the
+// same as the first. Had the first trimmed what it settled, the second
+// would take those entries for lost.
+func TestCheckAfterARolledBackAuditFindsNoLoss(t *testing.T) {
+	t.Parallel()
+	_, c := ownRedis(t)
+	a := newChecked(t, c)
+	a.publish(2)
+	a.check()
+	held := a.publish(6)
+	a.readAck("g", 0)
+	state := a.state
+	for range 3 {
+		v, err := a.b.Check(context.Background(), a.stream, state, held, false)
+		require.NoError(t, err)
+		require.Zero(t, count(v.Status, forwarder.Lost), v.Reason)
+		require.Equal(t, len(held), count(v.Status, forwarder.Settled))
+	}
+}
+
+// With partial (the forwarder holds receipts it did not hand over), Check
+// removes nothing: an entry it was not shown may be below its bound.
+func TestCheckPartialTrimsNothing(t *testing.T) {
+	t.Parallel()
+	_, c := ownRedis(t)
+	a := newChecked(t, c)
+	held := a.publish(4)
+	a.readAck("g", 0)
+	for range 2 {
+		v, err := a.b.Check(context.Background(), a.stream, a.state, held, true)
+		require.NoError(t, err)
+		require.Equal(t, len(held), count(v.Status, forwarder.Settled))
+		a.state = v.State
+	}
+	require.EqualValues(t, 4, xlen(t, c, a.stream))
+}
+
+// A deletion of acknowledged entries racing the look: the group
+// acknowledges the entries and they are XDELed after the Check read the
+// groups' floors and before it looks for them. Read after the look, the
+// floors and max-deleted-entry-id show a deletion of acknowledged entries;
+// read before it, the entries looked lost.
+func TestCheckIgnoresADeletionDuringItsLook(t *testing.T) {
 	t.Parallel()
 	_, c := ownRedis(t)
 	a := newChecked(t, c)
 	a.publish(2)
 	require.Zero(t, count(a.check().Status, forwarder.Lost)) // the canary
-	a.publish(4)
-	a.readAck("g", 0)
-	// The hook runs after the entries were looked for: they were there
-	// then; a trimmer takes them before the stream's first entry is read.
+	held := a.publish(4)
+	a.readAck("g", 4) // delivered, pending
 	redisstreams.SetAuditHook(a.b, func() {
-		require.NoError(t, c.XTrimMinID(context.Background(), a.stream, "9999999999999-0").Err())
+		ctx := context.Background()
+		for _, h := range held {
+			require.NoError(t, c.XAck(ctx, a.stream, "g", h.Position).Err())
+			require.NoError(t, c.XDel(ctx, a.stream, h.Position).Err())
+		}
 	})
 	v := a.check()
 	require.Zero(t, count(v.Status, forwarder.Lost), v.Reason)
+}
+
+func xlen(t *testing.T, c *redis.Client, stream string) int64 {
+	t.Helper()
+	n, err := c.XLen(context.Background(), stream).Result()
+	require.NoError(t, err)
+	return n
 }
 
 // The subscriber meets the loss too: its stream and group are gone (it was

@@ -56,8 +56,8 @@ var ErrClusterNotConfigured = errors.New("redis server is a Cluster node, not co
 // Broker publishes to Redis Streams.
 type Broker struct {
 	cfg Config
-	// auditHook, when a test sets it, runs in an audit between its look
-	// for the held entries and its reading of the stream's first entry.
+	// auditHook, when a test sets it, runs in a Check between its first
+	// reading of the groups' floors and its look for the held entries.
 	auditHook func()
 }
 
@@ -208,20 +208,13 @@ func (b *Broker) Publish(ctx context.Context, msgs []forwarder.Outgoing) []error
 // PublishReceipts is Publish, returning each acknowledged entry's stream
 // and id: [forwarder.Auditor].
 func (b *Broker) PublishReceipts(ctx context.Context, msgs []forwarder.Outgoing) ([]forwarder.Receipt, []error) {
-	ids := make([]string, len(msgs))
-	errs := b.publish(ctx, msgs, ids)
 	receipts := make([]forwarder.Receipt, len(msgs))
-	for i, m := range msgs {
-		if errs[i] == nil {
-			receipts[i] = forwarder.Receipt{BrokerTopic: b.Stream(m.Topic, m.AggregateID), Position: ids[i]}
-		}
-	}
-	return receipts, errs
+	return receipts, b.publish(ctx, msgs, receipts)
 }
 
-// publish is Publish; when ids is not nil, it sets ids[i] to the id Redis
-// gave msgs[i].
-func (b *Broker) publish(ctx context.Context, msgs []forwarder.Outgoing, ids []string) []error {
+// publish is Publish; when receipts is not nil, it sets receipts[i] to
+// msgs[i]'s stream and the id Redis gave it.
+func (b *Broker) publish(ctx context.Context, msgs []forwarder.Outgoing, receipts []forwarder.Receipt) []error {
 	errs := make([]error, len(msgs))
 	entries := make([]entry, 0, len(msgs))
 	for i, m := range msgs {
@@ -238,7 +231,7 @@ func (b *Broker) publish(ctx context.Context, msgs []forwarder.Outgoing, ids []s
 	if b.cfg.WaitReplicas == 0 {
 		// A Cluster client's pipeline splits by node and follows MOVED
 		// replies by itself.
-		b.pipeline(ctx, b.cfg.Client, entries, errs, ids, false)
+		b.pipeline(ctx, b.cfg.Client, entries, errs, receipts, false)
 		return errs
 	}
 	groups, err := b.byPrimary(ctx, entries)
@@ -250,7 +243,7 @@ func (b *Broker) publish(ctx context.Context, msgs []forwarder.Outgoing, ids []s
 	}
 	var wg sync.WaitGroup
 	for _, g := range groups {
-		wg.Go(func() { b.pipeline(ctx, g.client, g.entries, errs, ids, true) }) // each sets errs and ids of its own entries only
+		wg.Go(func() { b.pipeline(ctx, g.client, g.entries, errs, receipts, true) }) // each sets errs and receipts of its own entries only
 	}
 	wg.Wait()
 	if cc, ok := b.cfg.Client.(*goredis.ClusterClient); ok && anyErr(errs) {
@@ -306,8 +299,8 @@ func (b *Broker) byPrimary(ctx context.Context, entries []entry) ([]primaryGroup
 }
 
 // pipeline appends entries in one pipeline on c, then WAITs when wait is
-// set, and sets errs (and ids, when not nil) of those entries.
-func (b *Broker) pipeline(ctx context.Context, c pipeliner, entries []entry, errs []error, ids []string, wait bool) {
+// set, and sets errs (and receipts, when not nil) of those entries.
+func (b *Broker) pipeline(ctx context.Context, c pipeliner, entries []entry, errs []error, receipts []forwarder.Receipt, wait bool) {
 	pipe := c.Pipeline()
 	cmds := make([]*goredis.StringCmd, len(entries))
 	for k, e := range entries {
@@ -349,10 +342,10 @@ func (b *Broker) pipeline(ctx context.Context, c pipeliner, entries []entry, err
 			errs[e.i] = classify(execErr)
 		}
 	}
-	if ids != nil {
+	if receipts != nil {
 		for k, e := range entries {
 			if errs[e.i] == nil {
-				ids[e.i] = cmds[k].Val()
+				receipts[e.i] = forwarder.Receipt{BrokerTopic: e.stream, Position: cmds[k].Val()}
 			}
 		}
 	}

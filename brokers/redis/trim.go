@@ -1,6 +1,7 @@
 package redis
 
 import (
+	"cmp"
 	"context"
 	"fmt"
 	"strconv"
@@ -13,29 +14,18 @@ import (
 // groups is left alone: nobody has read it yet. It returns how many entries
 // were removed.
 func (b *Broker) Trim(ctx context.Context, stream string) (int64, error) {
-	groups, err := b.cfg.Client.XInfoGroups(ctx, stream).Result()
+	floors, err := b.floors(ctx, stream)
 	if err != nil {
-		if isNoSuchKey(err) {
-			return 0, nil
-		}
 		return 0, fmt.Errorf("trim %s: %w", stream, err)
 	}
-	if len(groups) == 0 {
-		return 0, nil
-	}
 	var minID string
-	for _, g := range groups {
-		keep := nextID(g.LastDeliveredID) // everything up to last-delivered was delivered...
-		if g.Pending > 0 {                // ...but what is pending is not yet acknowledged
-			p, err := b.cfg.Client.XPending(ctx, stream, g.Name).Result()
-			if err != nil {
-				return 0, fmt.Errorf("trim %s: %w", stream, err)
-			}
-			keep = p.Lower
+	for _, f := range floors {
+		if minID == "" || lessID(f, minID) {
+			minID = f
 		}
-		if minID == "" || lessID(keep, minID) {
-			minID = keep
-		}
+	}
+	if minID == "" {
+		return 0, nil // no group: nobody has read the stream yet
 	}
 	n, err := b.cfg.Client.XTrimMinIDApprox(ctx, stream, minID, 0).Result()
 	if err != nil {
@@ -64,10 +54,15 @@ func parseID(id string) (ms, seq uint64) {
 	return ms, seq
 }
 
-func lessID(a, b string) bool {
+func lessID(a, b string) bool { return compareID(a, b) < 0 }
+
+func compareID(a, b string) int {
 	am, as := parseID(a)
 	bm, bs := parseID(b)
-	return am < bm || (am == bm && as < bs)
+	if c := cmp.Compare(am, bm); c != 0 {
+		return c
+	}
+	return cmp.Compare(as, bs)
 }
 
 func nextID(id string) string {
