@@ -45,7 +45,6 @@ test-services: ## Bring up what make test needs, at the OUTFLOW_TEST_* URLs, and
 bench: services-up ## Benchmarks, with ratios against a baseline measured in the same run
 	$(GO) run ./cmd/outflow-bench pay
 	$(GO) run ./cmd/outflow-bench forward
-	$(GO) run ./cmd/outflow-bench claim-dead
 	$(GO) run ./cmd/outflow-bench pipeline -per-tx 5
 	$(GO) run ./cmd/outflow-bench brokers
 	$(GO) run ./cmd/outflow-bench nats-replicas

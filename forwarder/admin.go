@@ -24,18 +24,48 @@ type Stats struct {
 	PublishedTotal int64 `json:"published_total"`
 }
 
-// ReadStats reads the outbox's stats. It scans only pending rows, through
-// the partial index, so its cost does not grow with the published history.
+// pendingSQL counts, per partition, the rows above its published_through
+// that are not in outbox_failures and not published below its
+// published_high (an index range scan of the primary key from the lowest
+// cursor: what is pending, and what a long transaction keeps the cursor
+// from passing, not the history), with the oldest one's creation time. A row its partition's holder published since
+// its last lease tick still counts, for that long.
+const pendingSQL = `
+WITH p AS (SELECT partition, published_through, published_high, waiting_xids, count(*) OVER () AS n FROM outbox_partitions)
+SELECT count(*), min(o.created_at)
+FROM outbox o LEFT JOIN p ON p.partition = ((hashtextextended(o.aggregate_id, 0) % p.n) + p.n) % p.n
+WHERE o.id > coalesce((SELECT min(published_through) FROM p), 0) AND o.id > coalesce(p.published_through, 0)
+  AND NOT coalesce(o.id <= p.published_high AND o.transaction_id <> ALL(p.waiting_xids), false)
+  AND NOT EXISTS (SELECT 1 FROM outbox_failures f WHERE f.id = o.id)`
+
+// ReadStats reads the outbox's stats: the rows above the partitions'
+// cursors, and the small outbox_failures table. Its cost follows what is
+// pending, not the published history.
 func ReadStats(ctx context.Context, pool *pgxpool.Pool) (Stats, error) {
-	var s Stats
-	err := pool.QueryRow(ctx, `
-		SELECT count(*) FILTER (WHERE parked_at IS NULL),
-		       count(*) FILTER (WHERE parked_at IS NOT NULL),
-		       coalesce(extract(epoch FROM now() - min(created_at) FILTER (WHERE parked_at IS NULL)), 0)::float8,
+	var (
+		s             Stats
+		pending       int64
+		oldest        *time.Time
+		failing       int64
+		oldestFailing *time.Time
+	)
+	b := &pgx.Batch{}
+	b.Queue(pendingSQL).QueryRow(func(r pgx.Row) error { return r.Scan(&pending, &oldest) })
+	b.Queue(`
+		SELECT count(*) FILTER (WHERE f.parked_at IS NULL), count(*) FILTER (WHERE f.parked_at IS NOT NULL),
+		       min(o.created_at) FILTER (WHERE f.parked_at IS NULL),
 		       (SELECT coalesce(sum(published_total), 0) FROM outbox_partitions)::bigint
-		FROM outbox WHERE published_at IS NULL`).Scan(&s.Pending, &s.Parked, &s.OldestPendingAgeSeconds, &s.PublishedTotal)
-	if err != nil {
+		FROM outbox_failures f JOIN outbox o ON o.id = f.id`).QueryRow(func(r pgx.Row) error {
+		return r.Scan(&failing, &s.Parked, &oldestFailing, &s.PublishedTotal)
+	})
+	if err := pool.SendBatch(ctx, b).Close(); err != nil {
 		return Stats{}, fmt.Errorf("read outbox stats: %w", err)
+	}
+	s.Pending = pending + failing
+	for _, t := range []*time.Time{oldest, oldestFailing} {
+		if t != nil {
+			s.OldestPendingAgeSeconds = max(s.OldestPendingAgeSeconds, time.Since(*t).Seconds())
+		}
 	}
 	return s, nil
 }
@@ -64,10 +94,10 @@ type ParkedRow struct {
 // ListParked returns up to limit parked rows, oldest first.
 func ListParked(ctx context.Context, pool *pgxpool.Pool, limit int) ([]ParkedRow, error) {
 	rows, err := pool.Query(ctx, `
-		SELECT id, message_id::text, topic, event_type, aggregate_type, aggregate_id, aggregate_version,
-		       attempts, coalesce(last_error, ''), created_at, parked_at, discarded_at
-		FROM outbox WHERE published_at IS NULL AND parked_at IS NOT NULL
-		ORDER BY id LIMIT $1`, limit)
+		SELECT o.id, o.message_id::text, o.topic, o.event_type, o.aggregate_type, o.aggregate_id, o.aggregate_version,
+		       f.attempts, coalesce(f.last_error, ''), o.created_at, f.parked_at, f.discarded_at
+		FROM outbox_failures f JOIN outbox o ON o.id = f.id WHERE f.parked_at IS NOT NULL
+		ORDER BY f.id LIMIT $1`, limit)
 	if err != nil {
 		return nil, fmt.Errorf("list parked rows: %w", err)
 	}
@@ -97,36 +127,26 @@ type ParkedFilter struct {
 // releaseParkedSQL puts the parked rows $1/$2 choose back in line with a
 // fresh count of attempts, discarding them as well when $3. The casts are
 // not decoration: PostgreSQL types a parameter where it first meets it,
-// and `$1 = 0` alone would make the id an integer, refused past 2^31. See
-// [RetryParked] for why a released row is due at once and its aggregate's
-// held rows with it. A row discarded before stays discarded when retried:
-// what failed then was its marker.
+// and `$1 = 0` alone would make the id an integer, refused past 2^31. A
+// row discarded before stays discarded when retried: what failed then was
+// its marker. The rows held behind a released one are in outbox_failures
+// too, untried: they go out after it, in id order.
 const releaseParkedSQL = `
 	WITH released AS (
-		UPDATE outbox SET parked_at = NULL, next_attempt_at = now(), attempts = 0,
-		       discarded_at = CASE WHEN $3::boolean THEN now() ELSE discarded_at END
-		WHERE published_at IS NULL AND parked_at IS NOT NULL AND ($1::bigint = 0 OR id = $1::bigint) AND ($2::text = '' OR topic = $2::text)
-		RETURNING id, aggregate_type, aggregate_id
-	), held AS (
-		UPDATE outbox h SET next_attempt_at = now()
-		FROM (SELECT aggregate_type, aggregate_id, min(id) AS id FROM released GROUP BY 1, 2) r
-		WHERE h.aggregate_type = r.aggregate_type AND h.aggregate_id = r.aggregate_id AND h.id > r.id
-		  AND h.published_at IS NULL AND h.parked_at IS NULL AND h.next_attempt_at IS NULL
+		UPDATE outbox_failures f SET parked_at = NULL, next_attempt_at = now(), attempts = 0,
+		       discarded_at = CASE WHEN $3::boolean THEN now() ELSE f.discarded_at END
+		FROM outbox o
+		WHERE o.id = f.id AND f.parked_at IS NOT NULL AND ($1::bigint = 0 OR f.id = $1::bigint) AND ($2::text = '' OR o.topic = $2::text)
+		RETURNING f.id
 	)
 	SELECT count(*) FROM released`
 
 // RetryParked puts the parked rows f chooses back in line with a fresh
-// count of attempts. It returns how many rows it released. Nothing is ever
-// deleted.
-//
-// A released row is due at once rather than new: a forwarder's claim may
-// have moved its low-water mark past it (and past the later rows of its
-// aggregate, held behind it), and finds due rows through the small
-// blocked-rows index wherever they are. The held rows are made due too, for
-// the same reason; they still go out after the released row, in id order.
-// This walks the aggregate's pending rows once: an operator's command, not
-// the forwarder's hot path. db is a pool, or a transaction the release
-// commits with.
+// count of attempts: due at once in outbox_failures, where the claim of
+// whichever instance holds their partition finds them, the rows held
+// behind them following in id order. It returns how many rows it
+// released. Nothing is ever deleted. db is a pool, or a transaction the
+// release commits with.
 func RetryParked(ctx context.Context, db Querier, f ParkedFilter) (int64, error) {
 	n, err := releaseParked(ctx, db, f, false)
 	if err != nil {
@@ -195,14 +215,15 @@ func Repartition(ctx context.Context, pool *pgxpool.Pool, partitions int, liveWi
 			return fmt.Errorf("repartition: %w", err)
 		}
 		var (
-			leased  int
-			total   int64
-			running []string
+			leased         int
+			total, through int64
+			running        []string
 		)
 		if err := tx.QueryRow(ctx, `
 			SELECT count(*) FILTER (WHERE owner IS NOT NULL AND lease_until > now()), coalesce(sum(published_total), 0)::bigint,
+			       coalesce(min(published_through), 0),
 			       ARRAY(SELECT id FROM outbox_forwarders WHERE heartbeat_at > now() - make_interval(secs => $1) ORDER BY id)
-			FROM outbox_partitions`, liveWithin.Seconds()).Scan(&leased, &total, &running); err != nil {
+			FROM outbox_partitions`, liveWithin.Seconds()).Scan(&leased, &total, &through, &running); err != nil {
 			return fmt.Errorf("repartition: %w", err)
 		}
 		if leased > 0 || len(running) > 0 {
@@ -214,9 +235,12 @@ func Repartition(ctx context.Context, pool *pgxpool.Pool, partitions int, liveWi
 		if _, err := tx.Exec(ctx, `DELETE FROM outbox_partitions`); err != nil {
 			return fmt.Errorf("repartition: %w", err)
 		}
+		// Every new partition starts from the lowest cursor of the old
+		// ones: whatever an aggregate's old partition, nothing above it
+		// was surely published (what was is published again once).
 		_, err := tx.Exec(ctx, `
-			INSERT INTO outbox_partitions (partition, published_total)
-			SELECT g, CASE WHEN g = 0 THEN $2 ELSE 0 END FROM generate_series(0, $1 - 1) g`, partitions, total)
+			INSERT INTO outbox_partitions (partition, published_total, published_through, published_through_at)
+			SELECT g, CASE WHEN g = 0 THEN $2 ELSE 0 END, $3, now() FROM generate_series(0, $1 - 1) g`, partitions, total, through)
 		if err != nil {
 			return fmt.Errorf("repartition: %w", err)
 		}

@@ -33,27 +33,16 @@ var (
 )
 
 // auditLoop runs the broker audit while this instance holds partition 0
-// (the instance that exports the outbox gauges), and, on every instance,
-// watches for repairs made by whichever instance audits: the rows a repair
-// puts back may be in any partition, below any instance's low-water mark.
+// (the instance that exports the outbox gauges). What a repair puts back
+// goes into outbox_failures, where whichever instance holds its partition
+// claims it: no other instance needs to be told.
 func (f *Forwarder) auditLoop(ctx context.Context) {
 	audit := time.NewTicker(f.cfg.AuditInterval)
 	defer audit.Stop()
-	// The watch is one small read; at the lease tick's pace a repaired row
-	// of another instance's partition waits seconds, not FullClaimInterval.
-	watch := time.NewTicker(min(f.cfg.LeaseRenewInterval, f.cfg.AuditInterval))
-	defer watch.Stop()
-	// broker topic -> the last repair this instance applied; until the
-	// first read succeeds, a repair made after start counts as unseen.
-	seen := map[string]time.Time{}
-	started := time.Now()
-	f.watchRepairs(ctx, &seen, started)
 	for {
 		select {
 		case <-ctx.Done():
 			return
-		case <-watch.C:
-			f.watchRepairs(ctx, &seen, started)
 		case <-audit.C:
 			if !f.exportsStats() {
 				continue
@@ -62,55 +51,6 @@ func (f *Forwarder) auditLoop(ctx context.Context) {
 				f.cfg.Logger.Warn("broker audit", "error", err.Error())
 			}
 		}
-	}
-}
-
-// watchRepairs lowers this instance's low-water mark to the first row of
-// any repair it has not seen yet. Repairs are told apart per broker topic
-// (each row of outbox_audit is written by one auditor at a time, under the
-// audit lock), not by the newest time over all of them: an auditor's
-// commit that lands after another's, with an earlier time, is still seen.
-// Until a read succeeds, only repairs made after started count: a starting
-// instance's mark is 0 anyway.
-func (f *Forwarder) watchRepairs(ctx context.Context, seen *map[string]time.Time, started time.Time) {
-	rows, err := f.cfg.Pool.Query(ctx, `
-		SELECT broker_topic, last_loss_at, repair_from_id FROM outbox_audit WHERE last_loss_at IS NOT NULL`)
-	if err != nil {
-		if ctx.Err() == nil {
-			f.cfg.Logger.Warn("read broker repairs", "error", err.Error())
-		}
-		return
-	}
-	var (
-		bt   string
-		at   time.Time
-		from *int64
-		low  *int64
-	)
-	now := make(map[string]time.Time, len(*seen))
-	_, err = pgx.ForEachRow(rows, []any{&bt, &at, &from}, func() error {
-		now[bt] = at
-		prev, ok := (*seen)[bt]
-		unseen := (ok && !prev.Equal(at)) || (!ok && (len(*seen) > 0 || at.After(started)))
-		if unseen && from != nil && (low == nil || *from < *low) {
-			low = new(int64)
-			*low = *from
-		}
-		return nil
-	})
-	if err != nil {
-		if ctx.Err() == nil {
-			f.cfg.Logger.Warn("read broker repairs", "error", err.Error())
-		}
-		return
-	}
-	if len(now) == 0 {
-		now[""] = time.Time{} // read once: a broker topic seen later is a new repair
-	}
-	*seen = now
-	if low != nil {
-		f.low.resetBelow(*low)
-		f.Wake()
 	}
 }
 
@@ -395,19 +335,18 @@ func (f *Forwarder) heldByBrokerTopic(ctx context.Context, tx pgx.Tx, receipts [
 	return audits, nil
 }
 
-// repair puts back the rows whose messages a broker topic lost:
-// published_at and next_attempt_at to NULL, so that they are pending
-// again, in the pending-rows index, and are claimed through the normal
-// path in id order (the claim holds an aggregate's later rows behind an
-// earlier row waiting for a retry, so a due next_attempt_at would let
-// through one row per aggregate per claim). attempts is kept: it counts
-// the row's own failures, and a broker's loss is none. It touches those
+// repair puts back the rows whose messages a broker topic lost: into
+// outbox_failures, due at once, where the claim of whichever instance
+// holds their partition finds them, and holds their aggregates' later
+// rows behind them, so they go out again in id order. attempts starts at
+// 0: a broker's loss is not the row's failure. A row already there (it
+// failed since) is left as it is: it is on its way again. It touches those
 // rows only, by id: a repair costs what it repairs, and holds no claim of
-// any forwarder (a row published is no claim's).
+// any forwarder.
 //
 // No wait for the batches in flight is needed: a batch that published
-// before the loss and marks after this commits has its receipts committed
-// with its mark, and the next audit checks them.
+// before the loss and commits after this has its receipts committed with
+// it, and the next audit checks them.
 func (f *Forwarder) repair(ctx context.Context, tx pgx.Tx, receipts []receiptRow, audits []*topicAudit) error {
 	for _, a := range audits {
 		if a.err != nil {
@@ -434,8 +373,9 @@ func (f *Forwarder) repair(ctx context.Context, tx pgx.Tx, receipts []receiptRow
 			var put, found int64
 			err := tx.QueryRow(ctx, `
 				WITH put AS (
-					UPDATE outbox SET published_at = NULL, next_attempt_at = NULL
-					WHERE id = ANY($1) AND published_at IS NOT NULL
+					INSERT INTO outbox_failures (id, aggregate_type, aggregate_id, kind, next_attempt_at)
+					SELECT id, aggregate_type, aggregate_id, 'repair', now() FROM outbox WHERE id = ANY($1)
+					ON CONFLICT (id) DO NOTHING
 					RETURNING 1)
 				SELECT (SELECT count(*) FROM put), (SELECT count(*) FROM outbox WHERE id = ANY($1))`, chunk).Scan(&put, &found)
 			if err != nil {
@@ -557,10 +497,7 @@ func (f *Forwarder) reportRepairs(audits []*topicAudit) {
 			f.cfg.Logger.Error("broker lost messages whose outbox rows retention already purged: they cannot be published again",
 				"topic", a.topic, "broker_topic", a.brokerTopic, "rows", a.purged)
 		}
-		if a.repaired > 0 {
-			f.low.resetBelow(a.fromID)
-			woke = true
-		}
+		woke = woke || a.repaired > 0
 	}
 	if woke {
 		f.Wake()

@@ -95,7 +95,6 @@ func TestAuditRepairsALossBeforeAnyAuditAcrossARestart(t *testing.T) {
 	cfg := func(reg prometheus.Registerer) forwarder.Config {
 		return e.config(func(cfg *forwarder.Config) {
 			cfg.AuditInterval = time.Hour
-			cfg.FullClaimInterval = time.Hour
 			cfg.Registerer = reg
 		})
 	}
@@ -143,7 +142,6 @@ func TestAuditRepairsOnlyWhatConsumersLacked(t *testing.T) {
 	reg := prometheus.NewRegistry()
 	f, _ := e.run(e.config(func(cfg *forwarder.Config) {
 		cfg.AuditInterval = time.Hour
-		cfg.FullClaimInterval = time.Hour
 		cfg.Registerer = reg
 	}))
 	e.writeMany(aggregates(10), 1, 5)
@@ -173,22 +171,25 @@ func TestAuditChecksABatchThatCommittedAfterIt(t *testing.T) {
 	ctx := context.Background()
 	f, _ := e.run(e.config(func(cfg *forwarder.Config) {
 		cfg.AuditInterval = time.Hour
-		cfg.FullClaimInterval = time.Hour
 	}))
 	e.writeMany(aggregates(5), 1, 2)
 	outflowtest.WaitFor(t, 20*time.Second, "10 rows published", func() bool { return e.count("published_at IS NOT NULL") == 10 })
 	e.passMark(f, e.lastMessageID())
 	require.NoError(t, f.Audit(ctx))
 
-	// The late batch's row, parked so that the forwarder leaves it alone
-	// until its "mark" below, and its entry on the stream.
+	// The late batch's row, parked (in outbox_failures) so that the
+	// forwarder leaves it alone until its "mark" below, and its entry on
+	// the stream.
 	var late int64
 	var msgID string
 	require.NoError(t, e.schema.Pool.QueryRow(ctx, `
-		INSERT INTO outbox (message_id, topic, aggregate_type, aggregate_id, aggregate_version, event_type, payload, occurred_at,
-		                    attempts, parked_at)
-		VALUES (gen_random_uuid(), $1, 'test', 'late', 1, 'test.happened', '{"n": 1}', now(), 1, now()) RETURNING id, message_id::text`,
-		e.topic).Scan(&late, &msgID))
+		WITH r AS (
+			INSERT INTO outbox (message_id, topic, aggregate_type, aggregate_id, aggregate_version, event_type, payload, occurred_at)
+			VALUES (gen_random_uuid(), $1, 'test', 'late', 1, 'test.happened', '{"n": 1}', now()) RETURNING id, message_id),
+		p AS (INSERT INTO outbox_failures (id, aggregate_type, aggregate_id, kind, attempts, parked_at)
+			SELECT id, 'test', 'late', 'failed', 1, now() FROM r)
+		SELECT id, message_id::text FROM r`, e.topic).Scan(&late, &msgID))
+	e.flow(2) // the cursor moves past it: the row is published once it leaves outbox_failures
 	pos, err := c.XAdd(ctx, &redis.XAddArgs{Stream: e.topic, Values: map[string]any{"_watermill_message_uuid": msgID}}).Result()
 	require.NoError(t, err)
 
@@ -196,7 +197,7 @@ func TestAuditChecksABatchThatCommittedAfterIt(t *testing.T) {
 	require.NoError(t, c.FlushAll(ctx).Err())
 	require.NoError(t, f.Audit(ctx), "finds the loss of the batches committed so far")
 	_, err = e.schema.Pool.Exec(ctx, `
-		WITH m AS (UPDATE outbox SET published_at = now(), parked_at = NULL WHERE id = $1)
+		WITH m AS (DELETE FROM outbox_failures WHERE id = $1)
 		INSERT INTO outbox_receipts (outbox_ids, broker_topics, positions) VALUES (ARRAY[$1::bigint], ARRAY[$2], ARRAY[$3])`,
 		late, e.topic, pos)
 	require.NoError(t, err)
@@ -221,7 +222,6 @@ func TestAuditLoopRepairsEveryPartition(t *testing.T) {
 			cfg.InstanceID = id
 			cfg.Partitions = 2
 			cfg.AuditInterval = 50 * time.Millisecond
-			cfg.FullClaimInterval = time.Hour
 		})
 	}
 	a, _ := e.run(cfg("a"))
@@ -239,53 +239,6 @@ func TestAuditLoopRepairsEveryPartition(t *testing.T) {
 	require.NoError(t, c.FlushAll(ctx).Err())
 	outflowtest.WaitFor(t, 20*time.Second, "every row on the streams again", func() bool { return e.distinctOnStreams() == total })
 	require.Equal(t, 2, e.countSQL(`SELECT count(*) FROM outbox_audit WHERE last_loss_at IS NOT NULL`))
-}
-
-// A repair is seen by every instance, whatever the order in which the
-// auditors' commits land (issue 22, 6): instance b has seen a repair of
-// one stream; another of a second stream, stamped earlier (an auditor
-// whose transaction began first and committed last), must still lower b's
-// low-water mark. Compared with the newest repair time over all streams,
-// it was skipped, and its rows waited for FullClaimInterval.
-func TestEveryInstanceSeesARepairCommittedOutOfOrder(t *testing.T) {
-	t.Parallel()
-	e := setup(t)
-	ctx := context.Background()
-	b, _ := e.run(e.config(func(cfg *forwarder.Config) {
-		cfg.AuditInterval = time.Hour // b never audits here; its watch runs at the lease tick
-		cfg.LeaseRenewInterval = 50 * time.Millisecond
-		cfg.FullClaimInterval = time.Hour
-	}))
-	e.writeMany(aggregates(5), 1, 2)
-	outflowtest.WaitFor(t, 20*time.Second, "10 rows published", func() bool { return e.count("published_at IS NOT NULL") == 10 })
-	e.passMark(b, e.lastMessageID())
-
-	repair := func(stream string, at time.Time, ids []int64) {
-		t.Helper()
-		_, err := e.schema.Pool.Exec(ctx, `
-			WITH put AS (UPDATE outbox SET published_at = NULL WHERE id = ANY($3))
-			INSERT INTO outbox_audit (broker_topic, topic, last_loss_at, last_loss_reason, last_repaired, repair_from_id)
-			VALUES ($1, $1, $2, 'test', cardinality($3), $3[1])`, stream, at, ids)
-		require.NoError(t, err)
-	}
-	ids := func(limit int) []int64 {
-		rows, err := e.schema.Pool.Query(ctx, `SELECT id FROM outbox WHERE aggregate_version = 1 ORDER BY id LIMIT $1`, limit)
-		require.NoError(t, err)
-		defer rows.Close()
-		var out []int64
-		for rows.Next() {
-			var id int64
-			require.NoError(t, rows.Scan(&id))
-			out = append(out, id)
-		}
-		return out
-	}
-	first := time.Now()
-	repair("s1", first, ids(1)[:1])
-	outflowtest.WaitFor(t, 20*time.Second, "b to publish the first repair's row again", func() bool { return e.count("published_at IS NULL") == 0 })
-	e.passMark(b, e.lastMessageID()) // b's mark is past every row again
-	repair("s2", first.Add(-time.Second), ids(5)[1:])
-	outflowtest.WaitFor(t, 20*time.Second, "b to publish the second repair's rows again", func() bool { return e.count("published_at IS NULL") == 0 })
 }
 
 // The audit trims what it settled, and its trims are never losses: rounds
@@ -333,12 +286,11 @@ func TestPurgeKeepsRowsARepairPutBack(t *testing.T) {
 	ctx := context.Background()
 	f, _ := e.run(e.config(func(cfg *forwarder.Config) {
 		cfg.AuditInterval = time.Hour
-		cfg.FullClaimInterval = time.Hour
 	}))
 	e.writeMany(aggregates(3), 1, 1)
 	outflowtest.WaitFor(t, 20*time.Second, "3 rows published", func() bool { return e.count("published_at IS NOT NULL") == 3 })
 	require.NoError(t, f.Audit(ctx)) // the audit's state row exists
-	_, err := e.schema.Pool.Exec(ctx, `UPDATE outbox SET created_at = now() - interval '20 days', published_at = now() - interval '16 days'`)
+	_, err := e.schema.Pool.Exec(ctx, `UPDATE outbox SET created_at = now() - interval '20 days'`)
 	require.NoError(t, err)
 	require.NoError(t, c.FlushAll(ctx).Err())
 
@@ -357,8 +309,8 @@ func TestPurgeKeepsRowsARepairPutBack(t *testing.T) {
 		_, err := forwarder.Purge(ctx, e.schema.Pool, 15*24*time.Hour, 100)
 		purge <- err
 	}()
-	outflowtest.WaitFor(t, 20*time.Second, "the purge to wait for the repaired rows", func() bool {
-		return e.waiting(`%DELETE FROM outbox o USING scan%`)
+	outflowtest.WaitFor(t, 20*time.Second, "the purge to wait for the repair", func() bool {
+		return e.waiting(`%LOCK TABLE outbox_failures%`)
 	})
 	require.NoError(t, hold.Rollback(ctx))
 	require.NoError(t, <-audit)
@@ -538,7 +490,8 @@ func TestARepairHoldsNoOtherForwarder(t *testing.T) {
 	require.NoError(t, <-audit, "the audit and its repair do not wait for the stalled batch")
 	e.write(aggIn(0), 1, testPayload{N: 2})
 	outflowtest.WaitFor(t, 20*time.Second, "the free instance to forward its rows, the repaired ones and a new one", func() bool {
-		return e.countSQL(`SELECT count(*) FROM outbox WHERE published_at IS NULL AND (((hashtextextended(aggregate_id, 0) % 2) + 2) % 2) = 0`) == 0
+		return e.countSQL(`SELECT count(*) FROM outbox o JOIN outbox_state s USING (id)
+			WHERE NOT s.published AND (((hashtextextended(o.aggregate_id, 0) % 2) + 2) % 2) = 0`) == 0
 	})
 }
 

@@ -1,9 +1,12 @@
 package forwarder
 
 import (
+	"os"
+	"cmp"
 	"context"
 	"errors"
 	"fmt"
+	"slices"
 	"strconv"
 	"time"
 
@@ -13,63 +16,94 @@ import (
 	"github.com/outflow-dev/outflow/internal/backoff"
 )
 
-// partitionExpr maps a row to its partition. hashtextextended is stable
-// within a PostgreSQL major version, which is all a lease needs: rows are
-// not stored by partition, they are only assigned at claim time.
-const partitionExpr = `((hashtextextended(o.aggregate_id, 0) % $2) + $2) % $2`
+// partitionOf maps a row (o) to its partition, of $2. hashtextextended is
+// stable within a PostgreSQL major version, which is all a lease needs:
+// rows are not stored by partition, they are only assigned at claim time.
+const partitionOf = `((hashtextextended(o.aggregate_id, 0) % $2) + $2) % $2`
 
-// claimSQL takes the oldest claimable rows of the partitions this instance
-// leases. FOR UPDATE, not SKIP LOCKED: a partition has one owner, so a
-// locked row means a previous owner that lost its lease is still finishing
-// its batch, and skipping it would publish that aggregate's later events
-// first. Waiting (bounded by lock_timeout) keeps the order.
+// rowColumns are what a claim reads of an outbox row (o).
+const rowColumns = `o.id, o.message_id::text, o.topic, o.aggregate_type, o.aggregate_id, o.aggregate_version,
+       o.event_type, o.payload::text, o.metadata::text, o.occurred_at`
+
+// claimSQL reads, in one statement (one snapshot), what this instance may
+// publish of the partitions it leases, in four parts told apart by the
+// first column:
 //
-// A row is claimable unless an earlier row of its aggregate is parked or
-// waiting for its retry: those hold the aggregate's later rows back.
+//   - S: the statement's snapshot, from which the cursor learns which of
+//     the transactions running a moment before committed since;
+//   - P: each leased partition and its published_through, locked FOR SHARE
+//     for the whole transaction, which fences takeover: another instance
+//     cannot take a partition while this transaction, which publishes its
+//     rows, is open;
+//   - N: new rows, above each partition's high ($4, or published_through
+//     for a partition the cursor has not seen), but those read ahead ($7),
+//     the first $1 in id order;
+//   - L: late rows, of tracked transactions ($5, their bounds $6) the
+//     snapshot shows committed, between their bound and the partition's
+//     high.
 //
-// The candidates come from two places, each in id order: the pending-rows
-// index above the low-water mark $4 (rows never tried), and the small
-// blocked-rows index (rows whose retry is due, wherever they are: the mark
-// may have passed them). The first $1 of their union is the first $1 of all
-// claimable rows. The outer query locks and rechecks the row's state, so a
-// row a previous owner published while this claim waited drops out.
-//
-// The lease check is part of the claim: the partitions this instance leases
-// are locked FOR SHARE for the whole transaction, which fences takeover:
-// another instance cannot take a partition while this transaction, which
-// publishes its rows, is open.
+// A row in outbox_failures is read from there instead (failuresSQL).
+// blocked says an earlier row of the aggregate is in outbox_failures: the
+// row is held behind it, not sent. Nothing is locked but the partitions'
+// lease rows: a row is no claim's, only a partition is.
 const claimSQL = `
 WITH mine AS MATERIALIZED (
-    SELECT partition FROM outbox_partitions
+    SELECT partition, published_through FROM outbox_partitions
     WHERE owner = $3 AND lease_until > now()
     FOR SHARE
+), hi AS MATERIALIZED (
+    SELECT partition, published_through, greatest(published_through, ($4::bigint[])[partition + 1]) AS high FROM mine
+), fin AS MATERIALIZED (
+    SELECT t.x::xid8 AS x, t.b FROM unnest($5::text[], $6::bigint[]) AS t(x, b)
+    WHERE pg_visible_in_snapshot(t.x::xid8, pg_current_snapshot())
 )
-SELECT t.id, t.message_id::text, t.topic, t.aggregate_type, t.aggregate_id, t.aggregate_version,
-       t.event_type, t.payload::text, t.metadata::text, t.occurred_at, t.attempts, t.discarded_at
-FROM outbox t
-WHERE t.published_at IS NULL AND t.parked_at IS NULL
-  AND (t.next_attempt_at IS NULL OR t.next_attempt_at <= now())
-  AND t.id IN (
-    (SELECT o.id FROM outbox o
-     WHERE o.published_at IS NULL AND o.id > $4 AND o.parked_at IS NULL AND o.next_attempt_at IS NULL
-       AND ` + mineAndFree + `
-     ORDER BY o.id LIMIT $1)
-    UNION ALL
-    (SELECT o.id FROM outbox o
-     WHERE o.published_at IS NULL AND o.parked_at IS NULL AND o.next_attempt_at <= now()
-       AND ` + mineAndFree + `
-     ORDER BY o.id LIMIT $1))
-ORDER BY t.id
-LIMIT $1
-FOR UPDATE OF t`
+SELECT 'S', NULL::int, NULL::bigint, pg_current_snapshot()::text, NULL::text, ` + nullRow + `, false
+UNION ALL
+SELECT 'P', partition, published_through, NULL, NULL, ` + nullRow + `, false FROM hi
+UNION ALL
+(SELECT 'N', hi.partition, NULL, NULL, NULL, ` + rowColumns + `, ` + blockedExpr + `
+ FROM outbox o JOIN hi ON hi.partition = ` + partitionOf + `
+ WHERE o.id > (SELECT min(high) FROM hi) AND o.id > hi.high AND o.id <> ALL($7::bigint[])
+   AND NOT EXISTS (SELECT 1 FROM outbox_failures f WHERE f.id = o.id)
+ ORDER BY o.id LIMIT $1)
+UNION ALL
+SELECT 'L', hi.partition, NULL, NULL, fin.x::text, ` + rowColumns + `, ` + blockedExpr + `
+FROM fin JOIN outbox o ON o.transaction_id = fin.x AND o.id > fin.b AND o.id <= (SELECT max(high) FROM hi)
+JOIN hi ON hi.partition = ` + partitionOf + `
+WHERE o.id <= hi.high AND NOT EXISTS (SELECT 1 FROM outbox_failures f WHERE f.id = o.id)`
 
-// mineAndFree: o is in a partition this instance leases and no earlier row
-// of its aggregate is parked or waiting for its retry.
-const mineAndFree = `((SELECT count(*) FROM mine) = $2 OR ` + partitionExpr + ` = ANY(ARRAY(SELECT partition FROM mine)))
-       AND NOT EXISTS (
-           SELECT 1 FROM outbox b
-           WHERE b.aggregate_type = o.aggregate_type AND b.aggregate_id = o.aggregate_id AND b.id < o.id
-             AND b.published_at IS NULL AND (b.parked_at IS NOT NULL OR b.next_attempt_at IS NOT NULL))`
+const nullRow = `NULL::bigint, NULL::text, NULL::text, NULL::text, NULL::text, NULL::bigint, NULL::text, NULL::text, NULL::text, NULL::timestamptz`
+
+// blockedExpr: an earlier row of o's aggregate is in outbox_failures.
+const blockedExpr = `EXISTS (SELECT 1 FROM outbox_failures b
+    WHERE b.aggregate_type = o.aggregate_type AND b.aggregate_id = o.aggregate_id AND b.id < o.id)`
+
+// outboxWritersSQL lists the transactions that hold a lock on this
+// schema's outbox: those that may have written rows to it (see
+// cursor.rebound). Run after the sequence is read.
+const outboxWritersSQL = `
+SELECT DISTINCT x.transactionid::text
+FROM pg_locks r JOIN pg_locks x ON x.virtualtransaction = r.virtualtransaction AND x.locktype = 'transactionid'
+WHERE r.locktype = 'relation' AND r.relation = 'outbox'::regclass
+  AND r.database = (SELECT oid FROM pg_database WHERE datname = current_database())`
+
+// failuresSQL takes the rows of outbox_failures of the partitions this
+// instance leases that are due: held rows, rows to repair, failed rows
+// whose retry is due, unless an earlier row of their aggregate is parked
+// or not due yet. FOR UPDATE: an operator's retry or discard of the same
+// row waits for the batch, as the batch waits for it.
+const failuresSQL = `
+SELECT ` + rowColumns + `, f.attempts, f.discarded_at, f.kind
+FROM outbox_failures f JOIN outbox o ON o.id = f.id
+WHERE ` + partitionOf + ` = ANY(ARRAY(SELECT partition FROM outbox_partitions WHERE owner = $3 AND lease_until > now()))
+  AND f.parked_at IS NULL AND (f.next_attempt_at IS NULL OR f.next_attempt_at <= now())
+  AND NOT EXISTS (
+      SELECT 1 FROM outbox_failures b
+      WHERE b.aggregate_type = f.aggregate_type AND b.aggregate_id = f.aggregate_id AND b.id < f.id
+        AND (b.parked_at IS NOT NULL OR b.next_attempt_at > now()))
+ORDER BY f.id
+LIMIT $1
+FOR UPDATE OF f`
 
 type row struct {
 	id            int64
@@ -84,6 +118,14 @@ type row struct {
 	occurredAt    time.Time
 	attempts      int
 	discardedAt   *time.Time // an operator discarded it: its message is the discard marker
+
+	partition int32
+	// failure: the row was read from outbox_failures (its kind); late: of
+	// the tracked transaction xid; blocked: an earlier row of its
+	// aggregate is in outbox_failures.
+	failure string
+	late    string
+	blocked bool
 }
 
 // batchResult is what one claim did.
@@ -107,11 +149,24 @@ func (r *batchResult) countTopic(topic string, i int) {
 	c[i]++
 }
 
-// forwardBatch claims a batch in one transaction, publishes it, marks what
-// the broker acknowledged and commits. The transaction stays open during the
-// publish on purpose: its row locks are the claim, so a crash at any point
-// rolls the claim back and the rows are forwarded again (a duplicate, never
-// a loss).
+// claim is what claimSQL and failuresSQL read.
+type claim struct {
+	l        int64    // the id sequence's last value, read before the snapshot
+	running  []uint32 // the transactions running, read after l and before the snapshot
+	snap     snapshot
+	owned    map[int32]int64 // leased partition -> published_through
+	rows     []row           // failures first, then new and late rows, each in id order
+	newRows  int
+	lastNew  int64
+	snapRead bool
+}
+
+// forwardBatch claims a batch in one transaction, publishes it, records
+// what went wrong and commits. The transaction stays open during the
+// publish on purpose: it holds the partitions FOR SHARE, so no other
+// instance publishes them meanwhile, and a crash at any point leaves the
+// cursor where it was: the rows are published again (a duplicate, never a
+// loss).
 func (f *Forwarder) forwardBatch(ctx context.Context) (res batchResult, err error) {
 	start := time.Now()
 	tx, err := f.cfg.Pool.Begin(ctx)
@@ -123,34 +178,25 @@ func (f *Forwarder) forwardBatch(ctx context.Context) (res batchResult, err erro
 			_ = tx.Rollback(context.WithoutCancel(ctx))
 		}
 	}()
-
-	b := &pgx.Batch{}
-	b.Queue(`SELECT set_config('lock_timeout', $1, true)`, strconv.FormatInt(f.cfg.ClaimLockTimeout.Milliseconds(), 10))
-	// The marks need not wait for their WAL flush: if PostgreSQL crashes and
-	// loses them, the rows are published again (a duplicate, which
-	// consumers absorb), never lost. The broker already has them.
-	b.Queue(`SELECT set_config('synchronous_commit', 'off', true)`)
-	lw := f.low.queue(b, start, f.cfg.FullClaimInterval)
-	var claimed []row
-	b.Queue(claimSQL, f.cfg.BatchSize, f.cfg.Partitions, f.cfg.InstanceID, lw.from).Query(func(rows pgx.Rows) error {
-		var err error
-		claimed, err = pgx.CollectRows(rows, func(r pgx.CollectableRow) (row, error) {
-			var x row
-			err := r.Scan(&x.id, &x.messageID, &x.topic, &x.aggregateType, &x.aggregateID, &x.version,
-				&x.eventType, &x.payload, &x.metadata, &x.occurredAt, &x.attempts, &x.discardedAt)
-			return x, err
-		})
-		return err
-	})
-	if err := tx.SendBatch(ctx, b).Close(); err != nil {
-		return res, fmt.Errorf("claim outbox batch: %w", err)
+	c, err := f.claim(ctx, tx)
+	if err != nil {
+		return res, err
 	}
-	f.low.apply(lw, start, len(claimed))
-	res.claimed = len(claimed)
-	if len(claimed) == 0 {
+	f.cur.own(c.owned)
+	if os.Getenv("OUTFLOW_DEBUG_CURSOR") != "" {
+		var ids []string
+		for _, r := range c.rows {
+			ids = append(ids, fmt.Sprintf("%d/%d%s", r.id, r.partition, map[bool]string{true: "L", false: ""}[r.late != ""]))
+		}
+		fmt.Fprintf(os.Stderr, "CLAIM %s L=%d owned=%v high=%v ahead=%d tracked=%v rows=%v\n", f.cfg.InstanceID, c.l, c.owned, f.cur.high, len(f.cur.ahead), f.cur.tracked, ids)
+	}
+	res.claimed = len(c.rows)
+	if len(c.rows) == 0 {
+		f.cur.advance(c.l, c.running, c.snap, 0, f.cfg.BatchSize, 0, nil, nil, nil)
 		return res, tx.Commit(ctx)
 	}
 
+	claimed := c.rows
 	msgs, results := f.prepare(claimed)
 	var receipts []Receipt // claimed[i]'s when the broker is audited and took it
 	if f.auditor != nil {
@@ -174,6 +220,8 @@ func (f *Forwarder) forwardBatch(ctx context.Context) (res batchResult, err erro
 	if err := tx.Commit(mctx); err != nil {
 		return res, fmt.Errorf("commit outbox batch: %w", err)
 	}
+	f.cur.advance(c.l, c.running, c.snap, c.newRows, f.cfg.BatchSize, c.lastNew, marks.done, marks.unsent, marks.lateUnsent)
+	f.cur.published.Add(int64(res.published))
 	f.metrics.batchSeconds.Observe(time.Since(start).Seconds())
 	for topic, c := range res.byTopic {
 		f.metrics.forwarded.WithLabelValues(topic).Add(float64(c[0]))
@@ -183,14 +231,126 @@ func (f *Forwarder) forwardBatch(ctx context.Context) (res batchResult, err erro
 	return res, nil
 }
 
+// claim reads, in tx, the id sequence's last value, then (in one
+// statement, so after it) the partitions, the new and the late rows, then
+// the due rows of outbox_failures.
+func (f *Forwarder) claim(ctx context.Context, tx pgx.Tx) (claim, error) {
+	c := claim{owned: map[int32]int64{}}
+	highs := f.cur.highs(f.cfg.Partitions)
+	xs, bs := f.cur.trackedArgs()
+	var failures []row
+	b := &pgx.Batch{}
+	b.Queue(`SELECT set_config('lock_timeout', $1, true)`, strconv.FormatInt(f.cfg.ClaimLockTimeout.Milliseconds(), 10))
+	// What the claim's transaction writes (the failures, the receipts)
+	// need not wait for its WAL flush: if PostgreSQL crashes and loses
+	// them, the rows are published again (a duplicate, which consumers
+	// absorb), never lost. The broker already has them.
+	b.Queue(`SELECT set_config('synchronous_commit', 'off', true)`)
+	b.Queue(`SELECT coalesce(pg_sequence_last_value('outbox_id_seq'), 0)`).QueryRow(func(r pgx.Row) error { return r.Scan(&c.l) })
+	// Every transaction with a transaction id holds an exclusive lock on
+	// it while it runs: the running ones, read after L and before the
+	// claim's snapshot (see cursor).
+	b.Queue(`SELECT transactionid::text::bigint FROM pg_locks WHERE locktype = 'transactionid' AND mode = 'ExclusiveLock' AND granted`).
+		Query(func(rows pgx.Rows) error {
+			var x int64
+			_, err := pgx.ForEachRow(rows, []any{&x}, func() error {
+				c.running = append(c.running, uint32(x))
+				return nil
+			})
+			return err
+		})
+	b.Queue(claimSQL, f.cfg.BatchSize, f.cfg.Partitions, f.cfg.InstanceID, highs, xs, bs, f.cur.aheadArgs()).Query(func(rows pgx.Rows) error {
+		for rows.Next() {
+			var (
+				part      string
+				partition *int32
+				through   *int64
+				snap, xid *string
+				x         row
+				id, ver   *int64
+				mid, top  *string
+				at, aid   *string
+				et, pl    *string
+				md        *string
+				occ       *time.Time
+			)
+			if err := rows.Scan(&part, &partition, &through, &snap, &xid, &id, &mid, &top, &at, &aid, &ver, &et, &pl, &md, &occ, &x.blocked); err != nil {
+				return err
+			}
+			switch part {
+			case "S":
+				sn, ok := parseSnapshot(*snap)
+				if !ok {
+					return fmt.Errorf("unreadable snapshot %q", *snap)
+				}
+				c.snap, c.snapRead = sn, true
+			case "P":
+				c.owned[*partition] = *through
+			default:
+				x.id, x.messageID, x.topic, x.aggregateType, x.aggregateID, x.version = *id, *mid, *top, *at, *aid, *ver
+				x.eventType, x.payload, x.metadata, x.occurredAt, x.partition = *et, *pl, *md, *occ, *partition
+				if part == "L" {
+					x.late = *xid
+				} else {
+					c.newRows++
+					c.lastNew = max(c.lastNew, x.id)
+				}
+				c.rows = append(c.rows, x)
+			}
+		}
+		return rows.Err()
+	})
+	var writers map[string]bool
+	if f.cur.needsRebound(time.Now()) {
+		writers = map[string]bool{}
+		b.Queue(outboxWritersSQL).Query(func(rows pgx.Rows) error {
+			var x string
+			_, err := pgx.ForEachRow(rows, []any{&x}, func() error {
+				writers[x] = true
+				return nil
+			})
+			return err
+		})
+	}
+	b.Queue(failuresSQL, f.cfg.BatchSize, f.cfg.Partitions, f.cfg.InstanceID).Query(func(rows pgx.Rows) error {
+		var err error
+		failures, err = pgx.CollectRows(rows, func(r pgx.CollectableRow) (row, error) {
+			var x row
+			err := r.Scan(&x.id, &x.messageID, &x.topic, &x.aggregateType, &x.aggregateID, &x.version,
+				&x.eventType, &x.payload, &x.metadata, &x.occurredAt, &x.attempts, &x.discardedAt, &x.failure)
+			return x, err
+		})
+		return err
+	})
+	if err := tx.SendBatch(ctx, b).Close(); err != nil {
+		return c, fmt.Errorf("claim outbox batch: %w", err)
+	}
+	if !c.snapRead {
+		return c, errors.New("claim outbox batch: no snapshot read")
+	}
+	if writers != nil {
+		f.cur.rebound(c.l, writers, time.Now())
+	}
+	// The failures go first: they are older than anything above the
+	// highs, and an aggregate's new rows are held behind them anyway.
+	slices.SortFunc(c.rows, func(a, b row) int { return cmp.Compare(a.id, b.id) })
+	c.rows = append(failures, c.rows...)
+	return c, nil
+}
+
 // prepare builds the broker messages. A row that cannot be turned into a
-// message (or cannot fit the broker) gets its error here, without being
-// sent; msgs[i] is claimed[i]'s message when results[i] is nil.
+// message (or cannot fit the broker), or that is held behind an earlier
+// row of its aggregate in outbox_failures, gets its error here, without
+// being sent; msgs[i] is claimed[i]'s message when results[i] is nil.
 func (f *Forwarder) prepare(claimed []row) ([]Outgoing, []error) {
 	results := make([]error, len(claimed))
 	msgs := make([]Outgoing, len(claimed))
 	lim := f.brokerLimit()
 	for i, r := range claimed {
+		if r.blocked {
+			results[i] = errHeld
+			continue
+		}
 		msg, err := f.message(r)
 		if err == nil {
 			msgs[i] = Outgoing{Topic: r.topic, AggregateID: r.aggregateID, Message: msg}
@@ -300,26 +460,48 @@ func (f *Forwarder) message(r row) (*message.Message, error) {
 }
 
 type marks struct {
-	published []int64
-	// receipts, parallel to published when the broker is audited.
+	// published rows; their receipts, parallel, when the broker is audited.
+	published               []int64
 	brokerTopics, positions []string
-	failedIDs               []int64
-	failedErr               []string
-	failedDue               []time.Time
-	parkNow                 []bool
+	// settled are rows of outbox_failures now published: they leave it.
+	settled []int64
+	// failed rows, to record (or update) in outbox_failures.
+	failedIDs          []int64
+	failedTypes        []string
+	failedAggs         []string
+	failedAttempts     []int
+	failedErr          []string
+	failedDue          []time.Time
+	parkNow            []bool
+	heldIDs            []int64
+	heldTypes, heldAgg []string
+	// done: the new rows (read above the highs) published or moved to
+	// outbox_failures. unsent: per partition, the lowest id of a new row
+	// not sent (a broker outage): the cursor reads it again. lateUnsent:
+	// the tracked transactions with a late row in that case.
+	done       []int64
+	unsent     map[int32]int64
+	lateUnsent map[string]bool
 }
 
-// classify turns per-row results into marks. Broker outages and held rows
-// leave rows untouched; a row's own failure counts an attempt, schedules a
-// retry with jittered exponential backoff, or parks it.
+// classify turns per-row results into marks. A broker outage leaves a row
+// as it was (the cursor reads it again, or it stays due in
+// outbox_failures); a row held behind an earlier one of its aggregate
+// joins it in outbox_failures; a row's own failure counts an attempt,
+// schedules a retry with jittered exponential backoff, or parks it.
 func (f *Forwarder) classify(claimed []row, results []error, receipts []Receipt, res *batchResult) marks {
-	var m marks
+	m := marks{unsent: map[int32]int64{}, lateUnsent: map[string]bool{}}
 	now := time.Now()
 	for i, r := range claimed {
 		err := results[i]
 		switch {
 		case err == nil:
 			m.published = append(m.published, r.id)
+			if r.failure != "" {
+				m.settled = append(m.settled, r.id)
+			} else if r.late == "" {
+				m.done = append(m.done, r.id)
+			}
 			if receipts != nil {
 				m.brokerTopics = append(m.brokerTopics, receipts[i].BrokerTopic)
 				m.positions = append(m.positions, receipts[i].Position)
@@ -328,16 +510,39 @@ func (f *Forwarder) classify(claimed []row, results []error, receipts []Receipt,
 			res.countTopic(r.topic, 0)
 		case errors.Is(err, errHeld):
 			res.held++
+			if r.failure == "" {
+				if r.late == "" {
+					m.done = append(m.done, r.id)
+				}
+				m.heldIDs = append(m.heldIDs, r.id)
+				m.heldTypes = append(m.heldTypes, r.aggregateType)
+				m.heldAgg = append(m.heldAgg, r.aggregateID)
+			}
 		case errors.Is(err, ErrBrokerUnavailable):
 			if res.unavailable == nil {
 				res.unavailable = err
+			}
+			switch {
+			case r.failure != "":
+			case r.late != "":
+				m.lateUnsent[r.late] = true
+			default:
+				if u, ok := m.unsent[r.partition]; !ok || r.id < u {
+					m.unsent[r.partition] = r.id
+				}
 			}
 		default:
 			attempt := r.attempts + 1
 			// A row too large for the limit is parked at once: no retry makes it
 			// fit; the operator raises the limit or fixes the row, then retries.
 			park := attempt >= f.cfg.MaxAttempts || errors.Is(err, ErrTooLarge)
+			if r.failure == "" && r.late == "" {
+				m.done = append(m.done, r.id)
+			}
 			m.failedIDs = append(m.failedIDs, r.id)
+			m.failedTypes = append(m.failedTypes, r.aggregateType)
+			m.failedAggs = append(m.failedAggs, r.aggregateID)
+			m.failedAttempts = append(m.failedAttempts, attempt)
 			m.failedErr = append(m.failedErr, truncate(err.Error(), maxErrorBytes))
 			m.failedDue = append(m.failedDue, now.Add(f.retryDelay(attempt)))
 			m.parkNow = append(m.parkNow, park)
@@ -359,28 +564,37 @@ func (f *Forwarder) retryDelay(attempt int) time.Duration {
 	return backoff.Delay(f.cfg.RetryBackoff, f.cfg.RetryBackoffMax, attempt)
 }
 
+// mark records, in the claim's transaction, what the batch changed off
+// the normal path (nothing for a row simply published): the rows of
+// outbox_failures published leave it, failed and held rows enter it, and
+// the receipts of what the broker took are kept for the audit.
 func (f *Forwarder) mark(ctx context.Context, tx pgx.Tx, m marks) error {
 	b := &pgx.Batch{}
-	if len(m.published) > 0 {
-		b.Queue(`UPDATE outbox SET published_at = now() WHERE id = ANY($1)`, m.published)
-		// Any one of our partitions carries the count; their sum is the total.
-		b.Queue(`UPDATE outbox_partitions SET published_total = published_total + $1
-			WHERE partition = (SELECT min(partition) FROM outbox_partitions WHERE owner = $2)`,
-			len(m.published), f.cfg.InstanceID)
-		if m.positions != nil {
-			// In the mark's transaction: a row is published with its
-			// receipt or not at all, so the audit checks every row the
-			// broker took, whenever the batch commits.
-			b.Queue(`INSERT INTO outbox_receipts (outbox_ids, broker_topics, positions) VALUES ($1, $2, $3)`,
-				m.published, m.brokerTopics, m.positions)
-		}
+	if len(m.settled) > 0 {
+		b.Queue(`DELETE FROM outbox_failures WHERE id = ANY($1)`, m.settled)
 	}
 	if len(m.failedIDs) > 0 {
 		b.Queue(`
-			UPDATE outbox o SET attempts = o.attempts + 1, last_error = f.err,
-			       next_attempt_at = f.due, parked_at = CASE WHEN f.park THEN now() END
-			FROM unnest($1::bigint[], $2::text[], $3::timestamptz[], $4::bool[]) AS f(id, err, due, park)
-			WHERE o.id = f.id`, m.failedIDs, m.failedErr, m.failedDue, m.parkNow)
+			INSERT INTO outbox_failures (id, aggregate_type, aggregate_id, kind, attempts, last_error, next_attempt_at, parked_at)
+			SELECT f.id, f.at, f.aid, 'failed', f.attempts, f.err, f.due, CASE WHEN f.park THEN now() END
+			FROM unnest($1::bigint[], $2::text[], $3::text[], $4::int[], $5::text[], $6::timestamptz[], $7::bool[])
+			     AS f(id, at, aid, attempts, err, due, park)
+			ON CONFLICT (id) DO UPDATE SET kind = 'failed', attempts = excluded.attempts, last_error = excluded.last_error,
+			       next_attempt_at = excluded.next_attempt_at, parked_at = excluded.parked_at`,
+			m.failedIDs, m.failedTypes, m.failedAggs, m.failedAttempts, m.failedErr, m.failedDue, m.parkNow)
+	}
+	if len(m.heldIDs) > 0 {
+		b.Queue(`
+			INSERT INTO outbox_failures (id, aggregate_type, aggregate_id, kind)
+			SELECT id, at, aid, 'held' FROM unnest($1::bigint[], $2::text[], $3::text[]) AS h(id, at, aid)
+			ON CONFLICT (id) DO NOTHING`, m.heldIDs, m.heldTypes, m.heldAgg)
+	}
+	if m.positions != nil && len(m.published) > 0 {
+		// In the claim's transaction: a row counts as published only
+		// once this commits, and the audit checks every row the broker
+		// took, whenever the batch commits.
+		b.Queue(`INSERT INTO outbox_receipts (outbox_ids, broker_topics, positions) VALUES ($1, $2, $3)`,
+			m.published, m.brokerTopics, m.positions)
 	}
 	if b.Len() == 0 {
 		return nil

@@ -60,13 +60,6 @@ type Config struct {
 	// instance that lost its lease but has not finished its batch. Defaults
 	// to 5s.
 	ClaimLockTimeout time.Duration
-	// FullClaimInterval is how often a claim ignores the low-water mark
-	// and walks the pending rows from the oldest: a safety net, so that a
-	// row the mark passed by mistake (a bug, an id written by hand) is
-	// delayed by at most this, never stranded. Such a claim costs a walk
-	// over the dead index entries vacuum has not removed yet. Defaults to
-	// 1m.
-	FullClaimInterval time.Duration
 	// PublishTimeout bounds one batch's publish. Defaults to 10s.
 	PublishTimeout time.Duration
 
@@ -135,7 +128,6 @@ func (c *Config) setDefaults() {
 	def(&c.TakeoverAfter, 10*time.Second)
 	def(&c.LeaseRenewInterval, c.TakeoverAfter/5)
 	def(&c.ClaimLockTimeout, 5*time.Second)
-	def(&c.FullClaimInterval, time.Minute)
 	def(&c.PublishTimeout, 10*time.Second)
 	defInt(&c.MaxAttempts, 10)
 	def(&c.RetryBackoff, time.Second)
@@ -168,7 +160,6 @@ func (c *Config) validate() error {
 	check(c.TakeoverAfter >= time.Second, "TakeoverAfter", "must be at least 1s")
 	check(c.LeaseRenewInterval > 0 && c.LeaseRenewInterval <= c.TakeoverAfter/2, "LeaseRenewInterval", "must be positive and at most half of TakeoverAfter")
 	check(c.ClaimLockTimeout > 0, "ClaimLockTimeout", "must be positive")
-	check(c.FullClaimInterval > 0, "FullClaimInterval", "must be positive")
 	check(c.PublishTimeout > 0, "PublishTimeout", "must be positive")
 	check(c.MaxAttempts >= 1, "MaxAttempts", "must be at least 1")
 	check(c.RetryBackoff > 0 && c.RetryBackoffMax >= c.RetryBackoff, "RetryBackoff", "must be positive and at most RetryBackoffMax")

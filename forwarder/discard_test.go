@@ -111,29 +111,33 @@ func TestDiscardParkedFilter(t *testing.T) {
 	t.Parallel()
 	s := outflowtest.NewSchema(t)
 	ctx := context.Background()
-	insert := func(topic, agg string, version int, parked, published bool) int64 {
+	// A parked row is in outbox_failures; published or pending, the
+	// others are rows only (the cursor tells them apart, and a discard
+	// looks at neither).
+	insert := func(topic, agg string, version int, parked bool) int64 {
 		var id int64
 		require.NoError(t, s.Pool.QueryRow(ctx, `
-			INSERT INTO outbox (message_id, topic, aggregate_type, aggregate_id, aggregate_version, event_type, payload, occurred_at,
-			                    attempts, parked_at, published_at)
-			VALUES (gen_random_uuid(), $1, 't', $2, $3, 'e', '{}', now(), CASE WHEN $4 THEN 5 ELSE 0 END,
-			        CASE WHEN $4 THEN now() END, CASE WHEN $5 THEN now() END) RETURNING id`,
-			topic, agg, version, parked, published).Scan(&id))
+			WITH r AS (
+				INSERT INTO outbox (message_id, topic, aggregate_type, aggregate_id, aggregate_version, event_type, payload, occurred_at)
+				VALUES (gen_random_uuid(), $1, 't', $2, $3, 'e', '{}', now()) RETURNING id),
+			f AS (INSERT INTO outbox_failures (id, aggregate_type, aggregate_id, kind, attempts, parked_at)
+				SELECT id, 't', $2, 'failed', 5, now() FROM r WHERE $4)
+			SELECT id FROM r`, topic, agg, version, parked).Scan(&id))
 		return id
 	}
-	aPub := insert("a", "x", 1, false, true)
-	aParked := insert("a", "x", 2, true, false)
-	aHeld := insert("a", "x", 3, false, false)
-	bParked := insert("b", "y", 1, true, false)
-	bPending := insert("b", "z", 1, false, false)
+	aPub := insert("a", "x", 1, false)
+	aParked := insert("a", "x", 2, true)
+	aHeld := insert("a", "x", 3, false)
+	bParked := insert("b", "y", 1, true)
+	bPending := insert("b", "z", 1, false)
 	type state struct {
 		Parked, Discarded, Due bool
 		Attempts               int
 	}
 	read := func(id int64) state {
 		var st state
-		require.NoError(t, s.Pool.QueryRow(ctx, `SELECT parked_at IS NOT NULL, discarded_at IS NOT NULL, next_attempt_at IS NOT NULL, attempts
-			FROM outbox WHERE id = $1`, id).Scan(&st.Parked, &st.Discarded, &st.Due, &st.Attempts))
+		require.NoError(t, s.Pool.QueryRow(ctx, `SELECT f.parked_at IS NOT NULL, f.discarded_at IS NOT NULL, f.next_attempt_at IS NOT NULL, coalesce(f.attempts, 0)
+			FROM outbox o LEFT JOIN outbox_failures f USING (id) WHERE o.id = $1`, id).Scan(&st.Parked, &st.Discarded, &st.Due, &st.Attempts))
 		return st
 	}
 
@@ -152,7 +156,7 @@ func TestDiscardParkedFilter(t *testing.T) {
 	require.NoError(t, err)
 	require.EqualValues(t, 1, n)
 	require.Equal(t, state{Discarded: true, Due: true}, read(aParked), "released as a retry is, and discarded")
-	require.Equal(t, state{Due: true}, read(aHeld), "the row held behind it is due, not discarded")
+	require.Equal(t, state{}, read(aHeld), "the row behind it is untouched: it goes out after it, untried")
 	require.Equal(t, state{}, read(aPub))
 	require.Equal(t, state{Parked: true, Attempts: 5}, read(bParked), "another topic's parked row is untouched")
 	require.Equal(t, state{}, read(bPending))
@@ -212,6 +216,7 @@ func TestDiscardedRowReachesAStrictConsumerAsAMarker(t *testing.T) {
 	outflowtest.WaitFor(t, 20*time.Second, "v2 parked", func() bool { return e.count("parked_at IS NOT NULL") == 1 })
 	stop()
 	require.Equal(t, 1, e.count("published_at IS NULL AND parked_at IS NULL"), "v3 held behind v2")
+	require.Equal(t, 1, e.count("state = 'held'"), "in outbox_failures")
 
 	var id int64
 	require.NoError(t, e.schema.Pool.QueryRow(ctx, `SELECT id FROM outbox WHERE message_id = $1`, v2).Scan(&id))
@@ -265,9 +270,12 @@ func TestReleaseParkedByAnIDPastInt32(t *testing.T) {
 	park := func() int64 {
 		var id int64
 		require.NoError(t, s.Pool.QueryRow(ctx, `
-			INSERT INTO outbox (message_id, topic, aggregate_type, aggregate_id, aggregate_version, event_type, payload, occurred_at,
-			                    attempts, parked_at)
-			VALUES (gen_random_uuid(), 't', 't', gen_random_uuid()::text, 1, 'e', '{}', now(), 5, now()) RETURNING id`).Scan(&id))
+			WITH r AS (
+				INSERT INTO outbox (message_id, topic, aggregate_type, aggregate_id, aggregate_version, event_type, payload, occurred_at)
+				VALUES (gen_random_uuid(), 't', 't', gen_random_uuid()::text, 1, 'e', '{}', now()) RETURNING id, aggregate_id),
+			f AS (INSERT INTO outbox_failures (id, aggregate_type, aggregate_id, kind, attempts, parked_at)
+				SELECT id, 't', aggregate_id, 'failed', 5, now() FROM r)
+			SELECT id FROM r`).Scan(&id))
 		return id
 	}
 	n, err := forwarder.RetryParked(ctx, s.Pool, forwarder.ParkedFilter{ID: park()})
@@ -278,7 +286,7 @@ func TestReleaseParkedByAnIDPastInt32(t *testing.T) {
 	require.NoError(t, err)
 	require.EqualValues(t, 1, n)
 	var discarded bool
-	require.NoError(t, s.Pool.QueryRow(ctx, `SELECT discarded_at IS NOT NULL FROM outbox WHERE id = $1`, id).Scan(&discarded))
+	require.NoError(t, s.Pool.QueryRow(ctx, `SELECT discarded_at IS NOT NULL FROM outbox_failures WHERE id = $1`, id).Scan(&discarded))
 	require.True(t, discarded)
 }
 
@@ -319,7 +327,7 @@ func TestListParkedShowsADiscardedRowParkedAgain(t *testing.T) {
 	mu.Unlock()
 
 	var at time.Time
-	require.NoError(t, e.schema.Pool.QueryRow(ctx, `SELECT discarded_at FROM outbox WHERE id = $1`, id).Scan(&at))
+	require.NoError(t, e.schema.Pool.QueryRow(ctx, `SELECT discarded_at FROM outbox_failures WHERE id = $1`, id).Scan(&at))
 	parked, err := forwarder.ListParked(ctx, e.schema.Pool, 10)
 	require.NoError(t, err)
 	require.Len(t, parked, 2)

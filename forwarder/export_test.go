@@ -2,9 +2,15 @@ package forwarder
 
 import "time"
 
-// LowWaterMark is the claim's current low-water mark, for tests that must
-// know the mark passed a row.
-func (f *Forwarder) LowWaterMark() int64 { return f.low.seen.Load() }
+// PublishedThrough is what the forwarder may record of partition p's
+// cursor now (-1 when it does not hold p), for tests that must know the
+// cursor passed a row.
+func (f *Forwarder) PublishedThrough(p int32) int64 {
+	if t, ok := f.cur.durableThrough()[p]; ok {
+		return t
+	}
+	return -1
+}
 
 // SetAuditLimits sets how many receipt rows (each end) and receipts one
 // audit reads at most; it returns a function that puts them back.

@@ -19,7 +19,7 @@ type Forwarder struct {
 	metrics *metrics
 
 	wake chan struct{} // coalesced: Wake was called, or the leases changed
-	low  lowWater      // the claim's low-water mark; the work loop's own
+	cur  *cursor       // where the claims stand; the work loop's own
 
 	mu    sync.Mutex
 	owned []int32 // partitions leased by this instance, as of the last lease tick
@@ -41,7 +41,7 @@ func New(cfg Config) (*Forwarder, error) {
 	if err != nil {
 		return nil, err
 	}
-	f := &Forwarder{cfg: cfg, metrics: m, wake: make(chan struct{}, 1)}
+	f := &Forwarder{cfg: cfg, metrics: m, wake: make(chan struct{}, 1), cur: newCursor()}
 	if a, ok := cfg.Broker.(Auditor); ok && cfg.AuditInterval > 0 {
 		f.auditor = a
 	}
@@ -181,20 +181,30 @@ func (f *Forwarder) waitForRows(ctx context.Context, idle *time.Duration, lastRo
 }
 
 // probeSQL is the idle look for work: one statement, no transaction id, no
-// lock, answered from the pending-rows partial index and the heap pages it
-// points to (a parked row or one waiting for its retry is not work). It
-// does not look at partitions: a row of another instance's partition makes
-// this one claim and find nothing, and its wait keeps growing.
-const probeSQL = `SELECT EXISTS (
-    SELECT 1 FROM outbox
-    WHERE published_at IS NULL AND parked_at IS NULL
-      AND (next_attempt_at IS NULL OR next_attempt_at <= now()))`
+// lock. Work is a row above the cursor's lowest high ($1), a row of
+// outbox_failures that is due, or a tracked transaction ($2) now
+// committed, whose late rows are to be read. It does not look at
+// partitions: a row of another instance's partition makes this one claim,
+// find nothing and move its highs past it.
+const probeSQL = `SELECT EXISTS (SELECT 1 FROM outbox WHERE id > $1)
+    OR EXISTS (SELECT 1 FROM outbox_failures WHERE parked_at IS NULL AND (next_attempt_at IS NULL OR next_attempt_at <= now()))
+    OR EXISTS (SELECT 1 FROM unnest($2::text[]) x WHERE pg_xact_status(x::xid8) = 'committed')`
 
-// rowsPending reports whether the probe found claimable rows; an error
-// says yes, so that the claim runs and reports it.
+// rowsPending reports whether the probe found work; an error says yes, so
+// that the claim runs and reports it.
 func (f *Forwarder) rowsPending(ctx context.Context) bool {
+	low := int64(-1)
+	for _, h := range f.cur.high {
+		if low < 0 || h < low {
+			low = h
+		}
+	}
+	if low < 0 {
+		return true // no partition seen yet: the claim learns them
+	}
+	xs, _ := f.cur.trackedArgs()
 	var found bool
-	if err := f.cfg.Pool.QueryRow(ctx, probeSQL).Scan(&found); err != nil {
+	if err := f.cfg.Pool.QueryRow(ctx, probeSQL, low, xs).Scan(&found); err != nil {
 		return ctx.Err() == nil
 	}
 	return found

@@ -158,12 +158,22 @@ func (e *env) stream() []entry {
 	return out
 }
 
+// count counts the outbox rows where says, over their state as the
+// forwarder sees it (the view outbox_state) under the columns' old names:
+// published_at is set once the row's partition cursor passed it (at the
+// lease tick after its publish), attempts, parked_at and the others come
+// from outbox_failures.
 func (e *env) count(where string) int {
 	e.t.Helper()
 	var n int
-	require.NoError(e.t, e.schema.Pool.QueryRow(context.Background(), "SELECT count(*) FROM outbox WHERE "+where).Scan(&n))
+	require.NoError(e.t, e.schema.Pool.QueryRow(context.Background(), "SELECT count(*) FROM "+outboxAsSeen+" WHERE "+where).Scan(&n))
 	return n
 }
+
+const outboxAsSeen = `(SELECT o.id, o.message_id, o.topic, o.aggregate_type, o.aggregate_id, o.aggregate_version, o.created_at,
+       CASE WHEN s.published THEN coalesce(s.published_by, now()) END AS published_at,
+       s.attempts, s.last_error, s.next_attempt_at, s.parked_at, s.discarded_at, s.state
+FROM outbox o JOIN outbox_state s USING (id)) outbox`
 
 // requireInOrder checks that every row reached the stream and that each
 // aggregate's first deliveries come in version order (duplicates allowed).
@@ -462,15 +472,16 @@ func TestPurgeDeletesOnlyOldPublishedRows(t *testing.T) {
 	e := setup(t)
 	ctx := context.Background()
 	e.writeMany(aggregates(10), 1, 5) // 50 rows
-	// 30 old published rows, 5 old but pending, 5 old parked, 10 recent published.
+	// In id order: 30 old published rows, 5 old parked, 10 recent
+	// published (the cursor of the one partition is at the 45th row), 5
+	// old but pending (above the cursor).
 	_, err := e.schema.Pool.Exec(ctx, `
-		WITH r AS (SELECT id, row_number() OVER (ORDER BY id) AS n FROM outbox)
-		UPDATE outbox o SET
-		  created_at   = CASE WHEN r.n <= 40 THEN now() - interval '20 days' ELSE now() END,
-		  published_at = CASE WHEN r.n <= 30 THEN now() - interval '16 days'
-		                      WHEN r.n > 40 THEN now() END,
-		  parked_at    = CASE WHEN r.n BETWEEN 36 AND 40 THEN now() END
-		FROM r WHERE o.id = r.id`)
+		WITH r AS (SELECT id, aggregate_type, aggregate_id, row_number() OVER (ORDER BY id) AS n FROM outbox),
+		c AS (UPDATE outbox o SET created_at = CASE WHEN r.n BETWEEN 36 AND 45 THEN now() ELSE now() - interval '20 days' END
+		      FROM r WHERE o.id = r.id),
+		f AS (INSERT INTO outbox_failures (id, aggregate_type, aggregate_id, kind, attempts, parked_at)
+		      SELECT id, aggregate_type, aggregate_id, 'failed', 10, now() FROM r WHERE n BETWEEN 31 AND 35)
+		INSERT INTO outbox_partitions (partition, published_through) SELECT 0, id FROM r WHERE n = 45`)
 	require.NoError(t, err)
 
 	// Receipts of the broker audit: 10 older than the retention (a

@@ -92,10 +92,14 @@ func (f *Forwarder) tickLeases(ctx context.Context) ([]int32, error) {
 		}
 		share := (f.cfg.Partitions + live - 1) / live
 
-		rows, err := tx.Query(ctx, `
-			UPDATE outbox_partitions SET lease_until = now() + make_interval(secs => $2)
-			WHERE owner = $1 RETURNING partition`, f.cfg.InstanceID, ttl)
+		// The renewal records, in the same row versions, how far the
+		// cursor published each partition and how many rows it published
+		// since the last tick (see saveCursorSQL).
+		parts, through, high, waiting, published := f.cursorToSave()
+		rows, err := tx.Query(ctx, saveCursorSQL+` RETURNING p.partition`,
+			f.cfg.InstanceID, ttl, parts, through, high, waiting, published)
 		if err != nil {
+			f.cur.published.Add(published)
 			return fmt.Errorf("renew leases: %w", err)
 		}
 		if owned, err = pgx.CollectRows(rows, pgx.RowTo[int32]); err != nil {
@@ -160,10 +164,53 @@ func (f *Forwarder) tickLeases(ctx context.Context) ([]int32, error) {
 	return owned, err
 }
 
-// unregister hands every partition back and removes this instance.
+// saveCursorSQL renews this instance's leases ($1, for $2 seconds) and,
+// in the same row versions, records each partition's published_through,
+// published_high ($3, $4, $5: the cursor's durable points; only ever
+// raised) and waiting_xids ($6), and adds the rows published since the
+// last save ($7) to the lowest partition's published_total: one small
+// update per partition and lease tick, whatever the rows published
+// meanwhile.
+const saveCursorSQL = `
+UPDATE outbox_partitions p SET lease_until = now() + make_interval(secs => $2),
+       published_through_at = CASE WHEN coalesce(d.through, -1) > p.published_through OR coalesce(d.high, -1) > p.published_high
+                                   THEN now() ELSE p.published_through_at END,
+       published_through = greatest(p.published_through, coalesce(d.through, -1)),
+       published_high = greatest(p.published_high, coalesce(d.high, -1)),
+       waiting_xids = CASE WHEN d.partition IS NULL THEN p.waiting_xids ELSE $6::text[]::xid8[] END,
+       published_total = p.published_total + CASE WHEN p.partition = m.low THEN $7::bigint ELSE 0 END
+FROM (SELECT min(partition) AS low FROM outbox_partitions WHERE owner = $1) m,
+     outbox_partitions o LEFT JOIN unnest($3::int[], $4::bigint[], $5::bigint[]) AS d(partition, through, high) ON d.partition = o.partition
+WHERE o.partition = p.partition AND p.owner = $1`
+
+// cursorToSave returns the cursor's durable points, as saveCursorSQL takes
+// them, and the rows published since the last save (taken: added back if
+// the save fails).
+func (f *Forwarder) cursorToSave() (parts []int32, through, high []int64, waiting []string, published int64) {
+	if d := f.cur.durable.Load(); d != nil {
+		for p, t := range d.through {
+			parts = append(parts, p)
+			through = append(through, t)
+			high = append(high, d.high[p])
+		}
+		waiting = d.waiting
+	}
+	if waiting == nil {
+		waiting = []string{}
+	}
+	return parts, through, high, waiting, f.cur.published.Swap(0)
+}
+
+// unregister records where the cursor stands, hands every partition back
+// and removes this instance.
 func (f *Forwarder) unregister(ctx context.Context) error {
 	f.setPartitions(nil)
 	return pgx.BeginFunc(ctx, f.cfg.Pool, func(tx pgx.Tx) error {
+		parts, through, high, waiting, published := f.cursorToSave()
+		if _, err := tx.Exec(ctx, saveCursorSQL, f.cfg.InstanceID, 0, parts, through, high, waiting, published); err != nil {
+			f.cur.published.Add(published)
+			return err
+		}
 		if _, err := tx.Exec(ctx, `UPDATE outbox_partitions SET owner = NULL, lease_until = NULL WHERE owner = $1`, f.cfg.InstanceID); err != nil {
 			return err
 		}

@@ -31,17 +31,21 @@ func (f *Forwarder) purgeLoop(ctx context.Context) {
 	}
 }
 
-// Purge deletes rows published more than retention ago, in transactions of
-// at most batch rows that hold their locks for milliseconds, walking the
-// table in id order from its oldest row. It stops at the first row created
-// after the cutoff (nothing newer can have been published before it), and
-// never touches a pending or parked row. It returns how many rows it
-// deleted. Concurrent calls are harmless: only one runs, the others return 0.
+// Purge deletes rows published and created more than retention ago, in
+// transactions of at most batch rows that hold their locks for
+// milliseconds, walking the table in id order from its oldest row. A row
+// is published once its partition's cursor (published_through) is past it
+// and it is not in outbox_failures. It stops at the first row created
+// after the cutoff, and never touches a pending, failing or parked row. It
+// returns how many rows it deleted. Concurrent calls are harmless: only
+// one runs, the others return 0.
 //
-// The DELETE filters on the row itself (o.published_at), not on the scan's
-// copy of it: a row the broker audit puts back (published_at to NULL) while
-// the DELETE waits for its lock is then rechecked as it is now, pending,
-// and kept. Filtered on the scan's copy, it was deleted: lost.
+// Each batch locks outbox_failures in SHARE mode first: a repair of the
+// broker audit (or a failure the forwarder records) putting a row there
+// commits before the batch reads it, or waits for the batch; a row the
+// batch deleted meanwhile is one the repair finds gone, and says so.
+// Filtered on what it read before a repair's commit, the batch deleted a
+// row just put back: lost.
 //
 // Receipts of the broker audit older than retention go too: their rows are
 // gone or going, so a loss of them could not be repaired anyway (a
@@ -70,12 +74,19 @@ func Purge(ctx context.Context, pool interface {
 		}
 		err = tx.QueryRow(ctx, `SELECT pg_try_advisory_xact_lock($1, hashtext(current_schema()))`, purgeLock).Scan(&acquired)
 		if err == nil && acquired {
+			_, err = tx.Exec(ctx, `LOCK TABLE outbox_failures IN SHARE MODE`)
+		}
+		if err == nil && acquired {
 			err = tx.QueryRow(ctx, `
-				WITH scan AS (
-					SELECT id, published_at, created_at FROM outbox WHERE id > $1 ORDER BY id LIMIT $2
+				WITH p AS (
+					SELECT partition, published_through, count(*) OVER () AS n FROM outbox_partitions
+				), scan AS (
+					SELECT id, aggregate_id, created_at FROM outbox WHERE id > $1 ORDER BY id LIMIT $2
 				), del AS (
-					DELETE FROM outbox o USING scan s
-					WHERE o.id = s.id AND o.published_at IS NOT NULL AND o.published_at < $3
+					DELETE FROM outbox o USING scan s, p
+					WHERE o.id = s.id AND p.partition = ((hashtextextended(s.aggregate_id, 0) % p.n) + p.n) % p.n
+					  AND s.id <= p.published_through AND s.created_at < $3
+					  AND NOT EXISTS (SELECT 1 FROM outbox_failures f WHERE f.id = s.id)
 					RETURNING o.id
 				)
 				SELECT (SELECT max(id) FROM scan), (SELECT count(*) FROM del), (SELECT bool_or(created_at >= $3) FROM scan)`,

@@ -7,7 +7,6 @@
 //	outflow-bench webhooks [-rate 500] [-duration 10s] [-merchants 10] [-slow 10s]
 //	outflow-bench pipeline [-backlog 60000] [-rate 3000] [-duration 20s] [-producers 16] [-per-tx 1] [-consumer-batch 100] [-only drain,steady]
 //	outflow-bench writepath [-ops 2000] [-slices 10] [-clients 1,16,64] [-only notify,ledger]
-//	outflow-bench claim-dead [-drain 20000] [-dead 0,1000000,5000000] [-backlogs 1000000,5000000] [-compare]
 //	outflow-bench wait [-backlog 50000] [-rounds 5]
 //	outflow-bench history [-processed 10000000] [-aggregates 1000000] [-backlog 15000] [-rounds 11]
 //	outflow-bench tracing [-pay-ops 3000] [-clients 16] [-backlog 24000] [-rounds 6] [-modes off,on,never]
@@ -47,7 +46,7 @@ func main() {
 
 func run(ctx context.Context, args []string) error {
 	if len(args) == 0 {
-		return fmt.Errorf("usage: outflow-bench pay|writepath|forward|claim-dead|pipeline|brokers|nats-replicas|history|webhooks|footprint|tracing|wait|audit|relay-wal|console [flags]")
+		return fmt.Errorf("usage: outflow-bench pay|writepath|forward|pipeline|brokers|nats-replicas|history|webhooks|footprint|tracing|wait|audit|relay-wal|console [flags]")
 	}
 	dbURL := os.Getenv("BENCH_DATABASE_URL")
 	if dbURL == "" {
@@ -130,34 +129,6 @@ func run(ctx context.Context, args []string) error {
 			return err
 		}
 		return bench.Audit(ctx, bench.AuditConfig{DatabaseURL: dbURL, Backlog: *backlog, Rounds: *rounds, Interval: *interval, Lost: *lost, Out: os.Stdout})
-	case "claim-dead":
-		fs := flag.NewFlagSet("claim-dead", flag.ContinueOnError)
-		drain := fs.Int("drain", 20_000, "new rows drained behind each dead-entry count")
-		dead := fs.String("dead", "0,1000000,5000000", "comma-separated dead-entry counts; the first is the baseline")
-		backlogs := fs.String("backlogs", "1000000,5000000", "comma-separated backlog sizes drained whole; the first is the baseline")
-		compare := fs.Bool("compare", false, "also drain each dead-entry case claiming from the oldest pending row every time (the claim without the low-water mark)")
-		if err := fs.Parse(args[1:]); err != nil {
-			return err
-		}
-		if *drain < 1 {
-			return fmt.Errorf("invalid -drain: must be positive")
-		}
-		deadN, err := parseCounts(*dead)
-		if err != nil {
-			return fmt.Errorf("invalid -dead: %w", err)
-		}
-		backlogN, err := parseInts(*backlogs)
-		if err != nil {
-			return fmt.Errorf("invalid -backlogs: %w", err)
-		}
-		opts, err := redis.ParseURL(redisURL())
-		if err != nil {
-			return fmt.Errorf("REDIS_URL: %w", err)
-		}
-		rdb := redis.NewClient(opts)
-		defer rdb.Close()
-		return bench.ClaimDead(ctx, bench.ClaimDeadConfig{DatabaseURL: dbURL, Redis: rdb, Drain: *drain, Dead: deadN,
-			Backlogs: backlogN, Compare: *compare, Out: os.Stdout})
 	case "nats-replicas":
 		return bench.NATSReplicas(ctx, bench.NATSReplicasConfig{DatabaseURL: dbURL, Out: os.Stdout})
 	case "brokers":

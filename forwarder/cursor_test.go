@@ -15,8 +15,7 @@ import (
 
 // flow commits n rows of fresh aggregates one at a time and waits for each
 // to be published: every one is a batch that claimed rows, which is what
-// moves a forwarder's low-water mark (a round opens after one, closes at
-// the next).
+// moves the cursor.
 func (e *env) flow(n int) {
 	e.t.Helper()
 	for i := range n {
@@ -27,33 +26,36 @@ func (e *env) flow(n int) {
 	}
 }
 
-// passMark keeps rows flowing until f's low-water mark reaches the row
-// with messageID: a test of what happens below the mark must first see the
-// mark pass. The mark waits for every write transaction in the cluster that
-// began before a round (other tests' too), hence the generous timeout.
+// passMark keeps rows flowing until f may record its cursor past the row
+// with messageID, in the row's partition (when f holds it; with any other
+// owner, until the recorded cursor passed it).
 func (e *env) passMark(f *forwarder.Forwarder, messageID string) {
 	e.t.Helper()
-	var id int64
-	require.NoError(e.t, e.schema.Pool.QueryRow(context.Background(), `SELECT id FROM outbox WHERE message_id = $1`, messageID).Scan(&id))
-	outflowtest.WaitFor(e.t, 60*time.Second, "the low-water mark passing the row", func() bool {
+	var (
+		id        int64
+		partition int32
+	)
+	require.NoError(e.t, e.schema.Pool.QueryRow(context.Background(), `
+		SELECT o.id, ((hashtextextended(o.aggregate_id, 0) % n.n) + n.n) % n.n
+		FROM outbox o, (SELECT count(*)::int AS n FROM outbox_partitions) n WHERE o.message_id = $1`, messageID).Scan(&id, &partition))
+	outflowtest.WaitFor(e.t, 60*time.Second, "the cursor passing the row", func() bool {
 		e.flow(1)
-		return f.LowWaterMark() >= id
+		if t := f.PublishedThrough(partition); t >= 0 {
+			return t >= id
+		}
+		return e.count("message_id = '"+messageID+"' AND published_at IS NOT NULL") == 1
 	})
 }
 
-// noSafetyNet keeps the full claim out of the way, so a row the low-water
-// mark passed by mistake would stay unclaimed for the test's length.
-func noSafetyNet(c *forwarder.Config) { c.FullClaimInterval = time.Hour }
-
 // Transaction A takes a low id and stays open while higher ids commit and
-// are published, batch after batch: the mark must not pass A's id while A
-// can still commit. When A commits, its row goes out, and before the later
-// row of its aggregate.
-func TestOutOfOrderCommitAcrossTheLowWaterMark(t *testing.T) {
+// are published, batch after batch: the durable cursor must not pass A's
+// id while A can still commit. When A commits, its row goes out (a late
+// row, read by transaction id), and before the later row of its aggregate.
+func TestOutOfOrderCommitAcrossTheCursor(t *testing.T) {
 	t.Parallel()
 	e := setup(t)
 	ctx := context.Background()
-	f, _ := e.run(e.config(noSafetyNet))
+	f, _ := e.run(e.config())
 	e.passMark(f, e.write("b", 1, testPayload{N: 1}))
 
 	evA, err := events.New(ctx, events.Aggregate{Type: "test", ID: "a", Version: 1}, testPayload{N: 1})
@@ -66,9 +68,9 @@ func TestOutOfOrderCommitAcrossTheLowWaterMark(t *testing.T) {
 	require.NoError(t, txA.QueryRow(ctx, `SELECT id FROM outbox WHERE message_id = $1`, evA.MessageID).Scan(&idA))
 
 	// Rows commit above A's id and are published, batch after batch:
-	// without the horizon the mark would pass A's id here.
+	// without the tracking of A the cursor would pass A's id here.
 	e.flow(10)
-	require.Less(t, f.LowWaterMark(), idA, "the mark passed the id of a transaction still open")
+	require.Less(t, f.PublishedThrough(0), idA, "the cursor passed the id of a transaction still open")
 	require.NoError(t, txA.Commit(ctx))
 	e.write("a", 2, testPayload{N: 2})
 	e.flow(2)
@@ -80,16 +82,16 @@ func TestOutOfOrderCommitAcrossTheLowWaterMark(t *testing.T) {
 	e.passMark(f, evA.MessageID) // and it moves on once A ended
 }
 
-// x v1 is parked and x v2 held behind it while other rows flow and the mark
-// passes both; the operator retries v1 with the forwarder running: both go
-// out, in order.
-func TestParkedRowRetriedAfterTheMarkPassedIt(t *testing.T) {
+// x v1 is parked and x v2 held behind it while other rows flow and the
+// cursor passes both; the operator retries v1 with the forwarder running:
+// both go out, in order.
+func TestParkedRowRetriedAfterTheCursorPassedIt(t *testing.T) {
 	t.Parallel()
 	e := setup(t)
 	x1 := e.write("x", 1, testPayload{N: 1})
 	rb := &refusingBroker{Broker: e.broker}
 	rb.setRefused(x1)
-	f, _ := e.run(e.config(noSafetyNet, func(c *forwarder.Config) { c.Broker = rb; c.MaxAttempts = 1 }))
+	f, _ := e.run(e.config(func(c *forwarder.Config) { c.Broker = rb; c.MaxAttempts = 1 }))
 	outflowtest.WaitFor(t, 10*time.Second, "x v1 parked", func() bool { return e.count("parked_at IS NOT NULL") == 1 })
 	x2 := e.write("x", 2, testPayload{N: 2})
 	e.passMark(f, x2)
@@ -106,34 +108,29 @@ func TestParkedRowRetriedAfterTheMarkPassedIt(t *testing.T) {
 	requireInOrder(t, e.stream(), 2+e.count("aggregate_id LIKE 'agg-%'"))
 }
 
-// A row put back below the mark by hand (not through RetryParked) is what
-// the full claim is for: it goes out within FullClaimInterval.
-func TestFullClaimFindsARowBelowTheMark(t *testing.T) {
+// A long transaction that writes no outbox row (a batch job on another
+// table) holds nothing back: the cursor sees it hold no lock on the
+// outbox and moves past the ids drawn meanwhile. A transaction that wrote
+// an outbox row does hold it back (TestOutOfOrderCommitAcrossTheCursor).
+func TestALongTransactionElsewhereHoldsTheCursorNot(t *testing.T) {
 	t.Parallel()
 	e := setup(t)
-	x1 := e.write("x", 1, testPayload{N: 1})
-	rb := &refusingBroker{Broker: e.broker}
-	rb.setRefused(x1)
-	f, _ := e.run(e.config(func(c *forwarder.Config) {
-		c.Broker = rb
-		c.MaxAttempts = 1
-		c.FullClaimInterval = 300 * time.Millisecond
-	}))
-	outflowtest.WaitFor(t, 10*time.Second, "x v1 parked", func() bool { return e.count("parked_at IS NOT NULL") == 1 })
-	e.passMark(f, x1)
-
-	rb.setRefused()
-	_, err := e.schema.Pool.Exec(context.Background(), `UPDATE outbox SET parked_at = NULL, next_attempt_at = NULL WHERE message_id = $1`, x1)
+	ctx := context.Background()
+	f, _ := e.run(e.config())
+	e.flow(1)
+	_, err := e.schema.Pool.Exec(ctx, `CREATE TABLE batch_job (n int)`)
 	require.NoError(t, err)
-	e.flow(2)
-	outflowtest.WaitFor(t, 10*time.Second, "x v1 published", func() bool {
-		return e.count("aggregate_id = 'x' AND published_at IS NOT NULL") == 1
-	})
-	requireInOrder(t, e.stream(), 1+e.count("aggregate_id LIKE 'agg-%'"))
+	long, err := e.schema.Pool.Begin(ctx)
+	require.NoError(t, err)
+	t.Cleanup(func() { _ = long.Rollback(ctx) })
+	_, err = long.Exec(ctx, `INSERT INTO batch_job VALUES (1)`)
+	require.NoError(t, err)
+	last := e.write("after", 1, testPayload{N: 1})
+	e.passMark(f, last)
 }
 
-// The low-water mark's horizon is sound only if a transaction has its
-// transaction id before it draws an outbox id: the id column's default
+// The cursor is sound only if a transaction has its transaction id before
+// it draws an outbox id: the id column's default
 // must call pg_current_xact_id() before nextval (migration 00011). Both
 // happen inside one INSERT, so no interleaving of sessions can show the
 // order; the default expression itself is what a revert to an identity
