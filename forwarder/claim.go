@@ -1,7 +1,6 @@
 package forwarder
 
 import (
-	"os"
 	"cmp"
 	"context"
 	"errors"
@@ -78,14 +77,16 @@ const nullRow = `NULL::bigint, NULL::text, NULL::text, NULL::text, NULL::text, N
 const blockedExpr = `EXISTS (SELECT 1 FROM outbox_failures b
     WHERE b.aggregate_type = o.aggregate_type AND b.aggregate_id = o.aggregate_id AND b.id < o.id)`
 
-// outboxWritersSQL lists the transactions that hold a lock on this
-// schema's outbox: those that may have written rows to it (see
-// cursor.rebound). Run after the sequence is read.
+// outboxWritersSQL lists the transactions running, each with whether it
+// holds a lock on this schema's outbox: those that may have written rows
+// to it (see cursor.rebound). Run after the sequence is read.
 const outboxWritersSQL = `
-SELECT DISTINCT x.transactionid::text
-FROM pg_locks r JOIN pg_locks x ON x.virtualtransaction = r.virtualtransaction AND x.locktype = 'transactionid'
-WHERE r.locktype = 'relation' AND r.relation = 'outbox'::regclass
-  AND r.database = (SELECT oid FROM pg_database WHERE datname = current_database())`
+SELECT x.transactionid::text, bool_or(r.locktype IS NOT NULL)
+FROM pg_locks x LEFT JOIN pg_locks r ON r.virtualtransaction = x.virtualtransaction
+    AND r.locktype = 'relation' AND r.relation = 'outbox'::regclass
+    AND r.database = (SELECT oid FROM pg_database WHERE datname = current_database())
+WHERE x.locktype = 'transactionid' AND x.mode = 'ExclusiveLock' AND x.granted
+GROUP BY 1`
 
 // failuresSQL takes the rows of outbox_failures of the partitions this
 // instance leases that are due: held rows, rows to repair, failed rows
@@ -183,13 +184,6 @@ func (f *Forwarder) forwardBatch(ctx context.Context) (res batchResult, err erro
 		return res, err
 	}
 	f.cur.own(c.owned)
-	if os.Getenv("OUTFLOW_DEBUG_CURSOR") != "" {
-		var ids []string
-		for _, r := range c.rows {
-			ids = append(ids, fmt.Sprintf("%d/%d%s", r.id, r.partition, map[bool]string{true: "L", false: ""}[r.late != ""]))
-		}
-		fmt.Fprintf(os.Stderr, "CLAIM %s L=%d owned=%v high=%v ahead=%d tracked=%v rows=%v\n", f.cfg.InstanceID, c.l, c.owned, f.cur.high, len(f.cur.ahead), f.cur.tracked, ids)
-	}
 	res.claimed = len(c.rows)
 	if len(c.rows) == 0 {
 		f.cur.advance(c.l, c.running, c.snap, 0, f.cfg.BatchSize, 0, nil, nil, nil)
@@ -300,13 +294,16 @@ func (f *Forwarder) claim(ctx context.Context, tx pgx.Tx) (claim, error) {
 		}
 		return rows.Err()
 	})
-	var writers map[string]bool
+	var writers map[string]bool // running transaction -> writes to the outbox
 	if f.cur.needsRebound(time.Now()) {
 		writers = map[string]bool{}
 		b.Queue(outboxWritersSQL).Query(func(rows pgx.Rows) error {
-			var x string
-			_, err := pgx.ForEachRow(rows, []any{&x}, func() error {
-				writers[x] = true
+			var (
+				x string
+				w bool
+			)
+			_, err := pgx.ForEachRow(rows, []any{&x, &w}, func() error {
+				writers[x] = w
 				return nil
 			})
 			return err

@@ -314,12 +314,15 @@ func (c *cursor) needsRebound(now time.Time) bool {
 }
 
 // rebound raises to l, the id sequence's last value read before writers
-// was, the bound of every tracked transaction not in writers, the
-// transactions holding a lock on the outbox then: one without such a lock
-// had written no outbox row yet, so every row it writes later has an id
-// above l. Transactions of other tables, other schemas or other databases
-// in the cluster (every snapshot lists them) then hold nothing back,
-// however long they run.
+// was, the bound of every tracked transaction that writers lists as
+// running without a lock on the outbox: it had written no outbox row yet,
+// so every row it writes later has an id above l. Transactions of other
+// tables, other schemas or other databases in the cluster (every snapshot
+// lists them) then hold nothing back, however long they run. A tracked
+// transaction writers does not list ended since the claim's snapshot
+// (which showed it running): it holds no lock any more, but it may have
+// committed rows below l, so its bound stays and the next claim reads
+// them.
 func (c *cursor) rebound(l int64, writers map[string]bool, now time.Time) {
 	for x, b := range c.tracked {
 		if b >= l {
@@ -328,7 +331,10 @@ func (c *cursor) rebound(l int64, writers map[string]bool, now time.Time) {
 		// pg_locks names a transaction by its 32-bit xid, the low half of
 		// its xid8.
 		x8, err := strconv.ParseUint(x, 10, 64)
-		if err == nil && !writers[strconv.FormatUint(x8&0xffffffff, 10)] {
+		if err != nil {
+			continue
+		}
+		if w, running := writers[strconv.FormatUint(x8&0xffffffff, 10)]; running && !w {
 			c.tracked[x] = l
 		}
 	}

@@ -134,15 +134,18 @@ func TestCursorOwn(t *testing.T) {
 }
 
 // A tracked transaction that writes no outbox row holds nothing back once
-// the claim saw it hold no lock on the outbox.
+// the claim saw it running without a lock on the outbox; one that ended
+// since the claim's snapshot keeps its bound: it holds no lock any more,
+// but it may have committed rows the snapshot did not show.
 func TestCursorRebound(t *testing.T) {
 	t.Parallel()
 	c := newCursor()
 	c.own(map[int32]int64{0: 100})
 	c.tracked["4294967297"] = 10 // xid8 2^32+1: xid 1 in pg_locks
 	c.tracked["8"] = 10
-	c.rebound(120, map[string]bool{"1": true}, c.rebounded)
-	if c.tracked["4294967297"] != 10 || c.tracked["8"] != 120 {
+	c.tracked["9"] = 10 // ended between the snapshot and the locks read
+	c.rebound(120, map[string]bool{"1": true, "8": false}, c.rebounded)
+	if c.tracked["4294967297"] != 10 || c.tracked["8"] != 120 || c.tracked["9"] != 10 {
 		t.Fatalf("tracked %v", c.tracked)
 	}
 }

@@ -31,16 +31,20 @@ func (e *env) flow(n int) {
 // owner, until the recorded cursor passed it).
 func (e *env) passMark(f *forwarder.Forwarder, messageID string) {
 	e.t.Helper()
-	var (
-		id        int64
-		partition int32
-	)
-	require.NoError(e.t, e.schema.Pool.QueryRow(context.Background(), `
-		SELECT o.id, ((hashtextextended(o.aggregate_id, 0) % n.n) + n.n) % n.n
-		FROM outbox o, (SELECT count(*)::int AS n FROM outbox_partitions) n WHERE o.message_id = $1`, messageID).Scan(&id, &partition))
 	outflowtest.WaitFor(e.t, 60*time.Second, "the cursor passing the row", func() bool {
+		// The partitions exist once f registered.
+		var (
+			id        int64
+			partition *int32
+		)
+		require.NoError(e.t, e.schema.Pool.QueryRow(context.Background(), `
+			SELECT o.id, ((hashtextextended(o.aggregate_id, 0) % nullif(n.n, 0)) + n.n) % n.n
+			FROM outbox o, (SELECT count(*)::int AS n FROM outbox_partitions) n WHERE o.message_id = $1`, messageID).Scan(&id, &partition))
 		e.flow(1)
-		if t := f.PublishedThrough(partition); t >= 0 {
+		if partition == nil {
+			return false
+		}
+		if t := f.PublishedThrough(*partition); t >= 0 {
 			return t >= id
 		}
 		return e.count("message_id = '"+messageID+"' AND published_at IS NOT NULL") == 1
