@@ -11,6 +11,7 @@
 //	outflow-bench history [-processed 10000000] [-aggregates 1000000] [-backlog 15000] [-rounds 11]
 //	outflow-bench tracing [-pay-ops 3000] [-clients 16] [-backlog 24000] [-rounds 6] [-modes off,on,never]
 //	outflow-bench audit [-backlog 50000] [-rounds 3] [-interval 1s] [-lost 20000]
+//	outflow-bench event-cost [-retained 0,1000000] [-events 20000] [-clients 8]
 //	outflow-bench relay-wal [-events 2000] [-batch-sizes 1,500]
 //	outflow-bench console [-outbox 1000000] [-processed 10000000] [-dead 100000] [-renders 200]
 //
@@ -46,7 +47,7 @@ func main() {
 
 func run(ctx context.Context, args []string) error {
 	if len(args) == 0 {
-		return fmt.Errorf("usage: outflow-bench pay|writepath|forward|pipeline|brokers|nats-replicas|history|webhooks|footprint|tracing|wait|audit|relay-wal|console [flags]")
+		return fmt.Errorf("usage: outflow-bench pay|writepath|forward|pipeline|brokers|nats-replicas|history|webhooks|footprint|tracing|wait|audit|relay-wal|event-cost|console [flags]")
 	}
 	dbURL := os.Getenv("BENCH_DATABASE_URL")
 	if dbURL == "" {
@@ -107,6 +108,19 @@ func run(ctx context.Context, args []string) error {
 		defer rdb.Close()
 		return bench.Forward(ctx, bench.ForwardConfig{DatabaseURL: dbURL, Redis: rdb, Backlog: *backlog, Rate: *rate,
 			Duration: *dur, Published: *published, Only: splitNonEmpty(*only), Out: os.Stdout})
+	case "event-cost":
+		fs := flag.NewFlagSet("event-cost", flag.ContinueOnError)
+		retained := fs.String("retained", "0,1000000", "comma-separated rows retained before each run")
+		events := fs.Int("events", 20000, "events each run writes, relays and retires")
+		clients := fs.Int("clients", 8, "concurrent writers")
+		if err := fs.Parse(args[1:]); err != nil {
+			return err
+		}
+		r, err := parseCounts(*retained)
+		if err != nil {
+			return fmt.Errorf("-retained: %w", err)
+		}
+		return bench.EventCost(ctx, bench.EventCostConfig{DatabaseURL: dbURL, Retained: r, Events: *events, Clients: *clients, Out: os.Stdout})
 	case "relay-wal":
 		fs := flag.NewFlagSet("relay-wal", flag.ContinueOnError)
 		events := fs.Int("events", 2000, "rows each run forwards")
