@@ -480,8 +480,8 @@ func saveAudits(ctx context.Context, tx pgx.Tx, audits []*topicAudit) error {
 	return nil
 }
 
-// reportRepairs counts and logs the committed repairs, and lowers this
-// instance's low-water mark to the first row put back.
+// reportRepairs counts and logs the committed repairs, and wakes the
+// claim for the rows put back in outbox_failures.
 func (f *Forwarder) reportRepairs(audits []*topicAudit) {
 	woke := false
 	for _, a := range audits {

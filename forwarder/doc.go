@@ -3,40 +3,54 @@
 // skipped, in order per aggregate, with poison rows parked instead of
 // blocking the rest.
 //
-// # Design: claim, publish, mark, over leased partitions
+// # Design: a cursor per partition, no mark on the rows
 //
-// Of the three designs we weighed (claim and mark; claim and delete;
-// per-partition watermarks), this is the first, over partitions leased to
-// instances. Why:
+// An event costs the database its INSERT and, on the normal path, nothing
+// after it: the forwarder never writes to a row it publishes. Each of
+// Config.Partitions partitions (a hash of the aggregate id) has a cursor
+// (outbox_partitions.published_through): every committed row of the
+// partition at or below it was published, or is in outbox_failures. Only
+// rows off the normal path have per-row state, in that small table: a row
+// the broker refused (attempts, last_error, next_attempt_at, parked_at), a
+// row held behind one, a row the broker lost (see below). Why:
 //
-//   - Claiming by state (published_at IS NULL through a partial index), never
-//     by an id cursor, cannot skip a row whose transaction committed after a
-//     higher id did. (The claim's low-water mark, below, is a lower bound
-//     that never passes an id a transaction could still commit, not a
-//     cursor.) Watermarks (design C) are faster but stall every
-//     partition behind any long write transaction in the database, and need a
-//     side table for parked rows; delete-on-publish (design B) needs an
-//     archive for retention and replay. Marking costs one non-HOT UPDATE per
-//     row; measured, the forwarder still moves ~20k rows/s on 2 cores
-//     (docs/benchmarks.md), far above what the producers commit.
+//   - The mark it replaces (a non-HOT UPDATE of the whole row, three index
+//     insertions, full-page images of random index pages that grow with the
+//     history, and the dead tuple and six index entries vacuum then
+//     removes) cost 1-3.3 KB of WAL per event on top of the INSERT's ~770 B,
+//     and a pending-rows index walked through its dead entries. With the
+//     cursor an event writes nothing after its INSERT: `outflow-bench
+//     event-cost` (docs/benchmarks.md).
+//   - A cursor must never pass a row whose transaction can still commit:
+//     ids are drawn in one order and committed in another. The claim learns
+//     which transactions are running and tracks them; see "Cursors" below.
+//     A long transaction holds back only its own rows, never the rest.
 //   - Per-aggregate order across instances needs one aggregate in one hand
-//     at a time. Rows are spread over Config.Partitions partitions by a hash
-//     of their aggregate id; each partition is leased to one instance
+//     at a time. Each partition is leased to one instance
 //     (outbox_partitions), instances share them fairly (outbox_forwarders
 //     heartbeats) and take over the partitions of an instance that stopped
-//     renewing within TakeoverAfter + LeaseRenewInterval (default 12 s).
-//   - One transaction per batch: claim (SELECT ... FOR UPDATE), publish the
-//     batch in waves (below), mark what the broker acknowledged, commit.
-//     A crash anywhere before the commit rolls the claim back and the rows
-//     are published again: a duplicate with the same message id, never a
+//     renewing within TakeoverAfter + LeaseRenewInterval (default 12 s). A
+//     new holder starts at the recorded cursor.
+//   - One transaction per batch: read the partitions' rows above the
+//     cursor (and the due rows of outbox_failures), publish them in waves
+//     (below), record what failed, commit, then move the cursor in memory.
+//     The lease loop records the cursor (published_through,
+//     published_high, waiting_xids) at each tick, in the lease row it
+//     renews anyway: one small UPDATE per partition per tick whatever the
+//     rows published. A crash loses at most a tick of cursor: those rows
+//     are published again, a duplicate with the same message id, never a
 //     loss. The transaction is bounded (PublishTimeout, lock_timeout) and
 //     never spans a retry sleep.
 //   - The claim locks its partitions' lease rows FOR SHARE, so a takeover
-//     waits for the batch in flight, and it locks rows with plain FOR UPDATE
-//     rather than SKIP LOCKED: within a partition a locked row can only
-//     belong to a previous owner finishing its batch, and skipping it would
-//     publish that aggregate's later events first. SKIP LOCKED is used where
-//     it is right: instances acquiring free partitions.
+//     waits for the batch in flight. SKIP LOCKED is used where it is right:
+//     instances acquiring free partitions.
+//
+// Designs weighed: claim and mark (the one this replaces, above); claim
+// and delete (needs an archive for retention and replay, and leaves as
+// many dead tuples); a snapshot watermark that waits for every running
+// transaction (stalls every partition behind any long transaction in the
+// cluster); logical decoding, offered beside this as a mode of its own
+// where the highest rates justify a replication slot.
 //
 // # Waves: order whatever the broker does with each message
 //
@@ -44,7 +58,9 @@
 // pipeline) each: wave k holds the k-th row, in claim (id) order, of every
 // aggregate present in the batch. After a wave, an aggregate whose row
 // failed (for its own reason or the broker's) is blocked: its later rows in
-// the batch are not sent and stay pending without an attempt counted. So an
+// the batch are not sent; they wait in outbox_failures as held rows,
+// untried, without an attempt counted (in a broker outage they are simply
+// read again). So an
 // aggregate's next event is never handed to the broker before the previous
 // one was acknowledged, whether the broker refuses one record (Kafka's
 // max.message.bytes, a JetStream stream's MaxMsgSize), fails one ack, or
@@ -57,7 +73,8 @@
 // # Failures
 //
 // A row that fails for its own reason (its metadata cannot be encoded, the
-// broker refuses the entry) counts an attempt and is retried
+// broker refuses the entry) enters outbox_failures, counts an attempt and
+// is retried
 // after a jittered exponential backoff (RetryBackoff doubling up to
 // RetryBackoffMax); after MaxAttempts it is parked with its last_error (at
 // most 2,000 bytes, cut on a character boundary). While a row waits or is
@@ -105,9 +122,9 @@
 //     last row found: under a steady flow, commits come with gaps, and a
 //     wait doubled across a gap cost p99 latencies of 120-210 ms. Any row
 //     found brings the wait back to MinPollInterval.
-//   - A look is a probe, one statement outside any transaction on the
-//     pending-rows partial index (parked rows and retries not yet due do not
-//     count), not the claim: measured with pgbench on an empty outbox, 0.26-0.36 ms
+//   - A look is a probe, one statement outside any transaction (a row above
+//     the cursor, a due row of outbox_failures, a tracked transaction now
+//     committed), not the claim: measured with pgbench on an empty outbox, 0.26-0.36 ms
 //     against 1.6-1.8 ms for the claim's transaction, which also locks the
 //     lease rows (a write). The probe ignores partitions: a row of another
 //     instance's partition costs this one an empty claim, and its wait keeps
@@ -156,82 +173,51 @@
 // PgBouncer's database entry (connect_query). Tested through a real
 // PgBouncer 1.18 (TestThroughPgBouncerTransactionPooling).
 //
-// # Claim cost: a low-water mark, so dead index entries are not walked
+// # Cursors
 //
-// Marking a row published removes it from outbox_pending_idx only when
-// vacuum runs; until then its entry stays, dead, at the head of the index,
-// and a claim that walks the index from its head walks them all. On a large
-// table autovacuum comes rarely (at a fifth of the table dead by default).
-// Measured before this design: 20,000 rows drained in 0.54 s behind no dead
-// entry, 0.83 s behind 1 million, 1.54 s behind 5 million (about 25 ms per
-// 500-row claim: some 13,500 index pages of killed entries), and a 5
-// million backlog drained at a third of a 1 million one's rate.
+// Rows are read in id order above each partition's high, the in-memory
+// cursor (published_through is its durable, more cautious copy). An id is
+// drawn after its transaction has a transaction id: migration 00011 makes
+// the id default call pg_current_xact_id() before nextval (a column default
+// alone draws first, and nextval assigns no transaction id). A claim reads
+// L, the id sequence's last value, then the transactions running (each
+// holds a lock on its own transaction id: pg_locks), then takes its
+// snapshot. A row with an id at or below L that the snapshot does not show
+// belongs to one of the running transactions. (The snapshot's own list of
+// transactions in progress would not do: it omits those at or above its
+// xmax, which may be running and may have drawn ids below L.) Such a
+// transaction is tracked with a bound below every id it can have drawn (L
+// of the claim before the one that first saw it running); once a snapshot
+// shows it committed, its rows between its bound and the highs are read by
+// transaction id (its late rows: a primary-key range scan between the two,
+// no index of their own, which every INSERT would pay for) in the same
+// batch as the rows above, in id order, so an aggregate's order holds. The highs move to L; rows read above L (committed between the
+// reads) are remembered and skipped until the highs pass them.
 //
-// So each instance keeps a low-water mark L in memory and its claim starts
-// above it (id > L): an index range scan that begins past the dead entries.
-// L may only pass an id once no row with that id can still become
-// claimable through the index. Two things could make one:
+// The durable cursor recorded for a partition is the lowest of its high
+// and the bounds of the transactions tracked; published_high and
+// waiting_xids record the rest (every row at or below published_high is
+// published but those of waiting_xids), for the tools' view (outbox_state).
+// A transaction that runs long holds back only the durable cursor, which
+// only costs duplicates after a crash. Every 200 ms, while one holds it
+// back, the claim asks which running transactions hold a lock on the
+// outbox: one that does not has written no row yet, so its bound moves up
+// to L, and a transaction of another table or database holds nothing back
+// however long it runs. One that ended between the snapshot and that
+// question keeps its bound: it may have committed rows the snapshot did
+// not show.
 //
-//   - A transaction still open that drew a lower id (ids are drawn at
-//     insert, rows appear at commit). The horizon: read S0, the id
-//     sequence's last value, then take a transaction id X0 (pg_current_xact_id
-//     in a transaction that has none yet, so X0 is newer than every
-//     transaction id assigned before). Once the oldest running transaction
-//     is newer than X0 (pg_snapshot_xmin of the current snapshot > X0),
-//     every transaction that drew an id <= S0 has ended, provided each got
-//     its transaction id before its row id. A column default runs in column
-//     order and nextval alone does not assign a transaction id, so
-//     migration 00011 makes the id default call pg_current_xact_id() before
-//     nextval (a plain CACHE 1 sequence replacing the identity, values kept).
-//     A snapshot's xmax is not enough for X0: a transaction can hold an id at
-//     or above it while running.
-//   - Rows below L that need the claim again: a row waiting for its retry
-//     (next_attempt_at set) and a parked row put back by RetryParked. Both
-//     are in outbox_blocked_idx, which is small, and the claim's second
-//     branch takes due rows from there wherever they are. RetryParked makes
-//     the released row due (next_attempt_at = now()) rather than new, and
-//     makes the later pending rows of its aggregate, held behind it, due
-//     too, so they are found there as well, after it, in id order.
-//
-// L advances to min(S0, m - 1), where m is the smallest id above L of a
-// pending row that is neither blocked nor held behind a parked row, found
-// in the statement whose snapshot confirmed the horizon. Rows held behind a
-// row waiting for a retry count in m: they stay above L, and are claimed as
-// usual once that row is published. Per-aggregate order is untouched: the
-// claim still holds an aggregate's later rows behind any blocked one, and
-// no row of an aggregate can be below L while a later one is claimable.
-// The walk that finds m starts at L, so each dead entry is walked about
-// once, not once per claim. A round costs one transaction id and two tiny
-// statements in the claim's own transaction (no extra round trip): one
-// batch opens it, a later one closes it. An idle forwarder opens none.
-//
-// The horizon waits for every transaction in the cluster, not only the
-// outbox's writers: a long write transaction anywhere holds L where it is
-// (rows still flow; claims then walk the entries dead since). A restart
-// starts L at 0. And the safety net: every FullClaimInterval (default 1m)
-// one claim ignores L, so a row the mark passed by a bug or by hand (an
-// UPDATE clearing parked_at) is delayed by at most that, never stranded;
-// such a claim walks the dead entries once.
-//
-// Alternatives weighed: per-table autovacuum settings (a lower
-// autovacuum_vacuum_scale_factor on outbox) would bound the dead entries in
-// production, but each vacuum also scans every index of a table kept for 15
-// days, and the claim's cost would still follow vacuum's pace; none is
-// shipped, nothing here needs it. A layout where publishing leaves nothing
-// in the claim's path (a separate pending table whose rows are deleted on
-// publish) leaves the same dead entries in that table's index: deletes are
-// removed by vacuum too. Measured with the mark, autovacuum off: 20,000
-// rows behind 5 million dead entries in 0.99x the clean time, and a 5
-// million backlog drained at 0.73-0.96x of a 1 million one's rate (three
-// runs; sampled every 10 s, the rate does not fall as the drain goes
-// deeper). Figures: docs/benchmarks.md, "Claim cost without vacuum"
-// (`outflow-bench claim-dead`).
+// A row that needs the claim again below the cursor (a failure due for its
+// retry, a parked row put back by RetryParked, a held row, a row the
+// broker lost) is in outbox_failures, which the claim reads first, in id
+// order, with the rows above the cursor.
 //
 // # Operations
 //
 // Published rows are kept for Retention (default 15 days) and purged in
 // batches of PurgeBatchSize rows, each its own short transaction, walking
-// the table in id order from the oldest row. For very high volume, partition
+// the table in id order from the oldest row: rows below their partition's
+// cursor and not in outbox_failures. For very high volume, partition
 // the outbox table by created_at (PostgreSQL declarative partitioning) and
 // drop old partitions instead: dropping a partition costs nothing per row.
 //
@@ -246,20 +232,20 @@
 // collectors, so counters, histograms, partitions_owned and partition_held
 // are the process's sums. A long open write
 // transaction does not delay this forwarder (it claims committed rows, not
-// a snapshot watermark); it only holds the claim's low-water mark in place.
+// a snapshot watermark); it only holds the durable cursor in place.
 //
 // # When the broker loses what it acknowledged
 //
 // A broker that comes back with less than it acknowledged (a Redis failover
 // to a replica that had not caught up, a restart without persistence, a NATS
-// stream that lost its tail, a Kafka topic recreated) leaves rows marked
+// stream that lost its tail, a Kafka topic recreated) leaves rows counted
 // published that no consumer will read. When the Broker is an [Auditor],
-// the mark of a batch also keeps, in outbox_receipts, where the broker put
+// the batch's transaction also keeps, in outbox_receipts, where the broker put
 // each row (its [Receipt]), and every Config.AuditInterval (20s; negative
 // disables) the instance holding partition 0 hands the receipts no consumer
 // has settled yet to [Auditor.Check]: what the broker lost it puts back, in
-// the audit's transaction, row by row, and the normal claim publishes them
-// again (every instance lowers its low-water mark to the first of them);
+// the audit's transaction, as rows of outbox_failures (kind repair), which
+// the claims of their partitions' holders publish again;
 // what every consumer had it forgets. Detection rests on those receipts,
 // so a loss before the first audit, across a restart of every forwarder
 // or after a failed audit is found by the next audit. Consumers

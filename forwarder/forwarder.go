@@ -150,8 +150,7 @@ const (
 )
 
 // waitForRows waits until a claim is worth making: a Wake (or a lease
-// change), or a look at the pending-rows index after *idle that finds a
-// row. Each look that finds none doubles *idle up to PollInterval (up to
+// change), or a look for work (probeSQL) after *idle that finds some. Each look that finds none doubles *idle up to PollInterval (up to
 // busyPollCap within busyWindow of lastRows); a Wake brings it back to
 // MinPollInterval. The look is a probe (probeSQL), not the claim's
 // transaction: measured, a fifth of its cost, and it writes nothing. It
