@@ -85,8 +85,8 @@ func (e *env) readAck(g string) {
 // forwarded. The receipts in PostgreSQL show what the broker lost: every
 // row of before the flush is published again, exactly those, once. The
 // loop is kept out of the way (an hour's interval) and the audit called by
-// hand; the low-water mark must be lowered by the repair (FullClaimInterval
-// an hour: the safety net would hide it).
+// hand; the repair puts the rows back in outbox_failures, below the
+// cursor, where the claim reads them.
 func TestAuditRepairsALossBeforeAnyAuditAcrossARestart(t *testing.T) {
 	t.Parallel()
 	e := setup(t)
@@ -210,8 +210,7 @@ func TestAuditChecksABatchThatCommittedAfterIt(t *testing.T) {
 // The loop itself: run by the holder of partition 0, every AuditInterval.
 // With two instances, each holding one partition, the repaired rows of the
 // partition the auditor does not hold are claimed by the other instance,
-// whose mark a watch on the repairs lowers (FullClaimInterval an hour: the
-// safety net would hide a missing reset).
+// from outbox_failures.
 func TestAuditLoopRepairsEveryPartition(t *testing.T) {
 	t.Parallel()
 	e := setup(t)

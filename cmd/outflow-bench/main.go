@@ -270,7 +270,7 @@ func run(ctx context.Context, args []string) error {
 		return bench.Webhooks(ctx, bench.WebhooksConfig{DatabaseURL: dbURL, Rate: *rate, Duration: *dur, Merchants: *merchants,
 			SlowDelay: *slow, Out: os.Stdout})
 	default:
-		return fmt.Errorf("unknown benchmark %q (known: pay, writepath, forward, claim-dead, pipeline, brokers, history, webhooks, footprint, tracing)", args[0])
+		return fmt.Errorf("unknown benchmark %q (known: pay, writepath, forward, pipeline, brokers, nats-replicas, history, wait, webhooks, footprint, tracing, audit, relay-wal, event-cost, console)", args[0])
 	}
 }
 
