@@ -84,8 +84,17 @@ type Config struct {
 	Retention time.Duration
 	// PurgeInterval is how often the purge runs. Defaults to 1m.
 	PurgeInterval time.Duration
-	// PurgeBatchSize bounds one purge transaction. Defaults to 1000.
+	// PurgeBatchSize bounds one purge transaction of the rows that landed
+	// in outbox_default (see Purge). Defaults to 1000.
 	PurgeBatchSize int
+	// HistoryPartitionSize is how many ids each range partition of the
+	// outbox table holds (not to be confused with Partitions, the lease
+	// partitions): retention drops a partition whole once its newest row
+	// is older than Retention, so a partition should hold a fraction of a
+	// retention's rows. The purge loop keeps two of them ahead of the ids.
+	// Defaults to 10,000,000: at 100 events/s a partition every 28 hours,
+	// at 1,000/s one every 3 hours (some 130 over 15 days).
+	HistoryPartitionSize int64
 
 	// AuditInterval is how often the holder of partition 0 checks, with a
 	// Broker that is an [Auditor], the receipts of what it published and
@@ -137,6 +146,9 @@ func (c *Config) setDefaults() {
 	def(&c.Retention, 15*24*time.Hour)
 	def(&c.PurgeInterval, time.Minute)
 	defInt(&c.PurgeBatchSize, 1000)
+	if c.HistoryPartitionSize == 0 {
+		c.HistoryPartitionSize = 10_000_000
+	}
 	def(&c.ShutdownTimeout, 15*time.Second)
 	def(&c.AuditInterval, 20*time.Second)
 	if c.Logger == nil {
@@ -167,6 +179,7 @@ func (c *Config) validate() error {
 	check(c.MaxPayloadBytes > 0, "MaxPayloadBytes", "must be positive")
 	check(c.PurgeInterval > 0, "PurgeInterval", "must be positive")
 	check(c.PurgeBatchSize >= 1, "PurgeBatchSize", "must be at least 1")
+	check(c.HistoryPartitionSize >= 1, "HistoryPartitionSize", "must be at least 1")
 	check(c.ShutdownTimeout > 0, "ShutdownTimeout", "must be positive")
 	check(c.AuditInterval < 0 || c.AuditInterval >= 10*time.Millisecond, "AuditInterval", "must be at least 10ms, or negative to disable the audit")
 	if err := errors.Join(errs...); err != nil {

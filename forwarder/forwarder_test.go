@@ -467,22 +467,49 @@ func TestPartitionCountMustMatch(t *testing.T) {
 	outflowtest.WaitFor(t, 10*time.Second, "forwarded with 8 partitions", func() bool { return len(e.stream()) == 1 })
 }
 
-func TestPurgeDeletesOnlyOldPublishedRows(t *testing.T) {
+// Retention drops whole partitions of the outbox: those whose rows are
+// all published, none failing, and older than the retention; a partition
+// with a parked row, one above the cursor or one with a recent row stays,
+// row for row. No row is deleted.
+func TestPurgeDropsOnlyOldPublishedPartitions(t *testing.T) {
 	t.Parallel()
 	e := setup(t)
 	ctx := context.Background()
-	e.writeMany(aggregates(10), 1, 5) // 50 rows
-	// In id order: 30 old published rows, 5 old parked, 10 recent
-	// published (the cursor of the one partition is at the 45th row), 5
-	// old but pending (above the cursor).
-	_, err := e.schema.Pool.Exec(ctx, `
+	// Partitions of 10 ids from 20,000,000 on (the migration's first two
+	// hold 10 million ids each).
+	_, err := e.schema.Pool.Exec(ctx, `SELECT setval('outbox_id_seq', 19999999)`)
+	require.NoError(t, err)
+	aggs := aggregates(10)
+	for r := range 5 {
+		made, err := forwarder.EnsurePartitions(ctx, e.schema.Pool, 10)
+		require.NoError(t, err)
+		require.NotEmpty(t, made, "two partitions ahead of the ids")
+		e.writeMany(aggs, r+1, 1)
+	}
+	// In id order, 10 to a partition: 20 old published rows, 5 old
+	// parked, 10 old published, 10 recent published (the cursor of the
+	// one lease partition is at the 45th row), 5 old but pending (above
+	// the cursor).
+	_, err = e.schema.Pool.Exec(ctx, `
 		WITH r AS (SELECT id, aggregate_type, aggregate_id, row_number() OVER (ORDER BY id) AS n FROM outbox),
 		c AS (UPDATE outbox o SET created_at = CASE WHEN r.n BETWEEN 36 AND 45 THEN now() ELSE now() - interval '20 days' END
 		      FROM r WHERE o.id = r.id),
 		f AS (INSERT INTO outbox_failures (id, aggregate_type, aggregate_id, kind, attempts, parked_at)
-		      SELECT id, aggregate_type, aggregate_id, 'failed', 10, now() FROM r WHERE n BETWEEN 31 AND 35)
+		      SELECT id, aggregate_type, aggregate_id, 'failed', 10, now() FROM r WHERE n BETWEEN 21 AND 25)
 		INSERT INTO outbox_partitions (partition, published_through) SELECT 0, id FROM r WHERE n = 45`)
 	require.NoError(t, err)
+	var ids []int64
+	rows, err := e.schema.Pool.Query(ctx, `SELECT id FROM outbox ORDER BY id`)
+	require.NoError(t, err)
+	ids, err = pgx.CollectRows(rows, pgx.RowTo[int64])
+	require.NoError(t, err)
+	require.Len(t, ids, 50)
+	partitionOf := func(id int64) string {
+		var name string
+		require.NoError(t, e.schema.Pool.QueryRow(ctx, `SELECT tableoid::regclass::text FROM outbox WHERE id = $1`, id).Scan(&name))
+		return name
+	}
+	parkedPart := partitionOf(ids[20])
 
 	// Receipts of the broker audit: 10 older than the retention (a
 	// consumer group that stopped long ago kept them unsettled), 3 newer.
@@ -492,18 +519,105 @@ func TestPurgeDeletesOnlyOldPublishedRows(t *testing.T) {
 		FROM generate_series(1, 13) g`)
 	require.NoError(t, err)
 
-	n, err := forwarder.Purge(ctx, e.schema.Pool, 15*24*time.Hour, 7)
+	_, err = forwarder.Purge(ctx, e.schema.Pool, 15*24*time.Hour, 7)
 	require.NoError(t, err)
-	require.EqualValues(t, 30, n)
-	require.Equal(t, 20, e.count("true"))
+	var left []int64
+	rows, err = e.schema.Pool.Query(ctx, `SELECT id FROM outbox ORDER BY id`)
+	require.NoError(t, err)
+	left, err = pgx.CollectRows(rows, pgx.RowTo[int64])
+	require.NoError(t, err)
+	// The partitions wholly below the cursor, old and without a failure
+	// went: the first two; the parked rows keep the third, a recent row
+	// the fourth.
+	require.Equal(t, ids[20:], left)
+	require.Equal(t, 10, e.count("published_at IS NULL"), "pending and parked rows are never purged")
+	var partitions []string
+	rows, err = e.schema.Pool.Query(ctx, `SELECT c.relname FROM pg_inherits i JOIN pg_class c ON c.oid = i.inhrelid
+		WHERE i.inhparent = 'outbox'::regclass ORDER BY 1`)
+	require.NoError(t, err)
+	partitions, err = pgx.CollectRows(rows, pgx.RowTo[string])
+	require.NoError(t, err)
+	require.Contains(t, partitions, parkedPart, "a parked row keeps its partition")
+	require.NotContains(t, partitions, "outbox_p0", "empty, below the cursor: dropped")
+	var deleted int64
+	require.NoError(t, e.schema.Pool.QueryRow(ctx, `SELECT coalesce(sum(n_tup_del), 0) FROM pg_stat_user_tables
+		WHERE relid IN (SELECT inhrelid FROM pg_inherits WHERE inhparent = 'outbox'::regclass)`).Scan(&deleted))
+	require.Zero(t, deleted, "no row deleted: partitions dropped whole")
 	var receipts int
 	require.NoError(t, e.schema.Pool.QueryRow(ctx, `SELECT count(*) FROM outbox_receipts`).Scan(&receipts))
 	require.Equal(t, 3, receipts, "receipts older than the retention purged, in batches")
-	require.Equal(t, 10, e.count("published_at IS NULL"), "pending and parked rows are never purged")
 
-	n, err = forwarder.Purge(ctx, e.schema.Pool, 15*24*time.Hour, 7)
+	// Once the parked row is discarded and published, its partition goes.
+	_, err = e.schema.Pool.Exec(ctx, `DELETE FROM outbox_failures`)
 	require.NoError(t, err)
-	require.Zero(t, n, "a second purge finds nothing")
+	_, err = forwarder.Purge(ctx, e.schema.Pool, 15*24*time.Hour, 7)
+	require.NoError(t, err)
+	require.Equal(t, 20, e.count("true"), "the partition of the recent rows and those above the cursor stay")
+	require.Zero(t, e.count(fmt.Sprintf("id = %d", ids[20])))
+}
+
+// Ids beyond the last partition (no forwarder created any for that long)
+// land in outbox_default: the producers never fail. Those rows are purged
+// row by row, and the next partition starts above them.
+func TestIdsBeyondThePartitionsLandInTheDefault(t *testing.T) {
+	t.Parallel()
+	e := setup(t)
+	ctx := context.Background()
+	_, err := e.schema.Pool.Exec(ctx, `SELECT setval('outbox_id_seq', 50000000)`)
+	require.NoError(t, err)
+	e.writeMany(aggregates(3), 1, 1)
+	var inDefault int
+	require.NoError(t, e.schema.Pool.QueryRow(ctx, `SELECT count(*) FROM outbox_default`).Scan(&inDefault))
+	require.Equal(t, 3, inDefault)
+
+	made, err := forwarder.EnsurePartitions(ctx, e.schema.Pool, 100)
+	require.NoError(t, err)
+	require.Equal(t, []string{"outbox_p50000004", "outbox_p50000104"}, made, "above the rows of the default partition")
+	e.writeMany(aggregates(1), 1, 1)
+	var part string
+	require.NoError(t, e.schema.Pool.QueryRow(ctx, `SELECT tableoid::regclass::text FROM outbox ORDER BY id DESC LIMIT 1`).Scan(&part))
+	require.Equal(t, "outbox_p50000004", part)
+
+	_, err = e.schema.Pool.Exec(ctx, `
+		UPDATE outbox SET created_at = now() - interval '20 days';
+		INSERT INTO outbox_partitions (partition, published_through) SELECT 0, max(id) FROM outbox_default`)
+	require.NoError(t, err)
+	_, err = forwarder.Purge(ctx, e.schema.Pool, 15*24*time.Hour, 2)
+	require.NoError(t, err)
+	require.NoError(t, e.schema.Pool.QueryRow(ctx, `SELECT count(*) FROM outbox_default`).Scan(&inDefault))
+	require.Zero(t, inDefault, "deleted row by row, in batches")
+	require.Equal(t, 1, e.count("true"), "the row above the cursor stays")
+}
+
+// The normal path writes nothing to a row after its INSERT: no mark, no
+// row lock. Every row keeps the place the INSERT gave it (an UPDATE, HOT
+// or not, would move it) and holds no locker's transaction id.
+func TestPublishingWritesNothingToTheRows(t *testing.T) {
+	t.Parallel()
+	e := setup(t)
+	ctx := context.Background()
+	e.writeMany(aggregates(20), 1, 10)
+	place := func() map[int64]string {
+		rows, err := e.schema.Pool.Query(ctx, `SELECT id, ctid::text || ' ' || xmax::text FROM outbox`)
+		require.NoError(t, err)
+		out := map[int64]string{}
+		var (
+			id int64
+			p  string
+		)
+		_, err = pgx.ForEachRow(rows, []any{&id, &p}, func() error { out[id] = p; return nil })
+		require.NoError(t, err)
+		return out
+	}
+	before := place()
+	for _, p := range before {
+		require.True(t, strings.HasSuffix(p, " 0"), "a fresh row has no xmax: %s", p)
+	}
+	_, stop := e.run(e.config())
+	outflowtest.WaitFor(t, 30*time.Second, "every row published", func() bool { return e.count("published_at IS NULL") == 0 })
+	stop()
+	requireInOrder(t, e.stream(), 200)
+	require.Equal(t, before, place())
 }
 
 func TestTrimKeepsWhatAGroupHasNotAcknowledged(t *testing.T) {

@@ -1,17 +1,26 @@
 package forwarder
 
 import (
+	"cmp"
 	"context"
 	"fmt"
+	"regexp"
+	"slices"
+	"strconv"
 	"time"
 
 	"github.com/jackc/pgx/v5"
 )
 
-// purgeLock keeps the purge to one instance at a time ("outp").
-const purgeLock = 0x6f757470
+// purgeLock keeps the purge to one instance at a time ("outp"), and
+// partitionLock the creation of outbox partitions ("outq").
+const (
+	purgeLock     = 0x6f757470
+	partitionLock = 0x6f757471
+)
 
-// purgeLoop deletes published rows older than Retention.
+// purgeLoop keeps the outbox's partitions ahead of the ids and removes
+// published history older than Retention, every PurgeInterval.
 func (f *Forwarder) purgeLoop(ctx context.Context) {
 	t := time.NewTicker(f.cfg.PurgeInterval)
 	defer t.Stop()
@@ -20,6 +29,11 @@ func (f *Forwarder) purgeLoop(ctx context.Context) {
 		case <-ctx.Done():
 			return
 		case <-t.C:
+		}
+		if made, err := EnsurePartitions(ctx, f.cfg.Pool, f.cfg.HistoryPartitionSize); err != nil && ctx.Err() == nil {
+			f.cfg.Logger.Warn("create outbox partitions ahead", "error", err.Error())
+		} else if len(made) > 0 {
+			f.cfg.Logger.Info("created outbox partitions ahead", "partitions", made)
 		}
 		n, err := Purge(ctx, f.cfg.Pool, f.cfg.Retention, f.cfg.PurgeBatchSize)
 		f.metrics.purged.Add(float64(n))
@@ -31,59 +45,281 @@ func (f *Forwarder) purgeLoop(ctx context.Context) {
 	}
 }
 
-// Purge deletes rows published and created more than retention ago, in
-// transactions of at most batch rows that hold their locks for
-// milliseconds, walking the table in id order from its oldest row. A row
-// is published once its partition's cursor (published_through) is past it
-// and it is not in outbox_failures. It stops at the first row created
-// after the cutoff, and never touches a pending, failing or parked row. It
-// returns how many rows it deleted. Concurrent calls are harmless: only
+// historyPartition is one range partition of the outbox: ids in [lo, hi);
+// lo is nil for the first (MINVALUE).
+type historyPartition struct {
+	name   string
+	lo, hi *int64
+}
+
+var partitionBound = regexp.MustCompile(`^FOR VALUES FROM \((MINVALUE|'?(-?\d+)'?)\) TO \((MAXVALUE|'?(-?\d+)'?)\)$`)
+
+// historyPartitionsSQL lists the outbox's partitions with their bounds, the
+// default partition's as DEFAULT.
+const historyPartitionsSQL = `
+SELECT c.relname, pg_get_expr(c.relpartbound, c.oid)
+FROM pg_inherits i JOIN pg_class c ON c.oid = i.inhrelid
+WHERE i.inhparent = 'outbox'::regclass`
+
+// historyPartitions reads the outbox's range partitions, in id order, and
+// whether it has a default partition (named outbox_default by migration
+// 00028).
+func historyPartitions(ctx context.Context, q interface {
+	Query(context.Context, string, ...any) (pgx.Rows, error)
+}) ([]historyPartition, bool, error) {
+	rows, err := q.Query(ctx, historyPartitionsSQL)
+	if err != nil {
+		return nil, false, err
+	}
+	var (
+		out        []historyPartition
+		hasDefault bool
+	)
+	var name, bound string
+	_, err = pgx.ForEachRow(rows, []any{&name, &bound}, func() error {
+		if bound == "DEFAULT" {
+			hasDefault = true
+			return nil
+		}
+		m := partitionBound.FindStringSubmatch(bound)
+		if m == nil {
+			return fmt.Errorf("outbox partition %s: unexpected bound %q", name, bound)
+		}
+		p := historyPartition{name: name}
+		if m[2] != "" {
+			v, _ := strconv.ParseInt(m[2], 10, 64)
+			p.lo = &v
+		}
+		if m[4] != "" {
+			v, _ := strconv.ParseInt(m[4], 10, 64)
+			p.hi = &v
+		}
+		out = append(out, p)
+		return nil
+	})
+	slices.SortFunc(out, func(a, b historyPartition) int {
+		switch {
+		case a.lo == nil:
+			return -1
+		case b.lo == nil:
+			return 1
+		}
+		return cmp.Compare(*a.lo, *b.lo)
+	})
+	return out, hasDefault, err
+}
+
+// partitionsAhead is how many whole partitions EnsurePartitions keeps above
+// the id sequence.
+const partitionsAhead = 2
+
+// EnsurePartitions creates range partitions of the outbox of size ids each
+// until at least two whole ones lie above the id sequence, and returns
+// their names. One instance at a time does it (the others return nothing).
+// Each partition is created on its own with its indexes and then attached,
+// which locks out no producer; a lock_timeout of a second keeps it from
+// queueing them behind a long transaction (it runs again at the next
+// tick). Should ids ever outrun the partitions (no forwarder ran for that
+// long), they land in outbox_default and the next partition starts above
+// them.
+func EnsurePartitions(ctx context.Context, pool interface {
+	Begin(context.Context) (pgx.Tx, error)
+}, size int64) ([]string, error) {
+	if size < 1 {
+		return nil, fmt.Errorf("ensure outbox partitions: size %d: must be at least 1", size)
+	}
+	var made []string
+	for {
+		var name string
+		err := pgx.BeginFunc(ctx, pool, func(tx pgx.Tx) error {
+			var acquired bool
+			if err := tx.QueryRow(ctx, `SELECT pg_try_advisory_xact_lock($1, hashtext(current_schema()))`, partitionLock).Scan(&acquired); err != nil || !acquired {
+				return err
+			}
+			parts, hasDefault, err := historyPartitions(ctx, tx)
+			if err != nil {
+				return err
+			}
+			if len(parts) == 0 || parts[len(parts)-1].hi == nil {
+				return nil // not partitioned by 00028, or open-ended: nothing to add
+			}
+			lo := *parts[len(parts)-1].hi
+			var last, overflow int64
+			q := `SELECT coalesce(pg_sequence_last_value('outbox_id_seq'), 0), 0::bigint`
+			if hasDefault {
+				q = `SELECT coalesce(pg_sequence_last_value('outbox_id_seq'), 0), coalesce((SELECT max(id) FROM outbox_default), 0)`
+			}
+			if err := tx.QueryRow(ctx, q).Scan(&last, &overflow); err != nil {
+				return err
+			}
+			if lo-last >= partitionsAhead*size {
+				return nil
+			}
+			if overflow >= lo {
+				lo = max(overflow, last) + 1
+			}
+			if _, err := tx.Exec(ctx, `SET LOCAL lock_timeout = '1s'`); err != nil {
+				return err
+			}
+			return tx.QueryRow(ctx, `SELECT outbox_add_partition($1, $2)`, lo, lo+size).Scan(&name)
+		})
+		if err != nil {
+			return made, fmt.Errorf("ensure outbox partitions: %w", err)
+		}
+		if name == "" {
+			return made, nil
+		}
+		made = append(made, name)
+	}
+}
+
+// Purge removes published history created more than retention ago and
+// returns how many rows went. A range partition of the outbox goes whole
+// (DROP TABLE: no row deleted, nothing for vacuum) once every row in it is
+// published (every lease partition's published_through is at or past its
+// last id), none is in outbox_failures (a parked row keeps its partition,
+// and the history around it, until it is retried or discarded), and its
+// newest row was created before the cutoff; its rows are counted from the
+// statistics (reltuples), not read. Rows that landed in outbox_default
+// are deleted one by one, in transactions of at most batch rows walking it
+// in id order, as before partitioning. Concurrent calls are harmless: only
 // one runs, the others return 0.
 //
-// Each batch locks outbox_failures in SHARE mode first: a repair of the
-// broker audit (or a failure the forwarder records) putting a row there
-// commits before the batch reads it, or waits for the batch; a row the
-// batch deleted meanwhile is one the repair finds gone, and says so.
-// Filtered on what it read before a repair's commit, the batch deleted a
-// row just put back: lost.
+// Each drop and each batch locks outbox_failures in SHARE mode first: a
+// repair of the broker audit (or a failure the forwarder records) putting
+// a row there commits before it reads the table, or waits for it; a row it
+// removed meanwhile is one the repair finds gone, and says so. Dropping
+// takes the outbox's exclusive lock for a moment; it waits for it at most
+// a fifth of a second (a long transaction on the outbox postpones the drop
+// to the next run rather than queueing producers behind it).
 //
 // Receipts of the broker audit older than retention go too: their rows are
 // gone or going, so a loss of them could not be repaired anyway (a
 // consumer group that lags behind the retention loses events either way).
-//
-// For very high volumes, partition the outbox by time instead and drop
-// whole partitions: see the package documentation.
 func Purge(ctx context.Context, pool interface {
 	Begin(context.Context) (pgx.Tx, error)
 }, retention time.Duration, batch int) (int64, error) {
+	cutoff := time.Now().Add(-retention)
+	dropped, err := dropPartitions(ctx, pool, cutoff)
+	if err != nil {
+		return dropped, err
+	}
+	deleted, err := purgeDefault(ctx, pool, cutoff, batch)
+	if err != nil {
+		return dropped + deleted, err
+	}
+	return dropped + deleted, purgeReceipts(ctx, pool, cutoff, batch)
+}
+
+// dropPartitions drops the range partitions Purge may drop, oldest first,
+// one transaction each, and returns their rows (estimated).
+func dropPartitions(ctx context.Context, pool interface {
+	Begin(context.Context) (pgx.Tx, error)
+}, cutoff time.Time) (int64, error) {
+	var total int64
+	skip := map[string]bool{} // kept by a failure: look past it
+	for {
+		var (
+			rows int64
+			done bool
+		)
+		err := pgx.BeginFunc(ctx, pool, func(tx pgx.Tx) error {
+			var acquired bool
+			if err := tx.QueryRow(ctx, `SELECT pg_try_advisory_xact_lock($1, hashtext(current_schema()))`, purgeLock).Scan(&acquired); err != nil || !acquired {
+				done = true
+				return err
+			}
+			if _, err := tx.Exec(ctx, `LOCK TABLE outbox_failures IN SHARE MODE`); err != nil {
+				return err
+			}
+			parts, _, err := historyPartitions(ctx, tx)
+			if err != nil {
+				return err
+			}
+			var through *int64
+			if err := tx.QueryRow(ctx, `SELECT min(published_through) FROM outbox_partitions`).Scan(&through); err != nil {
+				return err
+			}
+			// The last partition is never dropped: the id sequence is in it
+			// or below it.
+			for _, p := range parts[:max(len(parts)-1, 0)] {
+				if skip[p.name] {
+					continue
+				}
+				if through == nil || p.hi == nil || *p.hi-1 > *through {
+					break // not all published: nor are the later ones
+				}
+				var newest *time.Time
+				var failing bool
+				table := pgx.Identifier{p.name}.Sanitize()
+				if err := tx.QueryRow(ctx, `SELECT (SELECT created_at FROM `+table+` ORDER BY id DESC LIMIT 1),
+					EXISTS (SELECT 1 FROM outbox_failures WHERE ($1::bigint IS NULL OR id >= $1::bigint) AND id < $2)`,
+					p.lo, *p.hi).Scan(&newest, &failing); err != nil {
+					return err
+				}
+				if newest != nil && !newest.Before(cutoff) {
+					break // created after the cutoff: nor are the later ones older
+				}
+				if failing {
+					skip[p.name] = true
+					continue
+				}
+				if err := tx.QueryRow(ctx, `SELECT greatest(reltuples, 0)::bigint FROM pg_class WHERE oid = $1::regclass`, table).Scan(&rows); err != nil {
+					return err
+				}
+				if _, err := tx.Exec(ctx, `SET LOCAL lock_timeout = '200ms'`); err != nil {
+					return err
+				}
+				_, err := tx.Exec(ctx, `DROP TABLE `+table)
+				return err
+			}
+			done = true
+			return nil
+		})
+		if err != nil {
+			return total, fmt.Errorf("purge: drop outbox partition: %w", err)
+		}
+		if done {
+			return total, nil
+		}
+		total += rows
+	}
+}
+
+// purgeDefault deletes the published rows of outbox_default created before
+// cutoff, walking it in id order in transactions of at most batch rows.
+func purgeDefault(ctx context.Context, pool interface {
+	Begin(context.Context) (pgx.Tx, error)
+}, cutoff time.Time, batch int) (int64, error) {
 	var (
 		total int64
 		after int64 = -1
 	)
-	cutoff := time.Now().Add(-retention)
 	for {
 		var (
 			lastID   *int64
 			deleted  int64
 			reached  *bool
 			acquired bool
+			exists   bool
 		)
 		tx, err := pool.Begin(ctx)
 		if err != nil {
 			return total, fmt.Errorf("purge: %w", err)
 		}
-		err = tx.QueryRow(ctx, `SELECT pg_try_advisory_xact_lock($1, hashtext(current_schema()))`, purgeLock).Scan(&acquired)
-		if err == nil && acquired {
+		err = tx.QueryRow(ctx, `SELECT pg_try_advisory_xact_lock($1, hashtext(current_schema())), to_regclass('outbox_default') IS NOT NULL`,
+			purgeLock).Scan(&acquired, &exists)
+		if err == nil && acquired && exists {
 			_, err = tx.Exec(ctx, `LOCK TABLE outbox_failures IN SHARE MODE`)
 		}
-		if err == nil && acquired {
+		if err == nil && acquired && exists {
 			err = tx.QueryRow(ctx, `
 				WITH p AS (
 					SELECT partition, published_through, count(*) OVER () AS n FROM outbox_partitions
 				), scan AS (
-					SELECT id, aggregate_id, created_at FROM outbox WHERE id > $1 ORDER BY id LIMIT $2
+					SELECT id, aggregate_id, created_at FROM outbox_default WHERE id > $1 ORDER BY id LIMIT $2
 				), del AS (
-					DELETE FROM outbox o USING scan s, p
+					DELETE FROM outbox_default o USING scan s, p
 					WHERE o.id = s.id AND p.partition = ((hashtextextended(s.aggregate_id, 0) % p.n) + p.n) % p.n
 					  AND s.id <= p.published_through AND s.created_at < $3
 					  AND NOT EXISTS (SELECT 1 FROM outbox_failures f WHERE f.id = s.id)
@@ -100,11 +336,8 @@ func Purge(ctx context.Context, pool interface {
 			return total, fmt.Errorf("purge: %w", err)
 		}
 		total += deleted
-		if !acquired {
+		if !acquired || !exists || lastID == nil || (reached != nil && *reached) {
 			return total, nil
-		}
-		if lastID == nil || (reached != nil && *reached) {
-			return total, purgeReceipts(ctx, pool, cutoff, batch)
 		}
 		after = *lastID
 	}

@@ -87,7 +87,8 @@ WHERE ty.typnamespace = $1::regnamespace AND ty.typtype NOT IN ('c', 'b') -- row
 // Rows returns every row of every table of schema, as JSON, keyed by table
 // and sorted, leaving out the tables named in exclude.
 func Rows(ctx context.Context, pool *pgxpool.Pool, schema string, exclude ...string) (map[string][]string, error) {
-	rows, err := pool.Query(ctx, `SELECT relname FROM pg_class WHERE relnamespace = $1::regnamespace AND relkind IN ('r', 'p')`,
+	// A partition's rows are read through its partitioned table.
+	rows, err := pool.Query(ctx, `SELECT relname FROM pg_class WHERE relnamespace = $1::regnamespace AND relkind IN ('r', 'p') AND NOT relispartition`,
 		pgx.Identifier{schema}.Sanitize())
 	if err != nil {
 		return nil, fmt.Errorf("list tables of %s: %w", schema, err)
