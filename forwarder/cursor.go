@@ -313,6 +313,12 @@ func (c *cursor) needsRebound(now time.Time) bool {
 	return false
 }
 
+// needsReboundIdle is needsRebound for an idle forwarder, at most once
+// every interval.
+func (c *cursor) needsReboundIdle(now time.Time, interval time.Duration) bool {
+	return now.Sub(c.rebounded) >= interval && c.needsRebound(now)
+}
+
 // rebound raises to l, the id sequence's last value read before writers
 // was, the bound of every tracked transaction that writers lists as
 // running without a lock on the outbox: it had written no outbox row yet,

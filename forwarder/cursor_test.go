@@ -133,6 +133,35 @@ func TestALongTransactionElsewhereHoldsTheCursorNot(t *testing.T) {
 	e.passMark(f, last)
 }
 
+// The same once the forwarder is idle: a transaction that read the
+// outbox in a subtransaction it rolled back (its lock on the outbox gone,
+// itself still open) held the durable cursor back while it looked like a
+// writer; with no row more to claim, the durable cursor (what a takeover
+// starts from and what retention drops by) still passes the row once it
+// no longer does.
+func TestALongTransactionElsewhereHoldsTheIdleCursorNot(t *testing.T) {
+	t.Parallel()
+	e := setup(t)
+	ctx := context.Background()
+	e.run(e.config(func(c *forwarder.Config) { c.LeaseRenewInterval = 200 * time.Millisecond }))
+	e.flow(1)
+	_, err := e.schema.Pool.Exec(ctx, `CREATE TABLE batch_job (n int)`)
+	require.NoError(t, err)
+	long, err := e.schema.Pool.Begin(ctx)
+	require.NoError(t, err)
+	t.Cleanup(func() { _ = long.Rollback(ctx) })
+	_, err = long.Exec(ctx, `INSERT INTO batch_job VALUES (1); SAVEPOINT look; SELECT count(*) FROM outbox`)
+	require.NoError(t, err)
+	last := e.write("after", 1, testPayload{N: 1})
+	outflowtest.WaitFor(t, 20*time.Second, "the row out", func() bool { return len(e.stream()) == 2 })
+	_, err = long.Exec(ctx, `ROLLBACK TO SAVEPOINT look`)
+	require.NoError(t, err)
+	outflowtest.WaitFor(t, 20*time.Second, "the recorded cursor past the row, with nothing more to claim", func() bool {
+		return e.countSQL(`SELECT count(*) FROM outbox o WHERE o.message_id = '`+last+`'
+			AND o.id <= (SELECT min(published_through) FROM outbox_partitions)`) == 1
+	})
+}
+
 // The cursor is sound only if a transaction has its transaction id before
 // it draws an outbox id: the id column's default
 // must call pg_current_xact_id() before nextval (migration 00011). Both

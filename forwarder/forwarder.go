@@ -150,7 +150,12 @@ const (
 )
 
 // waitForRows waits until a claim is worth making: a Wake (or a lease
-// change), or a look for work (probeSQL) after *idle that finds some. Each look that finds none doubles *idle up to PollInterval (up to
+// change), or a look for work (probeSQL) after *idle that finds some, or,
+// once a LeaseRenewInterval, a tracked transaction holding the durable
+// cursor back (see cursor.rebound: only a claim asks who writes to the
+// outbox, and an idle forwarder would otherwise keep a stale bound, and
+// the partitions' history, until the next row). Each look that finds none
+// doubles *idle up to PollInterval (up to
 // busyPollCap within busyWindow of lastRows); a Wake brings it back to
 // MinPollInterval. The look is a probe (probeSQL), not the claim's
 // transaction: measured, a fifth of its cost, and it writes nothing. It
@@ -172,7 +177,7 @@ func (f *Forwarder) waitForRows(ctx context.Context, idle *time.Duration, lastRo
 			limit = min(limit, max(busyPollCap, f.cfg.MinPollInterval))
 		}
 		*idle = min(2**idle, limit)
-		if f.ownsPartitions() && f.rowsPending(ctx) {
+		if f.ownsPartitions() && (f.rowsPending(ctx) || f.cur.needsReboundIdle(time.Now(), f.cfg.LeaseRenewInterval)) {
 			return true
 		}
 		t.Reset(*idle)
