@@ -214,12 +214,18 @@
 //
 // # Operations
 //
-// Published rows are kept for Retention (default 15 days) and purged in
-// batches of PurgeBatchSize rows, each its own short transaction, walking
-// the table in id order from the oldest row: rows below their partition's
-// cursor and not in outbox_failures. For very high volume, partition
-// the outbox table by created_at (PostgreSQL declarative partitioning) and
-// drop old partitions instead: dropping a partition costs nothing per row.
+// Published rows are kept for Retention (default 15 days). The outbox is
+// partitioned by id range (migration 00028), HistoryPartitionSize ids a
+// partition (default 10 million), and retention drops a partition whole
+// (DROP TABLE: no row deleted, no dead tuple, nothing for vacuum, about a
+// byte of WAL per event) once every row in it is published, none is in
+// outbox_failures and its newest row is older than Retention; the purge
+// loop also keeps two partitions ahead of the ids (EnsurePartitions). A
+// parked row keeps its partition until it is retried or discarded. Ids
+// that outrun the partitions (no forwarder ran for that long) land in
+// outbox_default, whose rows are deleted one by one, in batches of
+// PurgeBatchSize. Retention is by the newest row of a partition, so rows
+// stay up to a partition's span longer than Retention.
 //
 // The one alert to set is the age of the oldest pending row
 // (outflow_outbox_oldest_pending_age_seconds); pending and parked counts,
