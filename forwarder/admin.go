@@ -31,10 +31,13 @@ type Stats struct {
 // from passing, not the history), with the oldest one's creation time. A row its partition's holder published since
 // its last lease tick still counts, for that long.
 const pendingSQL = `
-WITH p AS (SELECT partition, published_through, published_high, waiting_xids, count(*) OVER () AS n FROM outbox_partitions)
+WITH s AS (SELECT first_id, base, count, lead(first_id) OVER (ORDER BY first_id) AS upto,
+                  first_id = min(first_id) OVER () AS oldest FROM outbox_partition_sets)
 SELECT count(*), min(o.created_at)
-FROM outbox o LEFT JOIN p ON p.partition = ((hashtextextended(o.aggregate_id, 0) % p.n) + p.n) % p.n
-WHERE o.id > coalesce((SELECT min(published_through) FROM p), 0) AND o.id > coalesce(p.published_through, 0)
+FROM outbox o
+LEFT JOIN s ON (o.id >= s.first_id OR s.oldest) AND (s.upto IS NULL OR o.id < s.upto)
+LEFT JOIN outbox_partitions p ON p.partition = s.base + ((hashtextextended(o.aggregate_id, 0) % s.count) + s.count) % s.count
+WHERE o.id > coalesce((SELECT min(published_through) FROM outbox_partitions), 0) AND o.id > coalesce(p.published_through, 0)
   AND NOT coalesce(o.id <= p.published_high AND o.transaction_id <> ALL(p.waiting_xids), false)
   AND NOT EXISTS (SELECT 1 FROM outbox_failures f WHERE f.id = o.id)`
 
@@ -196,8 +199,8 @@ var ErrForwardersRunning = errors.New("forwarders are running")
 // A forwarder runs while its heartbeat (outbox_forwarders) is younger than
 // liveWithin, which should be the forwarders' TakeoverAfter (0: its default,
 // 10s): one that crashed counts as stopped that long after its last beat;
-// one that was only silent and comes back leases nothing under the new
-// count (it logs [ErrPartitionsMismatch]) until restarted with it.
+// one that was only silent and comes back follows the new count. With
+// forwarders running, use [RepartitionOnline].
 func Repartition(ctx context.Context, pool *pgxpool.Pool, partitions int, liveWithin time.Duration) error {
 	if partitions < 1 || partitions > 4096 {
 		return fmt.Errorf("repartition: partitions must be between 1 and 4096")
@@ -232,18 +235,89 @@ func Repartition(ctx context.Context, pool *pgxpool.Pool, partitions int, liveWi
 				"(a forwarder that crashed counts as stopped %s after its last heartbeat)",
 				ErrForwardersRunning, len(running), liveWithin, strings.Join(running, ", "), leased, liveWithin)
 		}
-		if _, err := tx.Exec(ctx, `DELETE FROM outbox_partitions`); err != nil {
+		if _, err := tx.Exec(ctx, `DELETE FROM outbox_partitions; DELETE FROM outbox_partition_sets`); err != nil {
 			return fmt.Errorf("repartition: %w", err)
 		}
 		// Every new partition starts from the lowest cursor of the old
 		// ones: whatever an aggregate's old partition, nothing above it
 		// was surely published (what was is published again once).
 		_, err := tx.Exec(ctx, `
-			INSERT INTO outbox_partitions (partition, published_total, published_through, published_through_at)
-			SELECT g, CASE WHEN g = 0 THEN $2 ELSE 0 END, $3, now() FROM generate_series(0, $1 - 1) g`, partitions, total, through)
+			INSERT INTO outbox_partitions (partition, published_total, published_through, published_high, published_through_at)
+			SELECT g, CASE WHEN g = 0 THEN $2 ELSE 0 END, $3, $3, now() FROM generate_series(0, $1 - 1) g`, partitions, total, through)
+		if err == nil {
+			_, err = tx.Exec(ctx, `INSERT INTO outbox_partition_sets (first_id, base, count) VALUES (0, 0, $1)`, partitions)
+		}
 		if err != nil {
 			return fmt.Errorf("repartition: %w", err)
 		}
 		return nil
 	})
+}
+
+// ErrRepartitionInProgress is returned by [RepartitionOnline] while a
+// change of the partition count it started is not finished.
+var ErrRepartitionInProgress = errors.New("a change of the partition count is in progress")
+
+// RepartitionOnline changes the partition count with the forwarders
+// running, and returns the id from which rows map to the new partitions.
+// The rows below it stay with the old partitions, whose holders publish
+// them as before; the rows from it on map to the new ones (a new set,
+// numbered past the old), whose cursors start there and which nobody
+// leases yet. Once every old partition's recorded cursor has passed the
+// last id below it (every row of the old set published, or held in
+// outbox_failures, which holds its aggregate's later rows wherever they
+// map), a forwarder's lease tick retires the old set and the instances
+// lease the new one: an aggregate moving to another partition, and maybe
+// another instance, never has a later event published before an earlier
+// one. New events wait meanwhile: about two lease intervals, and for as
+// long as a transaction that wrote outbox rows before the change stays
+// open. It refuses while a previous change is in progress
+// ([ErrRepartitionInProgress]). Instances started with another
+// Config.Partitions follow the database's count.
+func RepartitionOnline(ctx context.Context, pool *pgxpool.Pool, partitions int) (int64, error) {
+	if partitions < 1 || partitions > 4096 {
+		return 0, fmt.Errorf("repartition: partitions must be between 1 and 4096")
+	}
+	var from int64
+	err := pgx.BeginFunc(ctx, pool, func(tx pgx.Tx) error {
+		// EXCLUSIVE: one change at a time, and none while a forwarder
+		// registers the first set; the claims only read the sets.
+		if _, err := tx.Exec(ctx, `LOCK TABLE outbox_partition_sets IN EXCLUSIVE MODE`); err != nil {
+			return err
+		}
+		var (
+			sets, base, count int
+		)
+		if err := tx.QueryRow(ctx, `
+			SELECT count(*) OVER (), base, count FROM outbox_partition_sets ORDER BY first_id LIMIT 1`).Scan(&sets, &base, &count); err != nil {
+			if errors.Is(err, pgx.ErrNoRows) {
+				return fmt.Errorf("no partitions yet: start a forwarder with Partitions %d instead", partitions)
+			}
+			return err
+		}
+		if sets > 1 {
+			return ErrRepartitionInProgress
+		}
+		// The new set is numbered apart from the old, so that both exist
+		// side by side meanwhile: below it when it fits there, after it
+		// otherwise.
+		newBase := 0
+		if partitions > base {
+			newBase = base + count
+		}
+		if err := tx.QueryRow(ctx, `SELECT coalesce(pg_sequence_last_value('outbox_id_seq'), 0) + 1`).Scan(&from); err != nil {
+			return err
+		}
+		if _, err := tx.Exec(ctx, `INSERT INTO outbox_partition_sets (first_id, base, count) VALUES ($1, $2, $3)`, from, newBase, partitions); err != nil {
+			return err
+		}
+		_, err := tx.Exec(ctx, `
+			INSERT INTO outbox_partitions (partition, published_through, published_high, published_through_at)
+			SELECT g, $1::bigint - 1, $1::bigint - 1, now() FROM generate_series($2::int, $2::int + $3::int - 1) g`, from, newBase, partitions)
+		return err
+	})
+	if err != nil {
+		return 0, fmt.Errorf("repartition online: %w", err)
+	}
+	return from, nil
 }

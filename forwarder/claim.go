@@ -15,10 +15,22 @@ import (
 	"github.com/outflow-dev/outflow/internal/backoff"
 )
 
-// partitionOf maps a row (o) to its partition, of $2. hashtextextended is
-// stable within a PostgreSQL major version, which is all a lease needs:
-// rows are not stored by partition, they are only assigned at claim time.
-const partitionOf = `((hashtextextended(o.aggregate_id, 0) % $2) + $2) % $2`
+// activeSet is the partition set the claims serve (ps: its first_id, base
+// and count), the oldest of outbox_partition_sets, and nextSet where the
+// next set's rows begin (nx.upto, NULL without one): while the partition
+// count changes, the active set's partitions publish only the rows below
+// it, and the next set's wait (see RepartitionOnline).
+const activeSet = `ps AS MATERIALIZED (
+    SELECT first_id, base, count FROM outbox_partition_sets ORDER BY first_id LIMIT 1
+), nx AS MATERIALIZED (
+    SELECT min(first_id) AS upto FROM outbox_partition_sets WHERE first_id > (SELECT first_id FROM ps)
+)`
+
+// partitionOf maps a row (o) to its partition in the active set (ps).
+// hashtextextended is stable within a PostgreSQL major version, which is
+// all a lease needs: rows are not stored by partition, they are only
+// assigned at claim time.
+const partitionOf = `(ps.base + ((hashtextextended(o.aggregate_id, 0) % ps.count) + ps.count) % ps.count)`
 
 // rowColumns are what a claim reads of an outbox row (o).
 const rowColumns = `o.id, o.message_id::text, o.topic, o.aggregate_type, o.aggregate_id, o.aggregate_version,
@@ -30,13 +42,15 @@ const rowColumns = `o.id, o.message_id::text, o.topic, o.aggregate_type, o.aggre
 //
 //   - S: the statement's snapshot, from which the cursor learns which of
 //     the transactions running a moment before committed since;
-//   - P: each leased partition and its published_through, locked FOR SHARE
+//   - P: each leased partition of the active set and its
+//     published_through, locked FOR SHARE
 //     for the whole transaction, which fences takeover: another instance
 //     cannot take a partition while this transaction, which publishes its
 //     rows, is open;
-//   - N: new rows, above each partition's high ($4, or published_through
-//     for a partition the cursor has not seen), but those read ahead ($7),
-//     the first $1 in id order;
+//   - N: new rows, above each partition's high ($2 and $4, or
+//     published_through for a partition the cursor has not seen), but those
+//     read ahead ($7) and those of a next partition set, the first $1 in id
+//     order;
 //   - L: late rows, of tracked transactions ($5, their bounds $6) the
 //     snapshot shows committed, between their bound and the partition's
 //     high.
@@ -46,12 +60,14 @@ const rowColumns = `o.id, o.message_id::text, o.topic, o.aggregate_type, o.aggre
 // row is held behind it, not sent. Nothing is locked but the partitions'
 // lease rows: a row is no claim's, only a partition is.
 const claimSQL = `
-WITH mine AS MATERIALIZED (
+WITH ` + activeSet + `, mine AS MATERIALIZED (
     SELECT partition, published_through FROM outbox_partitions
     WHERE owner = $3 AND lease_until > now()
+      AND partition >= (SELECT base FROM ps) AND partition < (SELECT base + count FROM ps)
     FOR SHARE
 ), hi AS MATERIALIZED (
-    SELECT partition, published_through, greatest(published_through, ($4::bigint[])[partition + 1]) AS high FROM mine
+    SELECT m.partition, m.published_through, greatest(m.published_through, coalesce(h.high, -1)) AS high
+    FROM mine m LEFT JOIN unnest($2::int[], $4::bigint[]) AS h(partition, high) ON h.partition = m.partition
 ), fin AS MATERIALIZED (
     SELECT t.x::xid8 AS x, t.b FROM unnest($5::text[], $6::bigint[]) AS t(x, b)
     WHERE pg_visible_in_snapshot(t.x::xid8, pg_current_snapshot())
@@ -61,15 +77,17 @@ UNION ALL
 SELECT 'P', partition, published_through, NULL, NULL, ` + nullRow + `, false FROM hi
 UNION ALL
 (SELECT 'N', hi.partition, NULL, NULL, NULL, ` + rowColumns + `, ` + blockedExpr + `
- FROM outbox o JOIN hi ON hi.partition = ` + partitionOf + `
+ FROM outbox o CROSS JOIN ps JOIN hi ON hi.partition = ` + partitionOf + `
  WHERE o.id > (SELECT min(high) FROM hi) AND o.id > hi.high AND o.id <> ALL($7::bigint[])
+   AND o.id < coalesce((SELECT upto FROM nx), 9223372036854775807)
    AND NOT EXISTS (SELECT 1 FROM outbox_failures f WHERE f.id = o.id)
  ORDER BY o.id LIMIT $1)
 UNION ALL
 SELECT 'L', hi.partition, NULL, NULL, fin.x::text, ` + rowColumns + `, ` + blockedExpr + `
 FROM fin JOIN outbox o ON o.transaction_id = fin.x AND o.id > fin.b AND o.id <= (SELECT max(high) FROM hi)
-JOIN hi ON hi.partition = ` + partitionOf + `
-WHERE o.id <= hi.high AND NOT EXISTS (SELECT 1 FROM outbox_failures f WHERE f.id = o.id)`
+CROSS JOIN ps JOIN hi ON hi.partition = ` + partitionOf + `
+WHERE o.id <= hi.high AND o.id < coalesce((SELECT upto FROM nx), 9223372036854775807)
+  AND NOT EXISTS (SELECT 1 FROM outbox_failures f WHERE f.id = o.id)`
 
 const nullRow = `NULL::bigint, NULL::text, NULL::text, NULL::text, NULL::text, NULL::bigint, NULL::text, NULL::text, NULL::text, NULL::timestamptz`
 
@@ -94,9 +112,11 @@ GROUP BY 1`
 // or not due yet. FOR UPDATE: an operator's retry or discard of the same
 // row waits for the batch, as the batch waits for it.
 const failuresSQL = `
+WITH ` + activeSet + `
 SELECT ` + rowColumns + `, f.attempts, f.discarded_at, f.kind
-FROM outbox_failures f JOIN outbox o ON o.id = f.id
-WHERE ` + partitionOf + ` = ANY(ARRAY(SELECT partition FROM outbox_partitions WHERE owner = $3 AND lease_until > now()))
+FROM outbox_failures f JOIN outbox o ON o.id = f.id CROSS JOIN ps
+WHERE ` + partitionOf + ` = ANY(ARRAY(SELECT partition FROM outbox_partitions WHERE owner = $2 AND lease_until > now()))
+  AND o.id < coalesce((SELECT upto FROM nx), 9223372036854775807)
   AND f.parked_at IS NULL AND (f.next_attempt_at IS NULL OR f.next_attempt_at <= now())
   AND NOT EXISTS (
       SELECT 1 FROM outbox_failures b
@@ -230,7 +250,7 @@ func (f *Forwarder) forwardBatch(ctx context.Context) (res batchResult, err erro
 // the due rows of outbox_failures.
 func (f *Forwarder) claim(ctx context.Context, tx pgx.Tx) (claim, error) {
 	c := claim{owned: map[int32]int64{}}
-	highs := f.cur.highs(f.cfg.Partitions)
+	parts, highs := f.cur.highs()
 	xs, bs := f.cur.trackedArgs()
 	var failures []row
 	b := &pgx.Batch{}
@@ -253,7 +273,7 @@ func (f *Forwarder) claim(ctx context.Context, tx pgx.Tx) (claim, error) {
 			})
 			return err
 		})
-	b.Queue(claimSQL, f.cfg.BatchSize, f.cfg.Partitions, f.cfg.InstanceID, highs, xs, bs, f.cur.aheadArgs()).Query(func(rows pgx.Rows) error {
+	b.Queue(claimSQL, f.cfg.BatchSize, parts, f.cfg.InstanceID, highs, xs, bs, f.cur.aheadArgs()).Query(func(rows pgx.Rows) error {
 		for rows.Next() {
 			var (
 				part      string
@@ -309,7 +329,7 @@ func (f *Forwarder) claim(ctx context.Context, tx pgx.Tx) (claim, error) {
 			return err
 		})
 	}
-	b.Queue(failuresSQL, f.cfg.BatchSize, f.cfg.Partitions, f.cfg.InstanceID).Query(func(rows pgx.Rows) error {
+	b.Queue(failuresSQL, f.cfg.BatchSize, f.cfg.InstanceID).Query(func(rows pgx.Rows) error {
 		var err error
 		failures, err = pgx.CollectRows(rows, func(r pgx.CollectableRow) (row, error) {
 			var x row

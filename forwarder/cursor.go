@@ -62,20 +62,17 @@ func newCursor() *cursor {
 	return &cursor{high: map[int32]int64{}, tracked: map[string]int64{}, ahead: map[int64]bool{}}
 }
 
-// highs is high as an array indexed by partition, -1 for a partition the
-// cursor has not seen: the claim takes the partition's published_through
-// then.
-func (c *cursor) highs(partitions int) []int64 {
-	out := make([]int64, partitions)
-	for i := range out {
-		out[i] = -1
-	}
+// highs returns the partitions the cursor follows and their highs, as the
+// claim's parameters; a partition it does not follow starts at its
+// published_through.
+func (c *cursor) highs() ([]int32, []int64) {
+	parts := make([]int32, 0, len(c.high))
+	highs := make([]int64, 0, len(c.high))
 	for p, h := range c.high {
-		if int(p) < partitions {
-			out[p] = h
-		}
+		parts = append(parts, p)
+		highs = append(highs, h)
 	}
-	return out
+	return parts, highs
 }
 
 // aheadArgs returns the rows read ahead, as the claim's parameter.

@@ -260,10 +260,12 @@
 // outflow_forwarder_repaired_total and logs one Warn line; see
 // docs/broker-loss.md for what each backend can and cannot see.
 //
-// The partition count changes with [Repartition] (`outflow outbox
-// repartition`), which refuses while any forwarder runs: one with a live
-// heartbeat in outbox_forwarders, whether or not it holds a lease. An
-// instance that was only silent that long and comes back finds the new
-// count and leases nothing (it logs [ErrPartitionsMismatch]) until it is
-// restarted with it.
+// The partition count changes with the forwarders running
+// ([RepartitionOnline], `outflow outbox repartition --partitions N`): rows
+// from the next id on map to a new set of partitions, which takes over
+// once every row of the old set is published, so an aggregate's order
+// holds across the change; new events wait meanwhile, about two lease
+// intervals. Instances follow the database's count whatever their
+// Config.Partitions, which only makes the first set. [Repartition] does
+// it offline, refusing while any forwarder runs.
 package forwarder

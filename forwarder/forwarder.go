@@ -3,11 +3,11 @@ package forwarder
 import (
 	"context"
 	"errors"
-	"fmt"
 	"math/rand/v2"
 	"slices"
 	"strconv"
 	"sync"
+	"sync/atomic"
 	"time"
 )
 
@@ -25,6 +25,11 @@ type Forwarder struct {
 	owned []int32 // partitions leased by this instance, as of the last lease tick
 
 	lease leaseHealth // for Ready
+
+	// repartitioning: the last lease tick saw a next partition set (see
+	// RepartitionOnline); the idle work loop claims once a lease interval
+	// so that its cursor passes the old set's last id.
+	repartitioning atomic.Bool
 
 	// auditor is cfg.Broker as an Auditor, nil when it is none or the
 	// audit is off.
@@ -177,7 +182,8 @@ func (f *Forwarder) waitForRows(ctx context.Context, idle *time.Duration, lastRo
 			limit = min(limit, max(busyPollCap, f.cfg.MinPollInterval))
 		}
 		*idle = min(2**idle, limit)
-		if f.ownsPartitions() && (f.rowsPending(ctx) || f.cur.needsReboundIdle(time.Now(), f.cfg.LeaseRenewInterval)) {
+		if f.ownsPartitions() && (f.rowsPending(ctx) || f.cur.needsReboundIdle(time.Now(), f.cfg.LeaseRenewInterval) ||
+			f.repartitioning.Load() && time.Since(lastRows) >= f.cfg.LeaseRenewInterval) {
 			return true
 		}
 		t.Reset(*idle)
@@ -279,11 +285,9 @@ func sleep(ctx context.Context, d time.Duration) bool {
 	}
 }
 
-// ErrPartitionsMismatch is returned by Run when Config.Partitions differs
-// from the partition count the database was set up with.
+// ErrPartitionsMismatch was returned by Run when Config.Partitions
+// differed from the database's partition count.
+//
+// Deprecated: no longer returned: the database's count rules (it changes
+// online, see [RepartitionOnline]); Config.Partitions makes the first.
 var ErrPartitionsMismatch = errors.New("forwarder: partition count differs from the database's")
-
-func errMismatch(have, want int) error {
-	return fmt.Errorf("%w: the database has %d partitions, Config.Partitions is %d; stop every forwarder and run `outflow outbox repartition --partitions %d` to change it",
-		ErrPartitionsMismatch, have, want, want)
-}

@@ -452,19 +452,73 @@ func TestTakeoverOfADeadInstance(t *testing.T) {
 	require.Less(t, took, 2*time.Second+2*time.Second, "within TakeoverAfter + LeaseRenewInterval, with slack")
 }
 
-func TestPartitionCountMustMatch(t *testing.T) {
+// Config.Partitions makes the first set; afterwards instances follow the
+// database's count, whatever theirs.
+func TestPartitionCountFollowsTheDatabase(t *testing.T) {
 	t.Parallel()
 	e := setup(t)
 	_, stop := e.run(e.config())
 	outflowtest.WaitFor(t, 10*time.Second, "partitions created", func() bool { return e.countPartitionsOwned() == 16 })
 	stop()
-	f, err := forwarder.New(e.config(func(c *forwarder.Config) { c.Partitions = 8 }))
-	require.NoError(t, err)
-	require.ErrorIs(t, f.Run(context.Background()), forwarder.ErrPartitionsMismatch)
 	require.NoError(t, forwarder.Repartition(context.Background(), e.schema.Pool, 8, 0))
-	e.run(e.config(func(c *forwarder.Config) { c.Partitions = 8 }))
+	e.run(e.config(func(c *forwarder.Config) { c.Partitions = 16 }))
 	e.write("r", 1, testPayload{N: 1})
 	outflowtest.WaitFor(t, 10*time.Second, "forwarded with 8 partitions", func() bool { return len(e.stream()) == 1 })
+	outflowtest.WaitFor(t, 10*time.Second, "the 8 leased", func() bool { return e.countPartitionsOwned() == 8 })
+}
+
+// The partition count changes twice while three instances run and
+// producers write: every row goes out, each aggregate's events in order,
+// though most aggregates move to another partition, and many to another
+// instance, at each change.
+func TestRepartitionOnlineKeepsOrder(t *testing.T) {
+	t.Parallel()
+	e := setup(t)
+	ctx := context.Background()
+	for i := range 3 {
+		e.run(e.config(func(c *forwarder.Config) {
+			c.InstanceID = "instance-" + strconv.Itoa(i)
+			c.BatchSize = 50
+			c.LeaseRenewInterval = 200 * time.Millisecond
+		}))
+	}
+	outflowtest.WaitFor(t, 10*time.Second, "partitions leased", func() bool { return e.countPartitionsOwned() == 16 })
+	aggs := aggregates(100)
+	var (
+		wg     sync.WaitGroup
+		rounds atomic.Int64
+		halt   atomic.Bool
+	)
+	wg.Add(1)
+	go func() {
+		defer wg.Done()
+		for r := 1; !halt.Load(); r++ {
+			e.writeMany(aggs, r, 1)
+			rounds.Store(int64(r))
+		}
+	}()
+	sets := func() int { return e.countSQL(`SELECT count(*) FROM outbox_partition_sets`) }
+	for _, n := range []int{5, 24} {
+		at := rounds.Load()
+		outflowtest.WaitFor(t, 20*time.Second, "rows flowing", func() bool { return rounds.Load() >= at+5 })
+		from, err := forwarder.RepartitionOnline(ctx, e.schema.Pool, n)
+		require.NoError(t, err)
+		require.Positive(t, from)
+		_, err = forwarder.RepartitionOnline(ctx, e.schema.Pool, n)
+		require.ErrorIs(t, err, forwarder.ErrRepartitionInProgress)
+		outflowtest.WaitFor(t, 60*time.Second, "the new set taking over", func() bool { return sets() == 1 })
+		outflowtest.WaitFor(t, 20*time.Second, "its partitions leased", func() bool { return e.countPartitionsOwned() == n })
+	}
+	at := rounds.Load()
+	outflowtest.WaitFor(t, 20*time.Second, "rows flowing", func() bool { return rounds.Load() >= at+5 })
+	halt.Store(true)
+	wg.Wait()
+	total := int(rounds.Load()) * len(aggs)
+	outflowtest.WaitFor(t, 90*time.Second, "every row forwarded", func() bool { return e.count("published_at IS NULL") == 0 })
+	requireInOrder(t, e.stream(), total)
+	var owners int
+	require.NoError(t, e.schema.Pool.QueryRow(ctx, `SELECT count(DISTINCT owner) FROM outbox_partitions`).Scan(&owners))
+	require.Equal(t, 3, owners, "the 24 partitions shared")
 }
 
 // Retention drops whole partitions of the outbox: those whose rows are
@@ -496,7 +550,8 @@ func TestPurgeDropsOnlyOldPublishedPartitions(t *testing.T) {
 		      FROM r WHERE o.id = r.id),
 		f AS (INSERT INTO outbox_failures (id, aggregate_type, aggregate_id, kind, attempts, parked_at)
 		      SELECT id, aggregate_type, aggregate_id, 'failed', 10, now() FROM r WHERE n BETWEEN 21 AND 25)
-		INSERT INTO outbox_partitions (partition, published_through) SELECT 0, id FROM r WHERE n = 45`)
+		INSERT INTO outbox_partitions (partition, published_through) SELECT 0, id FROM r WHERE n = 45;
+		INSERT INTO outbox_partition_sets (first_id, base, count) VALUES (0, 0, 1)`)
 	require.NoError(t, err)
 	var ids []int64
 	rows, err := e.schema.Pool.Query(ctx, `SELECT id FROM outbox ORDER BY id`)
@@ -580,7 +635,8 @@ func TestIdsBeyondThePartitionsLandInTheDefault(t *testing.T) {
 
 	_, err = e.schema.Pool.Exec(ctx, `
 		UPDATE outbox SET created_at = now() - interval '20 days';
-		INSERT INTO outbox_partitions (partition, published_through) SELECT 0, max(id) FROM outbox_default`)
+		INSERT INTO outbox_partitions (partition, published_through) SELECT 0, max(id) FROM outbox_default;
+		INSERT INTO outbox_partition_sets (first_id, base, count) VALUES (0, 0, 1)`)
 	require.NoError(t, err)
 	_, err = forwarder.Purge(ctx, e.schema.Pool, 15*24*time.Hour, 2)
 	require.NoError(t, err)
@@ -1082,11 +1138,10 @@ func (l *logSink) String() string {
 
 // A forwarder silent for longer than Repartition's liveWithin counts as
 // stopped, so the partition count can change under it. When it comes back
-// it must not lease the new partitions with its old count (it would map an
-// aggregate to another partition than the other instances do, and two
-// instances would publish one aggregate's rows): it leases nothing and
-// says why, while an instance with the new count forwards.
-func TestForwarderLeasesNothingAfterARepartitionUnderIt(t *testing.T) {
+// it must not map rows with its old count (two instances would publish one
+// aggregate's rows): it follows the database's, beside an instance started
+// with the new one, and every aggregate's rows go out in order.
+func TestForwarderFollowsARepartitionUnderIt(t *testing.T) {
 	t.Parallel()
 	e := setup(t)
 	ctx := context.Background()
@@ -1117,9 +1172,6 @@ func TestForwarderLeasesNothingAfterARepartitionUnderIt(t *testing.T) {
 	})
 	require.NoError(t, stuck.Rollback(ctx))
 
-	outflowtest.WaitFor(t, 10*time.Second, "a notices the new count", func() bool {
-		return strings.Contains(logs.String(), "the database has 4 partitions, Config.Partitions is 1")
-	})
 	e.run(e.config(func(c *forwarder.Config) {
 		c.InstanceID = "b"
 		c.Partitions = 4
@@ -1127,8 +1179,11 @@ func TestForwarderLeasesNothingAfterARepartitionUnderIt(t *testing.T) {
 	}))
 	e.writeMany(aggregates(20), 1, 2)
 	outflowtest.WaitFor(t, 20*time.Second, "b forwards every row", func() bool { return e.count("published_at IS NULL") == 0 })
-	var ownedByA int
-	require.NoError(t, e.schema.Pool.QueryRow(ctx, `SELECT count(*) FROM outbox_partitions WHERE owner = 'a'`).Scan(&ownedByA))
-	require.Zero(t, ownedByA, "a leased partitions with its old count")
-	requireInOrder(t, e.stream(), 40)
+	outflowtest.WaitFor(t, 20*time.Second, "a leases its share of the 4", func() bool {
+		return e.countSQL(`SELECT count(*) FROM outbox_partitions WHERE owner = 'a'`) == 2
+	})
+	e.writeMany(aggregates(20), 1, 2)
+	outflowtest.WaitFor(t, 20*time.Second, "every row forwarded", func() bool { return e.count("published_at IS NULL") == 0 })
+	requireInOrder(t, e.stream(), 80)
+	require.NotContains(t, logs.String(), "level=ERROR")
 }

@@ -2,7 +2,6 @@ package forwarder
 
 import (
 	"context"
-	"errors"
 	"fmt"
 	"time"
 
@@ -21,22 +20,30 @@ func (f *Forwarder) register(ctx context.Context) error {
 		if err := tx.QueryRow(ctx, `SELECT count(*) FROM outbox_partitions`).Scan(&n); err != nil {
 			return err
 		}
-		switch {
-		case n == 0:
+		// Config.Partitions makes the first set; afterwards the database's
+		// count rules (RepartitionOnline changes it under running
+		// instances).
+		if n == 0 {
 			if _, err := tx.Exec(ctx, `INSERT INTO outbox_partitions (partition) SELECT generate_series(0, $1 - 1)`, f.cfg.Partitions); err != nil {
 				return err
 			}
-		case n != f.cfg.Partitions:
-			return errMismatch(n, f.cfg.Partitions)
+			if _, err := tx.Exec(ctx, `INSERT INTO outbox_partition_sets (first_id, base, count) VALUES (0, 0, $1)`, f.cfg.Partitions); err != nil {
+				return err
+			}
+		}
+		// Partitions made by hand, or by a release before the sets: one
+		// set of them all.
+		if _, err := tx.Exec(ctx, `
+			INSERT INTO outbox_partition_sets (first_id, base, count)
+			SELECT 0, 0, count(*) FROM outbox_partitions
+			WHERE NOT EXISTS (SELECT 1 FROM outbox_partition_sets) HAVING count(*) > 0`); err != nil {
+			return err
 		}
 		_, err := tx.Exec(ctx, `
 			INSERT INTO outbox_forwarders (id) VALUES ($1)
 			ON CONFLICT (id) DO UPDATE SET heartbeat_at = now()`, f.cfg.InstanceID)
 		return err
 	})
-	if errors.Is(err, ErrPartitionsMismatch) {
-		return err
-	}
 	if err != nil {
 		return fmt.Errorf("register forwarder (has `outflow migrate up` run?): %w", err)
 	}
@@ -58,6 +65,14 @@ func (f *Forwarder) leaseLoop(ctx context.Context) {
 		switch {
 		case err == nil:
 			f.setPartitions(owned)
+			if f.repartitioning.Load() {
+				if retired, err := f.retireSet(ctx); err != nil && ctx.Err() == nil {
+					f.cfg.Logger.Warn("retire the old partition set", "error", err.Error())
+				} else if retired {
+					f.cfg.Logger.Info("partition count changed: the new set's partitions take over", "instance", f.cfg.InstanceID)
+					f.Wake()
+				}
+			}
 		case ctx.Err() != nil:
 			return
 		default:
@@ -90,7 +105,17 @@ func (f *Forwarder) tickLeases(ctx context.Context) ([]int32, error) {
 		if err != nil {
 			return fmt.Errorf("heartbeat: %w", err)
 		}
-		share := (f.cfg.Partitions + live - 1) / live
+		// The active partition set: the claims serve it alone (see
+		// RepartitionOnline), so it alone is leased.
+		var base, count int
+		var next *int64
+		if err := tx.QueryRow(ctx, `
+			SELECT base, count, (SELECT min(first_id) FROM outbox_partition_sets WHERE first_id > s.first_id)
+			FROM outbox_partition_sets s ORDER BY first_id LIMIT 1`).Scan(&base, &count, &next); err != nil {
+			return fmt.Errorf("read the partition set: %w", err)
+		}
+		f.repartitioning.Store(next != nil)
+		share := (count + live - 1) / live
 
 		// The renewal records, in the same row versions, how far the
 		// cursor published each partition and how many rows it published
@@ -105,20 +130,6 @@ func (f *Forwarder) tickLeases(ctx context.Context) ([]int32, error) {
 		if owned, err = pgx.CollectRows(rows, pgx.RowTo[int32]); err != nil {
 			return fmt.Errorf("renew leases: %w", err)
 		}
-		// Repartition counts an instance silent for longer than its
-		// liveWithin as stopped, so the count may have changed under this
-		// one: leasing with the old count would map an aggregate to other
-		// partitions than the other instances do. The UPDATE above locks
-		// the table against a Repartition until this transaction ends, so
-		// the count read now holds for the whole tick.
-		var n int
-		if err := tx.QueryRow(ctx, `SELECT count(*) FROM outbox_partitions`).Scan(&n); err != nil {
-			return fmt.Errorf("count partitions: %w", err)
-		}
-		if n != f.cfg.Partitions {
-			return errMismatch(n, f.cfg.Partitions)
-		}
-
 		switch {
 		case len(owned) < share:
 			// SKIP LOCKED: partitions being taken by another instance right
@@ -127,10 +138,10 @@ func (f *Forwarder) tickLeases(ctx context.Context) ([]int32, error) {
 				UPDATE outbox_partitions SET owner = $1, lease_until = now() + make_interval(secs => $2)
 				WHERE partition IN (
 					SELECT partition FROM outbox_partitions
-					WHERE owner IS NULL OR lease_until < now()
+					WHERE (owner IS NULL OR lease_until < now()) AND partition >= $4 AND partition < $4 + $5
 					ORDER BY partition LIMIT $3
 					FOR UPDATE SKIP LOCKED)
-				RETURNING partition`, f.cfg.InstanceID, ttl, share-len(owned))
+				RETURNING partition`, f.cfg.InstanceID, ttl, share-len(owned), base, count)
 			if err != nil {
 				return fmt.Errorf("acquire leases: %w", err)
 			}
@@ -217,6 +228,64 @@ func (f *Forwarder) unregister(ctx context.Context) error {
 		_, err := tx.Exec(ctx, `DELETE FROM outbox_forwarders WHERE id = $1`, f.cfg.InstanceID)
 		return err
 	})
+}
+
+// retireLock keeps the retirement of a partition set to one instance at a
+// time ("outr").
+const retireLock = 0x6f757472
+
+// retireSet ends a change of the partition count (RepartitionOnline) once
+// its time has come: when every partition of the old set has recorded a
+// cursor at or past the last id below the new set's, all of the old set's
+// rows are published (or in outbox_failures, which hold their aggregates'
+// later rows wherever they map): its partitions go, their published_total
+// with the new set's first, and the new set becomes the one the claims
+// serve and the instances lease. One instance does it, in a transaction of
+// its own, after its lease tick; a claim in flight on an old partition
+// holds it back until it commits (it locks its partitions FOR SHARE).
+func (f *Forwarder) retireSet(ctx context.Context) (bool, error) {
+	var retired bool
+	err := pgx.BeginFunc(ctx, f.cfg.Pool, func(tx pgx.Tx) error {
+		var acquired bool
+		if err := tx.QueryRow(ctx, `SELECT pg_try_advisory_xact_lock($1, hashtext(current_schema()))`, retireLock).Scan(&acquired); err != nil || !acquired {
+			return err
+		}
+		var (
+			first      int64
+			base, cnt  int
+			upto, thru *int64
+			nextBase   *int
+		)
+		if err := tx.QueryRow(ctx, `
+			WITH ps AS (SELECT first_id, base, count FROM outbox_partition_sets ORDER BY first_id LIMIT 1)
+			SELECT ps.first_id, ps.base, ps.count, nx.first_id, nx.base,
+			       (SELECT min(published_through) FROM outbox_partitions WHERE partition >= ps.base AND partition < ps.base + ps.count)
+			FROM ps LEFT JOIN LATERAL (SELECT first_id, base FROM outbox_partition_sets WHERE first_id > ps.first_id
+			                           ORDER BY first_id LIMIT 1) nx ON true`).Scan(&first, &base, &cnt, &upto, &nextBase, &thru); err != nil {
+			return err
+		}
+		if upto == nil || thru == nil || *thru < *upto-1 {
+			return nil
+		}
+		var total int64
+		if err := tx.QueryRow(ctx, `
+			WITH gone AS (DELETE FROM outbox_partitions WHERE partition >= $1 AND partition < $1 + $2 RETURNING published_total)
+			SELECT coalesce(sum(published_total), 0)::bigint FROM gone`, base, cnt).Scan(&total); err != nil {
+			return err
+		}
+		if _, err := tx.Exec(ctx, `UPDATE outbox_partitions SET published_total = published_total + $1 WHERE partition = $2`, total, *nextBase); err != nil {
+			return err
+		}
+		if _, err := tx.Exec(ctx, `DELETE FROM outbox_partition_sets WHERE first_id = $1`, first); err != nil {
+			return err
+		}
+		retired = true
+		return nil
+	})
+	if err != nil {
+		return false, fmt.Errorf("retire the old partition set: %w", err)
+	}
+	return retired, nil
 }
 
 func without(xs, drop []int32) []int32 {

@@ -71,7 +71,7 @@ func TestUpgradeFromSingleSet(t *testing.T) {
 			require.Equal(t, tt.want, ran, "adopted versions are not run again")
 
 			// 00016's tables are new, and empty.
-			after, err := schemadump.Rows(ctx, s.Pool, s.Name, migrations.VersionTable, "outbox_audit", "outbox_receipts", "outbox_failures")
+			after, err := schemadump.Rows(ctx, s.Pool, s.Name, migrations.VersionTable, "outbox_audit", "outbox_receipts", "outbox_failures", "outbox_partition_sets")
 			require.NoError(t, err)
 			// 00025 adds the partitions' cursors (checked by
 			// TestUpgradeToCursors).

@@ -17,6 +17,22 @@ ALTER TABLE outbox_partitions
     ADD COLUMN waiting_xids         xid8[]      NOT NULL DEFAULT '{}',
     ADD COLUMN published_through_at timestamptz;
 
+-- Which lease partitions a row maps to, by id: rows from first_id on (up
+-- to the next set's first_id) are spread by a hash of their aggregate id
+-- over the partitions base .. base + count - 1 (rows below the oldest set's
+-- first_id map to it). One set normally; two while the partition count
+-- changes with the forwarders running (forwarder.RepartitionOnline): the
+-- new set's partitions publish nothing until every row of the old one is
+-- published, so an aggregate's order holds across the change.
+CREATE TABLE outbox_partition_sets (
+    first_id   bigint      PRIMARY KEY,
+    base       integer     NOT NULL CHECK (base >= 0),
+    count      integer     NOT NULL CHECK (count BETWEEN 1 AND 4096),
+    created_at timestamptz NOT NULL DEFAULT now()
+);
+INSERT INTO outbox_partition_sets (first_id, base, count)
+SELECT 0, 0, count(*) FROM outbox_partitions HAVING count(*) > 0;
+
 -- The rows off the normal path, and only they, have per-row state here:
 --   failed: the broker refused it (attempts, last_error, next_attempt_at,
 --           parked_at once MaxAttempts were spent);
@@ -72,19 +88,20 @@ CREATE INDEX outbox_aggregate_version_idx ON outbox (aggregate_type, aggregate_i
 -- holder of its partition published since its last lease tick still reads
 -- pending for that long.
 CREATE VIEW outbox_state AS
-WITH p AS (SELECT partition, published_through, published_high, waiting_xids, published_through_at,
-                  count(*) OVER () AS n FROM outbox_partitions)
-SELECT o.id, s.state, s.state = 'published' AS published,
-       CASE WHEN s.state = 'published' THEN p.published_through_at END AS published_by,
+WITH s AS (SELECT first_id, base, count, lead(first_id) OVER (ORDER BY first_id) AS upto,
+                  first_id = min(first_id) OVER () AS oldest FROM outbox_partition_sets)
+SELECT o.id, st.state, st.state = 'published' AS published,
+       CASE WHEN st.state = 'published' THEN p.published_through_at END AS published_by,
        coalesce(f.attempts, 0) AS attempts, f.last_error, f.next_attempt_at, f.parked_at, f.discarded_at
 FROM outbox o
-LEFT JOIN p ON p.partition = ((hashtextextended(o.aggregate_id, 0) % p.n) + p.n) % p.n
+LEFT JOIN s ON (o.id >= s.first_id OR s.oldest) AND (s.upto IS NULL OR o.id < s.upto)
+LEFT JOIN outbox_partitions p ON p.partition = s.base + ((hashtextextended(o.aggregate_id, 0) % s.count) + s.count) % s.count
 LEFT JOIN outbox_failures f ON f.id = o.id
 CROSS JOIN LATERAL (SELECT CASE
     WHEN f.parked_at IS NOT NULL THEN 'parked'
     WHEN f.id IS NOT NULL THEN f.kind
     WHEN o.id <= p.published_through OR (o.id <= p.published_high AND o.transaction_id <> ALL(p.waiting_xids)) THEN 'published'
-    ELSE 'pending' END AS state) s;
+    ELSE 'pending' END AS state) st;
 
 -- +goose Down
 -- Rows the cursors passed are marked published; the failures go back on
@@ -103,5 +120,6 @@ CREATE INDEX outbox_blocked_idx ON outbox (aggregate_type, aggregate_id, id)
     WHERE published_at IS NULL AND (parked_at IS NOT NULL OR next_attempt_at IS NOT NULL);
 CREATE INDEX outbox_pending_idx ON outbox (id) WHERE published_at IS NULL;
 DROP TABLE outbox_failures;
+DROP TABLE outbox_partition_sets;
 ALTER TABLE outbox_partitions DROP COLUMN published_through_at, DROP COLUMN waiting_xids, DROP COLUMN published_high,
     DROP COLUMN published_through;
