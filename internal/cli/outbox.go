@@ -83,11 +83,15 @@ func newOutboxCmd(e *env) *cobra.Command {
 	var (
 		partitions int
 		liveWithin time.Duration
+		offline    bool
 	)
 	repartition := &cobra.Command{
 		Use:   "repartition",
-		Short: "Change the forwarder's partition count (refused while any forwarder runs)",
-		Args:  cobra.NoArgs,
+		Short: "Change the forwarder's partition count, with the forwarders running",
+		Long: "Rows from the next id on map to the new partitions, which take over once every row of the old ones is " +
+			"published: each aggregate's events stay in order across the change, new events wait meanwhile (about two " +
+			"lease intervals). --offline changes it at once, and is refused while any forwarder runs.",
+		Args: cobra.NoArgs,
 		RunE: e.withPool(func() error {
 			if partitions < 1 || partitions > 4096 {
 				return errors.New("invalid --partitions: must be between 1 and 4096")
@@ -97,16 +101,25 @@ func newOutboxCmd(e *env) *cobra.Command {
 			}
 			return nil
 		}, func(cmd *cobra.Command, pool *pgxpool.Pool) error {
-			if err := forwarder.Repartition(cmd.Context(), pool, partitions, liveWithin); err != nil {
+			if offline {
+				if err := forwarder.Repartition(cmd.Context(), pool, partitions, liveWithin); err != nil {
+					return err
+				}
+				fmt.Fprintf(cmd.OutOrStdout(), "the outbox now has %d partitions\n", partitions)
+				return nil
+			}
+			from, err := forwarder.RepartitionOnline(cmd.Context(), pool, partitions)
+			if err != nil {
 				return err
 			}
-			fmt.Fprintf(cmd.OutOrStdout(), "the outbox now has %d partitions\n", partitions)
+			fmt.Fprintf(cmd.OutOrStdout(), "rows from id %d on map to %d partitions; they take over once the rows below are published\n", from, partitions)
 			return nil
 		}),
 	}
 	repartition.Flags().IntVar(&partitions, "partitions", 0, "the new partition count")
+	repartition.Flags().BoolVar(&offline, "offline", false, "change it at once, every forwarder stopped")
 	repartition.Flags().DurationVar(&liveWithin, "takeover-after", 10*time.Second,
-		"the forwarders' --takeover-after: a forwarder whose last heartbeat is older counts as stopped")
+		"with --offline, the forwarders' --takeover-after: a forwarder whose last heartbeat is older counts as stopped")
 	cmd.AddCommand(parked, retry, discard, repartition)
 	return cmd
 }
