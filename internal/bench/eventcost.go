@@ -105,12 +105,19 @@ func eventCostRun(ctx context.Context, cfg EventCostConfig, retained int, rdb *r
 
 	// The measured events get partitions of their own, of their number of
 	// ids, above the history's: retention can then drop theirs whole.
-	if _, err := pool.Exec(ctx, `SELECT setval('outbox_id_seq', 19999999)`); err != nil {
+	if _, err := pool.Exec(ctx, `SELECT setval('outbox_id_seq', (
+		SELECT max((regexp_match(pg_get_expr(c.relpartbound, c.oid), 'TO \(''?(\d+)''?\)'))[1]::bigint) - 1
+		FROM pg_inherits i JOIN pg_class c ON c.oid = i.inhrelid WHERE i.inhparent = 'outbox'::regclass))`); err != nil {
 		return err
 	}
-	if _, err := forwarder.EnsurePartitions(ctx, pool, int64(cfg.Events)); err != nil {
+	made, err := forwarder.EnsurePartitions(ctx, pool, int64(cfg.Events))
+	if err != nil {
 		return err
 	}
+	if len(made) == 0 {
+		return errors.New("event cost: no partition made for the measured events")
+	}
+	eventsPartition := made[0]
 
 	// Write.
 	start, err := meter.mark(ctx)
@@ -166,7 +173,7 @@ func eventCostRun(ctx context.Context, cfg EventCostConfig, retained int, rdb *r
 	}
 
 	var stored int64
-	if err := pool.QueryRow(ctx, `SELECT pg_total_relation_size('outbox_p20000000')`).Scan(&stored); err != nil {
+	if err := pool.QueryRow(ctx, `SELECT pg_total_relation_size($1::regclass)`, eventsPartition).Scan(&stored); err != nil {
 		return err
 	}
 
@@ -250,6 +257,9 @@ func seedRetained(ctx context.Context, pool *pgxpool.Pool, topic string, retaine
 			SELECT (substr(h, 1, 8) || '-' || substr(h, 9, 4) || '-7000-8000-000000000000')::uuid,
 			       $1, 'payment', 'old-' || lpad(((g + $3) / 2)::text, 12, '0'), (g + $3) % 2 + 1, 'payment.paid', $2::jsonb, now()
 			FROM generate_series(1, $4) g, LATERAL (SELECT lpad(to_hex(g + $3), 12, '0') AS h) x`, topic, benchPayload, done, k); err != nil {
+			return fmt.Errorf("seed history: %w", err)
+		}
+		if _, err := forwarder.EnsurePartitions(ctx, pool, 10_000_000); err != nil {
 			return fmt.Errorf("seed history: %w", err)
 		}
 	}
