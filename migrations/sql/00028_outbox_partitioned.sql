@@ -6,8 +6,8 @@
 -- An event then costs the database its INSERT and nothing after it.
 --
 -- Online: producers keep writing. The table as it is becomes the first
--- partition, outbox_p0, for every id below a bound B some 10 million ids
--- ahead of the sequence. A partition must be proven to hold only ids in its
+-- partition, outbox_p0, for every id below a bound B at least a million
+-- ids ahead of the sequence (rounded up to ten million). A partition must be proven to hold only ids in its
 -- range, so B is first a CHECK constraint added NOT VALID (a moment's lock)
 -- and validated on its own (a scan under a lock that lets writes through);
 -- attaching then trusts it and reads nothing. The swap itself (rename,
@@ -45,8 +45,10 @@ DO $$
 BEGIN
     IF (SELECT relkind FROM pg_class WHERE oid = 'outbox'::regclass) = 'r'
        AND NOT EXISTS (SELECT 1 FROM pg_constraint WHERE conrelid = 'outbox'::regclass AND conname = 'outbox_p0_bound') THEN
+        -- At least a million ids ahead, rounded up to ten million: the
+        -- same layout for the same order of history.
         EXECUTE format('ALTER TABLE outbox ADD CONSTRAINT outbox_p0_bound CHECK (id < %s) NOT VALID',
-                       coalesce(pg_sequence_last_value('outbox_id_seq'), 0) + 10000000);
+                       ((coalesce(pg_sequence_last_value('outbox_id_seq'), 0) + 1000000) / 10000000 + 1) * 10000000);
     END IF;
 END
 $$;
