@@ -20,8 +20,11 @@ import (
 // relations its records touch, as a DBA would read it: pg_waldump over the
 // server's pg_wal, each record's total length (full-page images included)
 // charged to the relation of its first block, the relations of one schema
-// named, everything else summed as "(other)" and records without a block
-// (commits, checkpoints) as "(no relation)". It reads the pg_wal directory
+// named, everything else summed as "(other)", and the records without a
+// block (commits, above all) of the transactions that wrote to the schema
+// as "(no relation)": those of other sessions on the server, and the
+// server's own (checkpoints, running-transaction snapshots), are left out,
+// so that what the machine does meanwhile does not count. It reads the pg_wal directory
 // of the server, so the benchmark runs on the database's host, as root or
 // the postgres user. Written here rather than taken from a library: no Go
 // library parses WAL records, and pg_waldump, PostgreSQL's own reader, is
@@ -73,6 +76,7 @@ func (m *walMeter) mark(ctx context.Context) (string, error) {
 // tablespace/database/relfilenode of its first block.
 var (
 	walLen   = regexp.MustCompile(`len \(rec/tot\):\s*\d+/\s*(\d+),`)
+	walTx    = regexp.MustCompile(`tx:\s*(\d+),`)
 	walBlock = regexp.MustCompile(`blkref #0: rel (\d+)/(\d+)/(\d+)`)
 )
 
@@ -102,6 +106,11 @@ func (m *walMeter) since(ctx context.Context, start string) (map[string]int64, e
 		return nil, err
 	}
 	by := map[string]int64{}
+	ours := map[string]bool{} // transactions that wrote to the schema
+	var noRelation []struct {
+		tx string
+		n  int64
+	}
 	sc := bufio.NewScanner(&out)
 	sc.Buffer(make([]byte, 1<<20), 1<<20)
 	for sc.Scan() {
@@ -111,19 +120,36 @@ func (m *walMeter) since(ctx context.Context, start string) (map[string]int64, e
 			continue
 		}
 		n, _ := strconv.ParseInt(l[1], 10, 64)
+		tx := ""
+		if t := walTx.FindStringSubmatch(line); t != nil && t[1] != "0" {
+			tx = t[1]
+		}
 		g := walBlock.FindStringSubmatch(line)
 		switch {
 		case g == nil:
-			by["(no relation)"] += n
+			noRelation = append(noRelation, struct {
+				tx string
+				n  int64
+			}{tx, n})
 		case g[2] != strconv.FormatUint(uint64(db), 10):
 			by["(other)"] += n
 		default:
 			node, _ := strconv.ParseUint(g[3], 10, 32)
 			if name, ok := names[uint32(node)]; ok {
 				by[name] += n
+				if tx != "" {
+					ours[tx] = true
+				}
 			} else {
 				by["(other)"] += n
 			}
+		}
+	}
+	for _, r := range noRelation {
+		if ours[r.tx] {
+			by["(no relation)"] += r.n
+		} else {
+			by["(other)"] += r.n
 		}
 	}
 	return by, sc.Err()
