@@ -26,6 +26,12 @@ const activeSet = `ps AS MATERIALIZED (
     SELECT min(first_id) AS upto FROM outbox_partition_sets WHERE first_id > (SELECT first_id FROM ps)
 )`
 
+// partitionOfRow is partitionOf with the set's base and count as InitPlans
+// (evaluated once), for a query on the outbox alone: joined to ps, the
+// outbox would lose its id order, and a claim would sort its whole
+// backlog for a batch.
+const partitionOfRow = `((SELECT base FROM ps) + ((hashtextextended(o.aggregate_id, 0) % (SELECT count FROM ps)) + (SELECT count FROM ps)) % (SELECT count FROM ps))`
+
 // partitionOf maps a row (o) to its partition in the active set (ps).
 // hashtextextended is stable within a PostgreSQL major version, which is
 // all a lease needs: rows are not stored by partition, they are only
@@ -76,11 +82,12 @@ SELECT 'S', NULL::int, NULL::bigint, pg_current_snapshot()::text, NULL::text, ` 
 UNION ALL
 SELECT 'P', partition, published_through, NULL, NULL, ` + nullRow + `, false FROM hi
 UNION ALL
-(SELECT 'N', hi.partition, NULL, NULL, NULL, ` + rowColumns + `, ` + blockedExpr + `
- FROM outbox o CROSS JOIN ps JOIN hi ON hi.partition = ` + partitionOf + `
- WHERE o.id > (SELECT min(high) FROM hi) AND o.id > hi.high AND o.id <> ALL($7::bigint[])
-   AND o.id < coalesce((SELECT upto FROM nx), 9223372036854775807)
-   AND NOT EXISTS (SELECT 1 FROM outbox_failures f WHERE f.id = o.id)
+(SELECT 'N', ` + partitionOfRow + `::int, NULL, NULL, NULL, ` + rowColumns + `, ` + blockedExpr + `
+ FROM outbox o
+ WHERE o.id > (SELECT min(high) FROM hi) AND o.id < coalesce((SELECT upto FROM nx), 9223372036854775807)
+   AND o.id > (SELECT hi.high FROM hi WHERE hi.partition = ` + partitionOfRow + `)
+   AND o.id <> ALL($7::bigint[])
+   AND o.id <> ALL(ARRAY(SELECT f.id FROM outbox_failures f WHERE f.id > (SELECT min(high) FROM hi)))
  ORDER BY o.id LIMIT $1)
 UNION ALL
 SELECT 'L', hi.partition, NULL, NULL, fin.x::text, ` + rowColumns + `, ` + blockedExpr + `
