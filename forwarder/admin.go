@@ -133,14 +133,20 @@ type ParkedFilter struct {
 // and `$1 = 0` alone would make the id an integer, refused past 2^31. A
 // row discarded before stays discarded when retried: what failed then was
 // its marker. The rows held behind a released one are in outbox_failures
-// too, untried: they go out after it, in id order.
+// too, untried: they go out after it, in id order. A discard is also
+// written on the outbox row itself (discarded_at, off the normal path):
+// the row leaves outbox_failures once its marker is published, and replay
+// and the journey must still send and show the marker.
 const releaseParkedSQL = `
 	WITH released AS (
 		UPDATE outbox_failures f SET parked_at = NULL, next_attempt_at = now(), attempts = 0,
 		       discarded_at = CASE WHEN $3::boolean THEN now() ELSE f.discarded_at END
 		FROM outbox o
 		WHERE o.id = f.id AND f.parked_at IS NOT NULL AND ($1::bigint = 0 OR f.id = $1::bigint) AND ($2::text = '' OR o.topic = $2::text)
-		RETURNING f.id
+		RETURNING f.id, f.discarded_at
+	), marked AS (
+		UPDATE outbox o SET discarded_at = r.discarded_at
+		FROM released r WHERE o.id = r.id AND r.discarded_at IS NOT NULL AND o.discarded_at IS NULL
 	)
 	SELECT count(*) FROM released`
 

@@ -255,6 +255,10 @@ func TestDiscardedRowReachesAStrictConsumerAsAMarker(t *testing.T) {
 	}
 	require.NotNil(t, found, "v2's marker on the stream")
 	require.True(t, events.IsDiscardMarker(found))
+	// Published, the row has left outbox_failures; the discard stays on
+	// the row, for replay and the journey.
+	require.Zero(t, e.countSQL(`SELECT count(*) FROM outbox_failures WHERE id = $1`, id))
+	require.Equal(t, 1, e.countSQL(`SELECT count(*) FROM outbox WHERE id = $1 AND discarded_at IS NOT NULL`, id))
 	require.Equal(t, "test.happened", found.Metadata.Get(events.DiscardedEventTypeKey))
 	require.Equal(t, "{}", string(found.Payload))
 }
