@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 
+	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgconn"
 )
 
@@ -61,6 +62,48 @@ func ParkRow(ctx context.Context, db Execer, id int64, attempts int, lastError s
 	}
 	if err != nil {
 		return fmt.Errorf("park outbox row %d: %w", id, err)
+	}
+	return nil
+}
+
+// SeedOutboxStates fills an empty outbox with rows in every state of the
+// view outbox_state, each case of its rule: 8 transactions of 10 rows
+// (aggregates a0..a9) over 4 partitions whose cursors stop at different
+// points, published_through below published_high with the 6th transaction
+// waiting, and rows of outbox_failures of each kind, parked too. For the
+// tests of readers that write the view's rule out, to compare them with
+// the view.
+func SeedOutboxStates(ctx context.Context, db interface {
+	Execer
+	QueryRow(ctx context.Context, sql string, args ...any) pgx.Row
+}) error {
+	for tx := range 8 {
+		if _, err := db.Exec(ctx, `
+			INSERT INTO outbox (message_id, topic, aggregate_type, aggregate_id, aggregate_version, event_type, payload, occurred_at)
+			SELECT gen_random_uuid(), 't', 'a', 'a' || i, $1 + 1, 'e', '{}', now() FROM generate_series(0, 9) i`, tx); err != nil {
+			return fmt.Errorf("seed outbox states: %w", err)
+		}
+	}
+	var low int64
+	if err := db.QueryRow(ctx, `SELECT min(id) - 1 FROM outbox`).Scan(&low); err != nil {
+		return fmt.Errorf("seed outbox states: %w", err)
+	}
+	// Partition g: published through the (g+2)th transaction's rows, high
+	// through the 7th's but for the 6th's, which waits.
+	if _, err := db.Exec(ctx, `
+		INSERT INTO outbox_partitions (partition, published_through, published_high, waiting_xids, published_through_at)
+		SELECT g, $1 + 10 * (g + 2), $1 + 70,
+		       ARRAY(SELECT DISTINCT transaction_id FROM outbox WHERE id > $1 + 50 AND id <= $1 + 60), now()
+		FROM generate_series(0, 3) g`, low); err != nil {
+		return fmt.Errorf("seed outbox states: %w", err)
+	}
+	if _, err := db.Exec(ctx, `
+		INSERT INTO outbox_failures (id, aggregate_type, aggregate_id, kind, attempts, last_error, next_attempt_at, parked_at)
+		SELECT id, aggregate_type, aggregate_id, k.kind, k.attempts, k.err, now(), CASE WHEN k.parked THEN now() END
+		FROM outbox o JOIN (VALUES (3, 'failed', 2, 'refused', false), (13, 'failed', 5, 'refused', true), (14, 'held', 0, NULL, false),
+		                           (25, 'repair', 0, NULL, false), (75, 'failed', 1, 'refused', false))
+		     AS k(n, kind, attempts, err, parked) ON o.id = $1 + k.n`, low); err != nil {
+		return fmt.Errorf("seed outbox states: %w", err)
 	}
 	return nil
 }

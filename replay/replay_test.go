@@ -200,3 +200,30 @@ func TestReplayOfADiscardedRowIsItsMarker(t *testing.T) {
 	require.Equal(t, "2026-01-02T03:04:05Z", got[1].Metadata.Get(events.DiscardedAtKey))
 	require.Equal(t, "c", got[1].Metadata.Get(events.CorrelationIDKey))
 }
+
+// Replay chooses the rows the view outbox_state reads published, in each
+// case of its rule (the filter writes the rule out).
+func TestSelectChoosesWhatOutboxStateReadsPublished(t *testing.T) {
+	t.Parallel()
+	s := outflowtest.NewSchema(t)
+	ctx := context.Background()
+	require.NoError(t, outflowtest.SeedOutboxStates(ctx, s.Pool))
+	rows, err := s.Pool.Query(ctx, `SELECT id FROM outbox_state WHERE published ORDER BY id`)
+	require.NoError(t, err)
+	want, err := pgx.CollectRows(rows, pgx.RowTo[int64])
+	require.NoError(t, err)
+	var got []int64
+	require.NoError(t, replay.Select(ctx, s.Pool, replay.Filter{All: true}, 7, func(rows []replay.Row) error {
+		for _, r := range rows {
+			got = append(got, r.ID)
+		}
+		return nil
+	}))
+	require.Equal(t, want, got)
+	n, err := replay.Count(ctx, s.Pool, replay.Filter{AggregateType: "a", AggregateIDs: []string{"a1", "a2", "a3"}})
+	require.NoError(t, err)
+	var wantN int64
+	require.NoError(t, s.Pool.QueryRow(ctx, `SELECT count(*) FROM outbox o JOIN outbox_state s USING (id)
+		WHERE s.published AND o.aggregate_id IN ('a1', 'a2', 'a3')`).Scan(&wantN))
+	require.Equal(t, wantN, n)
+}
