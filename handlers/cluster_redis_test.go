@@ -105,7 +105,7 @@ func pipelineOnClusterWithAPrimaryKilled(t *testing.T, waitReplicas int, audit b
 		}
 		// A row is marked once its primary acknowledged it. (The streams'
 		// lengths say nothing: the audit trims what it settled.)
-		rows, err := p.schema.Pool.Query(ctx, `SELECT topic, aggregate_id FROM outbox WHERE published_at IS NULL`)
+		rows, err := p.schema.Pool.Query(ctx, `SELECT o.topic, o.aggregate_id FROM outbox o JOIN outbox_state s USING (id) WHERE NOT s.published`)
 		require.NoError(t, err)
 		defer rows.Close()
 		for rows.Next() {
@@ -133,7 +133,7 @@ func pipelineOnClusterWithAPrimaryKilled(t *testing.T, waitReplicas int, audit b
 	if audit {
 		outflowtest.WaitFor(t, 60*time.Second, "every event of after the failover published and applied", func() bool {
 			var pending int
-			require.NoError(t, p.schema.Pool.QueryRow(ctx, `SELECT count(*) FROM outbox WHERE published_at IS NULL`).Scan(&pending))
+			require.NoError(t, p.schema.Pool.QueryRow(ctx, `SELECT count(*) FROM outbox_state WHERE NOT published`).Scan(&pending))
 			return pending == 0 && len(counted()) > 0
 		})
 		require.Less(t, len(counted()), p.events(t), "the failover lost events the consumers never saw")
@@ -149,7 +149,7 @@ func pipelineOnClusterWithAPrimaryKilled(t *testing.T, waitReplicas int, audit b
 	require.Equal(t, want, p.stats(t, m.ID), "the projection still matches the payments")
 	var touched int
 	require.NoError(t, p.schema.Pool.QueryRow(ctx,
-		`SELECT count(*) FROM outbox WHERE attempts > 0 OR parked_at IS NOT NULL`).Scan(&touched))
+		`SELECT count(*) FROM outbox_failures WHERE attempts > 0 OR parked_at IS NOT NULL`).Scan(&touched))
 	require.Zero(t, touched, "a failover burns no attempt and parks nothing")
 	t.Logf("batches refused (broker unavailable, too few replicas included): %v; losses found by the audit: %v",
 		metricSum(t, reg, "outflow_forwarder_broker_unavailable_total"), metricSum(t, reg, "outflow_forwarder_broker_losses_total"))

@@ -90,7 +90,7 @@ func TestLiveCutoverRedisToNATS(t *testing.T) {
 	stopTee := start(newForwarder(brokers.Tee(redisB.Broker(), natsB.Broker())))
 	stopFwd()
 	var lastRedisOnly int64
-	require.NoError(t, p.schema.Pool.QueryRow(ctx, `SELECT coalesce(max(id), 0) FROM outbox WHERE published_at IS NOT NULL`).Scan(&lastRedisOnly))
+	require.NoError(t, p.schema.Pool.QueryRow(ctx, `SELECT coalesce(max(id), 0) FROM outbox_state WHERE published`).Scan(&lastRedisOnly))
 	// 2. Workers on NATS.
 	stopNATSWorker := start(worker(natsB))
 	// 3. Redis workers stop once everything only Redis had is handled

@@ -109,7 +109,7 @@ func kafkaLossPresent(t *testing.T) {
 	add(p.drive(t, m.ID, 10))
 	outflowtest.WaitFor(t, 30*time.Second, "the next events published", func() bool {
 		var pending int
-		require.NoError(t, p.schema.Pool.QueryRow(ctx, `SELECT count(*) FROM outbox WHERE published_at IS NULL`).Scan(&pending))
+		require.NoError(t, p.schema.Pool.QueryRow(ctx, `SELECT count(*) FROM outbox_state WHERE NOT published`).Scan(&pending))
 		return pending == 0
 	})
 	require.Positive(t, receipts(), "the lagging group holds the next events unsettled")

@@ -81,7 +81,7 @@ func (l brokerLoss) run(t *testing.T, p *pipeline, present, audit bool) {
 	add(p.drive(t, m.ID, 20))
 	outflowtest.WaitFor(t, 30*time.Second, "every event published", func() bool {
 		var pending int
-		require.NoError(t, p.schema.Pool.QueryRow(ctx, `SELECT count(*) FROM outbox WHERE published_at IS NULL`).Scan(&pending))
+		require.NoError(t, p.schema.Pool.QueryRow(ctx, `SELECT count(*) FROM outbox_state WHERE NOT published`).Scan(&pending))
 		return pending == 0
 	})
 	if l.reboot {
@@ -124,7 +124,7 @@ func (l brokerLoss) run(t *testing.T, p *pipeline, present, audit bool) {
 		rows.Close()
 		var rc, pend int
 		_ = p.schema.Pool.QueryRow(context.Background(), `SELECT coalesce(sum(cardinality(positions)),0) FROM outbox_receipts`).Scan(&rc)
-		_ = p.schema.Pool.QueryRow(context.Background(), `SELECT count(*) FROM outbox WHERE published_at IS NULL`).Scan(&pend)
+		_ = p.schema.Pool.QueryRow(context.Background(), `SELECT count(*) FROM outbox_state WHERE NOT published`).Scan(&pend)
 		t.Logf("receipts unsettled %d, rows pending %d, events %d, counted %d, stats %+v, want %+v", rc, pend, p.events(t), len(counted()), p.stats(t, m.ID), want)
 	})
 	outflowtest.WaitFor(t, 60*time.Second, "the projection to match the payments", func() bool { return p.stats(t, m.ID) == want })

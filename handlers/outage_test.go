@@ -114,7 +114,7 @@ func brokerOutage(t *testing.T, cfg brokers.Config, srv outflowtest.Outage) {
 	site.requireWebhooks(t, p)
 	require.Equal(t, want, p.stats(t, m.ID), "the projection still matches the payments")
 	var touched int
-	require.NoError(t, p.schema.Pool.QueryRow(ctx, `SELECT count(*) FROM outbox WHERE attempts > 0 OR parked_at IS NOT NULL`).Scan(&touched))
+	require.NoError(t, p.schema.Pool.QueryRow(ctx, `SELECT count(*) FROM outbox_failures WHERE attempts > 0 OR parked_at IS NOT NULL`).Scan(&touched))
 	require.Zero(t, touched, "an outage burns no attempt and parks nothing")
 	var parked int
 	require.NoError(t, p.schema.Pool.QueryRow(ctx, `SELECT count(*) FROM dead_letters WHERE status IN ('retrying', 'dead')`).Scan(&parked))

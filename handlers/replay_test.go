@@ -88,13 +88,30 @@ func (p *replayPipeline) readDeliveries(t *testing.T) int {
 	return n
 }
 
+// waitPublished waits until every outbox row written so far reads
+// published (outbox_state): what a replay chooses. The forwarder records
+// it at its lease ticks, after the broker, and the consumers, have the
+// rows.
+func (p *pipeline) waitPublished(t *testing.T) {
+	t.Helper()
+	ctx := context.Background()
+	var last int64
+	require.NoError(t, p.schema.Pool.QueryRow(ctx, `SELECT coalesce(max(id), 0) FROM outbox`).Scan(&last))
+	outflowtest.WaitFor(t, 30*time.Second, "the forwarder to record every row published", func() bool {
+		var n int
+		require.NoError(t, p.schema.Pool.QueryRow(ctx, `SELECT count(*) FROM outbox_state WHERE id <= $1 AND NOT published`, last).Scan(&n))
+		return n == 0
+	})
+}
+
 // replayAndWait replays f to the consumer named name and waits until its
 // group has read and acknowledged every replayed entry and has no open
 // dead letter: from then on, whatever the replay was going to apply is
-// committed.
+// committed. It replays once every row written before it reads published.
 func (p *replayPipeline) replayAndWait(t *testing.T, name string, f replay.Filter) int64 {
 	t.Helper()
 	ctx := context.Background()
+	p.waitPublished(t)
 	stream := consumer.ReplayBrokerTopic(p.backend, name)
 	before, err := p.rdb.XLen(ctx, stream).Result()
 	require.NoError(t, err)
@@ -447,6 +464,7 @@ func TestRebuildOnEveryBackend(t *testing.T) {
 				}})
 			require.NoError(t, err)
 			require.Equal(t, app.CurrencyStats{Currency: "EUR"}, p.stats(t, m.ID))
+			p.waitPublished(t)
 			n, err := replay.Publish(ctx, p.schema.Pool, p.backend.Broker(), "sync-analytics", replay.Filter{Topic: app.PaymentsTopic}, replay.Options{})
 			require.NoError(t, err)
 			require.EqualValues(t, p.events(t), n)

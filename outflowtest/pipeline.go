@@ -450,13 +450,13 @@ func (p *Pipeline) state(ctx context.Context, names, topics []string) (pipelineS
 			   OR EXISTS (SELECT 1 FROM dead_letters d WHERE d.message_id = o.message_id AND d.consumer = h.name
 			              AND d.status IN ('held', 'retrying'))
 		)
-		SELECT (SELECT count(*) FROM outbox WHERE published_at IS NULL AND parked_at IS NULL),
+		SELECT (SELECT count(*) FROM outbox_state WHERE NOT published AND parked_at IS NULL),
 		       (SELECT count(*) FROM todo),
 		       coalesce((SELECT string_agg(format('%s %s v%s for %s', event_type, aggregate_id, aggregate_version, name), '; ')
 		                 FROM (SELECT * FROM todo LIMIT 5) s), ''),
 		       coalesce((SELECT string_agg(x, '; ') FROM (
-		           SELECT format('outbox row %s (%s %s v%s) parked by the forwarder: %s', message_id, event_type, aggregate_id, aggregate_version, last_error) AS x
-		           FROM outbox WHERE parked_at IS NOT NULL AND published_at IS NULL
+		           SELECT format('outbox row %s (%s %s v%s) parked by the forwarder: %s', o.message_id, o.event_type, o.aggregate_id, o.aggregate_version, f.last_error) AS x
+		           FROM outbox_failures f JOIN outbox o USING (id) WHERE f.parked_at IS NOT NULL
 		           UNION ALL
 		           SELECT format('message %s (%s %s v%s) dead for handler %s: %s %s', message_id, event_type, aggregate_id, aggregate_version, consumer, reason, error)
 		           FROM dead_letters WHERE status = 'dead' AND consumer = ANY($1)) s), '')`,

@@ -148,9 +148,9 @@ func (w Written) Event(reg *events.Registry) (events.Event, error) {
 // ReadOutbox returns every event db sees in the outbox, in outbox order.
 func ReadOutbox(ctx context.Context, db Querier) ([]Written, error) {
 	rows, err := db.Query(ctx, `
-		SELECT id, message_id::text, topic, event_type, aggregate_type, aggregate_id, aggregate_version,
-		       payload::text, metadata::text, occurred_at, published_at IS NOT NULL, discarded_at
-		FROM outbox ORDER BY id`)
+		SELECT o.id, o.message_id::text, o.topic, o.event_type, o.aggregate_type, o.aggregate_id, o.aggregate_version,
+		       o.payload::text, o.metadata::text, o.occurred_at, s.published, coalesce(s.discarded_at, o.discarded_at)
+		FROM outbox o JOIN outbox_state s USING (id) ORDER BY o.id`)
 	if err != nil {
 		return nil, fmt.Errorf("outflowtest: read outbox: %w", err)
 	}

@@ -155,16 +155,18 @@ func TestReadOutboxOfADiscardedRowGivesTheMarker(t *testing.T) {
 	_, err := s.Pool.Exec(ctx, `UPDATE outbox SET metadata = '{"n": 1}' WHERE message_id = $1`, bad.MessageID)
 	require.NoError(t, err)
 	// Parked as the forwarder parks a row, then discarded as an operator does.
-	_, err = s.Pool.Exec(ctx, `UPDATE outbox SET parked_at = now(), attempts = 5 WHERE message_id = ANY($1::uuid[])`,
-		[]string{v1.MessageID, bad.MessageID})
-	require.NoError(t, err)
+	for _, mid := range []string{v1.MessageID, bad.MessageID} {
+		var id int64
+		require.NoError(t, s.Pool.QueryRow(ctx, `SELECT id FROM outbox WHERE message_id = $1`, mid).Scan(&id))
+		require.NoError(t, ParkRow(ctx, s.Pool, id, 5, "refused"))
+	}
 	n, err := forwarder.DiscardParked(ctx, s.Pool, forwarder.ParkedFilter{})
 	require.NoError(t, err)
 	require.EqualValues(t, 2, n)
 
 	w := RequireEvent(ctx, t, s.Pool, Want{AggregateID: "acc-d1", Version: 1})
 	var at time.Time
-	require.NoError(t, s.Pool.QueryRow(ctx, `SELECT discarded_at FROM outbox WHERE message_id = $1`, v1.MessageID).Scan(&at))
+	require.NoError(t, s.Pool.QueryRow(ctx, `SELECT f.discarded_at FROM outbox_failures f JOIN outbox o USING (id) WHERE o.message_id = $1`, v1.MessageID).Scan(&at))
 	require.NotNil(t, w.DiscardedAt)
 	require.True(t, at.Equal(*w.DiscardedAt))
 	require.Contains(t, w.String(), "(discarded)")

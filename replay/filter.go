@@ -62,12 +62,32 @@ func (f Filter) empty() bool {
 		f.Since.IsZero() && f.Until.IsZero()
 }
 
+// partitionCount is the outbox's partition count, NULL when no forwarder
+// ever ran: uncorrelated, PostgreSQL reads it once a query (an InitPlan).
+const partitionCount = `(SELECT nullif(count(*), 0) FROM outbox_partitions)`
+
+// publishedCond tells an outbox row o published, as the view outbox_state
+// says it: not in outbox_failures, and its partition's cursor past it
+// (published_through, or published_high but for the transactions in
+// waiting_xids). Written out rather than a join to the view, so that it
+// applies to the rows the indexed conditions chose, each by primary key
+// (outbox_failures, outbox_partitions): the view joined whole would read
+// every outbox row. (No bound on the id from the cursors: the planner
+// would take it for a narrow range of the primary key, and prefer it to
+// the aggregate index.) A row published since its partition's holder last
+// recorded its cursor (its lease tick) is not chosen yet.
+const publishedCond = `NOT EXISTS (SELECT 1 FROM outbox_failures f WHERE f.id = o.id)
+	AND EXISTS (SELECT 1 FROM outbox_partitions p
+		WHERE p.partition = ((hashtextextended(o.aggregate_id, 0) % ` + partitionCount + `) + ` + partitionCount + `) % ` + partitionCount + `
+		  AND (o.id <= p.published_through OR (o.id <= p.published_high AND o.transaction_id <> ALL(p.waiting_xids))))`
+
 // where renders f as a condition on the outbox (alias o) whose parameters
-// start at $first, with their values. Only the set fields appear, so that
-// the planner sees each query's real shape (an aggregate filter uses
-// outbox_aggregate_version_idx).
+// start at $first, with their values: the set fields, then publishedCond.
+// Only the set fields appear, so that the planner sees each query's real
+// shape (an aggregate filter uses outbox_aggregate_version_idx), and
+// judges a row published only once they chose it.
 func (f Filter) where(first int) (string, []any) {
-	conds := []string{"o.published_at IS NOT NULL"}
+	var conds []string
 	var args []any
 	add := func(cond string, v any) {
 		args = append(args, v)
@@ -91,6 +111,7 @@ func (f Filter) where(first int) (string, []any) {
 	if !f.Until.IsZero() {
 		add("o.occurred_at < $?", f.Until)
 	}
+	conds = append(conds, publishedCond)
 	return strings.Join(conds, " AND "), args
 }
 

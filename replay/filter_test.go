@@ -47,11 +47,11 @@ func TestFilterWhere(t *testing.T) {
 		where string
 		args  int
 	}{
-		{Filter{All: true}, "o.published_at IS NOT NULL", 0},
-		{Filter{Topic: "t"}, "o.published_at IS NOT NULL AND o.topic = $3", 1},
+		{Filter{All: true}, publishedCond, 0},
+		{Filter{Topic: "t"}, "o.topic = $3 AND " + publishedCond, 1},
 		{Filter{Topic: "t", AggregateType: "p", AggregateIDs: []string{"a"}, EventTypes: []string{"e"}, Since: t0, Until: t0},
-			"o.published_at IS NOT NULL AND o.topic = $3 AND o.aggregate_type = $4 AND o.aggregate_id = ANY($5::text[]) AND " +
-				"o.event_type = ANY($6::text[]) AND o.occurred_at >= $7 AND o.occurred_at < $8", 6},
+			"o.topic = $3 AND o.aggregate_type = $4 AND o.aggregate_id = ANY($5::text[]) AND " +
+				"o.event_type = ANY($6::text[]) AND o.occurred_at >= $7 AND o.occurred_at < $8 AND " + publishedCond, 6},
 	}
 	for _, tt := range tests {
 		where, args := tt.f.where(3)

@@ -23,10 +23,13 @@ import (
 func seed(t *testing.T, s *outflowtest.Schema, n int) {
 	t.Helper()
 	_, err := s.Pool.Exec(context.Background(), `
-		INSERT INTO outbox (message_id, topic, aggregate_type, aggregate_id, aggregate_version, event_type, payload, occurred_at, published_at)
-		SELECT gen_random_uuid(), 't', 'a', 'a' || (i % 10), i / 10 + 1, 'e', jsonb_build_object('i', i), now(), now()
+		INSERT INTO outbox (message_id, topic, aggregate_type, aggregate_id, aggregate_version, event_type, payload, occurred_at)
+		SELECT gen_random_uuid(), 't', 'a', 'a' || (i % 10), i / 10 + 1, 'e', jsonb_build_object('i', i), now()
 		FROM generate_series(0, $1 - 1) i`, n)
 	require.NoError(t, err)
+	var last int64
+	require.NoError(t, s.Pool.QueryRow(context.Background(), `SELECT max(id) FROM outbox`).Scan(&last))
+	require.NoError(t, outflowtest.PublishThrough(context.Background(), s.Pool, last))
 	_, err = s.Pool.Exec(context.Background(), `
 		INSERT INTO outbox (message_id, topic, aggregate_type, aggregate_id, aggregate_version, event_type, payload, occurred_at)
 		VALUES (gen_random_uuid(), 't', 'a', 'a1', 1000, 'e', '{}', now())`)
@@ -61,10 +64,11 @@ func TestSelectPagesInIDOrder(t *testing.T) {
 	require.ErrorIs(t, err, replay.ErrEmptyFilter)
 }
 
-// The aggregate filters are served by outbox_aggregate_version_idx (and the
-// pending-rows index for the reset's pending rows): with sequential scans
-// priced out, the plans of Select and of the reset's deletes name the
-// indexes, so they never read the whole outbox.
+// The aggregate filters are served by outbox_aggregate_version_idx (which
+// has every row, published or not): with sequential scans priced out, the
+// plans of Select and of the reset's delete name it, so they never read
+// the whole outbox; whether a row is published is then read by primary
+// keys (outbox_failures, outbox_partitions).
 func TestAggregateQueriesUseTheIndex(t *testing.T) {
 	t.Parallel()
 	s := outflowtest.NewSchema(t)
@@ -87,17 +91,16 @@ func TestAggregateQueriesUseTheIndex(t *testing.T) {
 		return strings.Join(plan, "\n")
 	}
 	ids := []string{"a1", "a2"}
-	sel := explain(`SELECT o.id FROM outbox o WHERE o.id > $1 AND o.published_at IS NOT NULL AND o.topic = $2
-		AND o.aggregate_type = $3 AND o.aggregate_id = ANY($4::text[]) ORDER BY o.id LIMIT 10`, 0, "t", "a", ids)
+	sel := explain(`SELECT o.id FROM outbox o WHERE o.id > $1 AND o.topic = $2
+		AND o.aggregate_type = $3 AND o.aggregate_id = ANY($4::text[]) AND `+replay.PublishedCond+` ORDER BY o.id LIMIT 10`, 0, "t", "a", ids)
 	require.Contains(t, sel, "outbox_aggregate_version_idx", sel)
+	require.Contains(t, sel, "outbox_failures_pkey", sel)
 	del := explain(`DELETE FROM processed_messages p WHERE p.consumer = $1 AND p.message_id IN (
-		SELECT o.message_id FROM outbox o WHERE o.published_at IS NOT NULL AND o.aggregate_type = $2 AND o.aggregate_id = ANY($3::text[])
-		UNION ALL
-		SELECT o.message_id FROM outbox o WHERE o.published_at IS NULL AND o.aggregate_type = $2 AND o.aggregate_id = ANY($3::text[]))`,
+		SELECT o.message_id FROM outbox o WHERE o.aggregate_type = $2 AND o.aggregate_id = ANY($3::text[]))`,
 		"c", "a", ids)
 	require.Contains(t, del, "outbox_aggregate_version_idx", del)
-	require.Contains(t, del, "outbox_pending_idx", del)
-	require.NotContains(t, sel+del, "Seq Scan on outbox", fmt.Sprint(sel, "\n", del))
+	require.NotContains(t, sel+del, "Seq Scan on outbox ", fmt.Sprint(sel, "\n", del))
+	require.NotContains(t, sel+del, "Seq Scan on outbox_failures", fmt.Sprint(sel, "\n", del))
 }
 
 // ResetConsumer forgets one consumer's state of the chosen aggregates,
@@ -162,11 +165,14 @@ func TestReplayOfADiscardedRowIsItsMarker(t *testing.T) {
 	ctx := context.Background()
 	_, err := s.Pool.Exec(ctx, `
 		INSERT INTO outbox (message_id, topic, aggregate_type, aggregate_id, aggregate_version, event_type, payload, metadata,
-		                    occurred_at, published_at, discarded_at)
-		VALUES ('0190c0de-0000-7000-8000-000000000001', 't', 'a', 'x', 1, 'e', '{"kept": true}', '{}', now(), now(), NULL),
+		                    occurred_at, discarded_at)
+		VALUES ('0190c0de-0000-7000-8000-000000000001', 't', 'a', 'x', 1, 'e', '{"kept": true}', '{}', now(), NULL),
 		       ('0190c0de-0000-7000-8000-000000000002', 't', 'a', 'x', 2, 'e', '{"poison": true}', '{"correlation_id": "c"}',
-		        now(), now(), '2026-01-02 03:04:05Z')`)
+		        now(), '2026-01-02 03:04:05Z')`) // the outbox's discarded_at: a row discarded before 00025
 	require.NoError(t, err)
+	var last int64
+	require.NoError(t, s.Pool.QueryRow(ctx, `SELECT max(id) FROM outbox`).Scan(&last))
+	require.NoError(t, outflowtest.PublishThrough(ctx, s.Pool, last))
 	rc := outflowtest.Redis(t)
 	b, err := redisstreams.New(redisstreams.Config{Client: rc, StreamPrefix: outflowtest.UniqueName(t, rc) + ":"})
 	require.NoError(t, err)
@@ -193,4 +199,31 @@ func TestReplayOfADiscardedRowIsItsMarker(t *testing.T) {
 	require.Equal(t, "e", got[1].Metadata.Get(events.DiscardedEventTypeKey))
 	require.Equal(t, "2026-01-02T03:04:05Z", got[1].Metadata.Get(events.DiscardedAtKey))
 	require.Equal(t, "c", got[1].Metadata.Get(events.CorrelationIDKey))
+}
+
+// Replay chooses the rows the view outbox_state reads published, in each
+// case of its rule (the filter writes the rule out).
+func TestSelectChoosesWhatOutboxStateReadsPublished(t *testing.T) {
+	t.Parallel()
+	s := outflowtest.NewSchema(t)
+	ctx := context.Background()
+	require.NoError(t, outflowtest.SeedOutboxStates(ctx, s.Pool))
+	rows, err := s.Pool.Query(ctx, `SELECT id FROM outbox_state WHERE published ORDER BY id`)
+	require.NoError(t, err)
+	want, err := pgx.CollectRows(rows, pgx.RowTo[int64])
+	require.NoError(t, err)
+	var got []int64
+	require.NoError(t, replay.Select(ctx, s.Pool, replay.Filter{All: true}, 7, func(rows []replay.Row) error {
+		for _, r := range rows {
+			got = append(got, r.ID)
+		}
+		return nil
+	}))
+	require.Equal(t, want, got)
+	n, err := replay.Count(ctx, s.Pool, replay.Filter{AggregateType: "a", AggregateIDs: []string{"a1", "a2", "a3"}})
+	require.NoError(t, err)
+	var wantN int64
+	require.NoError(t, s.Pool.QueryRow(ctx, `SELECT count(*) FROM outbox o JOIN outbox_state s USING (id)
+		WHERE s.published AND o.aggregate_id IN ('a1', 'a2', 'a3')`).Scan(&wantN))
+	require.Equal(t, wantN, n)
 }

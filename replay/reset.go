@@ -136,18 +136,13 @@ func resetOnce(ctx context.Context, pool *pgxpool.Pool, r Reset, ids []string) (
 		// id order, one lock order for every reset) against the consumer
 		// for the rest of the transaction. retained is read for the
 		// report only: the aggregates whose oldest retained version is not
-		// 1 cannot be rebuilt by a replay. Published rows through
-		// outbox_aggregate_version_idx, pending ones through the
-		// pending-rows index.
+		// 1 cannot be rebuilt by a replay. Every retained row, published
+		// or not, through outbox_aggregate_version_idx (it has them all).
 		err := tx.QueryRow(ctx, `
 			WITH retained AS (
-				SELECT aggregate_id, min(aggregate_version) AS first_version FROM (
-					SELECT o.aggregate_id, o.aggregate_version FROM outbox o
-					WHERE o.published_at IS NOT NULL AND o.aggregate_type = $2 AND `+outboxAggregate+`
-					UNION ALL
-					SELECT o.aggregate_id, o.aggregate_version FROM outbox o
-					WHERE o.published_at IS NULL AND o.aggregate_type = $2 AND `+outboxAggregate+`) r
-				GROUP BY aggregate_id
+				SELECT o.aggregate_id, min(o.aggregate_version) AS first_version FROM outbox o
+				WHERE o.aggregate_type = $2 AND `+outboxAggregate+`
+				GROUP BY o.aggregate_id
 			), marked AS (
 				INSERT INTO consumer_aggregate_versions AS c (consumer, aggregate_type, aggregate_id, version, reset_at)
 				SELECT $1, $2, id, 0, now() FROM (`+chosen+`) AS chosen (id) ORDER BY id
@@ -167,11 +162,7 @@ func resetOnce(ctx context.Context, pool *pgxpool.Pool, r Reset, ids []string) (
 		}
 		b := &pgx.Batch{}
 		b.Queue(`DELETE FROM processed_messages p WHERE p.consumer = $1 AND p.message_id IN (
-				SELECT o.message_id FROM outbox o
-				WHERE o.published_at IS NOT NULL AND o.aggregate_type = $2 AND `+outboxAggregate+`
-				UNION ALL
-				SELECT o.message_id FROM outbox o
-				WHERE o.published_at IS NULL AND o.aggregate_type = $2 AND `+outboxAggregate+`)`, args...).Exec(
+				SELECT o.message_id FROM outbox o WHERE o.aggregate_type = $2 AND `+outboxAggregate+`)`, args...).Exec(
 			func(ct pgconn.CommandTag) error { res.Processed = ct.RowsAffected(); return nil })
 		b.Queue(`DELETE FROM dead_letters WHERE consumer = $1 AND aggregate_type = $2 AND `+aggregate+`
 			AND status IN ('retrying', 'dead', 'held')`, args...).Exec(

@@ -66,10 +66,12 @@ func (hi *history) write(id string, version int64, occurred time.Time) forwarder
 	hi.t.Helper()
 	r := forwarder.Row{AggregateType: "a", AggregateID: id, AggregateVersion: version, EventType: "e", Payload: "{}",
 		OccurredAt: occurred}
+	var outboxID int64
 	require.NoError(hi.t, hi.s.Pool.QueryRow(context.Background(), `
-		INSERT INTO outbox (message_id, topic, aggregate_type, aggregate_id, aggregate_version, event_type, payload, occurred_at, published_at)
-		VALUES (gen_random_uuid(), 't', 'a', $1, $2, 'e', '{}', $3, now()) RETURNING message_id::text`,
-		id, version, occurred).Scan(&r.MessageID))
+		INSERT INTO outbox (message_id, topic, aggregate_type, aggregate_id, aggregate_version, event_type, payload, occurred_at)
+		VALUES (gen_random_uuid(), 't', 'a', $1, $2, 'e', '{}', $3) RETURNING id, message_id::text`,
+		id, version, occurred).Scan(&outboxID, &r.MessageID))
+	require.NoError(hi.t, outflowtest.PublishThrough(context.Background(), hi.s.Pool, outboxID))
 	hi.rows[key(id, version)] = r
 	return r
 }

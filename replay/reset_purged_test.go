@@ -20,9 +20,12 @@ func TestResetReportsPurgedAggregates(t *testing.T) {
 	s := outflowtest.NewSchema(t)
 	ctx := context.Background()
 	_, err := s.Pool.Exec(ctx, `
-		INSERT INTO outbox (message_id, topic, aggregate_type, aggregate_id, aggregate_version, event_type, payload, occurred_at, published_at)
-		SELECT gen_random_uuid(), 't', 'a', id, v, 'e', '{}', now(), CASE WHEN id = 'pending' THEN NULL ELSE now() END
+		INSERT INTO outbox (message_id, topic, aggregate_type, aggregate_id, aggregate_version, event_type, payload, occurred_at)
+		SELECT gen_random_uuid(), 't', 'a', id, v, 'e', '{}', now()
 		FROM (VALUES ('whole', 1), ('whole', 2), ('late', 3), ('late', 4), ('pending', 1)) AS r (id, v);
+		WITH last AS (SELECT max(id) AS id FROM outbox WHERE aggregate_id <> 'pending')
+		INSERT INTO outbox_partitions (partition, published_through, published_high, published_through_at)
+		SELECT 0, id, id, now() FROM last; -- one partition, published but for the pending row (the last)
 		INSERT INTO consumer_aggregate_versions (consumer, aggregate_type, aggregate_id, version)
 		SELECT c, 'a', id, v FROM unnest(ARRAY['c1', 'c2']) c, (VALUES ('whole', 2), ('late', 4), ('gone', 4)) AS r (id, v)`)
 	require.NoError(t, err)

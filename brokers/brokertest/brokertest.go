@@ -479,10 +479,13 @@ func (e *env) run(b forwarder.Broker, mut ...func(*forwarder.Config)) {
 	})
 }
 
+// count counts the outbox rows where holds, the forwarder's state under
+// the outbox's former column names (outflowtest.OutboxAsSeen): a row reads
+// published from the forwarder's lease tick after it published it.
 func (e *env) count(where string, args ...any) int {
 	e.t.Helper()
 	var n int
-	if err := e.schema.Pool.QueryRow(context.Background(), "SELECT count(*) FROM outbox WHERE "+where, args...).Scan(&n); err != nil {
+	if err := e.schema.Pool.QueryRow(context.Background(), "SELECT count(*) FROM "+outflowtest.OutboxAsSeen+" WHERE "+where, args...).Scan(&n); err != nil {
 		e.t.Fatal(err)
 	}
 	return n

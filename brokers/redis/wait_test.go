@@ -70,7 +70,7 @@ func TestWaitReplicasHoldsRowsWhileNoReplicaAcknowledges(t *testing.T) {
 	}
 	count := func(where string) int {
 		var n int
-		require.NoError(t, schema.Pool.QueryRow(ctx, `SELECT count(*) FROM outbox WHERE `+where).Scan(&n))
+		require.NoError(t, schema.Pool.QueryRow(ctx, `SELECT count(*) FROM `+outflowtest.OutboxAsSeen+` WHERE `+where).Scan(&n))
 		return n
 	}
 	f, err := forwarder.New(forwarder.Config{Pool: schema.Pool, Broker: broker, PollInterval: 20 * time.Millisecond,

@@ -49,16 +49,16 @@ type row struct {
 	Payload          []byte
 	Metadata         map[string]string
 	OccurredAt       time.Time
-	PublishedAt      *time.Time
+	State            string // outbox_state's: the forwarder's view of the row
 	Attempts         int
 }
 
 func readRows(t *testing.T, s *outflowtest.Schema) []row {
 	t.Helper()
 	rows, err := s.Pool.Query(context.Background(), `
-		SELECT message_id::text, topic, aggregate_type, aggregate_id, aggregate_version, event_type,
-		       payload, metadata, occurred_at, published_at, attempts
-		FROM outbox ORDER BY id`)
+		SELECT o.message_id::text, o.topic, o.aggregate_type, o.aggregate_id, o.aggregate_version, o.event_type,
+		       o.payload, o.metadata, o.occurred_at, s.state, s.attempts
+		FROM outbox o JOIN outbox_state s USING (id) ORDER BY o.id`)
 	require.NoError(t, err)
 	out, err := pgx.CollectRows(rows, pgx.RowToStructByPos[row])
 	require.NoError(t, err)
@@ -90,7 +90,7 @@ func TestPublishTxCommitWritesFullEnvelope(t *testing.T) {
 		require.Equal(t, ev.AggregateVersion, r.AggregateVersion)
 		require.Equal(t, "invoice.paid", r.EventType)
 		require.WithinDuration(t, ev.OccurredAt, r.OccurredAt, time.Microsecond)
-		require.Nil(t, r.PublishedAt)
+		require.Equal(t, "pending", r.State)
 		require.Zero(t, r.Attempts)
 		require.Equal(t, "corr-1", r.Metadata[events.CorrelationIDKey])
 		require.Equal(t, "00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01", r.Metadata[events.TraceparentKey])

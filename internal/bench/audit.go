@@ -160,6 +160,7 @@ type auditLane struct {
 	pool     *pgxpool.Pool
 	drop     func()
 	f        *forwarder.Forwarder
+	reg      *prometheus.Registry // f's metrics
 	streams  []string
 	n        int
 	interval time.Duration
@@ -182,7 +183,8 @@ func newAuditLane(ctx context.Context, cfg AuditConfig, rdb *redis.Client, n int
 		drop()
 		return nil, err
 	}
-	l.f, err = forwarder.New(forwarder.Config{Pool: pool, Broker: broker, Registerer: prometheus.NewRegistry(), Logger: quietLogger(),
+	l.reg = prometheus.NewRegistry()
+	l.f, err = forwarder.New(forwarder.Config{Pool: pool, Broker: broker, Registerer: l.reg, Logger: quietLogger(),
 		AuditInterval: interval})
 	if err != nil {
 		drop()
@@ -241,12 +243,13 @@ func (l *auditLane) run(ctx context.Context, rdb *redis.Client, lose func() erro
 		cancel()
 		return <-done
 	}
-	// Every row marked: the broker has it (counted on the streams, the
-	// rows the audit trims once a consumer has them would be missed).
+	// Every row acknowledged by the broker, as the forwarder counts them
+	// (counted on the streams, the rows the audit trims once a consumer
+	// has them would be missed; the outbox's cursors tell it a lease tick
+	// late).
 	if err := waitFor(ctx, 10*time.Minute, func() (bool, error) {
-		var pending bool
-		err := l.pool.QueryRow(ctx, `SELECT EXISTS (SELECT 1 FROM outbox WHERE published_at IS NULL)`).Scan(&pending)
-		return !pending, err
+		n, err := forwarded(l.reg)
+		return n >= float64(l.n), err
 	}); err != nil {
 		return res, errors.Join(err, stopRun())
 	}

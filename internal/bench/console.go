@@ -86,8 +86,8 @@ func Console(ctx context.Context, cfg ConsoleConfig) error {
 	// every aggregate whose number is a multiple of the spacing below).
 	agg := consoleAggregateID(int64(cfg.Outbox/4/2) / deadSpacing(cfg) * deadSpacing(cfg))
 	var msgID string
-	if err := pool.QueryRow(ctx, `SELECT message_id::text FROM outbox WHERE aggregate_type = 'payment' AND aggregate_id = $1
-		AND published_at IS NOT NULL ORDER BY aggregate_version LIMIT 1`, agg).Scan(&msgID); err != nil {
+	if err := pool.QueryRow(ctx, `SELECT message_id::text FROM outbox o WHERE aggregate_type = 'payment' AND aggregate_id = $1
+		AND NOT EXISTS (SELECT 1 FROM outbox_failures f WHERE f.id = o.id) ORDER BY aggregate_version LIMIT 1`, agg).Scan(&msgID); err != nil {
 		return fmt.Errorf("pick a payment: %w", err)
 	}
 
@@ -273,7 +273,8 @@ func consoleAggregateID(g int64) string {
 func seedConsole(ctx context.Context, pool *pgxpool.Pool, cfg ConsoleConfig, out io.Writer) ([]console.Consumer, error) {
 	payments := cfg.Outbox / 4
 	published := payments * 4
-	// 99 in 100 payments are published; each of their events is processed
+	// 99 in 100 payments are handled (the others wait at their consumers);
+	// each of their events is processed
 	// by as many consumers as it takes to reach cfg.Processed rows.
 	handled := published / 100 * 99
 	nConsumers := max(1, min(30, (cfg.Processed+handled-1)/max(1, handled)))
@@ -300,27 +301,32 @@ func seedConsole(ctx context.Context, pool *pgxpool.Pool, cfg ConsoleConfig, out
 		END $$`},
 		{fmt.Sprintf("outbox: %d rows", published), fmt.Sprintf(`
 			INSERT INTO outbox (message_id, topic, aggregate_type, aggregate_id, aggregate_version, event_type,
-			                    payload, metadata, occurred_at, created_at, published_at, attempts, last_error, parked_at)
+			                    payload, metadata, occurred_at, created_at)
 			SELECT %s, 'payments', 'payment', %s, v,
 			       (ARRAY['payment.created','payment.paid','payment.refunded','payment.refunded'])[v],
 			       jsonb_build_object('amount', 1000 + p %% 5000, 'currency', 'EUR', 'merchant_id', 'm-' || (p %% 100)),
-			       '{"correlation_id":"bench"}'::jsonb, ts, ts,
-			       CASE WHEN p %% 100 = 99 THEN NULL ELSE ts + interval '50 ms' END,
-			       CASE WHEN p %% 1000 = 999 THEN 10 ELSE 0 END,
-			       CASE WHEN p %% 1000 = 999 THEN 'broker refused: message too large' END,
-			       CASE WHEN p %% 1000 = 999 AND v = 1 THEN ts + interval '1 minute' END
+			       '{"correlation_id":"bench"}'::jsonb, ts, ts
 			FROM generate_series(0, %d) p, generate_series(1, 4) v,
 			     LATERAL (SELECT now() - interval '14 days' + (p * 4 + v) * interval '1 ms' * (1209600000 / %d) AS ts) t`,
 			msg("(p * 4 + v - 1)"), agg("p"), payments-1, published)},
 		{fmt.Sprintf("outbox: a long-lived aggregate of %d events", consoleLongEvents), fmt.Sprintf(`
 			INSERT INTO outbox (message_id, topic, aggregate_type, aggregate_id, aggregate_version, event_type,
-			                    payload, metadata, occurred_at, created_at, published_at)
+			                    payload, metadata, occurred_at, created_at)
 			SELECT %s, 'payments', 'payment', '%s', v, 'payment.paid',
 			       jsonb_build_object('amount', 1000 + v %% 5000, 'currency', 'EUR'), '{"correlation_id":"bench"}'::jsonb,
-			       now() - interval '14 days' + v * interval '1 s', now() - interval '14 days' + v * interval '1 s',
-			       CASE WHEN v <= %d THEN now() - interval '14 days' + v * interval '1 s' + interval '50 ms' END
-			FROM generate_series(1, %d) v`,
-			consoleLongMessageSQL, consoleAggregateID(int64(payments)), consoleLongEvents-10, consoleLongEvents)},
+			       now() - interval '14 days' + v * interval '1 s', now() - interval '14 days' + v * interval '1 s'
+			FROM generate_series(1, %d) v ORDER BY v`,
+			consoleLongMessageSQL, consoleAggregateID(int64(payments)), consoleLongEvents)},
+		// Off the normal path, as the forwarder leaves them: 1 payment in
+		// 1000 has its first event parked and the others held behind it.
+		{"outbox_failures: parked and held rows", fmt.Sprintf(`
+			INSERT INTO outbox_failures (id, aggregate_type, aggregate_id, kind, attempts, last_error, parked_at)
+			SELECT o.id, o.aggregate_type, o.aggregate_id, CASE WHEN o.aggregate_version = 1 THEN 'failed' ELSE 'held' END,
+			       CASE WHEN o.aggregate_version = 1 THEN 10 ELSE 0 END,
+			       CASE WHEN o.aggregate_version = 1 THEN 'broker refused: message too large' END,
+			       CASE WHEN o.aggregate_version = 1 THEN o.created_at + interval '1 minute' END
+			FROM generate_series(999, %d, 1000) p JOIN outbox o ON o.aggregate_type = 'payment' AND o.aggregate_id = %s`,
+			payments-1, agg("p"))},
 		{fmt.Sprintf("processed_messages: %d rows (%d consumers)", min(cfg.Processed, handled*nConsumers), nConsumers), fmt.Sprintf(`
 			INSERT INTO processed_messages (message_id, consumer, processed_at)
 			SELECT %s, 'consumer-' || lpad(c::text, 2, '0'), now() - interval '14 days' + g * interval '1 ms'
@@ -350,14 +356,20 @@ func seedConsole(ctx context.Context, pool *pgxpool.Pool, cfg ConsoleConfig, out
 				RETURNING id)
 			INSERT INTO webhook_attempts (delivery_id, status_code, latency_ms) SELECT id, 204, 12.5 FROM d`,
 			msg("(p * 4 + 1)"), payments-1)},
-		{"outbox_partitions", `INSERT INTO outbox_partitions (partition, owner, lease_until, published_total)
-			SELECT g, 'forwarder-' || g, now() + interval '10 s', 1000 * g FROM generate_series(0, 3) g
-			ON CONFLICT (partition) DO UPDATE SET owner = EXCLUDED.owner, lease_until = EXCLUDED.lease_until`},
+		// Every row published but the long-lived aggregate's newest 10
+		// (the newest rows): the cursors just below them.
+		{"outbox_partitions", `INSERT INTO outbox_partitions (partition, owner, lease_until, published_total,
+			                                published_through, published_high, published_through_at)
+			SELECT g, 'forwarder-' || g, now() + interval '10 s', 1000 * g, c.id, c.id, now()
+			FROM generate_series(0, 3) g, (SELECT max(id) - 10 AS id FROM outbox) c
+			ON CONFLICT (partition) DO UPDATE SET owner = EXCLUDED.owner, lease_until = EXCLUDED.lease_until,
+			       published_through = EXCLUDED.published_through, published_high = EXCLUDED.published_high,
+			       published_through_at = EXCLUDED.published_through_at`},
 		{"rebuild processed_messages' indexes", `DO $$ BEGIN
 			EXECUTE 'ALTER TABLE processed_messages ADD CONSTRAINT processed_messages_pkey PRIMARY KEY (message_id, consumer)';
 			EXECUTE 'CREATE INDEX processed_messages_processed_at_idx ON processed_messages (processed_at)';
 		END $$`},
-		{"VACUUM ANALYZE the seeded tables", `VACUUM ANALYZE outbox, processed_messages, dead_letters, webhook_deliveries, webhook_attempts, outbox_partitions`},
+		{"VACUUM ANALYZE the seeded tables", `VACUUM ANALYZE outbox, outbox_failures, processed_messages, dead_letters, webhook_deliveries, webhook_attempts, outbox_partitions`},
 	}
 	conn, err := pool.Acquire(ctx)
 	if err != nil {

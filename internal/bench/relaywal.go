@@ -83,11 +83,7 @@ func RelayWAL(ctx context.Context, cfg RelayWALConfig) error {
 				rctx, cancel := context.WithCancel(ctx)
 				done := make(chan error, 1)
 				go func() { done <- f.Run(rctx) }()
-				err = waitFor(ctx, 10*time.Minute, func() (bool, error) {
-					var pending bool
-					err := pool.QueryRow(ctx, `SELECT EXISTS (SELECT 1 FROM outbox WHERE published_at IS NULL)`).Scan(&pending)
-					return !pending, err
-				})
+				err = waitFor(ctx, 10*time.Minute, func() (bool, error) { return outboxDrained(ctx, pool) })
 				cancel()
 				if err := errors.Join(err, <-done); err != nil {
 					return 0, err

@@ -163,7 +163,8 @@ func drainWith(ctx context.Context, cfg WaitConfig, rdb *redis.Client, waitRepli
 	if err != nil {
 		return 0, err
 	}
-	f, err := forwarder.New(forwarder.Config{Pool: pool, Broker: broker, Registerer: prometheus.NewRegistry(), Logger: quietLogger()})
+	reg := prometheus.NewRegistry()
+	f, err := forwarder.New(forwarder.Config{Pool: pool, Broker: broker, Registerer: reg, Logger: quietLogger()})
 	if err != nil {
 		return 0, err
 	}
@@ -174,13 +175,14 @@ func drainWith(ctx context.Context, cfg WaitConfig, rdb *redis.Client, waitRepli
 	go func() { done <- f.Run(rctx) }()
 	deadline := start.Add(10 * time.Minute)
 	for {
-		var left int
-		if err := pool.QueryRow(ctx, `SELECT count(*) FROM outbox WHERE published_at IS NULL`).Scan(&left); err != nil {
+		n, err := forwarded(reg)
+		if err != nil {
 			cancel()
 			<-done
 			return 0, err
 		}
-		if left == 0 {
+		left := cfg.Backlog - int(n)
+		if left <= 0 {
 			break
 		}
 		if time.Now().After(deadline) {

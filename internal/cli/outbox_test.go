@@ -24,17 +24,17 @@ func TestOutboxDiscardCommand(t *testing.T) {
 	parked := func(topic, agg string) int64 {
 		var id int64
 		require.NoError(t, s.Pool.QueryRow(ctx, `
-			INSERT INTO outbox (message_id, topic, aggregate_type, aggregate_id, aggregate_version, event_type, payload, occurred_at,
-			                    attempts, last_error, parked_at)
-			VALUES (gen_random_uuid(), $1, 'payment', $2, 1, 'payment.paid', '{}', now(), 5, 'broker said no', now()) RETURNING id`,
+			INSERT INTO outbox (message_id, topic, aggregate_type, aggregate_id, aggregate_version, event_type, payload, occurred_at)
+			VALUES (gen_random_uuid(), $1, 'payment', $2, 1, 'payment.paid', '{}', now()) RETURNING id`,
 			topic, agg).Scan(&id))
+		require.NoError(t, outflowtest.ParkRow(ctx, s.Pool, id, 5, "broker said no"))
 		return id
 	}
 	a, b := parked("payments", "a"), parked("refunds", "b")
 	state := func() string {
 		var st string
 		require.NoError(t, s.Pool.QueryRow(ctx, `SELECT string_agg(id || ':' || (parked_at IS NOT NULL) || ':' || (discarded_at IS NOT NULL), ',' ORDER BY id)
-			FROM outbox`).Scan(&st))
+			FROM outbox_state`).Scan(&st))
 		return st
 	}
 	before := state()
@@ -85,11 +85,12 @@ func TestOutboxParkedShowsDiscardedRows(t *testing.T) {
 	parked := func(agg, discardedAt string) int64 {
 		var id int64
 		require.NoError(t, s.Pool.QueryRow(ctx, `
-			INSERT INTO outbox (message_id, topic, aggregate_type, aggregate_id, aggregate_version, event_type, payload, occurred_at,
-			                    attempts, last_error, parked_at, discarded_at)
-			VALUES (gen_random_uuid(), 'payments', 'payment', $1, 1, 'payment.paid', '{}', now(), 1, 'broker said no', now(),
-			        nullif($2, '')::timestamptz) RETURNING id`,
-			agg, discardedAt).Scan(&id))
+			INSERT INTO outbox (message_id, topic, aggregate_type, aggregate_id, aggregate_version, event_type, payload, occurred_at)
+			VALUES (gen_random_uuid(), 'payments', 'payment', $1, 1, 'payment.paid', '{}', now()) RETURNING id`,
+			agg).Scan(&id))
+		require.NoError(t, outflowtest.ParkRow(ctx, s.Pool, id, 1, "broker said no"))
+		_, err := s.Pool.Exec(ctx, `UPDATE outbox_failures SET discarded_at = nullif($2, '')::timestamptz WHERE id = $1`, id, discardedAt)
+		require.NoError(t, err)
 		return id
 	}
 	plain := parked("a", "")

@@ -19,11 +19,11 @@ import (
 func seedReplay(t *testing.T, s *outflowtest.Schema) {
 	t.Helper()
 	_, err := s.Pool.Exec(context.Background(), `
-		INSERT INTO outbox (message_id, topic, aggregate_type, aggregate_id, aggregate_version, event_type, payload, occurred_at, published_at)
-		VALUES ('00000000-0000-0000-0000-000000000001', 'payments', 'payment', 'p1', 1, 'payment.created', '{}', '2026-01-01T00:00:00Z', now()),
-		       ('00000000-0000-0000-0000-000000000002', 'payments', 'payment', 'p1', 2, 'payment.paid', '{}', '2026-01-02T00:00:00Z', now()),
-		       ('00000000-0000-0000-0000-000000000003', 'payments', 'payment', 'p2', 1, 'payment.created', '{}', '2026-01-03T00:00:00Z', now()),
-		       ('00000000-0000-0000-0000-000000000004', 'other', 'payment', 'p2', 2, 'x.y', '{}', '2026-01-03T00:00:00Z', now());
+		INSERT INTO outbox (message_id, topic, aggregate_type, aggregate_id, aggregate_version, event_type, payload, occurred_at)
+		VALUES ('00000000-0000-0000-0000-000000000001', 'payments', 'payment', 'p1', 1, 'payment.created', '{}', '2026-01-01T00:00:00Z'),
+		       ('00000000-0000-0000-0000-000000000002', 'payments', 'payment', 'p1', 2, 'payment.paid', '{}', '2026-01-02T00:00:00Z'),
+		       ('00000000-0000-0000-0000-000000000003', 'payments', 'payment', 'p2', 1, 'payment.created', '{}', '2026-01-03T00:00:00Z'),
+		       ('00000000-0000-0000-0000-000000000004', 'other', 'payment', 'p2', 2, 'x.y', '{}', '2026-01-03T00:00:00Z');
 		INSERT INTO processed_messages (message_id, consumer)
 		SELECT message_id, c FROM outbox, unnest(ARRAY['sync-analytics', 'notify-merchant']) c;
 		INSERT INTO consumer_aggregate_versions (consumer, aggregate_type, aggregate_id, version)
@@ -32,6 +32,9 @@ func seedReplay(t *testing.T, s *outflowtest.Schema) {
 		VALUES ('sync-analytics', '00000000-0000-0000-0000-000000000002', 'payment.paid', 'payment', 'p1', 2, '', '{}', 'dead', 'handler failed');
 		INSERT INTO merchant_stats_daily (merchant_id, currency, day, paid_count) VALUES ('m1', 'EUR', '2026-01-02', 1), ('m2', 'EUR', '2026-01-02', 1);`)
 	require.NoError(t, err)
+	var last int64
+	require.NoError(t, s.Pool.QueryRow(context.Background(), `SELECT max(id) FROM outbox`).Scan(&last))
+	require.NoError(t, outflowtest.PublishThrough(context.Background(), s.Pool, last)) // published, as a forwarder records it
 }
 
 // replayState is every row a reset or a replay may touch, in one string.

@@ -162,7 +162,7 @@ func TestKilledWorkerLosesNothing(t *testing.T) {
 	outflowtest.WaitFor(t, 90*time.Second, "every event handled and every webhook delivered", func() bool {
 		var left int
 		require.NoError(t, s.Pool.QueryRow(ctx, `
-			SELECT (SELECT count(*) FROM outbox WHERE published_at IS NULL)
+			SELECT (SELECT count(*) FROM outbox_state WHERE NOT published)
 			     + (SELECT count(*) FROM webhook_deliveries WHERE status <> 'delivered')
 			     + (SELECT count(*) FROM dead_letters WHERE status IN ('retrying', 'held'))
 			     + (SELECT count(*) FROM outbox o WHERE (SELECT count(*) FROM processed_messages p WHERE p.message_id = o.message_id) < 2)`,

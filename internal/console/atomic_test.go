@@ -20,7 +20,7 @@ type rowsFixture func(t *testing.T, e *env) (changed string, args []any)
 
 func parkedFixture(t *testing.T, e *env) (string, []any) {
 	id := e.insertOutbox(t, "p1", 1, false, true)
-	return `SELECT count(*) FROM outbox WHERE id = $1 AND parked_at IS NULL`, []any{id}
+	return `SELECT count(*) FROM outbox_failures WHERE id = $1 AND parked_at IS NULL`, []any{id}
 }
 
 func deadFixture(t *testing.T, e *env) (string, []any) {
@@ -89,7 +89,7 @@ func TestActionWhoseClientGivesUpIsRecordedOrUndone(t *testing.T) {
 		setup rowsFixture
 	}{
 		{"retry a parked row, the record waits", "console_actions", "/parked/retry", parkedFixture},
-		{"retry a parked row, the action waits", "outbox", "/parked/retry", parkedFixture},
+		{"retry a parked row, the action waits", "outbox_failures", "/parked/retry", parkedFixture},
 		{"discard a dead letter, the record waits", "console_actions", "/dead/discard", deadFixture},
 		{"retry every dead letter, the record waits", "console_actions", "/dead/retry?all", deadFixture},
 	} {

@@ -75,7 +75,7 @@ func TestConsoleInBrowser(t *testing.T) {
 
 	// Overview: the numbers shown are the database's.
 	var parked, dead int
-	require.NoError(t, pool.QueryRow(bg, `SELECT count(*) FROM outbox WHERE parked_at IS NOT NULL`).Scan(&parked))
+	require.NoError(t, pool.QueryRow(bg, `SELECT count(*) FROM outbox_failures WHERE parked_at IS NOT NULL`).Scan(&parked))
 	require.NoError(t, pool.QueryRow(bg,
 		`SELECT count(*) FROM dead_letters WHERE consumer = 'ledger-export' AND status = 'dead'`).Scan(&dead))
 	require.Equal(t, strconv.Itoa(parked), text(t, ctx, "#outbox-parked"), "parked rows on the overview")
@@ -92,7 +92,7 @@ func TestConsoleInBrowser(t *testing.T) {
 
 	// The parked row: listed, retried through the confirmation step.
 	var rowID int64
-	require.NoError(t, pool.QueryRow(bg, `SELECT id FROM outbox WHERE aggregate_id = $1 AND parked_at IS NOT NULL`,
+	require.NoError(t, pool.QueryRow(bg, `SELECT id FROM outbox_failures WHERE aggregate_id = $1 AND parked_at IS NOT NULL`,
 		seed.parked).Scan(&rowID))
 	row := fmt.Sprintf("#parked-%d", rowID)
 	run(t, ctx, "open the parked rows", chromedp.Navigate(base+"/parked"), chromedp.WaitVisible(chromedp.CSS(row)))
@@ -112,7 +112,7 @@ func TestConsoleInBrowser(t *testing.T) {
 	// The forwarder publishes it; its journey shows when.
 	outflowtest.WaitFor(t, 30*time.Second, "the retried row published", func() bool {
 		var published bool
-		require.NoError(t, pool.QueryRow(bg, `SELECT published_at IS NOT NULL FROM outbox WHERE id = $1`, rowID).Scan(&published))
+		require.NoError(t, pool.QueryRow(bg, `SELECT published FROM outbox_state WHERE id = $1`, rowID).Scan(&published))
 		return published
 	})
 	event := fmt.Sprintf("#event-%d", rowID)
@@ -131,8 +131,8 @@ func TestConsoleInBrowser(t *testing.T) {
 		discardID  int64
 		discardMsg string
 	)
-	require.NoError(t, pool.QueryRow(bg, `SELECT id, message_id::text FROM outbox WHERE aggregate_id = $1 AND parked_at IS NOT NULL
-		AND event_type = 'payment.paid'`, seed.discard).Scan(&discardID, &discardMsg))
+	require.NoError(t, pool.QueryRow(bg, `SELECT o.id, o.message_id::text FROM outbox o JOIN outbox_failures f USING (id)
+		WHERE o.aggregate_id = $1 AND f.parked_at IS NOT NULL AND o.event_type = 'payment.paid'`, seed.discard).Scan(&discardID, &discardMsg))
 	row = fmt.Sprintf("#parked-%d", discardID)
 	run(t, ctx, "open the parked rows again", chromedp.Navigate(base+"/parked"), chromedp.WaitVisible(chromedp.CSS(row)),
 		chromedp.Click(chromedp.CSS(row+` input[name="id"]`)))
@@ -147,12 +147,12 @@ func TestConsoleInBrowser(t *testing.T) {
 	screenshot(t, ctx, dir, "06b-parked-discarded")
 	outflowtest.WaitFor(t, 30*time.Second, "the discarded row's marker published", func() bool {
 		var published bool
-		require.NoError(t, pool.QueryRow(bg, `SELECT published_at IS NOT NULL FROM outbox WHERE id = $1`, discardID).Scan(&published))
+		require.NoError(t, pool.QueryRow(bg, `SELECT published FROM outbox_state WHERE id = $1`, discardID).Scan(&published))
 		return published
 	})
-	var discarded bool
-	require.NoError(t, pool.QueryRow(bg, `SELECT discarded_at IS NOT NULL FROM outbox WHERE id = $1`, discardID).Scan(&discarded))
-	require.True(t, discarded, "published as its discard marker")
+	// (Published, the row left outbox_failures, and with it its
+	// discarded_at: since 00025 the outbox keeps none. That it went out as
+	// its marker shows below: taken in, the merchant not notified.)
 	outflowtest.WaitFor(t, 30*time.Second, "the marker taken in by the three consumers", func() bool {
 		var n int
 		require.NoError(t, pool.QueryRow(bg, `SELECT count(*) FROM processed_messages WHERE message_id = $1`, discardMsg).Scan(&n))

@@ -52,7 +52,7 @@ func (s *stack) seed(t *testing.T) seeded {
 	out.discard = toDiscard.ID
 	outflowtest.WaitFor(t, 30*time.Second, "the payment to discard forwarded", func() bool {
 		var n int
-		require.NoError(t, pool.QueryRow(ctx, `SELECT count(*) FROM outbox WHERE aggregate_id = $1 AND published_at IS NOT NULL`,
+		require.NoError(t, pool.QueryRow(ctx, `SELECT count(*) FROM outbox JOIN outbox_state s USING (id) WHERE aggregate_id = $1 AND s.published`,
 			out.discard).Scan(&n))
 		return n == 1
 	})
@@ -61,7 +61,7 @@ func (s *stack) seed(t *testing.T) seeded {
 
 	outflowtest.WaitFor(t, 30*time.Second, "a parked outbox row of each refused payment", func() bool {
 		var n int
-		require.NoError(t, pool.QueryRow(ctx, `SELECT count(DISTINCT aggregate_id) FROM outbox
+		require.NoError(t, pool.QueryRow(ctx, `SELECT count(DISTINCT aggregate_id) FROM outbox_failures
 			WHERE aggregate_id = ANY($1) AND parked_at IS NOT NULL`, []string{out.parked, out.discard}).Scan(&n))
 		return n == 2
 	})

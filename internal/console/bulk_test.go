@@ -138,7 +138,7 @@ func (e *env) actedOn(t *testing.T) map[string]string {
 	t.Helper()
 	rows, err := e.pool.Query(t.Context(), `
 		SELECT 'dead:' || id, status FROM dead_letters
-		UNION ALL SELECT 'outbox:' || id, concat_ws(',', parked_at IS NULL, discarded_at IS NULL, next_attempt_at) FROM outbox`)
+		UNION ALL SELECT 'outbox:' || id, concat_ws(',', parked_at IS NULL, discarded_at IS NULL, next_attempt_at) FROM outbox_state`)
 	require.NoError(t, err)
 	out, err := pgx.CollectRows(rows, func(r pgx.CollectableRow) (struct{ k, v string }, error) {
 		var kv struct{ k, v string }

@@ -123,17 +123,24 @@ func (e *env) exec(t *testing.T, q string, args ...any) {
 	require.NoError(t, err)
 }
 
-// insertOutbox adds an outbox row and returns its id.
+// insertOutbox adds an outbox row and returns its id. A published row
+// moves the partitions' cursors to it (every row below it reads published
+// too, but for those in outbox_failures: insert the pending ones after);
+// a parked one is parked in outbox_failures.
 func (e *env) insertOutbox(t *testing.T, aggID string, version int, published, parked bool) int64 {
 	t.Helper()
+	ctx := context.Background()
 	var id int64
-	require.NoError(t, e.pool.QueryRow(context.Background(), `
-		INSERT INTO outbox (message_id, topic, aggregate_type, aggregate_id, aggregate_version, event_type, payload, occurred_at,
-		                    published_at, parked_at, attempts, last_error)
-		VALUES (gen_random_uuid(), 'payments', 'payment', $1, $2, 'payment.paid', '{"amount":100}', now(),
-		        CASE WHEN $3 THEN now() END, CASE WHEN $4 THEN now() END, CASE WHEN $4 THEN 10 ELSE 0 END,
-		        CASE WHEN $4 THEN 'broker said no' END)
-		RETURNING id`, aggID, version, published, parked).Scan(&id))
+	require.NoError(t, e.pool.QueryRow(ctx, `
+		INSERT INTO outbox (message_id, topic, aggregate_type, aggregate_id, aggregate_version, event_type, payload, occurred_at)
+		VALUES (gen_random_uuid(), 'payments', 'payment', $1, $2, 'payment.paid', '{"amount":100}', now())
+		RETURNING id`, aggID, version).Scan(&id))
+	if published {
+		require.NoError(t, outflowtest.PublishThrough(ctx, e.pool, id))
+	}
+	if parked {
+		require.NoError(t, outflowtest.ParkRow(ctx, e.pool, id, 10, "broker said no"))
+	}
 	return id
 }
 
@@ -241,7 +248,7 @@ func TestCSRF(t *testing.T) {
 		}
 		res, _ := do(t, c, http.MethodPost, e.srv.URL+"/parked/retry", form)
 		require.Equal(t, http.StatusForbidden, res.StatusCode, name)
-		require.Equal(t, 1, e.count(t, `SELECT count(*) FROM outbox WHERE id = $1 AND parked_at IS NOT NULL`, id), name)
+		require.Equal(t, 1, e.count(t, `SELECT count(*) FROM outbox_failures WHERE id = $1 AND parked_at IS NOT NULL`, id), name)
 		require.Equal(t, 0, e.count(t, `SELECT count(*) FROM console_actions`), name)
 	}
 	res, _ := do(t, c, http.MethodPost, e.srv.URL+"/logout", url.Values{})
@@ -271,7 +278,7 @@ func TestExpiredAndMissingSession(t *testing.T) {
 	require.Equal(t, http.StatusSeeOther, res.StatusCode, "expired")
 	res, _ = do(t, c, http.MethodPost, e.srv.URL+"/parked/retry", url.Values{"csrf_token": {csrf}, "id": {strconv.FormatInt(id, 10)}, "confirm": {"yes"}})
 	require.Equal(t, http.StatusForbidden, res.StatusCode, "expired")
-	require.Equal(t, 1, e.count(t, `SELECT count(*) FROM outbox WHERE parked_at IS NOT NULL`))
+	require.Equal(t, 1, e.count(t, `SELECT count(*) FROM outbox_failures WHERE parked_at IS NOT NULL`))
 	require.Equal(t, 0, e.count(t, `SELECT count(*) FROM console_actions`))
 }
 

@@ -19,32 +19,23 @@ const (
 	qFindMessage = `SELECT aggregate_type, aggregate_id, aggregate_version, id FROM outbox WHERE message_id = $1`
 	// A page of an aggregate's events by keyset on (aggregate_version, id):
 	// $5 rows after ($3, $4) in that order (qEventsAfter) or before it in
-	// the reverse order (qEventsBefore). Published rows through
-	// outbox_aggregate_version_idx, whose key ends in (aggregate_version,
-	// id): a range scan that stops after $5 rows, however long the
-	// aggregate's history. Pending ones through outbox_pending_idx (the
-	// branches' predicates are the two indexes'), sorted: an aggregate has
-	// few. The merge sorts at most twice a page.
+	// the reverse order (qEventsBefore), through
+	// outbox_aggregate_version_idx (every row: published is no row state),
+	// whose key ends in (aggregate_version, id): a range scan that the
+	// Limit stops, however long the aggregate's history. Only then is each
+	// row of the page joined to its state (outboxStateJoin).
 	qEventsAfter = `
-		SELECT * FROM (
-			(SELECT ` + eventColumns + ` FROM outbox
-			 WHERE aggregate_type = $1 AND aggregate_id = $2 AND published_at IS NOT NULL AND (aggregate_version, id) > ($3, $4)
-			 ORDER BY aggregate_version, id LIMIT $5)
-			UNION ALL
-			(SELECT ` + eventColumns + ` FROM outbox
-			 WHERE aggregate_type = $1 AND aggregate_id = $2 AND published_at IS NULL AND (aggregate_version, id) > ($3, $4)
-			 ORDER BY aggregate_version, id LIMIT $5)
-		) o ORDER BY aggregate_version, id LIMIT $5`
+		SELECT ` + eventColumns + ` FROM (
+			SELECT * FROM outbox
+			WHERE aggregate_type = $1 AND aggregate_id = $2 AND (aggregate_version, id) > ($3, $4)
+			ORDER BY aggregate_version, id LIMIT $5
+		) o ` + outboxStateJoin + ` ORDER BY o.aggregate_version, o.id`
 	qEventsBefore = `
-		SELECT * FROM (
-			(SELECT ` + eventColumns + ` FROM outbox
-			 WHERE aggregate_type = $1 AND aggregate_id = $2 AND published_at IS NOT NULL AND (aggregate_version, id) < ($3, $4)
-			 ORDER BY aggregate_version DESC, id DESC LIMIT $5)
-			UNION ALL
-			(SELECT ` + eventColumns + ` FROM outbox
-			 WHERE aggregate_type = $1 AND aggregate_id = $2 AND published_at IS NULL AND (aggregate_version, id) < ($3, $4)
-			 ORDER BY aggregate_version DESC, id DESC LIMIT $5)
-		) o ORDER BY aggregate_version DESC, id DESC LIMIT $5`
+		SELECT ` + eventColumns + ` FROM (
+			SELECT * FROM outbox
+			WHERE aggregate_type = $1 AND aggregate_id = $2 AND (aggregate_version, id) < ($3, $4)
+			ORDER BY aggregate_version DESC, id DESC LIMIT $5
+		) o ` + outboxStateJoin + ` ORDER BY o.aggregate_version DESC, o.id DESC`
 	qProcessed = `
 		SELECT message_id::text, consumer, processed_at FROM processed_messages WHERE message_id = ANY($1::uuid[])`
 	qDeadOutcomes = `
@@ -67,8 +58,15 @@ type journeyEvent struct {
 	Attempts         int
 	LastError        string
 	CreatedAt        time.Time
-	PublishedAt      *time.Time
-	ParkedAt         *time.Time
+	// State is the row's state as the forwarder sees it (outbox_state):
+	// published, pending, failed, held, repair or parked.
+	State string
+	// Published tells the partition's cursor passed the row; PublishedBy
+	// is when that cursor last moved, an upper bound of the publish time
+	// (no row records its own), nil when not published.
+	Published   bool
+	PublishedBy *time.Time
+	ParkedAt    *time.Time
 	// DiscardedAt is when an operator discarded the row: what its
 	// consumers received (once published) is its discard marker.
 	DiscardedAt *time.Time
@@ -100,10 +98,29 @@ type attempt struct {
 	Error      string
 }
 
-// eventColumns are what a journey shows of an outbox row, in the order
-// scanEvent reads them.
-const eventColumns = `id, message_id::text, topic, event_type, aggregate_version, payload::text, metadata::text,
-			       attempts, coalesce(last_error, '') AS last_error, created_at, published_at, parked_at, discarded_at`
+// eventColumns are what a journey shows of an outbox row (o) and its state
+// (outboxStateJoin's f, p and s), in the order scanEvent reads them. The
+// outbox's own discarded_at is that of a row discarded before 00025
+// (outbox_failures has it since).
+const eventColumns = `o.id, o.message_id::text, o.topic, o.event_type, o.aggregate_version, o.payload::text, o.metadata::text,
+			       coalesce(f.attempts, 0), coalesce(f.last_error, ''), o.created_at, s.state, s.state = 'published',
+			       CASE WHEN s.state = 'published' THEN p.published_through_at END, f.parked_at,
+			       coalesce(f.discarded_at, o.discarded_at)`
+
+// outboxStateJoin joins each outbox row o of a page to its state as the
+// view outbox_state computes it: its row of outbox_failures (f, by primary
+// key), its partition's cursor (p, by primary key: the partition count is
+// read once) and the state s. Written out rather than a join to the view:
+// the planner may join the view whole (every outbox row) before the page.
+const outboxStateJoin = `
+		LEFT JOIN outbox_failures f ON f.id = o.id
+		CROSS JOIN (SELECT nullif(count(*), 0) AS n FROM outbox_partitions) n
+		LEFT JOIN outbox_partitions p ON p.partition = ((hashtextextended(o.aggregate_id, 0) % n.n) + n.n) % n.n
+		CROSS JOIN LATERAL (SELECT CASE
+			WHEN f.parked_at IS NOT NULL THEN 'parked'
+			WHEN f.id IS NOT NULL THEN f.kind
+			WHEN o.id <= p.published_through OR (o.id <= p.published_high AND o.transaction_id <> ALL(p.waiting_xids)) THEN 'published'
+			ELSE 'pending' END AS state) s`
 
 // journeyLead is how many events a lookup by message id shows before the
 // message, when it has that many: what led to it, such as the parked event
@@ -220,8 +237,8 @@ func (c *Console) journeyPage(w http.ResponseWriter, r *http.Request, s session)
 // message q names, journeyLead events before it; else the newest page,
 // which holds what is pending or parked (an aggregate's newest events; a
 // payment's whole journey). Each query goes through an index: the outbox's
-// message_id, outbox_aggregate_version_idx (published rows),
-// outbox_pending_idx (pending ones), the primary keys of
+// message_id, outbox_aggregate_version_idx (then each row's state by the
+// primary keys of outbox and outbox_failures), the primary keys of
 // processed_messages and dead_letters' (consumer, message_id), and
 // webhook_deliveries' message_id.
 func (c *Console) readJourney(ctx context.Context, q string, at *journeyPosition) (journey, error) {
@@ -350,7 +367,7 @@ func (c *Console) readJourney(ctx context.Context, q string, at *journeyPosition
 func scanEvent(r pgx.CollectableRow) (journeyEvent, error) {
 	var e journeyEvent
 	err := r.Scan(&e.ID, &e.MessageID, &e.Topic, &e.EventType, &e.AggregateVersion, &e.Payload, &e.Metadata,
-		&e.Attempts, &e.LastError, &e.CreatedAt, &e.PublishedAt, &e.ParkedAt, &e.DiscardedAt)
+		&e.Attempts, &e.LastError, &e.CreatedAt, &e.State, &e.Published, &e.PublishedBy, &e.ParkedAt, &e.DiscardedAt)
 	return e, err
 }
 

@@ -20,13 +20,17 @@ import (
 // same however deep it is.
 
 const (
-	// Parked rows are pending rows: through outbox_pending_idx. $3 is the
-	// topic filter, '' for every topic.
+	// Parked rows are in outbox_failures, the small table of the rows off
+	// the normal path: through its primary key, each joined to its outbox
+	// row by the outbox's (o.id > $1 too: whichever way the planner joins
+	// them, neither is read from its start). $3 is the topic filter, ''
+	// for every topic.
 	qParked = `
-		SELECT id, message_id::text, topic, event_type, aggregate_type, aggregate_id, aggregate_version,
-		       attempts, coalesce(last_error, ''), created_at, parked_at, discarded_at
-		FROM outbox WHERE published_at IS NULL AND parked_at IS NOT NULL AND id > $1 AND ($3 = '' OR topic = $3)
-		ORDER BY id LIMIT $2`
+		SELECT o.id, o.message_id::text, o.topic, o.event_type, o.aggregate_type, o.aggregate_id, o.aggregate_version,
+		       f.attempts, coalesce(f.last_error, ''), o.created_at, f.parked_at, f.discarded_at
+		FROM outbox_failures f JOIN outbox o ON o.id = f.id
+		WHERE f.parked_at IS NOT NULL AND f.id > $1 AND o.id > $1 AND ($3 = '' OR o.topic = $3)
+		ORDER BY f.id LIMIT $2`
 )
 
 // deadLettersQuery is the /dead list's query for a filter (consumer given
@@ -84,7 +88,7 @@ func afterParam(r *http.Request, name string) int64 {
 
 func (c *Console) readParked(ctx context.Context, topic string, after int64) (listPage[forwarder.ParkedRow], error) {
 	lp := listPage[forwarder.ParkedRow]{Topic: topic}
-	// Through outbox_pending_idx: parked rows are pending rows.
+	// Through outbox_failures' primary key (qParked).
 	rows, err := c.cfg.Pool.Query(ctx, qParked, after, c.cfg.PageSize+1, topic)
 	if err != nil {
 		return lp, fmt.Errorf("list parked rows: %w", err)

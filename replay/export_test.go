@@ -1,0 +1,4 @@
+package replay
+
+// PublishedCond is the condition that tells an outbox row o published.
+const PublishedCond = publishedCond
