@@ -31,12 +31,9 @@ type Stats struct {
 // from passing, not the history), with the oldest one's creation time. A row its partition's holder published since
 // its last lease tick still counts, for that long.
 const pendingSQL = `
-WITH s AS (SELECT first_id, base, count, lead(first_id) OVER (ORDER BY first_id) AS upto,
-                  first_id = min(first_id) OVER () AS oldest FROM outbox_partition_sets)
 SELECT count(*), min(o.created_at)
 FROM outbox o
-LEFT JOIN s ON (o.id >= s.first_id OR s.oldest) AND (s.upto IS NULL OR o.id < s.upto)
-LEFT JOIN outbox_partitions p ON p.partition = s.base + ((hashtextextended(o.aggregate_id, 0) % s.count) + s.count) % s.count
+LEFT JOIN outbox_partitions p ON p.partition = outbox_partition_of(o.id, o.aggregate_id)
 WHERE o.id > coalesce((SELECT min(published_through) FROM outbox_partitions), 0) AND o.id > coalesce(p.published_through, 0)
   AND NOT coalesce(o.id <= p.published_high AND o.transaction_id <> ALL(p.waiting_xids), false)
   AND NOT EXISTS (SELECT 1 FROM outbox_failures f WHERE f.id = o.id)`

@@ -314,15 +314,11 @@ func purgeDefault(ctx context.Context, pool interface {
 		}
 		if err == nil && acquired && exists {
 			err = tx.QueryRow(ctx, `
-				WITH ps AS (
-					SELECT first_id, base, count, lead(first_id) OVER (ORDER BY first_id) AS upto,
-					       first_id = min(first_id) OVER () AS oldest FROM outbox_partition_sets
-				), scan AS (
+				WITH scan AS (
 					SELECT id, aggregate_id, created_at FROM outbox_default WHERE id > $1 ORDER BY id LIMIT $2
 				), del AS (
-					DELETE FROM outbox_default o USING scan s, ps, outbox_partitions p
-					WHERE o.id = s.id AND (s.id >= ps.first_id OR ps.oldest) AND (ps.upto IS NULL OR s.id < ps.upto)
-					  AND p.partition = ps.base + ((hashtextextended(s.aggregate_id, 0) % ps.count) + ps.count) % ps.count
+					DELETE FROM outbox_default o USING scan s, outbox_partitions p
+					WHERE o.id = s.id AND p.partition = outbox_partition_of(s.id, s.aggregate_id)
 					  AND s.id <= p.published_through AND s.created_at < $3
 					  AND NOT EXISTS (SELECT 1 FROM outbox_failures f WHERE f.id = s.id)
 					RETURNING o.id

@@ -42,7 +42,9 @@ func PublishThrough(ctx context.Context, db Execer, id int64) error {
 	if _, err := db.Exec(ctx, `
 		WITH none AS (INSERT INTO outbox_partitions (partition, published_through, published_high, published_through_at)
 		              SELECT g, $1, $1, now() FROM generate_series(0, 15) g
-		              WHERE NOT EXISTS (SELECT 1 FROM outbox_partitions))
+		              WHERE NOT EXISTS (SELECT 1 FROM outbox_partitions)),
+		     sets AS (INSERT INTO outbox_partition_sets (first_id, base, count)
+		              SELECT 0, 0, 16 WHERE NOT EXISTS (SELECT 1 FROM outbox_partitions))
 		UPDATE outbox_partitions SET published_through = greatest(published_through, $1),
 		       published_high = greatest(published_high, $1), published_through_at = now()`, id); err != nil {
 		return fmt.Errorf("publish the outbox through %d: %w", id, err)
@@ -95,6 +97,9 @@ func SeedOutboxStates(ctx context.Context, db interface {
 		SELECT g, $1 + 10 * (g + 2), $1 + 70,
 		       ARRAY(SELECT DISTINCT transaction_id FROM outbox WHERE id > $1 + 50 AND id <= $1 + 60), now()
 		FROM generate_series(0, 3) g`, low); err != nil {
+		return fmt.Errorf("seed outbox states: %w", err)
+	}
+	if _, err := db.Exec(ctx, `INSERT INTO outbox_partition_sets (first_id, base, count) VALUES (0, 0, 4)`); err != nil {
 		return fmt.Errorf("seed outbox states: %w", err)
 	}
 	if _, err := db.Exec(ctx, `

@@ -22,7 +22,7 @@ func TestSeedOutboxStatesCoversEveryState(t *testing.T) {
 		SELECT count(*) FILTER (WHERE s.state = 'pending' AND o.id <= p.published_high),
 		       count(*) FILTER (WHERE s.state = 'published' AND o.id > p.published_through)
 		FROM outbox o JOIN outbox_state s USING (id)
-		JOIN outbox_partitions p ON p.partition = ((hashtextextended(o.aggregate_id, 0) % 4) + 4) % 4`).
+		JOIN outbox_partitions p ON p.partition = outbox_partition_of(o.id, o.aggregate_id)`).
 		Scan(&waitingPending, &highPublished))
 	require.Positive(t, waitingPending, "a row of a waiting transaction below published_high")
 	require.Positive(t, highPublished, "a row published by published_high")

@@ -62,10 +62,6 @@ func (f Filter) empty() bool {
 		f.Since.IsZero() && f.Until.IsZero()
 }
 
-// partitionCount is the outbox's partition count, NULL when no forwarder
-// ever ran: uncorrelated, PostgreSQL reads it once a query (an InitPlan).
-const partitionCount = `(SELECT nullif(count(*), 0) FROM outbox_partitions)`
-
 // publishedCond tells an outbox row o published, as the view outbox_state
 // says it: not in outbox_failures, and its partition's cursor past it
 // (published_through, or published_high but for the transactions in
@@ -78,7 +74,7 @@ const partitionCount = `(SELECT nullif(count(*), 0) FROM outbox_partitions)`
 // recorded its cursor (its lease tick) is not chosen yet.
 const publishedCond = `NOT EXISTS (SELECT 1 FROM outbox_failures f WHERE f.id = o.id)
 	AND EXISTS (SELECT 1 FROM outbox_partitions p
-		WHERE p.partition = ((hashtextextended(o.aggregate_id, 0) % ` + partitionCount + `) + ` + partitionCount + `) % ` + partitionCount + `
+		WHERE p.partition = outbox_partition_of(o.id, o.aggregate_id)
 		  AND (o.id <= p.published_through OR (o.id <= p.published_high AND o.transaction_id <> ALL(p.waiting_xids))))`
 
 // where renders f as a condition on the outbox (alias o) whose parameters

@@ -26,6 +26,7 @@ func TestResetReportsPurgedAggregates(t *testing.T) {
 		WITH last AS (SELECT max(id) AS id FROM outbox WHERE aggregate_id <> 'pending')
 		INSERT INTO outbox_partitions (partition, published_through, published_high, published_through_at)
 		SELECT 0, id, id, now() FROM last; -- one partition, published but for the pending row (the last)
+		INSERT INTO outbox_partition_sets (first_id, base, count) VALUES (0, 0, 1);
 		INSERT INTO consumer_aggregate_versions (consumer, aggregate_type, aggregate_id, version)
 		SELECT c, 'a', id, v FROM unnest(ARRAY['c1', 'c2']) c, (VALUES ('whole', 2), ('late', 4), ('gone', 4)) AS r (id, v)`)
 	require.NoError(t, err)

@@ -365,6 +365,7 @@ func seedConsole(ctx context.Context, pool *pgxpool.Pool, cfg ConsoleConfig, out
 			ON CONFLICT (partition) DO UPDATE SET owner = EXCLUDED.owner, lease_until = EXCLUDED.lease_until,
 			       published_through = EXCLUDED.published_through, published_high = EXCLUDED.published_high,
 			       published_through_at = EXCLUDED.published_through_at`},
+		{"outbox_partition_sets", `INSERT INTO outbox_partition_sets (first_id, base, count) VALUES (0, 0, 4) ON CONFLICT DO NOTHING`},
 		{"rebuild processed_messages' indexes", `DO $$ BEGIN
 			EXECUTE 'ALTER TABLE processed_messages ADD CONSTRAINT processed_messages_pkey PRIMARY KEY (message_id, consumer)';
 			EXECUTE 'CREATE INDEX processed_messages_processed_at_idx ON processed_messages (processed_at)';

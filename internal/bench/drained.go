@@ -43,5 +43,6 @@ func outboxDrained(ctx context.Context, pool *pgxpool.Pool) (bool, error) {
 // creates the forwarder's default 16 partitions, which the bench's
 // forwarders use: run on a schema no forwarder used yet.
 const publishThroughSQL = `
+	WITH sets AS (INSERT INTO outbox_partition_sets (first_id, base, count) VALUES (0, 0, 16))
 	INSERT INTO outbox_partitions (partition, published_through, published_high, published_through_at)
 	SELECT g, m.id, m.id, now() FROM generate_series(0, 15) g, (SELECT coalesce(max(id), 0) AS id FROM outbox) m`

@@ -260,6 +260,7 @@ func seedRetained(ctx context.Context, pool *pgxpool.Pool, topic string, retaine
 		}
 	}
 	if _, err := pool.Exec(ctx, `
+		WITH sets AS (INSERT INTO outbox_partition_sets (first_id, base, count) VALUES (0, 0, 16))
 		INSERT INTO outbox_partitions (partition, published_through, published_high)
 		SELECT g, coalesce(m, 0), coalesce(m, 0) FROM generate_series(0, 15) g, (SELECT max(id) AS m FROM outbox) x`); err != nil {
 		return fmt.Errorf("seed history: %w", err)

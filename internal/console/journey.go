@@ -109,13 +109,12 @@ const eventColumns = `o.id, o.message_id::text, o.topic, o.event_type, o.aggrega
 
 // outboxStateJoin joins each outbox row o of a page to its state as the
 // view outbox_state computes it: its row of outbox_failures (f, by primary
-// key), its partition's cursor (p, by primary key: the partition count is
-// read once) and the state s. Written out rather than a join to the view:
+// key), its partition's cursor (p, by primary key, its partition by
+// outbox_partition_of) and the state s. Written out rather than a join to the view:
 // the planner may join the view whole (every outbox row) before the page.
 const outboxStateJoin = `
 		LEFT JOIN outbox_failures f ON f.id = o.id
-		CROSS JOIN (SELECT nullif(count(*), 0) AS n FROM outbox_partitions) n
-		LEFT JOIN outbox_partitions p ON p.partition = ((hashtextextended(o.aggregate_id, 0) % n.n) + n.n) % n.n
+		LEFT JOIN outbox_partitions p ON p.partition = outbox_partition_of(o.id, o.aggregate_id)
 		CROSS JOIN LATERAL (SELECT CASE
 			WHEN f.parked_at IS NOT NULL THEN 'parked'
 			WHEN f.id IS NOT NULL THEN f.kind

@@ -33,6 +33,19 @@ CREATE TABLE outbox_partition_sets (
 INSERT INTO outbox_partition_sets (first_id, base, count)
 SELECT 0, 0, count(*) FROM outbox_partitions HAVING count(*) > 0;
 
+-- The lease partition of an outbox row, by its id and aggregate id: the one
+-- rule for the tools (the view below, the journey, replay, the stats); the
+-- claim writes it out for the active set. NULL before any forwarder ran.
+-- +goose StatementBegin
+CREATE FUNCTION outbox_partition_of(p_id bigint, p_aggregate_id text) RETURNS integer
+LANGUAGE sql STABLE AS $$
+    SELECT s.base + ((hashtextextended(p_aggregate_id, 0) % s.count) + s.count) % s.count
+    FROM outbox_partition_sets s
+    WHERE s.first_id <= greatest(p_id, (SELECT min(first_id) FROM outbox_partition_sets))
+    ORDER BY s.first_id DESC LIMIT 1
+$$;
+-- +goose StatementEnd
+
 -- The rows off the normal path, and only they, have per-row state here:
 --   failed: the broker refused it (attempts, last_error, next_attempt_at,
 --           parked_at once MaxAttempts were spent);
@@ -88,14 +101,12 @@ CREATE INDEX outbox_aggregate_version_idx ON outbox (aggregate_type, aggregate_i
 -- holder of its partition published since its last lease tick still reads
 -- pending for that long.
 CREATE VIEW outbox_state AS
-WITH s AS (SELECT first_id, base, count, lead(first_id) OVER (ORDER BY first_id) AS upto,
-                  first_id = min(first_id) OVER () AS oldest FROM outbox_partition_sets)
 SELECT o.id, st.state, st.state = 'published' AS published,
        CASE WHEN st.state = 'published' THEN p.published_through_at END AS published_by,
-       coalesce(f.attempts, 0) AS attempts, f.last_error, f.next_attempt_at, f.parked_at, f.discarded_at
+       coalesce(f.attempts, 0) AS attempts, f.last_error, f.next_attempt_at, f.parked_at,
+       coalesce(f.discarded_at, o.discarded_at) AS discarded_at
 FROM outbox o
-LEFT JOIN s ON (o.id >= s.first_id OR s.oldest) AND (s.upto IS NULL OR o.id < s.upto)
-LEFT JOIN outbox_partitions p ON p.partition = s.base + ((hashtextextended(o.aggregate_id, 0) % s.count) + s.count) % s.count
+LEFT JOIN outbox_partitions p ON p.partition = outbox_partition_of(o.id, o.aggregate_id)
 LEFT JOIN outbox_failures f ON f.id = o.id
 CROSS JOIN LATERAL (SELECT CASE
     WHEN f.parked_at IS NOT NULL THEN 'parked'
@@ -120,6 +131,7 @@ CREATE INDEX outbox_blocked_idx ON outbox (aggregate_type, aggregate_id, id)
     WHERE published_at IS NULL AND (parked_at IS NOT NULL OR next_attempt_at IS NOT NULL);
 CREATE INDEX outbox_pending_idx ON outbox (id) WHERE published_at IS NULL;
 DROP TABLE outbox_failures;
+DROP FUNCTION outbox_partition_of(bigint, text);
 DROP TABLE outbox_partition_sets;
 ALTER TABLE outbox_partitions DROP COLUMN published_through_at, DROP COLUMN waiting_xids, DROP COLUMN published_high,
     DROP COLUMN published_through;
