@@ -213,17 +213,30 @@ func (o outcome) String() string {
 	return [...]string{"applied", "duplicate", "stale", "gap", "held"}[o]
 }
 
-// claimSQL records the message and checks its version in one statement. The
-// upsert locks the aggregate's row for the transaction, so deliveries of one
-// aggregate serialize, and sets the new version only when the message
-// applies: a duplicate, a gap or a held message leaves it as it was, so a
-// batch can keep the statement's effects for the messages it does not
-// apply. An aggregate with an open dead letter below the message's version
-// applies nothing: its later events queue behind it. That check,
+// claimSQL checks the message's version and records it in one statement:
+// the aggregate's row in consumer_aggregate_versions is the consumer's only
+// bookkeeping. An aggregate has one event per version, so a message at the
+// stored version is a duplicate and one below it is stale, however old: no
+// row per message is needed to recognise a redelivery. The one case the
+// version cannot tell is a redelivery of a message parked for a retry (its
+// version may be exactly the next one): $7 (a delivery, not a retry) has
+// the statement look for the message's open dead letter by the
+// (consumer, message_id) key, a read that writes nothing.
+//
+// The upsert locks the aggregate's row for the transaction, so deliveries
+// of one aggregate serialize, and sets the new version only when the
+// message applies: a duplicate, a gap or a held message leaves it as it
+// was, so a batch can keep the statement's effects for the messages it does
+// not apply. An aggregate with an open dead letter below the message's
+// version applies nothing: its later events queue behind it. That check,
 // consumer_blocked, runs in the DO UPDATE, after the row lock is taken, and
 // takes a snapshot of its own (a volatile function does): a subquery of
 // this statement would read the snapshot taken before the wait for the
 // lock and miss a dead letter that the lock's previous holder committed.
+// (The parked-message read may miss a park committed during that wait: the
+// message then runs once more out of its backoff, and its parked row, at
+// or below the version by then, is settled as a duplicate: no second
+// effect.)
 // $8 says the message may be its aggregate's baseline: it applies whatever
 // its version when the consumer has applied nothing of the aggregate
 // (version 0), unless a reset made the consumer forget the aggregate
@@ -231,12 +244,15 @@ func (o outcome) String() string {
 // version 1, which the replay brings, and a later version taken as the
 // baseline would make the replayed ones stale. The statement returns
 // whether the aggregate is so marked; the outcome is read by classify.
+//
+// The row is updated in place: no indexed column changes, and the table's
+// fillfactor (migration 00026) leaves room on its page, so the update is
+// HOT and writes no index entry.
 const claimSQL = `
-WITH seen AS (
-    INSERT INTO processed_messages (message_id, consumer) SELECT $1, $2 WHERE $7
-    ON CONFLICT DO NOTHING RETURNING 1
-), fresh AS (
-    SELECT (SELECT count(*) FROM seen) > 0 OR NOT $7 AS f
+WITH fresh AS (
+    SELECT NOT ($7 AND EXISTS (
+        SELECT 1 FROM dead_letters d
+        WHERE d.consumer = $2 AND d.message_id = $1::uuid AND d.status IN ('retrying', 'dead', 'held'))) AS f
 ), v AS (
     INSERT INTO consumer_aggregate_versions AS c (consumer, aggregate_type, aggregate_id, version, prev_version)
     VALUES ($2, $3, $4, CASE WHEN (SELECT f FROM fresh) AND (($6 AND ($5 = 1 OR $8)) OR (NOT $6 AND $5 > 0))
@@ -396,9 +412,10 @@ type beginner interface {
 }
 
 // apply runs h on msg in a transaction with the bookkeeping, begun on db
-// with ctx; h gets hctx, the transaction in it. fresh says whether the message must be recorded in processed_messages
-// (false for a retry, whose row was written when it was parked); baseline
-// whether it may become its aggregate's baseline.
+// with ctx; h gets hctx, the transaction in it. fresh says whether the
+// message is a delivery, which is a duplicate if it is parked (false for a
+// retry, which runs the parked row itself); baseline whether it may become
+// its aggregate's baseline.
 func (c *Consumer) apply(ctx, hctx context.Context, db beginner, h message.HandlerFunc, msg *message.Message, env events.Envelope, fresh, baseline bool) ([]*message.Message, verdict, error) {
 	var (
 		out []*message.Message
@@ -417,10 +434,8 @@ func (c *Consumer) apply(ctx, hctx context.Context, db beginner, h message.Handl
 			return fmt.Errorf("idempotency: record message: %w", err)
 		}
 		switch o.outcome {
-		case duplicate, gap, held:
-			return errRollback
-		case stale:
-			return nil // keep the processed row: a stale message is done
+		case duplicate, stale, gap, held:
+			return errRollback // nothing to keep: the version row is as it was
 		}
 		var q pgx.Batch
 		msg.SetContext(withTx(hctx, tx, &q))
@@ -443,10 +458,12 @@ func (c *Consumer) apply(ctx, hctx context.Context, db beginner, h message.Handl
 var errRollback = errors.New("rollback")
 
 // classify reads the claim statement's result: whether the message was
-// new, and the aggregate's version before (prev) and after (stored) the
-// upsert, which equals the message's version only when it applied. A
-// message that the versions say would have applied and did not was
-// blocked by an open dead letter of its aggregate: it is held.
+// fresh (not a redelivery of a parked message), and the aggregate's version
+// before (prev) and after (stored) the upsert, which equals the message's
+// version only when it applied. A message that the versions say would have
+// applied and did not was blocked by an open dead letter of its aggregate:
+// it is held. One at the stored version that did not apply is the event
+// applied last, delivered again: a duplicate; one below it is stale.
 func classify(fresh, strict, baseline bool, prev, stored, version int64) outcome {
 	next := version > prev
 	if strict {
@@ -459,16 +476,19 @@ func classify(fresh, strict, baseline bool, prev, stored, version int64) outcome
 		return applied
 	case next:
 		return held
-	case version <= stored:
+	case version == stored:
+		return duplicate
+	case version < stored:
 		return stale
 	default:
 		return gap
 	}
 }
 
-// park stores the whole message in dead_letters with status, and marks it
-// processed for this consumer, in one transaction: from then on the message
-// lives in the database, not in the broker.
+// park stores the whole message in dead_letters with status, in one
+// transaction: from then on the message lives in the database, not in the
+// broker, and a redelivery of it finds its row (claimSQL) and is a
+// duplicate.
 func (c *Consumer) park(ctx context.Context, msg *message.Message, env events.Envelope, status, reason, errText string) error {
 	return pgx.BeginFunc(context.WithoutCancel(ctx), c.cfg.Pool, func(tx pgx.Tx) error {
 		return c.parkTx(ctx, tx, msg, env, status, reason, errText)
@@ -494,13 +514,6 @@ func (c *Consumer) parkTx(ctx context.Context, tx pgx.Tx, msg *message.Message, 
 		next = &t
 	}
 	ctx = context.WithoutCancel(ctx)
-	// processed_messages first, as the claim statement does: a batch of
-	// another instance that claimed the same message and parks it too
-	// takes the two rows in the same order, so the two cannot deadlock.
-	if _, err := tx.Exec(ctx, `INSERT INTO processed_messages (message_id, consumer) VALUES ($1, $2) ON CONFLICT DO NOTHING`,
-		env.MessageID, c.cfg.Consumer); err != nil {
-		return fmt.Errorf("idempotency: park message: %w", err)
-	}
 	if _, err := tx.Exec(ctx, `
 		INSERT INTO dead_letters (consumer, message_id, event_type, aggregate_type, aggregate_id, aggregate_version,
 		                          payload, metadata, status, reason, error, attempts, next_attempt_at)
