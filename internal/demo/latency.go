@@ -41,18 +41,24 @@ func (r *requestTimes) percentiles(qs ...float64) (ps []time.Duration, maxd time
 // pipelineLatencies measures each stage from the outbox row's created_at
 // (the command's transaction start) to the moment the row reached it, on
 // the database's clock at both ends, so no clock skew enters.
-// processed_at is the consumer's first processing: a redelivery finds
-// its row and leaves it alone, so duplicates do not flatter the figures.
+// A consumer keeps no row per message, only its aggregate's version and
+// when that row was last written (updated_at): sync-analytics is measured
+// on each aggregate's latest event, the one its version row stands at. A
+// redelivery of that event writes the row again, so a duplicate can only
+// lengthen the figure, never flatter it.
 const pipelineLatencies = `
-	WITH run AS (SELECT message_id, created_at, published_at FROM outbox WHERE created_at >= $1),
+	WITH run AS (SELECT message_id, aggregate_type, aggregate_id, aggregate_version, created_at, published_at
+	             FROM outbox WHERE created_at >= $1),
 	stage AS (
 		SELECT 'outbox row -> on the broker' AS name, 1 AS ord,
 		       extract(epoch FROM published_at - created_at) * 1000 AS ms
 		FROM run WHERE published_at IS NOT NULL
 		UNION ALL
 		SELECT 'outbox row -> sync-analytics applied', 2,
-		       extract(epoch FROM p.processed_at - run.created_at) * 1000
-		FROM run JOIN processed_messages p ON p.message_id = run.message_id AND p.consumer = 'sync-analytics'
+		       extract(epoch FROM v.updated_at - run.created_at) * 1000
+		FROM run JOIN consumer_aggregate_versions v ON v.consumer = 'sync-analytics'
+		     AND v.aggregate_type = run.aggregate_type AND v.aggregate_id = run.aggregate_id
+		     AND v.version = run.aggregate_version
 		UNION ALL
 		SELECT 'outbox row -> webhook delivered', 3,
 		       extract(epoch FROM w.delivered_at - run.created_at) * 1000
