@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"log/slog"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/ThreeDotsLabs/watermill/message"
@@ -179,6 +180,15 @@ type Consumer struct {
 
 	batch batcher
 
+	// wake ends Run's wait for its next round: a commit that left a held
+	// event due (its predecessor applied, the event not) sends to it, so
+	// the event does not wait for RetryPollInterval. Buffered: a send while
+	// a round runs is kept for the round after, never lost.
+	wake chan struct{}
+	// rounds counts the retry rounds run, for tests that must know Run is
+	// waiting.
+	rounds atomic.Int64
+
 	metrics *metrics
 }
 
@@ -192,7 +202,18 @@ func NewConsumer(cfg Config) (*Consumer, error) {
 	if err != nil {
 		return nil, err
 	}
-	return &Consumer{cfg: cfg, metrics: m}, nil
+	return &Consumer{cfg: cfg, metrics: m, wake: make(chan struct{}, 1)}, nil
+}
+
+// wakeRetries has Run start a round now. Call it after the commit that
+// made a parked event due, never before: a round woken earlier would read
+// the dead letters before the commit, find nothing due, and take the wake
+// with it.
+func (c *Consumer) wakeRetries() {
+	select {
+	case c.wake <- struct{}{}:
+	default: // a wake is pending: the round it starts reads after this commit
+	}
 }
 
 // Name returns the consumer's name.
@@ -318,7 +339,7 @@ func (c *Consumer) handleOne(h message.HandlerFunc, msg *message.Message, env ev
 	// handler's work, not the commit of what it already did. A handler that
 	// returns nil after its deadline has its effects committed, once.
 	start := time.Now()
-	out, v, err := c.apply(context.WithoutCancel(ctx), ctx, c.cfg.Pool, h, msg, env, true, c.mayBaseline(env))
+	out, v, err := c.apply(context.WithoutCancel(ctx), ctx, c.cfg.Pool, h, msg, env, true, c.mayBaseline(env), true)
 	o := v.outcome
 	switch {
 	case err != nil:
@@ -343,6 +364,10 @@ func (c *Consumer) handleOne(h message.HandlerFunc, msg *message.Message, env ev
 		return nil, nil
 	}
 	c.metrics.count(o, time.Since(start))
+	c.countHeld(v.chain)
+	if v.chain.leftDue {
+		c.wakeRetries()
+	}
 	return out, nil
 }
 
@@ -379,18 +404,28 @@ type verdict struct {
 	// and it has applied nothing since: it waits for its version 1 and
 	// takes no baseline (see endGap).
 	afterReset bool
+	// chain is what the held events right behind the message did, applied
+	// in its transaction (see applyHeld).
+	chain heldOutcome
 }
 
 // readClaim reads the result of what queueClaim queued.
 func (c *Consumer) readClaim(res pgx.BatchResults, env events.Envelope, baseline bool) (verdict, error) {
+	v, _, err := c.readClaimVersion(res, env, baseline)
+	return v, err
+}
+
+// readClaimVersion is readClaim that also returns the aggregate's version
+// after the claim.
+func (c *Consumer) readClaimVersion(res pgx.BatchResults, env events.Envelope, baseline bool) (verdict, int64, error) {
 	var (
 		isNew, reset bool
 		prev, stored int64
 	)
 	if err := res.QueryRow().Scan(&isNew, &prev, &stored, &reset); err != nil {
-		return verdict{}, err
+		return verdict{}, 0, err
 	}
-	return decide(isNew, c.cfg.Ordering == Strict, baseline, reset, prev, stored, env.AggregateVersion), nil
+	return decide(isNew, c.cfg.Ordering == Strict, baseline, reset, prev, stored, env.AggregateVersion), stored, nil
 }
 
 // decide reads the claim statement's result as classify does, reset
@@ -415,8 +450,9 @@ type beginner interface {
 // with ctx; h gets hctx, the transaction in it. fresh says whether the
 // message is a delivery, which is a duplicate if it is parked (false for a
 // retry, which runs the parked row itself); baseline whether it may become
-// its aggregate's baseline.
-func (c *Consumer) apply(ctx, hctx context.Context, db beginner, h message.HandlerFunc, msg *message.Message, env events.Envelope, fresh, baseline bool) ([]*message.Message, verdict, error) {
+// its aggregate's baseline; follow whether the held events right behind it
+// apply in its transaction once it applied (applyHeld).
+func (c *Consumer) apply(ctx, hctx context.Context, db beginner, h message.HandlerFunc, msg *message.Message, env events.Envelope, fresh, baseline, follow bool) ([]*message.Message, verdict, error) {
 	var (
 		out []*message.Message
 		o   verdict
@@ -424,9 +460,18 @@ func (c *Consumer) apply(ctx, hctx context.Context, db beginner, h message.Handl
 	err := pgx.BeginFunc(ctx, db, func(tx pgx.Tx) error {
 		var claim pgx.Batch
 		c.queueClaim(&claim, env, fresh, baseline)
+		if follow {
+			c.queueHeldBehind(&claim, env)
+		}
 		res := tx.SendBatch(ctx, &claim)
-		var err error
+		var (
+			err    error
+			behind []heldRow
+		)
 		o, err = c.readClaim(res, env, baseline)
+		if err == nil && follow {
+			behind, err = readHeldBehind(res)
+		}
 		if cerr := res.Close(); err == nil {
 			err = cerr
 		}
@@ -443,8 +488,18 @@ func (c *Consumer) apply(ctx, hctx context.Context, db beginner, h message.Handl
 		if out, err = h(msg); err != nil {
 			return err
 		}
-		return sendQueued(ctx, tx, &q)
+		if err := sendQueued(ctx, tx, &q); err != nil {
+			return err
+		}
+		if len(behind) == 0 {
+			return nil
+		}
+		o.chain, err = c.applyHeld(ctx, tx, h, behind, map[aggKey]int64{{env.AggregateType, env.AggregateID}: env.AggregateVersion})
+		return err
 	})
+	if err != nil {
+		o.chain = heldOutcome{}
+	}
 	if errors.Is(err, errRollback) {
 		err = nil
 	}
