@@ -244,16 +244,20 @@ func (o outcome) String() string {
 // the statement look for the message's open dead letter by the
 // (consumer, message_id) key, a read that writes nothing.
 //
-// The upsert locks the aggregate's row for the transaction, so deliveries
-// of one aggregate serialize, and sets the new version only when the
-// message applies: a duplicate, a gap or a held message leaves it as it
-// was, so a batch can keep the statement's effects for the messages it does
-// not apply. An aggregate with an open dead letter below the message's
-// version applies nothing: its later events queue behind it. That check,
-// consumer_blocked, runs in the DO UPDATE, after the row lock is taken, and
-// takes a snapshot of its own (a volatile function does): a subquery of
-// this statement would read the snapshot taken before the wait for the
-// lock and miss a dead letter that the lock's previous holder committed.
+// The update (or, for an aggregate's first message, the insert) locks the
+// aggregate's row for the transaction, so deliveries of one aggregate
+// serialize, and sets the new version only when the message applies: a
+// duplicate, a gap or a held message leaves it as it was, so a batch can
+// keep the statement's effects for the messages it does not apply. An
+// aggregate with an open dead letter below the message's version applies
+// nothing: its later events queue behind it. That check, consumer_blocked,
+// takes a snapshot of its own (a volatile function does) and is evaluated
+// again once the row lock is had: an UPDATE that waited for the row
+// re-evaluates its SET on the row the previous holder committed (every
+// claim writes the row, so a holder always leaves a new version), as the
+// ON CONFLICT's DO UPDATE evaluates it after taking the lock. A subquery of
+// this statement would read the snapshot taken before the wait and miss a
+// dead letter that the lock's previous holder committed.
 // (The parked-message read may miss a park committed during that wait: the
 // message then runs once more out of its backoff, and its parked row, at
 // or below the version by then, is settled as a duplicate: no second
@@ -274,21 +278,36 @@ WITH fresh AS (
     SELECT NOT ($7 AND EXISTS (
         SELECT 1 FROM dead_letters d
         WHERE d.consumer = $2 AND d.message_id = $1::uuid AND d.status IN ('retrying', 'dead', 'held'))) AS f
-), v AS (
+), u AS (
+    UPDATE consumer_aggregate_versions c SET ` + claimSet + `
+    WHERE c.consumer = $2 AND c.aggregate_type = $3 AND c.aggregate_id = $4
+    RETURNING c.prev_version, c.version, c.reset_at IS NOT NULL AS reset
+), i AS (
     INSERT INTO consumer_aggregate_versions AS c (consumer, aggregate_type, aggregate_id, version, prev_version)
-    VALUES ($2, $3, $4, CASE WHEN (SELECT f FROM fresh) AND (($6 AND ($5 = 1 OR $8)) OR (NOT $6 AND $5 > 0))
-                              AND NOT consumer_blocked($2, $3, $4, $5) THEN $5 ELSE 0 END, 0)
-    ON CONFLICT (consumer, aggregate_type, aggregate_id) DO UPDATE SET
+    SELECT $2, $3, $4, CASE WHEN (SELECT f FROM fresh) AND (($6 AND ($5 = 1 OR $8)) OR (NOT $6 AND $5 > 0))
+                             AND NOT consumer_blocked($2, $3, $4, $5) THEN $5 ELSE 0 END, 0
+    WHERE NOT EXISTS (SELECT 1 FROM u)
+    ON CONFLICT (consumer, aggregate_type, aggregate_id) DO UPDATE SET ` + claimSet + `
+    RETURNING c.prev_version, c.version, c.reset_at IS NOT NULL AS reset
+)
+SELECT (SELECT f FROM fresh), prev_version, version, reset FROM (SELECT * FROM u UNION ALL SELECT * FROM i) v`
+
+// claimSet is the claim's update of an aggregate's row c: the new version
+// when the message applies, the old one kept otherwise. The same in the
+// UPDATE and in the INSERT's ON CONFLICT, which only an aggregate's first
+// message reaches (its row inserted by a concurrent transaction after the
+// UPDATE's snapshot). The UPDATE comes first because a row that exists is
+// the common case: a plain UPDATE writes one heap-only tuple, where ON
+// CONFLICT DO UPDATE also writes a row-lock record before it (54 bytes of
+// WAL an event).
+const claimSet = `
         prev_version = c.version,
         version = CASE WHEN (SELECT f FROM fresh)
                             AND (($6 AND ($5 = c.version + 1 OR (c.version = 0 AND $8 AND c.reset_at IS NULL)))
                                  OR (NOT $6 AND $5 > c.version))
                             AND NOT consumer_blocked($2, $3, $4, $5)
                        THEN $5 ELSE c.version END,
-        updated_at = now()
-    RETURNING prev_version, version, reset_at IS NOT NULL AS reset
-)
-SELECT (SELECT f FROM fresh), prev_version, version, reset FROM v`
+        updated_at = now()`
 
 // Middleware is the Watermill handler middleware. One Consumer wraps one
 // handler. Messages handled concurrently (a subscriber that delivers a
