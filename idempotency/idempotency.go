@@ -164,7 +164,7 @@ func sendQueued(ctx context.Context, tx pgx.Tx, q *pgx.Batch) error {
 
 // Tx returns the transaction the consumer opened for the message being
 // handled. Write the handler's effects in it: they commit with the
-// message's processed_messages row, or not at all.
+// aggregate's new version, or not at all.
 func Tx(ctx context.Context) (pgx.Tx, bool) {
 	tx, ok := ctx.Value(txKey{}).(pgx.Tx)
 	return tx, ok
@@ -338,8 +338,7 @@ func (c *Consumer) Middleware(h message.HandlerFunc) message.HandlerFunc {
 // skippingDiscardMarkers runs h on every message but a discard marker (see
 // [events.EventTypeDiscarded]), which the operator chose to drop: for a
 // marker it does nothing. The marker still goes through the bookkeeping
-// like any event (recorded processed, its version applied in order, held
-// when early), which is what lets the aggregate's later events flow.
+// like any event (its version applied in order, held when early), which is what lets the aggregate's later events flow.
 func skippingDiscardMarkers(h message.HandlerFunc) message.HandlerFunc {
 	return func(msg *message.Message) ([]*message.Message, error) {
 		if events.IsDiscardMarker(msg) {
