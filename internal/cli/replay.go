@@ -295,8 +295,11 @@ first versions the outbox no longer holds are named: a replay cannot rebuild the
 			if err != nil {
 				return err
 			}
-			fmt.Fprintf(out, "%s forgot %s: %d processed message(s), %d aggregate version(s), %d open dead letter(s)\n",
-				target.Name, what, res.Processed, res.Versions, res.DeadLetters)
+			fmt.Fprintf(out, "%s forgot %s: %d aggregate version(s), %d open dead letter(s)", target.Name, what, res.Versions, res.DeadLetters)
+			if res.Processed > 0 { // rows consumers wrote before migration 00026; none since
+				fmt.Fprintf(out, ", %d processed_messages row(s) from before migration 00026", res.Processed)
+			}
+			fmt.Fprintln(out)
 			if res.Purged > 0 {
 				// Said now, not only when their gaps time out: the
 				// operator chose these aggregates and can still act.
