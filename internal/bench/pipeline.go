@@ -520,10 +520,15 @@ func steady(ctx context.Context, cfg PipelineConfig) (steadyResult, error) {
 	stopped := time.Now()
 	for count() < n {
 		if time.Since(stopped) > 5*time.Minute {
-			var parked string
+			var (
+				parked      string
+				unpublished int
+			)
 			_ = pool.QueryRow(ctx, `SELECT coalesce(string_agg(status || ' ' || reason || ': ' || n, ', '), 'none')
 				FROM (SELECT status, reason, count(*) n FROM dead_letters GROUP BY 1, 2) d`).Scan(&parked)
-			return steadyResult{}, fmt.Errorf("the consumer did not catch up: %d of %d events handled; dead letters: %s", count(), n, parked)
+			_ = pool.QueryRow(ctx, `SELECT count(*) FROM outbox WHERE published_at IS NULL`).Scan(&unpublished)
+			return steadyResult{}, fmt.Errorf("the consumer did not catch up: %d of %d events handled, %d not published; dead letters: %s",
+				count(), n, unpublished, parked)
 		}
 		time.Sleep(10 * time.Millisecond)
 	}
