@@ -1,10 +1,12 @@
 package idempotency
 
 import (
+	"cmp"
 	"context"
 	"encoding/json"
 	"errors"
 	"fmt"
+	"slices"
 	"time"
 
 	"github.com/ThreeDotsLabs/watermill/message"
@@ -53,7 +55,8 @@ d.consumer = $1
 
 // dueIDsSQL lists a round's rows, oldest first, without locking them, and
 // whether each is a retry of a handler that failed (status retrying).
-const dueIDsSQL = `SELECT d.id, d.status = 'retrying' FROM dead_letters d WHERE ` + dueWhere + ` ORDER BY d.id LIMIT $2`
+const dueIDsSQL = `SELECT d.id, d.status = 'retrying', d.aggregate_type, d.aggregate_id, d.aggregate_version
+FROM dead_letters d WHERE ` + dueWhere + ` ORDER BY d.id LIMIT $2`
 
 // lockDueSQL takes one row of the round if it is still due and no other
 // process holds it.
@@ -121,17 +124,26 @@ func (c *Consumer) retryRound(ctx context.Context) (int, error) {
 		return 0, fmt.Errorf("due dead letters: %w", err)
 	}
 	type due struct {
-		id    int64
-		alone bool
+		id      int64
+		alone   bool
+		agg     aggKey
+		version int64
 	}
 	dues, err := pgx.CollectRows(rows, func(r pgx.CollectableRow) (due, error) {
 		var d due
-		err := r.Scan(&d.id, &d.alone)
+		err := r.Scan(&d.id, &d.alone, &d.agg.typ, &d.agg.id, &d.version)
 		return d, err
 	})
 	if err != nil {
 		return 0, fmt.Errorf("due dead letters: %w", err)
 	}
+	// The rows that run together, in aggregate and version order: the
+	// order in which a batch of the Middleware locks its aggregates' rows,
+	// so that the round's transaction, which holds the rows it applied
+	// until it commits, and a batch never wait for each other in a cycle.
+	slices.SortStableFunc(dues, func(a, b due) int {
+		return cmp.Or(cmp.Compare(a.agg.typ, b.agg.typ), cmp.Compare(a.agg.id, b.agg.id), cmp.Compare(a.version, b.version))
+	})
 	var together, alone []int64
 	for _, d := range dues {
 		if d.alone {
@@ -142,8 +154,13 @@ func (c *Consumer) retryRound(ctx context.Context) (int, error) {
 	}
 	settled := 0
 	var errs []error
-	if len(together) > 0 && ctx.Err() == nil {
-		n, err := c.retryTogether(ctx, recovering(h), together)
+	// A transaction holds the version rows it applied until it commits:
+	// at most MaxBatch rows in one, as a batch of the Middleware.
+	for chunk := range slices.Chunk(together, c.cfg.MaxBatch) {
+		if ctx.Err() != nil {
+			break
+		}
+		n, err := c.retryTogether(ctx, recovering(h), chunk)
 		settled += n
 		if err != nil {
 			errs = append(errs, err)
