@@ -105,10 +105,10 @@ func Pipeline(ctx context.Context, cfg PipelineConfig) error {
 		return fmt.Errorf("steady run: %w", err)
 	}
 	fmt.Fprintf(out, "steady: offered %d events/s for %s (%d producers, %d events per transaction): committed %.0f/s, handled %.0f/s (%.2fx) while producing;\n"+
-		"  lag when the producers stopped: %d events, all handled %.2fs later (%.0f events/s); commit-to-handled latency p50 %.1f ms, p99 %.1f ms, max %.1f ms\n"+
+		"  lag when the producers stopped: %d events (%d of them not yet published), all handled %.2fs later (%.0f events/s); commit-to-handled latency p50 %.1f ms, p99 %.1f ms, max %.1f ms\n"+
 		"  outcomes: %s; projection checked: every paid event counted once\n\n",
 		cfg.Rate, cfg.Duration, cfg.Producers, max(cfg.PerTx, 1), s.committedRate, s.handledWhileProducing, s.handledWhileProducing/s.committedRate,
-		s.lagAtStop, s.catchUp.Seconds(), catchUpRate(s), s.p50, s.p99, s.max, s.outcomes)
+		s.lagAtStop, s.unpublishedAtStop, s.catchUp.Seconds(), catchUpRate(s), s.p50, s.p99, s.max, s.outcomes)
 	return nil
 }
 
@@ -304,9 +304,12 @@ type steadyResult struct {
 	// producers ran: what has to keep up with committedRate.
 	handledWhileProducing float64
 	lagAtStop             int
-	catchUp               time.Duration
-	p50, p99, max         float64
-	outcomes              string
+	// unpublishedAtStop is the part of the lag still in the outbox, not yet
+	// on the broker: the forwarder's share, not the consumer's.
+	unpublishedAtStop int
+	catchUp           time.Duration
+	p50, p99, max     float64
+	outcomes          string
 }
 
 // catchUpRate is how fast the lag left at the producers' stop was handled.
@@ -515,7 +518,11 @@ func steady(ctx context.Context, cfg PipelineConfig) (steadyResult, error) {
 	}
 	n := int(ok.Load())
 	atStop := count()
-	res := steadyResult{committedRate: float64(n) / produced.Seconds(), lagAtStop: n - atStop,
+	var unpublished int
+	if err := pool.QueryRow(ctx, `SELECT count(*) FROM outbox WHERE published_at IS NULL`).Scan(&unpublished); err != nil {
+		return steadyResult{}, err
+	}
+	res := steadyResult{committedRate: float64(n) / produced.Seconds(), lagAtStop: n - atStop, unpublishedAtStop: unpublished,
 		handledWhileProducing: float64(atStop) / produced.Seconds()}
 	stopped := time.Now()
 	for count() < n {
