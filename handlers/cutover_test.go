@@ -75,7 +75,8 @@ func TestLiveCutoverRedisToNATS(t *testing.T) {
 		var left int
 		require.NoError(t, p.schema.Pool.QueryRow(ctx, `
 			SELECT count(*) FROM outbox o WHERE o.id <= $1 AND (
-			    (SELECT count(*) FROM processed_messages pm WHERE pm.message_id = o.message_id) < 3
+			    (SELECT count(*) FROM consumer_aggregate_versions v WHERE v.aggregate_type = o.aggregate_type
+			        AND v.aggregate_id = o.aggregate_id AND v.version >= o.aggregate_version) < 3
 			    OR EXISTS (SELECT 1 FROM dead_letters d WHERE d.message_id = o.message_id AND d.status IN ('retrying', 'dead', 'held')))`,
 			maxID).Scan(&left))
 		return left == 0

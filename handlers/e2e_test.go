@@ -374,7 +374,7 @@ func exactlyOnce(t *testing.T, p *pipeline) {
 	go func() { firstDone <- first.Run(ctx) }()
 	outflowtest.WaitFor(t, 30*time.Second, "the first worker to handle some events", func() bool {
 		var n int
-		require.NoError(t, p.schema.Pool.QueryRow(context.Background(), `SELECT count(*) FROM processed_messages WHERE consumer = 'sync-analytics'`).Scan(&n))
+		require.NoError(t, p.schema.Pool.QueryRow(context.Background(), `SELECT count(*) FROM consumer_aggregate_versions WHERE consumer = 'sync-analytics' AND version > 0`).Scan(&n))
 		return n > 0
 	})
 	stop()

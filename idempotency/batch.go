@@ -132,13 +132,15 @@ func recovering(h message.HandlerFunc) message.HandlerFunc {
 }
 
 // applyBatch runs batch in one transaction: every message's bookkeeping in
-// one pipelined round trip, then the handlers of the messages that apply,
-// then held messages parked and the handlers' queued statements sent in one
-// more round trip, then one commit. Messages are taken in
-// aggregate and version order, so that two versions of one aggregate in the
-// batch apply in order and concurrent batches lock aggregates in the same
-// order. Any error rolls everything back and is returned; nothing has
-// happened then.
+// one pipelined round trip, with the read of the events held behind the
+// batch's aggregates; then the handlers of the messages that apply and
+// their queued statements; then the held events right behind them
+// (applyHeld), so that an event that arrived before its predecessor applies
+// with it rather than in a retry of its own; then the batch's own early
+// messages parked; then one commit. Messages are taken in aggregate and
+// version order, so that two versions of one aggregate in the batch apply
+// in order and concurrent batches lock aggregates in the same order. Any
+// error rolls everything back and is returned; nothing has happened then.
 func (c *Consumer) applyBatch(h message.HandlerFunc, batch []*pending) error {
 	slices.SortStableFunc(batch, func(a, b *pending) int {
 		return cmp.Or(cmp.Compare(a.env.AggregateType, b.env.AggregateType),
@@ -150,43 +152,77 @@ func (c *Consumer) applyBatch(h message.HandlerFunc, batch []*pending) error {
 	ctx := context.WithoutCancel(batch[0].msg.Context())
 	start := time.Now()
 	outcomes := make([]outcome, len(batch))
+	var (
+		chain heldOutcome
+		// dueParked: a message of the batch parked as early although the
+		// held events applied here made it next: Run must not wait.
+		dueParked bool
+	)
 	err := pgx.BeginFunc(ctx, c.cfg.Pool, func(tx pgx.Tx) error {
+		chain, dueParked = heldOutcome{}, false
 		var q pgx.Batch
-		for _, p := range batch {
-			c.queueClaim(&q, p.env, true, c.mayBaseline(p.env))
-		}
-		res := tx.SendBatch(ctx, &q)
+		envs := make([]events.Envelope, len(batch))
 		for i, p := range batch {
-			o, err := c.readClaim(res, p.env, c.mayBaseline(p.env))
+			c.queueClaim(&q, p.env, true, c.mayBaseline(p.env))
+			envs[i] = p.env
+		}
+		c.queueHeldBehind(&q, envs...)
+		res := tx.SendBatch(ctx, &q)
+		// at is each aggregate's version once the batch's messages are
+		// in: the claims are read in version order, the last one stands.
+		at := make(map[aggKey]int64, len(batch))
+		for i, p := range batch {
+			v, stored, err := c.readClaimVersion(res, p.env, c.mayBaseline(p.env))
 			if err != nil {
 				_ = res.Close()
 				return fmt.Errorf("idempotency: record batch: %w", err)
 			}
-			outcomes[i] = o.outcome
+			outcomes[i] = v.outcome
+			at[aggKey{p.env.AggregateType, p.env.AggregateID}] = stored
 		}
-		if err := res.Close(); err != nil {
+		behind, err := readHeldBehind(res)
+		if cerr := res.Close(); err == nil {
+			err = cerr
+		}
+		if err != nil {
 			return fmt.Errorf("idempotency: record batch: %w", err)
 		}
 		var queued pgx.Batch
 		for i, p := range batch {
-			switch outcomes[i] {
-			case applied:
-				mctx := p.msg.Context()
-				p.msg.SetContext(withTx(mctx, tx, &queued))
-				out, err := h(p.msg)
-				p.msg.SetContext(mctx)
-				if err != nil {
-					return fmt.Errorf("message %s: %w", p.env.MessageID, err)
-				}
-				p.out = out
-			case gap, held:
-				reason, text := holdReason(outcomes[i], p.env)
+			if outcomes[i] != applied {
+				continue
+			}
+			mctx := p.msg.Context()
+			p.msg.SetContext(withTx(mctx, tx, &queued))
+			out, err := h(p.msg)
+			p.msg.SetContext(mctx)
+			if err != nil {
+				return fmt.Errorf("message %s: %w", p.env.MessageID, err)
+			}
+			p.out = out
+		}
+		// Before the held events: their handlers may read what these
+		// statements write.
+		if err := sendQueued(ctx, tx, &queued); err != nil {
+			return err
+		}
+		if len(behind) > 0 {
+			if chain, err = c.applyHeld(ctx, tx, h, behind, at); err != nil {
+				return err
+			}
+		}
+		for i, p := range batch {
+			if o := outcomes[i]; o == gap || o == held {
+				reason, text := holdReason(o, p.env)
 				if err := c.parkTx(ctx, tx, p.msg, p.env, "held", reason, text); err != nil {
 					return err
 				}
+				if at[aggKey{p.env.AggregateType, p.env.AggregateID}] == p.env.AggregateVersion-1 {
+					dueParked = true
+				}
 			}
 		}
-		return sendQueued(ctx, tx, &queued)
+		return nil
 	})
 	if err != nil {
 		for _, p := range batch {
@@ -194,6 +230,10 @@ func (c *Consumer) applyBatch(h message.HandlerFunc, batch []*pending) error {
 		}
 		return err
 	}
+	if chain.leftDue || dueParked {
+		c.wakeRetries()
+	}
+	c.countHeld(chain)
 	took := time.Since(start)
 	for i, p := range batch {
 		c.metrics.count(outcomes[i], took)

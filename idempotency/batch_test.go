@@ -309,3 +309,123 @@ func TestBatchedDuplicateOfAParkedMessageMovesNothing(t *testing.T) {
 	_, applied := r.balance("a")
 	require.Equal(t, []int64{1, 2}, applied)
 }
+
+// version reads the consumer's version of account's aggregate.
+func (r *batchRig) version(t *testing.T, account string) int64 {
+	t.Helper()
+	var v int64
+	require.NoError(t, r.schema.Pool.QueryRow(context.Background(),
+		`SELECT version FROM consumer_aggregate_versions WHERE consumer = 'balances' AND aggregate_id = $1`, account).Scan(&v))
+	return v
+}
+
+// Held events right behind a predecessor apply in the predecessor's own
+// transaction, with no retry loop running: alone (a message of its own)
+// and in a shared batch.
+func TestHeldEventAppliesWithItsPredecessor(t *testing.T) {
+	t.Parallel()
+	for _, batched := range []bool{false, true} {
+		t.Run(fmt.Sprintf("batched %t", batched), func(t *testing.T) {
+			t.Parallel()
+			r := newBatchRig(t, idempotency.Config{RetryPollInterval: time.Hour, GapRetryDelay: time.Hour, GapTimeout: 2 * time.Hour})
+			a2, a3, a5 := msgFor(t, "a", 2), msgFor(t, "a", 3), msgFor(t, "a", 5)
+			for _, m := range []*message.Message{a3, a2, a5} { // early: held
+				_, err := r.h(m)
+				require.NoError(t, err)
+			}
+			require.Equal(t, 3, r.open())
+			a1 := msgFor(t, "a", 1)
+			if batched {
+				r.sendQueued(t, a1, msgFor(t, "b", 1))
+			} else {
+				_, err := r.h(a1)
+				require.NoError(t, err)
+			}
+			_, applied := r.balance("a")
+			require.Equal(t, []int64{1, 2, 3}, applied, "v2 and v3 applied behind v1; v5 still waits for v4")
+			require.EqualValues(t, 3, r.version(t, "a"))
+			require.Len(t, r.transactions(a1.UUID, a2.UUID, a3.UUID), 1, "in v1's transaction")
+			require.Equal(t, "resolved", r.status(a2))
+			require.Equal(t, "resolved", r.status(a3))
+			require.Equal(t, "held", r.status(a5))
+			require.Equal(t, 1, r.open())
+		})
+	}
+}
+
+// A retry round applies its due held events in one transaction, and the
+// events held right behind them too; a row whose handler failed before
+// runs alone, in a transaction of its own, one attempt per round.
+func TestRetryRoundAppliesHeldEventsTogether(t *testing.T) {
+	t.Parallel()
+	r := newBatchRig(t, idempotency.Config{RetryPollInterval: time.Hour, GapRetryDelay: time.Hour, GapTimeout: 2 * time.Hour,
+		RetryBackoff: time.Hour, RetryBackoffMax: time.Hour})
+	ctx := context.Background()
+	var held []*message.Message
+	for _, acct := range []string{"a", "b", "c"} {
+		m := msgFor(t, acct, 2)
+		held = append(held, m)
+		_, err := r.h(m)
+		require.NoError(t, err)
+	}
+	a3 := msgFor(t, "a", 3)
+	_, err := r.h(a3)
+	require.NoError(t, err)
+	r.mu.Lock()
+	r.failAcct = "d"
+	r.mu.Unlock()
+	d1 := msgFor(t, "d", 1)
+	_, err = r.h(d1) // fails: retrying, due in an hour
+	require.NoError(t, err)
+	require.Equal(t, "retrying", r.status(d1))
+	// The predecessors applied elsewhere (a worker of another process, say):
+	// the held events are due, and no transaction of this one applied them.
+	_, err = r.schema.Pool.Exec(ctx, `
+		INSERT INTO consumer_aggregate_versions (consumer, aggregate_type, aggregate_id, version)
+		SELECT 'balances', 'account', a, 1 FROM unnest(ARRAY['a', 'b', 'c']) a`)
+	require.NoError(t, err)
+	_, err = r.schema.Pool.Exec(ctx, `UPDATE dead_letters SET next_attempt_at = now() WHERE message_id = $1`, d1.UUID)
+	require.NoError(t, err)
+
+	n, err := r.consumer.RetryRound(ctx)
+	require.NoError(t, err)
+	require.Equal(t, 3, n, "the three due held events; v3 applied behind a's v2; d's v1 failed again")
+	for _, m := range held {
+		require.Equal(t, "resolved", r.status(m))
+	}
+	require.Equal(t, "resolved", r.status(a3), "held right behind a's v2: applied with it")
+	ids := []string{a3.UUID}
+	for _, m := range held {
+		ids = append(ids, m.UUID)
+	}
+	require.Len(t, r.transactions(ids...), 1, "one transaction for the round's held events")
+	dtx := r.transactions(d1.UUID)
+	require.Len(t, dtx, 1)
+	for tx := range dtx {
+		require.NotContains(t, r.transactions(ids...), tx, "the failing row ran alone")
+	}
+	var attempts int
+	require.NoError(t, r.schema.Pool.QueryRow(ctx, `SELECT attempts FROM dead_letters WHERE message_id = $1`, d1.UUID).Scan(&attempts))
+	require.Equal(t, 2, attempts, "one attempt in the round")
+	require.Equal(t, "retrying", r.status(d1))
+}
+
+// Run waits RetryPollInterval (an hour here) between rounds, unless a
+// commit makes a parked event due: a batch applies v1 and, behind it, the
+// held v2, and parks its own v3, which arrived early but is next now. The
+// batch wakes Run, which applies v3 at once.
+func TestRunWokenWhenAPredecessorApplies(t *testing.T) {
+	t.Parallel()
+	r := newBatchRig(t, idempotency.Config{RetryPollInterval: time.Hour, GapRetryDelay: time.Hour, GapTimeout: 2 * time.Hour})
+	a2, a3 := msgFor(t, "a", 2), msgFor(t, "a", 3)
+	_, err := r.h(a2)
+	require.NoError(t, err)
+	r.run(t, r.consumer)
+	outflowtest.WaitFor(t, 5*time.Second, "Run's first round done: it waits for its next", func() bool { return r.consumer.Rounds() >= 1 })
+	require.Equal(t, "held", r.status(a2))
+
+	r.sendQueued(t, msgFor(t, "a", 1), a3)
+	outflowtest.WaitFor(t, 5*time.Second, "v3 applied by the woken Run", func() bool { return r.status(a3) == "resolved" })
+	_, applied := r.balance("a")
+	require.Equal(t, []int64{1, 2, 3}, applied)
+}

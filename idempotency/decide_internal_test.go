@@ -25,6 +25,8 @@ func TestDecide(t *testing.T) {
 	}{
 		{name: "next version", fresh: true, prev: 1, stored: 2, version: 2, want: applied},
 		{name: "duplicate", prev: 2, stored: 2, version: 2, want: duplicate},
+		{name: "duplicate: the version applied last", fresh: true, prev: 2, stored: 2, version: 2, want: duplicate},
+		{name: "duplicate: the version applied last, latest wins", fresh: true, latestWins: true, prev: 2, stored: 2, version: 2, want: duplicate},
 		{name: "older version", fresh: true, prev: 3, stored: 3, version: 2, want: stale},
 		{name: "early version", fresh: true, prev: 1, stored: 1, version: 3, want: gap},
 		{name: "next version behind a dead letter", fresh: true, prev: 1, stored: 1, version: 2, want: held},

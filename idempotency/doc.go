@@ -3,27 +3,40 @@
 // aggregate's events are applied in version order.
 //
 // [Middleware] opens a transaction in the consumer's database for every
-// message and, in one statement, records (message_id, consumer) in
-// processed_messages and checks the message's aggregate_version against the
-// last one this consumer applied for that aggregate, whose row in
-// consumer_aggregate_versions it locks for the transaction. The handler
-// then runs with that transaction in its context ([Tx]) and writes its own
-// effects in it; the transaction commits before the message is
-// acknowledged. So:
+// message and, in one statement, checks the message's aggregate_version
+// against the last one this consumer applied for that aggregate, whose row
+// in consumer_aggregate_versions it locks for the transaction and moves to
+// the message's version when it applies. That row is the consumer's only
+// bookkeeping: an aggregate has one event per version, so a message at the
+// stored version is the one applied last, delivered again (a duplicate),
+// and one below it is stale, however old; nothing is written per message.
+// The handler then runs with that transaction in its context ([Tx]) and
+// writes its own effects in it; the transaction commits before the message
+// is acknowledged. So:
 //
-//   - a duplicate finds its processed_messages row and is acknowledged with
-//     no effect; the same message is still processed once by each consumer;
-//   - a handler that fails leaves no row: the redelivery runs it again;
+//   - a duplicate is acknowledged with no effect, whenever it comes; the
+//     same message is still processed once by each consumer (each has its
+//     own version rows);
+//   - a handler that fails leaves the version as it was: the redelivery
+//     runs it again;
 //   - a crash after the commit and before the acknowledgement redelivers a
-//     message whose row exists: no second effect;
+//     message at or below the stored version: no second effect;
+//   - a redelivery of a message parked in dead_letters (for a retry, or held)
+//     is the one case the version cannot tell, since its version may be
+//     exactly the next one: the statement finds its open dead letter by
+//     (consumer, message_id), a read that writes nothing, and it is a
+//     duplicate;
 //   - Strict ordering (the default) applies version N only after N-1: an
 //     older version is stale and skipped; a newer one is a gap: it is held in
 //     dead_letters (so the stream keeps flowing: its predecessor may be right
 //     behind it), tried again every GapRetryDelay by [Consumer.Run] until the
 //     gap fills, and marked dead and reported after GapTimeout. A gap that
 //     timed out still heals: if its predecessor arrives and applies later,
-//     Run applies it and the events held behind it, in order, with no
-//     operator. LatestWins applies any newer version and skips older ones;
+//     it and the events held behind it apply, in order, with no operator.
+//     Held events right behind a message that applies apply in that
+//     message's transaction (the statement that checks the versions reads
+//     them, once the aggregates' locks are taken), each in a savepoint;
+//     LatestWins applies any newer version and skips older ones;
 //   - a handler that fails rolls its effects back; the message is parked in
 //     dead_letters and retried by Run with jittered exponential backoff
 //     (RetryBackoff, doubling up to RetryBackoffMax), then marked dead after
@@ -36,8 +49,8 @@
 //
 // A discard marker (event type [events.EventTypeDiscarded]: what the
 // forwarder publishes in place of an outbox row an operator discarded) is
-// handled as an event whose handler does nothing: recorded processed, its
-// version applied through the same ordering (held when early, applied in
+// handled as an event whose handler does nothing: its version applied
+// through the same ordering (held when early, applied in
 // order), the wrapped handler never called. The aggregate's later events
 // then apply as if the discarded one had.
 //
@@ -49,8 +62,14 @@
 //
 // Each round of Run looks at every due row (up to 500 per round, the next
 // round starting at once when one was full): a gap still open does not keep
-// a held event that can apply waiting. Several instances of one consumer
-// (processes) may run at once; rows are claimed with SKIP LOCKED.
+// a held event that can apply waiting. The round's held events (whose
+// handler never failed) run in one transaction, each in a savepoint; a row
+// whose handler failed before runs alone, one attempt per round. A commit
+// that leaves a parked event due (a held event whose handler failed behind
+// its predecessor, an early message of a batch whose predecessor the batch
+// applied) wakes Run rather than leaving it to RetryPollInterval. Several
+// instances of one consumer (processes) may run at once; rows are claimed
+// with SKIP LOCKED.
 //
 // A consumer added after the streams were trimmed never sees the first
 // versions of the aggregates that existed before it; in Strict order it
@@ -82,17 +101,22 @@
 //
 // The bookkeeping costs one statement per message (one round trip, or one
 // per batch of messages sharing a transaction) on top of the handler's
-// transaction. Handlers with effects outside the database (an HTTP call)
+// transaction, and under 300 bytes of WAL per event (docs/benchmarks.md,
+// `outflow-bench consumer-wal`): an aggregate's first event inserts its row,
+// the next ones update it in place (heap-only: no index entry; the table's
+// fillfactor is 70), whatever the number of rows kept. Handlers with effects outside the database (an HTTP call)
 // must not run them inside the transaction; see the NotifyMerchant handler
 // for the pattern.
 //
-// [Retention] keeps the bookkeeping bounded: it purges processed_messages
-// rows, and resolved or discarded dead_letters rows, older than its
-// retention (15 days by default, the forwarder's retention of published
-// outbox rows), in short batched transactions. It never purges
-// consumer_aggregate_versions nor open dead letters: a redelivery older than
-// the retention is recorded as new, and its version, at or below the stored
-// one, is what still skips it as stale.
+// [Retention] keeps the bookkeeping bounded: it purges resolved or
+// discarded dead_letters rows older than its retention (15 days by default,
+// the forwarder's retention of published outbox rows), in short batched
+// transactions, and empties processed_messages (written by consumers before
+// migration 00026, read by nothing now) in one TRUNCATE once its newest row
+// is past the retention: never row by row. It never purges
+// consumer_aggregate_versions nor open dead letters: the versions are what
+// skip a redelivery, however old. They grow with the aggregates (a row per
+// consumer and aggregate), not with the traffic.
 //
 // With Config.Metrics set, a consumer counts its outcomes where it decides
 // them, once their transaction committed: outflow_consumer_handled_total,

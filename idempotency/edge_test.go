@@ -205,7 +205,10 @@ func TestBaselineAfterGapTimeout(t *testing.T) {
 // Another instance holds the aggregate's version row and parks v2 (as a
 // batch that found it held does) while this one handles v3: v3 must see the
 // parked v2 once it has the lock, and queue behind it, under LatestWins too.
-// The lock is held on purpose, and released only once v3 waits for it.
+// The lock is held on purpose, and released only once v3 waits for it. It
+// is taken as every holder of a version row takes it, by writing the row
+// (a claim always does, a reset and a discard too): the claim's UPDATE
+// then evaluates its check again on the row the holder committed.
 func TestBlockedCheckReadsAfterTheLock(t *testing.T) {
 	t.Parallel()
 	b, h := setup(t, idempotency.Config{Ordering: idempotency.LatestWins})
@@ -218,7 +221,8 @@ func TestBlockedCheckReadsAfterTheLock(t *testing.T) {
 	defer func() { _ = other.Rollback(ctx) }()
 	var pid int
 	require.NoError(t, other.QueryRow(ctx, `SELECT pg_backend_pid()`).Scan(&pid))
-	_, err = other.Exec(ctx, `SELECT 1 FROM consumer_aggregate_versions WHERE consumer = 'balances' AND aggregate_id = 'x' FOR UPDATE`)
+	_, err = other.Exec(ctx, `UPDATE consumer_aggregate_versions SET prev_version = version, updated_at = now()
+		WHERE consumer = 'balances' AND aggregate_id = 'x'`)
 	require.NoError(t, err)
 	v2 := msgFor(t, "x", 2)
 	md, err := json.Marshal(map[string]string(v2.Metadata))

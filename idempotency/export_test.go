@@ -12,3 +12,6 @@ var ListDeadLettersSQL = listDeadLettersSQL
 
 // ParkedCountsSQL is ReadParkedCounts' query, for the test of its plan.
 const ParkedCountsSQL = qParkedCounts
+
+// Rounds reports how many retry rounds the consumer has run.
+func (c *Consumer) Rounds() int64 { return c.rounds.Load() }

@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"log/slog"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/ThreeDotsLabs/watermill/message"
@@ -163,7 +164,7 @@ func sendQueued(ctx context.Context, tx pgx.Tx, q *pgx.Batch) error {
 
 // Tx returns the transaction the consumer opened for the message being
 // handled. Write the handler's effects in it: they commit with the
-// message's processed_messages row, or not at all.
+// aggregate's new version, or not at all.
 func Tx(ctx context.Context) (pgx.Tx, bool) {
 	tx, ok := ctx.Value(txKey{}).(pgx.Tx)
 	return tx, ok
@@ -179,6 +180,15 @@ type Consumer struct {
 
 	batch batcher
 
+	// wake ends Run's wait for its next round: a commit that left a held
+	// event due (its predecessor applied, the event not) sends to it, so
+	// the event does not wait for RetryPollInterval. Buffered: a send while
+	// a round runs is kept for the round after, never lost.
+	wake chan struct{}
+	// rounds counts the retry rounds run, for tests that must know Run is
+	// waiting.
+	rounds atomic.Int64
+
 	metrics *metrics
 }
 
@@ -192,7 +202,18 @@ func NewConsumer(cfg Config) (*Consumer, error) {
 	if err != nil {
 		return nil, err
 	}
-	return &Consumer{cfg: cfg, metrics: m}, nil
+	return &Consumer{cfg: cfg, metrics: m, wake: make(chan struct{}, 1)}, nil
+}
+
+// wakeRetries has Run start a round now. Call it after the commit that
+// made a parked event due, never before: a round woken earlier would read
+// the dead letters before the commit, find nothing due, and take the wake
+// with it.
+func (c *Consumer) wakeRetries() {
+	select {
+	case c.wake <- struct{}{}:
+	default: // a wake is pending: the round it starts reads after this commit
+	}
 }
 
 // Name returns the consumer's name.
@@ -213,17 +234,34 @@ func (o outcome) String() string {
 	return [...]string{"applied", "duplicate", "stale", "gap", "held"}[o]
 }
 
-// claimSQL records the message and checks its version in one statement. The
-// upsert locks the aggregate's row for the transaction, so deliveries of one
-// aggregate serialize, and sets the new version only when the message
-// applies: a duplicate, a gap or a held message leaves it as it was, so a
-// batch can keep the statement's effects for the messages it does not
-// apply. An aggregate with an open dead letter below the message's version
-// applies nothing: its later events queue behind it. That check,
-// consumer_blocked, runs in the DO UPDATE, after the row lock is taken, and
-// takes a snapshot of its own (a volatile function does): a subquery of
-// this statement would read the snapshot taken before the wait for the
-// lock and miss a dead letter that the lock's previous holder committed.
+// claimSQL checks the message's version and records it in one statement:
+// the aggregate's row in consumer_aggregate_versions is the consumer's only
+// bookkeeping. An aggregate has one event per version, so a message at the
+// stored version is a duplicate and one below it is stale, however old: no
+// row per message is needed to recognise a redelivery. The one case the
+// version cannot tell is a redelivery of a message parked for a retry (its
+// version may be exactly the next one): $7 (a delivery, not a retry) has
+// the statement look for the message's open dead letter by the
+// (consumer, message_id) key, a read that writes nothing.
+//
+// The update (or, for an aggregate's first message, the insert) locks the
+// aggregate's row for the transaction, so deliveries of one aggregate
+// serialize, and sets the new version only when the message applies: a
+// duplicate, a gap or a held message leaves it as it was, so a batch can
+// keep the statement's effects for the messages it does not apply. An
+// aggregate with an open dead letter below the message's version applies
+// nothing: its later events queue behind it. That check, consumer_blocked,
+// takes a snapshot of its own (a volatile function does) and is evaluated
+// again once the row lock is had: an UPDATE that waited for the row
+// re-evaluates its SET on the row the previous holder committed (every
+// claim writes the row, so a holder always leaves a new version), as the
+// ON CONFLICT's DO UPDATE evaluates it after taking the lock. A subquery of
+// this statement would read the snapshot taken before the wait and miss a
+// dead letter that the lock's previous holder committed.
+// (The parked-message read may miss a park committed during that wait: the
+// message then runs once more out of its backoff, and its parked row, at
+// or below the version by then, is settled as a duplicate: no second
+// effect.)
 // $8 says the message may be its aggregate's baseline: it applies whatever
 // its version when the consumer has applied nothing of the aggregate
 // (version 0), unless a reset made the consumer forget the aggregate
@@ -231,27 +269,45 @@ func (o outcome) String() string {
 // version 1, which the replay brings, and a later version taken as the
 // baseline would make the replayed ones stale. The statement returns
 // whether the aggregate is so marked; the outcome is read by classify.
+//
+// The row is updated in place: no indexed column changes, and the table's
+// fillfactor (migration 00026) leaves room on its page, so the update is
+// HOT and writes no index entry.
 const claimSQL = `
-WITH seen AS (
-    INSERT INTO processed_messages (message_id, consumer) SELECT $1, $2 WHERE $7
-    ON CONFLICT DO NOTHING RETURNING 1
-), fresh AS (
-    SELECT (SELECT count(*) FROM seen) > 0 OR NOT $7 AS f
-), v AS (
+WITH fresh AS (
+    SELECT NOT ($7 AND EXISTS (
+        SELECT 1 FROM dead_letters d
+        WHERE d.consumer = $2 AND d.message_id = $1::uuid AND d.status IN ('retrying', 'dead', 'held'))) AS f
+), u AS (
+    UPDATE consumer_aggregate_versions c SET ` + claimSet + `
+    WHERE c.consumer = $2 AND c.aggregate_type = $3 AND c.aggregate_id = $4
+    RETURNING c.prev_version, c.version, c.reset_at IS NOT NULL AS reset
+), i AS (
     INSERT INTO consumer_aggregate_versions AS c (consumer, aggregate_type, aggregate_id, version, prev_version)
-    VALUES ($2, $3, $4, CASE WHEN (SELECT f FROM fresh) AND (($6 AND ($5 = 1 OR $8)) OR (NOT $6 AND $5 > 0))
-                              AND NOT consumer_blocked($2, $3, $4, $5) THEN $5 ELSE 0 END, 0)
-    ON CONFLICT (consumer, aggregate_type, aggregate_id) DO UPDATE SET
+    SELECT $2, $3, $4, CASE WHEN (SELECT f FROM fresh) AND (($6 AND ($5 = 1 OR $8)) OR (NOT $6 AND $5 > 0))
+                             AND NOT consumer_blocked($2, $3, $4, $5) THEN $5 ELSE 0 END, 0
+    WHERE NOT EXISTS (SELECT 1 FROM u)
+    ON CONFLICT (consumer, aggregate_type, aggregate_id) DO UPDATE SET ` + claimSet + `
+    RETURNING c.prev_version, c.version, c.reset_at IS NOT NULL AS reset
+)
+SELECT (SELECT f FROM fresh), prev_version, version, reset FROM (SELECT * FROM u UNION ALL SELECT * FROM i) v`
+
+// claimSet is the claim's update of an aggregate's row c: the new version
+// when the message applies, the old one kept otherwise. The same in the
+// UPDATE and in the INSERT's ON CONFLICT, which only an aggregate's first
+// message reaches (its row inserted by a concurrent transaction after the
+// UPDATE's snapshot). The UPDATE comes first because a row that exists is
+// the common case: a plain UPDATE writes one heap-only tuple, where ON
+// CONFLICT DO UPDATE also writes a row-lock record before it (54 bytes of
+// WAL an event).
+const claimSet = `
         prev_version = c.version,
         version = CASE WHEN (SELECT f FROM fresh)
                             AND (($6 AND ($5 = c.version + 1 OR (c.version = 0 AND $8 AND c.reset_at IS NULL)))
                                  OR (NOT $6 AND $5 > c.version))
                             AND NOT consumer_blocked($2, $3, $4, $5)
                        THEN $5 ELSE c.version END,
-        updated_at = now()
-    RETURNING prev_version, version, reset_at IS NOT NULL AS reset
-)
-SELECT (SELECT f FROM fresh), prev_version, version, reset FROM v`
+        updated_at = now()`
 
 // Middleware is the Watermill handler middleware. One Consumer wraps one
 // handler. Messages handled concurrently (a subscriber that delivers a
@@ -282,8 +338,7 @@ func (c *Consumer) Middleware(h message.HandlerFunc) message.HandlerFunc {
 // skippingDiscardMarkers runs h on every message but a discard marker (see
 // [events.EventTypeDiscarded]), which the operator chose to drop: for a
 // marker it does nothing. The marker still goes through the bookkeeping
-// like any event (recorded processed, its version applied in order, held
-// when early), which is what lets the aggregate's later events flow.
+// like any event (its version applied in order, held when early), which is what lets the aggregate's later events flow.
 func skippingDiscardMarkers(h message.HandlerFunc) message.HandlerFunc {
 	return func(msg *message.Message) ([]*message.Message, error) {
 		if events.IsDiscardMarker(msg) {
@@ -302,7 +357,7 @@ func (c *Consumer) handleOne(h message.HandlerFunc, msg *message.Message, env ev
 	// handler's work, not the commit of what it already did. A handler that
 	// returns nil after its deadline has its effects committed, once.
 	start := time.Now()
-	out, v, err := c.apply(context.WithoutCancel(ctx), ctx, c.cfg.Pool, h, msg, env, true, c.mayBaseline(env))
+	out, v, err := c.apply(context.WithoutCancel(ctx), ctx, c.cfg.Pool, h, msg, env, true, c.mayBaseline(env), true)
 	o := v.outcome
 	switch {
 	case err != nil:
@@ -327,6 +382,10 @@ func (c *Consumer) handleOne(h message.HandlerFunc, msg *message.Message, env ev
 		return nil, nil
 	}
 	c.metrics.count(o, time.Since(start))
+	c.countHeld(v.chain)
+	if v.chain.leftDue {
+		c.wakeRetries()
+	}
 	return out, nil
 }
 
@@ -363,18 +422,28 @@ type verdict struct {
 	// and it has applied nothing since: it waits for its version 1 and
 	// takes no baseline (see endGap).
 	afterReset bool
+	// chain is what the held events right behind the message did, applied
+	// in its transaction (see applyHeld).
+	chain heldOutcome
 }
 
 // readClaim reads the result of what queueClaim queued.
 func (c *Consumer) readClaim(res pgx.BatchResults, env events.Envelope, baseline bool) (verdict, error) {
+	v, _, err := c.readClaimVersion(res, env, baseline)
+	return v, err
+}
+
+// readClaimVersion is readClaim that also returns the aggregate's version
+// after the claim.
+func (c *Consumer) readClaimVersion(res pgx.BatchResults, env events.Envelope, baseline bool) (verdict, int64, error) {
 	var (
 		isNew, reset bool
 		prev, stored int64
 	)
 	if err := res.QueryRow().Scan(&isNew, &prev, &stored, &reset); err != nil {
-		return verdict{}, err
+		return verdict{}, 0, err
 	}
-	return decide(isNew, c.cfg.Ordering == Strict, baseline, reset, prev, stored, env.AggregateVersion), nil
+	return decide(isNew, c.cfg.Ordering == Strict, baseline, reset, prev, stored, env.AggregateVersion), stored, nil
 }
 
 // decide reads the claim statement's result as classify does, reset
@@ -396,10 +465,12 @@ type beginner interface {
 }
 
 // apply runs h on msg in a transaction with the bookkeeping, begun on db
-// with ctx; h gets hctx, the transaction in it. fresh says whether the message must be recorded in processed_messages
-// (false for a retry, whose row was written when it was parked); baseline
-// whether it may become its aggregate's baseline.
-func (c *Consumer) apply(ctx, hctx context.Context, db beginner, h message.HandlerFunc, msg *message.Message, env events.Envelope, fresh, baseline bool) ([]*message.Message, verdict, error) {
+// with ctx; h gets hctx, the transaction in it. fresh says whether the
+// message is a delivery, which is a duplicate if it is parked (false for a
+// retry, which runs the parked row itself); baseline whether it may become
+// its aggregate's baseline; follow whether the held events right behind it
+// apply in its transaction once it applied (applyHeld).
+func (c *Consumer) apply(ctx, hctx context.Context, db beginner, h message.HandlerFunc, msg *message.Message, env events.Envelope, fresh, baseline, follow bool) ([]*message.Message, verdict, error) {
 	var (
 		out []*message.Message
 		o   verdict
@@ -407,9 +478,18 @@ func (c *Consumer) apply(ctx, hctx context.Context, db beginner, h message.Handl
 	err := pgx.BeginFunc(ctx, db, func(tx pgx.Tx) error {
 		var claim pgx.Batch
 		c.queueClaim(&claim, env, fresh, baseline)
+		if follow {
+			c.queueHeldBehind(&claim, env)
+		}
 		res := tx.SendBatch(ctx, &claim)
-		var err error
+		var (
+			err    error
+			behind []heldRow
+		)
 		o, err = c.readClaim(res, env, baseline)
+		if err == nil && follow {
+			behind, err = readHeldBehind(res)
+		}
 		if cerr := res.Close(); err == nil {
 			err = cerr
 		}
@@ -417,10 +497,8 @@ func (c *Consumer) apply(ctx, hctx context.Context, db beginner, h message.Handl
 			return fmt.Errorf("idempotency: record message: %w", err)
 		}
 		switch o.outcome {
-		case duplicate, gap, held:
-			return errRollback
-		case stale:
-			return nil // keep the processed row: a stale message is done
+		case duplicate, stale, gap, held:
+			return errRollback // nothing to keep: the version row is as it was
 		}
 		var q pgx.Batch
 		msg.SetContext(withTx(hctx, tx, &q))
@@ -428,8 +506,18 @@ func (c *Consumer) apply(ctx, hctx context.Context, db beginner, h message.Handl
 		if out, err = h(msg); err != nil {
 			return err
 		}
-		return sendQueued(ctx, tx, &q)
+		if err := sendQueued(ctx, tx, &q); err != nil {
+			return err
+		}
+		if len(behind) == 0 {
+			return nil
+		}
+		o.chain, err = c.applyHeld(ctx, tx, h, behind, map[aggKey]int64{{env.AggregateType, env.AggregateID}: env.AggregateVersion})
+		return err
 	})
+	if err != nil {
+		o.chain = heldOutcome{}
+	}
 	if errors.Is(err, errRollback) {
 		err = nil
 	}
@@ -443,10 +531,12 @@ func (c *Consumer) apply(ctx, hctx context.Context, db beginner, h message.Handl
 var errRollback = errors.New("rollback")
 
 // classify reads the claim statement's result: whether the message was
-// new, and the aggregate's version before (prev) and after (stored) the
-// upsert, which equals the message's version only when it applied. A
-// message that the versions say would have applied and did not was
-// blocked by an open dead letter of its aggregate: it is held.
+// fresh (not a redelivery of a parked message), and the aggregate's version
+// before (prev) and after (stored) the upsert, which equals the message's
+// version only when it applied. A message that the versions say would have
+// applied and did not was blocked by an open dead letter of its aggregate:
+// it is held. One at the stored version that did not apply is the event
+// applied last, delivered again: a duplicate; one below it is stale.
 func classify(fresh, strict, baseline bool, prev, stored, version int64) outcome {
 	next := version > prev
 	if strict {
@@ -459,16 +549,19 @@ func classify(fresh, strict, baseline bool, prev, stored, version int64) outcome
 		return applied
 	case next:
 		return held
-	case version <= stored:
+	case version == stored:
+		return duplicate
+	case version < stored:
 		return stale
 	default:
 		return gap
 	}
 }
 
-// park stores the whole message in dead_letters with status, and marks it
-// processed for this consumer, in one transaction: from then on the message
-// lives in the database, not in the broker.
+// park stores the whole message in dead_letters with status, in one
+// transaction: from then on the message lives in the database, not in the
+// broker, and a redelivery of it finds its row (claimSQL) and is a
+// duplicate.
 func (c *Consumer) park(ctx context.Context, msg *message.Message, env events.Envelope, status, reason, errText string) error {
 	return pgx.BeginFunc(context.WithoutCancel(ctx), c.cfg.Pool, func(tx pgx.Tx) error {
 		return c.parkTx(ctx, tx, msg, env, status, reason, errText)
@@ -494,13 +587,6 @@ func (c *Consumer) parkTx(ctx context.Context, tx pgx.Tx, msg *message.Message, 
 		next = &t
 	}
 	ctx = context.WithoutCancel(ctx)
-	// processed_messages first, as the claim statement does: a batch of
-	// another instance that claimed the same message and parks it too
-	// takes the two rows in the same order, so the two cannot deadlock.
-	if _, err := tx.Exec(ctx, `INSERT INTO processed_messages (message_id, consumer) VALUES ($1, $2) ON CONFLICT DO NOTHING`,
-		env.MessageID, c.cfg.Consumer); err != nil {
-		return fmt.Errorf("idempotency: park message: %w", err)
-	}
 	if _, err := tx.Exec(ctx, `
 		INSERT INTO dead_letters (consumer, message_id, event_type, aggregate_type, aggregate_id, aggregate_version,
 		                          payload, metadata, status, reason, error, attempts, next_attempt_at)

@@ -378,3 +378,43 @@ func TestDeadLetterRetryAndDiscard(t *testing.T) {
 	require.Equal(t, []int64{2}, applied)
 	outflowtest.WaitFor(t, 5*time.Second, "no open dead letter", func() bool { return b.open() == 0 })
 }
+
+// A redelivery of a message parked for a retry is a duplicate although its
+// version is exactly the next one: the claim finds its open dead letter by
+// (consumer, message_id). It neither runs the handler out of its backoff
+// nor moves the version, the parked row, or anything per message.
+func TestDuplicateOfAParkedMessageMovesNothing(t *testing.T) {
+	t.Parallel()
+	for _, maxBatch := range []int{1, 100} {
+		t.Run(fmt.Sprintf("max batch %d", maxBatch), func(t *testing.T) {
+			t.Parallel()
+			b, h := setup(t, idempotency.Config{MaxBatch: maxBatch, RetryBackoff: time.Hour, RetryBackoffMax: time.Hour})
+			_, err := h(msgFor(t, "a", 1))
+			require.NoError(t, err)
+			b.setFail(errors.New("downstream broke"))
+			a2 := msgFor(t, "a", 2)
+			_, err = h(a2.Copy()) // parked for a retry in an hour; the version stays 1
+			require.NoError(t, err)
+			b.setFail(nil)
+			calls := b.calls
+
+			_, err = h(a2.Copy())
+			require.NoError(t, err, "the duplicate is acknowledged")
+			require.Equal(t, calls, b.calls, "the handler did not run out of its backoff")
+			var version int64
+			require.NoError(t, b.schema.Pool.QueryRow(context.Background(),
+				`SELECT version FROM consumer_aggregate_versions WHERE consumer = 'balances' AND aggregate_id = 'a'`).Scan(&version))
+			require.EqualValues(t, 1, version, "the version did not move")
+			var status string
+			var attempts int
+			require.NoError(t, b.schema.Pool.QueryRow(context.Background(),
+				`SELECT status, attempts FROM dead_letters WHERE message_id = $1`, a2.UUID).Scan(&status, &attempts))
+			require.Equal(t, "retrying", status)
+			require.Equal(t, 1, attempts)
+			require.Equal(t, 1, b.open())
+			var processed int
+			require.NoError(t, b.schema.Pool.QueryRow(context.Background(), `SELECT count(*) FROM processed_messages`).Scan(&processed))
+			require.Zero(t, processed, "nothing recorded per message")
+		})
+	}
+}

@@ -18,8 +18,9 @@ const retentionLock = 0x6f757464
 type RetentionConfig struct {
 	// Pool is the consumers' database. Required.
 	Pool *pgxpool.Pool
-	// Retention is how long processed_messages rows and resolved or
-	// discarded dead_letters rows are kept. Defaults to 15 days, the
+	// Retention is how long resolved or discarded dead_letters rows are
+	// kept, and how long processed_messages (no longer written since
+	// migration 00026's release) stays after its newest row. Defaults to 15 days, the
 	// forwarder's retention of published outbox rows: a duplicate comes
 	// either from the broker (an entry delivered but not acknowledged, kept
 	// until some consumer acknowledges it) or from the outbox (a row sent
@@ -28,7 +29,8 @@ type RetentionConfig struct {
 	// claim idle time), and 15 days matches the oldest row the outbox can
 	// still send. At least 1h.
 	Retention time.Duration
-	// BatchSize bounds one purge transaction. Defaults to 1000.
+	// BatchSize bounds one purge transaction of dead_letters. Defaults to
+	// 1000.
 	BatchSize int
 	// Interval is how often Run purges. Defaults to 1m.
 	Interval time.Duration
@@ -71,22 +73,28 @@ func (c *RetentionConfig) validate() error {
 	return nil
 }
 
-// Retention purges the consumers' bookkeeping that only grows:
-// processed_messages rows, and dead_letters rows that are resolved or
-// discarded, once they are older than RetentionConfig.Retention.
+// Retention purges the consumers' bookkeeping that only grows: dead_letters
+// rows that are resolved or discarded, once they are older than
+// RetentionConfig.Retention, and processed_messages, whole.
+//
+// processed_messages is what consumers wrote, one row per message, before
+// the version row became their only bookkeeping (migration 00026's
+// release). Nothing writes it now but a consumer of an earlier release
+// still running; nothing reads it to decide. Once its newest row is older
+// than the retention, Retention empties it in one TRUNCATE: no row-by-row
+// DELETE, no dead tuples, no vacuum to follow, whatever its size. While a
+// consumer of an earlier release still writes it, its newest row is
+// recent and it is kept whole.
 //
 // What it never deletes, and why:
 //
-//   - consumer_aggregate_versions: once a message's processed_messages row
-//     is gone, a redelivery of it is recorded as new, and the version check
-//     is what still skips it: its version is at or below the stored one, so
-//     it is stale (Strict and LatestWins alike) and changes nothing. The
-//     table has one row per (consumer, aggregate), not per message, so it
+//   - consumer_aggregate_versions: it is what recognises a redelivery, as
+//     a duplicate (the version applied last) or stale (below it), however
+//     old. It has one row per (consumer, aggregate), not per message, so it
 //     grows with the data, not with the traffic;
 //   - open dead_letters rows (retrying, dead, held), whatever their age:
-//     they are messages still to apply or waiting for an operator; nor the
-//     processed_messages row of such a message, so that a redelivery keeps
-//     finding it while it waits.
+//     they are messages still to apply or waiting for an operator, and
+//     what makes a redelivery of a parked message a duplicate.
 type Retention struct {
 	cfg RetentionConfig
 }
@@ -119,27 +127,6 @@ func (r *Retention) Run(ctx context.Context) error {
 	}
 }
 
-// purgeProcessedSQL deletes up to $2 processed_messages rows older than $1,
-// oldest first (processed_messages_processed_at_idx), except those of a
-// message still open in dead_letters. The exception is in the scan, not in
-// the DELETE, so a batch is never filled by rows it keeps: a short batch
-// means nothing old is left.
-const purgeProcessedSQL = `
-WITH scan AS (
-    SELECT p.message_id, p.consumer FROM processed_messages p
-    WHERE p.processed_at < $1
-      AND NOT EXISTS (
-          SELECT 1 FROM dead_letters d
-          WHERE d.consumer = p.consumer AND d.message_id = p.message_id AND d.status IN ('retrying', 'dead', 'held'))
-    ORDER BY p.processed_at
-    LIMIT $2
-), del AS (
-    DELETE FROM processed_messages p USING scan s
-    WHERE p.message_id = s.message_id AND p.consumer = s.consumer
-    RETURNING 1
-)
-SELECT (SELECT count(*) FROM scan), (SELECT count(*) FROM del)`
-
 // purgeDeadLettersSQL walks dead_letters in id order from $1 (the table's
 // only ordered index is its primary key; open rows have a partial index of
 // their own), deleting the resolved and discarded rows resolved before $2.
@@ -155,10 +142,11 @@ WITH scan AS (
 )
 SELECT (SELECT max(id) FROM scan), (SELECT count(*) FROM del), (SELECT bool_or(created_at >= $2) FROM scan)`
 
-// PurgeOnce deletes what has outlived the retention, in transactions of at
-// most BatchSize rows that hold their locks for milliseconds, and returns
-// how many rows it deleted from both tables. A concurrent call (in this or
-// another process) makes it return 0 at once.
+// PurgeOnce deletes what has outlived the retention: processed_messages
+// whole, in one TRUNCATE, once its newest row has; dead letters in
+// transactions of at most BatchSize rows that hold their locks for
+// milliseconds. It returns how many rows it deleted from both tables. A
+// concurrent call (in this or another process) makes it return 0 at once.
 func (r *Retention) PurgeOnce(ctx context.Context) (int, error) {
 	cutoff := time.Now().Add(-r.cfg.Retention)
 	processed, err := r.purgeProcessed(ctx, cutoff)
@@ -174,21 +162,58 @@ func (r *Retention) PurgeOnce(ctx context.Context) (int, error) {
 	return total, err
 }
 
+// truncateLockTimeout bounds the wait for processed_messages' exclusive
+// lock: a consumer of an earlier release writing it holds the TRUNCATE off,
+// and the TRUNCATE waiting in the lock queue would hold that consumer off in
+// turn. It gives up and tries again at the next round.
+const truncateLockTimeout = "1s"
+
+// purgeProcessed empties processed_messages once its newest row is older
+// than cutoff. It counts the rows first, outside the lock, which a count of
+// a large table would otherwise hold for as long as it scans; under the
+// lock it only checks again, by the processed_at index, that no row was
+// written meanwhile.
 func (r *Retention) purgeProcessed(ctx context.Context, cutoff time.Time) (int, error) {
-	total := 0
-	for {
-		var scanned, deleted int
-		acquired, err := r.batch(ctx, func(q pgx.Tx) error {
-			return q.QueryRow(ctx, purgeProcessedSQL, cutoff, r.cfg.BatchSize).Scan(&scanned, &deleted)
-		})
-		if err != nil {
-			return total, fmt.Errorf("purge processed messages: %w", err)
-		}
-		total += deleted
-		if !acquired || scanned < r.cfg.BatchSize {
-			return total, nil
-		}
+	var (
+		rows   int
+		newest *time.Time
+	)
+	if err := r.cfg.Pool.QueryRow(ctx, `SELECT count(*), max(processed_at) FROM processed_messages`).
+		Scan(&rows, &newest); err != nil {
+		return 0, fmt.Errorf("purge processed messages: %w", err)
 	}
+	if rows == 0 || newest == nil || !newest.Before(cutoff) {
+		return 0, nil
+	}
+	truncated := false
+	_, err := r.batch(ctx, func(tx pgx.Tx) error {
+		if _, err := tx.Exec(ctx, `SET LOCAL lock_timeout = '`+truncateLockTimeout+`'`); err != nil {
+			return err
+		}
+		if _, err := tx.Exec(ctx, `LOCK TABLE processed_messages IN ACCESS EXCLUSIVE MODE`); err != nil {
+			return err
+		}
+		var recent bool
+		if err := tx.QueryRow(ctx, `SELECT EXISTS (SELECT 1 FROM processed_messages WHERE processed_at >= $1)`, cutoff).
+			Scan(&recent); err != nil {
+			return err
+		}
+		if recent { // written by a consumer of an earlier release since the count
+			return nil
+		}
+		if _, err := tx.Exec(ctx, `TRUNCATE processed_messages`); err != nil {
+			return err
+		}
+		truncated = true
+		return nil
+	})
+	if err != nil {
+		return 0, fmt.Errorf("purge processed messages: %w", err)
+	}
+	if !truncated {
+		return 0, nil
+	}
+	return rows, nil
 }
 
 func (r *Retention) purgeDeadLetters(ctx context.Context, cutoff time.Time) (int, error) {

@@ -11,6 +11,7 @@ import (
 	"github.com/ThreeDotsLabs/watermill/message"
 	"github.com/google/uuid"
 	"github.com/jackc/pgx/v5/pgxpool"
+	"github.com/prometheus/client_golang/prometheus"
 	"github.com/stretchr/testify/require"
 
 	"github.com/outflow-dev/outflow/idempotency"
@@ -44,76 +45,95 @@ func count(t *testing.T, pool *pgxpool.Pool, query string, args ...any) int {
 }
 
 // addDeadLetter inserts a dead_letters row in status, created and (when
-// closed) resolved agoDays ago, with its processed_messages row as park
-// writes it.
+// closed) resolved agoDays ago.
 func addDeadLetter(t *testing.T, pool *pgxpool.Pool, status string, agoDays int) string {
 	t.Helper()
 	id := uuid.NewString()
 	_, err := pool.Exec(context.Background(), `
-		WITH d AS (
-			INSERT INTO dead_letters (consumer, message_id, event_type, aggregate_type, aggregate_id, aggregate_version,
-			                          payload, metadata, status, reason, created_at, resolved_at)
-			VALUES ('balances', $1::uuid, 'account.credited', 'account', 'dl-' || $1::text, 1, '\x7b7d', '{}', $2, 'test',
-			        now() - make_interval(days => $3),
-			        CASE WHEN $2::text IN ('resolved', 'discarded') THEN now() - make_interval(days => $3) END)
-		)
-		INSERT INTO processed_messages (message_id, consumer, processed_at) VALUES ($1::uuid, 'balances', now() - make_interval(days => $3))`,
+		INSERT INTO dead_letters (consumer, message_id, event_type, aggregate_type, aggregate_id, aggregate_version,
+		                          payload, metadata, status, reason, created_at, resolved_at)
+		VALUES ('balances', $1::uuid, 'account.credited', 'account', 'dl-' || $1::text, 1, '\x7b7d', '{}', $2, 'test',
+		        now() - make_interval(days => $3),
+		        CASE WHEN $2::text IN ('resolved', 'discarded') THEN now() - make_interval(days => $3) END)`,
 		id, status, agoDays)
 	require.NoError(t, err)
 	return id
 }
 
+// addProcessed inserts n processed_messages rows written agoDays ago, as a
+// consumer of an earlier release wrote them.
+func addProcessed(t *testing.T, pool *pgxpool.Pool, n, agoDays int) {
+	t.Helper()
+	_, err := pool.Exec(context.Background(), `
+		INSERT INTO processed_messages (message_id, consumer, processed_at)
+		SELECT gen_random_uuid(), 'balances', now() - make_interval(days => $2) FROM generate_series(1, $1)`, n, agoDays)
+	require.NoError(t, err)
+}
+
+// processed_messages goes whole, in one TRUNCATE, once its newest row is
+// past the retention, and not a row before: old rows next to a recent one
+// stay (a consumer of an earlier release still writes it). Dead letters go
+// row by row when closed and old; versions never.
 func TestRetentionPurgesOnlyOldClosedBookkeeping(t *testing.T) {
 	t.Parallel()
 	b, h := setup(t, idempotency.Config{})
 	pool := b.schema.Pool
 	ctx := context.Background()
-	// 20 messages over 4 aggregates; 12 of them processed 16 days ago.
-	var old []string
 	for v := int64(1); v <= 5; v++ {
 		for a := range 4 {
-			m := msgFor(t, fmt.Sprintf("acct-%d", a), v)
-			_, err := h(m)
+			_, err := h(msgFor(t, fmt.Sprintf("acct-%d", a), v))
 			require.NoError(t, err)
-			if v <= 3 {
-				old = append(old, m.UUID)
-			}
 		}
 	}
-	_, err := pool.Exec(ctx, `UPDATE processed_messages SET processed_at = now() - interval '16 days' WHERE message_id = ANY($1::uuid[])`, old)
-	require.NoError(t, err)
-	// Dead letters: old closed ones go; open ones stay whatever their age,
-	// and so does their processed row; recent closed ones stay.
+	require.Zero(t, count(t, pool, `SELECT count(*) FROM processed_messages`), "the consumer writes no row per message")
+	addProcessed(t, pool, 12, 16)
+	addProcessed(t, pool, 1, 2)
+	// Dead letters: old closed ones go; open ones stay whatever their age;
+	// recent closed ones stay.
 	for _, s := range []string{"resolved", "discarded", "resolved"} {
 		addDeadLetter(t, pool, s, 20)
 	}
-	openIDs := []string{addDeadLetter(t, pool, "retrying", 30), addDeadLetter(t, pool, "dead", 30), addDeadLetter(t, pool, "held", 30)}
+	for _, s := range []string{"retrying", "dead", "held"} {
+		addDeadLetter(t, pool, s, 30)
+	}
 	addDeadLetter(t, pool, "resolved", 2)
 	versions := count(t, pool, `SELECT count(*) FROM consumer_aggregate_versions`)
+	require.Equal(t, 4, versions)
 
-	r := newRetention(t, pool, 5) // several batches of each table
+	r := newRetention(t, pool, 2) // several batches of dead letters
 	n, err := r.PurgeOnce(ctx)
 	require.NoError(t, err)
-	require.Equal(t, 12+3+3, n, "12 old processed rows, 3 old closed dead letters and their 3 processed rows")
-
-	require.Zero(t, count(t, pool, `SELECT count(*) FROM processed_messages WHERE message_id = ANY($1::uuid[])`, old))
-	require.Equal(t, 8+3+1, count(t, pool, `SELECT count(*) FROM processed_messages`),
-		"recent rows and the rows of open dead letters are kept")
-	require.Equal(t, 3, count(t, pool, `SELECT count(*) FROM processed_messages WHERE message_id = ANY($1::uuid[])`, openIDs))
+	require.Equal(t, 3, n, "the 3 old closed dead letters; processed_messages has a recent row")
+	require.Equal(t, 13, count(t, pool, `SELECT count(*) FROM processed_messages`),
+		"old rows next to a recent one are kept: never deleted row by row")
 	require.Equal(t, 3, count(t, pool, `SELECT count(*) FROM dead_letters WHERE status IN ('retrying', 'dead', 'held')`),
 		"open dead letters are never purged")
 	require.Equal(t, 4, count(t, pool, `SELECT count(*) FROM dead_letters`))
+
+	// The newest row ages past the retention: the table goes whole.
+	age(t, pool, "processed_messages", "processed_at", "processed_at > now() - interval '3 days'", 14*24*time.Hour)
+	var relfile int
+	require.NoError(t, pool.QueryRow(ctx, `SELECT pg_relation_filenode('processed_messages')::bigint`).Scan(&relfile))
+	n, err = r.PurgeOnce(ctx)
+	require.NoError(t, err)
+	require.Equal(t, 13, n, "every processed row, counted before the truncate")
+	require.Zero(t, count(t, pool, `SELECT count(*) FROM processed_messages`))
+	var after int
+	require.NoError(t, pool.QueryRow(ctx, `SELECT pg_relation_filenode('processed_messages')::bigint`).Scan(&after))
+	require.NotEqual(t, relfile, after, "truncated (a new file), not deleted row by row")
 	require.Equal(t, versions, count(t, pool, `SELECT count(*) FROM consumer_aggregate_versions`),
 		"aggregate versions are never purged")
+	require.Equal(t, 4, count(t, pool, `SELECT count(*) FROM dead_letters`))
 
 	n, err = r.PurgeOnce(ctx)
 	require.NoError(t, err)
 	require.Zero(t, n, "a second purge finds nothing")
 }
 
-// After the purge, a redelivery of a message older than the retention is
-// recorded as new; the aggregate's stored version is what still skips it.
-func TestRedeliveryAfterPurgeIsStale(t *testing.T) {
+// A redelivery, however old, is skipped by the aggregate's stored version:
+// the version applied last is a duplicate, one below it stale; nothing is
+// recorded per message, and the handler does not run.
+func TestRedeliveryIsSkippedByTheVersion(t *testing.T) {
 	t.Parallel()
 	tests := []struct {
 		name     string
@@ -125,9 +145,9 @@ func TestRedeliveryAfterPurgeIsStale(t *testing.T) {
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
 			t.Parallel()
-			b, h := setup(t, idempotency.Config{Ordering: tt.ordering})
+			reg := prometheus.NewRegistry()
+			b, h := setup(t, idempotency.Config{Ordering: tt.ordering, Metrics: reg, Topic: "t"})
 			pool := b.schema.Pool
-			ctx := context.Background()
 			var msgs []*message.Message
 			for v := int64(1); v <= 3; v++ {
 				m := msgFor(t, "a", v)
@@ -135,25 +155,21 @@ func TestRedeliveryAfterPurgeIsStale(t *testing.T) {
 				_, err := h(m)
 				require.NoError(t, err)
 			}
-			age(t, pool, "processed_messages", "processed_at", "true", 16*24*time.Hour)
-			n, err := newRetention(t, pool, 1000).PurgeOnce(ctx)
-			require.NoError(t, err)
-			require.Equal(t, 3, n)
-
 			calls := b.calls
 			for _, m := range msgs { // the broker sends all three again, the latest included
 				_, err := h(m.Copy())
-				require.NoError(t, err, "a stale redelivery is acknowledged")
+				require.NoError(t, err, "a redelivery is acknowledged")
 			}
 			require.Equal(t, calls, b.calls, "the handler did not run")
 			total, applied := b.balance("a")
 			require.EqualValues(t, 30, total, "no second effect")
 			require.Equal(t, []int64{1, 2, 3}, applied)
 			require.Zero(t, count(t, pool, `SELECT count(*) FROM dead_letters`), "nothing parked as a gap")
-			require.Equal(t, 3, count(t, pool, `SELECT count(*) FROM processed_messages WHERE processed_at > now() - interval '1 hour'`),
-				"the stale redeliveries are recorded again")
+			require.Zero(t, count(t, pool, `SELECT count(*) FROM processed_messages`), "nothing recorded per message")
+			require.Equal(t, 1.0, metricValue(t, reg, "outflow_consumer_duplicates_total", "balances", "t"), "version 3, the one applied last")
+			require.Equal(t, 2.0, metricValue(t, reg, "outflow_consumer_stale_total", "balances", "t"), "versions 1 and 2")
 
-			_, err = h(msgFor(t, "a", 4))
+			_, err := h(msgFor(t, "a", 4))
 			require.NoError(t, err)
 			_, applied = b.balance("a")
 			require.Equal(t, []int64{1, 2, 3, 4}, applied, "the next version still applies")

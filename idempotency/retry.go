@@ -1,10 +1,12 @@
 package idempotency
 
 import (
+	"cmp"
 	"context"
 	"encoding/json"
 	"errors"
 	"fmt"
+	"slices"
 	"time"
 
 	"github.com/ThreeDotsLabs/watermill/message"
@@ -25,7 +27,7 @@ const retryRoundMax = 500
 // Run it next to the router, one per consumer per process; several
 // processes share the work (rows are claimed with SKIP LOCKED).
 func (c *Consumer) Run(ctx context.Context) error {
-	poll.Drain(ctx, c.cfg.RetryPollInterval, c.retryRound, func(err error) {
+	poll.DrainOrWake(ctx, c.cfg.RetryPollInterval, c.wake, c.retryRound, func(err error) {
 		c.cfg.Logger.Warn("retry parked messages", "consumer", c.cfg.Consumer, "error", err.Error())
 	})
 	return nil
@@ -51,8 +53,10 @@ d.consumer = $1
       WHERE e.consumer = d.consumer AND e.aggregate_type = d.aggregate_type AND e.aggregate_id = d.aggregate_id
         AND e.status IN ('retrying', 'dead', 'held') AND e.aggregate_version < d.aggregate_version)`
 
-// dueIDsSQL lists a round's rows, oldest first, without locking them.
-const dueIDsSQL = `SELECT d.id FROM dead_letters d WHERE ` + dueWhere + ` ORDER BY d.id LIMIT $2`
+// dueIDsSQL lists a round's rows, oldest first, without locking them, and
+// whether each is a retry of a handler that failed (status retrying).
+const dueIDsSQL = `SELECT d.id, d.status = 'retrying', d.aggregate_type, d.aggregate_id, d.aggregate_version
+FROM dead_letters d WHERE ` + dueWhere + ` ORDER BY d.id LIMIT $2`
 
 // lockDueSQL takes one row of the round if it is still due and no other
 // process holds it.
@@ -96,9 +100,18 @@ func endGap(baselineBefore, afterReset bool) gapEnding {
 
 // retryRound looks at every due row, up to retryRoundMax. It returns how
 // many it settled, or the round's size when the round was full, so that
-// poll.Drain runs another round at once when there may be more to do. A
-// row still waiting for its predecessor or failing again is looked at and
-// passed: it does not end the round.
+// poll.DrainOrWake runs another round at once when there may be more to
+// do. A row still waiting for its predecessor or failing again is looked at
+// and passed: it does not end the round.
+//
+// The rows whose handler never failed (held events whose predecessor
+// applied, gaps that healed) run together, in one transaction, each in a
+// savepoint of its own: one commit for the round rather than one per row,
+// which is what let held events pile up faster than they were retried. A
+// row whose handler failed before (retrying) runs alone, in a transaction
+// of its own, one attempt per round: a handler that keeps failing must not
+// hold the others' commit. A held row whose handler fails in the shared
+// transaction has its failure recorded there, and runs alone from then on.
 func (c *Consumer) retryRound(ctx context.Context) (int, error) {
 	c.mu.Lock()
 	h := c.handler
@@ -110,13 +123,50 @@ func (c *Consumer) retryRound(ctx context.Context) (int, error) {
 	if err != nil {
 		return 0, fmt.Errorf("due dead letters: %w", err)
 	}
-	ids, err := pgx.CollectRows(rows, pgx.RowTo[int64])
+	type due struct {
+		id      int64
+		alone   bool
+		agg     aggKey
+		version int64
+	}
+	dues, err := pgx.CollectRows(rows, func(r pgx.CollectableRow) (due, error) {
+		var d due
+		err := r.Scan(&d.id, &d.alone, &d.agg.typ, &d.agg.id, &d.version)
+		return d, err
+	})
 	if err != nil {
 		return 0, fmt.Errorf("due dead letters: %w", err)
 	}
+	// The rows that run together, in aggregate and version order: the
+	// order in which a batch of the Middleware locks its aggregates' rows,
+	// so that the round's transaction, which holds the rows it applied
+	// until it commits, and a batch never wait for each other in a cycle.
+	slices.SortStableFunc(dues, func(a, b due) int {
+		return cmp.Or(cmp.Compare(a.agg.typ, b.agg.typ), cmp.Compare(a.agg.id, b.agg.id), cmp.Compare(a.version, b.version))
+	})
+	var together, alone []int64
+	for _, d := range dues {
+		if d.alone {
+			alone = append(alone, d.id)
+		} else {
+			together = append(together, d.id)
+		}
+	}
 	settled := 0
 	var errs []error
-	for _, id := range ids {
+	// A transaction holds the version rows it applied until it commits:
+	// at most MaxBatch rows in one, as a batch of the Middleware.
+	for chunk := range slices.Chunk(together, c.cfg.MaxBatch) {
+		if ctx.Err() != nil {
+			break
+		}
+		n, err := c.retryTogether(ctx, recovering(h), chunk)
+		settled += n
+		if err != nil {
+			errs = append(errs, err)
+		}
+	}
+	for _, id := range alone {
 		if ctx.Err() != nil {
 			break
 		}
@@ -131,8 +181,56 @@ func (c *Consumer) retryRound(ctx context.Context) (int, error) {
 			settled++
 		}
 	}
-	if len(ids) == retryRoundMax {
-		settled = max(settled, len(ids))
+	if len(dues) == retryRoundMax {
+		settled = max(settled, len(dues))
+	}
+	c.rounds.Add(1)
+	return settled, errors.Join(errs...)
+}
+
+// retryTogether runs the rows ids in one transaction, each in a savepoint
+// (a broken row rolls back alone and is reported), and returns how many it
+// settled.
+func (c *Consumer) retryTogether(ctx context.Context, h message.HandlerFunc, ids []int64) (int, error) {
+	var (
+		settled int
+		records []func()
+		errs    []error
+	)
+	err := pgx.BeginFunc(ctx, c.cfg.Pool, func(tx pgx.Tx) error {
+		settled, records, errs = 0, nil, nil
+		for _, id := range ids {
+			if ctx.Err() != nil {
+				break
+			}
+			var (
+				ok     bool
+				record func()
+			)
+			err := pgx.BeginFunc(ctx, tx, func(sp pgx.Tx) error {
+				var err error
+				ok, record, err = c.retryRow(ctx, sp, h, id)
+				return err
+			})
+			if err != nil {
+				if ctx.Err() != nil {
+					return err
+				}
+				errs = append(errs, fmt.Errorf("dead letter %d: %w", id, err))
+				continue
+			}
+			records = append(records, record)
+			if ok {
+				settled++
+			}
+		}
+		return nil
+	})
+	if err != nil {
+		return 0, errors.Join(append(errs, fmt.Errorf("retry held messages: %w", err))...)
+	}
+	for _, r := range records {
+		r()
 	}
 	return settled, errors.Join(errs...)
 }
@@ -141,9 +239,28 @@ func (c *Consumer) retryRound(ctx context.Context) (int, error) {
 // it. It reports whether the row was settled (applied, or found stale or a
 // duplicate).
 func (c *Consumer) retryOne(ctx context.Context, h message.HandlerFunc, id int64) (bool, error) {
-	settled := false
-	record := func() {} // the metrics, once the outcome committed
+	var (
+		settled bool
+		record  func()
+	)
 	err := pgx.BeginFunc(ctx, c.cfg.Pool, func(lock pgx.Tx) error {
+		var err error
+		settled, record, err = c.retryRow(ctx, lock, h, id)
+		return err
+	})
+	if err != nil {
+		return false, err
+	}
+	record()
+	return settled, nil
+}
+
+// retryRow runs the due row id in lock, if it still is due and no other
+// process has it. It reports whether the row was settled, and what to
+// count once lock committed.
+func (c *Consumer) retryRow(ctx context.Context, lock pgx.Tx, h message.HandlerFunc, id int64) (settled bool, record func(), err error) {
+	record = func() {} // the metrics, once the outcome committed
+	err = func() error {
 		var (
 			msgID, md string
 			payload   []byte
@@ -174,7 +291,7 @@ func (c *Consumer) retryOne(ctx context.Context, h message.HandlerFunc, id int64
 		// the pool is held by a consumer's retry, and the message's
 		// effects now commit with its dead letter's new status.
 		start := time.Now()
-		_, v, herr := c.apply(ctx, ctx, lock, h, msg, env, false, c.mayBaseline(env))
+		_, v, herr := c.apply(ctx, ctx, lock, h, msg, env, false, c.mayBaseline(env), false)
 		o := v.outcome
 		timedOut := herr == nil && time.Since(created) >= c.cfg.GapTimeout
 		if timedOut && o == gap && endGap(!c.cfg.BaselineBefore.IsZero(), v.afterReset) == gapBaseline {
@@ -184,7 +301,7 @@ func (c *Consumer) retryOne(ctx context.Context, h message.HandlerFunc, id int64
 			// failing handler's retries below, not to a dead gap that
 			// would wait for a predecessor that never comes.
 			var base verdict
-			if _, base, herr = c.apply(ctx, ctx, lock, h, msg, env, false, true); herr == nil && base.outcome == applied {
+			if _, base, herr = c.apply(ctx, ctx, lock, h, msg, env, false, true, false); herr == nil && base.outcome == applied {
 				o = base.outcome
 				c.cfg.Logger.With(env.LogArgs()...).Warn("gap timed out on an aggregate with nothing applied: this version is its baseline",
 					"consumer", c.cfg.Consumer, "message_id", msgID, "aggregate_id", env.AggregateID,
@@ -195,8 +312,20 @@ func (c *Consumer) retryOne(ctx context.Context, h message.HandlerFunc, id int64
 		case herr == nil && (o == applied || o == stale || o == duplicate):
 			settled = true
 			took := time.Since(start)
-			record = func() { c.metrics.count(o, took) }
 			_, err = lock.Exec(ctx, `UPDATE dead_letters SET status = 'resolved', resolved_at = now() WHERE id = $1`, id)
+			// The events held right behind it apply with it, once its own
+			// row no longer blocks them.
+			var chain heldOutcome
+			if err == nil && o == applied {
+				chain, err = c.applyHeldBehind(ctx, lock, h, env)
+			}
+			record = func() {
+				c.metrics.count(o, took)
+				c.countHeld(chain)
+				if chain.leftDue {
+					c.wakeRetries()
+				}
+			}
 			c.cfg.Logger.With(env.LogArgs()...).Info("parked message applied", "consumer", c.cfg.Consumer, "message_id", msgID,
 				"aggregate_id", env.AggregateID, "aggregate_version", env.AggregateVersion, "outcome", o.String())
 		case herr == nil && timedOut: // the gap never filled: report it; it heals if its predecessor applies later
@@ -230,9 +359,9 @@ func (c *Consumer) retryOne(ctx context.Context, h message.HandlerFunc, id int64
 			}
 		}
 		return err
-	})
-	if err == nil {
-		record()
+	}()
+	if err != nil {
+		return false, func() {}, err
 	}
-	return settled, err
+	return settled, record, nil
 }

@@ -1,8 +1,9 @@
 // Package migrations holds Outflow's own versioned SQL schema, embedded in
 // the binary, and the Migrator that applies it: the outbox, the forwarder's
 // state (outbox_partitions, outbox_forwarders), and the consumers'
-// bookkeeping (processed_messages, consumer_aggregate_versions,
-// dead_letters and the consumer_blocked function). Nothing of any service:
+// bookkeeping (consumer_aggregate_versions, dead_letters, the
+// consumer_blocked function, and processed_messages, no longer written
+// since 00026). Nothing of any service:
 // a service keeps its own tables in a set of its own ([Set]), applied after
 // this one by the same machinery, with its own version table (the
 // reference app's is package app/migrations).

@@ -94,6 +94,10 @@ type HandlerHarness struct {
 	invoked int // the middleware ran the handler (the message applied)
 	calls   int // Func ran
 	crashes int // the next Func calls that return nil panic after it
+	// taken is the message ids this harness delivered that the consumer
+	// took (anything but Nacked): the consumer keeps no row per message,
+	// so a redelivery of an older one tells Duplicate from Stale here.
+	taken map[string]bool
 }
 
 // NewHandlerHarness builds a harness for h on pool's schema, which must be
@@ -216,7 +220,7 @@ func (h *HandlerHarness) DeliverMessage(ctx context.Context, msg *message.Messag
 	if err != nil {
 		h.t.Fatalf("outflowtest: message %s: %v", msg.UUID, err)
 	}
-	seen, err := h.processed(ctx, env.MessageID)
+	seen, err := h.processed(ctx, env)
 	if err != nil {
 		h.t.Fatalf("outflowtest: %v", err)
 	}
@@ -251,7 +255,7 @@ func (h *HandlerHarness) DeliverMessage(ctx context.Context, msg *message.Messag
 		if err != nil {
 			h.t.Fatalf("outflowtest: %v", err)
 		}
-		applied = after == env.AggregateVersion
+		applied = after >= env.AggregateVersion // the events held behind it may have applied with it
 	}
 
 	var d Delivery
@@ -277,6 +281,12 @@ func (h *HandlerHarness) DeliverMessage(ctx context.Context, msg *message.Messag
 		d.Released = h.release(ctx, openBefore)
 	}
 	h.mu.Lock()
+	if d.Outcome != Nacked {
+		if h.taken == nil {
+			h.taken = make(map[string]bool)
+		}
+		h.taken[env.MessageID] = true
+	}
 	d.Calls = h.calls - callsBefore
 	h.mu.Unlock()
 	return d
@@ -305,14 +315,9 @@ func (h *HandlerHarness) release(ctx context.Context, candidates []int64) []stri
 	h.t.Helper()
 	var out []string
 	done := map[int64]bool{}
-	for {
-		n, err := h.consumer.RetryRound(ctx)
-		if err != nil {
-			h.t.Fatalf("outflowtest: retry parked messages: %v", err)
-		}
-		if n == 0 {
-			return out
-		}
+	// What the delivery itself released (the held events right behind a
+	// message apply in its transaction), then what each retry round does.
+	collect := func() {
 		rows, err := h.pool.Query(ctx, `SELECT id, message_id::text FROM dead_letters
 			WHERE consumer = $1 AND status = 'resolved' AND id = ANY($2) ORDER BY aggregate_version, id`,
 			h.handler.Name, candidates)
@@ -332,6 +337,16 @@ func (h *HandlerHarness) release(ctx context.Context, candidates []int64) []stri
 				done[r.ID] = true
 				out = append(out, r.Msg)
 			}
+		}
+	}
+	for {
+		collect()
+		n, err := h.consumer.RetryRound(ctx)
+		if err != nil {
+			h.t.Fatalf("outflowtest: retry parked messages: %v", err)
+		}
+		if n == 0 {
+			return out
 		}
 	}
 }
@@ -395,12 +410,23 @@ func (h *HandlerHarness) requireIdempotent(ctx context.Context, t testingT, ev e
 	return applied
 }
 
-func (h *HandlerHarness) processed(ctx context.Context, messageID string) (bool, error) {
+// processed says whether the consumer already took the message: this
+// harness delivered it before, or it waits in dead_letters. The consumer
+// keeps no row per message (its bookkeeping is the aggregate's version),
+// so another message at a version already applied reads Stale here where
+// the middleware counts it a duplicate: nothing runs either way.
+func (h *HandlerHarness) processed(ctx context.Context, env events.Envelope) (bool, error) {
+	h.mu.Lock()
+	taken := h.taken[env.MessageID]
+	h.mu.Unlock()
+	if taken {
+		return true, nil
+	}
 	var seen bool
-	err := h.pool.QueryRow(ctx, `SELECT EXISTS (SELECT 1 FROM processed_messages WHERE message_id = $1 AND consumer = $2)`,
-		messageID, h.handler.Name).Scan(&seen)
+	err := h.pool.QueryRow(ctx, `SELECT EXISTS (SELECT 1 FROM dead_letters WHERE message_id = $1 AND consumer = $2
+			AND status IN ('retrying', 'dead', 'held'))`, env.MessageID, h.handler.Name).Scan(&seen)
 	if err != nil {
-		return false, fmt.Errorf("read processed_messages: %w", err)
+		return false, fmt.Errorf("read dead_letters: %w", err)
 	}
 	return seen, nil
 }

@@ -436,9 +436,9 @@ type pipelineState struct {
 }
 
 // state reads what is left to do. A (row, handler) pair is settled when
-// the handler's consumer has a processed_messages row for the message and
-// no open retry or hold: a message parked for a retry or held behind a gap
-// is recorded as processed but not yet applied.
+// the handler's consumer has its aggregate at the row's version or past it
+// (applied, or skipped: the consumer's only bookkeeping is that version)
+// and no open retry or hold of the message.
 func (p *Pipeline) state(ctx context.Context, names, topics []string) (pipelineState, error) {
 	var st pipelineState
 	err := p.pool.QueryRow(ctx, `
@@ -446,7 +446,9 @@ func (p *Pipeline) state(ctx context.Context, names, topics []string) (pipelineS
 		todo AS (
 			SELECT o.message_id, o.event_type, o.aggregate_id, o.aggregate_version, h.name
 			FROM outbox o JOIN h ON h.topic = o.topic
-			WHERE NOT EXISTS (SELECT 1 FROM processed_messages m WHERE m.message_id = o.message_id AND m.consumer = h.name)
+			WHERE NOT EXISTS (SELECT 1 FROM consumer_aggregate_versions v WHERE v.consumer = h.name
+			                  AND v.aggregate_type = o.aggregate_type AND v.aggregate_id = o.aggregate_id
+			                  AND v.version >= o.aggregate_version)
 			   OR EXISTS (SELECT 1 FROM dead_letters d WHERE d.message_id = o.message_id AND d.consumer = h.name
 			              AND d.status IN ('held', 'retrying'))
 		)

@@ -9,12 +9,13 @@
 // (consumer.ReplayTopic), which only that consumer's group reads, through
 // the same idempotency middleware as its topic. So a replay reaches one
 // consumer and leaves the others untouched, and it re-applies nothing the
-// consumer has already handled (processed_messages, aggregate versions)
-// unless [ResetConsumer] forgot it first.
+// consumer has already handled (its aggregate versions: a message at or
+// below one is a duplicate or stale) unless [ResetConsumer] forgot it
+// first.
 //
-// [ResetConsumer] deletes, in one transaction, the consumer's
-// processed_messages rows of the aggregates' retained outbox rows and its
-// open dead letters of them, and sets its aggregate versions back to 0,
+// [ResetConsumer] deletes, in one transaction, the consumer's open dead
+// letters of the aggregates (and the processed_messages rows consumers
+// wrote before migration 00026), and sets its aggregate versions back to 0,
 // marked reset; the caller's [Reset.Also] runs in the same transaction,
 // after the aggregates are locked against the consumer, to delete the
 // projection's own rows, so no event is counted twice or lost however the

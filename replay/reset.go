@@ -50,8 +50,10 @@ func (r Reset) Validate() error {
 
 // ResetResult counts what a reset forgot.
 type ResetResult struct {
-	// Processed is processed_messages rows: messages the consumer will
-	// handle again.
+	// Processed is processed_messages rows deleted: messages a consumer
+	// of a release before migration 00026 (which wrote a row per message)
+	// will handle again. Consumers since decide by the version alone: 0
+	// once the table is empty.
 	Processed int64
 	// Versions is aggregates whose applied version went back to 0: they
 	// start again from version 1.
@@ -77,8 +79,10 @@ const purgedSample = 10
 const resetAttempts = 5
 
 // ResetConsumer makes the consumer forget the aggregates, in one
-// transaction: their versions, its processed_messages rows of their
-// retained outbox rows, its open dead letters of them, then r.Also. The
+// transaction: their versions (the consumer's only bookkeeping), its open
+// dead letters of them, the processed_messages rows of their retained
+// outbox rows that a consumer of a release before migration 00026 may
+// still have written, then r.Also. The
 // consumer may keep running: the aggregates' version rows are written
 // first (inserted when missing, so that an aggregate the consumer has not
 // seen yet is locked too), which waits for the consumer's transactions on

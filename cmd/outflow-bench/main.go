@@ -13,6 +13,7 @@
 //	outflow-bench audit [-backlog 50000] [-rounds 3] [-interval 1s] [-lost 20000]
 //	outflow-bench event-cost [-retained 0,1000000] [-events 20000] [-clients 8]
 //	outflow-bench relay-wal [-events 2000] [-batch-sizes 1,500]
+//	outflow-bench consumer-wal [-payments 10000] [-retained 0,5000000,20000000] [-workers 8]
 //	outflow-bench console [-outbox 1000000] [-processed 10000000] [-dead 100000] [-renders 200]
 //
 // The database is BENCH_DATABASE_URL, defaulting to the test database.
@@ -47,7 +48,7 @@ func main() {
 
 func run(ctx context.Context, args []string) error {
 	if len(args) == 0 {
-		return fmt.Errorf("usage: outflow-bench pay|writepath|forward|pipeline|brokers|nats-replicas|history|webhooks|footprint|tracing|wait|audit|relay-wal|event-cost|console [flags]")
+		return fmt.Errorf("usage: outflow-bench pay|writepath|forward|pipeline|brokers|nats-replicas|history|webhooks|footprint|tracing|wait|audit|relay-wal|event-cost|consumer-wal|console [flags]")
 	}
 	dbURL := os.Getenv("BENCH_DATABASE_URL")
 	if dbURL == "" {
@@ -133,6 +134,20 @@ func run(ctx context.Context, args []string) error {
 			return err
 		}
 		return bench.RelayWAL(ctx, bench.RelayWALConfig{DatabaseURL: dbURL, Events: *events, BatchSizes: sizes, Out: os.Stdout})
+	case "consumer-wal":
+		fs := flag.NewFlagSet("consumer-wal", flag.ContinueOnError)
+		payments := fs.Int("payments", 10_000, "payments each run handles (2.2 events a payment)")
+		retained := fs.String("retained", "0,5000000,20000000", "comma-separated version rows retained before a run, one run each")
+		workers := fs.Int("workers", 8, "goroutines delivering the events")
+		if err := fs.Parse(args[1:]); err != nil {
+			return err
+		}
+		counts, err := parseCounts(*retained)
+		if err != nil {
+			return err
+		}
+		return bench.ConsumerWAL(ctx, bench.ConsumerWALConfig{DatabaseURL: dbURL, Payments: *payments, Retained: counts,
+			Workers: *workers, Out: os.Stdout})
 	case "audit":
 		fs := flag.NewFlagSet("audit", flag.ContinueOnError)
 		backlog := fs.Int("backlog", 50_000, "rows each throughput run drains")

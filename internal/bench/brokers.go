@@ -11,6 +11,7 @@ import (
 
 	"github.com/outflow-dev/outflow/consumer"
 
+	"github.com/ThreeDotsLabs/watermill/message"
 	"github.com/google/uuid"
 	"github.com/jackc/pgx/v5"
 	"github.com/twmb/franz-go/pkg/kfake"
@@ -106,7 +107,9 @@ func brokerRun(ctx context.Context, cfg BrokersConfig, bc brokers.Config) (broke
 	if err != nil {
 		return res, err
 	}
-	w, err := consumer.NewWorker(consumer.WorkerConfig{Pool: pool, Broker: backend, Registry: reg, Logger: quietLogger()})
+	acks := &ackTimes{at: map[string]time.Time{}}
+	w, err := consumer.NewWorker(consumer.WorkerConfig{Pool: pool, Broker: backend, Registry: reg, Logger: quietLogger(),
+		Middleware: []message.HandlerMiddleware{acks.middleware}})
 	if err != nil {
 		return res, err
 	}
@@ -199,14 +202,8 @@ func brokerRun(ctx context.Context, cfg BrokersConfig, bc brokers.Config) (broke
 	if err := checkProjection(ctx, pool, cfg.Backlog+total); err != nil {
 		return res, err
 	}
-	// An event held as a gap has its processed_messages row from when it
-	// was held; it is handled when its dead letter is resolved.
-	err = pool.QueryRow(ctx, `
-		SELECT percentile_cont(0.5) WITHIN GROUP (ORDER BY d), percentile_cont(0.99) WITHIN GROUP (ORDER BY d), max(d)
-		FROM (SELECT extract(epoch FROM coalesce(dl.resolved_at, p.processed_at) - o.created_at) * 1000 AS d
-		      FROM outbox o JOIN processed_messages p ON p.message_id = o.message_id
-		      LEFT JOIN dead_letters dl ON dl.message_id = o.message_id AND dl.consumer = p.consumer
-		      WHERE o.id > $1) x`, seededMax).
-		Scan(&res.p50, &res.p99, &res.max)
+	// From the worker's acknowledgement, or the resolution of an event
+	// held as a gap.
+	res.p50, res.p99, res.max, err = acks.latencies(ctx, pool, seededMax)
 	return res, err
 }

@@ -239,10 +239,11 @@ func newConsumerCmd(e *env) *cobra.Command {
 	)
 	reset := &cobra.Command{
 		Use:   "reset",
-		Short: "Make one consumer forget aggregates (processed messages, versions, open dead letters), for a replay",
-		Long: `Deletes, in one transaction, the consumer's processed_messages rows of the aggregates' retained
-outbox rows and its open dead letters of them, and sets its aggregate versions back to 0, marked
-reset: their history starts again at version 1, never at a baseline (BaselineBefore); --projection-sql
+		Short: "Make one consumer forget aggregates (versions, open dead letters), for a replay",
+		Long: `Sets, in one transaction, the consumer's aggregate versions back to 0, marked reset, and deletes
+its open dead letters of them (and any processed_messages rows of their retained outbox rows,
+which consumers before migration 00026 wrote): their history starts again at version 1, never at
+a baseline (BaselineBefore); --projection-sql
 runs in the same transaction, after the aggregates are locked against the consumer: delete the
 projection's own rows there. Then 'outflow replay' applies their events again. Aggregates whose
 first versions the outbox no longer holds are named: a replay cannot rebuild them. See docs/replay.md.`,
@@ -294,8 +295,11 @@ first versions the outbox no longer holds are named: a replay cannot rebuild the
 			if err != nil {
 				return err
 			}
-			fmt.Fprintf(out, "%s forgot %s: %d processed message(s), %d aggregate version(s), %d open dead letter(s)\n",
-				target.Name, what, res.Processed, res.Versions, res.DeadLetters)
+			fmt.Fprintf(out, "%s forgot %s: %d aggregate version(s), %d open dead letter(s)", target.Name, what, res.Versions, res.DeadLetters)
+			if res.Processed > 0 { // rows consumers wrote before migration 00026; none since
+				fmt.Fprintf(out, ", %d processed_messages row(s) from before migration 00026", res.Processed)
+			}
+			fmt.Fprintln(out)
 			if res.Purged > 0 {
 				// Said now, not only when their gaps time out: the
 				// operator chose these aggregates and can still act.

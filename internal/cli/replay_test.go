@@ -97,7 +97,7 @@ func TestConsumerResetAndReplayCommands(t *testing.T) {
 	out, err := command(env, "consumer", "reset", "--consumer", "sync-analytics", "--aggregate-type", "payment",
 		"--aggregate-id", "p1", "--yes", "--projection-sql", "DELETE FROM merchant_stats_daily WHERE merchant_id = 'm1'").CombinedOutput()
 	require.NoError(t, err, "%s", out)
-	require.Contains(t, string(out), "sync-analytics forgot 1 aggregate(s) of type payment: 2 processed message(s), 1 aggregate version(s), 1 open dead letter(s)")
+	require.Contains(t, string(out), "sync-analytics forgot 1 aggregate(s) of type payment: 1 aggregate version(s), 1 open dead letter(s), 2 processed_messages row(s) from before migration 00026")
 	require.Contains(t, string(out), "--projection-sql: 1 row(s)")
 	require.Equal(t, "notify-merchant:00000000-0000-0000-0000-000000000001,notify-merchant:00000000-0000-0000-0000-000000000002,"+
 		"notify-merchant:00000000-0000-0000-0000-000000000003,notify-merchant:00000000-0000-0000-0000-000000000004,"+

@@ -27,7 +27,7 @@ func validateRetention(flag string, d, least time.Duration) error {
 
 // consumerRetention returns a function that, every minute until ctx is
 // done, purges what the consumers keep past its use once it is older than
-// retention: processed_messages and closed dead_letters rows (see
+// retention: closed dead_letters rows and processed_messages, whole (see
 // idempotency.Retention), and settled webhook deliveries with their
 // attempts (see handlers.PurgeWebhooks). It returns nil when retention is
 // negative (kept forever).

@@ -54,7 +54,7 @@ func addWorkerFlags(fs *pflag.FlagSet, sharedStreamPartitions bool) *workerOptio
 	fs.DurationVar(&o.retryBackoffMax, "handler-retry-backoff-max", 5*time.Minute, "largest retry delay of a failing message")
 	fs.DurationVar(&o.gapTimeout, "gap-timeout", 5*time.Minute, "how long an event waits for its predecessor before it is parked")
 	fs.DurationVar(&o.retention, "processed-retention", 15*24*time.Hour,
-		"how long processed_messages, resolved dead letters and settled webhook deliveries are kept (above the longest redelivery window; negative: forever)")
+		"how long resolved dead letters and settled webhook deliveries are kept, and processed_messages (no longer written) after its newest row (above the longest redelivery window; negative: forever)")
 	fs.DurationVar(&o.webhookTimeout, "webhook-timeout", 10*time.Second, "how long one webhook request may take before it is cancelled and retried")
 	fs.IntVar(&o.webhookInFlight, "webhook-concurrency", 64, "webhook requests in flight at once in this process")
 	fs.IntVar(&o.webhookPerMerch, "webhook-per-merchant", 4, "webhook requests in flight at once to one merchant in this process (a merchant that hangs holds only these; at most --webhook-concurrency)")

@@ -123,7 +123,10 @@ func TestKilledWorkerLosesNothing(t *testing.T) {
 		return out
 	}
 	processed := func() (n int) {
-		require.NoError(t, s.Pool.QueryRow(ctx, `SELECT count(*) FROM processed_messages WHERE consumer = 'sync-analytics'`).Scan(&n))
+		// Handled: the consumer's version of the row's aggregate reached it.
+		require.NoError(t, s.Pool.QueryRow(ctx, `SELECT count(*) FROM outbox o JOIN consumer_aggregate_versions v
+			ON v.consumer = 'sync-analytics' AND v.aggregate_type = o.aggregate_type AND v.aggregate_id = o.aggregate_id
+			AND v.version >= o.aggregate_version`).Scan(&n))
 		return n
 	}
 
@@ -165,7 +168,8 @@ func TestKilledWorkerLosesNothing(t *testing.T) {
 			SELECT (SELECT count(*) FROM outbox_state WHERE NOT published)
 			     + (SELECT count(*) FROM webhook_deliveries WHERE status <> 'delivered')
 			     + (SELECT count(*) FROM dead_letters WHERE status IN ('retrying', 'held'))
-			     + (SELECT count(*) FROM outbox o WHERE (SELECT count(*) FROM processed_messages p WHERE p.message_id = o.message_id) < 2)`,
+			     + (SELECT count(*) FROM outbox o WHERE (SELECT count(*) FROM consumer_aggregate_versions v
+			        WHERE v.aggregate_type = o.aggregate_type AND v.aggregate_id = o.aggregate_id AND v.version >= o.aggregate_version) < 2)`,
 		).Scan(&left))
 		for _, n := range pending() {
 			left += int(n)
@@ -216,8 +220,8 @@ func (r *receivedWebhooks) count() int {
 }
 
 // committedHeld counts the entries consumer holds unacknowledged whose
-// message its group's consumer already recorded as processed: killed between
-// commit and acknowledgement.
+// message its group's consumer already handled (its aggregate's version
+// reached it): killed between commit and acknowledgement.
 func committedHeld(t *testing.T, rdb *redis.Client, pool *pgxpool.Pool, groups []string, consumer string) (n int) {
 	t.Helper()
 	ctx := context.Background()
@@ -236,8 +240,10 @@ func committedHeld(t *testing.T, rdb *redis.Client, pool *pgxpool.Pool, groups [
 			}
 		}
 		var c int
-		require.NoError(t, pool.QueryRow(ctx, `SELECT count(*) FROM processed_messages WHERE consumer = $1 AND message_id::text = ANY($2)`,
-			g, ids).Scan(&c))
+		require.NoError(t, pool.QueryRow(ctx, `SELECT count(*) FROM outbox o JOIN consumer_aggregate_versions v
+			ON v.consumer = $1 AND v.aggregate_type = o.aggregate_type AND v.aggregate_id = o.aggregate_id
+			AND v.version >= o.aggregate_version
+			WHERE o.message_id::text = ANY($2)`, g, ids).Scan(&c))
 		n += c
 	}
 	return n

@@ -155,7 +155,9 @@ func TestConsoleInBrowser(t *testing.T) {
 	// its marker shows below: taken in, the merchant not notified.)
 	outflowtest.WaitFor(t, 30*time.Second, "the marker taken in by the three consumers", func() bool {
 		var n int
-		require.NoError(t, pool.QueryRow(bg, `SELECT count(*) FROM processed_messages WHERE message_id = $1`, discardMsg).Scan(&n))
+		require.NoError(t, pool.QueryRow(bg, `SELECT count(*) FROM consumer_aggregate_versions v JOIN outbox o
+			ON o.aggregate_type = v.aggregate_type AND o.aggregate_id = v.aggregate_id
+			WHERE o.message_id = $1 AND v.version >= o.aggregate_version`, discardMsg).Scan(&n))
 		return n == 3
 	})
 	var notified int

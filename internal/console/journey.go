@@ -36,6 +36,13 @@ const (
 			WHERE aggregate_type = $1 AND aggregate_id = $2 AND (aggregate_version, id) < ($3, $4)
 			ORDER BY aggregate_version DESC, id DESC LIMIT $5
 		) o ` + outboxStateJoin + ` ORDER BY o.aggregate_version DESC, o.id DESC`
+	// The consumers' versions of the aggregate: an event is handled by a
+	// consumer once its version reached the event's. processed_messages
+	// only gives the time of what consumers handled before migration
+	// 00026's release, when they still wrote a row per message.
+	qVersions = `
+		SELECT consumer, version FROM consumer_aggregate_versions
+		WHERE consumer = ANY($1) AND aggregate_type = $2 AND aggregate_id = $3`
 	qProcessed = `
 		SELECT message_id::text, consumer, processed_at FROM processed_messages WHERE message_id = ANY($1::uuid[])`
 	qDeadOutcomes = `
@@ -238,7 +245,8 @@ func (c *Console) journeyPage(w http.ResponseWriter, r *http.Request, s session)
 // payment's whole journey). Each query goes through an index: the outbox's
 // message_id, outbox_aggregate_version_idx (then each row's state by the
 // primary keys of outbox and outbox_failures), the primary keys of
-// processed_messages and dead_letters' (consumer, message_id), and
+// consumer_aggregate_versions and processed_messages, dead_letters'
+// (consumer, message_id), and
 // webhook_deliveries' message_id.
 func (c *Console) readJourney(ctx context.Context, q string, at *journeyPosition) (journey, error) {
 	j := journey{Query: q, AggregateType: c.cfg.AggregateType, AggregateID: q, Positioned: at != nil}
@@ -354,7 +362,7 @@ func (c *Console) readJourney(ctx context.Context, q string, at *journeyPosition
 		ids[i] = j.Events[i].MessageID
 		byID[ids[i]] = &j.Events[i]
 	}
-	if err := c.readOutcomes(ctx, ids, byID); err != nil {
+	if err := c.readOutcomes(ctx, j.AggregateType, j.AggregateID, ids, byID); err != nil {
 		return j, err
 	}
 	if err := c.readDeliveries(ctx, ids, byID); err != nil {
@@ -370,13 +378,34 @@ func scanEvent(r pgx.CollectableRow) (journeyEvent, error) {
 	return e, err
 }
 
-func (c *Console) readOutcomes(ctx context.Context, ids []string, byID map[string]*journeyEvent) error {
+// readOutcomes reads what each consumer made of the events: an event is
+// processed once the consumer's version of the aggregate reached it
+// (applied, or skipped as a duplicate or stale), unless it waits in
+// dead_letters; when it is, a time only for the rows written before
+// migration 00026's release (processed_messages) and for a parked message
+// applied later (its dead letter's resolved_at).
+func (c *Console) readOutcomes(ctx context.Context, aggType, aggID string, ids []string, byID map[string]*journeyEvent) error {
 	names := make([]string, len(c.cfg.Consumers))
 	for i, cs := range c.cfg.Consumers {
 		names[i] = cs.Name
 	}
+	versions := map[string]int64{}
+	rows, err := c.cfg.Pool.Query(ctx, qVersions, names, aggType, aggID)
+	if err != nil {
+		return fmt.Errorf("journey: read consumer versions: %w", err)
+	}
+	var (
+		name    string
+		version int64
+	)
+	if _, err := pgx.ForEachRow(rows, []any{&name, &version}, func() error {
+		versions[name] = version
+		return nil
+	}); err != nil {
+		return fmt.Errorf("journey: read consumer versions: %w", err)
+	}
 	processed := map[[2]string]time.Time{}
-	rows, err := c.cfg.Pool.Query(ctx, qProcessed, ids)
+	rows, err = c.cfg.Pool.Query(ctx, qProcessed, ids)
 	if err != nil {
 		return fmt.Errorf("journey: read processed messages: %w", err)
 	}
@@ -414,9 +443,8 @@ func (c *Console) readOutcomes(ctx context.Context, ids []string, byID map[strin
 		e := byID[id]
 		for _, name := range names {
 			k := [2]string{id, name}
-			// A parked message has its processed_messages row too (it was
-			// taken in, into dead_letters): its outcome is the dead
-			// letter's, applied at resolved_at when resolved.
+			// A parked message's outcome is its dead letter's, applied at
+			// resolved_at when resolved.
 			o, ok := dead[k]
 			switch {
 			case ok && o.Status == "resolved":
@@ -424,6 +452,9 @@ func (c *Console) readOutcomes(ctx context.Context, ids []string, byID map[strin
 			case ok:
 			default:
 				o = outcome{Consumer: name}
+				if v, ok := versions[name]; ok && v >= e.AggregateVersion {
+					o.Status = "processed"
+				}
 				if at, ok := processed[k]; ok {
 					o.ProcessedAt, o.Status = &at, "processed"
 				}

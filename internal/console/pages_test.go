@@ -104,7 +104,7 @@ func TestJourneyOfAPayment(t *testing.T) {
 	m1, m2 := e.messageID(t, v1), e.messageID(t, v2)
 	e.exec(t, `INSERT INTO processed_messages (message_id, consumer, processed_at) VALUES
 		($1, 'notify-merchant', '2026-01-01 00:00:01Z'), ($1, 'analytics', '2026-01-01 00:00:02Z'), ($2, 'notify-merchant', '2026-01-01 00:00:03Z'),
-		($2, 'analytics', '2026-01-01 00:00:04Z')`, m1, m2) // a parked message is taken in: it has its row too
+		($2, 'analytics', '2026-01-01 00:00:04Z')`, m1, m2) // rows as consumers wrote them before 00026: a parked message had one too
 	e.insertDead(t, "analytics", m2, pay, 2, "dead")
 	e.exec(t, `INSERT INTO merchants (id, name, webhook_url, webhook_secret) VALUES ('00000000-0000-0000-0000-00000000000a', 'm', 'https://example.com/hook', 's')`)
 	var del int64
@@ -142,6 +142,39 @@ func TestJourneyOfAPayment(t *testing.T) {
 	res, body := do(t, c, http.MethodGet, e.srv.URL+"/journey?q=nothing-here", nil)
 	require.Equal(t, http.StatusOK, res.StatusCode)
 	require.Contains(t, body, `id="journey-empty"`)
+}
+
+// Consumers keep no row per message: an event is shown processed by a
+// consumer once the consumer's version of the aggregate reached it, with no
+// time; a row written before migration 00026's release still gives its
+// time; an event past the version, or parked, is not processed.
+func TestJourneyShowsHandledByTheVersion(t *testing.T) {
+	t.Parallel()
+	e := newEnv(t, func(c *console.Config) { c.PageSize = console.DefaultPageSize })
+	pay := "0190c0de-0000-7000-8000-000000000002"
+	v1 := e.insertOutbox(t, pay, 1, true, false)
+	v2 := e.insertOutbox(t, pay, 2, true, false)
+	e.insertOutbox(t, pay, 3, true, false)
+	m1, m2 := e.messageID(t, v1), e.messageID(t, v2)
+	e.exec(t, `INSERT INTO consumer_aggregate_versions (consumer, aggregate_type, aggregate_id, version) VALUES
+		('notify-merchant', 'payment', $1, 2), ('analytics', 'payment', $1, 1)`, pay)
+	e.exec(t, `INSERT INTO processed_messages (message_id, consumer, processed_at) VALUES ($1, 'analytics', '2026-01-01 00:00:02Z')`, m1)
+	e.insertDead(t, "analytics", m2, pay, 2, "held")
+
+	c := e.client(t)
+	e.login(t, c)
+	res, body := do(t, c, http.MethodGet, e.srv.URL+"/journey?q="+url.QueryEscape(pay), nil)
+	require.Equal(t, http.StatusOK, res.StatusCode)
+	sections := strings.Split(body, `<section class="event"`)[1:]
+	require.Len(t, sections, 3)
+	require.Regexp(t, `(?s)data-consumer="notify-merchant" data-status="processed">.*?<td class="processed-at"></td>`, sections[0],
+		"handled by the version: no time")
+	require.Regexp(t, `(?s)data-consumer="analytics" data-status="processed">.*?<td class="processed-at">2026-01-01 00:00:02.000Z`, sections[0],
+		"a row written before the change still gives its time")
+	require.Contains(t, sections[1], `data-consumer="notify-merchant" data-status="processed"`)
+	require.Contains(t, sections[1], `data-consumer="analytics" data-status="held"`, "parked: its dead letter's status")
+	require.Contains(t, sections[2], `data-consumer="notify-merchant" data-status=""`, "past the version: not yet")
+	require.Contains(t, sections[2], `data-consumer="analytics" data-status=""`)
 }
 
 var (

@@ -43,12 +43,14 @@ func (r *requestTimes) percentiles(qs ...float64) (ps []time.Duration, maxd time
 // the database's clock at both ends, so no clock skew enters. No row
 // records when it was published: the first stage ends at its published_by
 // (outbox_state), when its partition's cursor moved past it, recorded at
-// the forwarder's lease tick: an upper bound, up to a lease tick late. The
-// consumers' stages are exact.
-// processed_at is the consumer's first processing: a redelivery finds
-// its row and leaves it alone, so duplicates do not flatter the figures.
+// the forwarder's lease tick: an upper bound, up to a lease tick late.
+// A consumer keeps no row per message, only its aggregate's version and
+// when that row was last written (updated_at): sync-analytics is measured
+// on each aggregate's latest event, the one its version row stands at. A
+// redelivery of that event writes the row again, so a duplicate can only
+// lengthen the figure, never flatter it.
 const pipelineLatencies = `
-	WITH run AS (SELECT o.message_id, o.created_at, s.published_by
+	WITH run AS (SELECT o.message_id, o.aggregate_type, o.aggregate_id, o.aggregate_version, o.created_at, s.published_by
 	             FROM outbox o JOIN outbox_state s USING (id) WHERE o.created_at >= $1),
 	stage AS (
 		SELECT 'outbox row -> published (at most)' AS name, 1 AS ord,
@@ -56,8 +58,10 @@ const pipelineLatencies = `
 		FROM run WHERE published_by IS NOT NULL
 		UNION ALL
 		SELECT 'outbox row -> sync-analytics applied', 2,
-		       extract(epoch FROM p.processed_at - run.created_at) * 1000
-		FROM run JOIN processed_messages p ON p.message_id = run.message_id AND p.consumer = 'sync-analytics'
+		       extract(epoch FROM v.updated_at - run.created_at) * 1000
+		FROM run JOIN consumer_aggregate_versions v ON v.consumer = 'sync-analytics'
+		     AND v.aggregate_type = run.aggregate_type AND v.aggregate_id = run.aggregate_id
+		     AND v.version = run.aggregate_version
 		UNION ALL
 		SELECT 'outbox row -> webhook delivered', 3,
 		       extract(epoch FROM w.delivered_at - run.created_at) * 1000

@@ -18,18 +18,24 @@ type counts struct {
 func readCounts(ctx context.Context, cfg Config, since time.Time) (counts, error) {
 	var c counts
 	var lag float64
-	// Only this run's messages count, joined on the consumers' primary key.
+	// Only this run's messages count: handled once the consumer's version
+	// of the aggregate reached them, joined on the versions' primary key.
 	// Published and parked are the forwarder's state of the rows
 	// (outbox_state): a row reads published once its partition's cursor
 	// passed it, which the forwarder records at its lease ticks, so the
 	// lag (the oldest row not yet read published) is an upper bound, up to
 	// a lease tick above the real one.
 	err := cfg.Pool.QueryRow(ctx, `
-		WITH run AS (SELECT o.message_id, o.event_type, o.created_at, s.published, s.parked_at
-		             FROM outbox o JOIN outbox_state s USING (id) WHERE o.created_at >= $1)
+		WITH run AS (SELECT o.message_id, o.event_type, o.aggregate_type, o.aggregate_id, o.aggregate_version, o.created_at,
+		                    s.published, s.parked_at
+		             FROM outbox o JOIN outbox_state s USING (id) WHERE o.created_at >= $1),
+		handled AS (
+		    SELECT v.consumer FROM run JOIN consumer_aggregate_versions v
+		    ON v.consumer IN ('sync-analytics', 'notify-merchant') AND v.aggregate_type = run.aggregate_type
+		       AND v.aggregate_id = run.aggregate_id AND v.version >= run.aggregate_version)
 		SELECT count(*), count(*) FILTER (WHERE published), count(parked_at),
-		       (SELECT count(*) FROM run JOIN processed_messages p USING (message_id) WHERE p.consumer = 'sync-analytics'),
-		       (SELECT count(*) FROM run JOIN processed_messages p USING (message_id) WHERE p.consumer = 'notify-merchant'),
+		       (SELECT count(*) FROM handled WHERE consumer = 'sync-analytics'),
+		       (SELECT count(*) FROM handled WHERE consumer = 'notify-merchant'),
 		       count(*) FILTER (WHERE event_type IN ('payment.paid', 'payment.refunded')),
 		       -- now() is this statement's start, which can precede the
 		       -- created_at of a row committed while it began: clamp at 0.
