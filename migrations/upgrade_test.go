@@ -46,8 +46,8 @@ func TestUpgradeFromSingleSet(t *testing.T) {
 		upTo int64
 		want []int64 // what the upgrade runs
 	}{
-		{"complete", 11, []int64{16, 17, 19, 20, 22, 23, 24}},
-		{"stopped after 00007", 7, []int64{8, 10, 11, 16, 17, 19, 20, 22, 23, 24}},
+		{"complete", 11, []int64{16, 17, 19, 20, 22, 23, 24, 27}},
+		{"stopped after 00007", 7, []int64{8, 10, 11, 16, 17, 19, 20, 22, 23, 24, 27}},
 	} {
 		t.Run(tt.name, func(t *testing.T) {
 			t.Parallel()
@@ -65,8 +65,9 @@ func TestUpgradeFromSingleSet(t *testing.T) {
 			}
 			require.Equal(t, tt.want, ran, "adopted versions are not run again")
 
-			// 00016's tables are new, and empty.
-			after, err := schemadump.Rows(ctx, s.Pool, s.Name, migrations.VersionTable, "outbox_audit", "outbox_receipts")
+			// 00016's and 00027's tables are new, and empty.
+			after, err := schemadump.Rows(ctx, s.Pool, s.Name, migrations.VersionTable, "outbox_audit", "outbox_receipts",
+				"outbox_wal_history", "outbox_wal_parked", "outbox_wal_slots")
 			require.NoError(t, err)
 			// 00019 and 00023 add nullable columns to the outbox and to
 			// the consumers' versions: NULL in every row.
@@ -97,8 +98,8 @@ func TestUpgradeFromSingleSet(t *testing.T) {
 				VALUES (gen_random_uuid(), 't', 'a', '1', 1, 'e', '{}', now()) RETURNING id`).Scan(&id))
 			require.EqualValues(t, 3, id)
 
-			// Down works on the adopted set: 24, 23, 22, 20, 19, 17 and 16 (run here), then 11.
-			for _, want := range []int64{24, 23, 22, 20, 19, 17, 16, 11} {
+			// Down works on the adopted set: 27, 24, 23, 22, 20, 19, 17 and 16 (run here), then 11.
+			for _, want := range []int64{27, 24, 23, 22, 20, 19, 17, 16, 11} {
 				r, err := migrations.Down(ctx, s.OpenDB(t))
 				require.NoError(t, err)
 				require.EqualValues(t, want, r.Version)
@@ -116,13 +117,13 @@ func TestAdoptionRunsOnce(t *testing.T) {
 	legacyUp(t, s, 11)
 	rs, err := migrations.Up(ctx, s.OpenDB(t))
 	require.NoError(t, err)
-	require.Len(t, rs, 7, "only the versions after the single-set release run: 16, 17, 19, 20, 22, 23 and 24")
-	for _, want := range []int64{24, 23, 22, 20, 19, 17, 16, 11} {
+	require.Len(t, rs, 8, "only the versions after the single-set release run: 16, 17, 19, 20, 22, 23, 24 and 27")
+	for _, want := range []int64{27, 24, 23, 22, 20, 19, 17, 16, 11} {
 		r, err := migrations.Down(ctx, s.OpenDB(t))
 		require.NoError(t, err)
 		require.EqualValues(t, want, r.Version)
 	}
 	rs, err = migrations.Up(ctx, s.OpenDB(t))
 	require.NoError(t, err)
-	require.Len(t, rs, 8, "11 runs again, then 16, 17, 19, 20, 22, 23 and 24: the rolled-back version is not re-adopted")
+	require.Len(t, rs, 9, "11 runs again, then 16, 17, 19, 20, 22, 23, 24 and 27: the rolled-back version is not re-adopted")
 }
