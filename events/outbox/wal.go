@@ -98,7 +98,9 @@ func (w *Writer) walContent(ctx context.Context, evs []events.Event) (string, er
 		m.Events = append(m.Events, WALEvent{
 			MessageID: env.MessageID, Topic: topic, AggregateType: env.AggregateType, AggregateID: env.AggregateID,
 			AggregateVersion: env.AggregateVersion, EventType: env.EventType, Payload: json.RawMessage(msg.Payload),
-			Metadata: md, OccurredAt: env.OccurredAt,
+			// Rounded to the microsecond, as a timestamptz column keeps it:
+			// the relay, its history and table mode publish the same time.
+			Metadata: md, OccurredAt: env.OccurredAt.Round(time.Microsecond),
 		})
 	}
 	b, err := json.Marshal(m)

@@ -34,7 +34,9 @@ CREATE TABLE outbox_wal_parked (
     aggregate_id      text        NOT NULL,
     aggregate_version bigint      NOT NULL,
     event_type        text        NOT NULL,
-    payload           jsonb       NOT NULL,
+    -- json, not jsonb: the payload's text as the writer emitted it, so a
+    -- retry publishes the very bytes first offered.
+    payload           json        NOT NULL,
     metadata          jsonb       NOT NULL DEFAULT '{}',
     occurred_at       timestamptz NOT NULL,
     commit_lsn        pg_lsn      NOT NULL,
@@ -56,17 +58,21 @@ CREATE INDEX outbox_wal_parked_aggregate_idx ON outbox_wal_parked (aggregate_typ
 CREATE TABLE outbox_wal_history (
     recorded_at       timestamptz NOT NULL DEFAULT now(),
     commit_lsn        pg_lsn      NOT NULL,
+    -- The event's place in its transaction: (commit_lsn, position) is
+    -- the order it was committed and published in.
+    position          integer     NOT NULL,
     message_id        uuid        NOT NULL,
     topic             text        NOT NULL,
     aggregate_type    text        NOT NULL,
     aggregate_id      text        NOT NULL,
     aggregate_version bigint      NOT NULL,
     event_type        text        NOT NULL,
-    payload           jsonb       NOT NULL,
+    -- json: the very text published, for a replay byte for byte.
+    payload           json        NOT NULL,
     metadata          jsonb       NOT NULL DEFAULT '{}',
     occurred_at       timestamptz NOT NULL
 ) PARTITION BY RANGE (recorded_at);
-CREATE INDEX outbox_wal_history_lsn_idx ON outbox_wal_history (commit_lsn);
+CREATE INDEX outbox_wal_history_lsn_idx ON outbox_wal_history (commit_lsn, position);
 
 -- +goose Down
 DROP TABLE outbox_wal_history;
