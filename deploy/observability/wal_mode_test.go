@@ -105,7 +105,9 @@ func dashboardQueries(t *testing.T) map[string]string {
 // okBroker acknowledges everything.
 type okBroker struct{}
 
-func (okBroker) Publish(_ context.Context, msgs []forwarder.Outgoing) []error { return make([]error, len(msgs)) }
+func (okBroker) Publish(_ context.Context, msgs []forwarder.Outgoing) []error {
+	return make([]error, len(msgs))
+}
 
 type placed struct{}
 
