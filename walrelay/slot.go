@@ -211,6 +211,19 @@ func RecoverSlot(ctx context.Context, pool *pgxpool.Pool, cfg RecoverConfig) (Lo
 		return LostRange{}, fmt.Errorf("recover slot: %w", err)
 	}
 	defer conn.Release()
+	// A slot that is fine is refused before the lock: a reading relay
+	// holds it for good.
+	if st, err := readSlot(ctx, conn, cfg.SlotName); err != nil {
+		return LostRange{}, err
+	} else if st.lostErr(cfg.SlotName) == nil {
+		return LostRange{}, fmt.Errorf("%w: slot %s is %s", ErrSlotNotLost, cfg.SlotName, st.status())
+	}
+	// The relays let go of the lock every StandbyRetry while the slot is
+	// lost; lock_timeout bounds the wait for one that does not.
+	if _, err := conn.Exec(ctx, `SET lock_timeout = '30s'`); err != nil {
+		return LostRange{}, fmt.Errorf("recover slot: %w", err)
+	}
+	defer func() { _, _ = conn.Exec(context.WithoutCancel(ctx), `RESET lock_timeout`) }()
 	if _, err := conn.Exec(ctx, `SELECT pg_advisory_lock(hashtextextended($1, 0))`, lockKey(cfg.SlotName)); err != nil {
 		return LostRange{}, fmt.Errorf("recover slot: take the reader's lock: %w", err)
 	}
