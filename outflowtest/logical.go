@@ -85,20 +85,43 @@ func pgMajor(binDir string) int {
 // as the postgres user, as PostgreSQL requires.
 func StartLogicalPostgres(t testing.TB, settings ...string) *LogicalPostgres {
 	t.Helper()
-	bin, err := pgBinDir()
+	lp, stop, err := RunLogicalPostgres(context.Background(), append([]string{"fsync=off", "full_page_writes=off"}, settings...)...)
 	if err != nil {
 		t.Fatalf("outflowtest: StartLogicalPostgres: %v", err)
 	}
+	t.Cleanup(stop)
+	return lp
+}
+
+// RunLogicalPostgres is StartLogicalPostgres for a program (a benchmark):
+// the server runs with PostgreSQL's defaults (fsync on) but for
+// wal_level=logical and settings, until stop.
+func RunLogicalPostgres(ctx context.Context, settings ...string) (lp *LogicalPostgres, stop func(), err error) {
+	var cleanups []func()
+	stop = func() {
+		for i := len(cleanups) - 1; i >= 0; i-- {
+			cleanups[i]()
+		}
+	}
+	defer func() {
+		if err != nil {
+			stop()
+		}
+	}()
+	bin, err := pgBinDir()
+	if err != nil {
+		return nil, nil, err
+	}
 	dir, err := os.MkdirTemp("", "outflow-logical-pg-")
 	if err != nil {
-		t.Fatalf("outflowtest: %v", err)
+		return nil, nil, err
 	}
-	t.Cleanup(func() { os.RemoveAll(dir) })
+	cleanups = append(cleanups, func() { os.RemoveAll(dir) })
 	var cred *syscall.Credential
 	if os.Geteuid() == 0 {
 		u, err := user.Lookup("postgres")
 		if err != nil {
-			t.Fatalf("outflowtest: running as root, PostgreSQL needs the postgres user: %v", err)
+			return nil, nil, fmt.Errorf("running as root, PostgreSQL needs the postgres user: %w", err)
 		}
 		uid, _ := strconv.Atoi(u.Uid)
 		gid, _ := strconv.Atoi(u.Gid)
@@ -106,22 +129,21 @@ func StartLogicalPostgres(t testing.TB, settings ...string) *LogicalPostgres {
 		// The temp directory's parents are world-traversable (/tmp); the
 		// directory itself is made the server's.
 		if err := os.Chown(dir, uid, gid); err != nil {
-			t.Fatalf("outflowtest: %v", err)
+			return nil, nil, err
 		}
 	}
 	data := filepath.Join(dir, "data")
 	initdb := exec.Command(filepath.Join(bin, "initdb"), "-D", data, "-U", "postgres", "--auth=trust", "-E", "UTF8", "--no-sync", "--no-instructions")
 	initdb.SysProcAttr = &syscall.SysProcAttr{Credential: cred}
 	if out, err := initdb.CombinedOutput(); err != nil {
-		t.Fatalf("outflowtest: initdb: %v\n%s", err, out)
+		return nil, nil, fmt.Errorf("initdb: %w\n%s", err, out)
 	}
 	port, err := freePort()
 	if err != nil {
-		t.Fatalf("outflowtest: %v", err)
+		return nil, nil, err
 	}
 	args := []string{"-D", data, "-p", strconv.Itoa(port), "-k", dir, "-c", "listen_addresses=127.0.0.1",
-		"-c", "wal_level=logical", "-c", "fsync=off", "-c", "full_page_writes=off",
-		"-c", "max_replication_slots=8", "-c", "max_wal_senders=8", "-c", "max_connections=100",
+		"-c", "wal_level=logical", "-c", "max_replication_slots=8", "-c", "max_wal_senders=8", "-c", "max_connections=100",
 		"-c", "shared_buffers=32MB", "-c", "logging_collector=off"}
 	for _, s := range settings {
 		args = append(args, "-c", s)
@@ -130,15 +152,16 @@ func StartLogicalPostgres(t testing.TB, settings ...string) *LogicalPostgres {
 	srv.SysProcAttr = &syscall.SysProcAttr{Credential: cred, Setpgid: true}
 	logf, err := os.Create(filepath.Join(dir, "server.log"))
 	if err != nil {
-		t.Fatalf("outflowtest: %v", err)
+		return nil, nil, err
 	}
 	srv.Stdout, srv.Stderr = logf, logf
 	if err := srv.Start(); err != nil {
-		t.Fatalf("outflowtest: start postgres: %v", err)
+		logf.Close()
+		return nil, nil, fmt.Errorf("start postgres: %w", err)
 	}
 	exited := make(chan struct{})
 	go func() { _ = srv.Wait(); logf.Close(); close(exited) }()
-	t.Cleanup(func() {
+	cleanups = append(cleanups, func() {
 		// SIGINT is the fast shutdown: sessions are ended, nothing waits
 		// for clients. SIGKILL if it does not stop.
 		_ = srv.Process.Signal(syscall.SIGINT)
@@ -149,42 +172,42 @@ func StartLogicalPostgres(t testing.TB, settings ...string) *LogicalPostgres {
 			<-exited
 		}
 	})
-	lp := &LogicalPostgres{Port: port, cmd: srv}
+	lp = &LogicalPostgres{Port: port, cmd: srv}
 	admin := fmt.Sprintf("postgres://postgres@127.0.0.1:%d/postgres?sslmode=disable", port)
-	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
+	cctx, cancel := context.WithTimeout(ctx, 60*time.Second)
 	defer cancel()
 	var conn *pgx.Conn
 	for {
-		conn, err = pgx.Connect(ctx, admin)
+		conn, err = pgx.Connect(cctx, admin)
 		if err == nil {
 			break
 		}
 		select {
 		case <-exited:
 			log, _ := os.ReadFile(filepath.Join(dir, "server.log"))
-			t.Fatalf("outflowtest: postgres exited at start:\n%s", log)
-		case <-ctx.Done():
-			t.Fatalf("outflowtest: postgres on port %d did not answer: %v", port, err)
+			return nil, nil, fmt.Errorf("postgres exited at start:\n%s", log)
+		case <-cctx.Done():
+			return nil, nil, fmt.Errorf("postgres on port %d did not answer: %w", port, err)
 		case <-time.After(50 * time.Millisecond):
 		}
 	}
-	_, err = conn.Exec(ctx, "CREATE DATABASE outflow")
-	conn.Close(ctx)
+	_, err = conn.Exec(cctx, "CREATE DATABASE outflow")
+	conn.Close(cctx)
 	if err != nil {
-		t.Fatalf("outflowtest: create database: %v", err)
+		return nil, nil, fmt.Errorf("create database: %w", err)
 	}
 	lp.URL = fmt.Sprintf("postgres://postgres@127.0.0.1:%d/outflow?sslmode=disable", port)
-	lp.Pool, err = pgxpool.New(ctx, lp.URL)
+	lp.Pool, err = pgxpool.New(cctx, lp.URL)
 	if err != nil {
-		t.Fatalf("outflowtest: pool: %v", err)
+		return nil, nil, fmt.Errorf("pool: %w", err)
 	}
-	t.Cleanup(lp.Pool.Close)
+	cleanups = append(cleanups, lp.Pool.Close)
 	db := stdlib.OpenDBFromPool(lp.Pool)
 	defer db.Close()
-	if _, err := migrations.Up(ctx, db); err != nil {
-		t.Fatalf("outflowtest: migrate: %v", err)
+	if _, err := migrations.Up(cctx, db); err != nil {
+		return nil, nil, fmt.Errorf("migrate: %w", err)
 	}
-	return lp
+	return lp, stop, nil
 }
 
 // String is the server's URL, for messages.

@@ -13,6 +13,7 @@
 //	outflow-bench tracing [-pay-ops 3000] [-clients 16] [-backlog 24000] [-rounds 6] [-modes off,on,never]
 //	outflow-bench audit [-backlog 50000] [-rounds 3] [-interval 1s] [-lost 20000]
 //	outflow-bench relay-wal [-events 2000] [-batch-sizes 1,500]
+//	outflow-bench wal-mode [-clients 8,32] [-duration 6s] [-rounds 3] [-backlog 30000]
 //	outflow-bench console [-outbox 1000000] [-processed 10000000] [-dead 100000] [-renders 200]
 //
 // The database is BENCH_DATABASE_URL, defaulting to the test database.
@@ -47,13 +48,29 @@ func main() {
 
 func run(ctx context.Context, args []string) error {
 	if len(args) == 0 {
-		return fmt.Errorf("usage: outflow-bench pay|writepath|forward|claim-dead|pipeline|brokers|nats-replicas|history|webhooks|footprint|tracing|wait|audit|relay-wal|console [flags]")
+		return fmt.Errorf("usage: outflow-bench pay|writepath|forward|claim-dead|pipeline|brokers|nats-replicas|history|webhooks|footprint|tracing|wait|audit|relay-wal|wal-mode|console [flags]")
 	}
 	dbURL := os.Getenv("BENCH_DATABASE_URL")
 	if dbURL == "" {
 		dbURL = "postgres://postgres@127.0.0.1:5432/outflow_test?sslmode=disable"
 	}
 	switch args[0] {
+	case "wal-mode":
+		// A PostgreSQL of its own (wal_level=logical, fsync on): not
+		// BENCH_DATABASE_URL.
+		fs := flag.NewFlagSet("wal-mode", flag.ContinueOnError)
+		clients := fs.String("clients", "8,32", "comma-separated producer concurrency levels")
+		duration := fs.Duration("duration", 6*time.Second, "each variant's time per level")
+		rounds := fs.Int("rounds", 3, "rotating slices the duration is split into")
+		backlog := fs.Int("backlog", 30000, "events each mode's drain starts from")
+		if err := fs.Parse(args[1:]); err != nil {
+			return err
+		}
+		levels, err := parseInts(*clients)
+		if err != nil {
+			return fmt.Errorf("invalid -clients: %w", err)
+		}
+		return bench.WALMode(ctx, bench.WALModeConfig{Clients: levels, Duration: *duration, Rounds: *rounds, Backlog: *backlog, Out: os.Stdout})
 	case "pay":
 		fs := flag.NewFlagSet("pay", flag.ContinueOnError)
 		ops := fs.Int("ops", 6000, "pay commands per variant and concurrency level")
