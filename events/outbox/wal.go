@@ -83,20 +83,22 @@ func (w *Writer) walContent(ctx context.Context, evs []events.Event) (string, er
 		if err != nil {
 			return "", err
 		}
+		// Message validates the event and encodes its payload; the
+		// envelope's fields are taken from ev itself, not parsed back.
 		msg, err := ev.Message(ctx)
 		if err != nil {
 			return "", fmt.Errorf("outbox: %w", err)
 		}
-		env, err := events.EnvelopeFromMessage(msg)
-		if err != nil {
-			return "", fmt.Errorf("outbox: message %s: %w", msg.UUID, err)
-		}
+		env := ev.Envelope
 		var md map[string]string
-		for k, v := range msg.Metadata {
-			md = setExtra(md, k, v)
+		if env.CorrelationID != "" {
+			md = setExtra(md, events.CorrelationIDKey, env.CorrelationID)
+		}
+		if env.Traceparent != "" {
+			md = setExtra(md, events.TraceparentKey, env.Traceparent)
 		}
 		m.Events = append(m.Events, WALEvent{
-			MessageID: env.MessageID, Topic: topic, AggregateType: env.AggregateType, AggregateID: env.AggregateID,
+			MessageID: msg.UUID, Topic: topic, AggregateType: env.AggregateType, AggregateID: env.AggregateID,
 			AggregateVersion: env.AggregateVersion, EventType: env.EventType, Payload: json.RawMessage(msg.Payload),
 			// Rounded to the microsecond, as a timestamptz column keeps it:
 			// the relay, its history and table mode publish the same time.

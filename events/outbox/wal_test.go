@@ -6,6 +6,7 @@ import (
 	"errors"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/stdlib"
@@ -114,7 +115,7 @@ func TestWALModeEmitsOneMessagePerCallInOrderAndTransaction(t *testing.T) {
 	require.Equal(t, "a", e.AggregateID)
 	require.EqualValues(t, 2, e.AggregateVersion)
 	require.Equal(t, a2.EventType, e.EventType)
-	require.True(t, a2.OccurredAt.Equal(e.OccurredAt))
+	require.True(t, a2.OccurredAt.Round(time.Microsecond).Equal(e.OccurredAt), "to the microsecond, as a timestamptz keeps it")
 	var p invoicePaid
 	require.NoError(t, json.Unmarshal(e.Payload, &p))
 	require.Equal(t, "a", p.InvoiceID)
