@@ -31,8 +31,9 @@ func TestRelayCommandAndRecoverSlot(t *testing.T) {
 	out := &syncBuffer{}
 	relay.Stdout, relay.Stderr = out, out
 	require.NoError(t, relay.Start())
-	exited := make(chan error, 1)
-	go func() { exited <- relay.Wait() }()
+	exited := make(chan struct{})
+	var waitErr error
+	go func() { waitErr = relay.Wait(); close(exited) }()
 	t.Cleanup(func() {
 		_ = relay.Process.Kill()
 		<-exited
@@ -63,9 +64,13 @@ func TestRelayCommandAndRecoverSlot(t *testing.T) {
 	require.Contains(t, string(rec), "not lost")
 
 	require.NoError(t, relay.Process.Signal(syscall.SIGTERM))
-	require.NoError(t, <-exited, out.String())
-	_, err = pg.Pool.Exec(ctx, `SELECT pg_drop_replication_slot('outflow_wal')`)
-	require.NoError(t, err)
+	<-exited
+	require.NoError(t, waitErr, out.String())
+	// The relay's backend may still be ending: the slot is active until then.
+	outflowtest.WaitFor(t, 20*time.Second, "the slot dropped", func() bool {
+		_, err := pg.Pool.Exec(ctx, `SELECT pg_drop_replication_slot('outflow_wal')`)
+		return err == nil
+	})
 	rec, err = command(env, "relay", "recover-slot").CombinedOutput()
 	require.NoError(t, err, string(rec))
 	require.Contains(t, string(rec), "slot outflow_wal was missing; new slot created.")
