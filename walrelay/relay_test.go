@@ -432,7 +432,7 @@ func TestLostSlotIsLoudAndRecoverable(t *testing.T) {
 	outflowtest.WaitFor(t, 20*time.Second, "slot_wal_status{lost}", func() bool {
 		return gauge(r3reg, "outflow_walrelay_slot_wal_status", "status", "lost") == 1
 	})
-	require.ErrorIs(t, r2.Ready(), walrelay.ErrSlotLost)
+	outflowtest.WaitFor(t, 20*time.Second, "ErrSlotLost on the other relay too", func() bool { return errors.Is(r2.Ready(), walrelay.ErrSlotLost) })
 	require.Equal(t, 1, e.count(`SELECT count(*) FROM pg_replication_slots WHERE wal_status = 'lost'`), "not recreated")
 	after := e.write(e.event("b", 1))
 	require.False(t, e.broker.has(lost[0]))
