@@ -59,6 +59,11 @@ func TestRelayCommandAndRecoverSlot(t *testing.T) {
 		return count(`SELECT count(*) FROM outbox_wal_history`) == 3
 	})
 
+	// The relay's history is a replay source.
+	dry, err := command(env, "replay", "--consumer", "sync-analytics", "--all", "--source", "wal_history", "--dry-run").CombinedOutput()
+	require.NoError(t, err, string(dry))
+	require.Contains(t, string(dry), "from the WAL history")
+
 	rec, err := command(env, "relay", "recover-slot").CombinedOutput()
 	require.Error(t, err)
 	require.Contains(t, string(rec), "not lost")
