@@ -508,3 +508,28 @@ func TestConfigValidation(t *testing.T) {
 	require.ErrorContains(t, err, "Pool: is required")
 	require.ErrorContains(t, err, "Broker: is required")
 }
+
+// A parked event an operator discards goes out as its discard marker, as
+// in table mode, and its aggregate's held events follow it.
+func TestDiscardParkedPublishesTheMarker(t *testing.T) {
+	t.Parallel()
+	e := setup(t)
+	a1, a2, a3 := e.event("a", 1), e.event("a", 2), e.event("a", 3)
+	e.broker.setRefused(a2.MessageID)
+	e.run(e.config(func(c *walrelay.Config) { c.MaxAttempts = 1 }))
+	e.write(a1)
+	e.write(a2, a3)
+	outflowtest.WaitFor(t, 20*time.Second, "a2 parked", func() bool {
+		return e.count(`SELECT count(*) FROM outbox_wal_parked WHERE message_id = $1 AND parked_at IS NOT NULL`, a2.MessageID) == 1
+	})
+	e.broker.setRefused()
+	n, err := walrelay.DiscardParked(context.Background(), e.pg.Pool, walrelay.ParkedFilter{Topic: "orders"})
+	require.NoError(t, err)
+	require.EqualValues(t, 1, n)
+	outflowtest.WaitFor(t, 20*time.Second, "the marker and a3", func() bool { return e.broker.has(a3.MessageID) })
+	require.Equal(t, []string{a1.MessageID, a2.MessageID, a3.MessageID}, e.broker.ids())
+	marker := e.broker.got[1].Message
+	require.Equal(t, events.EventTypeDiscarded, marker.Metadata.Get(events.EventTypeKey))
+	require.Equal(t, "order.placed", marker.Metadata.Get(events.DiscardedEventTypeKey))
+	require.Equal(t, "{}", string(marker.Payload))
+}
