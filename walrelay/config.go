@@ -45,6 +45,12 @@ type Config struct {
 	// Prefix is the writers' outbox.Config.WALPrefix. Defaults to
 	// outbox.DefaultWALPrefix.
 	Prefix string
+	// FailoverSlot creates the slot with PostgreSQL 17's failover = true,
+	// so that standbys with sync_replication_slots keep it and a failover
+	// does not lose it (docs/wal-mode.md). Before 17 the relay refuses to
+	// create the slot with it, saying so: use an extension or the
+	// operator's slot sync. It changes nothing for a slot that exists.
+	FailoverSlot bool
 
 	// MaxChanges bounds one read: the relay asks for up to this many
 	// changes (begin, message and commit records count), and gets whole

@@ -533,3 +533,24 @@ func TestDiscardParkedPublishesTheMarker(t *testing.T) {
 	require.Equal(t, "order.placed", marker.Metadata.Get(events.DiscardedEventTypeKey))
 	require.Equal(t, "{}", string(marker.Payload))
 }
+
+// On a PostgreSQL before 17 a failover slot is refused, saying why, and
+// Ready reports it; nothing is created.
+func TestFailoverSlotNeedsPostgreSQL17(t *testing.T) {
+	t.Parallel()
+	e := setup(t)
+	var version int
+	require.NoError(t, e.pg.Pool.QueryRow(context.Background(), `SELECT current_setting('server_version_num')::int`).Scan(&version))
+	if version >= 170000 {
+		t.Skip("the server has failover slots") // the test's server is the installed PostgreSQL
+	}
+	r, err := walrelay.New(e.config(func(c *walrelay.Config) { c.FailoverSlot = true }))
+	require.NoError(t, err)
+	done := make(chan error, 1)
+	go func() { done <- r.Run(context.Background()) }()
+	t.Cleanup(func() { require.NoError(t, r.Close()); require.NoError(t, <-done) })
+	outflowtest.WaitFor(t, 20*time.Second, "the refusal", func() bool {
+		return errors.Is(r.Ready(), walrelay.ErrFailoverUnsupported)
+	})
+	require.Zero(t, e.count(`SELECT count(*) FROM pg_replication_slots`))
+}

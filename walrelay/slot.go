@@ -22,6 +22,10 @@ import (
 // range. See docs/wal-mode.md.
 var ErrSlotLost = errors.New("walrelay: replication slot lost")
 
+// ErrFailoverUnsupported is the relay's error when Config.FailoverSlot
+// asks for a failover slot on a PostgreSQL before 17.
+var ErrFailoverUnsupported = errors.New("walrelay: failover slots need PostgreSQL 17")
+
 // ErrSlotNotLost is returned by [RecoverSlot] for a slot that is fine.
 var ErrSlotNotLost = errors.New("walrelay: the replication slot is not lost")
 
@@ -135,7 +139,7 @@ func (r *Relay) ensureSlot(ctx context.Context, conn *pgx.Conn) error {
 		}
 		return nil
 	}
-	at, err := createSlot(ctx, conn, r.cfg.SlotName, r.cfg.Publication)
+	at, err := createSlot(ctx, conn, r.cfg.SlotName, r.cfg.Publication, r.cfg.FailoverSlot)
 	if err != nil {
 		return err
 	}
@@ -148,7 +152,7 @@ func (r *Relay) ensureSlot(ctx context.Context, conn *pgx.Conn) error {
 
 // createSlot creates the publication (empty: only messages are decoded)
 // if missing, and the slot; it returns the slot's first position.
-func createSlot(ctx context.Context, q querier, slot, publication string) (string, error) {
+func createSlot(ctx context.Context, q querier, slot, publication string, failover bool) (string, error) {
 	var have bool
 	if err := q.QueryRow(ctx, `SELECT EXISTS (SELECT 1 FROM pg_publication WHERE pubname = $1)`, publication).Scan(&have); err != nil {
 		return "", fmt.Errorf("look for publication: %w", err)
@@ -161,8 +165,20 @@ func createSlot(ctx context.Context, q querier, slot, publication string) (strin
 			}
 		}
 	}
+	create := `SELECT lsn::text FROM pg_create_logical_replication_slot($1, 'pgoutput')`
+	if failover {
+		var version int
+		if err := q.QueryRow(ctx, `SELECT current_setting('server_version_num')::int`).Scan(&version); err != nil {
+			return "", fmt.Errorf("server version: %w", err)
+		}
+		if version < 170000 {
+			return "", fmt.Errorf("%w: PostgreSQL %d.%d has no failover slots (17 has): keep the slot across a failover with an extension (pg_failover_slots) or the operator's slot sync, and leave FailoverSlot off",
+				ErrFailoverUnsupported, version/10000, version%10000/100)
+		}
+		create = `SELECT lsn::text FROM pg_create_logical_replication_slot($1, 'pgoutput', false, false, true)`
+	}
 	var at string
-	if err := q.QueryRow(ctx, `SELECT lsn::text FROM pg_create_logical_replication_slot($1, 'pgoutput')`, slot).Scan(&at); err != nil {
+	if err := q.QueryRow(ctx, create, slot).Scan(&at); err != nil {
 		return "", fmt.Errorf("create replication slot %s: %w", slot, err)
 	}
 	return at, nil
@@ -184,6 +200,8 @@ type LostRange struct {
 type RecoverConfig struct {
 	// SlotName and Publication are the relay's. Default as in [Config].
 	SlotName, Publication string
+	// FailoverSlot is the relay's Config.FailoverSlot.
+	FailoverSlot bool
 	// Logger defaults to slog.Default().
 	Logger *slog.Logger
 }
@@ -248,7 +266,7 @@ func RecoverSlot(ctx context.Context, pool *pgxpool.Pool, cfg RecoverConfig) (Lo
 			return LostRange{}, fmt.Errorf("recover slot: drop the lost slot: %w", err)
 		}
 	}
-	if lr.To, err = createSlot(ctx, conn, cfg.SlotName, cfg.Publication); err != nil {
+	if lr.To, err = createSlot(ctx, conn, cfg.SlotName, cfg.Publication, cfg.FailoverSlot); err != nil {
 		return LostRange{}, fmt.Errorf("recover slot: %w", err)
 	}
 	if _, err := conn.Exec(ctx, `

@@ -33,6 +33,7 @@ The database needs wal_level=logical; see docs/wal-mode.md.`,
 	fs.StringVar(&cfg.SlotName, "slot", walrelay.DefaultSlotName, "the logical replication slot")
 	fs.StringVar(&cfg.Publication, "publication", walrelay.DefaultPublication, "the empty publication pgoutput is given")
 	fs.StringVar(&cfg.Prefix, "prefix", "outflow", "the writers' WALPrefix")
+	fs.BoolVar(&cfg.FailoverSlot, "failover-slot", false, "create the slot with failover = true (PostgreSQL 17: kept by standbys with sync_replication_slots)")
 	fs.IntVar(&cfg.MaxChanges, "max-changes", walrelay.DefaultMaxChanges, "changes per read of the slot (whole transactions)")
 	fs.DurationVar(&cfg.HeartbeatInterval, "heartbeat-interval", walrelay.DefaultHeartbeatInterval, "an idle relay's heartbeat, which lets the slot release WAL")
 	fs.IntVar(&cfg.MaxAttempts, "max-attempts", 10, "attempts before a refused event is parked for an operator")
@@ -99,6 +100,7 @@ range must be salvaged from a WAL archive or the business tables: see docs/wal-m
 	}
 	cmd.Flags().StringVar(&rc.SlotName, "slot", walrelay.DefaultSlotName, "the relay's replication slot")
 	cmd.Flags().StringVar(&rc.Publication, "publication", walrelay.DefaultPublication, "the relay's publication")
+	cmd.Flags().BoolVar(&rc.FailoverSlot, "failover-slot", false, "create the new slot with failover = true (PostgreSQL 17)")
 	cmd.RunE = e.withPool(nil, func(cmd *cobra.Command, pool *pgxpool.Pool) error {
 		_, logger, err := e.load()
 		if err != nil {
