@@ -87,6 +87,9 @@ func (r *Relay) Run(ctx context.Context) error {
 		switch {
 		case ctx.Err() != nil:
 		case errors.Is(err, errStandby):
+			// The database answered: a standby that failed before is
+			// ready again.
+			r.setReadErr(nil)
 		case errors.Is(err, ErrSlotLost):
 			r.setSlotErr(err)
 		case err != nil:
