@@ -12,15 +12,6 @@ type lsn uint64
 
 func (l lsn) String() string { return fmt.Sprintf("%X/%X", uint32(l>>32), uint32(l)) }
 
-// parseLSN reads PostgreSQL's text form, "16/B374D848".
-func parseLSN(s string) (lsn, error) {
-	var hi, lo uint32
-	if _, err := fmt.Sscanf(s, "%X/%X", &hi, &lo); err != nil {
-		return 0, fmt.Errorf("lsn %q: %w", s, err)
-	}
-	return lsn(uint64(hi)<<32 | uint64(lo)), nil
-}
-
 // decodedMessage is one transactional logical decoding message.
 type decodedMessage struct {
 	lsn     lsn
