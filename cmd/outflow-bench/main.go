@@ -13,7 +13,7 @@
 //	outflow-bench tracing [-pay-ops 3000] [-clients 16] [-backlog 24000] [-rounds 6] [-modes off,on,never]
 //	outflow-bench audit [-backlog 50000] [-rounds 3] [-interval 1s] [-lost 20000]
 //	outflow-bench relay-wal [-events 2000] [-batch-sizes 1,500]
-//	outflow-bench wal-mode [-clients 8,32] [-duration 6s] [-rounds 3] [-backlog 30000]
+//	outflow-bench wal-mode [-clients 8,32] [-duration 6s] [-rounds 3] [-backlog 30000] [-max-changes 30000]
 //	outflow-bench console [-outbox 1000000] [-processed 10000000] [-dead 100000] [-renders 200]
 //
 // The database is BENCH_DATABASE_URL, defaulting to the test database.
@@ -63,6 +63,7 @@ func run(ctx context.Context, args []string) error {
 		duration := fs.Duration("duration", 6*time.Second, "each variant's time per level")
 		rounds := fs.Int("rounds", 3, "rotating slices the duration is split into")
 		backlog := fs.Int("backlog", 30000, "events each mode's drain starts from")
+		maxChanges := fs.Int("max-changes", 0, "the relay's changes per read (0: its default, 30000)")
 		if err := fs.Parse(args[1:]); err != nil {
 			return err
 		}
@@ -70,7 +71,7 @@ func run(ctx context.Context, args []string) error {
 		if err != nil {
 			return fmt.Errorf("invalid -clients: %w", err)
 		}
-		return bench.WALMode(ctx, bench.WALModeConfig{Clients: levels, Duration: *duration, Rounds: *rounds, Backlog: *backlog, Out: os.Stdout})
+		return bench.WALMode(ctx, bench.WALModeConfig{Clients: levels, Duration: *duration, Rounds: *rounds, Backlog: *backlog, MaxChanges: *maxChanges, Out: os.Stdout})
 	case "pay":
 		fs := flag.NewFlagSet("pay", flag.ContinueOnError)
 		ops := fs.Int("ops", 6000, "pay commands per variant and concurrency level")

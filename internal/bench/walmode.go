@@ -31,7 +31,10 @@ type WALModeConfig struct {
 	// Backlog is how many events each mode's drain starts from. Defaults
 	// to 30,000.
 	Backlog int
-	Out     io.Writer
+	// MaxChanges is the relay's walrelay.Config.MaxChanges. Defaults to
+	// the relay's default.
+	MaxChanges int
+	Out        io.Writer
 }
 
 // WALMode compares, on a PostgreSQL of its own with fsync on and
@@ -88,7 +91,7 @@ func WALMode(ctx context.Context, cfg WALModeConfig) error {
 	quiet := slog.New(slog.NewTextHandler(io.Discard, nil))
 	// The relay's slot exists during the producers' runs, as in
 	// production (a message emitted with no slot costs the same).
-	relay, err := walrelay.New(walrelay.Config{Pool: pool, Broker: ackBroker{}, Logger: quiet, HistoryRetention: -1})
+	relay, err := walrelay.New(walrelay.Config{Pool: pool, Broker: ackBroker{}, Logger: quiet, HistoryRetention: -1, MaxChanges: cfg.MaxChanges})
 	if err != nil {
 		return err
 	}
@@ -269,7 +272,11 @@ func WALMode(ctx context.Context, cfg WALModeConfig) error {
 	}
 	fmt.Fprintf(cfg.Out, "drain of %d events to a broker that acknowledges at once:\n", n)
 	fmt.Fprintf(cfg.Out, "  table forwarder (batch 500)          %8.0f events/s\n", fwdRate)
-	fmt.Fprintf(cfg.Out, "  WAL relay (batches of 30k changes)   %8.0f events/s  %.2fx\n", relayRate, relayRate/fwdRate)
+	maxChanges := cfg.MaxChanges
+	if maxChanges == 0 {
+		maxChanges = walrelay.DefaultMaxChanges
+	}
+	fmt.Fprintf(cfg.Out, "  WAL relay (reads of %d changes)      %8.0f events/s  %.2fx\n", maxChanges, relayRate, relayRate/fwdRate)
 	return nil
 }
 
