@@ -399,15 +399,43 @@ func (f *Forwarder) prepare(claimed []row) ([]Outgoing, []error) {
 // row the broker took.
 func (f *Forwarder) publishWaves(ctx context.Context, claimed []row, msgs []Outgoing, results []error, receipts []Receipt) int {
 	keys := make([]string, len(claimed))
-	pending := make([]int, len(claimed))
 	for i, r := range claimed {
 		keys[i] = r.aggregateType + "\x00" + r.aggregateID
+	}
+	return waves(ctx, keys, msgs, results, receipts, f.publish, func(m Outgoing) {
+		f.cfg.Logger.Error("broker audit: the Auditor acknowledged a message without a receipt (see brokertest.RunAudit)",
+			"message_id", m.Message.UUID)
+	})
+}
+
+// PublishWaves publishes msgs through b in the forwarder's waves (see the
+// package doc): wave k holds the k-th message of each aggregate, keys[i]
+// naming msgs[i]'s aggregate, one Publish call per wave, and an aggregate
+// whose message failed has its later messages held ([ErrHeld]). results[i]
+// is nil when msgs[i] was acknowledged; a results[i] already set on entry
+// is a message that failed before the broker (it blocks its aggregate in
+// its turn and is not sent). It returns how many Publish calls it made. The
+// WAL relay (package walrelay) publishes with it, so both modes keep one
+// ordering rule.
+func PublishWaves(ctx context.Context, b Broker, keys []string, msgs []Outgoing, results []error) int {
+	return waves(ctx, keys, msgs, results, nil, func(ctx context.Context, wave []Outgoing) ([]Receipt, []error) {
+		return nil, b.Publish(ctx, wave)
+	}, nil)
+}
+
+// waves is publishWaves and PublishWaves: publish sends one wave;
+// noReceipt is told of a message acknowledged without the receipt
+// receipts (when not nil) asked for.
+func waves(ctx context.Context, keys []string, msgs []Outgoing, results []error, receipts []Receipt,
+	publish func(context.Context, []Outgoing) ([]Receipt, []error), noReceipt func(Outgoing)) int {
+	pending := make([]int, len(msgs))
+	for i := range msgs {
 		pending[i] = i
 	}
 	blocked := make(map[string]bool)
-	inWave := make(map[string]bool, len(claimed))
-	wave := make([]Outgoing, 0, len(claimed))
-	index := make([]int, 0, len(claimed)) // wave[j] is claimed[index[j]]
+	inWave := make(map[string]bool, len(msgs))
+	wave := make([]Outgoing, 0, len(msgs))
+	index := make([]int, 0, len(msgs)) // wave[j] is msgs[index[j]]
 	calls := 0
 	for len(pending) > 0 {
 		clear(inWave)
@@ -443,7 +471,7 @@ func (f *Forwarder) publishWaves(ctx context.Context, claimed []row, msgs []Outg
 			continue
 		}
 		calls++
-		rs, errs := f.publish(ctx, wave)
+		rs, errs := publish(ctx, wave)
 		for j, i := range index {
 			var err error
 			switch {
@@ -457,8 +485,9 @@ func (f *Forwarder) publishWaves(ctx context.Context, claimed []row, msgs []Outg
 				// rather than left unaudited (consumers deduplicate). A
 				// broker that never gives one is broken: said loudly.
 				err = fmt.Errorf("%w: the broker returned no receipt for a message it acknowledged", ErrBrokerUnavailable)
-				f.cfg.Logger.Error("broker audit: the Auditor acknowledged a message without a receipt (see brokertest.RunAudit)",
-					"message_id", wave[j].Message.UUID)
+				if noReceipt != nil {
+					noReceipt(wave[j])
+				}
 			default:
 				receipts[i] = rs[j]
 			}
@@ -471,9 +500,11 @@ func (f *Forwarder) publishWaves(ctx context.Context, claimed []row, msgs []Outg
 	return calls
 }
 
-// errHeld marks a row not sent because an earlier row of its aggregate
-// failed in the same batch; it costs the row no attempt.
-var errHeld = errors.New("held behind an earlier row of its aggregate")
+// ErrHeld marks a message not sent because an earlier message of its
+// aggregate failed in the same batch; it costs the row no attempt.
+var ErrHeld = errors.New("held behind an earlier row of its aggregate")
+
+var errHeld = ErrHeld
 
 func (f *Forwarder) message(r row) (*message.Message, error) {
 	return Message(Row{

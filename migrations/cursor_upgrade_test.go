@@ -100,9 +100,8 @@ func TestUpgradeToCursorsOnline(t *testing.T) {
 	outflowtest.WaitFor(t, 10*time.Second, "producers writing", func() bool { return live.Load() >= 20 })
 	rs, err := migrations.Up(ctx, db)
 	require.NoError(t, err)
-	require.Len(t, rs, 3)
 	require.EqualValues(t, 25, rs[0].Version)
-	require.EqualValues(t, 28, rs[2].Version, "the outbox partitioned, online too")
+	require.EqualValues(t, 28, rs[len(rs)-1].Version, "the outbox partitioned, online too")
 	atMigration := live.Load()
 	outflowtest.WaitFor(t, 10*time.Second, "producers writing after the migration", func() bool { return live.Load() >= atMigration+20 })
 

@@ -13,9 +13,21 @@ import (
 // asked for.
 var ErrEmptyFilter = errors.New("replay: no filter: choose rows by topic, aggregate, event type or time, or say All")
 
+// The sources of events a [Filter] chooses from.
+const (
+	// SourceOutbox is the outbox table (table mode): published rows.
+	SourceOutbox = "outbox"
+	// SourceWALHistory is outbox_wal_history, what the WAL mode's relay
+	// (package walrelay) read, in commit order, each event once.
+	SourceWALHistory = "wal_history"
+)
+
 // Filter chooses outbox rows. Set fields narrow the choice (AND); within a
 // list, any element matches (OR). Only published rows are chosen.
 type Filter struct {
+	// Source is where the events are read: SourceOutbox (the default,
+	// "") or SourceWALHistory. It chooses nothing by itself.
+	Source string
 	// Topic is the outbox topic.
 	Topic string
 	// AggregateType is the rows' aggregate type. Required with
@@ -35,6 +47,8 @@ type Filter struct {
 // Validate reports a filter that cannot be used, naming the field.
 func (f Filter) Validate() error {
 	switch {
+	case f.Source != "" && f.Source != SourceOutbox && f.Source != SourceWALHistory:
+		return fmt.Errorf("replay filter: Source %q: %s or %s", f.Source, SourceOutbox, SourceWALHistory)
 	case len(f.AggregateIDs) > 0 && f.AggregateType == "":
 		return errors.New("replay filter: AggregateIDs need AggregateType")
 	case !f.Since.IsZero() && !f.Until.IsZero() && !f.Since.Before(f.Until):
@@ -107,16 +121,28 @@ func (f Filter) where(first int) (string, []any) {
 	if !f.Until.IsZero() {
 		add("o.occurred_at < $?", f.Until)
 	}
-	conds = append(conds, publishedCond)
+	if f.walHistory() {
+		// The history holds what the relay read.
+		if len(conds) == 0 {
+			conds = append(conds, "true")
+		}
+	} else {
+		conds = append(conds, publishedCond)
+	}
 	return strings.Join(conds, " AND "), args
 }
 
+func (f Filter) walHistory() bool { return f.Source == SourceWALHistory }
+
 // String describes f for a log line or a confirmation prompt.
 func (f Filter) String() string {
-	if f.All {
-		return "every retained row"
-	}
 	var parts []string
+	if f.walHistory() {
+		parts = append(parts, "from the WAL history")
+	}
+	if f.All {
+		return strings.Join(append(parts, "every retained row"), ", ")
+	}
 	if f.Topic != "" {
 		parts = append(parts, fmt.Sprintf("topic %s", f.Topic))
 	}

@@ -18,7 +18,9 @@ const DefaultBatchSize = 500
 
 // Row is one selected outbox row.
 type Row struct {
-	// ID is the outbox id: rows come in id order.
+	// ID is the outbox id: rows come in id order. From SourceWALHistory,
+	// which has no ids, the event's rank in the replay (1, 2, ...), the
+	// events coming in commit order.
 	ID int64
 	// Topic is the row's outbox topic.
 	Topic string
@@ -31,8 +33,12 @@ func Count(ctx context.Context, pool *pgxpool.Pool, f Filter) (int64, error) {
 		return 0, err
 	}
 	where, args := f.where(1)
+	q := `SELECT count(*) FROM outbox o WHERE ` + where
+	if f.walHistory() {
+		q = `SELECT count(DISTINCT o.message_id) FROM outbox_wal_history o WHERE ` + where
+	}
 	var n int64
-	if err := pool.QueryRow(ctx, `SELECT count(*) FROM outbox o WHERE `+where, args...).Scan(&n); err != nil {
+	if err := pool.QueryRow(ctx, q, args...).Scan(&n); err != nil {
 		return 0, fmt.Errorf("replay: count outbox rows: %w", err)
 	}
 	return n, nil
@@ -49,6 +55,9 @@ func Select(ctx context.Context, pool *pgxpool.Pool, f Filter, batchSize int, fn
 	}
 	if batchSize <= 0 {
 		batchSize = DefaultBatchSize
+	}
+	if f.walHistory() {
+		return selectHistory(ctx, pool, f, batchSize, fn)
 	}
 	where, args := f.where(3)
 	q := `SELECT o.id, o.topic, o.message_id::text, o.aggregate_type, o.aggregate_id, o.aggregate_version,
@@ -135,4 +144,58 @@ func Publish(ctx context.Context, pool *pgxpool.Pool, broker forwarder.Broker, c
 		return nil
 	})
 	return published, err
+}
+
+// selectHistory is Select from outbox_wal_history: in commit order
+// (commit_lsn, position), each event once (the history holds an event
+// twice when a relay was killed before it confirmed its slot).
+func selectHistory(ctx context.Context, pool *pgxpool.Pool, f Filter, batchSize int, fn func([]Row) error) error {
+	where, args := f.where(4)
+	q := `SELECT o.commit_lsn::text, o.position, o.topic, o.message_id::text, o.aggregate_type, o.aggregate_id,
+	       o.aggregate_version, o.event_type, o.payload::text, o.metadata::text, o.occurred_at
+	FROM outbox_wal_history o WHERE (o.commit_lsn, o.position) > ($1::pg_lsn, $2) AND ` + where + `
+	ORDER BY o.commit_lsn, o.position LIMIT $3`
+	afterLSN, afterPos := "0/0", 0
+	seen := make(map[string]bool)
+	var rank int64
+	for {
+		var lastLSN string
+		var lastPos, read int
+		var batch []Row
+		rows, err := pool.Query(ctx, q, append([]any{afterLSN, afterPos, batchSize}, args...)...)
+		if err != nil {
+			return fmt.Errorf("replay: select WAL history: %w", err)
+		}
+		for rows.Next() {
+			var x Row
+			if err := rows.Scan(&lastLSN, &lastPos, &x.Topic, &x.MessageID, &x.AggregateType, &x.AggregateID,
+				&x.AggregateVersion, &x.EventType, &x.Payload, &x.Metadata, &x.OccurredAt); err != nil {
+				rows.Close()
+				return fmt.Errorf("replay: select WAL history: %w", err)
+			}
+			read++
+			if seen[x.MessageID] {
+				continue
+			}
+			seen[x.MessageID] = true
+			rank++
+			x.ID = rank
+			batch = append(batch, x)
+		}
+		if err := rows.Err(); err != nil {
+			return fmt.Errorf("replay: select WAL history: %w", err)
+		}
+		if read == 0 {
+			return nil
+		}
+		if len(batch) > 0 {
+			if err := fn(batch); err != nil {
+				return err
+			}
+		}
+		if read < batchSize {
+			return nil
+		}
+		afterLSN, afterPos = lastLSN, lastPos
+	}
 }

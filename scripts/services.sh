@@ -341,7 +341,8 @@ stop_rabbitmq() {
 # ---- the binaries some tests start servers from, on free ports of their own ----
 
 # tools: redis-server (outage and CLI tests), nats-server (the NATS outage
-# test), pgbouncer (the forwarder behind PgBouncer), chromium (the console's
+# test), pgbouncer (the forwarder behind PgBouncer), PostgreSQL's initdb and
+# postgres (the WAL mode's tests), chromium (the console's
 # end-to-end test drives it headless). Installed when missing
 # and we may (root with apt-get); else said, and the test that needs one
 # fails saying how to get it.
@@ -355,9 +356,15 @@ tools() {
 		apt_install "$pkg" && continue
 		missing="$missing $bin"
 	done
+	# initdb and postgres: the WAL mode's tests (walrelay, events/outbox,
+	# deploy/observability) start a PostgreSQL of their own with
+	# wal_level=logical.
+	if ! ls /usr/lib/postgresql/*/bin/initdb >/dev/null 2>&1 && ! command -v initdb >/dev/null; then
+		apt_install postgresql || missing="$missing initdb(postgresql)"
+	fi
 	[ -z "$missing" ] && return 0
 	say "not installed:$missing. Tests that start their own servers need them:"
-	say "  Debian/Ubuntu: apt-get install redis-server nats-server pgbouncer prometheus chromium"
+	say "  Debian/Ubuntu: apt-get install redis-server nats-server pgbouncer prometheus chromium postgresql"
 	say "  macOS: brew install redis nats-server pgbouncer prometheus; brew install --cask chromium"
 	say "  nats-server, any OS with Go: go install github.com/nats-io/nats-server/v2@latest (then put \$(go env GOPATH)/bin on PATH)"
 }

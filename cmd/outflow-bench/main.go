@@ -14,6 +14,7 @@
 //	outflow-bench event-cost [-retained 0,1000000] [-events 20000] [-clients 8]
 //	outflow-bench relay-wal [-events 2000] [-batch-sizes 1,500]
 //	outflow-bench consumer-wal [-payments 10000] [-retained 0,5000000,20000000] [-workers 8]
+//	outflow-bench wal-mode [-clients 8,32] [-duration 6s] [-rounds 3] [-backlog 30000] [-max-changes 30000]
 //	outflow-bench console [-outbox 1000000] [-processed 10000000] [-dead 100000] [-renders 200]
 //
 // The database is BENCH_DATABASE_URL, defaulting to the test database.
@@ -48,13 +49,30 @@ func main() {
 
 func run(ctx context.Context, args []string) error {
 	if len(args) == 0 {
-		return fmt.Errorf("usage: outflow-bench pay|writepath|forward|pipeline|brokers|nats-replicas|history|webhooks|footprint|tracing|wait|audit|relay-wal|event-cost|consumer-wal|console [flags]")
+		return fmt.Errorf("usage: outflow-bench pay|writepath|forward|pipeline|brokers|nats-replicas|history|webhooks|footprint|tracing|wait|audit|relay-wal|event-cost|consumer-wal|wal-mode|console [flags]")
 	}
 	dbURL := os.Getenv("BENCH_DATABASE_URL")
 	if dbURL == "" {
 		dbURL = "postgres://postgres@127.0.0.1:5432/outflow_test?sslmode=disable"
 	}
 	switch args[0] {
+	case "wal-mode":
+		// A PostgreSQL of its own (wal_level=logical, fsync on): not
+		// BENCH_DATABASE_URL.
+		fs := flag.NewFlagSet("wal-mode", flag.ContinueOnError)
+		clients := fs.String("clients", "8,32", "comma-separated producer concurrency levels")
+		duration := fs.Duration("duration", 6*time.Second, "each variant's time per level")
+		rounds := fs.Int("rounds", 3, "rotating slices the duration is split into")
+		backlog := fs.Int("backlog", 30000, "events each mode's drain starts from")
+		maxChanges := fs.Int("max-changes", 0, "the relay's changes per read (0: its default, 30000)")
+		if err := fs.Parse(args[1:]); err != nil {
+			return err
+		}
+		levels, err := parseInts(*clients)
+		if err != nil {
+			return fmt.Errorf("invalid -clients: %w", err)
+		}
+		return bench.WALMode(ctx, bench.WALModeConfig{Clients: levels, Duration: *duration, Rounds: *rounds, Backlog: *backlog, MaxChanges: *maxChanges, Out: os.Stdout})
 	case "pay":
 		fs := flag.NewFlagSet("pay", flag.ContinueOnError)
 		ops := fs.Int("ops", 6000, "pay commands per variant and concurrency level")

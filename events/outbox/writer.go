@@ -24,6 +24,13 @@ type Config struct {
 	// Routes maps event types to topics. Defaults to routing every event to
 	// a topic named after its aggregate type.
 	Routes Routes
+	// Mode chooses rows of the outbox table ([ModeTable], the default) or
+	// logical decoding messages ([ModeWAL]) read by the WAL relay. The
+	// methods and their guarantees are the same in both.
+	Mode Mode
+	// WALPrefix is the prefix of ModeWAL's messages; the relay must read
+	// the same. Defaults to [DefaultWALPrefix].
+	WALPrefix string
 	// Logger defaults to slog.Default().
 	Logger *slog.Logger
 }
@@ -31,9 +38,11 @@ type Config struct {
 // Writer publishes events into the outbox within the caller's transaction.
 // It is safe for concurrent use; one Writer serves the whole process.
 type Writer struct {
-	adapter SchemaAdapter
-	routes  Routes
-	logger  watermill.LoggerAdapter
+	adapter   SchemaAdapter
+	routes    Routes
+	logger    watermill.LoggerAdapter
+	mode      Mode
+	walPrefix string
 }
 
 // NewWriter validates cfg and returns a Writer.
@@ -44,19 +53,35 @@ func NewWriter(cfg Config) (*Writer, error) {
 	if err := cfg.Routes.validate(); err != nil {
 		return nil, fmt.Errorf("outbox config: Routes: %w", err)
 	}
+	if cfg.WALPrefix == "" {
+		cfg.WALPrefix = DefaultWALPrefix
+	}
+	if cfg.Mode != ModeTable && cfg.Mode != ModeWAL {
+		return nil, fmt.Errorf("outbox config: Mode: unknown %s", cfg.Mode)
+	}
+	if !walPrefixRE.MatchString(cfg.WALPrefix) {
+		return nil, fmt.Errorf("outbox config: WALPrefix %q: 1 to 64 letters, digits or _ . : -", cfg.WALPrefix)
+	}
 	return &Writer{
-		adapter: SchemaAdapter{},
-		routes:  cfg.Routes,
-		logger:  watermill.NewSlogLogger(cfg.Logger),
+		adapter:   SchemaAdapter{},
+		routes:    cfg.Routes,
+		logger:    watermill.NewSlogLogger(cfg.Logger),
+		mode:      cfg.Mode,
+		walPrefix: cfg.WALPrefix,
 	}, nil
 }
 
 // PublishTx writes evs into the outbox inside tx, in order. Nothing is
 // visible to the forwarder until tx commits, and nothing remains if it rolls
-// back.
+// back. In [ModeWAL] it emits one transactional logical decoding message
+// holding evs instead of inserting rows, with the same guarantees: the relay
+// sees it only once tx commits, and a rollback leaves nothing.
 func (w *Writer) PublishTx(ctx context.Context, tx pgx.Tx, evs ...events.Event) error {
 	if tx == nil {
 		return ErrNoTransaction
+	}
+	if w.mode == ModeWAL {
+		return w.emitPgx(ctx, tx, evs)
 	}
 	return w.publish(ctx, wmsql.TxFromPgx(tx), evs)
 }
@@ -73,6 +98,9 @@ func (w *Writer) QueueTx(ctx context.Context, tx pgx.Tx, b *pgx.Batch, evs ...ev
 	if tx == nil || b == nil {
 		return ErrNoTransaction
 	}
+	if w.mode == ModeWAL {
+		return w.emitBatch(ctx, b, evs)
+	}
 	return w.publish(ctx, batchExecutor{b: b}, evs)
 }
 
@@ -81,6 +109,9 @@ func (w *Writer) QueueTx(ctx context.Context, tx pgx.Tx, b *pgx.Batch, evs ...ev
 func (w *Writer) PublishStdTx(ctx context.Context, tx *stdsql.Tx, evs ...events.Event) error {
 	if tx == nil {
 		return ErrNoTransaction
+	}
+	if w.mode == ModeWAL {
+		return w.emitStd(ctx, tx, evs)
 	}
 	return w.publish(ctx, wmsql.TxFromStdSQL(tx), evs)
 }

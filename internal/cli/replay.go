@@ -115,6 +115,7 @@ func parseTime(flag, v string) (time.Time, error) {
 func newReplayCmd(e *env) *cobra.Command {
 	var (
 		name, since, until string
+		source             string
 		agg                aggregateFlags
 		eventTypes         []string
 		all, dryRun, yes   bool
@@ -149,6 +150,9 @@ idempotency: what it already handled is skipped, so a replay re-applies an event
 				return errors.New("invalid --batch-size: must be between 1 and 10000")
 			}
 			f = replay.Filter{AggregateType: agg.aggregateType, AggregateIDs: agg.ids, EventTypes: eventTypes}
+			if source != replay.SourceOutbox && source != replay.SourceWALHistory {
+				return fmt.Errorf("invalid --source: %q (%s or %s)", source, replay.SourceOutbox, replay.SourceWALHistory)
+			}
 			if f.Since, err = parseTime("since", since); err != nil {
 				return err
 			}
@@ -168,6 +172,7 @@ idempotency: what it already handled is skipped, so a replay re-applies an event
 			// The consumer reads its topic only: rows of other topics are not
 			// its events.
 			f.Topic = target.Topic
+			f.Source = source
 			return nil
 		}, func(cmd *cobra.Command, pool *pgxpool.Pool) error {
 			ctx := cmd.Context()
@@ -219,6 +224,7 @@ idempotency: what it already handled is skipped, so a replay re-applies an event
 	cmd.Flags().StringVar(&since, "since", "", "events that occurred at or after this time (RFC 3339)")
 	cmd.Flags().StringVar(&until, "until", "", "events that occurred before this time (RFC 3339)")
 	cmd.Flags().BoolVar(&all, "all", false, "replay every retained row of the consumer's topic (no other filter)")
+	cmd.Flags().StringVar(&source, "source", replay.SourceOutbox, "where the events are read: outbox (table mode) or wal_history (WAL mode's relay history)")
 	cmd.Flags().BoolVar(&dryRun, "dry-run", false, "count the rows, publish nothing")
 	cmd.Flags().BoolVar(&yes, "yes", false, "do not ask for confirmation")
 	cmd.Flags().IntVar(&partitions, "stream-partitions", 1, "streams per topic (the forwarder's and the workers' value)")

@@ -68,6 +68,7 @@ func TestReplayCommandFlags(t *testing.T) {
 		{"replay --consumer sync-analytics --since 2026-01-02T00:00:00Z --until 2026-01-01T00:00:00Z", "invalid --since/--until"},
 		{"replay --consumer sync-analytics --all --stream-partitions 0", "invalid --stream-partitions"},
 		{"replay --consumer sync-analytics --all --batch-size 0", "invalid --batch-size"},
+		{"replay --consumer sync-analytics --all --source kafka", "invalid --source"},
 		{"replay --consumer sync-analytics --aggregate-type payment --aggregate-ids-from /nonexistent", "invalid --aggregate-ids-from"},
 		{"consumer reset --aggregate-type payment --all-aggregates", "invalid --consumer: required"},
 		{"consumer reset --consumer sync-analytics --all-aggregates", "invalid --aggregate-type: required"},

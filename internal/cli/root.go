@@ -46,6 +46,7 @@ same transaction, and forwards committed events to a broker: never lost, never a
 		newMigrateCmd(e),
 		newServeCmd(e),
 		newForwardCmd(e),
+		newRelayCmd(e),
 		newWorkerCmd(e),
 		newDLQCmd(e),
 		newStatsCmd(e),

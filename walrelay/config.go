@@ -1,0 +1,167 @@
+package walrelay
+
+import (
+	"errors"
+	"fmt"
+	"log/slog"
+	"regexp"
+	"time"
+
+	"github.com/jackc/pgx/v5/pgxpool"
+	"github.com/prometheus/client_golang/prometheus"
+
+	"github.com/outflow-dev/outflow/events/outbox"
+	"github.com/outflow-dev/outflow/forwarder"
+)
+
+// Defaults of [Config].
+const (
+	DefaultSlotName          = "outflow_wal"
+	DefaultPublication       = "outflow_wal"
+	DefaultMaxChanges        = 30_000
+	DefaultHeartbeatInterval = 10 * time.Second
+	DefaultStandbyRetry      = time.Second
+	DefaultHistoryRetention  = 15 * 24 * time.Hour
+)
+
+// Config configures a [Relay]. Zero values take the documented defaults.
+type Config struct {
+	// Pool is the database the writers emit into, its search_path naming
+	// the schema with the migrations' tables (outbox_wal_*). Required. The
+	// relay holds one of its connections for as long as it reads or
+	// stands by (the advisory lock is a session's), and uses one more for
+	// the history and the stats: give it a pool of its own of at least 3.
+	// Not through PgBouncer in transaction mode: the lock is a session's.
+	Pool *pgxpool.Pool
+	// Broker receives the events. Required.
+	Broker forwarder.Broker
+
+	// SlotName is the logical replication slot. Defaults to "outflow_wal".
+	SlotName string
+	// Publication is the empty publication pgoutput is given (it needs
+	// one; none of its tables is ever published). Defaults to
+	// "outflow_wal".
+	Publication string
+	// Prefix is the writers' outbox.Config.WALPrefix. Defaults to
+	// outbox.DefaultWALPrefix.
+	Prefix string
+	// FailoverSlot creates the slot with PostgreSQL 17's failover = true,
+	// so that standbys with sync_replication_slots keep it and a failover
+	// does not lose it (docs/wal-mode.md). Before 17 the relay refuses to
+	// create the slot with it, saying so: use an extension or the
+	// operator's slot sync. It changes nothing for a slot that exists.
+	FailoverSlot bool
+
+	// MaxChanges bounds one read: the relay asks for up to this many
+	// changes (begin, message and commit records count), and gets whole
+	// transactions. Defaults to 30,000.
+	MaxChanges int
+	// MinPollInterval and PollInterval bound the wait between reads that
+	// found nothing: it doubles from the first to the second. Defaults to
+	// 5ms and 250ms.
+	MinPollInterval, PollInterval time.Duration
+	// HeartbeatInterval is how often an idle relay (a read found no
+	// transaction) emits a heartbeat message and confirms the slot past it,
+	// so that WAL written by anything else is released. Defaults to 10s.
+	HeartbeatInterval time.Duration
+	// StandbyRetry is how often a standby tries to become the reader.
+	// Defaults to 1s.
+	StandbyRetry time.Duration
+	// StatsInterval is how often the slot's metrics are refreshed (every
+	// instance exports them). Defaults to 5s.
+	StatsInterval time.Duration
+
+	// PublishTimeout bounds one batch's publish. Defaults to 10s.
+	PublishTimeout time.Duration
+	// MaxAttempts, RetryBackoff and RetryBackoffMax are the parked
+	// events' retry schedule, as the forwarder's: defaults 10, 1s, 5m.
+	MaxAttempts                   int
+	RetryBackoff, RetryBackoffMax time.Duration
+	// OutageBackoffMax caps the wait between tries while the broker is
+	// unavailable. Defaults to 5s.
+	OutageBackoffMax time.Duration
+
+	// HistoryRetention is how long outbox_wal_history keeps a day's
+	// partition. Defaults to 15 days. Negative writes no history.
+	HistoryRetention time.Duration
+
+	// ShutdownTimeout bounds how long Run waits for the batch in flight
+	// once its context is done. Defaults to 15s.
+	ShutdownTimeout time.Duration
+
+	// Registerer receives the metrics. Defaults to none.
+	Registerer prometheus.Registerer
+	// Logger defaults to slog.Default().
+	Logger *slog.Logger
+}
+
+func (c *Config) setDefaults() {
+	def := func(d *time.Duration, v time.Duration) {
+		if *d == 0 {
+			*d = v
+		}
+	}
+	defInt := func(i *int, v int) {
+		if *i == 0 {
+			*i = v
+		}
+	}
+	defStr := func(s *string, v string) {
+		if *s == "" {
+			*s = v
+		}
+	}
+	defStr(&c.SlotName, DefaultSlotName)
+	defStr(&c.Publication, DefaultPublication)
+	defStr(&c.Prefix, outbox.DefaultWALPrefix)
+	defInt(&c.MaxChanges, DefaultMaxChanges)
+	def(&c.PollInterval, 250*time.Millisecond)
+	def(&c.MinPollInterval, min(5*time.Millisecond, c.PollInterval))
+	def(&c.HeartbeatInterval, DefaultHeartbeatInterval)
+	def(&c.StandbyRetry, DefaultStandbyRetry)
+	def(&c.StatsInterval, 5*time.Second)
+	def(&c.PublishTimeout, 10*time.Second)
+	defInt(&c.MaxAttempts, 10)
+	def(&c.RetryBackoff, time.Second)
+	def(&c.RetryBackoffMax, 5*time.Minute)
+	def(&c.OutageBackoffMax, 5*time.Second)
+	def(&c.HistoryRetention, DefaultHistoryRetention)
+	def(&c.ShutdownTimeout, 15*time.Second)
+	if c.Logger == nil {
+		c.Logger = slog.Default()
+	}
+}
+
+// slotNameRE is what PostgreSQL accepts as a slot name.
+var slotNameRE = regexp.MustCompile(`^[a-z0-9_]{1,63}$`)
+
+var identRE = regexp.MustCompile(`^[a-z_][a-z0-9_]{0,62}$`)
+
+func (c *Config) validate() error {
+	var errs []error
+	check := func(ok bool, field, want string) {
+		if !ok {
+			errs = append(errs, fmt.Errorf("%s: %s", field, want))
+		}
+	}
+	check(c.Pool != nil, "Pool", "is required")
+	check(c.Broker != nil, "Broker", "is required")
+	check(slotNameRE.MatchString(c.SlotName), "SlotName", "must be 1 to 63 lower-case letters, digits or _")
+	check(identRE.MatchString(c.Publication), "Publication", "must be a lower-case SQL identifier")
+	check(c.Prefix != "", "Prefix", "must not be empty")
+	check(c.MaxChanges >= 3 && c.MaxChanges <= 1_000_000, "MaxChanges", "must be between 3 and 1000000")
+	check(c.PollInterval > 0 && c.MinPollInterval > 0 && c.MinPollInterval <= c.PollInterval, "MinPollInterval", "must be positive and at most PollInterval")
+	check(c.HeartbeatInterval >= 10*time.Millisecond, "HeartbeatInterval", "must be at least 10ms")
+	check(c.StandbyRetry >= 10*time.Millisecond, "StandbyRetry", "must be at least 10ms")
+	check(c.StatsInterval >= 10*time.Millisecond, "StatsInterval", "must be at least 10ms")
+	check(c.PublishTimeout > 0, "PublishTimeout", "must be positive")
+	check(c.MaxAttempts >= 1, "MaxAttempts", "must be at least 1")
+	check(c.RetryBackoff > 0 && c.RetryBackoffMax >= c.RetryBackoff, "RetryBackoff", "must be positive and at most RetryBackoffMax")
+	check(c.OutageBackoffMax > 0, "OutageBackoffMax", "must be positive")
+	check(c.HistoryRetention < 0 || c.HistoryRetention >= time.Hour, "HistoryRetention", "must be at least 1h, or negative to keep no history")
+	check(c.ShutdownTimeout > 0, "ShutdownTimeout", "must be positive")
+	if err := errors.Join(errs...); err != nil {
+		return fmt.Errorf("walrelay config: %w", err)
+	}
+	return nil
+}
