@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"github.com/prometheus/client_golang/prometheus"
 	"io"
 	"log/slog"
 	"sync"
@@ -224,7 +225,8 @@ func WALMode(ctx context.Context, cfg WALModeConfig) error {
 		return err
 	}
 	n := (cfg.Backlog / 8) * 8
-	fwd, err := forwarder.New(forwarder.Config{Pool: pool, Broker: ackBroker{}, Logger: quiet, AuditInterval: -1, Retention: -1})
+	reg := prometheus.NewRegistry()
+	fwd, err := forwarder.New(forwarder.Config{Pool: pool, Broker: ackBroker{}, Logger: quiet, AuditInterval: -1, Retention: -1, Registerer: reg})
 	if err != nil {
 		return err
 	}
@@ -232,10 +234,11 @@ func WALMode(ctx context.Context, cfg WALModeConfig) error {
 	start := time.Now()
 	fdone := make(chan error, 1)
 	go func() { fdone <- fwd.Run(fctx) }()
+	// Drained when the broker acknowledged every row (the forwarder's
+	// counter): the outbox tells it a lease tick later.
 	if err := waitUntil(ctx, 10*time.Minute, func() (bool, error) {
-		var pending int
-		err := pool.QueryRow(ctx, `SELECT count(*) FROM outbox WHERE published_at IS NULL`).Scan(&pending)
-		return pending == 0, err
+		done, err := forwarded(reg)
+		return done >= float64(n), err
 	}); err != nil {
 		fstop()
 		return fmt.Errorf("forwarder drain: %w", err)
