@@ -36,8 +36,6 @@ type LogicalPostgres struct {
 	Pool *pgxpool.Pool
 	// Port is the TCP port it listens on, at 127.0.0.1.
 	Port int
-
-	cmd *exec.Cmd
 }
 
 // pgBinDir finds initdb and postgres: $OUTFLOW_PG_BIN, then the newest
@@ -172,7 +170,7 @@ func RunLogicalPostgres(ctx context.Context, settings ...string) (lp *LogicalPos
 			<-exited
 		}
 	})
-	lp = &LogicalPostgres{Port: port, cmd: srv}
+	lp = &LogicalPostgres{Port: port}
 	admin := fmt.Sprintf("postgres://postgres@127.0.0.1:%d/postgres?sslmode=disable", port)
 	cctx, cancel := context.WithTimeout(ctx, 60*time.Second)
 	defer cancel()

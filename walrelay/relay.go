@@ -5,7 +5,6 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
-	"math/rand/v2"
 	"sync"
 	"time"
 
@@ -15,6 +14,7 @@ import (
 	"github.com/outflow-dev/outflow/events"
 	"github.com/outflow-dev/outflow/events/outbox"
 	"github.com/outflow-dev/outflow/forwarder"
+	"github.com/outflow-dev/outflow/internal/backoff"
 )
 
 // Relay reads the outbox's WAL messages through a replication slot and
@@ -217,7 +217,7 @@ const pruneTick = time.Hour
 // read is the reader's loop.
 func (r *Relay) read(ctx context.Context, conn *pgx.Conn) error {
 	idle := r.cfg.MinPollInterval
-	outage := time.Duration(0)
+	outages := 0 // broker outages in a row
 	lastConfirm := time.Now()
 	for ctx.Err() == nil {
 		if time.Since(r.lastRetry) >= retryTick {
@@ -254,12 +254,13 @@ func (r *Relay) read(ctx context.Context, conn *pgx.Conn) error {
 			} else {
 				r.setReadErr(err)
 			}
-			outage = min(max(2*outage, 100*time.Millisecond), r.cfg.OutageBackoffMax)
-			r.cfg.Logger.Warn("wal relay batch", "error", err.Error(), "retry_in", outage)
-			sleep(ctx, outage/2+rand.N(outage/2+1))
+			outages++
+			wait := backoff.Delay(100*time.Millisecond, r.cfg.OutageBackoffMax, outages)
+			r.cfg.Logger.Warn("wal relay batch", "error", err.Error(), "retry_in", wait)
+			sleep(ctx, wait)
 			continue
 		}
-		outage = 0
+		outages = 0
 		r.setReadErr(nil)
 		if n > 0 {
 			continue
