@@ -267,6 +267,10 @@ func (f *Forwarder) claim(ctx context.Context, tx pgx.Tx) (claim, error) {
 	// them, the rows are published again (a duplicate, which consumers
 	// absorb), never lost. The broker already has them.
 	b.Queue(`SELECT set_config('synchronous_commit', 'off', true)`)
+	// A plan for the parameters at hand: the generic plan PostgreSQL may
+	// switch the prepared claim to after five runs estimates the rows above
+	// the cursor blind and can sort them all for each batch.
+	b.Queue(`SELECT set_config('plan_cache_mode', 'force_custom_plan', true)`)
 	b.Queue(`SELECT coalesce(pg_sequence_last_value('outbox_id_seq'), 0)`).QueryRow(func(r pgx.Row) error { return r.Scan(&c.l) })
 	// Every transaction with a transaction id holds an exclusive lock on
 	// it while it runs: the running ones, read after L and before the
