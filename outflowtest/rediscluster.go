@@ -475,10 +475,17 @@ func (c *RedisCluster) HoldReplication(i int) int {
 // slot primary holds (on a Cluster the others answer MOVED).
 func holdReplication(primary, replica *RedisNode) {
 	replica.t.Helper()
-	replica.Pause()
 	nc := primary.client()
 	defer nc.Close()
 	ctx := context.Background()
+	// What the primary has now is what the replica must keep: it is the
+	// writes from here on that the failover is to lose. Paused at once,
+	// the replica could lack the last writes before the hold too.
+	WaitFor(replica.t, 10*time.Second, "the replica to have the primary's writes", func() bool {
+		n, err := nc.Do(ctx, "wait", 1, 1000).Int()
+		return err == nil && n >= 1
+	})
+	replica.Pause()
 	filler := strings.Repeat("f", fillerSize)
 	for k := 0; ; k++ {
 		err := nc.Set(ctx, fmt.Sprintf("outflowtest-filler-%d", k), filler, 0).Err()
