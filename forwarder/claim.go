@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"slices"
 	"strconv"
+	"strings"
 	"time"
 
 	"github.com/ThreeDotsLabs/watermill/message"
@@ -42,8 +43,8 @@ const partitionOf = `(ps.base + ((hashtextextended(o.aggregate_id, 0) % ps.count
 const rowColumns = `o.id, o.message_id::text, o.topic, o.aggregate_type, o.aggregate_id, o.aggregate_version,
        o.event_type, o.payload::text, o.metadata::text, o.occurred_at`
 
-// claimSQL reads, in one statement (one snapshot), what this instance may
-// publish of the partitions it leases, in four parts told apart by the
+// claimTemplate reads, in one statement (one snapshot), what this instance
+// may publish of the partitions it leases, in four parts told apart by the
 // first column:
 //
 //   - S: the statement's snapshot, from which the cursor learns which of
@@ -53,30 +54,44 @@ const rowColumns = `o.id, o.message_id::text, o.topic, o.aggregate_type, o.aggre
 //     for the whole transaction, which fences takeover: another instance
 //     cannot take a partition while this transaction, which publishes its
 //     rows, is open;
-//   - N: new rows, above each partition's high ($2 and $4, or
+//   - N: new rows, above each partition's high ($1 and $3, or
 //     published_through for a partition the cursor has not seen), but those
-//     read ahead ($7) and those of a next partition set, the first $1 in id
-//     order;
-//   - L: late rows, of tracked transactions ($5, their bounds $6) the
+//     read ahead ($6) and those of a next partition set, the first
+//     batchLimit in id order;
+//   - L: late rows, of tracked transactions ($4, their bounds $5) the
 //     snapshot shows committed, between their bound and the partition's
-//     high.
+//     high. The outbox has no index on transaction_id (each would cost
+//     every insert), so they are read in one id range scan, from the
+//     lowest bound to the highest high (late): joined to fin directly,
+//     the planner read every row below the highs, once per partition,
+//     and the claim slowed as the outbox grew (docs/benchmarks.md).
+//
+// The batch size is written into the statement (claimQuery), not passed,
+// and the claim runs with sorting off (claimPlanBefore): the prepared
+// claim runs on PostgreSQL's generic plan after five runs, which must not
+// sort the backlog. A custom plan per claim cost about 10 ms of planning
+// a claim, most of what a claim cost under a steady flow of commits.
 //
 // A row in outbox_failures is read from there instead (failuresSQL).
 // blocked says an earlier row of the aggregate is in outbox_failures: the
 // row is held behind it, not sent. Nothing is locked but the partitions'
 // lease rows: a row is no claim's, only a partition is.
-const claimSQL = `
+const claimTemplate = `
 WITH ` + activeSet + `, mine AS MATERIALIZED (
     SELECT partition, published_through FROM outbox_partitions
-    WHERE owner = $3 AND lease_until > now()
+    WHERE owner = $2 AND lease_until > now()
       AND partition >= (SELECT base FROM ps) AND partition < (SELECT base + count FROM ps)
     FOR SHARE
 ), hi AS MATERIALIZED (
     SELECT m.partition, m.published_through, greatest(m.published_through, coalesce(h.high, -1)) AS high
-    FROM mine m LEFT JOIN unnest($2::int[], $4::bigint[]) AS h(partition, high) ON h.partition = m.partition
+    FROM mine m LEFT JOIN unnest($1::int[], $3::bigint[]) AS h(partition, high) ON h.partition = m.partition
 ), fin AS MATERIALIZED (
-    SELECT t.x::xid8 AS x, t.b FROM unnest($5::text[], $6::bigint[]) AS t(x, b)
+    SELECT t.x::xid8 AS x, t.b FROM unnest($4::text[], $5::bigint[]) AS t(x, b)
     WHERE pg_visible_in_snapshot(t.x::xid8, pg_current_snapshot())
+), late AS MATERIALIZED (
+    SELECT o.* FROM outbox o
+    WHERE o.id > (SELECT min(b) FROM fin) AND o.id <= (SELECT max(high) FROM hi)
+      AND o.transaction_id = ANY(ARRAY(SELECT x FROM fin))
 )
 SELECT 'S', NULL::int, NULL::bigint, pg_current_snapshot()::text, NULL::text, ` + nullRow + `, false
 UNION ALL
@@ -86,15 +101,36 @@ UNION ALL
  FROM outbox o
  WHERE o.id > (SELECT min(high) FROM hi) AND o.id < coalesce((SELECT upto FROM nx), 9223372036854775807)
    AND o.id > (SELECT hi.high FROM hi WHERE hi.partition = ` + partitionOfRow + `)
-   AND o.id <> ALL($7::bigint[])
+   AND o.id <> ALL($6::bigint[])
    AND o.id <> ALL(ARRAY(SELECT f.id FROM outbox_failures f WHERE f.id > (SELECT min(high) FROM hi)))
- ORDER BY o.id LIMIT $1)
+ ORDER BY o.id LIMIT ` + batchLimit + `)
 UNION ALL
 SELECT 'L', hi.partition, NULL, NULL, fin.x::text, ` + rowColumns + `, ` + blockedExpr + `
-FROM fin JOIN outbox o ON o.transaction_id = fin.x AND o.id > fin.b AND o.id <= (SELECT max(high) FROM hi)
+FROM fin JOIN late o ON o.transaction_id = fin.x AND o.id > fin.b
 CROSS JOIN ps JOIN hi ON hi.partition = ` + partitionOf + `
 WHERE o.id <= hi.high AND o.id < coalesce((SELECT upto FROM nx), 9223372036854775807)
   AND NOT EXISTS (SELECT 1 FROM outbox_failures f WHERE f.id = o.id)`
+
+// claimPlanBefore and claimPlanAfter surround the claim statement: its
+// plan must read the rows above the cursor in id order and stop at the
+// batch, but the estimates of its filters (a two-sided id range of
+// unknown bounds, rows above each partition's own high, rows read ahead)
+// make the planner expect a few rows and prefer reading them all and
+// sorting them: the whole backlog for each batch, after an outage. With
+// sorting off for that one statement, only the ordered plan (a Merge
+// Append of the partitions' primary keys) is left.
+const (
+	claimPlanBefore = `SELECT set_config('enable_sort', 'off', true)`
+	claimPlanAfter  = `SELECT set_config('enable_sort', 'on', true)`
+)
+
+// batchLimit is where claimQuery writes the batch size.
+const batchLimit = "{{batch}}"
+
+// claimQuery is claimTemplate for batches of n rows.
+func claimQuery(n int) string {
+	return strings.Replace(claimTemplate, batchLimit, strconv.Itoa(n), 1)
+}
 
 const nullRow = `NULL::bigint, NULL::text, NULL::text, NULL::text, NULL::text, NULL::bigint, NULL::text, NULL::text, NULL::text, NULL::timestamptz`
 
@@ -267,10 +303,6 @@ func (f *Forwarder) claim(ctx context.Context, tx pgx.Tx) (claim, error) {
 	// them, the rows are published again (a duplicate, which consumers
 	// absorb), never lost. The broker already has them.
 	b.Queue(`SELECT set_config('synchronous_commit', 'off', true)`)
-	// A plan for the parameters at hand: the generic plan PostgreSQL may
-	// switch the prepared claim to after five runs estimates the rows above
-	// the cursor blind and can sort them all for each batch.
-	b.Queue(`SELECT set_config('plan_cache_mode', 'force_custom_plan', true)`)
 	b.Queue(`SELECT coalesce(pg_sequence_last_value('outbox_id_seq'), 0)`).QueryRow(func(r pgx.Row) error { return r.Scan(&c.l) })
 	// Every transaction with a transaction id holds an exclusive lock on
 	// it while it runs: the running ones, read after L and before the
@@ -284,7 +316,8 @@ func (f *Forwarder) claim(ctx context.Context, tx pgx.Tx) (claim, error) {
 			})
 			return err
 		})
-	b.Queue(claimSQL, f.cfg.BatchSize, parts, f.cfg.InstanceID, highs, xs, bs, f.cur.aheadArgs()).Query(func(rows pgx.Rows) error {
+	b.Queue(claimPlanBefore)
+	b.Queue(f.claimSQL, parts, f.cfg.InstanceID, highs, xs, bs, f.cur.aheadArgs()).Query(func(rows pgx.Rows) error {
 		for rows.Next() {
 			var (
 				part      string
@@ -325,6 +358,7 @@ func (f *Forwarder) claim(ctx context.Context, tx pgx.Tx) (claim, error) {
 		}
 		return rows.Err()
 	})
+	b.Queue(claimPlanAfter)
 	var writers map[string]bool // running transaction -> writes to the outbox
 	if f.cur.needsRebound(time.Now()) {
 		writers = map[string]bool{}

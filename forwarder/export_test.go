@@ -27,3 +27,9 @@ func SetAuditCallTimeout(d time.Duration) time.Duration {
 	auditCallTimeout = d
 	return old
 }
+
+// ClaimStatements are the claim statement for batches of n rows and the
+// statements run before and after it, for the tests of its plan.
+func ClaimStatements(n int) (before, claim, after string) {
+	return claimPlanBefore, claimQuery(n), claimPlanAfter
+}

@@ -21,6 +21,8 @@ type Forwarder struct {
 	wake chan struct{} // coalesced: Wake was called, or the leases changed
 	cur  *cursor       // where the claims stand; the work loop's own
 
+	claimSQL string // claimTemplate for cfg.BatchSize
+
 	mu    sync.Mutex
 	owned []int32 // partitions leased by this instance, as of the last lease tick
 
@@ -46,7 +48,8 @@ func New(cfg Config) (*Forwarder, error) {
 	if err != nil {
 		return nil, err
 	}
-	f := &Forwarder{cfg: cfg, metrics: m, wake: make(chan struct{}, 1), cur: newCursor()}
+	f := &Forwarder{cfg: cfg, metrics: m, wake: make(chan struct{}, 1), cur: newCursor(),
+		claimSQL: claimQuery(cfg.BatchSize)}
 	if a, ok := cfg.Broker.(Auditor); ok && cfg.AuditInterval > 0 {
 		f.auditor = a
 	}
