@@ -139,13 +139,21 @@ const blockedExpr = `EXISTS (SELECT 1 FROM outbox_failures b
     WHERE b.aggregate_type = o.aggregate_type AND b.aggregate_id = o.aggregate_id AND b.id < o.id)`
 
 // outboxWritersSQL lists the transactions running, each with whether it
-// holds a lock on this schema's outbox: those that may have written rows
-// to it (see cursor.rebound). Run after the sequence is read.
+// holds a lock on this schema's outbox or one of its partitions: those
+// that may have written rows to it (see cursor.rebound). Run after the
+// sequence is read and before the claim's snapshot: a transaction that
+// committed releases its locks on tables before the lock on its
+// transaction id, and leaves the running ones (as snapshots see them)
+// before either. Read after the snapshot, a writer that committed in
+// between could be listed as running with no lock on the outbox, its
+// bound raised above its rows, and its rows skipped; read before, such a
+// transaction already shows committed in the snapshot, whose claim reads
+// its rows from its old bound.
 const outboxWritersSQL = `
 SELECT x.transactionid::text, bool_or(r.locktype IS NOT NULL)
 FROM pg_locks x LEFT JOIN pg_locks r ON r.virtualtransaction = x.virtualtransaction
-    AND r.locktype = 'relation' AND r.relation = 'outbox'::regclass
-    AND r.database = (SELECT oid FROM pg_database WHERE datname = current_database())
+    AND r.locktype = 'relation' AND r.database = (SELECT oid FROM pg_database WHERE datname = current_database())
+    AND (r.relation = 'outbox'::regclass OR r.relation IN (SELECT inhrelid FROM pg_inherits WHERE inhparent = 'outbox'::regclass))
 WHERE x.locktype = 'transactionid' AND x.mode = 'ExclusiveLock' AND x.granted
 GROUP BY 1`
 
@@ -316,6 +324,21 @@ func (f *Forwarder) claim(ctx context.Context, tx pgx.Tx) (claim, error) {
 			})
 			return err
 		})
+	var writers map[string]bool // running transaction -> writes to the outbox
+	if f.cur.needsRebound(time.Now()) {
+		writers = map[string]bool{}
+		b.Queue(outboxWritersSQL).Query(func(rows pgx.Rows) error {
+			var (
+				x string
+				w bool
+			)
+			_, err := pgx.ForEachRow(rows, []any{&x, &w}, func() error {
+				writers[x] = w
+				return nil
+			})
+			return err
+		})
+	}
 	b.Queue(claimPlanBefore)
 	b.Queue(f.claimSQL, parts, f.cfg.InstanceID, highs, xs, bs, f.cur.aheadArgs()).Query(func(rows pgx.Rows) error {
 		for rows.Next() {
@@ -359,21 +382,6 @@ func (f *Forwarder) claim(ctx context.Context, tx pgx.Tx) (claim, error) {
 		return rows.Err()
 	})
 	b.Queue(claimPlanAfter)
-	var writers map[string]bool // running transaction -> writes to the outbox
-	if f.cur.needsRebound(time.Now()) {
-		writers = map[string]bool{}
-		b.Queue(outboxWritersSQL).Query(func(rows pgx.Rows) error {
-			var (
-				x string
-				w bool
-			)
-			_, err := pgx.ForEachRow(rows, []any{&x, &w}, func() error {
-				writers[x] = w
-				return nil
-			})
-			return err
-		})
-	}
 	b.Queue(failuresSQL, f.cfg.BatchSize, f.cfg.InstanceID).Query(func(rows pgx.Rows) error {
 		var err error
 		failures, err = pgx.CollectRows(rows, func(r pgx.CollectableRow) (row, error) {

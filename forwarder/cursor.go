@@ -48,8 +48,10 @@ type cursor struct {
 	lastL   int64
 	started bool
 	// rebounded is when the tracked transactions were last matched with
-	// the ones writing to the outbox (see rebound).
-	rebounded time.Time
+	// the ones writing to the outbox (see rebound), at most once every
+	// reboundEvery (the constant but in a test).
+	rebounded    time.Time
+	reboundEvery time.Duration
 
 	// durable is what the lease loop records in outbox_partitions.
 	durable atomic.Pointer[durablePoints]
@@ -59,7 +61,7 @@ type cursor struct {
 }
 
 func newCursor() *cursor {
-	return &cursor{high: map[int32]int64{}, tracked: map[string]int64{}, ahead: map[int64]bool{}}
+	return &cursor{high: map[int32]int64{}, tracked: map[string]int64{}, ahead: map[int64]bool{}, reboundEvery: reboundEvery}
 }
 
 // highs returns the partitions the cursor follows and their highs, as the
@@ -293,7 +295,7 @@ const reboundEvery = 200 * time.Millisecond
 // points back (a bound below the highs) and the last asking is old
 // enough.
 func (c *cursor) needsRebound(now time.Time) bool {
-	if now.Sub(c.rebounded) < reboundEvery {
+	if now.Sub(c.rebounded) < c.reboundEvery {
 		return false
 	}
 	low := int64(-1)
@@ -321,11 +323,12 @@ func (c *cursor) needsReboundIdle(now time.Time, interval time.Duration) bool {
 // running without a lock on the outbox: it had written no outbox row yet,
 // so every row it writes later has an id above l. Transactions of other
 // tables, other schemas or other databases in the cluster (every snapshot
-// lists them) then hold nothing back, however long they run. A tracked
-// transaction writers does not list ended since the claim's snapshot
-// (which showed it running): it holds no lock any more, but it may have
-// committed rows below l, so its bound stays and the next claim reads
-// them.
+// lists them) then hold nothing back, however long they run. writers is
+// read before the claim's snapshot (see outboxWritersSQL): a writer that
+// was committing then, its table locks already released, shows committed
+// in the snapshot, and the claim read its rows from the bound it had;
+// raising the bound of a transaction that ended changes nothing. A
+// tracked transaction writers does not list had ended: its bound stays.
 func (c *cursor) rebound(l int64, writers map[string]bool, now time.Time) {
 	for x, b := range c.tracked {
 		if b >= l {

@@ -6,6 +6,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/jackc/pgx/v5"
 	"github.com/stretchr/testify/require"
 
 	"github.com/outflow-dev/outflow/events"
@@ -178,4 +179,63 @@ func TestOutboxIDIsDrawnAfterTheTransactionID(t *testing.T) {
 		WHERE a.attrelid = 'outbox'::regclass AND a.attname = 'id'`).Scan(&def))
 	xid, next := strings.Index(def, "pg_current_xact_id()"), strings.Index(def, "nextval(")
 	require.True(t, xid >= 0 && next > xid, "outbox.id's default must take the transaction id before nextval, got %q", def)
+}
+
+// A transaction that writes to one of the outbox's partitions directly
+// (an INSERT, a COPY) holds a lock on the partition, not on the outbox:
+// the cursor must still take it for a writer. Taken for a transaction of
+// another table, its bound was raised above its row, and the row, once
+// committed, was never read.
+func TestAWriterOfAPartitionIsTakenForAWriter(t *testing.T) {
+	t.Parallel()
+	e := setup(t)
+	ctx := context.Background()
+	f, err := forwarder.New(e.config())
+	require.NoError(t, err)
+	f.SetReboundEvery(0)
+	fctx, stop := context.WithCancel(ctx)
+	done := make(chan error, 1)
+	go func() { done <- f.Run(fctx) }()
+	t.Cleanup(func() { stop(); require.NoError(t, <-done) })
+	e.flow(1)
+
+	var part string
+	require.NoError(t, e.schema.Pool.QueryRow(ctx, `
+		SELECT c.relname FROM pg_inherits i JOIN pg_class c ON c.oid = i.inhrelid
+		WHERE i.inhparent = 'outbox'::regclass AND pg_get_expr(c.relpartbound, c.oid) LIKE '%MINVALUE%'`).Scan(&part))
+	conn, err := e.schema.Pool.Acquire(ctx)
+	require.NoError(t, err)
+	t.Cleanup(conn.Release)
+	insert := `INSERT INTO ` + pgx.Identifier{part}.Sanitize() + ` (message_id, topic, aggregate_type, aggregate_id, aggregate_version, event_type, payload, occurred_at)
+		VALUES ($1, $2, 'test', 'direct', 1, $3, '{"n":1}', now())`
+	ev, err := events.New(ctx, events.Aggregate{Type: "test", ID: "direct", Version: 1}, testPayload{N: 1})
+	require.NoError(t, err)
+	// The first insert into a partition in a session locks the outbox too
+	// (to learn the partition's bounds), the next ones, bounds cached, do
+	// not: a first one rolled back.
+	warm, err := conn.Begin(ctx)
+	require.NoError(t, err)
+	_, err = warm.Exec(ctx, insert, ev.MessageID, e.topic, ev.EventType)
+	require.NoError(t, err)
+	require.NoError(t, warm.Rollback(ctx))
+	tx, err := conn.Begin(ctx)
+	require.NoError(t, err)
+	t.Cleanup(func() { _ = tx.Rollback(ctx) })
+	_, err = tx.Exec(ctx, insert, ev.MessageID, e.topic, ev.EventType)
+	require.NoError(t, err)
+	var locksOutbox bool
+	require.NoError(t, tx.QueryRow(ctx, `SELECT EXISTS (SELECT 1 FROM pg_locks WHERE pid = pg_backend_pid() AND relation = 'outbox'::regclass)`).Scan(&locksOutbox))
+	require.False(t, locksOutbox, "the writer holds no lock on the outbox itself")
+	// Rows after it, claimed while it is open: each claim asks who
+	// writes to the outbox.
+	e.flow(3)
+	require.NoError(t, tx.Commit(ctx))
+	outflowtest.WaitFor(t, 20*time.Second, "the row written to the partition on the stream", func() bool {
+		for _, en := range e.stream() {
+			if en.messageID == ev.MessageID {
+				return true
+			}
+		}
+		return false
+	})
 }

@@ -33,3 +33,7 @@ func SetAuditCallTimeout(d time.Duration) time.Duration {
 func ClaimStatements(n int) (before, claim, after string) {
 	return claimPlanBefore, claimQuery(n), claimPlanAfter
 }
+
+// SetReboundEvery sets how often f's claims ask which transactions write
+// to the outbox. Call it before Run.
+func (f *Forwarder) SetReboundEvery(d time.Duration) { f.cur.reboundEvery = d }
