@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"io"
 	"slices"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -12,11 +13,13 @@ import (
 	"github.com/outflow-dev/outflow/consumer"
 
 	"github.com/ThreeDotsLabs/watermill"
+	"github.com/ThreeDotsLabs/watermill-redisstream/pkg/redisstream"
 	"github.com/ThreeDotsLabs/watermill/message"
 	"github.com/google/uuid"
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgxpool"
 	"github.com/prometheus/client_golang/prometheus"
+	goredis "github.com/redis/go-redis/v9"
 
 	"github.com/outflow-dev/outflow/app/paymentevents"
 	redisstreams "github.com/outflow-dev/outflow/brokers/redis"
@@ -525,8 +528,14 @@ func steady(ctx context.Context, cfg PipelineConfig) (steadyResult, error) {
 	res := steadyResult{committedRate: float64(n) / produced.Seconds(), lagAtStop: n - atStop, unpublishedAtStop: unpublished,
 		handledWhileProducing: float64(atStop) / produced.Seconds()}
 	stopped := time.Now()
-	for count() < n {
-		if time.Since(stopped) > 5*time.Minute {
+	// A consumer that handled nothing for a minute will not catch up (a
+	// backlog drains at thousands a second).
+	last, progressed := atStop, stopped
+	for c := count(); c < n; c = count() {
+		if c > last {
+			last, progressed = c, time.Now()
+		}
+		if time.Since(progressed) > time.Minute {
 			var (
 				parked      string
 				unpublished int
@@ -534,8 +543,8 @@ func steady(ctx context.Context, cfg PipelineConfig) (steadyResult, error) {
 			_ = pool.QueryRow(ctx, `SELECT coalesce(string_agg(status || ' ' || reason || ': ' || n, ', '), 'none')
 				FROM (SELECT status, reason, count(*) n FROM dead_letters GROUP BY 1, 2) d`).Scan(&parked)
 			_ = pool.QueryRow(ctx, `SELECT count(*) FROM outbox_state WHERE NOT published`).Scan(&unpublished)
-			return steadyResult{}, fmt.Errorf("the consumer did not catch up: %d of %d events handled, %d not published; dead letters: %s",
-				count(), n, unpublished, parked)
+			return steadyResult{}, fmt.Errorf("the consumer did not catch up: %d of %d events handled, %d not published; dead letters: %s; not handled: %s",
+				count(), n, unpublished, parked, notHandled(ctx, pool, rdb, topic))
 		}
 		time.Sleep(10 * time.Millisecond)
 	}
@@ -549,6 +558,54 @@ func steady(ctx context.Context, cfg PipelineConfig) (steadyResult, error) {
 	}
 	res.p50, res.p99, res.max, err = acks.latencies(ctx, pool, 0)
 	return res, err
+}
+
+// notHandled describes the first events the consumer has not applied: the
+// outbox's state of each, whether the stream holds it, and the version
+// the consumer stands at, so that a run that does not catch up says where
+// the event stopped.
+func notHandled(ctx context.Context, pool *pgxpool.Pool, rdb goredis.UniversalClient, topic string) string {
+	rows, err := pool.Query(ctx, `
+		SELECT o.id, o.message_id::text, o.aggregate_id, o.aggregate_version, coalesce(v.version, 0), s.state, o.transaction_id::text
+		FROM outbox o JOIN outbox_state s ON s.id = o.id
+		LEFT JOIN consumer_aggregate_versions v ON v.aggregate_type = o.aggregate_type AND v.aggregate_id = o.aggregate_id
+		WHERE o.aggregate_version > coalesce(v.version, 0) ORDER BY o.id LIMIT 5`)
+	if err != nil {
+		return err.Error()
+	}
+	type missing struct {
+		id                  int64
+		mid, agg, state, tx string
+		ver, at             int64
+	}
+	ms, err := pgx.CollectRows(rows, func(r pgx.CollectableRow) (missing, error) {
+		var m missing
+		return m, r.Scan(&m.id, &m.mid, &m.agg, &m.ver, &m.at, &m.state, &m.tx)
+	})
+	if err != nil {
+		return err.Error()
+	}
+	inStream := map[string]bool{}
+	entries, err := rdb.XRange(ctx, topic, "-", "+").Result()
+	if err != nil {
+		return err.Error()
+	}
+	um := redisstream.DefaultMarshallerUnmarshaller{}
+	for _, e := range entries {
+		msg, err := um.Unmarshal(e.Values)
+		if err != nil {
+			return err.Error()
+		}
+		if env, err := events.EnvelopeFromMessage(msg); err == nil {
+			inStream[env.MessageID] = true
+		}
+	}
+	var out []string
+	for _, m := range ms {
+		out = append(out, fmt.Sprintf("id %d %s v%d (consumer at v%d, outbox %s, tx %s, in the stream: %t)",
+			m.id, m.agg, m.ver, m.at, m.state, m.tx, inStream[m.mid]))
+	}
+	return strings.Join(out, "; ")
 }
 
 func benchPayment(pay int, v int64) events.Payload {
