@@ -32,10 +32,7 @@ func TestConcurrentCommitsAllReachTheStream(t *testing.T) {
 	f, err := forwarder.New(e.config())
 	require.NoError(t, err)
 	f.SetReboundEvery(0)
-	fctx, stopF := context.WithCancel(context.Background())
-	fdone := make(chan error, 1)
-	go func() { fdone <- f.Run(fctx) }()
-	t.Cleanup(func() { stopF(); require.NoError(t, <-fdone) })
+	e.start(f)
 	const producers, perProducer = 16, 1000
 	ctx := context.Background()
 	// A transaction that stays open and writes elsewhere: the cursor

@@ -193,10 +193,7 @@ func TestAWriterOfAPartitionIsTakenForAWriter(t *testing.T) {
 	f, err := forwarder.New(e.config())
 	require.NoError(t, err)
 	f.SetReboundEvery(0)
-	fctx, stop := context.WithCancel(ctx)
-	done := make(chan error, 1)
-	go func() { done <- f.Run(fctx) }()
-	t.Cleanup(func() { stop(); require.NoError(t, <-done) })
+	e.start(f)
 	e.flow(1)
 
 	var part string

@@ -84,6 +84,12 @@ func (e *env) run(cfg forwarder.Config) (*forwarder.Forwarder, func()) {
 	e.t.Helper()
 	f, err := forwarder.New(cfg)
 	require.NoError(e.t, err)
+	return f, e.start(f)
+}
+
+// start runs f until the test ends or the returned function is called.
+func (e *env) start(f *forwarder.Forwarder) func() {
+	e.t.Helper()
 	ctx, cancel := context.WithCancel(context.Background())
 	done := make(chan error, 1)
 	go func() { done <- f.Run(ctx) }()
@@ -95,7 +101,7 @@ func (e *env) run(cfg forwarder.Config) (*forwarder.Forwarder, func()) {
 		})
 	}
 	e.t.Cleanup(stop)
-	return f, stop
+	return stop
 }
 
 // write commits one event per (aggregate, version) in its own transaction.
