@@ -28,12 +28,24 @@ type Stats struct {
 // that are not in outbox_failures and not published below its
 // published_high (an index range scan of the primary key from the lowest
 // cursor: what is pending, and what a long transaction keeps the cursor
-// from passing, not the history), with the oldest one's creation time. A row its partition's holder published since
-// its last lease tick still counts, for that long.
+// from passing, not the history), with the oldest one's creation time. A
+// row its partition's holder published since its last lease tick still
+// counts, for that long. A row's partition is computed inline from the
+// partition set its id falls in (sets: the first set from the lowest id,
+// each to the next one's first_id), as outbox_partition_of does: the SQL
+// function, called per row, made the count 5x slower (52 vs 10 ms for
+// 5,000 pending rows), every stats tick while a backlog waits.
 const pendingSQL = `
+WITH sets AS MATERIALIZED (
+    SELECT base, count,
+           CASE WHEN first_id = min(first_id) OVER () THEN NULL ELSE first_id END AS lo,
+           lead(first_id) OVER (ORDER BY first_id) AS hi
+    FROM outbox_partition_sets
+)
 SELECT count(*), min(o.created_at)
 FROM outbox o
-LEFT JOIN outbox_partitions p ON p.partition = outbox_partition_of(o.id, o.aggregate_id)
+JOIN sets s ON (s.lo IS NULL OR o.id >= s.lo) AND (s.hi IS NULL OR o.id < s.hi)
+LEFT JOIN outbox_partitions p ON p.partition = s.base + ((hashtextextended(o.aggregate_id, 0) % s.count) + s.count) % s.count
 WHERE o.id > coalesce((SELECT min(published_through) FROM outbox_partitions), 0) AND o.id > coalesce(p.published_through, 0)
   AND NOT coalesce(o.id <= p.published_high AND o.transaction_id <> ALL(p.waiting_xids), false)
   AND NOT EXISTS (SELECT 1 FROM outbox_failures f WHERE f.id = o.id)`

@@ -150,3 +150,42 @@ func TestClaimGenericPlanReadsOnlyTheBatch(t *testing.T) {
 	_, err = tx.Exec(ctx, after+`; DEALLOCATE claim`)
 	require.NoError(t, err)
 }
+
+// ReadStats counts as pending exactly the rows outbox_state calls pending
+// (the view maps a row to its partition with outbox_partition_of; the
+// count computes the partition inline), with two partition sets (a
+// repartition under way), cursors at different points per partition,
+// published_high above them and a waiting transaction.
+func TestReadStatsCountsWhatTheViewCallsPending(t *testing.T) {
+	t.Parallel()
+	s := claimPlanEnv(t)
+	ctx := context.Background()
+	insertRows(t, s, 2000)
+	waiting := insertRows(t, s, 10)
+	insertRows(t, s, 2000)
+	for _, q := range []string{
+		`INSERT INTO outbox_partitions (partition) SELECT generate_series(16, 23)`,
+		`INSERT INTO outbox_partition_sets (first_id, base, count) VALUES (3000, 16, 8)`,
+		`UPDATE outbox_partitions SET published_through = 500 + partition * 90, published_high = 2200 + partition * 60,
+			waiting_xids = ARRAY['` + waiting + `'::xid8]`,
+		`INSERT INTO outbox_failures (id, aggregate_type, aggregate_id, kind)
+			SELECT id, aggregate_type, aggregate_id, 'held' FROM outbox WHERE id % 97 = 0`,
+	} {
+		_, err := s.Pool.Exec(ctx, q)
+		require.NoError(t, err)
+	}
+	check := func(what string) {
+		t.Helper()
+		var pending, failing int64
+		require.NoError(t, s.Pool.QueryRow(ctx, `SELECT count(*) FILTER (WHERE state = 'pending'),
+			count(*) FILTER (WHERE state IN ('failed', 'held', 'repair')) FROM outbox_state`).Scan(&pending, &failing))
+		st, err := forwarder.ReadStats(ctx, s.Pool)
+		require.NoError(t, err)
+		require.NotZero(t, pending, what)
+		require.Equal(t, pending+failing, st.Pending, what)
+	}
+	check("two partition sets")
+	_, err := s.Pool.Exec(ctx, `DELETE FROM outbox_partition_sets WHERE first_id = 0`)
+	require.NoError(t, err)
+	check("the new set alone, rows below its first id mapped to it")
+}
