@@ -155,6 +155,14 @@ func TestALongTransactionElsewhereHoldsTheIdleCursorNot(t *testing.T) {
 	require.NoError(t, err)
 	last := e.write("after", 1, testPayload{N: 1})
 	outflowtest.WaitFor(t, 20*time.Second, "the row out", func() bool { return len(e.stream()) == 2 })
+	// The forwarder idle: a lease tick recorded its highs past the row,
+	// with the long transaction waited for (its claims, which ask who
+	// writes to the outbox, are done). A claim still running after the
+	// rollback would raise the bound without the idle forwarder's asking.
+	outflowtest.WaitFor(t, 20*time.Second, "the recorded cursor waiting for the long transaction", func() bool {
+		return e.countSQL(`SELECT count(*) FROM outbox_partitions p, outbox o WHERE o.message_id = '`+last+`'
+			AND p.published_high >= o.id AND cardinality(p.waiting_xids) > 0`) > 0
+	})
 	_, err = long.Exec(ctx, `ROLLBACK TO SAVEPOINT look`)
 	require.NoError(t, err)
 	outflowtest.WaitFor(t, 20*time.Second, "the recorded cursor past the row, with nothing more to claim", func() bool {
