@@ -51,7 +51,7 @@ func (b tableBroker) Publish(ctx context.Context, msgs []forwarder.Outgoing) []e
 func TestRelayChildProcess(t *testing.T) {
 	url := os.Getenv(childEnv)
 	if url == "" {
-		t.Skip("the relay of TestKillRelayUnderLoad's child processes")
+		return // run by TestKillRelayUnderLoad, in its child processes
 	}
 	ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGTERM)
 	defer stop()
