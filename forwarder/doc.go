@@ -201,11 +201,16 @@
 // A transaction that runs long holds back only the durable cursor, which
 // only costs duplicates after a crash. Every 200 ms, while one holds it
 // back, the claim asks which running transactions hold a lock on the
-// outbox: one that does not has written no row yet, so its bound moves up
-// to L, and a transaction of another table or database holds nothing back
-// however long it runs. One that ended between the snapshot and that
-// question keeps its bound: it may have committed rows the snapshot did
-// not show.
+// outbox or one of its partitions: one that does not has written no row
+// yet, so its bound moves up to L, and a transaction of another table or
+// database holds nothing back however long it runs. The question is asked
+// after L is read and before the snapshot is taken: a committing
+// transaction releases its table locks before the lock on its transaction
+// id, and leaves the running ones (as snapshots see them) before either,
+// so one caught between the two releases already shows committed in the
+// snapshot, which reads its rows from its old bound. (Asked after the
+// snapshot, such a writer looked like a transaction of another table and
+// its rows were skipped.)
 //
 // A row that needs the claim again below the cursor (a failure due for its
 // retry, a parked row put back by RetryParked, a held row, a row the

@@ -295,13 +295,23 @@ func (s *merchantSite) requireWebhooks(t *testing.T, p *pipeline) {
 }
 
 func run(t *testing.T, fn func(context.Context) error) {
+	start(t, fn)
+}
+
+// start runs fn until the test ends or the returned function is called.
+func start(t *testing.T, fn func(context.Context) error) (stop func()) {
 	ctx, cancel := context.WithCancel(context.Background())
 	done := make(chan error, 1)
 	go func() { done <- fn(ctx) }()
-	t.Cleanup(func() {
-		cancel()
-		require.NoError(t, <-done)
-	})
+	var once sync.Once
+	stop = func() {
+		once.Do(func() {
+			cancel()
+			require.NoError(t, <-done)
+		})
+	}
+	t.Cleanup(stop)
+	return stop
 }
 
 // drive creates payments and moves them; it returns what the projection
