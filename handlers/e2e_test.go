@@ -3,6 +3,7 @@ package handlers_test
 import (
 	"context"
 	"encoding/json"
+	"fmt"
 	"io"
 	"log/slog"
 	"net/http"
@@ -269,19 +270,28 @@ func (s *merchantSite) requireWebhooks(t *testing.T, p *pipeline) {
 	// for NotifyMerchant, whose group may still be rejoining its broker
 	// after an outage on a loaded machine (a Kafka rebalance alone takes
 	// seconds), before the sender's work starts.
+	// What was still missing at the last look, said if the wait fails.
+	var state string
+	t.Cleanup(func() {
+		if t.Failed() && state != "" {
+			t.Logf("webhooks at the last look: %s", state)
+		}
+	})
 	outflowtest.WaitFor(t, 60*time.Second, "a webhook for every paid or refunded event, and none left to send", func() bool {
 		s.mu.Lock()
+		missing := 0
 		for id := range want {
 			if len(s.received[id]) == 0 {
-				s.mu.Unlock()
-				return false
+				missing++
 			}
 		}
 		s.mu.Unlock()
-		var left int
+		var left string
 		require.NoError(t, p.schema.Pool.QueryRow(context.Background(),
-			`SELECT count(*) FROM webhook_deliveries WHERE status <> 'delivered'`).Scan(&left))
-		return left == 0
+			`SELECT coalesce(string_agg(status || ': ' || n, ', '), 'none') FROM
+			 (SELECT status, count(*) n FROM webhook_deliveries WHERE status <> 'delivered' GROUP BY 1) d`).Scan(&left))
+		state = fmt.Sprintf("%d of %d events without a webhook received; deliveries not delivered: %s", missing, len(want), left)
+		return missing == 0 && left == "none"
 	})
 	s.mu.Lock()
 	defer s.mu.Unlock()
