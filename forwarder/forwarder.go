@@ -3,12 +3,14 @@ package forwarder
 import (
 	"context"
 	"errors"
-	"math/rand/v2"
 	"slices"
 	"strconv"
 	"sync"
 	"sync/atomic"
 	"time"
+
+	"github.com/outflow-dev/outflow/internal/backoff"
+	"github.com/outflow-dev/outflow/internal/subloop"
 )
 
 // Forwarder moves committed outbox rows to a broker. Create it with [New]
@@ -104,7 +106,7 @@ func (f *Forwarder) Run(ctx context.Context) error {
 func (f *Forwarder) work(ctx context.Context) {
 	idle := f.cfg.MinPollInterval // the next wait when no row is found
 	var lastRows time.Time        // when a claim last found rows
-	outage := time.Duration(0)
+	outages := 0                  // failed batches in a row
 	for {
 		var (
 			res batchResult
@@ -120,17 +122,18 @@ func (f *Forwarder) work(ctx context.Context) {
 			if err == nil {
 				err = res.unavailable
 			}
-			outage = min(max(2*outage, 100*time.Millisecond), f.cfg.OutageBackoffMax)
+			outages++
+			wait := backoff.Delay(100*time.Millisecond, f.cfg.OutageBackoffMax, outages)
 			if errors.Is(err, ErrBrokerUnavailable) {
 				f.metrics.brokerUnavailable.Inc()
 			}
-			f.cfg.Logger.Warn("forward batch", "error", err.Error(), "retry_in", outage)
-			if !sleep(ctx, outage/2+rand.N(outage/2+1)) {
+			f.cfg.Logger.Warn("forward batch", "error", err.Error(), "retry_in", wait)
+			if !subloop.Sleep(ctx, wait) {
 				return
 			}
 			continue
 		}
-		outage = 0
+		outages = 0
 		if res.claimed > 0 {
 			// Rows are flowing: claim again at once, as the NOTIFY of every
 			// commit used to make it do. Waiting even MinPollInterval here
@@ -273,18 +276,6 @@ func (f *Forwarder) Wake() {
 	select {
 	case f.wake <- struct{}{}:
 	default:
-	}
-}
-
-// sleep waits d or until ctx is done; it reports whether d elapsed.
-func sleep(ctx context.Context, d time.Duration) bool {
-	t := time.NewTimer(d)
-	defer t.Stop()
-	select {
-	case <-ctx.Done():
-		return false
-	case <-t.C:
-		return true
 	}
 }
 

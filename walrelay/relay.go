@@ -15,6 +15,7 @@ import (
 	"github.com/outflow-dev/outflow/events/outbox"
 	"github.com/outflow-dev/outflow/forwarder"
 	"github.com/outflow-dev/outflow/internal/backoff"
+	"github.com/outflow-dev/outflow/internal/subloop"
 )
 
 // Relay reads the outbox's WAL messages through a replication slot and
@@ -96,7 +97,7 @@ func (r *Relay) Run(ctx context.Context) error {
 			r.setReadErr(err)
 			r.cfg.Logger.Warn("wal relay", "error", err.Error())
 		}
-		sleep(ctx, r.cfg.StandbyRetry)
+		subloop.Sleep(ctx, r.cfg.StandbyRetry)
 	}
 	wg.Wait()
 	r.cfg.Logger.Info("wal relay stopped", "slot", r.cfg.SlotName)
@@ -257,7 +258,7 @@ func (r *Relay) read(ctx context.Context, conn *pgx.Conn) error {
 			outages++
 			wait := backoff.Delay(100*time.Millisecond, r.cfg.OutageBackoffMax, outages)
 			r.cfg.Logger.Warn("wal relay batch", "error", err.Error(), "retry_in", wait)
-			sleep(ctx, wait)
+			subloop.Sleep(ctx, wait)
 			continue
 		}
 		outages = 0
@@ -277,7 +278,7 @@ func (r *Relay) read(ctx context.Context, conn *pgx.Conn) error {
 			}
 			continue
 		}
-		sleep(ctx, idle)
+		subloop.Sleep(ctx, idle)
 		idle = min(2*idle, r.cfg.PollInterval)
 	}
 	return nil
@@ -499,17 +500,6 @@ func outgoing(ev outbox.WALEvent) forwarder.Outgoing {
 	msg := message.NewMessage(ev.MessageID, []byte(ev.Payload))
 	msg.Metadata = md
 	return forwarder.Outgoing{Topic: ev.Topic, AggregateID: ev.AggregateID, Message: msg}
-}
-
-func sleep(ctx context.Context, d time.Duration) bool {
-	t := time.NewTimer(d)
-	defer t.Stop()
-	select {
-	case <-ctx.Done():
-		return false
-	case <-t.C:
-		return true
-	}
 }
 
 // truncate cuts s to at most n bytes of valid UTF-8 without NUL bytes.
