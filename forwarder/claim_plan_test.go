@@ -158,8 +158,15 @@ func TestClaimGenericPlanReadsOnlyTheBatch(t *testing.T) {
 // published_high above them and a waiting transaction.
 func TestReadStatsCountsWhatTheViewCallsPending(t *testing.T) {
 	t.Parallel()
-	s := claimPlanEnv(t)
 	ctx := context.Background()
+	// Before any forwarder made the partitions, every row is pending.
+	fresh := outflowtest.NewSchema(t)
+	insertRows(t, fresh, 30)
+	st, err := forwarder.ReadStats(ctx, fresh.Pool)
+	require.NoError(t, err)
+	require.EqualValues(t, 30, st.Pending, "rows written before any forwarder ran")
+
+	s := claimPlanEnv(t)
 	insertRows(t, s, 2000)
 	waiting := insertRows(t, s, 10)
 	insertRows(t, s, 2000)
@@ -185,7 +192,7 @@ func TestReadStatsCountsWhatTheViewCallsPending(t *testing.T) {
 		require.Equal(t, pending+failing, st.Pending, what)
 	}
 	check("two partition sets")
-	_, err := s.Pool.Exec(ctx, `DELETE FROM outbox_partition_sets WHERE first_id = 0`)
+	_, err = s.Pool.Exec(ctx, `DELETE FROM outbox_partition_sets WHERE first_id = 0`)
 	require.NoError(t, err)
 	check("the new set alone, rows below its first id mapped to it")
 }
