@@ -76,10 +76,14 @@ func TestConcurrentCommitsAllReachTheStream(t *testing.T) {
 	for o := range 6 {
 		owg.Go(func() {
 			for i := 0; others.Err() == nil; i++ {
-				_ = pgx.BeginFunc(others, e.schema.Pool, func(tx pgx.Tx) error {
+				err := pgx.BeginFunc(others, e.schema.Pool, func(tx pgx.Tx) error {
 					_, err := tx.Exec(others, `INSERT INTO elsewhere VALUES ($1, 0) ON CONFLICT (id) DO UPDATE SET n = elsewhere.n + 1`, o*1000+i%50)
 					return err
 				})
+				if err != nil && others.Err() == nil {
+					t.Error(err)
+					return
+				}
 			}
 		})
 	}

@@ -5,6 +5,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgxpool"
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/stretchr/testify/require"
 
@@ -120,27 +122,13 @@ func (l brokerLoss) run(t *testing.T, p *pipeline, present, audit bool) {
 		if !t.Failed() {
 			return
 		}
-		rows, _ := p.schema.Pool.Query(context.Background(), `SELECT broker_topic, coalesce(last_loss_reason,''), last_repaired, audited_at::text FROM outbox_audit`)
-		for rows.Next() {
-			var a, b, d string
-			var c int
-			_ = rows.Scan(&a, &b, &c, &d)
-			t.Logf("outbox_audit: %s, last loss %q, %d repaired, audited at %s", a, b, c, d)
-		}
-		rows.Close()
-		var rc, pend int
-		_ = p.schema.Pool.QueryRow(context.Background(), `SELECT coalesce(sum(cardinality(positions)),0) FROM outbox_receipts`).Scan(&rc)
-		_ = p.schema.Pool.QueryRow(context.Background(), `SELECT count(*) FROM outbox_state WHERE NOT published`).Scan(&pend)
-		t.Logf("receipts unsettled %d, rows pending %d, events %d, counted %d, stats %+v, want %+v", rc, pend, p.events(t), len(counted()), p.stats(t, m.ID), want)
-		rows, _ = p.schema.Pool.Query(context.Background(), `SELECT consumer, status, reason, count(*) FROM dead_letters GROUP BY 1, 2, 3`)
-		for rows.Next() {
-			var c, st, r string
-			var n int
-			_ = rows.Scan(&c, &st, &r, &n)
-			t.Logf("dead_letters: %s %s %s: %d", c, st, r, n)
-		}
-		rows.Close()
-		rows, _ = p.schema.Pool.Query(context.Background(), `
+		logRows(t, p.schema.Pool, "outbox_audit", `SELECT broker_topic || ', last loss ' || coalesce(last_loss_reason, '') || ', '
+			|| last_repaired || ' repaired, audited at ' || coalesce(audited_at::text, 'never') FROM outbox_audit`)
+		logRows(t, p.schema.Pool, "state", `SELECT 'receipts unsettled ' || (SELECT coalesce(sum(cardinality(positions)), 0) FROM outbox_receipts)
+			|| ', rows pending ' || (SELECT count(*) FROM outbox_state WHERE NOT published)`)
+		t.Logf("events %d, counted %d, stats %+v, want %+v", p.events(t), len(counted()), p.stats(t, m.ID), want)
+		logRows(t, p.schema.Pool, "dead_letters", `SELECT consumer || ' ' || status || ' ' || reason || ': ' || count(*) FROM dead_letters GROUP BY consumer, status, reason`)
+		logRows(t, p.schema.Pool, "no webhook", `
 			SELECT o.id || ' ' || o.aggregate_id || ' v' || o.aggregate_version || ' ' || o.event_type || ' created ' || o.created_at::time::text
 			       || ' versions ' || coalesce((SELECT string_agg(consumer || '=' || version, ',') FROM consumer_aggregate_versions v
 			                                  WHERE v.aggregate_id = o.aggregate_id), '')
@@ -148,20 +136,7 @@ func (l brokerLoss) run(t *testing.T, p *pipeline, present, audit bool) {
 			                                WHERE d.aggregate_id = o.aggregate_id), '')
 			FROM outbox o WHERE o.event_type IN ('payment.paid', 'payment.refunded')
 			  AND NOT EXISTS (SELECT 1 FROM webhook_deliveries w WHERE w.message_id = o.message_id)`)
-		for rows.Next() {
-			var l string
-			_ = rows.Scan(&l)
-			t.Logf("no webhook: %s", l)
-		}
-		rows.Close()
-		rows, _ = p.schema.Pool.Query(context.Background(), `SELECT status, count(*) FROM webhook_deliveries GROUP BY 1`)
-		for rows.Next() {
-			var st string
-			var n int
-			_ = rows.Scan(&st, &n)
-			t.Logf("webhook_deliveries: %s: %d", st, n)
-		}
-		rows.Close()
+		logRows(t, p.schema.Pool, "webhook_deliveries", `SELECT status || ': ' || count(*) FROM webhook_deliveries GROUP BY status`)
 	})
 	outflowtest.WaitFor(t, 60*time.Second, "the projection to match the payments", func() bool { return p.stats(t, m.ID) == want })
 	p.requireCountedOnce(t, counted)
@@ -169,4 +144,22 @@ func (l brokerLoss) run(t *testing.T, p *pipeline, present, audit bool) {
 	require.Equal(t, want, p.stats(t, m.ID), "the projection still matches the payments")
 	require.GreaterOrEqual(t, metricSum(t, reg, "outflow_forwarder_broker_losses_total"), 1.0)
 	require.GreaterOrEqual(t, metricSum(t, reg, "outflow_forwarder_repaired_total"), 20.0, "at least the events lost are published again")
+}
+
+// logRows logs each row of q, whose one column is the row as text, under
+// label: what a failed test says of the state it left.
+func logRows(t *testing.T, pool *pgxpool.Pool, label, q string) {
+	t.Helper()
+	rows, err := pool.Query(context.Background(), q)
+	if err != nil {
+		t.Logf("%s: %v", label, err)
+		return
+	}
+	lines, err := pgx.CollectRows(rows, pgx.RowTo[string])
+	if err != nil {
+		t.Logf("%s: %v", label, err)
+	}
+	for _, l := range lines {
+		t.Logf("%s: %s", label, l)
+	}
 }
