@@ -33,7 +33,7 @@ func TestConcurrentCommitsAllReachTheStream(t *testing.T) {
 	require.NoError(t, err)
 	f.SetReboundEvery(0)
 	e.start(f)
-	const producers, perProducer = 16, 1000
+	const producers, perProducer = 16, 400
 	ctx := context.Background()
 	// A transaction that stays open and writes elsewhere: the cursor
 	// tracks it below the highs, so every claim asks about the writers.
