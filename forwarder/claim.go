@@ -50,10 +50,9 @@ const rowColumns = `o.id, o.message_id::text, o.topic, o.aggregate_type, o.aggre
 //   - S: the statement's snapshot, from which the cursor learns which of
 //     the transactions running a moment before committed since;
 //   - P: each leased partition of the active set and its
-//     published_through, locked FOR SHARE
-//     for the whole transaction, which fences takeover: another instance
-//     cannot take a partition while this transaction, which publishes its
-//     rows, is open;
+//     published_through, of those the claim's transaction holds the fence
+//     on ($7, fenceClaimSQL): another instance cannot take a partition
+//     while this transaction, which publishes its rows, is open;
 //   - N: new rows, above each partition's high ($1 and $3, or
 //     published_through for a partition the cursor has not seen), but those
 //     read ahead ($6) and those of a next partition set, the first
@@ -74,14 +73,13 @@ const rowColumns = `o.id, o.message_id::text, o.topic, o.aggregate_type, o.aggre
 //
 // A row in outbox_failures is read from there instead (failuresSQL).
 // blocked says an earlier row of the aggregate is in outbox_failures: the
-// row is held behind it, not sent. Nothing is locked but the partitions'
-// lease rows: a row is no claim's, only a partition is.
+// row is held behind it, not sent. No row is locked: a row is no claim's,
+// only a partition is, through its fence.
 const claimTemplate = `
 WITH ` + activeSet + `, mine AS MATERIALIZED (
     SELECT partition, published_through FROM outbox_partitions
-    WHERE owner = $2 AND lease_until > now()
+    WHERE owner = $2 AND lease_until > now() AND partition = ANY($7::int[])
       AND partition >= (SELECT base FROM ps) AND partition < (SELECT base + count FROM ps)
-    FOR SHARE
 ), hi AS MATERIALIZED (
     SELECT m.partition, m.published_through, greatest(m.published_through, coalesce(h.high, -1)) AS high
     FROM mine m LEFT JOIN unnest($1::int[], $3::bigint[]) AS h(partition, high) ON h.partition = m.partition
@@ -160,13 +158,15 @@ GROUP BY 1`
 // failuresSQL takes the rows of outbox_failures of the partitions this
 // instance leases that are due: held rows, rows to repair, failed rows
 // whose retry is due, unless an earlier row of their aggregate is parked
-// or not due yet. FOR UPDATE: an operator's retry or discard of the same
-// row waits for the batch, as the batch waits for it.
+// or not due yet, of the partitions fenced ($3). FOR UPDATE: an operator's
+// retry or discard of the same row waits for the batch, as the batch waits
+// for it.
 const failuresSQL = `
 WITH ` + activeSet + `
 SELECT ` + rowColumns + `, f.attempts, f.discarded_at, f.kind
 FROM outbox_failures f JOIN outbox o ON o.id = f.id CROSS JOIN ps
-WHERE ` + partitionOf + ` = ANY(ARRAY(SELECT partition FROM outbox_partitions WHERE owner = $2 AND lease_until > now()))
+WHERE ` + partitionOf + ` = ANY(ARRAY(SELECT partition FROM outbox_partitions
+                                    WHERE owner = $2 AND lease_until > now() AND partition = ANY($3::int[])))
   AND o.id < coalesce((SELECT upto FROM nx), 9223372036854775807)
   AND f.parked_at IS NULL AND (f.next_attempt_at IS NULL OR f.next_attempt_at <= now())
   AND NOT EXISTS (
@@ -235,7 +235,7 @@ type claim struct {
 
 // forwardBatch claims a batch in one transaction, publishes it, records
 // what went wrong and commits. The transaction stays open during the
-// publish on purpose: it holds the partitions FOR SHARE, so no other
+// publish on purpose: it holds the partitions' fence, so no other
 // instance publishes them meanwhile, and a crash at any point leaves the
 // cursor where it was: the rows are published again (a duplicate, never a
 // loss).
@@ -296,9 +296,10 @@ func (f *Forwarder) forwardBatch(ctx context.Context) (res batchResult, err erro
 	return res, nil
 }
 
-// claim reads, in tx, the id sequence's last value, then (in one
-// statement, so after it) the partitions, the new and the late rows, then
-// the due rows of outbox_failures.
+// claim takes, in tx, the fence of the partitions this instance leases,
+// then reads the id sequence's last value, then (in one statement, so
+// after it) the partitions, the new and the late rows, then the due rows
+// of outbox_failures.
 func (f *Forwarder) claim(ctx context.Context, tx pgx.Tx) (claim, error) {
 	c := claim{owned: map[int32]int64{}}
 	parts, highs := f.cur.highs()
@@ -311,6 +312,22 @@ func (f *Forwarder) claim(ctx context.Context, tx pgx.Tx) (claim, error) {
 	// them, the rows are published again (a duplicate, which consumers
 	// absorb), never lost. The broker already has them.
 	b.Queue(`SELECT set_config('synchronous_commit', 'off', true)`)
+	// The fence first, in a round trip of its own: the claim's snapshot
+	// must come after it (a takeover that committed while the claim waited
+	// shows there), and the claim serves only what it fenced.
+	var fenced []int32
+	b.Queue(fenceClaimSQL, f.cfg.InstanceID).Query(func(rows pgx.Rows) error {
+		var err error
+		fenced, err = pgx.CollectRows(rows, pgx.RowTo[int32])
+		return err
+	})
+	if err := tx.SendBatch(ctx, b).Close(); err != nil {
+		return c, fmt.Errorf("fence the leased partitions: %w", err)
+	}
+	if fenced == nil {
+		fenced = []int32{}
+	}
+	b = &pgx.Batch{}
 	b.Queue(`SELECT coalesce(pg_sequence_last_value('outbox_id_seq'), 0)`).QueryRow(func(r pgx.Row) error { return r.Scan(&c.l) })
 	// Every transaction with a transaction id holds an exclusive lock on
 	// it while it runs: the running ones, read after L and before the
@@ -340,7 +357,7 @@ func (f *Forwarder) claim(ctx context.Context, tx pgx.Tx) (claim, error) {
 		})
 	}
 	b.Queue(claimPlanBefore)
-	b.Queue(f.claimSQL, parts, f.cfg.InstanceID, highs, xs, bs, f.cur.aheadArgs()).Query(func(rows pgx.Rows) error {
+	b.Queue(f.claimSQL, parts, f.cfg.InstanceID, highs, xs, bs, f.cur.aheadArgs(), fenced).Query(func(rows pgx.Rows) error {
 		for rows.Next() {
 			var (
 				part      string
@@ -382,7 +399,7 @@ func (f *Forwarder) claim(ctx context.Context, tx pgx.Tx) (claim, error) {
 		return rows.Err()
 	})
 	b.Queue(claimPlanAfter)
-	b.Queue(failuresSQL, f.cfg.BatchSize, f.cfg.InstanceID).Query(func(rows pgx.Rows) error {
+	b.Queue(failuresSQL, f.cfg.BatchSize, f.cfg.InstanceID, fenced).Query(func(rows pgx.Rows) error {
 		var err error
 		failures, err = pgx.CollectRows(rows, func(r pgx.CollectableRow) (row, error) {
 			var x row

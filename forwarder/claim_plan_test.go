@@ -96,7 +96,7 @@ func TestClaimReadsLateRowsFromTheirBoundUp(t *testing.T) {
 	for i := range bounds {
 		bounds[i] = bound
 	}
-	args := []any{parts, "probe", highs, lates, bounds, []int64{}}
+	args := []any{parts, "probe", highs, lates, bounds, []int64{}, parts}
 	_, q, _ := forwarder.ClaimStatements(500)
 
 	var lateRows int
@@ -142,10 +142,14 @@ func TestClaimGenericPlanReadsOnlyTheBatch(t *testing.T) {
 	require.NoError(t, err)
 	_, err = tx.Exec(ctx, before)
 	require.NoError(t, err)
-	_, err = tx.Exec(ctx, `PREPARE claim(int[], text, bigint[], text[], bigint[], bigint[]) AS `+q)
+	_, err = tx.Exec(ctx, `PREPARE claim(int[], text, bigint[], text[], bigint[], bigint[], int[]) AS `+q)
 	require.NoError(t, err)
 	var plan string
-	require.NoError(t, tx.QueryRow(ctx, `EXPLAIN (ANALYZE, FORMAT JSON) EXECUTE claim('{}', 'probe', '{}', '{}', '{}', '{}')`).Scan(&plan))
+	require.NoError(t, tx.QueryRow(ctx, `EXPLAIN (ANALYZE, FORMAT JSON)
+		EXECUTE claim('{}', 'probe', '{}', '{}', '{}', '{}', '{0,1,2,3,4,5,6,7,8,9,10,11,12,13,14,15}')`).Scan(&plan))
+	var plans []struct{ Plan map[string]any }
+	require.NoError(t, json.Unmarshal([]byte(plan), &plans))
+	require.EqualValues(t, 1+16+500, plans[0].Plan["Actual Rows"], "the snapshot, the 16 partitions and a batch of 500")
 	require.Less(t, outboxRowsRead(t, plan), 2000.0, "outbox rows the claim read for a batch of 500 out of a backlog of 50,000")
 	_, err = tx.Exec(ctx, after+`; DEALLOCATE claim`)
 	require.NoError(t, err)

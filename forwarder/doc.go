@@ -41,9 +41,10 @@
 //     are published again, a duplicate with the same message id, never a
 //     loss. The transaction is bounded (PublishTimeout, lock_timeout) and
 //     never spans a retry sleep.
-//   - The claim locks its partitions' lease rows FOR SHARE, so a takeover
-//     waits for the batch in flight. SKIP LOCKED is used where it is right:
-//     instances acquiring free partitions.
+//   - The claim holds a fence on its partitions (a transaction-scoped
+//     advisory lock, which writes no WAL, unlike a row lock on the lease
+//     rows), so a takeover waits for the batch in flight; an instance
+//     acquiring free partitions only tries it, skipping those still out.
 //
 // Designs weighed: claim and mark (the one this replaces, above); claim
 // and delete (needs an archive for retention and replay, and leaves as

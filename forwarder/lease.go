@@ -3,6 +3,7 @@ package forwarder
 import (
 	"context"
 	"fmt"
+	"slices"
 	"time"
 
 	"github.com/jackc/pgx/v5"
@@ -132,15 +133,21 @@ func (f *Forwarder) tickLeases(ctx context.Context) ([]int32, error) {
 		}
 		switch {
 		case len(owned) < share:
-			// SKIP LOCKED: partitions being taken by another instance right
-			// now are not worth waiting for.
+			// The fence is only tried: a partition whose batch is still
+			// out (its holder's lease ran out under it), or that another
+			// instance is taking right now, is not worth waiting for. The
+			// outer condition sees a takeover that committed since the
+			// statement's snapshot.
 			rows, err := tx.Query(ctx, `
 				UPDATE outbox_partitions SET owner = $1, lease_until = now() + make_interval(secs => $2)
 				WHERE partition IN (
-					SELECT partition FROM outbox_partitions
-					WHERE (owner IS NULL OR lease_until < now()) AND partition >= $4 AND partition < $4 + $5
-					ORDER BY partition LIMIT $3
-					FOR UPDATE SKIP LOCKED)
+					SELECT partition FROM (
+						SELECT partition FROM outbox_partitions
+						WHERE (owner IS NULL OR lease_until < now()) AND partition >= $4 AND partition < $4 + $5
+						ORDER BY partition OFFSET 0) free
+					WHERE pg_try_advisory_xact_lock(`+fenceKey("partition")+`)
+					LIMIT $3)
+				  AND (owner IS NULL OR lease_until < now())
 				RETURNING partition`, f.cfg.InstanceID, ttl, share-len(owned), base, count)
 			if err != nil {
 				return fmt.Errorf("acquire leases: %w", err)
@@ -151,14 +158,18 @@ func (f *Forwarder) tickLeases(ctx context.Context) ([]int32, error) {
 			}
 			owned = append(owned, got...)
 		case len(owned) > share:
-			// Give back the surplus. The UPDATE waits for our own batch in
-			// flight on those partitions (it holds them FOR SHARE).
+			// Give back the surplus, once our own batch in flight on it
+			// is done (the fence).
+			surplus := slices.Clone(owned)
+			slices.Sort(surplus)
+			surplus = surplus[share:]
+			if _, err := tx.Exec(ctx, fenceWaitSQL, surplus); err != nil {
+				return fmt.Errorf("release leases: %w", err)
+			}
 			rows, err := tx.Query(ctx, `
 				UPDATE outbox_partitions SET owner = NULL, lease_until = NULL
-				WHERE partition IN (
-					SELECT partition FROM outbox_partitions WHERE owner = $1
-					ORDER BY partition DESC LIMIT $2)
-				RETURNING partition`, f.cfg.InstanceID, len(owned)-share)
+				WHERE partition = ANY($2::int[]) AND owner = $1
+				RETURNING partition`, f.cfg.InstanceID, surplus)
 			if err != nil {
 				return fmt.Errorf("release leases: %w", err)
 			}
@@ -222,10 +233,22 @@ func (f *Forwarder) unregister(ctx context.Context) error {
 			f.cur.published.Add(published)
 			return err
 		}
+		// After the fence: a batch still out finishes first.
+		rows, err := tx.Query(ctx, `SELECT partition FROM outbox_partitions WHERE owner = $1`, f.cfg.InstanceID)
+		if err != nil {
+			return err
+		}
+		mine, err := pgx.CollectRows(rows, pgx.RowTo[int32])
+		if err != nil {
+			return err
+		}
+		if _, err := tx.Exec(ctx, fenceWaitSQL, mine); err != nil {
+			return err
+		}
 		if _, err := tx.Exec(ctx, `UPDATE outbox_partitions SET owner = NULL, lease_until = NULL WHERE owner = $1`, f.cfg.InstanceID); err != nil {
 			return err
 		}
-		_, err := tx.Exec(ctx, `DELETE FROM outbox_forwarders WHERE id = $1`, f.cfg.InstanceID)
+		_, err = tx.Exec(ctx, `DELETE FROM outbox_forwarders WHERE id = $1`, f.cfg.InstanceID)
 		return err
 	})
 }
@@ -242,7 +265,7 @@ const retireLock = 0x6f757472
 // with the new set's first, and the new set becomes the one the claims
 // serve and the instances lease. One instance does it, in a transaction of
 // its own, after its lease tick; a claim in flight on an old partition
-// holds it back until it commits (it locks its partitions FOR SHARE).
+// holds it back until it commits (the fence).
 func (f *Forwarder) retireSet(ctx context.Context) (bool, error) {
 	var retired bool
 	err := pgx.BeginFunc(ctx, f.cfg.Pool, func(tx pgx.Tx) error {
@@ -266,6 +289,15 @@ func (f *Forwarder) retireSet(ctx context.Context) (bool, error) {
 		}
 		if upto == nil || thru == nil || *thru < *upto-1 {
 			return nil
+		}
+		// A claim still out on an old partition finishes first (the
+		// fence); one after it finds the partition gone.
+		old := make([]int32, cnt)
+		for i := range old {
+			old[i] = int32(base + i)
+		}
+		if _, err := tx.Exec(ctx, fenceWaitSQL, old); err != nil {
+			return err
 		}
 		var total int64
 		if err := tx.QueryRow(ctx, `
