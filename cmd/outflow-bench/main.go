@@ -11,7 +11,7 @@
 //	outflow-bench history [-processed 10000000] [-aggregates 1000000] [-backlog 15000] [-rounds 11]
 //	outflow-bench tracing [-pay-ops 3000] [-clients 16] [-backlog 24000] [-rounds 6] [-modes off,on,never]
 //	outflow-bench audit [-backlog 50000] [-rounds 3] [-interval 1s] [-lost 20000]
-//	outflow-bench event-cost [-retained 0,1000000] [-events 20000] [-clients 8]
+//	outflow-bench event-cost [-retained 0,1000000] [-events 20000] [-clients 8] [-empty-history]
 //	outflow-bench relay-wal [-events 2000] [-batch-sizes 1,500]
 //	outflow-bench consumer-wal [-payments 10000] [-retained 0,5000000,20000000] [-workers 8]
 //	outflow-bench wal-mode [-clients 8,32] [-duration 6s] [-rounds 3] [-backlog 30000] [-max-changes 30000]
@@ -132,6 +132,7 @@ func run(ctx context.Context, args []string) error {
 		retained := fs.String("retained", "0,1000000", "comma-separated rows retained before each run")
 		events := fs.Int("events", 20000, "events each run writes, relays and retires")
 		clients := fs.Int("clients", 8, "concurrent writers")
+		empty := fs.Bool("empty-history", false, "seed the retained rows with an empty payload (a reduced form for 100M rows)")
 		if err := fs.Parse(args[1:]); err != nil {
 			return err
 		}
@@ -139,7 +140,8 @@ func run(ctx context.Context, args []string) error {
 		if err != nil {
 			return fmt.Errorf("-retained: %w", err)
 		}
-		return bench.EventCost(ctx, bench.EventCostConfig{DatabaseURL: dbURL, Retained: r, Events: *events, Clients: *clients, Out: os.Stdout})
+		return bench.EventCost(ctx, bench.EventCostConfig{DatabaseURL: dbURL, Retained: r, EmptyHistory: *empty,
+			Events: *events, Clients: *clients, Out: os.Stdout})
 	case "relay-wal":
 		fs := flag.NewFlagSet("relay-wal", flag.ContinueOnError)
 		events := fs.Int("events", 2000, "rows each run forwards")
