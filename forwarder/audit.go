@@ -12,8 +12,10 @@ import (
 //
 // When the broker is an Auditor and Config.AuditInterval is positive, the
 // forwarder publishes with PublishReceipts and keeps each receipt in
-// PostgreSQL (table outbox_receipts) in the transaction that marks the row
-// published. The forwarder that holds partition 0 then hands the receipts
+// PostgreSQL (table outbox_receipts): in the lease tick that records the
+// cursor past the row (until then, a crash publishes the row again), or,
+// for a row retried from outbox_failures, in the transaction that takes it
+// out of there. The forwarder that holds partition 0 then hands the receipts
 // not yet settled to Check, every AuditInterval: what the broker lost is
 // published again, what every consumer has is forgotten. Detection thus
 // rests on what PostgreSQL durably knows it published and where, not on

@@ -98,6 +98,11 @@ func (f *Forwarder) Audit(ctx context.Context) error {
 	if f.auditor == nil {
 		return nil
 	}
+	// This instance's receipts first, rather than at its next lease tick;
+	// other instances' come with theirs.
+	if err := f.flushReceipts(ctx); err != nil {
+		return fmt.Errorf("audit: %w", err)
+	}
 	tx, err := f.cfg.Pool.Begin(ctx)
 	if err != nil {
 		return fmt.Errorf("begin audit: %w", err)

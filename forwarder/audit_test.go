@@ -537,3 +537,52 @@ func TestAuditBoundedByReceiptsTrimsNothingItWasNotShown(t *testing.T) {
 	require.NoError(t, err)
 	require.EqualValues(t, 10, n, "trimmed below what the last audit was shown")
 }
+
+// At a service's everyday rate each batch carries one event; its receipt
+// waits in memory for the lease tick that records the cursor past it, and
+// every batch since the last tick goes in one row: a row per batch cost
+// about 500 B of WAL an event, more than the rest of the relay. Here no
+// lease tick comes after the first: the receipts are written when the
+// forwarder stops, in one row.
+func TestReceiptsOfATrickleGoInOneRowPerTick(t *testing.T) {
+	t.Parallel()
+	e := setup(t)
+	e.ownRedis(1)
+	_, stop := e.run(e.config(func(c *forwarder.Config) {
+		c.AuditInterval = time.Hour
+		c.LeaseRenewInterval = time.Hour
+		c.TakeoverAfter = 2 * time.Hour
+	}))
+	outflowtest.WaitFor(t, 10*time.Second, "the partitions leased", func() bool { return e.countPartitionsOwned() == 16 })
+	for v := range 5 {
+		e.write("x", int64(v+1), testPayload{N: v})
+		outflowtest.WaitFor(t, 10*time.Second, "the row on the stream", func() bool { return e.distinctOnStreams() == v+1 })
+	}
+	require.Zero(t, e.countSQL(`SELECT count(*) FROM outbox_receipts`), "receipts written before a lease tick")
+	stop()
+	require.Equal(t, 1, e.countSQL(`SELECT count(*) FROM outbox_receipts`), "one row for the five batches")
+	require.Equal(t, 5, e.receipts())
+}
+
+// Whenever the recorded cursor has passed a row (a crash then no longer
+// publishes it again), its receipt is in outbox_receipts: the lease tick
+// writes the receipts of the batches it records. The audit is not run and
+// the forwarder not stopped.
+func TestReceiptsAreRecordedWithTheCursor(t *testing.T) {
+	t.Parallel()
+	e := setup(t)
+	e.ownRedis(1)
+	e.run(e.config(func(c *forwarder.Config) {
+		c.AuditInterval = time.Hour
+		c.LeaseRenewInterval = 100 * time.Millisecond
+	}))
+	e.writeMany(aggregates(10), 1, 2)
+	var last int64
+	require.NoError(t, e.schema.Pool.QueryRow(context.Background(), `SELECT max(id) FROM outbox`).Scan(&last))
+	outflowtest.WaitFor(t, 20*time.Second, "the recorded cursor past every row", func() bool {
+		return e.count("published_at IS NULL") == 0 &&
+			e.countSQL(`SELECT count(*) FROM outbox o WHERE NOT EXISTS (
+				SELECT 1 FROM outbox_partitions p WHERE p.partition = outbox_partition_of(o.id, o.aggregate_id) AND p.published_through >= o.id)`) == 0
+	})
+	require.Equal(t, 20, e.countSQL(`SELECT count(DISTINCT x) FROM outbox_receipts, unnest(outbox_ids) x`), "rows whose receipt is not written")
+}

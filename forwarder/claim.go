@@ -277,6 +277,10 @@ func (f *Forwarder) forwardBatch(ctx context.Context) (res batchResult, err erro
 	}
 
 	marks := f.classify(claimed, results, receipts, &res)
+	if f.receipts.count()+marks.deferred.len() > maxPendingReceipts {
+		marks.inTx.addAll(marks.deferred)
+		marks.deferred = receiptSet{}
+	}
 	mctx, mcancel := context.WithTimeout(context.WithoutCancel(ctx), f.cfg.ShutdownTimeout)
 	defer mcancel()
 	if err := f.mark(mctx, tx, marks); err != nil {
@@ -285,6 +289,9 @@ func (f *Forwarder) forwardBatch(ctx context.Context) (res batchResult, err erro
 	if err := tx.Commit(mctx); err != nil {
 		return res, fmt.Errorf("commit outbox batch: %w", err)
 	}
+	// Before the cursor moves past the rows: a lease tick that records it
+	// there writes these too (pendingReceipts).
+	f.receipts.add(marks.deferred)
 	f.cur.advance(c.l, c.running, c.snap, c.newRows, f.cfg.BatchSize, c.lastNew, marks.done, marks.unsent, marks.lateUnsent)
 	f.cur.published.Add(int64(res.published))
 	f.metrics.batchSeconds.Observe(time.Since(start).Seconds())
@@ -578,9 +585,11 @@ func (f *Forwarder) message(r row) (*message.Message, error) {
 }
 
 type marks struct {
-	// published rows; their receipts, parallel, when the broker is audited.
-	published               []int64
-	brokerTopics, positions []string
+	// The receipts of the published rows, when the broker is audited:
+	// those of rows read from outbox_failures go with the batch (inTx),
+	// the others wait for the lease tick that records the cursor past
+	// them (deferred; see pendingReceipts).
+	inTx, deferred receiptSet
 	// settled are rows of outbox_failures now published: they leave it.
 	settled []int64
 	// failed rows, to record (or update) in outbox_failures.
@@ -614,15 +623,17 @@ func (f *Forwarder) classify(claimed []row, results []error, receipts []Receipt,
 		err := results[i]
 		switch {
 		case err == nil:
-			m.published = append(m.published, r.id)
 			if r.failure != "" {
 				m.settled = append(m.settled, r.id)
 			} else if r.late == "" {
 				m.done = append(m.done, r.id)
 			}
-			if receipts != nil {
-				m.brokerTopics = append(m.brokerTopics, receipts[i].BrokerTopic)
-				m.positions = append(m.positions, receipts[i].Position)
+			switch {
+			case receipts == nil:
+			case r.failure != "":
+				m.inTx.add(r.id, receipts[i])
+			default:
+				m.deferred.add(r.id, receipts[i])
 			}
 			res.published++
 			res.countTopic(r.topic, 0)
@@ -684,8 +695,8 @@ func (f *Forwarder) retryDelay(attempt int) time.Duration {
 
 // mark records, in the claim's transaction, what the batch changed off
 // the normal path (nothing for a row simply published): the rows of
-// outbox_failures published leave it, failed and held rows enter it, and
-// the receipts of what the broker took are kept for the audit.
+// outbox_failures published leave it, with their receipts for the audit,
+// and failed and held rows enter it.
 func (f *Forwarder) mark(ctx context.Context, tx pgx.Tx, m marks) error {
 	b := &pgx.Batch{}
 	if len(m.settled) > 0 {
@@ -707,13 +718,9 @@ func (f *Forwarder) mark(ctx context.Context, tx pgx.Tx, m marks) error {
 			SELECT id, at, aid, 'held' FROM unnest($1::bigint[], $2::text[], $3::text[]) AS h(id, at, aid)
 			ON CONFLICT (id) DO NOTHING`, m.heldIDs, m.heldTypes, m.heldAgg)
 	}
-	if m.positions != nil && len(m.published) > 0 {
-		// In the claim's transaction: a row counts as published only
-		// once this commits, and the audit checks every row the broker
-		// took, whenever the batch commits.
-		b.Queue(`INSERT INTO outbox_receipts (outbox_ids, broker_topics, positions) VALUES ($1, $2, $3)`,
-			m.published, m.brokerTopics, m.positions)
-	}
+	// In the claim's transaction: the rows of outbox_failures leave it
+	// with this commit, and no cursor would publish them again.
+	m.inTx.queue(b)
 	if b.Len() == 0 {
 		return nil
 	}

@@ -252,8 +252,11 @@
 // to a replica that had not caught up, a restart without persistence, a NATS
 // stream that lost its tail, a Kafka topic recreated) leaves rows counted
 // published that no consumer will read. When the Broker is an [Auditor],
-// the batch's transaction also keeps, in outbox_receipts, where the broker put
-// each row (its [Receipt]), and every Config.AuditInterval (20s; negative
+// outbox_receipts keeps where the broker put each row (its [Receipt]),
+// written by the lease tick that records the cursor past the row, in one
+// row for every batch since the last tick (until then a crash publishes the
+// row again, so nothing the broker took goes unaudited; a row retried from
+// outbox_failures has its receipt written with its batch), and every Config.AuditInterval (20s; negative
 // disables) the instance holding partition 0 hands the receipts no consumer
 // has settled yet to [Auditor.Check]: what the broker lost it puts back, in
 // the audit's transaction, as rows of outbox_failures (kind repair), which

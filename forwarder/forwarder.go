@@ -36,8 +36,9 @@ type Forwarder struct {
 	repartitioning atomic.Bool
 
 	// auditor is cfg.Broker as an Auditor, nil when it is none or the
-	// audit is off.
-	auditor Auditor
+	// audit is off; receipts are those of its batches not yet written.
+	auditor  Auditor
+	receipts pendingReceipts
 }
 
 // New validates cfg and returns a Forwarder. It starts nothing.

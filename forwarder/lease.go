@@ -92,7 +92,12 @@ func (f *Forwarder) leaseLoop(ctx context.Context) {
 
 func (f *Forwarder) tickLeases(ctx context.Context) ([]int32, error) {
 	ttl := f.cfg.TakeoverAfter.Seconds()
-	var owned []int32
+	var (
+		owned    []int32
+		receipts receiptSet
+	)
+	f.receipts.saving.Lock()
+	defer f.receipts.saving.Unlock()
 	err := pgx.BeginFunc(ctx, f.cfg.Pool, func(tx pgx.Tx) error {
 		var live int
 		err := tx.QueryRow(ctx, `
@@ -122,6 +127,12 @@ func (f *Forwarder) tickLeases(ctx context.Context) ([]int32, error) {
 		// cursor published each partition and how many rows it published
 		// since the last tick (see saveCursorSQL).
 		parts, through, high, waiting, published := f.cursorToSave()
+		// After the cursor: the receipts of every batch it covers.
+		receipts = f.receipts.take()
+		if err := saveReceipts(ctx, tx, receipts); err != nil {
+			f.cur.published.Add(published)
+			return err
+		}
 		rows, err := tx.Query(ctx, saveCursorSQL+` RETURNING p.partition`,
 			f.cfg.InstanceID, ttl, parts, through, high, waiting, published)
 		if err != nil {
@@ -183,7 +194,23 @@ func (f *Forwarder) tickLeases(ctx context.Context) ([]int32, error) {
 		_, err = tx.Exec(ctx, `DELETE FROM outbox_forwarders WHERE heartbeat_at < now() - make_interval(secs => $1)`, 10*ttl)
 		return err
 	})
+	if err != nil {
+		f.receipts.add(receipts) // for the next tick, which records the cursor too
+	}
 	return owned, err
+}
+
+// saveReceipts writes s, as one row of outbox_receipts, in tx.
+func saveReceipts(ctx context.Context, tx pgx.Tx, s receiptSet) error {
+	b := &pgx.Batch{}
+	s.queue(b)
+	if b.Len() == 0 {
+		return nil
+	}
+	if err := tx.SendBatch(ctx, b).Close(); err != nil {
+		return fmt.Errorf("write receipts: %w", err)
+	}
+	return nil
 }
 
 // saveCursorSQL renews this instance's leases ($1, for $2 seconds) and,
@@ -227,8 +254,13 @@ func (f *Forwarder) cursorToSave() (parts []int32, through, high []int64, waitin
 // and removes this instance.
 func (f *Forwarder) unregister(ctx context.Context) error {
 	f.setPartitions(nil)
+	f.receipts.saving.Lock()
+	defer f.receipts.saving.Unlock()
 	return pgx.BeginFunc(ctx, f.cfg.Pool, func(tx pgx.Tx) error {
 		parts, through, high, waiting, published := f.cursorToSave()
+		if err := saveReceipts(ctx, tx, f.receipts.take()); err != nil {
+			return err
+		}
 		if _, err := tx.Exec(ctx, saveCursorSQL, f.cfg.InstanceID, 0, parts, through, high, waiting, published); err != nil {
 			f.cur.published.Add(published)
 			return err
