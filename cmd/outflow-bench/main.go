@@ -12,7 +12,7 @@
 //	outflow-bench tracing [-pay-ops 3000] [-clients 16] [-backlog 24000] [-rounds 6] [-modes off,on,never]
 //	outflow-bench audit [-backlog 50000] [-rounds 3] [-interval 1s] [-lost 20000]
 //	outflow-bench event-cost [-retained 0,1000000] [-events 20000] [-clients 8] [-empty-history]
-//	outflow-bench relay-wal [-events 2000] [-batch-sizes 1,500]
+//	outflow-bench relay-wal [-events 2000] [-batch-sizes 1,500] [-rate 0]
 //	outflow-bench consumer-wal [-payments 10000] [-retained 0,5000000,20000000] [-workers 8]
 //	outflow-bench wal-mode [-clients 8,32] [-duration 6s] [-rounds 3] [-backlog 30000] [-max-changes 30000]
 //	outflow-bench console [-outbox 1000000] [-processed 10000000] [-dead 100000] [-renders 200]
@@ -146,6 +146,7 @@ func run(ctx context.Context, args []string) error {
 		fs := flag.NewFlagSet("relay-wal", flag.ContinueOnError)
 		events := fs.Int("events", 2000, "rows each run forwards")
 		batches := fs.String("batch-sizes", "1,500", "comma-separated forwarder batch sizes")
+		rate := fs.Float64("rate", 0, "events a second written while the relay runs, one per transaction (0: a seeded backlog, one run per batch size)")
 		if err := fs.Parse(args[1:]); err != nil {
 			return err
 		}
@@ -153,7 +154,10 @@ func run(ctx context.Context, args []string) error {
 		if err != nil {
 			return err
 		}
-		return bench.RelayWAL(ctx, bench.RelayWALConfig{DatabaseURL: dbURL, Events: *events, BatchSizes: sizes, Out: os.Stdout})
+		if *rate < 0 {
+			return fmt.Errorf("-rate: must not be negative")
+		}
+		return bench.RelayWAL(ctx, bench.RelayWALConfig{DatabaseURL: dbURL, Events: *events, BatchSizes: sizes, Rate: *rate, Out: os.Stdout})
 	case "consumer-wal":
 		fs := flag.NewFlagSet("consumer-wal", flag.ContinueOnError)
 		payments := fs.Int("payments", 10_000, "payments each run handles (2.2 events a payment)")

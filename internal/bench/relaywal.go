@@ -9,6 +9,7 @@ import (
 
 	"github.com/google/uuid"
 	"github.com/prometheus/client_golang/prometheus"
+	"github.com/redis/go-redis/v9"
 
 	redisstreams "github.com/outflow-dev/outflow/brokers/redis"
 	"github.com/outflow-dev/outflow/forwarder"
@@ -25,7 +26,14 @@ type RelayWALConfig struct {
 	// off and one with it on each. Defaults to 1 (a service's everyday
 	// rate: a batch per commit) and 500 (a backlog).
 	BatchSizes []int
-	Out        io.Writer
+	// Rate, when positive, writes the events at that many a second, one
+	// per transaction, while the relay runs, instead of seeding a backlog:
+	// a service's everyday flow, where each claim finds one event and the
+	// lease ticks' fixed cost is spread over the events of an interval.
+	// The write's own WAL, measured in a pass without a forwarder, is
+	// taken off.
+	Rate float64
+	Out  io.Writer
 }
 
 // RelayWAL measures the WAL the relay writes per event, by relation, with
@@ -46,6 +54,9 @@ func RelayWAL(ctx context.Context, cfg RelayWALConfig) error {
 	}
 	defer stop()
 	fmt.Fprintf(cfg.Out, "relay WAL per event, by relation (pg_waldump from a CHECKPOINT, full-page images included), %d events a run:\n", cfg.Events)
+	if cfg.Rate > 0 {
+		return relayTrickle(ctx, cfg, rdb)
+	}
 	for _, batch := range cfg.BatchSizes {
 		var off float64
 		for _, audit := range []bool{false, true} {
@@ -127,6 +138,115 @@ func RelayWAL(ctx context.Context, cfg RelayWALConfig) error {
 			} else {
 				fmt.Fprintf(cfg.Out, "  batch %d: relay and settle with receipts / relay without: %.0f / %.0f B/event = %.2fx\n\n", batch, res, off, res/off)
 			}
+		}
+	}
+	return nil
+}
+
+// relayTrickle is RelayWAL with the events written at cfg.Rate while the
+// relay runs: a pass without a forwarder gives the write's WAL, taken off
+// the passes with the audit off and on.
+func relayTrickle(ctx context.Context, cfg RelayWALConfig, rdb *redis.Client) error {
+	fmt.Fprintf(cfg.Out, "  written at %.0f events/s, one per transaction, while the relay runs (a claim per event):\n", cfg.Rate)
+	var write, off float64
+	for _, pass := range []string{"write only", "audit off", "audit on (receipts)"} {
+		total, err := func() (float64, error) {
+			pool, drop, err := Schema(ctx, cfg.DatabaseURL, 4)
+			if err != nil {
+				return 0, err
+			}
+			defer drop()
+			topic := "wal." + uuid.NewString()[:8]
+			broker, err := redisstreams.New(redisstreams.Config{Client: rdb, Partitions: 16})
+			if err != nil {
+				return 0, err
+			}
+			interval := time.Duration(-1)
+			if pass == "audit on (receipts)" {
+				interval = time.Hour // a pass by hand, below
+			}
+			f, err := forwarder.New(forwarder.Config{Pool: pool, Broker: broker, Registerer: prometheus.NewRegistry(),
+				Logger: quietLogger(), AuditInterval: interval})
+			if err != nil {
+				return 0, err
+			}
+			meter, err := newWALMeter(ctx, pool)
+			if err != nil {
+				return 0, err
+			}
+			start, err := meter.mark(ctx)
+			if err != nil {
+				return 0, err
+			}
+			rctx, cancel := context.WithCancel(ctx)
+			defer cancel()
+			done := make(chan error, 1)
+			if pass == "write only" {
+				done <- nil
+			} else {
+				go func() { done <- f.Run(rctx) }()
+			}
+			every := time.Duration(float64(time.Second) / cfg.Rate)
+			next := time.Now()
+			for i := range cfg.Events {
+				if _, err := pool.Exec(ctx, `
+					INSERT INTO outbox (message_id, topic, aggregate_type, aggregate_id, aggregate_version, event_type, payload, occurred_at)
+					VALUES (gen_random_uuid(), $1, 'payment', 'agg-' || $3::int, 1, 'payment.paid', $2::jsonb, now())`,
+					topic, benchPayload, i); err != nil {
+					return 0, err
+				}
+				next = next.Add(every)
+				time.Sleep(time.Until(next))
+			}
+			if pass != "write only" {
+				err = waitFor(ctx, 10*time.Minute, func() (bool, error) { return outboxDrained(ctx, pool) })
+			}
+			cancel()
+			if err := errors.Join(err, <-done); err != nil {
+				return 0, err
+			}
+			by, err := meter.since(ctx, start)
+			if err != nil {
+				return 0, err
+			}
+			table, total := walTable(by, cfg.Events, "outbox")
+			if pass == "write only" {
+				fmt.Fprintf(cfg.Out, "  %s: %.0f B/event\n%s", pass, total, table)
+				return total, nil
+			}
+			fmt.Fprintf(cfg.Out, "  %s: %.0f B/event, the relay's %.0f\n%s", pass, total, total-write, table)
+			if pass == "audit off" {
+				return total, nil
+			}
+			for _, s := range broker.Streams(topic) {
+				if err := rdb.XGroupCreateMkStream(ctx, s, "bench", "$").Err(); err != nil {
+					return 0, err
+				}
+			}
+			if start, err = meter.mark(ctx); err != nil {
+				return 0, err
+			}
+			if err := f.Audit(ctx); err != nil {
+				return 0, err
+			}
+			if by, err = meter.since(ctx, start); err != nil {
+				return 0, err
+			}
+			table, settle := walTable(by, cfg.Events, "outbox")
+			fmt.Fprintf(cfg.Out, "    the audit pass that settles them: %.0f B/event\n%s", settle, table)
+			return total + settle, nil
+		}()
+		if err != nil {
+			return err
+		}
+		switch pass {
+		case "write only":
+			write = total
+		case "audit off":
+			off = total
+		default:
+			fmt.Fprintf(cfg.Out, "  an event's write and relay: %.0f B (audit off), %.0f B (audit on, settled); the relay's part: %.0f B, %.0f B\n",
+				off, total, off-write, total-write)
 		}
 	}
 	return nil
