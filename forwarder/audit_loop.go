@@ -350,8 +350,9 @@ func (f *Forwarder) heldByBrokerTopic(ctx context.Context, tx pgx.Tx, receipts [
 // any forwarder.
 //
 // No wait for the batches in flight is needed: a batch that published
-// before the loss and commits after this has its receipts committed with
-// it, and the next audit checks them.
+// before the loss and commits after this has its receipts written later
+// (a lease tick, or its own transaction for rows of outbox_failures), and
+// the next audit checks them.
 func (f *Forwarder) repair(ctx context.Context, tx pgx.Tx, receipts []receiptRow, audits []*topicAudit) error {
 	for _, a := range audits {
 		if a.err != nil {

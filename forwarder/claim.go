@@ -423,7 +423,7 @@ func (f *Forwarder) claim(ctx context.Context, tx pgx.Tx) (claim, error) {
 		return c, errors.New("claim outbox batch: no snapshot read")
 	}
 	if writers != nil {
-		f.cur.rebound(c.l, writers, time.Now())
+		f.cur.rebound(c.l, writers, c.snap, time.Now())
 	}
 	// The failures go first: they are older than anything above the
 	// highs, and an aggregate's new rows are held behind them anyway.

@@ -326,10 +326,13 @@ func (c *cursor) needsReboundIdle(now time.Time, interval time.Duration) bool {
 // lists them) then hold nothing back, however long they run. writers is
 // read before the claim's snapshot (see outboxWritersSQL): a writer that
 // was committing then, its table locks already released, shows committed
-// in the snapshot, and the claim read its rows from the bound it had;
-// raising the bound of a transaction that ended changes nothing. A
-// tracked transaction writers does not list had ended: its bound stays.
-func (c *cursor) rebound(l int64, writers map[string]bool, now time.Time) {
+// in the snapshot sn, and the claim read its rows from the bound it had:
+// its bound stays, for advance to settle once the batch is done (raised
+// now, the durable points would pass its rows while they are still being
+// published, and a broker outage that leaves them unsent would leave them
+// below the bound the next claims read from). A tracked transaction
+// writers does not list had ended: its bound stays too.
+func (c *cursor) rebound(l int64, writers map[string]bool, sn snapshot, now time.Time) {
 	for x, b := range c.tracked {
 		if b >= l {
 			continue
@@ -337,7 +340,7 @@ func (c *cursor) rebound(l int64, writers map[string]bool, now time.Time) {
 		// pg_locks names a transaction by its 32-bit xid, the low half of
 		// its xid8.
 		x8, err := strconv.ParseUint(x, 10, 64)
-		if err != nil {
+		if err != nil || sn.shows(x8) {
 			continue
 		}
 		if w, running := writers[strconv.FormatUint(x8&0xffffffff, 10)]; running && !w {

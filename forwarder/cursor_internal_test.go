@@ -136,17 +136,26 @@ func TestCursorOwn(t *testing.T) {
 // A tracked transaction that writes no outbox row holds nothing back once
 // the claim saw it running without a lock on the outbox; one that ended
 // since the claim's snapshot keeps its bound: it holds no lock any more,
-// but it may have committed rows the snapshot did not show.
+// but it may have committed rows the snapshot did not show. One listed
+// without a lock that the claim's snapshot shows committed (it released
+// its table locks, then committed, between the two reads) keeps its bound
+// too, and the durable points stay below its rows: the claim read them as
+// late rows, and its batch has not published them yet.
 func TestCursorRebound(t *testing.T) {
 	t.Parallel()
 	c := newCursor()
 	c.own(map[int32]int64{0: 100})
 	c.tracked["4294967297"] = 10 // xid8 2^32+1: xid 1 in pg_locks
 	c.tracked["8"] = 10
-	c.tracked["9"] = 10 // ended between the snapshot and the locks read
-	c.rebound(120, map[string]bool{"1": true, "8": false}, c.rebounded)
-	if c.tracked["4294967297"] != 10 || c.tracked["8"] != 120 || c.tracked["9"] != 10 {
+	c.tracked["9"] = 10  // ended between the snapshot and the locks read
+	c.tracked["12"] = 10 // committed between the locks read and the snapshot
+	sn, _ := parseSnapshot("8:13:8")
+	c.rebound(120, map[string]bool{"1": true, "8": false, "12": false}, sn, c.rebounded)
+	if c.tracked["4294967297"] != 10 || c.tracked["8"] != 120 || c.tracked["9"] != 10 || c.tracked["12"] != 10 {
 		t.Fatalf("tracked %v", c.tracked)
+	}
+	if got := c.durableThrough()[0]; got != 10 {
+		t.Fatalf("durable through %d, want 10: the committed writer's rows are not published yet", got)
 	}
 }
 

@@ -43,8 +43,9 @@
 //     never spans a retry sleep.
 //   - The claim holds a fence on its partitions (a transaction-scoped
 //     advisory lock, which writes no WAL, unlike a row lock on the lease
-//     rows), so a takeover waits for the batch in flight; an instance
-//     acquiring free partitions only tries it, skipping those still out.
+//     rows): an instance taking over an expired lease only tries it, and
+//     skips a partition whose batch is still out; a release, the
+//     retirement of a partition set and a repartition wait for it.
 //
 // Designs weighed: claim and mark (the one this replaces, above); claim
 // and delete (needs an archive for retention and replay, and leaves as

@@ -37,3 +37,7 @@ func ClaimStatements(n int) (before, claim, after string) {
 // SetReboundEvery sets how often f's claims ask which transactions write
 // to the outbox. Call it before Run.
 func (f *Forwarder) SetReboundEvery(d time.Duration) { f.cur.reboundEvery = d }
+
+// TakeoverSQL is the lease tick's takeover statement: instance $1, lease
+// seconds $2, up to $3 partitions of the set from $4, $5 of them.
+func TakeoverSQL() string { return takeoverSQL }

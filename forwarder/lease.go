@@ -144,22 +144,7 @@ func (f *Forwarder) tickLeases(ctx context.Context) ([]int32, error) {
 		}
 		switch {
 		case len(owned) < share:
-			// The fence is only tried: a partition whose batch is still
-			// out (its holder's lease ran out under it), or that another
-			// instance is taking right now, is not worth waiting for. The
-			// outer condition sees a takeover that committed since the
-			// statement's snapshot.
-			rows, err := tx.Query(ctx, `
-				UPDATE outbox_partitions SET owner = $1, lease_until = now() + make_interval(secs => $2)
-				WHERE partition IN (
-					SELECT partition FROM (
-						SELECT partition FROM outbox_partitions
-						WHERE (owner IS NULL OR lease_until < now()) AND partition >= $4 AND partition < $4 + $5
-						ORDER BY partition OFFSET 0) free
-					WHERE pg_try_advisory_xact_lock(`+fenceKey("partition")+`)
-					LIMIT $3)
-				  AND (owner IS NULL OR lease_until < now())
-				RETURNING partition`, f.cfg.InstanceID, ttl, share-len(owned), base, count)
+			rows, err := tx.Query(ctx, takeoverSQL, f.cfg.InstanceID, ttl, share-len(owned), base, count)
 			if err != nil {
 				return fmt.Errorf("acquire leases: %w", err)
 			}
@@ -212,6 +197,29 @@ func saveReceipts(ctx context.Context, tx pgx.Tx, s receiptSet) error {
 	}
 	return nil
 }
+
+// takeoverSQL leases to instance $1, for $2 seconds, up to $3 partitions
+// of the active set ($4, $5 of them) that are free or whose lease ran out.
+// The fence is only tried: a partition whose batch is still out (its
+// holder's lease ran out under it), or that another instance is taking
+// right now, is not worth waiting for. SKIP LOCKED too, for the same
+// reason: a lease row another instance's tick is renewing or taking.
+// Waiting for it would let two ticks, each holding its own renewals and
+// wanting the other's row, deadlock (PostgreSQL would then cancel one,
+// and its renewals with it). The outer condition sees a takeover that
+// committed since the statement's snapshot.
+var takeoverSQL = `
+UPDATE outbox_partitions SET owner = $1, lease_until = now() + make_interval(secs => $2)
+WHERE partition IN (
+    SELECT partition FROM (
+        SELECT partition FROM outbox_partitions
+        WHERE (owner IS NULL OR lease_until < now()) AND partition >= $4 AND partition < $4 + $5
+        ORDER BY partition OFFSET 0
+        FOR UPDATE SKIP LOCKED) free
+    WHERE pg_try_advisory_xact_lock(` + fenceKey("partition") + `)
+    LIMIT $3)
+  AND (owner IS NULL OR lease_until < now())
+RETURNING partition`
 
 // saveCursorSQL renews this instance's leases ($1, for $2 seconds) and,
 // in the same row versions, records each partition's published_through,

@@ -51,11 +51,20 @@ func (s *receiptSet) addAll(o receiptSet) {
 
 func (s receiptSet) len() int { return len(s.ids) }
 
-// queue adds the insert of s, as one row, to b; nothing when s is empty.
+// receiptsPerRow bounds the receipts of one row of outbox_receipts. The
+// audit reads whole rows and bounds its work by rows and receipts
+// (auditRowLimit, auditHeldLimit): a tick's receipts at a drain's rate
+// (tens of thousands) in one row would make every audit hand them all to
+// one Check, past its timeout, again and again.
+const receiptsPerRow = 1000
+
+// queue adds the inserts of s, in rows of at most receiptsPerRow, to b;
+// nothing when s is empty.
 func (s receiptSet) queue(b *pgx.Batch) {
-	if s.len() > 0 {
+	for lo := 0; lo < s.len(); lo += receiptsPerRow {
+		hi := min(lo+receiptsPerRow, s.len())
 		b.Queue(`INSERT INTO outbox_receipts (outbox_ids, broker_topics, positions) VALUES ($1, $2, $3)`,
-			s.ids, s.topics, s.positions)
+			s.ids[lo:hi], s.topics[lo:hi], s.positions[lo:hi])
 	}
 }
 
