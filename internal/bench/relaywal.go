@@ -8,6 +8,7 @@ import (
 	"time"
 
 	"github.com/google/uuid"
+	"github.com/jackc/pgx/v5/pgxpool"
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/redis/go-redis/v9"
 
@@ -70,27 +71,11 @@ func RelayWAL(ctx context.Context, cfg RelayWALConfig) error {
 				if err := seedOutbox(ctx, pool, topic, cfg.Events, 0); err != nil {
 					return 0, err
 				}
-				broker, err := redisstreams.New(redisstreams.Config{Client: rdb, Partitions: 16})
+				r, err := newRelayRun(ctx, pool, rdb, batch, audit)
 				if err != nil {
 					return 0, err
 				}
-				interval := time.Duration(-1)
-				if audit {
-					interval = time.Hour // a pass by hand, below
-				}
-				f, err := forwarder.New(forwarder.Config{Pool: pool, Broker: broker, BatchSize: batch, Registerer: prometheus.NewRegistry(),
-					Logger: quietLogger(), AuditInterval: interval})
-				if err != nil {
-					return 0, err
-				}
-				meter, err := newWALMeter(ctx, pool)
-				if err != nil {
-					return 0, err
-				}
-				start, err := meter.mark(ctx)
-				if err != nil {
-					return 0, err
-				}
+				broker, f, meter, start := r.broker, r.f, r.meter, r.start
 				rctx, cancel := context.WithCancel(ctx)
 				done := make(chan error, 1)
 				go func() { done <- f.Run(rctx) }()
@@ -112,23 +97,8 @@ func RelayWAL(ctx context.Context, cfg RelayWALConfig) error {
 				if !audit {
 					return total, nil
 				}
-				for _, s := range broker.Streams(topic) {
-					if err := rdb.XGroupCreateMkStream(ctx, s, "bench", "$").Err(); err != nil {
-						return 0, err
-					}
-				}
-				if start, err = meter.mark(ctx); err != nil {
-					return 0, err
-				}
-				if err := f.Audit(ctx); err != nil {
-					return 0, err
-				}
-				if by, err = meter.since(ctx, start); err != nil {
-					return 0, err
-				}
-				table, settle := walTable(by, cfg.Events, "outbox")
-				fmt.Fprintf(cfg.Out, "    the audit pass that settles them: %.0f B/event\n%s", settle, table)
-				return total + settle, nil
+				settle, err := settleReceipts(ctx, cfg, rdb, broker, topic, f, meter)
+				return total + settle, err
 			}()
 			if err != nil {
 				return err
@@ -157,27 +127,11 @@ func relayTrickle(ctx context.Context, cfg RelayWALConfig, rdb *redis.Client) er
 			}
 			defer drop()
 			topic := "wal." + uuid.NewString()[:8]
-			broker, err := redisstreams.New(redisstreams.Config{Client: rdb, Partitions: 16})
+			r, err := newRelayRun(ctx, pool, rdb, 0, pass == "audit on (receipts)")
 			if err != nil {
 				return 0, err
 			}
-			interval := time.Duration(-1)
-			if pass == "audit on (receipts)" {
-				interval = time.Hour // a pass by hand, below
-			}
-			f, err := forwarder.New(forwarder.Config{Pool: pool, Broker: broker, Registerer: prometheus.NewRegistry(),
-				Logger: quietLogger(), AuditInterval: interval})
-			if err != nil {
-				return 0, err
-			}
-			meter, err := newWALMeter(ctx, pool)
-			if err != nil {
-				return 0, err
-			}
-			start, err := meter.mark(ctx)
-			if err != nil {
-				return 0, err
-			}
+			broker, f, meter, start := r.broker, r.f, r.meter, r.start
 			rctx, cancel := context.WithCancel(ctx)
 			defer cancel()
 			done := make(chan error, 1)
@@ -218,23 +172,8 @@ func relayTrickle(ctx context.Context, cfg RelayWALConfig, rdb *redis.Client) er
 			if pass == "audit off" {
 				return total, nil
 			}
-			for _, s := range broker.Streams(topic) {
-				if err := rdb.XGroupCreateMkStream(ctx, s, "bench", "$").Err(); err != nil {
-					return 0, err
-				}
-			}
-			if start, err = meter.mark(ctx); err != nil {
-				return 0, err
-			}
-			if err := f.Audit(ctx); err != nil {
-				return 0, err
-			}
-			if by, err = meter.since(ctx, start); err != nil {
-				return 0, err
-			}
-			table, settle := walTable(by, cfg.Events, "outbox")
-			fmt.Fprintf(cfg.Out, "    the audit pass that settles them: %.0f B/event\n%s", settle, table)
-			return total + settle, nil
+			settle, err := settleReceipts(ctx, cfg, rdb, broker, topic, f, meter)
+			return total + settle, err
 		}()
 		if err != nil {
 			return err
@@ -250,4 +189,65 @@ func relayTrickle(ctx context.Context, cfg RelayWALConfig, rdb *redis.Client) er
 		}
 	}
 	return nil
+}
+
+// settleReceipts makes a consumer group that had every entry of topic's
+// streams, runs f's audit, which settles the receipts, and prints and
+// returns the WAL it wrote per event.
+func settleReceipts(ctx context.Context, cfg RelayWALConfig, rdb *redis.Client, broker *redisstreams.Broker, topic string,
+	f *forwarder.Forwarder, meter *walMeter) (float64, error) {
+	for _, s := range broker.Streams(topic) {
+		if err := rdb.XGroupCreateMkStream(ctx, s, "bench", "$").Err(); err != nil {
+			return 0, err
+		}
+	}
+	start, err := meter.mark(ctx)
+	if err != nil {
+		return 0, err
+	}
+	if err := f.Audit(ctx); err != nil {
+		return 0, err
+	}
+	by, err := meter.since(ctx, start)
+	if err != nil {
+		return 0, err
+	}
+	table, settle := walTable(by, cfg.Events, "outbox")
+	fmt.Fprintf(cfg.Out, "    the audit pass that settles them: %.0f B/event\n%s", settle, table)
+	return settle, nil
+}
+
+// relayRun is one run's forwarder (not started), to a redis broker of 16
+// streams, with the audit off or a pass by hand, and its WAL meter marked.
+type relayRun struct {
+	broker *redisstreams.Broker
+	f      *forwarder.Forwarder
+	meter  *walMeter
+	start  string
+}
+
+// newRelayRun makes a relayRun; batch 0 is the forwarder's default.
+func newRelayRun(ctx context.Context, pool *pgxpool.Pool, rdb *redis.Client, batch int, audit bool) (relayRun, error) {
+	broker, err := redisstreams.New(redisstreams.Config{Client: rdb, Partitions: 16})
+	if err != nil {
+		return relayRun{}, err
+	}
+	interval := time.Duration(-1)
+	if audit {
+		interval = time.Hour // a pass by hand: settleReceipts
+	}
+	f, err := forwarder.New(forwarder.Config{Pool: pool, Broker: broker, BatchSize: batch, Registerer: prometheus.NewRegistry(),
+		Logger: quietLogger(), AuditInterval: interval})
+	if err != nil {
+		return relayRun{}, err
+	}
+	meter, err := newWALMeter(ctx, pool)
+	if err != nil {
+		return relayRun{}, err
+	}
+	start, err := meter.mark(ctx)
+	if err != nil {
+		return relayRun{}, err
+	}
+	return relayRun{broker: broker, f: f, meter: meter, start: start}, nil
 }
