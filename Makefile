@@ -55,9 +55,10 @@ bench: services-up ## Benchmarks, with ratios against a baseline measured in the
 	$(GO) run ./cmd/outflow-bench tracing
 	$(GO) run ./cmd/outflow-bench audit
 	$(GO) run ./cmd/outflow-bench relay-wal
+	$(GO) run ./cmd/outflow-bench relay-wal -rate 100 -events 1000
 	$(GO) run ./cmd/outflow-bench event-cost
 	$(GO) run ./cmd/outflow-bench consumer-wal
-	$(GO) run ./cmd/outflow-bench wal-mode
+	$(GO) run ./cmd/outflow-bench wal-mode -clients 1,8,32
 	$(GO) run ./cmd/outflow-bench console
 	$(GO) test -run '^$$' -bench Handler -benchtime 3000x -count 3 ./idempotency
 
