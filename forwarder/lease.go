@@ -185,7 +185,7 @@ func (f *Forwarder) tickLeases(ctx context.Context) ([]int32, error) {
 	return owned, err
 }
 
-// saveReceipts writes s, as one row of outbox_receipts, in tx.
+// saveReceipts writes s into outbox_receipts, in tx (see receiptSet.queue).
 func saveReceipts(ctx context.Context, tx pgx.Tx, s receiptSet) error {
 	b := &pgx.Batch{}
 	s.queue(b)
