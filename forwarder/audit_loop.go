@@ -5,11 +5,13 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"log/slog"
 	"slices"
 	"sync"
 	"time"
 
 	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgxpool"
 )
 
 // auditLock, with a hash of the schema, keeps the audit to one instance at
@@ -103,52 +105,130 @@ func (f *Forwarder) Audit(ctx context.Context) error {
 	if err := f.flushReceipts(ctx); err != nil {
 		return fmt.Errorf("audit: %w", err)
 	}
-	tx, err := f.cfg.Pool.Begin(ctx)
+	repairs, err := RunAudit(ctx, f.cfg.Pool, f.auditor, outboxAuditStore, f.cfg.ShutdownTimeout, f.cfg.Logger)
+	f.reportRepairs(repairs)
+	return err
+}
+
+// AuditStore says where an audit's receipts, messages, repairs and states
+// live: the outbox's tables for the forwarder (outboxAuditStore); the WAL
+// relay (package walrelay) keeps its own beside its history, and audits
+// them with [RunAudit] too, so both modes judge and repair by one rule.
+type AuditStore struct {
+	// Lock keys the transaction-scoped advisory lock, with the schema's
+	// hash, that keeps the audit of this store to one process at a time.
+	Lock int32
+	// Receipts is the receipts' table: id (bigint, in write order),
+	// published_at, and the parallel arrays IDs (bigint[], the rows the
+	// receipts are of), broker_topics and positions (text[]).
+	Receipts, IDs string
+	// States is a table like outbox_audit: the auditor's state per broker
+	// topic, and the last loss.
+	States string
+	// Messages reads, for the row ids $1 (bigint[]), each row's id,
+	// message_id (text) and topic.
+	Messages string
+	// Repair puts the rows $1 (bigint[]) back to be published again, in
+	// their aggregates' order, and returns how many it put back and how
+	// many of them it found (a row retention removed is not found).
+	Repair string
+}
+
+// outboxAuditStore is the forwarder's: receipts in outbox_receipts, rows
+// put back into outbox_failures (kind repair).
+var outboxAuditStore = AuditStore{
+	Lock:     auditLock,
+	Receipts: "outbox_receipts",
+	IDs:      "outbox_ids",
+	States:   "outbox_audit",
+	Messages: `SELECT id, message_id::text, topic FROM outbox WHERE id = ANY($1)`,
+	Repair: `
+		WITH put AS (
+			INSERT INTO outbox_failures (id, aggregate_type, aggregate_id, kind, next_attempt_at)
+			SELECT id, aggregate_type, aggregate_id, 'repair', now() FROM outbox WHERE id = ANY($1)
+			ON CONFLICT (id) DO NOTHING
+			RETURNING 1)
+		SELECT (SELECT count(*) FROM put), (SELECT count(*) FROM outbox WHERE id = ANY($1))`,
+}
+
+// AuditRepair is what an audit put back for one broker topic that lost
+// messages, for the caller's metrics and logs.
+type AuditRepair struct {
+	Topic, BrokerTopic, Reason string
+	// Repaired rows were put back; Purged were lost by the broker but
+	// gone from the store already (retention).
+	Repaired, Purged int64
+	// OldestLost is when the oldest lost message's receipt was written.
+	OldestLost time.Time
+}
+
+// RunAudit checks, once, the receipts of store not yet settled (up to a
+// bound, see auditHeldLimit) against a, forgets those every consumer had,
+// and puts back the rows whose messages the broker lost (see
+// [Forwarder.Audit]). It does nothing when another process is auditing
+// the store. writeTimeout bounds the writing of the verdicts, which goes
+// on after ctx ends.
+//
+// It runs in one transaction: the judged receipts are deleted, the lost
+// rows put back and the broker topics' states saved together, so a crash
+// or an error before the commit leaves every receipt to the next audit (a
+// repair done twice at worst, never one forgotten). A broker topic whose
+// Check fails keeps its receipts as they were; the others are committed,
+// and the errors returned with what was repaired.
+func RunAudit(ctx context.Context, pool *pgxpool.Pool, a Auditor, store AuditStore, writeTimeout time.Duration, logger *slog.Logger) ([]AuditRepair, error) {
+	tx, err := pool.Begin(ctx)
 	if err != nil {
-		return fmt.Errorf("begin audit: %w", err)
+		return nil, fmt.Errorf("begin audit: %w", err)
 	}
 	defer func() { _ = tx.Rollback(context.WithoutCancel(ctx)) }()
 	var acquired bool
-	if err := tx.QueryRow(ctx, `SELECT pg_try_advisory_xact_lock($1, hashtext(current_schema()))`, auditLock).Scan(&acquired); err != nil {
-		return fmt.Errorf("audit lock: %w", err)
+	if err := tx.QueryRow(ctx, `SELECT pg_try_advisory_xact_lock($1, hashtext(current_schema()))`, store.Lock).Scan(&acquired); err != nil {
+		return nil, fmt.Errorf("audit lock: %w", err)
 	}
 	if !acquired {
-		return nil
+		return nil, nil
 	}
-	receipts, partial, err := f.loadReceipts(ctx, tx)
+	receipts, partial, err := loadReceipts(ctx, tx, store, logger)
 	if err != nil {
-		return err
+		return nil, err
 	}
-	audits, err := f.heldByBrokerTopic(ctx, tx, receipts)
+	audits, err := heldByBrokerTopic(ctx, tx, store, receipts)
 	if err != nil {
-		return err
+		return nil, err
 	}
 	if len(audits) == 0 {
-		return tx.Commit(ctx)
+		return nil, tx.Commit(ctx)
 	}
-	errs := f.check(ctx, audits, partial)
+	errs := check(ctx, a, audits, partial)
 	// The verdicts are written whatever happens to ctx now (a shutdown):
 	// a verdict some Check acted on (a Redis trim) must be committed, or
 	// the next audit would take what it removed for lost.
-	wctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), f.cfg.ShutdownTimeout)
+	wctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), writeTimeout)
 	defer cancel()
 	if _, err := tx.Exec(wctx, `SELECT set_config('lock_timeout', '10s', true)`); err != nil {
-		return errors.Join(append(errs, err)...)
+		return nil, errors.Join(append(errs, err)...)
 	}
-	if err := f.repair(wctx, tx, receipts, audits); err != nil {
-		return errors.Join(append(errs, err)...)
+	if err := repair(wctx, tx, store, receipts, audits); err != nil {
+		return nil, errors.Join(append(errs, err)...)
 	}
-	if err := forgetJudged(wctx, tx, receipts, audits); err != nil {
-		return errors.Join(append(errs, err)...)
+	if err := forgetJudged(wctx, tx, store, receipts, audits); err != nil {
+		return nil, errors.Join(append(errs, err)...)
 	}
-	if err := saveAudits(wctx, tx, audits); err != nil {
-		return errors.Join(append(errs, err)...)
+	if err := saveAudits(wctx, tx, store, audits); err != nil {
+		return nil, errors.Join(append(errs, err)...)
 	}
 	if err := tx.Commit(wctx); err != nil {
-		return errors.Join(append(errs, fmt.Errorf("commit audit: %w", err))...)
+		return nil, errors.Join(append(errs, fmt.Errorf("commit audit: %w", err))...)
 	}
-	f.reportRepairs(audits)
-	return errors.Join(errs...)
+	var repairs []AuditRepair
+	for _, a := range audits {
+		if a.err != nil || a.oldestLost.IsZero() {
+			continue
+		}
+		repairs = append(repairs, AuditRepair{Topic: a.topic, BrokerTopic: a.brokerTopic, Reason: a.verdict.Reason,
+			Repaired: a.repaired, Purged: a.purged, OldestLost: a.oldestLost})
+	}
+	return repairs, errors.Join(errs...)
 }
 
 // loadReceipts reads the unsettled receipts, in id (commit) order: all of
@@ -156,7 +236,7 @@ func (f *Forwarder) Audit(ctx context.Context) error {
 // rows up to half the bound and the newest up to the other half, and then
 // partial is true. A row whose arrays differ in length (written by hand)
 // cannot be judged: it is left, and said.
-func (f *Forwarder) loadReceipts(ctx context.Context, tx pgx.Tx) (rows []receiptRow, partial bool, err error) {
+func loadReceipts(ctx context.Context, tx pgx.Tx, store AuditStore, logger *slog.Logger) (rows []receiptRow, partial bool, err error) {
 	read := func(q string, args ...any) ([]receiptRow, error) {
 		r, err := tx.Query(ctx, q, args...)
 		if err != nil {
@@ -172,15 +252,15 @@ func (f *Forwarder) loadReceipts(ctx context.Context, tx pgx.Tx) (rows []receipt
 		}
 		return all, nil
 	}
-	head, err := read(`SELECT id, published_at, outbox_ids, broker_topics, positions FROM outbox_receipts ORDER BY id LIMIT $1`, auditRowLimit)
+	cols := `SELECT id, published_at, ` + store.IDs + `, broker_topics, positions FROM ` + store.Receipts
+	head, err := read(cols+` ORDER BY id LIMIT $1`, auditRowLimit)
 	if err != nil || len(head) == 0 {
 		return nil, false, err
 	}
 	var tail []receiptRow
 	if len(head) == auditRowLimit {
 		// One row more than the bound says whether rows lie between.
-		if tail, err = read(`SELECT id, published_at, outbox_ids, broker_topics, positions FROM outbox_receipts
-			WHERE id > $1 ORDER BY id DESC LIMIT $2`, head[len(head)-1].id, auditRowLimit+1); err != nil {
+		if tail, err = read(cols+` WHERE id > $1 ORDER BY id DESC LIMIT $2`, head[len(head)-1].id, auditRowLimit+1); err != nil {
 			return nil, false, err
 		}
 		if partial = len(tail) > auditRowLimit; partial {
@@ -211,7 +291,7 @@ func (f *Forwarder) loadReceipts(ctx context.Context, tx pgx.Tx) (rows []receipt
 	rows = all[:0]
 	for _, r := range all {
 		if len(r.brokerTopics) != len(r.outboxIDs) || len(r.positions) != len(r.outboxIDs) {
-			f.cfg.Logger.Error("broker audit: a receipt row whose arrays differ in length is left unjudged", "receipt_id", r.id)
+			logger.Error("broker audit: a receipt row whose arrays differ in length is left unjudged", "table", store.Receipts, "receipt_id", r.id)
 			continue
 		}
 		rows = append(rows, r)
@@ -232,7 +312,7 @@ var (
 
 // check runs Check on each broker topic, a few at a time, and returns the
 // errors; a broker topic with an error keeps its receipts as they were.
-func (f *Forwarder) check(ctx context.Context, audits []*topicAudit, partial bool) []error {
+func check(ctx context.Context, auditor Auditor, audits []*topicAudit, partial bool) []error {
 	phase, cancel := context.WithTimeout(ctx, checkPhase)
 	defer cancel()
 	var wg sync.WaitGroup
@@ -248,7 +328,7 @@ func (f *Forwarder) check(ctx context.Context, audits []*topicAudit, partial boo
 			}
 			actx, cancel := context.WithTimeout(phase, auditCallTimeout)
 			defer cancel()
-			a.verdict, a.err = f.auditor.Check(actx, a.brokerTopic, a.verdict.State, a.held, partial)
+			a.verdict, a.err = auditor.Check(actx, a.brokerTopic, a.verdict.State, a.held, partial)
 			if a.err == nil && len(a.verdict.Status) != len(a.held) {
 				a.err = fmt.Errorf("the auditor returned %d statuses for %d messages", len(a.verdict.Status), len(a.held))
 			}
@@ -270,14 +350,14 @@ func (f *Forwarder) check(ctx context.Context, audits []*topicAudit, partial boo
 // heldByBrokerTopic groups the receipts by broker topic, with their
 // message ids (and outbox topics) from the outbox, and the broker topics'
 // saved states in verdict.State.
-func (f *Forwarder) heldByBrokerTopic(ctx context.Context, tx pgx.Tx, receipts []receiptRow) ([]*topicAudit, error) {
+func heldByBrokerTopic(ctx context.Context, tx pgx.Tx, store AuditStore, receipts []receiptRow) ([]*topicAudit, error) {
 	var ids []int64
 	for _, r := range receipts {
 		ids = append(ids, r.outboxIDs...)
 	}
 	type msg struct{ id, topic string }
 	msgs := make(map[int64]msg, len(ids))
-	rows, err := tx.Query(ctx, `SELECT id, message_id::text, topic FROM outbox WHERE id = ANY($1)`, ids) // none: no row
+	rows, err := tx.Query(ctx, store.Messages, ids) // none: no row
 	if err != nil {
 		return nil, fmt.Errorf("read the receipts' messages: %w", err)
 	}
@@ -316,7 +396,7 @@ func (f *Forwarder) heldByBrokerTopic(ctx context.Context, tx pgx.Tx, receipts [
 	}
 	// The states of those broker topics, and the broker topics whose last
 	// Check asked to be checked again, receipts or not.
-	rows, err = tx.Query(ctx, `SELECT broker_topic, topic, state FROM outbox_audit WHERE broker_topic = ANY($1) OR again`, names)
+	rows, err = tx.Query(ctx, `SELECT broker_topic, topic, state FROM `+store.States+` WHERE broker_topic = ANY($1) OR again`, names)
 	if err != nil {
 		return nil, fmt.Errorf("read audit states: %w", err)
 	}
@@ -353,7 +433,7 @@ func (f *Forwarder) heldByBrokerTopic(ctx context.Context, tx pgx.Tx, receipts [
 // before the loss and commits after this has its receipts written later
 // (a lease tick, or its own transaction for rows of outbox_failures), and
 // the next audit checks them.
-func (f *Forwarder) repair(ctx context.Context, tx pgx.Tx, receipts []receiptRow, audits []*topicAudit) error {
+func repair(ctx context.Context, tx pgx.Tx, store AuditStore, receipts []receiptRow, audits []*topicAudit) error {
 	for _, a := range audits {
 		if a.err != nil {
 			continue
@@ -377,13 +457,7 @@ func (f *Forwarder) repair(ctx context.Context, tx pgx.Tx, receipts []receiptRow
 		a.fromID = lost[0]
 		for chunk := range slices.Chunk(lost, repairBatch) {
 			var put, found int64
-			err := tx.QueryRow(ctx, `
-				WITH put AS (
-					INSERT INTO outbox_failures (id, aggregate_type, aggregate_id, kind, next_attempt_at)
-					SELECT id, aggregate_type, aggregate_id, 'repair', now() FROM outbox WHERE id = ANY($1)
-					ON CONFLICT (id) DO NOTHING
-					RETURNING 1)
-				SELECT (SELECT count(*) FROM put), (SELECT count(*) FROM outbox WHERE id = ANY($1))`, chunk).Scan(&put, &found)
+			err := tx.QueryRow(ctx, store.Repair, chunk).Scan(&put, &found)
 			if err != nil {
 				return fmt.Errorf("repair %s: put rows back: %w", a.brokerTopic, err)
 			}
@@ -397,7 +471,7 @@ func (f *Forwarder) repair(ctx context.Context, tx pgx.Tx, receipts []receiptRow
 // forgetJudged deletes the receipts judged Settled or Lost, and rewrites a
 // row some of whose receipts stay (Unsettled, or of a broker topic whose
 // Check failed).
-func forgetJudged(ctx context.Context, tx pgx.Tx, receipts []receiptRow, audits []*topicAudit) error {
+func forgetJudged(ctx context.Context, tx pgx.Tx, store AuditStore, receipts []receiptRow, audits []*topicAudit) error {
 	done := make([][]bool, len(receipts))
 	for i, r := range receipts {
 		done[i] = make([]bool, len(r.positions))
@@ -430,12 +504,12 @@ func forgetJudged(ctx context.Context, tx pgx.Tx, receipts []receiptRow, audits 
 			gone = append(gone, r.id)
 		case len(r.positions):
 		default:
-			b.Queue(`UPDATE outbox_receipts SET outbox_ids = $2, broker_topics = $3, positions = $4 WHERE id = $1`,
+			b.Queue(`UPDATE `+store.Receipts+` SET `+store.IDs+` = $2, broker_topics = $3, positions = $4 WHERE id = $1`,
 				r.id, keep.outboxIDs, keep.brokerTopics, keep.positions)
 		}
 	}
 	if len(gone) > 0 {
-		b.Queue(`DELETE FROM outbox_receipts WHERE id = ANY($1)`, gone)
+		b.Queue(`DELETE FROM `+store.Receipts+` WHERE id = ANY($1)`, gone)
 	}
 	if b.Len() == 0 {
 		return nil
@@ -446,7 +520,7 @@ func forgetJudged(ctx context.Context, tx pgx.Tx, receipts []receiptRow, audits 
 	return nil
 }
 
-func saveAudits(ctx context.Context, tx pgx.Tx, audits []*topicAudit) error {
+func saveAudits(ctx context.Context, tx pgx.Tx, store AuditStore, audits []*topicAudit) error {
 	b := &pgx.Batch{}
 	for _, a := range audits {
 		if a.err != nil {
@@ -454,7 +528,7 @@ func saveAudits(ctx context.Context, tx pgx.Tx, audits []*topicAudit) error {
 		}
 		if a.oldestLost.IsZero() {
 			b.Queue(`
-				INSERT INTO outbox_audit (broker_topic, topic, state, again) VALUES ($1, $2, $3, $4)
+				INSERT INTO `+store.States+` (broker_topic, topic, state, again) VALUES ($1, $2, $3, $4)
 				ON CONFLICT (broker_topic) DO UPDATE SET topic = excluded.topic, state = excluded.state, again = excluded.again,
 					audited_at = now()`,
 				a.brokerTopic, a.topic, a.verdict.State, a.verdict.Again)
@@ -469,12 +543,12 @@ func saveAudits(ctx context.Context, tx pgx.Tx, audits []*topicAudit) error {
 			reason = "lost (the auditor gave no reason)"
 		}
 		b.Queue(`
-			INSERT INTO outbox_audit (broker_topic, topic, state, again, last_loss_at, last_loss_reason, last_loss_since, last_repaired, repair_from_id)
+			INSERT INTO `+store.States+` (broker_topic, topic, state, again, last_loss_at, last_loss_reason, last_loss_since, last_repaired, repair_from_id)
 			VALUES ($1, $2, $3, $8, clock_timestamp(), $4, $5, $6, $7)
 			ON CONFLICT (broker_topic) DO UPDATE SET topic = excluded.topic, state = excluded.state, again = excluded.again, audited_at = now(),
 				last_loss_at = excluded.last_loss_at, last_loss_reason = excluded.last_loss_reason, last_loss_since = excluded.last_loss_since,
 				last_repaired = excluded.last_repaired,
-				repair_from_id = coalesce(excluded.repair_from_id, outbox_audit.repair_from_id)`,
+				repair_from_id = coalesce(excluded.repair_from_id, `+store.States+`.repair_from_id)`,
 			a.brokerTopic, a.topic, a.verdict.State, reason, a.oldestLost, a.repaired, from, a.verdict.Again)
 	}
 	if b.Len() == 0 {
@@ -488,25 +562,31 @@ func saveAudits(ctx context.Context, tx pgx.Tx, audits []*topicAudit) error {
 
 // reportRepairs counts and logs the committed repairs, and wakes the
 // claim for the rows put back in outbox_failures.
-func (f *Forwarder) reportRepairs(audits []*topicAudit) {
+func (f *Forwarder) reportRepairs(repairs []AuditRepair) {
+	LogRepairs(f.cfg.Logger, repairs)
 	woke := false
-	for _, a := range audits {
-		if a.err != nil || a.oldestLost.IsZero() {
-			continue
-		}
-		f.metrics.brokerLosses.WithLabelValues(a.topic).Inc()
-		f.metrics.repaired.WithLabelValues(a.topic).Add(float64(a.repaired))
-		f.cfg.Logger.Warn("broker lost acknowledged messages: publishing them again",
-			"topic", a.topic, "broker_topic", a.brokerTopic, "reason", a.verdict.Reason,
-			"oldest_published_at", a.oldestLost.UTC().Format(time.RFC3339Nano), "rows", a.repaired)
-		if a.purged > 0 {
-			f.cfg.Logger.Error("broker lost messages whose outbox rows retention already purged: they cannot be published again",
-				"topic", a.topic, "broker_topic", a.brokerTopic, "rows", a.purged)
-		}
-		woke = woke || a.repaired > 0
+	for _, r := range repairs {
+		f.metrics.brokerLosses.WithLabelValues(r.Topic).Inc()
+		f.metrics.repaired.WithLabelValues(r.Topic).Add(float64(r.Repaired))
+		woke = woke || r.Repaired > 0
 	}
 	if woke {
 		f.Wake()
+	}
+}
+
+// LogRepairs logs what [RunAudit] repaired: a Warn line per broker topic
+// that lost messages, and an Error line when some were gone from the store
+// already (retention) and cannot be published again.
+func LogRepairs(logger *slog.Logger, repairs []AuditRepair) {
+	for _, r := range repairs {
+		logger.Warn("broker lost acknowledged messages: publishing them again",
+			"topic", r.Topic, "broker_topic", r.BrokerTopic, "reason", r.Reason,
+			"oldest_published_at", r.OldestLost.UTC().Format(time.RFC3339Nano), "rows", r.Repaired)
+		if r.Purged > 0 {
+			logger.Error("broker lost messages whose rows retention already purged: they cannot be published again",
+				"topic", r.Topic, "broker_topic", r.BrokerTopic, "rows", r.Purged)
+		}
 	}
 }
 

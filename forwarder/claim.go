@@ -493,6 +493,15 @@ func PublishWaves(ctx context.Context, b Broker, keys []string, msgs []Outgoing,
 	}, nil)
 }
 
+// PublishWavesReceipts is [PublishWaves] through an Auditor's
+// PublishReceipts: receipts[i] (len(msgs) of them) is where the broker put
+// msgs[i] when results[i] is nil. A message acknowledged without a receipt
+// counts as not sent ([ErrBrokerUnavailable]): sent again rather than left
+// unaudited. The WAL relay keeps its receipts with it.
+func PublishWavesReceipts(ctx context.Context, a Auditor, keys []string, msgs []Outgoing, results []error, receipts []Receipt) int {
+	return waves(ctx, keys, msgs, results, receipts, a.PublishReceipts, nil)
+}
+
 // waves is publishWaves and PublishWaves: publish sends one wave;
 // noReceipt is told of a message acknowledged without the receipt
 // receipts (when not nil) asked for.
