@@ -42,7 +42,7 @@ func ExampleNew() {
 		fmt.Println(r.Version, r.Name)
 	}
 	// Output:
-	// applied: 18 then: 0
+	// applied: 19 then: 0
 	// 1 00001_outbox.sql
 	// 4 00004_forwarder.sql
 }

@@ -82,8 +82,15 @@ type Config struct {
 	OutageBackoffMax time.Duration
 
 	// HistoryRetention is how long outbox_wal_history keeps a day's
-	// partition. Defaults to 15 days. Negative writes no history.
+	// partition. Defaults to 15 days. Negative writes no history (and so
+	// turns the broker audit off: it repairs from the history).
 	HistoryRetention time.Duration
+	// AuditInterval is how often the reading relay checks, when Broker is
+	// a [forwarder.Auditor], the receipts of what the broker acknowledged
+	// against the broker, and publishes again from the history what it
+	// lost (see docs/broker-loss.md). Defaults to 20s; negative disables
+	// the audit and the receipts.
+	AuditInterval time.Duration
 
 	// ShutdownTimeout bounds how long Run waits for the batch in flight
 	// once its context is done. Defaults to 15s.
@@ -126,6 +133,7 @@ func (c *Config) setDefaults() {
 	def(&c.RetryBackoffMax, 5*time.Minute)
 	def(&c.OutageBackoffMax, 5*time.Second)
 	def(&c.HistoryRetention, DefaultHistoryRetention)
+	def(&c.AuditInterval, 20*time.Second)
 	def(&c.ShutdownTimeout, 15*time.Second)
 	if c.Logger == nil {
 		c.Logger = slog.Default()
@@ -160,6 +168,7 @@ func (c *Config) validate() error {
 	check(c.OutageBackoffMax > 0, "OutageBackoffMax", "must be positive")
 	check(c.HistoryRetention < 0 || c.HistoryRetention >= time.Hour, "HistoryRetention", "must be at least 1h, or negative to keep no history")
 	check(c.ShutdownTimeout > 0, "ShutdownTimeout", "must be positive")
+	check(c.AuditInterval < 0 || c.AuditInterval >= 10*time.Millisecond, "AuditInterval", "must be at least 10ms, or negative to disable the audit")
 	if err := errors.Join(errs...); err != nil {
 		return fmt.Errorf("walrelay config: %w", err)
 	}

@@ -48,6 +48,16 @@
 // partitioned by day, whose partitions are dropped whole past
 // Config.HistoryRetention. Replay and repair read it (replay.Filter.Source).
 //
+// # Broker loss
+//
+// When the Broker is a [forwarder.Auditor], the relay keeps a receipt of
+// where the broker put each event, keyed by its history row, in
+// outbox_wal_receipts, written before the slot moves past the event. Every
+// Config.AuditInterval the reading relay audits them with the forwarder's
+// engine ([forwarder.RunAudit]); an event the broker lost is copied from
+// the history into outbox_wal_parked and goes out again, its aggregate's
+// later events held behind it ([Relay.Audit]).
+//
 // # Slot safety
 //
 // A slot keeps the WAL its reader has not confirmed: a relay that is down

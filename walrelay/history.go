@@ -17,17 +17,18 @@ const historyChunk = 5000
 
 // writeHistory appends its to outbox_wal_history, in the partition of
 // today (UTC), which it creates when missing.
-func (r *Relay) writeHistory(ctx context.Context, txns []txn, its []item) error {
+func (r *Relay) writeHistory(ctx context.Context, txns []txn, its []item) (map[eventKey]int64, error) {
 	if len(its) == 0 {
-		return nil
+		return nil, nil
 	}
 	if err := r.ensurePartitions(ctx, time.Now()); err != nil {
-		return err
+		return nil, err
 	}
+	ids := make(map[eventKey]int64, len(its))
 	for start := 0; start < len(its); start += historyChunk {
 		chunk := its[start:min(start+historyChunk, len(its))]
 		n := len(chunk)
-		lsns, ids, topics, atypes, aids, etypes, payloads, mds := make([]string, n), make([]string, n), make([]string, n),
+		lsns, mids, topics, atypes, aids, etypes, payloads, mds := make([]string, n), make([]string, n), make([]string, n),
 			make([]string, n), make([]string, n), make([]string, n), make([]string, n), make([]string, n)
 		versions := make([]int64, n)
 		positions := make([]int32, n)
@@ -37,26 +38,44 @@ func (r *Relay) writeHistory(ctx context.Context, txns []txn, its []item) error 
 			if len(it.ev.Metadata) > 0 {
 				var err error
 				if md, err = json.Marshal(it.ev.Metadata); err != nil {
-					return fmt.Errorf("metadata of %s: %w", it.ev.MessageID, err)
+					return nil, fmt.Errorf("metadata of %s: %w", it.ev.MessageID, err)
 				}
 			}
-			lsns[i], ids[i], topics[i], atypes[i], aids[i], etypes[i] = txns[it.txn].commitLSN.String(), it.ev.MessageID,
+			lsns[i], mids[i], topics[i], atypes[i], aids[i], etypes[i] = txns[it.txn].commitLSN.String(), it.ev.MessageID,
 				it.ev.Topic, it.ev.AggregateType, it.ev.AggregateID, it.ev.EventType
 			positions[i] = int32(it.pos)
 			payloads[i], mds[i], versions[i], occurred[i] = string(it.ev.Payload), string(md), it.ev.AggregateVersion, it.ev.OccurredAt
 		}
-		_, err := r.cfg.Pool.Exec(ctx, `
+		rows, err := r.cfg.Pool.Query(ctx, `
 			INSERT INTO outbox_wal_history (commit_lsn, position, message_id, topic, aggregate_type, aggregate_id, aggregate_version,
 			    event_type, payload, metadata, occurred_at)
 			SELECT l::pg_lsn, pos, m::uuid, t, at, ai, v, et, p::json, md::jsonb, oc
 			FROM unnest($1::text[], $2::text[], $3::text[], $4::text[], $5::text[], $6::bigint[], $7::text[], $8::text[],
-			            $9::text[], $10::timestamptz[], $11::int[]) AS x(l, m, t, at, ai, v, et, p, md, oc, pos)`,
-			lsns, ids, topics, atypes, aids, versions, etypes, payloads, mds, occurred, positions)
+			            $9::text[], $10::timestamptz[], $11::int[]) AS x(l, m, t, at, ai, v, et, p, md, oc, pos)
+			RETURNING commit_lsn::text, position, id`,
+			lsns, mids, topics, atypes, aids, versions, etypes, payloads, mds, occurred, positions)
 		if err != nil {
-			return fmt.Errorf("insert history: %w", err)
+			return nil, fmt.Errorf("insert history: %w", err)
+		}
+		var (
+			k  eventKey
+			id int64
+		)
+		if _, err := pgx.ForEachRow(rows, []any{&k.commitLSN, &k.position, &id}, func() error {
+			ids[k] = id
+			return nil
+		}); err != nil {
+			return nil, fmt.Errorf("insert history: %w", err)
 		}
 	}
-	return nil
+	return ids, nil
+}
+
+// eventKey is an event's place in the WAL: its transaction's commit LSN
+// (text) and its position in the transaction, as the history keeps them.
+type eventKey struct {
+	commitLSN string
+	position  int32
 }
 
 // partitionName is the history partition of day (UTC).
@@ -109,6 +128,12 @@ func (r *Relay) pruneHistory(ctx context.Context, conn *pgx.Conn) {
 		}
 		delete(r.partitions, n)
 		r.cfg.Logger.Info("wal relay: history partition dropped past retention", "partition", n)
+	}
+	// Receipts the audit has not settled by now (a consumer group stopped
+	// for the retention) point to history that is gone: nothing could be
+	// repaired from them.
+	if _, err := conn.Exec(ctx, `DELETE FROM outbox_wal_receipts WHERE published_at < $1`, cutoff); err != nil {
+		r.cfg.Logger.Warn("wal relay: purge receipts past retention", "error", err.Error())
 	}
 }
 

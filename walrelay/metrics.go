@@ -14,6 +14,7 @@ var walStatuses = []string{"reserved", "extended", "unreserved", "lost", "missin
 
 type metrics struct {
 	published, failedAttempts, parked *prometheus.CounterVec
+	brokerLosses, repaired            *prometheus.CounterVec
 	brokerUnavailable, heartbeats     prometheus.Counter
 	historyRows, undecodable          prometheus.Counter
 	batchSeconds                      prometheus.Histogram
@@ -39,6 +40,8 @@ func newMetrics(reg prometheus.Registerer) (*metrics, error) {
 		published:         byTopic("published_total", "Events the broker acknowledged, by topic."),
 		failedAttempts:    byTopic("failed_attempts_total", "Publish attempts the broker refused for the event's own reason, by topic."),
 		parked:            byTopic("parked_total", "Events parked after MaxAttempts, by topic."),
+		brokerLosses:      byTopic("broker_losses_total", "Audits that found the broker lost acknowledged events, by topic."),
+		repaired:          byTopic("repaired_total", "Events put back from the history after the broker lost them, by topic."),
 		brokerUnavailable: counter("broker_unavailable_total", "Batches that met an unavailable broker (no attempt counted)."),
 		heartbeats:        counter("heartbeats_total", "Heartbeat messages an idle relay emitted to move its slot."),
 		historyRows:       counter("history_rows_total", "Events written to outbox_wal_history."),
@@ -59,7 +62,7 @@ func newMetrics(reg prometheus.Registerer) (*metrics, error) {
 	if reg == nil {
 		return m, nil
 	}
-	for _, c := range []prometheus.Collector{m.published, m.failedAttempts, m.parked, m.brokerUnavailable, m.heartbeats,
+	for _, c := range []prometheus.Collector{m.published, m.failedAttempts, m.parked, m.brokerLosses, m.repaired, m.brokerUnavailable, m.heartbeats,
 		m.historyRows, m.undecodable, m.batchSeconds, m.leader, m.slotLagBytes, m.slotRetainedBytes, m.slotSafeWALSize,
 		m.slotWALStatus, m.parkedRows, m.heldRows} {
 		if err := reg.Register(c); err != nil {

@@ -155,9 +155,19 @@ func (r *Relay) retryRound(ctx context.Context, conn *pgx.Conn) (bool, error) {
 	}
 	pctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), r.cfg.PublishTimeout)
 	defer cancel()
-	forwarder.PublishWaves(pctx, r.cfg.Broker, keys, msgs, results)
+	var receipts []forwarder.Receipt
+	if r.auditor != nil {
+		receipts = make([]forwarder.Receipt, len(heads))
+		forwarder.PublishWavesReceipts(pctx, r.auditor, keys, msgs, results, receipts)
+	} else {
+		forwarder.PublishWaves(pctx, r.cfg.Broker, keys, msgs, results)
+	}
 
 	var done, failedIDs []int64
+	// The receipts of what went out (not of a discard marker: a repair
+	// would publish the event again, not its marker), by parked row.
+	var receiptOf []int64
+	var receiptTopics, receiptPositions []string
 	var failedErr []string
 	var failedDue []time.Time
 	var parkNow []bool
@@ -169,6 +179,11 @@ func (r *Relay) retryRound(ctx context.Context, conn *pgx.Conn) (bool, error) {
 		case err == nil:
 			done = append(done, h.id)
 			r.metrics.published.WithLabelValues(h.topic).Inc()
+			if receipts != nil && h.row.DiscardedAt == nil {
+				receiptOf = append(receiptOf, h.id)
+				receiptTopics = append(receiptTopics, receipts[i].BrokerTopic)
+				receiptPositions = append(receiptPositions, receipts[i].Position)
+			}
 		case errors.Is(err, forwarder.ErrBrokerUnavailable):
 			outage = err
 		default:
@@ -189,6 +204,18 @@ func (r *Relay) retryRound(ctx context.Context, conn *pgx.Conn) (bool, error) {
 	mctx, mcancel := context.WithTimeout(context.WithoutCancel(ctx), r.cfg.ShutdownTimeout)
 	defer mcancel()
 	b := &pgx.Batch{}
+	if len(receiptOf) > 0 {
+		// Keyed by the events' history rows, found by their transaction
+		// and message id; before their parked rows go.
+		b.Queue(`
+			INSERT INTO outbox_wal_receipts (history_ids, broker_topics, positions)
+			SELECT array_agg(h.id ORDER BY k.ord), array_agg(k.t ORDER BY k.ord), array_agg(k.p ORDER BY k.ord)
+			FROM unnest($1::bigint[], $2::text[], $3::text[]) WITH ORDINALITY AS k(pid, t, p, ord)
+			JOIN outbox_wal_parked w ON w.id = k.pid
+			JOIN LATERAL (SELECT max(x.id) AS id FROM outbox_wal_history x
+			              WHERE x.commit_lsn = w.commit_lsn AND x.message_id = w.message_id AND x.id IS NOT NULL) h ON h.id IS NOT NULL
+			HAVING count(*) > 0`, receiptOf, receiptTopics, receiptPositions)
+	}
 	if len(done) > 0 {
 		b.Queue(`DELETE FROM outbox_wal_parked WHERE id = ANY($1)`, done)
 	}

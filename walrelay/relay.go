@@ -6,6 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/ThreeDotsLabs/watermill/message"
@@ -33,11 +34,19 @@ type Relay struct {
 	stop    context.CancelFunc
 	done    chan struct{}
 
+	// auditor is Broker as a forwarder.Auditor when the audit is on (an
+	// Auditor, AuditInterval positive, a history kept), nil otherwise.
+	// retryNow: an audit put events back; the reader retries parked
+	// events at once.
+	auditor  forwarder.Auditor
+	retryNow atomic.Bool
+
 	// The reader goroutine's own.
 	historyUpTo lsn             // history is written for transactions ending after it
 	partitions  map[string]bool // history partitions known to exist
 	lastRetry   time.Time
 	lastPrune   time.Time
+	lastAudit   time.Time
 }
 
 // New validates cfg and returns a Relay. It starts nothing.
@@ -50,7 +59,11 @@ func New(cfg Config) (*Relay, error) {
 	if err != nil {
 		return nil, err
 	}
-	return &Relay{cfg: cfg, metrics: m, partitions: make(map[string]bool)}, nil
+	r := &Relay{cfg: cfg, metrics: m, partitions: make(map[string]bool), lastAudit: time.Now()}
+	if a, ok := cfg.Broker.(forwarder.Auditor); ok && cfg.AuditInterval > 0 && cfg.HistoryRetention > 0 {
+		r.auditor = a
+	}
+	return r, nil
 }
 
 // errStandby: another relay holds the reader's lock.
@@ -221,7 +234,7 @@ func (r *Relay) read(ctx context.Context, conn *pgx.Conn) error {
 	outages := 0 // broker outages in a row
 	lastConfirm := time.Now()
 	for ctx.Err() == nil {
-		if time.Since(r.lastRetry) >= retryTick {
+		if time.Since(r.lastRetry) >= retryTick || r.retryNow.Swap(false) {
 			r.lastRetry = time.Now()
 			if err := r.retryParked(ctx, conn); err != nil && ctx.Err() == nil {
 				r.cfg.Logger.Warn("wal relay: retry parked events", "error", err.Error())
@@ -230,6 +243,12 @@ func (r *Relay) read(ctx context.Context, conn *pgx.Conn) error {
 		if r.cfg.HistoryRetention > 0 && time.Since(r.lastPrune) >= pruneTick {
 			r.lastPrune = time.Now()
 			r.pruneHistory(ctx, conn)
+		}
+		if r.auditor != nil && time.Since(r.lastAudit) >= r.cfg.AuditInterval {
+			r.lastAudit = time.Now()
+			if err := r.Audit(ctx); err != nil && ctx.Err() == nil {
+				r.cfg.Logger.Warn("wal relay: broker audit", "error", err.Error())
+			}
 		}
 		n, err := r.batch(ctx, conn)
 		if n > 0 {
@@ -353,7 +372,12 @@ func (r *Relay) batch(ctx context.Context, conn *pgx.Conn) (int, error) {
 			}
 		}
 	}
-	go func() { histDone <- r.writeHistory(wctx, txns, hist) }()
+	var histIDs map[eventKey]int64
+	go func() {
+		var err error
+		histIDs, err = r.writeHistory(wctx, txns, hist)
+		histDone <- err
+	}()
 
 	keys := make([]string, len(items))
 	msgs := make([]forwarder.Outgoing, len(items))
@@ -364,7 +388,13 @@ func (r *Relay) batch(ctx context.Context, conn *pgx.Conn) (int, error) {
 			results[i] = errParkedAhead
 		}
 	}
-	forwarder.PublishWaves(pctx, r.cfg.Broker, keys, msgs, results)
+	var receipts []forwarder.Receipt
+	if r.auditor != nil {
+		receipts = make([]forwarder.Receipt, len(items))
+		forwarder.PublishWavesReceipts(pctx, r.auditor, keys, msgs, results, receipts)
+	} else {
+		forwarder.PublishWaves(pctx, r.cfg.Broker, keys, msgs, results)
+	}
 	herr := <-histDone
 
 	// The slot may move past the transactions before the first one with
@@ -430,6 +460,13 @@ func (r *Relay) batch(ctx context.Context, conn *pgx.Conn) (int, error) {
 	}
 	if err := insertParked(wctx, conn, park); err != nil {
 		return 0, err
+	}
+	// The receipts of what the broker took, before the slot moves past
+	// it: until then, a crash reads and publishes it again.
+	if receipts != nil {
+		if err := r.saveReceipts(wctx, conn, txns, items, results, receipts, histIDs); err != nil {
+			return 0, err
+		}
 	}
 	to := txns[confirm-1].end
 	if _, err := conn.Exec(wctx, `SELECT pg_replication_slot_advance($1, $2::pg_lsn)`, r.cfg.SlotName, to.String()); err != nil {

@@ -64,6 +64,9 @@ The database needs wal_level=logical; see docs/wal-mode.md.`,
 		reg := newRegistry()
 		rc := cfg
 		rc.Pool, rc.Broker, rc.Registerer, rc.Logger = pool, backend.Broker(), reg, logger
+		// The broker audit as the forwarder's (AUDIT_INTERVAL), from the
+		// history: on when the broker is an Auditor.
+		rc.AuditInterval = c.AuditInterval
 		r, err := walrelay.New(rc)
 		if err != nil {
 			return err

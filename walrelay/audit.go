@@ -1,0 +1,152 @@
+package walrelay
+
+import (
+	"context"
+	"fmt"
+
+	"github.com/jackc/pgx/v5"
+
+	"github.com/outflow-dev/outflow/forwarder"
+)
+
+// walAuditLock, with a hash of the schema, keeps the WAL mode's audit to
+// one process at a time ("outw"); the forwarder's has a key of its own.
+const walAuditLock = 0x6f757477
+
+// historyAuditStore is the WAL mode's [forwarder.AuditStore]: receipts of
+// history rows in outbox_wal_receipts, states in outbox_wal_audit, and a
+// lost event put back by copying its history row into outbox_wal_parked,
+// due at once with no attempt counted (a broker's loss is not the event's
+// failure). The parked table holds its aggregate's later events behind
+// it, and the reader's retry rounds publish it again, as for a refusal.
+var historyAuditStore = forwarder.AuditStore{
+	Lock:     walAuditLock,
+	Receipts: "outbox_wal_receipts",
+	IDs:      "history_ids",
+	States:   "outbox_wal_audit",
+	Messages: `SELECT id, message_id::text, topic FROM outbox_wal_history WHERE id = ANY($1)`,
+	Repair: `
+		WITH put AS (
+			INSERT INTO outbox_wal_parked (message_id, topic, aggregate_type, aggregate_id, aggregate_version, event_type,
+			    payload, metadata, occurred_at, commit_lsn, next_attempt_at)
+			SELECT message_id, topic, aggregate_type, aggregate_id, aggregate_version, event_type,
+			       payload, metadata, occurred_at, commit_lsn, now()
+			FROM outbox_wal_history WHERE id = ANY($1)
+			ORDER BY commit_lsn, position
+			ON CONFLICT (message_id) DO NOTHING
+			RETURNING 1)
+		SELECT (SELECT count(*) FROM put), (SELECT count(*) FROM outbox_wal_history WHERE id = ANY($1))`,
+}
+
+// Audit checks, once, the receipts of what the broker acknowledged against
+// the broker, forgets what every consumer had, and puts back what the
+// broker lost, to be published again from the history (see
+// [forwarder.RunAudit]: one rule for both modes). The reading relay calls
+// it every Config.AuditInterval; it is exported for tests and tools. It
+// does nothing when the audit is off (the Broker is no
+// [forwarder.Auditor], AuditInterval is negative, or no history is kept).
+func (r *Relay) Audit(ctx context.Context) error {
+	if r.auditor == nil {
+		return nil
+	}
+	repairs, err := forwarder.RunAudit(ctx, r.cfg.Pool, r.auditor, historyAuditStore, r.cfg.ShutdownTimeout, r.cfg.Logger)
+	forwarder.LogRepairs(r.cfg.Logger, repairs)
+	for _, rp := range repairs {
+		r.metrics.brokerLosses.WithLabelValues(rp.Topic).Inc()
+		r.metrics.repaired.WithLabelValues(rp.Topic).Add(float64(rp.Repaired))
+		if rp.Repaired > 0 {
+			// The retry round publishes them now, not at its next tick.
+			r.retryNow.Store(true)
+		}
+	}
+	return err
+}
+
+// receiptsPerRow bounds the receipts of one row of outbox_wal_receipts,
+// as the forwarder's: the audit bounds its work by rows and receipts.
+const receiptsPerRow = 1000
+
+// saveReceipts writes the receipts of the events the broker acknowledged
+// (results[i] nil), keyed by their history rows: those this batch wrote
+// (ids), or, for events whose history an earlier read of the same
+// transactions wrote, found by their place in the WAL.
+func (r *Relay) saveReceipts(ctx context.Context, conn *pgx.Conn, txns []txn, items []item, results []error,
+	receipts []forwarder.Receipt, ids map[eventKey]int64) error {
+	var (
+		keys    []eventKey
+		missing []eventKey
+	)
+	for i, it := range items {
+		if results[i] != nil {
+			continue
+		}
+		k := eventKey{commitLSN: txns[it.txn].commitLSN.String(), position: int32(it.pos)}
+		keys = append(keys, k)
+		if _, ok := ids[k]; !ok {
+			missing = append(missing, k)
+		}
+	}
+	if len(keys) == 0 {
+		return nil
+	}
+	if len(missing) > 0 {
+		lsns, poss := make([]string, len(missing)), make([]int32, len(missing))
+		for i, k := range missing {
+			lsns[i], poss[i] = k.commitLSN, k.position
+		}
+		rows, err := conn.Query(ctx, `
+			SELECT h.commit_lsn::text, h.position, max(h.id) FROM outbox_wal_history h
+			JOIN unnest($1::pg_lsn[], $2::int[]) AS k(l, p) ON h.commit_lsn = k.l AND h.position = k.p
+			WHERE h.id IS NOT NULL GROUP BY 1, 2`, lsns, poss)
+		if err != nil {
+			return fmt.Errorf("find the history rows of the receipts: %w", err)
+		}
+		if ids == nil {
+			ids = make(map[eventKey]int64, len(missing))
+		}
+		var (
+			k  eventKey
+			id int64
+		)
+		if _, err := pgx.ForEachRow(rows, []any{&k.commitLSN, &k.position, &id}, func() error {
+			ids[k] = id
+			return nil
+		}); err != nil {
+			return fmt.Errorf("find the history rows of the receipts: %w", err)
+		}
+	}
+	var (
+		hist              []int64
+		topics, positions []string
+	)
+	j := 0
+	for i := range items {
+		if results[i] != nil {
+			continue
+		}
+		k := keys[j]
+		j++
+		id, ok := ids[k]
+		if !ok {
+			// No history row to repair it from (written before the
+			// history had ids): nothing an audit could do about it.
+			continue
+		}
+		hist = append(hist, id)
+		topics = append(topics, receipts[i].BrokerTopic)
+		positions = append(positions, receipts[i].Position)
+	}
+	b := &pgx.Batch{}
+	for lo := 0; lo < len(hist); lo += receiptsPerRow {
+		hi := min(lo+receiptsPerRow, len(hist))
+		b.Queue(`INSERT INTO outbox_wal_receipts (history_ids, broker_topics, positions) VALUES ($1, $2, $3)`,
+			hist[lo:hi], topics[lo:hi], positions[lo:hi])
+	}
+	if b.Len() == 0 {
+		return nil
+	}
+	if err := conn.SendBatch(ctx, b).Close(); err != nil {
+		return fmt.Errorf("write receipts: %w", err)
+	}
+	return nil
+}
