@@ -104,14 +104,7 @@ func (r *Relay) saveReceipts(ctx context.Context, conn *pgx.Conn, txns []txn, it
 		if ids == nil {
 			ids = make(map[eventKey]int64, len(missing))
 		}
-		var (
-			k  eventKey
-			id int64
-		)
-		if _, err := pgx.ForEachRow(rows, []any{&k.commitLSN, &k.position, &id}, func() error {
-			ids[k] = id
-			return nil
-		}); err != nil {
+		if err := collectHistoryIDs(rows, ids); err != nil {
 			return fmt.Errorf("find the history rows of the receipts: %w", err)
 		}
 	}

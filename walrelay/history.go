@@ -57,18 +57,24 @@ func (r *Relay) writeHistory(ctx context.Context, txns []txn, its []item) (map[e
 		if err != nil {
 			return nil, fmt.Errorf("insert history: %w", err)
 		}
-		var (
-			k  eventKey
-			id int64
-		)
-		if _, err := pgx.ForEachRow(rows, []any{&k.commitLSN, &k.position, &id}, func() error {
-			ids[k] = id
-			return nil
-		}); err != nil {
+		if err := collectHistoryIDs(rows, ids); err != nil {
 			return nil, fmt.Errorf("insert history: %w", err)
 		}
 	}
 	return ids, nil
+}
+
+// collectHistoryIDs adds rows of (commit_lsn text, position, id) to ids.
+func collectHistoryIDs(rows pgx.Rows, ids map[eventKey]int64) error {
+	var (
+		k  eventKey
+		id int64
+	)
+	_, err := pgx.ForEachRow(rows, []any{&k.commitLSN, &k.position, &id}, func() error {
+		ids[k] = id
+		return nil
+	})
+	return err
 }
 
 // eventKey is an event's place in the WAL: its transaction's commit LSN

@@ -155,13 +155,7 @@ func (r *Relay) retryRound(ctx context.Context, conn *pgx.Conn) (bool, error) {
 	}
 	pctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), r.cfg.PublishTimeout)
 	defer cancel()
-	var receipts []forwarder.Receipt
-	if r.auditor != nil {
-		receipts = make([]forwarder.Receipt, len(heads))
-		forwarder.PublishWavesReceipts(pctx, r.auditor, keys, msgs, results, receipts)
-	} else {
-		forwarder.PublishWaves(pctx, r.cfg.Broker, keys, msgs, results)
-	}
+	receipts := r.publishWaves(pctx, keys, msgs, results)
 
 	var done, failedIDs []int64
 	// The receipts of what went out (not of a discard marker: a repair

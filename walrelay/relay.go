@@ -388,13 +388,7 @@ func (r *Relay) batch(ctx context.Context, conn *pgx.Conn) (int, error) {
 			results[i] = errParkedAhead
 		}
 	}
-	var receipts []forwarder.Receipt
-	if r.auditor != nil {
-		receipts = make([]forwarder.Receipt, len(items))
-		forwarder.PublishWavesReceipts(pctx, r.auditor, keys, msgs, results, receipts)
-	} else {
-		forwarder.PublishWaves(pctx, r.cfg.Broker, keys, msgs, results)
-	}
+	receipts := r.publishWaves(pctx, keys, msgs, results)
 	herr := <-histDone
 
 	// The slot may move past the transactions before the first one with
@@ -489,6 +483,19 @@ func (r *Relay) batch(ctx context.Context, conn *pgx.Conn) (int, error) {
 	}
 	r.metrics.batchSeconds.Observe(time.Since(start).Seconds())
 	return confirm, unavailableErr
+}
+
+// publishWaves publishes msgs in the forwarder's waves, with receipts
+// (returned, receipts[i] msgs[i]'s when results[i] is nil) when the audit
+// is on, nil otherwise.
+func (r *Relay) publishWaves(ctx context.Context, keys []string, msgs []forwarder.Outgoing, results []error) []forwarder.Receipt {
+	if r.auditor == nil {
+		forwarder.PublishWaves(ctx, r.cfg.Broker, keys, msgs, results)
+		return nil
+	}
+	receipts := make([]forwarder.Receipt, len(msgs))
+	forwarder.PublishWavesReceipts(ctx, r.auditor, keys, msgs, results, receipts)
+	return receipts
 }
 
 // decode turns the transactions' messages with the writers' prefix into
