@@ -97,8 +97,9 @@ type Config struct {
 	// WebhookSecretGrace is how long a rotated-out webhook secret stays
 	// valid (the sender signs with both meanwhile).
 	WebhookSecretGrace time.Duration
-	// AuditInterval is how often the forwarder audits the broker for lost
-	// entries (forwarder.Config.AuditInterval); negative disables.
+	// AuditInterval is how often the forwarder, or the WAL relay, audits
+	// the broker for lost entries (forwarder.Config.AuditInterval,
+	// walrelay.Config.AuditInterval); negative disables.
 	AuditInterval time.Duration
 	// SecretKey seals webhook secrets at rest (OUTFLOW_SECRET_KEY, never a
 	// flag: a flag shows in the process list). Nil when not set: secrets
