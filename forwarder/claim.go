@@ -497,9 +497,11 @@ func PublishWaves(ctx context.Context, b Broker, keys []string, msgs []Outgoing,
 // PublishReceipts: receipts[i] (len(msgs) of them) is where the broker put
 // msgs[i] when results[i] is nil. A message acknowledged without a receipt
 // counts as not sent ([ErrBrokerUnavailable]): sent again rather than left
-// unaudited. The WAL relay keeps its receipts with it.
-func PublishWavesReceipts(ctx context.Context, a Auditor, keys []string, msgs []Outgoing, results []error, receipts []Receipt) int {
-	return waves(ctx, keys, msgs, results, receipts, a.PublishReceipts, nil)
+// unaudited; noReceipt (may be nil) is told, to say loudly that the
+// Auditor is broken. The WAL relay keeps its receipts with it.
+func PublishWavesReceipts(ctx context.Context, a Auditor, keys []string, msgs []Outgoing, results []error, receipts []Receipt,
+	noReceipt func(Outgoing)) int {
+	return waves(ctx, keys, msgs, results, receipts, a.PublishReceipts, noReceipt)
 }
 
 // waves is publishWaves and PublishWaves: publish sends one wave;

@@ -17,8 +17,11 @@ const walAuditLock = 0x6f757477
 // history rows in outbox_wal_receipts, states in outbox_wal_audit, and a
 // lost event put back by copying its history row into outbox_wal_parked,
 // due at once with no attempt counted (a broker's loss is not the event's
-// failure). The parked table holds its aggregate's later events behind
-// it, and the reader's retry rounds publish it again, as for a refusal.
+// failure), its discard marker instead when it was discarded. The parked
+// table holds its aggregate's later events behind it, and the reader's
+// retry rounds publish each aggregate's parked events in commit order
+// (commit_lsn, position), whenever each was parked: a repaired event goes
+// before its aggregate's later events parked since.
 var historyAuditStore = forwarder.AuditStore{
 	Lock:     walAuditLock,
 	Receipts: "outbox_wal_receipts",
@@ -28,9 +31,9 @@ var historyAuditStore = forwarder.AuditStore{
 	Repair: `
 		WITH put AS (
 			INSERT INTO outbox_wal_parked (message_id, topic, aggregate_type, aggregate_id, aggregate_version, event_type,
-			    payload, metadata, occurred_at, commit_lsn, next_attempt_at)
+			    payload, metadata, occurred_at, commit_lsn, position, discarded_at, next_attempt_at)
 			SELECT message_id, topic, aggregate_type, aggregate_id, aggregate_version, event_type,
-			       payload, metadata, occurred_at, commit_lsn, now()
+			       payload, metadata, occurred_at, commit_lsn, position, discarded_at, now()
 			FROM outbox_wal_history WHERE id = ANY($1)
 			ORDER BY commit_lsn, position
 			ON CONFLICT (message_id) DO NOTHING
@@ -73,8 +76,9 @@ const receiptsPerRow = 1000
 func (r *Relay) saveReceipts(ctx context.Context, conn *pgx.Conn, txns []txn, items []item, results []error,
 	receipts []forwarder.Receipt, ids map[eventKey]int64) error {
 	var (
-		keys    []eventKey
-		missing []eventKey
+		keys       []eventKey
+		lsns, mids []string
+		poss       []int32
 	)
 	for i, it := range items {
 		if results[i] != nil {
@@ -83,26 +87,24 @@ func (r *Relay) saveReceipts(ctx context.Context, conn *pgx.Conn, txns []txn, it
 		k := eventKey{commitLSN: txns[it.txn].commitLSN.String(), position: int32(it.pos)}
 		keys = append(keys, k)
 		if _, ok := ids[k]; !ok {
-			missing = append(missing, k)
+			lsns, poss, mids = append(lsns, k.commitLSN), append(poss, k.position), append(mids, it.ev.MessageID)
 		}
 	}
 	if len(keys) == 0 {
 		return nil
 	}
-	if len(missing) > 0 {
-		lsns, poss := make([]string, len(missing)), make([]int32, len(missing))
-		for i, k := range missing {
-			lsns[i], poss[i] = k.commitLSN, k.position
-		}
+	if len(lsns) > 0 {
+		// By message id too: after a failover to a standby that was
+		// behind, a commit LSN may name another transaction.
 		rows, err := conn.Query(ctx, `
 			SELECT h.commit_lsn::text, h.position, max(h.id) FROM outbox_wal_history h
-			JOIN unnest($1::pg_lsn[], $2::int[]) AS k(l, p) ON h.commit_lsn = k.l AND h.position = k.p
-			WHERE h.id IS NOT NULL GROUP BY 1, 2`, lsns, poss)
+			JOIN unnest($1::pg_lsn[], $2::int[], $3::uuid[]) AS k(l, p, m) ON h.commit_lsn = k.l AND h.position = k.p AND h.message_id = k.m
+			WHERE h.id IS NOT NULL GROUP BY 1, 2`, lsns, poss, mids)
 		if err != nil {
 			return fmt.Errorf("find the history rows of the receipts: %w", err)
 		}
 		if ids == nil {
-			ids = make(map[eventKey]int64, len(missing))
+			ids = make(map[eventKey]int64, len(lsns))
 		}
 		if err := collectHistoryIDs(rows, ids); err != nil {
 			return fmt.Errorf("find the history rows of the receipts: %w", err)

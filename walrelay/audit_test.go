@@ -2,7 +2,10 @@ package walrelay_test
 
 import (
 	"context"
+	"fmt"
+	"maps"
 	"strconv"
+	"sync"
 	"testing"
 	"time"
 
@@ -12,6 +15,7 @@ import (
 
 	redisstreams "github.com/outflow-dev/outflow/brokers/redis"
 	"github.com/outflow-dev/outflow/events"
+	"github.com/outflow-dev/outflow/forwarder"
 	"github.com/outflow-dev/outflow/outflowtest"
 	"github.com/outflow-dev/outflow/walrelay"
 )
@@ -50,13 +54,7 @@ func onStreams(t *testing.T, c *redis.Client, b *redisstreams.Broker) (map[strin
 func TestAuditRepairsABrokerLossFromTheHistory(t *testing.T) {
 	t.Parallel()
 	e := setup(t)
-	srv := outflowtest.StartRedis(t)
-	opts, err := redis.ParseURL(srv.URL)
-	require.NoError(t, err)
-	c := redis.NewClient(opts)
-	t.Cleanup(func() { c.Close() })
-	b, err := redisstreams.New(redisstreams.Config{Client: c, Partitions: 1})
-	require.NoError(t, err)
+	c, b := ownRedis(t)
 	r := e.run(e.config(func(cfg *walrelay.Config) {
 		cfg.Broker = b
 		cfg.AuditInterval = time.Hour // by hand, below
@@ -105,4 +103,145 @@ func TestAuditRepairsABrokerLossFromTheHistory(t *testing.T) {
 	require.NoError(t, r.Audit(context.Background()))
 	require.Equal(t, 30, e.count(`SELECT last_repaired FROM outbox_wal_audit`))
 	require.Equal(t, 30, e.count(`SELECT coalesce(sum(cardinality(history_ids)), 0) FROM outbox_wal_receipts`), "unsettled: no group reads them")
+}
+
+// ownRedis is a redis-server of the test's own, which it may flush, and a
+// broker of one stream per topic on it.
+func ownRedis(t *testing.T) (*redis.Client, *redisstreams.Broker) {
+	t.Helper()
+	srv := outflowtest.StartRedis(t)
+	opts, err := redis.ParseURL(srv.URL)
+	require.NoError(t, err)
+	c := redis.NewClient(opts)
+	t.Cleanup(func() { c.Close() })
+	b, err := redisstreams.New(redisstreams.Config{Client: c, Partitions: 1})
+	require.NoError(t, err)
+	return c, b
+}
+
+// refusing is a Redis broker that refuses the message ids in refuse, for
+// their own reason.
+type refusing struct {
+	*redisstreams.Broker
+	mu     sync.Mutex
+	refuse map[string]bool
+}
+
+func (b *refusing) set(ids ...string) {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	b.refuse = map[string]bool{}
+	for _, id := range ids {
+		b.refuse[id] = true
+	}
+}
+
+func (b *refusing) PublishReceipts(ctx context.Context, msgs []forwarder.Outgoing) ([]forwarder.Receipt, []error) {
+	b.mu.Lock()
+	refused := maps.Clone(b.refuse)
+	b.mu.Unlock()
+	receipts, errs := make([]forwarder.Receipt, len(msgs)), make([]error, len(msgs))
+	var pass []forwarder.Outgoing
+	var at []int
+	for i, m := range msgs {
+		if refused[m.Message.UUID] {
+			errs[i] = fmt.Errorf("injected refusal of %s", m.Message.UUID)
+			continue
+		}
+		pass = append(pass, m)
+		at = append(at, i)
+	}
+	if len(pass) > 0 {
+		rs, es := b.Broker.PublishReceipts(ctx, pass)
+		for j, i := range at {
+			receipts[i], errs[i] = rs[j], es[j]
+		}
+	}
+	return receipts, errs
+}
+
+// A lost event is repaired into outbox_wal_parked after its aggregate's
+// later event was parked there (refused, then left for an operator): it
+// goes out first, by its place in the WAL, not behind the later one; and
+// the later one, retried, goes out after it.
+func TestRepairedEventGoesBeforeItsAggregatesLaterParkedOne(t *testing.T) {
+	t.Parallel()
+	e := setup(t)
+	c, rb := ownRedis(t)
+	b := &refusing{Broker: rb}
+	r := e.run(e.config(func(cfg *walrelay.Config) {
+		cfg.Broker = b
+		cfg.AuditInterval = time.Hour // by hand, below
+		cfg.MaxAttempts = 1
+	}))
+	a1, a2 := e.event("a", 1), e.event("a", 2)
+	e.write(a1)
+	outflowtest.WaitFor(t, 20*time.Second, "a1's receipt", func() bool {
+		return e.count(`SELECT coalesce(sum(cardinality(history_ids)), 0) FROM outbox_wal_receipts`) == 1
+	})
+	b.set(a2.MessageID)
+	e.write(a2)
+	outflowtest.WaitFor(t, 20*time.Second, "a2 parked for an operator", func() bool {
+		return e.count(`SELECT count(*) FROM outbox_wal_parked WHERE message_id = $1 AND parked_at IS NOT NULL`, a2.MessageID) == 1
+	})
+	b.set()
+	require.NoError(t, c.FlushAll(context.Background()).Err())
+	require.NoError(t, r.Audit(context.Background()))
+	outflowtest.WaitFor(t, 20*time.Second, "a1 on the stream again", func() bool {
+		seen, _ := onStreams(t, c, rb)
+		return seen[a1.MessageID]
+	})
+	n, err := walrelay.RetryParked(context.Background(), e.pg.Pool, walrelay.ParkedFilter{})
+	require.NoError(t, err)
+	require.EqualValues(t, 1, n)
+	outflowtest.WaitFor(t, 20*time.Second, "a2 on the stream", func() bool {
+		seen, _ := onStreams(t, c, rb)
+		return seen[a2.MessageID]
+	})
+	_, order := onStreams(t, c, rb)
+	require.Equal(t, []int{1, 2}, order["a"])
+}
+
+// A discard marker the broker lost goes out again as the marker, not as
+// the event it stands for: it had a receipt like any event, and the
+// history row says the event was discarded.
+func TestLostDiscardMarkerIsRepairedAsTheMarker(t *testing.T) {
+	t.Parallel()
+	e := setup(t)
+	c, rb := ownRedis(t)
+	b := &refusing{Broker: rb}
+	r := e.run(e.config(func(cfg *walrelay.Config) {
+		cfg.Broker = b
+		cfg.AuditInterval = time.Hour // by hand, below
+		cfg.MaxAttempts = 1
+	}))
+	a1, a2 := e.event("a", 1), e.event("a", 2)
+	b.set(a2.MessageID)
+	e.write(a1)
+	e.write(a2)
+	outflowtest.WaitFor(t, 20*time.Second, "a2 parked for an operator", func() bool {
+		return e.count(`SELECT count(*) FROM outbox_wal_parked WHERE message_id = $1 AND parked_at IS NOT NULL`, a2.MessageID) == 1
+	})
+	b.set()
+	_, err := walrelay.DiscardParked(context.Background(), e.pg.Pool, walrelay.ParkedFilter{})
+	require.NoError(t, err)
+	outflowtest.WaitFor(t, 20*time.Second, "the receipts of a1 and of a2's marker", func() bool {
+		return e.count(`SELECT coalesce(sum(cardinality(history_ids)), 0) FROM outbox_wal_receipts`) == 2 &&
+			e.count(`SELECT count(*) FROM outbox_wal_parked`) == 0
+	})
+	require.NoError(t, c.FlushAll(context.Background()).Err())
+	require.NoError(t, r.Audit(context.Background()))
+	outflowtest.WaitFor(t, 20*time.Second, "both on the stream again", func() bool {
+		seen, _ := onStreams(t, c, rb)
+		return len(seen) == 2
+	})
+	var types []string
+	msgs, err := c.XRange(context.Background(), rb.Streams("orders")[0], "-", "+").Result()
+	require.NoError(t, err)
+	for _, m := range msgs {
+		md, err := redisstream.DefaultMarshallerUnmarshaller{}.Unmarshal(m.Values)
+		require.NoError(t, err)
+		types = append(types, md.Metadata.Get(events.EventTypeKey))
+	}
+	require.Equal(t, []string{"order.placed", events.EventTypeDiscarded}, types)
 }

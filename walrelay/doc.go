@@ -55,8 +55,9 @@
 // outbox_wal_receipts, written before the slot moves past the event. Every
 // Config.AuditInterval the reading relay audits them with the forwarder's
 // engine ([forwarder.RunAudit]); an event the broker lost is copied from
-// the history into outbox_wal_parked and goes out again, its aggregate's
-// later events held behind it ([Relay.Audit]).
+// the history into outbox_wal_parked and goes out again, before its
+// aggregate's later events (the parked events go out in commit order), its
+// discard marker instead when it was discarded ([Relay.Audit]).
 //
 // # Slot safety
 //

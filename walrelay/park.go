@@ -58,12 +58,13 @@ func insertParked(ctx context.Context, conn *pgx.Conn, ps []parkRow) error {
 	var (
 		ids, topics, atypes, aids, etypes, payloads, mds, lsns = make([]string, n), make([]string, n), make([]string, n),
 			make([]string, n), make([]string, n), make([]string, n), make([]string, n), make([]string, n)
-		versions []int64      = make([]int64, n)
-		occurred []time.Time  = make([]time.Time, n)
-		attempts []int32      = make([]int32, n)
-		lastErrs []*string    = make([]*string, n)
-		dues     []*time.Time = make([]*time.Time, n)
-		parked   []*time.Time = make([]*time.Time, n)
+		versions  []int64      = make([]int64, n)
+		occurred  []time.Time  = make([]time.Time, n)
+		attempts  []int32      = make([]int32, n)
+		lastErrs  []*string    = make([]*string, n)
+		dues      []*time.Time = make([]*time.Time, n)
+		parked    []*time.Time = make([]*time.Time, n)
+		positions              = make([]int32, n)
 	)
 	for i, p := range ps {
 		md, err := json.Marshal(p.ev.Metadata)
@@ -77,17 +78,18 @@ func insertParked(ctx context.Context, conn *pgx.Conn, ps []parkRow) error {
 		payloads[i], mds[i], lsns[i] = string(p.ev.Payload), string(md), p.commitLSN.String()
 		versions[i], occurred[i], attempts[i] = p.ev.AggregateVersion, p.ev.OccurredAt, int32(p.attempts)
 		lastErrs[i], dues[i], parked[i] = p.lastError, p.nextAttemptAt, p.parkedAt
+		positions[i] = int32(p.pos)
 	}
 	_, err := conn.Exec(ctx, `
 		INSERT INTO outbox_wal_parked (message_id, topic, aggregate_type, aggregate_id, aggregate_version, event_type,
-		    payload, metadata, occurred_at, commit_lsn, attempts, last_error, next_attempt_at, parked_at)
-		SELECT m::uuid, t, at, ai, v, et, p::json, md::jsonb, oc, l::pg_lsn, a, le, na, pa
+		    payload, metadata, occurred_at, commit_lsn, position, attempts, last_error, next_attempt_at, parked_at)
+		SELECT m::uuid, t, at, ai, v, et, p::json, md::jsonb, oc, l::pg_lsn, pos, a, le, na, pa
 		FROM unnest($1::text[], $2::text[], $3::text[], $4::text[], $5::bigint[], $6::text[], $7::text[], $8::text[],
-		            $9::timestamptz[], $10::text[], $11::int[], $12::text[], $13::timestamptz[], $14::timestamptz[])
-		     WITH ORDINALITY AS x(m, t, at, ai, v, et, p, md, oc, l, a, le, na, pa, ord)
+		            $9::timestamptz[], $10::text[], $11::int[], $12::text[], $13::timestamptz[], $14::timestamptz[], $15::int[])
+		     WITH ORDINALITY AS x(m, t, at, ai, v, et, p, md, oc, l, a, le, na, pa, pos, ord)
 		ORDER BY ord
 		ON CONFLICT (message_id) DO NOTHING`,
-		ids, topics, atypes, aids, versions, etypes, payloads, mds, occurred, lsns, attempts, lastErrs, dues, parked)
+		ids, topics, atypes, aids, versions, etypes, payloads, mds, occurred, lsns, attempts, lastErrs, dues, parked, positions)
 	if err != nil {
 		return fmt.Errorf("park refused events: %w", err)
 	}
@@ -123,7 +125,7 @@ func (r *Relay) retryRound(ctx context.Context, conn *pgx.Conn) (bool, error) {
 		SELECT id, message_id::text, topic, aggregate_type, aggregate_id, aggregate_version, event_type,
 		       payload::text, metadata::text, occurred_at, attempts, discarded_at
 		FROM (SELECT DISTINCT ON (aggregate_type, aggregate_id) * FROM outbox_wal_parked
-		      ORDER BY aggregate_type, aggregate_id, id) head
+		      ORDER BY aggregate_type, aggregate_id, commit_lsn, position, id) head
 		WHERE parked_at IS NULL AND (next_attempt_at IS NULL OR next_attempt_at <= now())
 		ORDER BY id LIMIT 1000`)
 	if err != nil {
@@ -158,9 +160,9 @@ func (r *Relay) retryRound(ctx context.Context, conn *pgx.Conn) (bool, error) {
 	receipts := r.publishWaves(pctx, keys, msgs, results)
 
 	var done, failedIDs []int64
-	// The receipts of what went out (not of a discard marker: a repair
-	// would publish the event again, not its marker), by parked row.
-	var receiptOf []int64
+	// The receipts of what went out, by parked row; markers: the discarded
+	// events whose marker went out instead.
+	var receiptOf, markers []int64
 	var receiptTopics, receiptPositions []string
 	var failedErr []string
 	var failedDue []time.Time
@@ -173,10 +175,13 @@ func (r *Relay) retryRound(ctx context.Context, conn *pgx.Conn) (bool, error) {
 		case err == nil:
 			done = append(done, h.id)
 			r.metrics.published.WithLabelValues(h.topic).Inc()
-			if receipts != nil && h.row.DiscardedAt == nil {
+			if receipts != nil {
 				receiptOf = append(receiptOf, h.id)
 				receiptTopics = append(receiptTopics, receipts[i].BrokerTopic)
 				receiptPositions = append(receiptPositions, receipts[i].Position)
+				if h.row.DiscardedAt != nil {
+					markers = append(markers, h.id)
+				}
 			}
 		case errors.Is(err, forwarder.ErrBrokerUnavailable):
 			outage = err
@@ -198,6 +203,14 @@ func (r *Relay) retryRound(ctx context.Context, conn *pgx.Conn) (bool, error) {
 	mctx, mcancel := context.WithTimeout(context.WithoutCancel(ctx), r.cfg.ShutdownTimeout)
 	defer mcancel()
 	b := &pgx.Batch{}
+	if len(markers) > 0 {
+		// A repair of a lost marker publishes the marker again, not the
+		// event: the history row says it was discarded.
+		b.Queue(`
+			UPDATE outbox_wal_history x SET discarded_at = w.discarded_at
+			FROM outbox_wal_parked w
+			WHERE w.id = ANY($1) AND x.commit_lsn = w.commit_lsn AND x.message_id = w.message_id`, markers)
+	}
 	if len(receiptOf) > 0 {
 		// Keyed by the events' history rows, found by their transaction
 		// and message id; before their parked rows go.

@@ -494,7 +494,10 @@ func (r *Relay) publishWaves(ctx context.Context, keys []string, msgs []forwarde
 		return nil
 	}
 	receipts := make([]forwarder.Receipt, len(msgs))
-	forwarder.PublishWavesReceipts(ctx, r.auditor, keys, msgs, results, receipts)
+	forwarder.PublishWavesReceipts(ctx, r.auditor, keys, msgs, results, receipts, func(m forwarder.Outgoing) {
+		r.cfg.Logger.Error("wal relay: the Auditor acknowledged a message without a receipt (see brokertest.RunAudit)",
+			"message_id", m.Message.UUID)
+	})
 	return receipts
 }
 
