@@ -52,7 +52,9 @@ func natsLoss(t *testing.T, present, audit bool) {
 		conn, err := nats.Connect(srv.URL)
 		require.NoError(t, err)
 		defer conn.Close()
-		js, err := conn.JetStream()
+		// The API's default wait is 5 s: on a machine busy with the rest
+		// of the suite, recreating the stream took longer once.
+		js, err := conn.JetStream(nats.MaxWait(30 * time.Second))
 		require.NoError(t, err)
 		info, err := js.StreamInfo(app.PaymentsTopic)
 		require.NoError(t, err)
