@@ -160,20 +160,36 @@ func (b *refusing) PublishReceipts(ctx context.Context, msgs []forwarder.Outgoin
 	return receipts, errs
 }
 
+// refusingRelay is a relay auditing (by hand) a Redis of the test's own
+// through a broker that refuses what it is told to, parking a refused
+// event for an operator at once (MaxAttempts 1).
+func refusingRelay(t *testing.T) (*env, *redis.Client, *redisstreams.Broker, *refusing, *walrelay.Relay) {
+	t.Helper()
+	e := setup(t)
+	c, rb := ownRedis(t)
+	b := &refusing{Broker: rb}
+	r := e.run(e.config(func(cfg *walrelay.Config) {
+		cfg.Broker = b
+		cfg.AuditInterval = time.Hour
+		cfg.MaxAttempts = 1
+	}))
+	return e, c, rb, b, r
+}
+
+func (e *env) waitParkedForOperator(messageID string) {
+	e.t.Helper()
+	outflowtest.WaitFor(e.t, 20*time.Second, "the event parked for an operator", func() bool {
+		return e.count(`SELECT count(*) FROM outbox_wal_parked WHERE message_id = $1 AND parked_at IS NOT NULL`, messageID) == 1
+	})
+}
+
 // A lost event is repaired into outbox_wal_parked after its aggregate's
 // later event was parked there (refused, then left for an operator): it
 // goes out first, by its place in the WAL, not behind the later one; and
 // the later one, retried, goes out after it.
 func TestRepairedEventGoesBeforeItsAggregatesLaterParkedOne(t *testing.T) {
 	t.Parallel()
-	e := setup(t)
-	c, rb := ownRedis(t)
-	b := &refusing{Broker: rb}
-	r := e.run(e.config(func(cfg *walrelay.Config) {
-		cfg.Broker = b
-		cfg.AuditInterval = time.Hour // by hand, below
-		cfg.MaxAttempts = 1
-	}))
+	e, c, rb, b, r := refusingRelay(t)
 	a1, a2 := e.event("a", 1), e.event("a", 2)
 	e.write(a1)
 	outflowtest.WaitFor(t, 20*time.Second, "a1's receipt", func() bool {
@@ -181,9 +197,7 @@ func TestRepairedEventGoesBeforeItsAggregatesLaterParkedOne(t *testing.T) {
 	})
 	b.set(a2.MessageID)
 	e.write(a2)
-	outflowtest.WaitFor(t, 20*time.Second, "a2 parked for an operator", func() bool {
-		return e.count(`SELECT count(*) FROM outbox_wal_parked WHERE message_id = $1 AND parked_at IS NOT NULL`, a2.MessageID) == 1
-	})
+	e.waitParkedForOperator(a2.MessageID)
 	b.set()
 	require.NoError(t, c.FlushAll(context.Background()).Err())
 	require.NoError(t, r.Audit(context.Background()))
@@ -207,21 +221,12 @@ func TestRepairedEventGoesBeforeItsAggregatesLaterParkedOne(t *testing.T) {
 // history row says the event was discarded.
 func TestLostDiscardMarkerIsRepairedAsTheMarker(t *testing.T) {
 	t.Parallel()
-	e := setup(t)
-	c, rb := ownRedis(t)
-	b := &refusing{Broker: rb}
-	r := e.run(e.config(func(cfg *walrelay.Config) {
-		cfg.Broker = b
-		cfg.AuditInterval = time.Hour // by hand, below
-		cfg.MaxAttempts = 1
-	}))
+	e, c, rb, b, r := refusingRelay(t)
 	a1, a2 := e.event("a", 1), e.event("a", 2)
 	b.set(a2.MessageID)
 	e.write(a1)
 	e.write(a2)
-	outflowtest.WaitFor(t, 20*time.Second, "a2 parked for an operator", func() bool {
-		return e.count(`SELECT count(*) FROM outbox_wal_parked WHERE message_id = $1 AND parked_at IS NOT NULL`, a2.MessageID) == 1
-	})
+	e.waitParkedForOperator(a2.MessageID)
 	b.set()
 	_, err := walrelay.DiscardParked(context.Background(), e.pg.Pool, walrelay.ParkedFilter{})
 	require.NoError(t, err)
