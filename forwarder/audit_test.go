@@ -586,3 +586,26 @@ func TestReceiptsAreRecordedWithTheCursor(t *testing.T) {
 	})
 	require.Equal(t, 20, e.countSQL(`SELECT count(DISTINCT x) FROM outbox_receipts, unnest(outbox_ids) x`), "rows whose receipt is not written")
 }
+
+// With more receipts waiting for a lease tick than maxPendingReceipts (a
+// lease loop stuck while claims go on), a batch writes its own receipts
+// with it rather than let memory grow: here the bound is 2, no lease tick
+// comes after the first, and of 4 batches the last 2 write theirs.
+func TestReceiptsPastTheBoundAreWrittenWithTheirBatch(t *testing.T) {
+	defer forwarder.SetMaxPendingReceipts(2)()
+	e := setup(t)
+	e.ownRedis(1)
+	_, stop := e.run(e.config(func(c *forwarder.Config) {
+		c.AuditInterval = time.Hour
+		c.LeaseRenewInterval = time.Hour
+		c.TakeoverAfter = 2 * time.Hour
+	}))
+	outflowtest.WaitFor(t, 10*time.Second, "the partitions leased", func() bool { return e.countPartitionsOwned() == 16 })
+	for v := range 4 {
+		e.write("x", int64(v+1), testPayload{N: v})
+		outflowtest.WaitFor(t, 10*time.Second, "the row on the stream", func() bool { return e.distinctOnStreams() == v+1 })
+	}
+	require.Equal(t, 2, e.receipts(), "the batches past the bound wrote their receipts")
+	stop()
+	require.Equal(t, 4, e.receipts())
+}

@@ -41,3 +41,11 @@ func (f *Forwarder) SetReboundEvery(d time.Duration) { f.cur.reboundEvery = d }
 // TakeoverSQL is the lease tick's takeover statement: instance $1, lease
 // seconds $2, up to $3 partitions of the set from $4, $5 of them.
 func TakeoverSQL() string { return takeoverSQL }
+
+// SetMaxPendingReceipts sets how many receipts may wait for a lease tick;
+// it returns a function that puts the bound back.
+func SetMaxPendingReceipts(n int) func() {
+	old := maxPendingReceipts
+	maxPendingReceipts = n
+	return func() { maxPendingReceipts = old }
+}

@@ -13,7 +13,7 @@ import (
 // key, the commit record of a transaction that wrote nothing else, the
 // audit's delete of it) and a dead tuple: more than everything else the
 // relay writes for it. Recorded at the lease tick, the receipts of every
-// batch since the last tick go in one row.
+// batch since the last tick go in one row (of up to receiptsPerRow).
 //
 // That is as safe as a row per batch: what the audit must never miss is a
 // message the broker acknowledged and whose row the forwarder will not
