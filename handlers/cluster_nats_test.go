@@ -40,7 +40,8 @@ func TestNATSClusterNodeKilledMidRun(t *testing.T) {
 		BatchSize: 20, AuditInterval: 200 * time.Millisecond, OutageBackoffMax: 200 * time.Millisecond, Registerer: reg, Logger: quiet})
 	require.NoError(t, err)
 	run(t, f.Run)
-	run(t, p.worker(t, 2*time.Second, counter).Run)
+	w := p.worker(t, 2*time.Second, counter)
+	run(t, w.Run)
 
 	// settled reports whether the audit has judged every receipt: each
 	// message found and acknowledged by every consumer, none left to check.
@@ -50,8 +51,11 @@ func TestNATSClusterNodeKilledMidRun(t *testing.T) {
 		return receipts == 0
 	}
 	want := p.drive(t, m.ID, 20)
-	outflowtest.WaitFor(t, 60*time.Second, "the first events applied by every consumer, and settled by the audit", func() bool {
-		return p.stats(t, m.ID) == want && len(counted()) == p.events(t) && settled()
+	// Subscribed to every topic too, replay topics included: a subscribe
+	// the kill interrupts (its stream's creation waiting on an election)
+	// fails the worker's start.
+	outflowtest.WaitFor(t, 60*time.Second, "the first events applied by every consumer, settled by the audit, every topic subscribed", func() bool {
+		return p.stats(t, m.ID) == want && len(counted()) == p.events(t) && settled() && w.Ready() == nil
 	})
 
 	conn, err := nats.Connect(c.URL)
