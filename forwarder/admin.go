@@ -254,15 +254,7 @@ func Repartition(ctx context.Context, pool *pgxpool.Pool, partitions int, liveWi
 		// A forwarder counted as stopped may still have a batch out (its
 		// heartbeat stalled, not its claims): it finishes first (the
 		// fence).
-		rows, err := tx.Query(ctx, `SELECT partition FROM outbox_partitions`)
-		if err != nil {
-			return fmt.Errorf("repartition: %w", err)
-		}
-		all, err := pgx.CollectRows(rows, pgx.RowTo[int32])
-		if err != nil {
-			return fmt.Errorf("repartition: %w", err)
-		}
-		if _, err := tx.Exec(ctx, fenceWaitSQL, all); err != nil {
+		if err := fenceWait(ctx, tx, `true`); err != nil {
 			return fmt.Errorf("repartition: %w", err)
 		}
 		if _, err := tx.Exec(ctx, `DELETE FROM outbox_partitions; DELETE FROM outbox_partition_sets`); err != nil {
@@ -271,7 +263,7 @@ func Repartition(ctx context.Context, pool *pgxpool.Pool, partitions int, liveWi
 		// Every new partition starts from the lowest cursor of the old
 		// ones: whatever an aggregate's old partition, nothing above it
 		// was surely published (what was is published again once).
-		_, err = tx.Exec(ctx, `
+		_, err := tx.Exec(ctx, `
 			INSERT INTO outbox_partitions (partition, published_total, published_through, published_high, published_through_at)
 			SELECT g, CASE WHEN g = 0 THEN $2 ELSE 0 END, $3, $3, now() FROM generate_series(0, $1 - 1) g`, partitions, total, through)
 		if err == nil {

@@ -1,5 +1,12 @@
 package forwarder
 
+import (
+	"context"
+	"fmt"
+
+	"github.com/jackc/pgx/v5"
+)
+
 // The fence keeps a partition's lease from changing hands while a batch of
 // its rows is out: the instance publishing it may be slow (a broker that
 // stalls, a lease loop that stopped renewing) and another instance taking
@@ -37,11 +44,19 @@ SELECT partition FROM (
         ORDER BY partition OFFSET 0) o
 ) l`
 
-// fenceWaitSQL takes the fence on partitions $1 exclusively: it waits for
-// their batches out, and keeps new ones off them until the transaction
-// ends. Run it before changing their owner or removing them.
-var fenceWaitSQL = `
+// fenceWait takes, in tx, the fence on the partitions of
+// outbox_partitions where cond (with args) holds, exclusively: it waits
+// for their batches out, and keeps new ones off them until tx ends. Run it
+// before changing their owner or removing them.
+func fenceWait(ctx context.Context, tx pgx.Tx, cond string, args ...any) error {
+	_, err := tx.Exec(ctx, `
 SELECT count(*) FROM (
-    SELECT pg_advisory_xact_lock(` + fenceKey("p") + `) FROM (
-        SELECT p FROM unnest($1::int[]) p ORDER BY p OFFSET 0) s
-) l`
+    SELECT pg_advisory_xact_lock(`+fenceKey("partition")+`) FROM (
+        SELECT partition FROM outbox_partitions WHERE `+cond+`
+        ORDER BY partition OFFSET 0) s
+) l`, args...)
+	if err != nil {
+		return fmt.Errorf("wait for the partitions' batches: %w", err)
+	}
+	return nil
+}

@@ -159,7 +159,7 @@ func (f *Forwarder) tickLeases(ctx context.Context) ([]int32, error) {
 			surplus := slices.Clone(owned)
 			slices.Sort(surplus)
 			surplus = surplus[share:]
-			if _, err := tx.Exec(ctx, fenceWaitSQL, surplus); err != nil {
+			if err := fenceWait(ctx, tx, `partition = ANY($1::int[])`, surplus); err != nil {
 				return fmt.Errorf("release leases: %w", err)
 			}
 			rows, err := tx.Query(ctx, `
@@ -274,21 +274,13 @@ func (f *Forwarder) unregister(ctx context.Context) error {
 			return err
 		}
 		// After the fence: a batch still out finishes first.
-		rows, err := tx.Query(ctx, `SELECT partition FROM outbox_partitions WHERE owner = $1`, f.cfg.InstanceID)
-		if err != nil {
-			return err
-		}
-		mine, err := pgx.CollectRows(rows, pgx.RowTo[int32])
-		if err != nil {
-			return err
-		}
-		if _, err := tx.Exec(ctx, fenceWaitSQL, mine); err != nil {
+		if err := fenceWait(ctx, tx, `owner = $1`, f.cfg.InstanceID); err != nil {
 			return err
 		}
 		if _, err := tx.Exec(ctx, `UPDATE outbox_partitions SET owner = NULL, lease_until = NULL WHERE owner = $1`, f.cfg.InstanceID); err != nil {
 			return err
 		}
-		_, err = tx.Exec(ctx, `DELETE FROM outbox_forwarders WHERE id = $1`, f.cfg.InstanceID)
+		_, err := tx.Exec(ctx, `DELETE FROM outbox_forwarders WHERE id = $1`, f.cfg.InstanceID)
 		return err
 	})
 }
@@ -332,11 +324,7 @@ func (f *Forwarder) retireSet(ctx context.Context) (bool, error) {
 		}
 		// A claim still out on an old partition finishes first (the
 		// fence); one after it finds the partition gone.
-		old := make([]int32, cnt)
-		for i := range old {
-			old[i] = int32(base + i)
-		}
-		if _, err := tx.Exec(ctx, fenceWaitSQL, old); err != nil {
+		if err := fenceWait(ctx, tx, `partition >= $1 AND partition < $1 + $2`, base, cnt); err != nil {
 			return err
 		}
 		var total int64
