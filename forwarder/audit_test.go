@@ -538,6 +538,31 @@ func TestAuditBoundedByReceiptsTrimsNothingItWasNotShown(t *testing.T) {
 	require.EqualValues(t, 10, n, "trimmed below what the last audit was shown")
 }
 
+// runWithoutTicks runs a forwarder, audited by hand, to a Redis of the
+// test's own, whose lease loop ticks once (the partitions leased) and not
+// again in the test's time; it returns the function that stops it.
+func (e *env) runWithoutTicks() func() {
+	e.t.Helper()
+	e.ownRedis(1)
+	_, stop := e.run(e.config(func(c *forwarder.Config) {
+		c.AuditInterval = time.Hour
+		c.LeaseRenewInterval = time.Hour
+		c.TakeoverAfter = 2 * time.Hour
+	}))
+	outflowtest.WaitFor(e.t, 10*time.Second, "the partitions leased", func() bool { return e.countPartitionsOwned() == 16 })
+	return stop
+}
+
+// trickle writes n events of one aggregate, each once the previous is on
+// the stream: a batch each.
+func (e *env) trickle(n int) {
+	e.t.Helper()
+	for v := range n {
+		e.write("x", int64(v+1), testPayload{N: v})
+		outflowtest.WaitFor(e.t, 10*time.Second, "the row on the stream", func() bool { return e.distinctOnStreams() == v+1 })
+	}
+}
+
 // At a service's everyday rate each batch carries one event; its receipt
 // waits in memory for the lease tick that records the cursor past it, and
 // every batch since the last tick goes in one row: a row per batch cost
@@ -547,17 +572,8 @@ func TestAuditBoundedByReceiptsTrimsNothingItWasNotShown(t *testing.T) {
 func TestReceiptsOfATrickleGoInOneRowPerTick(t *testing.T) {
 	t.Parallel()
 	e := setup(t)
-	e.ownRedis(1)
-	_, stop := e.run(e.config(func(c *forwarder.Config) {
-		c.AuditInterval = time.Hour
-		c.LeaseRenewInterval = time.Hour
-		c.TakeoverAfter = 2 * time.Hour
-	}))
-	outflowtest.WaitFor(t, 10*time.Second, "the partitions leased", func() bool { return e.countPartitionsOwned() == 16 })
-	for v := range 5 {
-		e.write("x", int64(v+1), testPayload{N: v})
-		outflowtest.WaitFor(t, 10*time.Second, "the row on the stream", func() bool { return e.distinctOnStreams() == v+1 })
-	}
+	stop := e.runWithoutTicks()
+	e.trickle(5)
 	require.Zero(t, e.countSQL(`SELECT count(*) FROM outbox_receipts`), "receipts written before a lease tick")
 	stop()
 	require.Equal(t, 1, e.countSQL(`SELECT count(*) FROM outbox_receipts`), "one row for the five batches")
@@ -577,8 +593,6 @@ func TestReceiptsAreRecordedWithTheCursor(t *testing.T) {
 		c.LeaseRenewInterval = 100 * time.Millisecond
 	}))
 	e.writeMany(aggregates(10), 1, 2)
-	var last int64
-	require.NoError(t, e.schema.Pool.QueryRow(context.Background(), `SELECT max(id) FROM outbox`).Scan(&last))
 	outflowtest.WaitFor(t, 20*time.Second, "the recorded cursor past every row", func() bool {
 		return e.count("published_at IS NULL") == 0 &&
 			e.countSQL(`SELECT count(*) FROM outbox o WHERE NOT EXISTS (
@@ -594,17 +608,8 @@ func TestReceiptsAreRecordedWithTheCursor(t *testing.T) {
 func TestReceiptsPastTheBoundAreWrittenWithTheirBatch(t *testing.T) {
 	defer forwarder.SetMaxPendingReceipts(2)()
 	e := setup(t)
-	e.ownRedis(1)
-	_, stop := e.run(e.config(func(c *forwarder.Config) {
-		c.AuditInterval = time.Hour
-		c.LeaseRenewInterval = time.Hour
-		c.TakeoverAfter = 2 * time.Hour
-	}))
-	outflowtest.WaitFor(t, 10*time.Second, "the partitions leased", func() bool { return e.countPartitionsOwned() == 16 })
-	for v := range 4 {
-		e.write("x", int64(v+1), testPayload{N: v})
-		outflowtest.WaitFor(t, 10*time.Second, "the row on the stream", func() bool { return e.distinctOnStreams() == v+1 })
-	}
+	stop := e.runWithoutTicks()
+	e.trickle(4)
 	require.Equal(t, 2, e.receipts(), "the batches past the bound wrote their receipts")
 	stop()
 	require.Equal(t, 4, e.receipts())

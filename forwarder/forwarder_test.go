@@ -1102,19 +1102,12 @@ func TestClaimsLeaveTheLeaseRowsUntouched(t *testing.T) {
 	t.Parallel()
 	e := setup(t)
 	ctx := context.Background()
-	e.run(e.config(func(c *forwarder.Config) {
-		c.LeaseRenewInterval = time.Hour
-		c.TakeoverAfter = 2 * time.Hour
-	}))
-	outflowtest.WaitFor(t, 10*time.Second, "the partitions leased", func() bool { return e.countPartitionsOwned() == 16 })
+	e.runWithoutTicks()
 	var before []string
 	// A row lock is written into the row version it locks: its xmax.
 	versions := `SELECT array_agg(ctid::text || '/' || xmin::text || '/' || xmax::text ORDER BY partition) FROM outbox_partitions`
 	require.NoError(t, e.schema.Pool.QueryRow(ctx, versions).Scan(&before))
-	for v := range int64(5) {
-		e.write("x", v+1, testPayload{N: int(v)})
-		outflowtest.WaitFor(t, 10*time.Second, "the row forwarded", func() bool { return len(e.stream()) == int(v+1) })
-	}
+	e.trickle(5)
 	var after []string
 	require.NoError(t, e.schema.Pool.QueryRow(ctx, versions).Scan(&after))
 	require.Equal(t, before, after, "the lease rows changed or were locked by the claims")
