@@ -75,20 +75,10 @@ func RelayWAL(ctx context.Context, cfg RelayWALConfig) error {
 				if err != nil {
 					return 0, err
 				}
-				broker, f, meter, start := r.broker, r.f, r.meter, r.start
-				rctx, cancel := context.WithCancel(ctx)
-				done := make(chan error, 1)
-				go func() { done <- f.Run(rctx) }()
-				err = waitFor(ctx, 10*time.Minute, func() (bool, error) { return outboxDrained(ctx, pool) })
-				cancel()
-				if err := errors.Join(err, <-done); err != nil {
-					return 0, err
-				}
-				by, err := meter.since(ctx, start)
+				table, total, err := r.measure(ctx, pool, cfg.Events, true, nil)
 				if err != nil {
 					return 0, err
 				}
-				table, total := walTable(by, cfg.Events, "outbox")
 				label := "audit off"
 				if audit {
 					label = "audit on (receipts)"
@@ -97,7 +87,7 @@ func RelayWAL(ctx context.Context, cfg RelayWALConfig) error {
 				if !audit {
 					return total, nil
 				}
-				settle, err := settleReceipts(ctx, cfg, rdb, broker, topic, f, meter)
+				settle, err := settleReceipts(ctx, cfg, rdb, r.broker, topic, r.f, r.meter)
 				return total + settle, err
 			}()
 			if err != nil {
@@ -131,39 +121,24 @@ func relayTrickle(ctx context.Context, cfg RelayWALConfig, rdb *redis.Client) er
 			if err != nil {
 				return 0, err
 			}
-			broker, f, meter, start := r.broker, r.f, r.meter, r.start
-			rctx, cancel := context.WithCancel(ctx)
-			defer cancel()
-			done := make(chan error, 1)
-			if pass == "write only" {
-				done <- nil
-			} else {
-				go func() { done <- f.Run(rctx) }()
-			}
 			every := time.Duration(float64(time.Second) / cfg.Rate)
-			next := time.Now()
-			for i := range cfg.Events {
-				if _, err := pool.Exec(ctx, `
-					INSERT INTO outbox (message_id, topic, aggregate_type, aggregate_id, aggregate_version, event_type, payload, occurred_at)
-					VALUES (gen_random_uuid(), $1, 'payment', 'agg-' || $3::int, 1, 'payment.paid', $2::jsonb, now())`,
-					topic, benchPayload, i); err != nil {
-					return 0, err
+			table, total, err := r.measure(ctx, pool, cfg.Events, pass != "write only", func() error {
+				next := time.Now()
+				for i := range cfg.Events {
+					if _, err := pool.Exec(ctx, `
+						INSERT INTO outbox (message_id, topic, aggregate_type, aggregate_id, aggregate_version, event_type, payload, occurred_at)
+						VALUES (gen_random_uuid(), $1, 'payment', 'agg-' || $3::int, 1, 'payment.paid', $2::jsonb, now())`,
+						topic, benchPayload, i); err != nil {
+						return err
+					}
+					next = next.Add(every)
+					time.Sleep(time.Until(next))
 				}
-				next = next.Add(every)
-				time.Sleep(time.Until(next))
-			}
-			if pass != "write only" {
-				err = waitFor(ctx, 10*time.Minute, func() (bool, error) { return outboxDrained(ctx, pool) })
-			}
-			cancel()
-			if err := errors.Join(err, <-done); err != nil {
-				return 0, err
-			}
-			by, err := meter.since(ctx, start)
+				return nil
+			})
 			if err != nil {
 				return 0, err
 			}
-			table, total := walTable(by, cfg.Events, "outbox")
 			if pass == "write only" {
 				fmt.Fprintf(cfg.Out, "  %s: %.0f B/event\n%s", pass, total, table)
 				return total, nil
@@ -172,7 +147,7 @@ func relayTrickle(ctx context.Context, cfg RelayWALConfig, rdb *redis.Client) er
 			if pass == "audit off" {
 				return total, nil
 			}
-			settle, err := settleReceipts(ctx, cfg, rdb, broker, topic, f, meter)
+			settle, err := settleReceipts(ctx, cfg, rdb, r.broker, topic, r.f, r.meter)
 			return total + settle, err
 		}()
 		if err != nil {
@@ -250,4 +225,36 @@ func newRelayRun(ctx context.Context, pool *pgxpool.Pool, rdb *redis.Client, bat
 		return relayRun{}, err
 	}
 	return relayRun{broker: broker, f: f, meter: meter, start: start}, nil
+}
+
+// measure runs produce (nil: nothing) while r's forwarder runs (relay;
+// not at all otherwise), waits for the outbox to be drained, stops the
+// forwarder (it records its cursor as it stops), and returns the WAL of
+// the outbox's relations since r's mark, by relation and per event.
+func (r relayRun) measure(ctx context.Context, pool *pgxpool.Pool, events int, relay bool, produce func() error) (string, float64, error) {
+	rctx, cancel := context.WithCancel(ctx)
+	defer cancel()
+	done := make(chan error, 1)
+	if relay {
+		go func() { done <- r.f.Run(rctx) }()
+	} else {
+		done <- nil
+	}
+	var err error
+	if produce != nil {
+		err = produce()
+	}
+	if err == nil && relay {
+		err = waitFor(ctx, 10*time.Minute, func() (bool, error) { return outboxDrained(ctx, pool) })
+	}
+	cancel()
+	if err := errors.Join(err, <-done); err != nil {
+		return "", 0, err
+	}
+	by, err := r.meter.since(ctx, r.start)
+	if err != nil {
+		return "", 0, err
+	}
+	table, total := walTable(by, events, "outbox")
+	return table, total, nil
 }
