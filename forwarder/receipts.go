@@ -51,21 +51,28 @@ func (s *receiptSet) addAll(o receiptSet) {
 
 func (s receiptSet) len() int { return len(s.ids) }
 
-// receiptsPerRow bounds the receipts of one row of outbox_receipts. The
+// receiptsPerRow bounds the receipts of one row of a receipts table. The
 // audit reads whole rows and bounds its work by rows and receipts
 // (auditRowLimit, auditHeldLimit): a tick's receipts at a drain's rate
 // (tens of thousands) in one row would make every audit hand them all to
 // one Check, past its timeout, again and again.
 const receiptsPerRow = 1000
 
-// queue adds the inserts of s, in rows of at most receiptsPerRow, to b;
-// nothing when s is empty.
-func (s receiptSet) queue(b *pgx.Batch) {
-	for lo := 0; lo < s.len(); lo += receiptsPerRow {
-		hi := min(lo+receiptsPerRow, s.len())
-		b.Queue(`INSERT INTO outbox_receipts (outbox_ids, broker_topics, positions) VALUES ($1, $2, $3)`,
-			s.ids[lo:hi], s.topics[lo:hi], s.positions[lo:hi])
+// QueueReceipts adds to b the inserts into s's receipts table of the
+// receipts of rows ids (topics[i] and positions[i] ids[i]'s), in rows of at
+// most 1,000 receipts: the audit reads whole rows and bounds its work by
+// rows and receipts. Nothing when ids is empty.
+func (s AuditStore) QueueReceipts(b *pgx.Batch, ids []int64, topics, positions []string) {
+	for lo := 0; lo < len(ids); lo += receiptsPerRow {
+		hi := min(lo+receiptsPerRow, len(ids))
+		b.Queue(`INSERT INTO `+s.Receipts+` (`+s.IDs+`, broker_topics, positions) VALUES ($1, $2, $3)`,
+			ids[lo:hi], topics[lo:hi], positions[lo:hi])
 	}
+}
+
+// queue adds the inserts of s into outbox_receipts to b.
+func (s receiptSet) queue(b *pgx.Batch) {
+	outboxAuditStore.QueueReceipts(b, s.ids, s.topics, s.positions)
 }
 
 // pendingReceipts are the receipts of committed batches not yet written.

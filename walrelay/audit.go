@@ -65,10 +65,6 @@ func (r *Relay) Audit(ctx context.Context) error {
 	return err
 }
 
-// receiptsPerRow bounds the receipts of one row of outbox_wal_receipts,
-// as the forwarder's: the audit bounds its work by rows and receipts.
-const receiptsPerRow = 1000
-
 // saveReceipts writes the receipts of the events the broker acknowledged
 // (results[i] nil), keyed by their history rows: those this batch wrote
 // (ids), or, for events whose history an earlier read of the same
@@ -76,6 +72,7 @@ const receiptsPerRow = 1000
 func (r *Relay) saveReceipts(ctx context.Context, conn *pgx.Conn, txns []txn, items []item, results []error,
 	receipts []forwarder.Receipt, ids map[eventKey]int64) error {
 	var (
+		acked      []int // items the broker took
 		keys       []eventKey
 		lsns, mids []string
 		poss       []int32
@@ -85,12 +82,12 @@ func (r *Relay) saveReceipts(ctx context.Context, conn *pgx.Conn, txns []txn, it
 			continue
 		}
 		k := eventKey{commitLSN: txns[it.txn].commitLSN.String(), position: int32(it.pos)}
-		keys = append(keys, k)
+		acked, keys = append(acked, i), append(keys, k)
 		if _, ok := ids[k]; !ok {
 			lsns, poss, mids = append(lsns, k.commitLSN), append(poss, k.position), append(mids, it.ev.MessageID)
 		}
 	}
-	if len(keys) == 0 {
+	if len(acked) == 0 {
 		return nil
 	}
 	if len(lsns) > 0 {
@@ -114,14 +111,8 @@ func (r *Relay) saveReceipts(ctx context.Context, conn *pgx.Conn, txns []txn, it
 		hist              []int64
 		topics, positions []string
 	)
-	j := 0
-	for i := range items {
-		if results[i] != nil {
-			continue
-		}
-		k := keys[j]
-		j++
-		id, ok := ids[k]
+	for j, i := range acked {
+		id, ok := ids[keys[j]]
 		if !ok {
 			// No history row to repair it from (written before the
 			// history had ids): nothing an audit could do about it.
@@ -132,11 +123,7 @@ func (r *Relay) saveReceipts(ctx context.Context, conn *pgx.Conn, txns []txn, it
 		positions = append(positions, receipts[i].Position)
 	}
 	b := &pgx.Batch{}
-	for lo := 0; lo < len(hist); lo += receiptsPerRow {
-		hi := min(lo+receiptsPerRow, len(hist))
-		b.Queue(`INSERT INTO outbox_wal_receipts (history_ids, broker_topics, positions) VALUES ($1, $2, $3)`,
-			hist[lo:hi], topics[lo:hi], positions[lo:hi])
-	}
+	historyAuditStore.QueueReceipts(b, hist, topics, positions)
 	if b.Len() == 0 {
 		return nil
 	}
