@@ -1263,3 +1263,72 @@ func TestTakeoversOfEachOthersLeasesDoNotDeadlock(t *testing.T) {
 		}
 	}
 }
+
+// Repartition refuses while a forwarder runs, but one whose heartbeat
+// stalled counts as stopped while its claims may go on: a batch of its
+// still out is waited for (the fence) before the partitions change, or an
+// aggregate's later rows could go out, under the new count, before it.
+func TestRepartitionWaitsForABatchOut(t *testing.T) {
+	t.Parallel()
+	e := setup(t)
+	ctx := context.Background()
+	bb := &blockingBroker{Broker: e.broker, entered: make(chan struct{}), release: make(chan struct{})}
+	var releaseOnce sync.Once
+	release := func() { releaseOnce.Do(func() { close(bb.release) }) }
+	t.Cleanup(release)
+	e.run(e.config(func(c *forwarder.Config) {
+		c.InstanceID = "a"
+		c.Partitions = 1
+		c.TakeoverAfter = time.Hour
+		c.LeaseRenewInterval = 100 * time.Millisecond
+		c.PublishTimeout = time.Minute
+		c.Broker = bb
+	}))
+	outflowtest.WaitFor(t, 10*time.Second, "a leases the partition", func() bool { return e.countPartitionsOwned() == 1 })
+	ev, err := events.New(ctx, events.Aggregate{Type: "test", ID: "x", Version: 1}, testPayload{N: 1})
+	require.NoError(t, err)
+	bb.block.Store(ev.MessageID)
+	require.NoError(t, pgx.BeginFunc(ctx, e.schema.Pool, func(tx pgx.Tx) error { return e.writer.PublishTx(ctx, tx, ev) }))
+	select {
+	case <-bb.entered:
+	case <-time.After(10 * time.Second):
+		t.Fatal("a never published x v1")
+	}
+	// a's heartbeat and lease stall (its lease loop waits on the test's
+	// lock) and age past liveWithin: a counts as stopped.
+	stuck, err := e.schema.Pool.Begin(ctx)
+	require.NoError(t, err)
+	t.Cleanup(func() { _ = stuck.Rollback(ctx) })
+	_, err = stuck.Exec(ctx, `SELECT 1 FROM outbox_forwarders WHERE id = 'a' FOR UPDATE`)
+	require.NoError(t, err)
+	_, err = stuck.Exec(ctx, `UPDATE outbox_forwarders SET heartbeat_at = now() - interval '1 hour' WHERE id = 'a';
+		UPDATE outbox_partitions SET lease_until = now() - interval '1 second'`)
+	require.NoError(t, err)
+	require.NoError(t, stuck.Commit(ctx))
+	stuck, err = e.schema.Pool.Begin(ctx)
+	require.NoError(t, err)
+	_, err = stuck.Exec(ctx, `SELECT 1 FROM outbox_forwarders WHERE id = 'a' FOR UPDATE`)
+	require.NoError(t, err)
+
+	done := make(chan error, 1)
+	go func() { done <- forwarder.Repartition(ctx, e.schema.Pool, 4, time.Second) }()
+	outflowtest.WaitFor(t, 10*time.Second, "the repartition waiting on the batch's fence", func() bool {
+		// This schema's fence of partition 0 (fenceKey: the schema's hash
+		// high, the partition low), asked for and not granted.
+		return e.countSQL(`SELECT count(*) FROM pg_locks WHERE locktype = 'advisory' AND NOT granted AND objsubid = 1
+			AND classid::bigint = (hashtext(current_schema())::bigint & 4294967295) AND objid::bigint = 0`) > 0
+	})
+	select {
+	case err := <-done:
+		t.Fatalf("the repartition went through with a batch out: %v", err)
+	default:
+	}
+	release()
+	select {
+	case err := <-done:
+		require.NoError(t, err)
+	case <-time.After(20 * time.Second):
+		t.Fatal("the repartition never went through")
+	}
+	require.Equal(t, 4, e.countSQL(`SELECT count(*) FROM outbox_partitions`))
+}
