@@ -1018,6 +1018,22 @@ type blockingBroker struct {
 	once    sync.Once
 }
 
+// holdFirst commits x v1 and waits until the broker holds it: a batch out
+// until the test releases it.
+func (b *blockingBroker) holdFirst(e *env) {
+	e.t.Helper()
+	ctx := context.Background()
+	ev, err := events.New(ctx, events.Aggregate{Type: "test", ID: "x", Version: 1}, testPayload{N: 1})
+	require.NoError(e.t, err)
+	b.block.Store(ev.MessageID)
+	require.NoError(e.t, pgx.BeginFunc(ctx, e.schema.Pool, func(tx pgx.Tx) error { return e.writer.PublishTx(ctx, tx, ev) }))
+	select {
+	case <-b.entered:
+	case <-time.After(10 * time.Second):
+		e.t.Fatal("a never published x v1")
+	}
+}
+
 func (b *blockingBroker) Publish(ctx context.Context, msgs []forwarder.Outgoing) []error {
 	for _, m := range msgs {
 		if id, _ := b.block.Load().(string); m.Message.UUID == id {
@@ -1059,15 +1075,7 @@ func TestLeaseExpiringDuringASlowBatchKeepsOrder(t *testing.T) {
 	_, err = stuck.Exec(ctx, `SELECT 1 FROM outbox_forwarders WHERE id = 'a' FOR UPDATE`)
 	require.NoError(t, err)
 
-	ev, err := events.New(ctx, events.Aggregate{Type: "test", ID: "x", Version: 1}, testPayload{N: 1})
-	require.NoError(t, err)
-	bb.block.Store(ev.MessageID)
-	require.NoError(t, pgx.BeginFunc(ctx, e.schema.Pool, func(tx pgx.Tx) error { return e.writer.PublishTx(ctx, tx, ev) }))
-	select {
-	case <-bb.entered:
-	case <-time.After(10 * time.Second):
-		t.Fatal("a never published x v1")
-	}
+	bb.holdFirst(e)
 	// a can no longer renew: its lease ends at expiry.
 	var expiry time.Time
 	require.NoError(t, e.schema.Pool.QueryRow(ctx, `SELECT lease_until FROM outbox_partitions`).Scan(&expiry))
@@ -1285,15 +1293,7 @@ func TestRepartitionWaitsForABatchOut(t *testing.T) {
 		c.Broker = bb
 	}))
 	outflowtest.WaitFor(t, 10*time.Second, "a leases the partition", func() bool { return e.countPartitionsOwned() == 1 })
-	ev, err := events.New(ctx, events.Aggregate{Type: "test", ID: "x", Version: 1}, testPayload{N: 1})
-	require.NoError(t, err)
-	bb.block.Store(ev.MessageID)
-	require.NoError(t, pgx.BeginFunc(ctx, e.schema.Pool, func(tx pgx.Tx) error { return e.writer.PublishTx(ctx, tx, ev) }))
-	select {
-	case <-bb.entered:
-	case <-time.After(10 * time.Second):
-		t.Fatal("a never published x v1")
-	}
+	bb.holdFirst(e)
 	// a's heartbeat and lease stall (its lease loop waits on the test's
 	// lock) and age past liveWithin: a counts as stopped.
 	stuck, err := e.schema.Pool.Begin(ctx)
