@@ -478,8 +478,8 @@ func (f *Forwarder) publishWaves(ctx context.Context, claimed []row, msgs []Outg
 	})
 }
 
-// PublishWaves publishes msgs through b in the forwarder's waves (see the
-// package doc): wave k holds the k-th message of each aggregate, keys[i]
+// PublishWaves publishes msgs through b in the forwarder's waves (see
+// docs/forwarder.md): wave k holds the k-th message of each aggregate, keys[i]
 // naming msgs[i]'s aggregate, one Publish call per wave, and an aggregate
 // whose message failed has its later messages held ([ErrHeld]). results[i]
 // is nil when msgs[i] was acknowledged; a results[i] already set on entry

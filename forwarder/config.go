@@ -18,8 +18,8 @@ type Config struct {
 	// a pool of its own: it uses one connection per claim in flight and one
 	// for its lease, stats and purge ticks. It holds no session state, so
 	// the pool may go through PgBouncer in transaction pooling mode (with
-	// pgx's default_query_exec_mode=exec or simple_protocol, see the
-	// package doc).
+	// pgx's default_query_exec_mode=exec or simple_protocol, see
+	// docs/forwarder.md).
 	Pool *pgxpool.Pool
 	// Broker receives the rows. Required.
 	Broker Broker

@@ -9,8 +9,8 @@ import (
 )
 
 // cursor is where the forwarder stands in the outbox: which committed rows
-// it has published, without a mark on any row (see "Cursors" in the
-// package doc). Only the work loop touches it, but for durable, which the
+// it has published, without a mark on any row (see "Cursors" in
+// docs/forwarder.md). Only the work loop touches it, but for durable, which the
 // lease loop reads, and published, which it drains.
 //
 // Rows are read in id order above each partition's high. An id is drawn
