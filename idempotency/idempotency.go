@@ -72,7 +72,7 @@ type Config struct {
 	// never receives its version 1 starts at its first version after
 	// GapTimeout. An aggregate a reset made the consumer forget
 	// (replay.ResetConsumer) never takes a baseline: its history starts
-	// again at version 1. See the package doc.
+	// again at version 1. See docs/idempotency.md.
 	BaselineBefore time.Time
 	// Logger defaults to slog.Default().
 	Logger *slog.Logger
@@ -312,7 +312,7 @@ const claimSet = `
 // Middleware is the Watermill handler middleware. One Consumer wraps one
 // handler. Messages handled concurrently (a subscriber that delivers a
 // batch at once, several subscribers feeding one handler) share
-// transactions, up to MaxBatch per transaction; see the package doc.
+// transactions, up to MaxBatch per transaction; see docs/idempotency.md.
 func (c *Consumer) Middleware(h message.HandlerFunc) message.HandlerFunc {
 	// Swapped here, once, so that every path (alone, in a batch, a retry of
 	// a held one) sees the same handler.
