@@ -14,7 +14,7 @@ import (
 	"github.com/outflow-dev/outflow/brokers"
 	"github.com/outflow-dev/outflow/brokers/brokertest"
 	"github.com/outflow-dev/outflow/forwarder"
-	"github.com/outflow-dev/outflow/outflowtest"
+	"github.com/outflow-dev/outflow/internal/testservers"
 )
 
 var quiet = slog.New(slog.NewTextHandler(io.Discard, nil))
@@ -31,11 +31,11 @@ func open(t *testing.T, cfg brokers.Config) brokers.Backend {
 }
 
 func openKafka(t *testing.T) brokers.Backend {
-	return open(t, brokers.Config{Kind: brokers.Kafka, Kafka: brokers.KafkaConfig{Brokers: outflowtest.Kafka(t), TopicPartitions: 4}})
+	return open(t, brokers.Config{Kind: brokers.Kafka, Kafka: brokers.KafkaConfig{Brokers: testservers.Kafka(t), TopicPartitions: 4}})
 }
 
 func openNATS(t *testing.T) brokers.Backend {
-	return open(t, brokers.Config{Kind: brokers.NATS, NATS: brokers.NATSConfig{URL: outflowtest.NATSURL(), StreamPrefix: outflowtest.NATSPrefix(t)}})
+	return open(t, brokers.Config{Kind: brokers.NATS, NATS: brokers.NATSConfig{URL: testservers.NATSURL(), StreamPrefix: testservers.NATSPrefix(t)}})
 }
 
 func testOutgoing(topic, aggregate string) forwarder.Outgoing {
@@ -50,14 +50,14 @@ func TestTeeBrokerContract(t *testing.T) {
 	t.Parallel()
 	brokertest.Run(t, brokertest.Harness{
 		Open: func(t *testing.T) brokertest.Target {
-			prefix := outflowtest.UniqueName(t, outflowtest.Redis(t)) + "_"
+			prefix := testservers.UniqueName(t, testservers.Redis(t)) + "_"
 			target := brokertest.BackendTarget(t, open(t, brokers.Config{Kind: brokers.Redis,
-				Redis: brokers.RedisConfig{URL: outflowtest.RedisURL(), StreamPrefix: prefix}}))
+				Redis: brokers.RedisConfig{URL: testservers.RedisURL(), StreamPrefix: prefix}}))
 			target.Broker = brokers.Tee(target.Broker, openKafka(t).Broker())
 			return target
 		},
-		Outage: func(t *testing.T) (brokertest.Target, outflowtest.Outage) {
-			srv := outflowtest.StartRedis(t)
+		Outage: func(t *testing.T) (brokertest.Target, testservers.Outage) {
+			srv := testservers.StartRedis(t)
 			target := brokertest.BackendTarget(t, open(t, brokers.Config{Kind: brokers.Redis, Redis: brokers.RedisConfig{URL: srv.URL}}))
 			target.Broker = brokers.Tee(openKafka(t).Broker(), target.Broker)
 			return target, srv
@@ -109,8 +109,8 @@ func (s shortBroker) Publish(ctx context.Context, msgs []forwarder.Outgoing) []e
 // acknowledge the rest: the Tee must not report them published.
 func TestTeeCountsAMissingResultAsUnavailable(t *testing.T) {
 	t.Parallel()
-	rc := outflowtest.Redis(t)
-	prefix := outflowtest.UniqueName(t, rc)
+	rc := testservers.Redis(t)
+	prefix := testservers.UniqueName(t, rc)
 	rb := open(t, brokers.Config{Kind: brokers.Redis, Redis: brokers.RedisConfig{StreamPrefix: prefix}})
 	msgs := []forwarder.Outgoing{testOutgoing("tee", "a"), testOutgoing("tee", "b")}
 	for _, tee := range []forwarder.Broker{brokers.Tee(rb.Broker(), shortBroker{rb.Broker()}), brokers.Tee(shortBroker{rb.Broker()}, rb.Broker())} {

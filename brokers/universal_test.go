@@ -15,6 +15,7 @@ import (
 
 	"github.com/outflow-dev/outflow/brokers"
 	"github.com/outflow-dev/outflow/forwarder"
+	"github.com/outflow-dev/outflow/internal/testservers"
 	"github.com/outflow-dev/outflow/outflowtest"
 )
 
@@ -55,21 +56,21 @@ type suiteBackend struct {
 
 var suiteBackends = []suiteBackend{
 	{brokers.Redis, func(t *testing.T) (string, func() brokers.Config) {
-		prefix := outflowtest.UniqueName(t, outflowtest.Redis(t)) + "_"
+		prefix := testservers.UniqueName(t, testservers.Redis(t)) + "_"
 		return prefix, func() brokers.Config {
-			return brokers.Config{Kind: brokers.Redis, Redis: brokers.RedisConfig{URL: outflowtest.RedisURL(), StreamPrefix: prefix}}
+			return brokers.Config{Kind: brokers.Redis, Redis: brokers.RedisConfig{URL: testservers.RedisURL(), StreamPrefix: prefix}}
 		}
 	}},
 	{brokers.NATS, func(t *testing.T) (string, func() brokers.Config) {
-		prefix := outflowtest.NATSPrefix(t)
+		prefix := testservers.NATSPrefix(t)
 		return prefix, func() brokers.Config {
-			return brokers.Config{Kind: brokers.NATS, NATS: brokers.NATSConfig{URL: outflowtest.NATSURL(), StreamPrefix: prefix}}
+			return brokers.Config{Kind: brokers.NATS, NATS: brokers.NATSConfig{URL: testservers.NATSURL(), StreamPrefix: prefix}}
 		}
 	}},
 	{brokers.AMQP, func(t *testing.T) (string, func() brokers.Config) {
-		prefix := outflowtest.AMQPPrefix(t, 1, nil)
+		prefix := testservers.AMQPPrefix(t, 1, nil)
 		return prefix, func() brokers.Config {
-			return brokers.Config{Kind: brokers.AMQP, AMQP: brokers.AMQPConfig{URL: outflowtest.AMQPURL(), Prefix: prefix,
+			return brokers.Config{Kind: brokers.AMQP, AMQP: brokers.AMQPConfig{URL: testservers.AMQPURL(), Prefix: prefix,
 				Groups: map[string][]string{}, NackDelay: 10 * time.Millisecond}}
 		}
 	}},
@@ -80,7 +81,7 @@ var suiteBackends = []suiteBackend{
 		}
 	}},
 	{brokers.Kafka, func(t *testing.T) (string, func() brokers.Config) {
-		addrs := outflowtest.Kafka(t)
+		addrs := testservers.Kafka(t)
 		return "", func() brokers.Config {
 			return brokers.Config{Kind: brokers.Kafka, Kafka: brokers.KafkaConfig{Brokers: addrs, TopicPartitions: 4}}
 		}
@@ -154,9 +155,9 @@ func TestSubscribersUniversalSuite(t *testing.T) {
 // stream (nats.go deletes a consumer it created when its subscription ends).
 func TestNATSGroupPositionSurvivesAStop(t *testing.T) {
 	t.Parallel()
-	prefix := outflowtest.NATSPrefix(t)
+	prefix := testservers.NATSPrefix(t)
 	b, err := brokers.Open(context.Background(), brokers.Config{Kind: brokers.NATS,
-		NATS: brokers.NATSConfig{URL: outflowtest.NATSURL(), StreamPrefix: prefix}})
+		NATS: brokers.NATSConfig{URL: testservers.NATSURL(), StreamPrefix: prefix}})
 	require.NoError(t, err)
 	defer b.Close()
 	pub := suitePublisher{b, prefix, nil}
@@ -194,7 +195,7 @@ func TestNATSGroupPositionSurvivesAStop(t *testing.T) {
 
 // deleteAMQP deletes the suite's exchanges and the group's queues.
 func deleteAMQP(exchanges map[string]bool, group string) {
-	conn, err := amqp091.Dial(outflowtest.AMQPURL())
+	conn, err := amqp091.Dial(testservers.AMQPURL())
 	if err != nil {
 		return
 	}

@@ -11,7 +11,7 @@ import (
 	"github.com/outflow-dev/outflow/brokers"
 	"github.com/outflow-dev/outflow/consumer"
 	"github.com/outflow-dev/outflow/idempotency"
-	"github.com/outflow-dev/outflow/outflowtest"
+	"github.com/outflow-dev/outflow/internal/testservers"
 )
 
 // gauge reads the series of name labelled consumer and topic; -1 when
@@ -48,7 +48,7 @@ func TestLagWhileStoppedThenDrained(t *testing.T) {
 	r := newRig(t)
 	ctx := context.Background()
 	backend, err := brokers.Open(ctx, brokers.Config{Kind: brokers.Redis,
-		Redis: brokers.RedisConfig{URL: outflowtest.RedisURL(), StreamPrefix: r.prefix}, Logger: quiet})
+		Redis: brokers.RedisConfig{URL: testservers.RedisURL(), StreamPrefix: r.prefix}, Logger: quiet})
 	require.NoError(t, err)
 	t.Cleanup(func() { _ = backend.Close() })
 	lr, ok := backend.(brokers.LagReporter)

@@ -23,6 +23,7 @@ import (
 	"github.com/outflow-dev/outflow/events"
 	"github.com/outflow-dev/outflow/forwarder"
 	"github.com/outflow-dev/outflow/idempotency"
+	"github.com/outflow-dev/outflow/internal/testservers"
 	"github.com/outflow-dev/outflow/outflowtest"
 )
 
@@ -50,8 +51,8 @@ type rig struct {
 
 func newRig(t *testing.T) *rig {
 	t.Helper()
-	r := &rig{schema: outflowtest.NewSchema(t), rdb: outflowtest.Redis(t), reg: events.NewRegistry()}
-	r.prefix = outflowtest.UniqueName(t, r.rdb) + ":"
+	r := &rig{schema: outflowtest.NewSchema(t), rdb: testservers.Redis(t), reg: events.NewRegistry()}
+	r.prefix = testservers.UniqueName(t, r.rdb) + ":"
 	var err error
 	r.broker, err = redisstreams.New(redisstreams.Config{Client: r.rdb, StreamPrefix: r.prefix})
 	require.NoError(t, err)
@@ -85,7 +86,7 @@ func (r *rig) publish(t *testing.T, orderIDs ...string) []string {
 }
 
 func (r *rig) config() consumer.WorkerConfig {
-	return consumer.WorkerConfig{Pool: r.schema.Pool, RedisURL: outflowtest.RedisURL(), StreamPrefix: r.prefix,
+	return consumer.WorkerConfig{Pool: r.schema.Pool, RedisURL: testservers.RedisURL(), StreamPrefix: r.prefix,
 		Registry: r.reg, Logger: quiet}
 }
 
@@ -398,7 +399,7 @@ func (f *inFlight) middleware(wait int32) message.HandlerMiddleware {
 func TestAddValidatesHandlerSettings(t *testing.T) {
 	t.Parallel()
 	r := &rig{schema: outflowtest.NewSchema(t), reg: events.NewRegistry()}
-	base := consumer.WorkerConfig{Pool: r.schema.Pool, RedisURL: outflowtest.RedisURL(), Registry: r.reg, Logger: quiet}
+	base := consumer.WorkerConfig{Pool: r.schema.Pool, RedisURL: testservers.RedisURL(), Registry: r.reg, Logger: quiet}
 	nop := func(context.Context, pgx.Tx, events.Event) error { return nil }
 	tests := []struct {
 		name  string

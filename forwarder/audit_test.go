@@ -14,6 +14,7 @@ import (
 
 	redisstreams "github.com/outflow-dev/outflow/brokers/redis"
 	"github.com/outflow-dev/outflow/forwarder"
+	"github.com/outflow-dev/outflow/internal/testservers"
 	"github.com/outflow-dev/outflow/outflowtest"
 )
 
@@ -21,7 +22,7 @@ import (
 // flush: the shared one is never touched.
 func (e *env) ownRedis(partitions int) *redis.Client {
 	e.t.Helper()
-	srv := outflowtest.StartRedis(e.t)
+	srv := testservers.StartRedis(e.t)
 	opts, err := redis.ParseURL(srv.URL)
 	require.NoError(e.t, err)
 	c := redis.NewClient(opts)

@@ -20,6 +20,7 @@ import (
 	"github.com/outflow-dev/outflow/events"
 	"github.com/outflow-dev/outflow/forwarder"
 	"github.com/outflow-dev/outflow/idempotency"
+	"github.com/outflow-dev/outflow/internal/testservers"
 	"github.com/outflow-dev/outflow/outflowtest"
 )
 
@@ -177,7 +178,7 @@ func TestDiscardedRowReachesAStrictConsumerAsAMarker(t *testing.T) {
 	e := setup(t)
 	ctx := context.Background()
 	backend, err := brokers.Open(ctx, brokers.Config{Kind: brokers.Redis, Partitions: 1,
-		Redis: brokers.RedisConfig{URL: outflowtest.RedisURL(), StreamPrefix: e.topic + ":"}})
+		Redis: brokers.RedisConfig{URL: testservers.RedisURL(), StreamPrefix: e.topic + ":"}})
 	require.NoError(t, err)
 	t.Cleanup(func() { _ = backend.Close() })
 	reg := events.NewRegistry()

@@ -24,6 +24,7 @@ import (
 	"github.com/outflow-dev/outflow/events"
 	"github.com/outflow-dev/outflow/events/outbox"
 	"github.com/outflow-dev/outflow/forwarder"
+	"github.com/outflow-dev/outflow/internal/testservers"
 	"github.com/outflow-dev/outflow/outflowtest"
 )
 
@@ -47,8 +48,8 @@ type env struct {
 func setup(t *testing.T) *env {
 	t.Helper()
 	e := &env{t: t, schema: outflowtest.NewSchema(t)}
-	e.redis = outflowtest.Redis(t)
-	e.topic = outflowtest.UniqueName(t, e.redis)
+	e.redis = testservers.Redis(t)
+	e.topic = testservers.UniqueName(t, e.redis)
 	e.useRedis(e.redis)
 	w, err := outbox.NewWriter(outbox.Config{Routes: outbox.Routes{"*": e.topic}})
 	require.NoError(t, err)
@@ -331,7 +332,7 @@ func TestPoisonRowParkedWhileOthersFlow(t *testing.T) {
 func TestRedisOutageBurnsNoAttempt(t *testing.T) {
 	t.Parallel()
 	e := setup(t)
-	srv := outflowtest.StartRedis(t)
+	srv := testservers.StartRedis(t)
 	opts, err := redis.ParseURL(srv.URL)
 	require.NoError(t, err)
 	opts.MaxRetries = -1

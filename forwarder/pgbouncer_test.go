@@ -13,6 +13,7 @@ import (
 
 	"github.com/outflow-dev/outflow/events"
 	"github.com/outflow-dev/outflow/forwarder"
+	"github.com/outflow-dev/outflow/internal/testservers"
 	"github.com/outflow-dev/outflow/outflowtest"
 )
 
@@ -25,7 +26,7 @@ func TestThroughPgBouncerTransactionPooling(t *testing.T) {
 	t.Parallel()
 	e := setup(t)
 	ctx := context.Background()
-	bouncer := outflowtest.StartPgBouncer(t, e.schema, 3)
+	bouncer := testservers.StartPgBouncer(t, e.schema, 3)
 	pool, err := pgxpool.New(ctx, bouncer+"&default_query_exec_mode=exec&pool_max_conns=8")
 	require.NoError(t, err)
 	t.Cleanup(pool.Close)

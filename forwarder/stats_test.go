@@ -10,6 +10,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/outflow-dev/outflow/forwarder"
+	"github.com/outflow-dev/outflow/internal/testservers"
 	"github.com/outflow-dev/outflow/outflowtest"
 )
 
@@ -19,7 +20,7 @@ func TestOutboxGaugesSumOverInstances(t *testing.T) {
 	t.Parallel()
 	e := setup(t)
 	// The broker is down: every row stays pending, and the count is known.
-	srv := outflowtest.StartRedis(t)
+	srv := testservers.StartRedis(t)
 	opts, err := redis.ParseURL(srv.URL)
 	require.NoError(t, err)
 	opts.MaxRetries = -1

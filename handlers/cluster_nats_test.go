@@ -12,6 +12,7 @@ import (
 	"github.com/outflow-dev/outflow/app"
 	"github.com/outflow-dev/outflow/brokers"
 	"github.com/outflow-dev/outflow/forwarder"
+	"github.com/outflow-dev/outflow/internal/testservers"
 	"github.com/outflow-dev/outflow/outflowtest"
 )
 
@@ -27,7 +28,7 @@ import (
 // the package's other parallel tests on a 2-core machine, starved them all.
 func TestNATSClusterNodeKilledMidRun(t *testing.T) {
 	ctx := context.Background()
-	c := outflowtest.StartNATSCluster(t)
+	c := testservers.StartNATSCluster(t)
 	p := newPipeline(t)
 	cfg := brokers.Config{Kind: brokers.NATS, Partitions: 4,
 		NATS: brokers.NATSConfig{URL: c.URL, Replicas: 3, PublishTimeout: 2 * time.Second}}

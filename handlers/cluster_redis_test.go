@@ -12,13 +12,14 @@ import (
 	"github.com/outflow-dev/outflow/brokers"
 	redisstreams "github.com/outflow-dev/outflow/brokers/redis"
 	"github.com/outflow-dev/outflow/forwarder"
+	"github.com/outflow-dev/outflow/internal/testservers"
 	"github.com/outflow-dev/outflow/outflowtest"
 )
 
 // The demo pipeline (forwarder, workers, sender) on a three-primary Redis
 // Cluster of the test's own, with the payments topic's six partitions on
 // more than one primary. Mid-run, the replica of one primary falls behind
-// ([outflowtest.RedisCluster.HoldReplication]), payments are committed and
+// ([testservers.RedisCluster.HoldReplication]), payments are committed and
 // forwarded, that primary is killed (SIGKILL) and its replica takes over
 // without what it had not received; the killed node comes back as a
 // replica. Without WAIT, the
@@ -57,7 +58,7 @@ func TestPipelineOnRedisClusterWithAPrimaryKilled(t *testing.T) {
 }
 
 func pipelineOnClusterWithAPrimaryKilled(t *testing.T, waitReplicas int, audit bool) {
-	cluster := outflowtest.StartRedisCluster(t)
+	cluster := testservers.StartRedisCluster(t)
 	p := newPipeline(t)
 	p.backend = openBackend(t, brokers.Config{Kind: brokers.Redis, Partitions: 6,
 		Redis: brokers.RedisConfig{URL: cluster.URL, WaitReplicas: waitReplicas, WaitTimeout: 200 * time.Millisecond}})

@@ -6,7 +6,7 @@ import (
 	"github.com/outflow-dev/outflow/app"
 	"github.com/outflow-dev/outflow/brokers"
 	"github.com/outflow-dev/outflow/consumer"
-	"github.com/outflow-dev/outflow/outflowtest"
+	"github.com/outflow-dev/outflow/internal/testservers"
 )
 
 func init() {
@@ -19,6 +19,6 @@ func init() {
 			consumer.Handler{Name: "notify-merchant", Topic: app.PaymentsTopic},
 			consumer.Handler{Name: "counter", Topic: app.PaymentsTopic})
 		return openBackend(t, brokers.Config{Kind: brokers.AMQP, Partitions: 2,
-			AMQP: brokers.AMQPConfig{URL: outflowtest.AMQPURL(), Prefix: outflowtest.AMQPPrefix(t, 2, groups), Groups: groups}})
+			AMQP: brokers.AMQPConfig{URL: testservers.AMQPURL(), Prefix: testservers.AMQPPrefix(t, 2, groups), Groups: groups}})
 	}})
 }

@@ -29,6 +29,7 @@ import (
 	"github.com/outflow-dev/outflow/events/outbox"
 	"github.com/outflow-dev/outflow/forwarder"
 	"github.com/outflow-dev/outflow/handlers"
+	"github.com/outflow-dev/outflow/internal/testservers"
 	"github.com/outflow-dev/outflow/outflowtest"
 )
 
@@ -67,13 +68,13 @@ type testBackend struct {
 // e2e_<kind>_test.go add theirs in init.
 var backends = []testBackend{
 	{brokers.Redis, func(t *testing.T) brokers.Backend {
-		prefix := outflowtest.UniqueName(t, outflowtest.Redis(t)) + ":"
+		prefix := testservers.UniqueName(t, testservers.Redis(t)) + ":"
 		return openBackend(t, brokers.Config{Kind: brokers.Redis, Partitions: 2,
-			Redis: brokers.RedisConfig{URL: outflowtest.RedisURL(), StreamPrefix: prefix}})
+			Redis: brokers.RedisConfig{URL: testservers.RedisURL(), StreamPrefix: prefix}})
 	}},
 	{brokers.NATS, func(t *testing.T) brokers.Backend {
 		return openBackend(t, brokers.Config{Kind: brokers.NATS, Partitions: 2,
-			NATS: brokers.NATSConfig{URL: outflowtest.NATSURL(), StreamPrefix: outflowtest.NATSPrefix(t)}})
+			NATS: brokers.NATSConfig{URL: testservers.NATSURL(), StreamPrefix: testservers.NATSPrefix(t)}})
 	}},
 }
 
@@ -88,8 +89,8 @@ func openBackend(t *testing.T, cfg brokers.Config) brokers.Backend {
 
 func newPipeline(t *testing.T) *pipeline {
 	t.Helper()
-	p := &pipeline{schema: outflowtest.NewSchema(t, appmigrations.Set()), rdb: outflowtest.Redis(t)}
-	p.prefix = outflowtest.UniqueName(t, p.rdb) + ":"
+	p := &pipeline{schema: outflowtest.NewSchema(t, appmigrations.Set()), rdb: testservers.Redis(t)}
+	p.prefix = testservers.UniqueName(t, p.rdb) + ":"
 	w, err := outbox.NewWriter(outbox.Config{Routes: app.Routes})
 	require.NoError(t, err)
 	p.svc, err = app.NewService(app.Config{Pool: p.schema.Pool, Events: w, AllowPrivateWebhooks: true}) // merchants on httptest servers
@@ -120,7 +121,7 @@ func (p *pipeline) worker(t *testing.T, claimIdle time.Duration, extra ...consum
 	reg := events.NewRegistry()
 	require.NoError(t, paymentevents.Register(reg))
 	w, err := consumer.NewWorker(consumer.WorkerConfig{
-		Pool: p.schema.Pool, RedisURL: outflowtest.RedisURL(), Broker: p.backend, Registry: reg,
+		Pool: p.schema.Pool, RedisURL: testservers.RedisURL(), Broker: p.backend, Registry: reg,
 		StreamPartitions: 2, StreamPrefix: p.prefix, ClaimIdle: claimIdle, Logger: quiet,
 	})
 	require.NoError(t, err)

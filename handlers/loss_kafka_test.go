@@ -13,6 +13,7 @@ import (
 	"github.com/outflow-dev/outflow/app/paymentevents"
 	"github.com/outflow-dev/outflow/brokers"
 	"github.com/outflow-dev/outflow/forwarder"
+	"github.com/outflow-dev/outflow/internal/testservers"
 	"github.com/outflow-dev/outflow/outflowtest"
 )
 
@@ -46,7 +47,7 @@ func TestKafkaLossRepaired(t *testing.T) {
 }
 
 func kafkaLoss(t *testing.T, audit bool) {
-	addrs := outflowtest.Kafka(t)
+	addrs := testservers.Kafka(t)
 	cfg := brokers.Config{Kind: brokers.Kafka, Partitions: 2, Kafka: brokers.KafkaConfig{Brokers: addrs, TopicPartitions: 4}}
 	p := newPipeline(t)
 	p.backend = openBackend(t, cfg)
@@ -73,7 +74,7 @@ func kafkaLoss(t *testing.T, audit bool) {
 // which a consumer resuming at its old offsets would not do.
 func kafkaLossPresent(t *testing.T) {
 	ctx := context.Background()
-	addrs := outflowtest.Kafka(t)
+	addrs := testservers.Kafka(t)
 	cfg := brokers.Config{Kind: brokers.Kafka, Partitions: 2, Kafka: brokers.KafkaConfig{Brokers: addrs, TopicPartitions: 4,
 		TopicCheckInterval: 200 * time.Millisecond}}
 	p := newPipeline(t)

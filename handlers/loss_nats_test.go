@@ -9,6 +9,7 @@ import (
 
 	"github.com/outflow-dev/outflow/app"
 	"github.com/outflow-dev/outflow/brokers"
+	"github.com/outflow-dev/outflow/internal/testservers"
 	"github.com/outflow-dev/outflow/outflowtest"
 )
 
@@ -41,8 +42,8 @@ func TestNATSLossRepaired(t *testing.T) {
 }
 
 func natsLoss(t *testing.T, present, audit bool) {
-	srv := outflowtest.StartNATS(t)
-	proxy := outflowtest.StartProxy(t, srv.URL[len("nats://"):])
+	srv := testservers.StartNATS(t)
+	proxy := testservers.StartProxy(t, srv.URL[len("nats://"):])
 	p := newPipeline(t)
 	// The workers connect through the proxy; the forwarder directly.
 	p.backend = openBackend(t, brokers.Config{Kind: brokers.NATS, Partitions: 2, NATS: brokers.NATSConfig{URL: "nats://" + proxy.Addr}})

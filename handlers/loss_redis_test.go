@@ -11,26 +11,26 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/outflow-dev/outflow/brokers"
-	"github.com/outflow-dev/outflow/outflowtest"
+	"github.com/outflow-dev/outflow/internal/testservers"
 )
 
 // lossRedis is a redis-server of the test's own, which it may flush or
 // restart empty, and a proxy in front of it for the workers, which the test
 // cuts to keep them from reading while the forwarder publishes.
 type lossRedis struct {
-	srv    *outflowtest.RedisServer
+	srv    *testservers.RedisServer
 	client *redis.Client
-	proxy  *outflowtest.Proxy
+	proxy  *testservers.Proxy
 }
 
 func startLossRedis(t *testing.T) *lossRedis {
 	t.Helper()
-	srv := outflowtest.StartRedis(t)
+	srv := testservers.StartRedis(t)
 	opts, err := redis.ParseURL(srv.URL)
 	require.NoError(t, err)
 	c := redis.NewClient(opts)
 	t.Cleanup(func() { c.Close() })
-	return &lossRedis{srv: srv, client: c, proxy: outflowtest.StartProxy(t, fmt.Sprintf("127.0.0.1:%d", srv.Port))}
+	return &lossRedis{srv: srv, client: c, proxy: testservers.StartProxy(t, fmt.Sprintf("127.0.0.1:%d", srv.Port))}
 }
 
 func (r *lossRedis) flush(t *testing.T) {

@@ -12,6 +12,7 @@ import (
 	"github.com/outflow-dev/outflow/app"
 	"github.com/outflow-dev/outflow/brokers"
 	"github.com/outflow-dev/outflow/forwarder"
+	"github.com/outflow-dev/outflow/internal/testservers"
 	"github.com/outflow-dev/outflow/outflowtest"
 )
 
@@ -21,37 +22,37 @@ import (
 // (RabbitMQ, PostgreSQL): shared services are never stopped.
 type outageBackend struct {
 	kind brokers.Kind
-	open func(t *testing.T) (brokers.Config, outflowtest.Outage)
+	open func(t *testing.T) (brokers.Config, testservers.Outage)
 }
 
 var outageBackends = []outageBackend{
-	{brokers.Redis, func(t *testing.T) (brokers.Config, outflowtest.Outage) {
-		srv := outflowtest.StartRedis(t)
+	{brokers.Redis, func(t *testing.T) (brokers.Config, testservers.Outage) {
+		srv := testservers.StartRedis(t)
 		return brokers.Config{Kind: brokers.Redis, Partitions: 2, Redis: brokers.RedisConfig{URL: srv.URL}}, srv
 	}},
-	{brokers.NATS, func(t *testing.T) (brokers.Config, outflowtest.Outage) {
-		srv := outflowtest.StartNATS(t)
+	{brokers.NATS, func(t *testing.T) (brokers.Config, testservers.Outage) {
+		srv := testservers.StartNATS(t)
 		return brokers.Config{Kind: brokers.NATS, Partitions: 2,
 			NATS: brokers.NATSConfig{URL: srv.URL, PublishTimeout: 500 * time.Millisecond}}, srv
 	}},
-	{brokers.AMQP, func(t *testing.T) (brokers.Config, outflowtest.Outage) {
-		u, err := url.Parse(outflowtest.AMQPURL())
+	{brokers.AMQP, func(t *testing.T) (brokers.Config, testservers.Outage) {
+		u, err := url.Parse(testservers.AMQPURL())
 		require.NoError(t, err)
-		proxy := outflowtest.StartProxy(t, u.Host)
+		proxy := testservers.StartProxy(t, u.Host)
 		u.Host = proxy.Addr
 		groups := map[string][]string{app.PaymentsTopic: {"sync-analytics", "notify-merchant", "counter"}}
 		return brokers.Config{Kind: brokers.AMQP, Partitions: 2,
-			AMQP: brokers.AMQPConfig{URL: u.String(), Prefix: outflowtest.AMQPPrefix(t, 2, groups), Groups: groups}}, proxy
+			AMQP: brokers.AMQPConfig{URL: u.String(), Prefix: testservers.AMQPPrefix(t, 2, groups), Groups: groups}}, proxy
 	}},
-	{brokers.Kafka, func(t *testing.T) (brokers.Config, outflowtest.Outage) {
-		k := outflowtest.StartKafka(t)
+	{brokers.Kafka, func(t *testing.T) (brokers.Config, testservers.Outage) {
+		k := testservers.StartKafka(t)
 		return brokers.Config{Kind: brokers.Kafka, Kafka: brokers.KafkaConfig{Brokers: k.Addrs, TopicPartitions: 4}}, k
 	}},
-	{brokers.SQL, func(t *testing.T) (brokers.Config, outflowtest.Outage) {
+	{brokers.SQL, func(t *testing.T) (brokers.Config, testservers.Outage) {
 		s := outflowtest.NewEmptySchema(t)
 		u, err := url.Parse(s.URL)
 		require.NoError(t, err)
-		proxy := outflowtest.StartProxy(t, u.Host)
+		proxy := testservers.StartProxy(t, u.Host)
 		u.Host = proxy.Addr
 		return brokers.Config{Kind: brokers.SQL,
 			SQL: brokers.SQLConfig{DatabaseURL: u.String(), TablePrefix: "outflow_", PollInterval: 20 * time.Millisecond}}, proxy
@@ -73,7 +74,7 @@ func TestBrokerOutageMidRun(t *testing.T) {
 	}
 }
 
-func brokerOutage(t *testing.T, cfg brokers.Config, srv outflowtest.Outage) {
+func brokerOutage(t *testing.T, cfg brokers.Config, srv testservers.Outage) {
 	p := newPipeline(t)
 	p.backend = openBackend(t, cfg)
 	ctx := context.Background()

@@ -16,6 +16,7 @@ import (
 	"github.com/outflow-dev/outflow/consumer"
 	"github.com/outflow-dev/outflow/events"
 	"github.com/outflow-dev/outflow/handlers"
+	"github.com/outflow-dev/outflow/internal/testservers"
 	"github.com/outflow-dev/outflow/outflowtest"
 	"github.com/outflow-dev/outflow/replay"
 )
@@ -38,7 +39,7 @@ func newReplayPipeline(t *testing.T) *replayPipeline {
 	t.Helper()
 	p := &replayPipeline{pipeline: newPipeline(t)}
 	p.backend = openBackend(t, brokers.Config{Kind: brokers.Redis, Partitions: 2,
-		Redis: brokers.RedisConfig{URL: outflowtest.RedisURL(), StreamPrefix: p.prefix}})
+		Redis: brokers.RedisConfig{URL: testservers.RedisURL(), StreamPrefix: p.prefix}})
 	p.m1, p.site1 = p.newMerchant(t)
 	p.m2, p.site2 = p.newMerchant(t)
 	counter, counted := countingHandler(t, p.pipeline)
@@ -358,7 +359,7 @@ func TestResetLocksAggregatesTheConsumerHasNotSeen(t *testing.T) {
 	t.Parallel()
 	p := &replayPipeline{pipeline: newPipeline(t)}
 	p.backend = openBackend(t, brokers.Config{Kind: brokers.Redis, Partitions: 2,
-		Redis: brokers.RedisConfig{URL: outflowtest.RedisURL(), StreamPrefix: p.prefix}})
+		Redis: brokers.RedisConfig{URL: testservers.RedisURL(), StreamPrefix: p.prefix}})
 	ctx := context.Background()
 	m, err := p.svc.CreateMerchant(ctx, app.NewMerchant{Name: "Shop", WebhookURL: "https://shop.example/h"})
 	require.NoError(t, err)

@@ -14,6 +14,7 @@ import (
 	"github.com/outflow-dev/outflow/consumer"
 	"github.com/outflow-dev/outflow/events"
 	"github.com/outflow-dev/outflow/idempotency"
+	"github.com/outflow-dev/outflow/internal/testservers"
 	"github.com/outflow-dev/outflow/outflowtest"
 	"github.com/outflow-dev/outflow/replay"
 )
@@ -30,7 +31,7 @@ func TestResetWithBaselineKeepsHistory(t *testing.T) {
 	t.Parallel()
 	p := &replayPipeline{pipeline: newPipeline(t)}
 	p.backend = openBackend(t, brokers.Config{Kind: brokers.Redis, Partitions: 2,
-		Redis: brokers.RedisConfig{URL: outflowtest.RedisURL(), StreamPrefix: p.prefix}})
+		Redis: brokers.RedisConfig{URL: testservers.RedisURL(), StreamPrefix: p.prefix}})
 	ctx := context.Background()
 	m, err := p.svc.CreateMerchant(ctx, app.NewMerchant{Name: "Shop", WebhookURL: "https://shop.example/h"})
 	require.NoError(t, err)

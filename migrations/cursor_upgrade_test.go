@@ -18,6 +18,7 @@ import (
 	"github.com/outflow-dev/outflow/events"
 	"github.com/outflow-dev/outflow/events/outbox"
 	"github.com/outflow-dev/outflow/forwarder"
+	"github.com/outflow-dev/outflow/internal/testservers"
 	"github.com/outflow-dev/outflow/migrations"
 	"github.com/outflow-dev/outflow/outflowtest"
 )
@@ -47,8 +48,8 @@ func TestUpgradeToCursorsOnline(t *testing.T) {
 	_, err = p.UpTo(ctx, 24)
 	require.NoError(t, err)
 
-	rdb := outflowtest.Redis(t)
-	topic := outflowtest.UniqueName(t, rdb)
+	rdb := testservers.Redis(t)
+	topic := testservers.UniqueName(t, rdb)
 	w, err := outbox.NewWriter(outbox.Config{Routes: outbox.Routes{"*": topic}})
 	require.NoError(t, err)
 	write := func(agg string, v int64) {

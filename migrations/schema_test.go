@@ -19,6 +19,7 @@ import (
 	"github.com/outflow-dev/outflow/events/outbox"
 	"github.com/outflow-dev/outflow/forwarder"
 	"github.com/outflow-dev/outflow/idempotency"
+	"github.com/outflow-dev/outflow/internal/testservers"
 	"github.com/outflow-dev/outflow/migrations"
 	"github.com/outflow-dev/outflow/outflowtest"
 )
@@ -139,8 +140,8 @@ func TestRuntimeFindsTablesThroughSearchPath(t *testing.T) {
 	quiet := slog.New(slog.NewTextHandler(io.Discard, nil))
 
 	// Write and forward.
-	rdb := outflowtest.Redis(t)
-	topic := outflowtest.UniqueName(t, rdb)
+	rdb := testservers.Redis(t)
+	topic := testservers.UniqueName(t, rdb)
 	w, err := outbox.NewWriter(outbox.Config{Routes: outbox.Routes{"*": topic}})
 	require.NoError(t, err)
 	var msgs []*message.Message

@@ -12,7 +12,9 @@
 // postgres://postgres@127.0.0.1:5432/outflow_test?sslmode=disable; the
 // database is created if it does not exist. A database that cannot be
 // reached fails the test with a message saying how to start one: tests never
-// skip silently. Create the service's own tables in the schema next.
+// skip silently. A table a test needs beyond the framework's and its sets'
+// it creates on the returned pool. (The servers Outflow's own tests start,
+// brokers and proxies, are in the framework's internal/testservers.)
 //
 // # What a transaction wrote
 //

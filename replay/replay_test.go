@@ -14,6 +14,7 @@ import (
 	redisstreams "github.com/outflow-dev/outflow/brokers/redis"
 	"github.com/outflow-dev/outflow/consumer"
 	"github.com/outflow-dev/outflow/events"
+	"github.com/outflow-dev/outflow/internal/testservers"
 	"github.com/outflow-dev/outflow/outflowtest"
 	"github.com/outflow-dev/outflow/replay"
 )
@@ -173,8 +174,8 @@ func TestReplayOfADiscardedRowIsItsMarker(t *testing.T) {
 	var last int64
 	require.NoError(t, s.Pool.QueryRow(ctx, `SELECT max(id) FROM outbox`).Scan(&last))
 	require.NoError(t, outflowtest.PublishThrough(ctx, s.Pool, last))
-	rc := outflowtest.Redis(t)
-	b, err := redisstreams.New(redisstreams.Config{Client: rc, StreamPrefix: outflowtest.UniqueName(t, rc) + ":"})
+	rc := testservers.Redis(t)
+	b, err := redisstreams.New(redisstreams.Config{Client: rc, StreamPrefix: testservers.UniqueName(t, rc) + ":"})
 	require.NoError(t, err)
 
 	n, err := replay.Publish(ctx, s.Pool, b, "c1", replay.Filter{Topic: "t", AggregateType: "a", AggregateIDs: []string{"x"}}, replay.Options{})

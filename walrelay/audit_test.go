@@ -16,6 +16,7 @@ import (
 	redisstreams "github.com/outflow-dev/outflow/brokers/redis"
 	"github.com/outflow-dev/outflow/events"
 	"github.com/outflow-dev/outflow/forwarder"
+	"github.com/outflow-dev/outflow/internal/testservers"
 	"github.com/outflow-dev/outflow/outflowtest"
 	"github.com/outflow-dev/outflow/walrelay"
 )
@@ -109,7 +110,7 @@ func TestAuditRepairsABrokerLossFromTheHistory(t *testing.T) {
 // broker of one stream per topic on it.
 func ownRedis(t *testing.T) (*redis.Client, *redisstreams.Broker) {
 	t.Helper()
-	srv := outflowtest.StartRedis(t)
+	srv := testservers.StartRedis(t)
 	opts, err := redis.ParseURL(srv.URL)
 	require.NoError(t, err)
 	c := redis.NewClient(opts)

@@ -19,6 +19,7 @@ import (
 	"github.com/outflow-dev/outflow/events"
 	"github.com/outflow-dev/outflow/events/outbox"
 	"github.com/outflow-dev/outflow/forwarder"
+	"github.com/outflow-dev/outflow/internal/testservers"
 	"github.com/outflow-dev/outflow/outflowtest"
 	"github.com/outflow-dev/outflow/walrelay"
 )
@@ -106,14 +107,14 @@ func testLogger() *slog.Logger {
 
 type env struct {
 	t      *testing.T
-	pg     *outflowtest.LogicalPostgres
+	pg     *testservers.LogicalPostgres
 	broker *memBroker
 	writer *outbox.Writer
 }
 
 func setup(t *testing.T, settings ...string) *env {
 	t.Helper()
-	pg := outflowtest.StartLogicalPostgres(t, settings...)
+	pg := testservers.StartLogicalPostgres(t, settings...)
 	w, err := outbox.NewWriter(outbox.Config{Routes: outbox.Routes{"*": "orders"}, Mode: outbox.ModeWAL})
 	require.NoError(t, err)
 	return &env{t: t, pg: pg, broker: newMemBroker(), writer: w}

@@ -19,6 +19,7 @@ import (
 	"github.com/outflow-dev/outflow/consumer"
 	"github.com/outflow-dev/outflow/events"
 	"github.com/outflow-dev/outflow/forwarder"
+	"github.com/outflow-dev/outflow/internal/testservers"
 	"github.com/outflow-dev/outflow/outflowtest"
 )
 
@@ -27,7 +28,7 @@ var amqpQuiet = slog.New(slog.NewTextHandler(io.Discard, nil))
 func openAMQPTest(t *testing.T, url string, groups map[string][]string) brokers.Backend {
 	t.Helper()
 	b, err := brokers.Open(context.Background(), brokers.Config{Kind: brokers.AMQP, Logger: amqpQuiet,
-		AMQP: brokers.AMQPConfig{URL: url, Prefix: outflowtest.AMQPPrefix(t, 1, groups), Groups: groups,
+		AMQP: brokers.AMQPConfig{URL: url, Prefix: testservers.AMQPPrefix(t, 1, groups), Groups: groups,
 			NackDelay: 300 * time.Millisecond}})
 	require.NoError(t, err)
 	t.Cleanup(func() { b.Close() })
@@ -41,7 +42,7 @@ func amqpOutgoing(topic, id string) []forwarder.Outgoing {
 // A message no queue would take is the row's failure, not an outage.
 func TestAMQPUnroutableIsReported(t *testing.T) {
 	t.Parallel()
-	b := openAMQPTest(t, outflowtest.AMQPURL(), map[string][]string{"nobody": nil})
+	b := openAMQPTest(t, testservers.AMQPURL(), map[string][]string{"nobody": nil})
 	errs := b.Broker().Publish(context.Background(), amqpOutgoing("nobody", "m1"))
 	require.ErrorIs(t, errs[0], amqp.ErrUnroutable)
 	require.NotErrorIs(t, errs[0], forwarder.ErrBrokerUnavailable)
@@ -51,7 +52,7 @@ func TestAMQPUnroutableIsReported(t *testing.T) {
 // subscriber; a nacked message comes back after NackDelay, not at once.
 func TestAMQPQueueBeforeSubscriberAndNackDelay(t *testing.T) {
 	t.Parallel()
-	b := openAMQPTest(t, outflowtest.AMQPURL(), map[string][]string{"events": {"g"}})
+	b := openAMQPTest(t, testservers.AMQPURL(), map[string][]string{"events": {"g"}})
 	for _, err := range b.Broker().Publish(context.Background(), amqpOutgoing("events", "m1")) {
 		require.NoError(t, err)
 	}
@@ -78,9 +79,9 @@ func TestAMQPQueueBeforeSubscriberAndNackDelay(t *testing.T) {
 // next publish reconnects. The loss is a proxy's, not the shared server's.
 func TestAMQPConnectionLossIsUnavailableThenRecovers(t *testing.T) {
 	t.Parallel()
-	u, err := url.Parse(outflowtest.AMQPURL())
+	u, err := url.Parse(testservers.AMQPURL())
 	require.NoError(t, err)
-	p := outflowtest.StartProxy(t, u.Host)
+	p := testservers.StartProxy(t, u.Host)
 	u.Host = p.Addr
 	b := openAMQPTest(t, u.String(), map[string][]string{"events": {"g"}})
 	for _, err := range b.Broker().Publish(context.Background(), amqpOutgoing("events", "m1")) {
@@ -107,7 +108,7 @@ func TestAMQPConnectionLossIsUnavailableThenRecovers(t *testing.T) {
 // acked.
 func TestAMQPSingleActiveConsumerPerQueue(t *testing.T) {
 	t.Parallel()
-	b := openAMQPTest(t, outflowtest.AMQPURL(), map[string][]string{"events": {"g"}})
+	b := openAMQPTest(t, testservers.AMQPURL(), map[string][]string{"events": {"g"}})
 	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
 	defer cancel()
 	subscribe := func(name string) (message.Subscriber, <-chan *message.Message) {
@@ -158,7 +159,7 @@ func TestBrokerContract(t *testing.T) {
 	target := func(t *testing.T, url string) brokertest.Target {
 		topics := map[string][]string{} // filled as the suite subscribes, read by AMQPPrefix's cleanup
 		b, err := brokers.Open(context.Background(), brokers.Config{Kind: brokers.AMQP, Logger: amqpQuiet,
-			AMQP: brokers.AMQPConfig{URL: url, Prefix: outflowtest.AMQPPrefix(t, 1, topics), NackDelay: 100 * time.Millisecond}})
+			AMQP: brokers.AMQPConfig{URL: url, Prefix: testservers.AMQPPrefix(t, 1, topics), NackDelay: 100 * time.Millisecond}})
 		require.NoError(t, err)
 		t.Cleanup(func() { b.Close() })
 		target := brokertest.BackendTarget(t, b)
@@ -170,11 +171,11 @@ func TestBrokerContract(t *testing.T) {
 		return target
 	}
 	brokertest.Run(t, brokertest.Harness{
-		Open: func(t *testing.T) brokertest.Target { return target(t, outflowtest.AMQPURL()) },
-		Outage: func(t *testing.T) (brokertest.Target, outflowtest.Outage) {
-			u, err := url.Parse(outflowtest.AMQPURL())
+		Open: func(t *testing.T) brokertest.Target { return target(t, testservers.AMQPURL()) },
+		Outage: func(t *testing.T) (brokertest.Target, testservers.Outage) {
+			u, err := url.Parse(testservers.AMQPURL())
 			require.NoError(t, err)
-			p := outflowtest.StartProxy(t, u.Host)
+			p := testservers.StartProxy(t, u.Host)
 			u.Host = p.Addr
 			return target(t, u.String()), p
 		},
@@ -195,7 +196,7 @@ func TestWorkerGroupsMakeAUserTopicRoutable(t *testing.T) {
 	require.Equal(t, map[string][]string{"orders": {"ship-order"}, consumer.ReplayTopic("ship-order"): {"ship-order"}}, w.Groups())
 
 	none, err := brokers.Open(context.Background(), brokers.Config{Kind: brokers.AMQP, Logger: amqpQuiet,
-		AMQP: brokers.AMQPConfig{URL: outflowtest.AMQPURL(), Prefix: outflowtest.AMQPPrefix(t, 1, map[string][]string{"orders": nil, "payments": nil})}})
+		AMQP: brokers.AMQPConfig{URL: testservers.AMQPURL(), Prefix: testservers.AMQPPrefix(t, 1, map[string][]string{"orders": nil, "payments": nil})}})
 	require.NoError(t, err)
 	t.Cleanup(func() { none.Close() })
 	for _, topic := range []string{"orders", "payments"} { // payments: the reference app's topic
@@ -203,7 +204,7 @@ func TestWorkerGroupsMakeAUserTopicRoutable(t *testing.T) {
 			"nil Groups declares no queue")
 	}
 
-	b := openAMQPTest(t, outflowtest.AMQPURL(), w.Groups())
+	b := openAMQPTest(t, testservers.AMQPURL(), w.Groups())
 	for _, err := range b.Broker().Publish(context.Background(), amqpOutgoing("orders", "m1")) {
 		require.NoError(t, err)
 	}
@@ -247,18 +248,18 @@ func TestObserveContract(t *testing.T) {
 	open := func(t *testing.T, url string) brokers.Backend {
 		topics := map[string][]string{}
 		b, err := brokers.Open(context.Background(), brokers.Config{Kind: brokers.AMQP, Logger: amqpQuiet, Partitions: 2,
-			AMQP: brokers.AMQPConfig{URL: url, Prefix: outflowtest.AMQPPrefix(t, 2, topics), NackDelay: 100 * time.Millisecond}})
+			AMQP: brokers.AMQPConfig{URL: url, Prefix: testservers.AMQPPrefix(t, 2, topics), NackDelay: 100 * time.Millisecond}})
 		require.NoError(t, err)
 		t.Cleanup(func() { b.Close() })
 		return lagBackend{Backend: b, topics: topics}
 	}
 	brokertest.RunObserve(t, brokertest.ObserveHarness{
 		NoOldestAge: true,
-		Open:        func(t *testing.T) brokers.Backend { return open(t, outflowtest.AMQPURL()) },
-		Outage: func(t *testing.T) (brokers.Backend, outflowtest.Outage) {
-			u, err := url.Parse(outflowtest.AMQPURL())
+		Open:        func(t *testing.T) brokers.Backend { return open(t, testservers.AMQPURL()) },
+		Outage: func(t *testing.T) (brokers.Backend, testservers.Outage) {
+			u, err := url.Parse(testservers.AMQPURL())
 			require.NoError(t, err)
-			p := outflowtest.StartProxy(t, u.Host)
+			p := testservers.StartProxy(t, u.Host)
 			u.Host = p.Addr
 			return open(t, u.String()), p
 		},
@@ -269,9 +270,9 @@ func TestObserveContract(t *testing.T) {
 func TestLagDeclaresNothing(t *testing.T) {
 	t.Parallel()
 	topics := map[string][]string{"orders": {"g"}}
-	prefix := outflowtest.AMQPPrefix(t, 1, topics)
+	prefix := testservers.AMQPPrefix(t, 1, topics)
 	b, err := brokers.Open(context.Background(), brokers.Config{Kind: brokers.AMQP, Logger: amqpQuiet,
-		AMQP: brokers.AMQPConfig{URL: outflowtest.AMQPURL(), Prefix: prefix}})
+		AMQP: brokers.AMQPConfig{URL: testservers.AMQPURL(), Prefix: prefix}})
 	require.NoError(t, err)
 	t.Cleanup(func() { b.Close() })
 	for range 2 { // the second after the server closed the first's channel

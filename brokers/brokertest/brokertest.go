@@ -17,6 +17,7 @@ import (
 	"github.com/outflow-dev/outflow/events"
 	"github.com/outflow-dev/outflow/events/outbox"
 	"github.com/outflow-dev/outflow/forwarder"
+	"github.com/outflow-dev/outflow/internal/testservers"
 	"github.com/outflow-dev/outflow/outflowtest"
 )
 
@@ -52,10 +53,10 @@ type Harness struct {
 	Open func(t *testing.T) Target
 	// Outage returns a target whose broker sw cuts off: a server of the
 	// test's own, or a proxy in front of a shared one
-	// ([outflowtest.StartProxy], [outflowtest.StartRedis],
-	// [outflowtest.StartNATS], [outflowtest.StartKafka]). Required: every
+	// ([testservers.StartProxy], [testservers.StartRedis],
+	// [testservers.StartNATS], [testservers.StartKafka]). Required: every
 	// broker must report its outages as [forwarder.ErrBrokerUnavailable].
-	Outage func(t *testing.T) (target Target, sw outflowtest.Outage)
+	Outage func(t *testing.T) (target Target, sw testservers.Outage)
 }
 
 // Run runs the forwarder's broker contract on h's broker. It needs the

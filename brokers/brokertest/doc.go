@@ -28,8 +28,8 @@
 //				t.Cleanup(func() { b.Close() })
 //				return brokertest.BackendTarget(t, b)
 //			},
-//			Outage: func(t *testing.T) (brokertest.Target, outflowtest.Outage) {
-//				proxy := outflowtest.StartProxy(t, "127.0.0.1:7000") // in front of your broker
+//			Outage: func(t *testing.T) (brokertest.Target, testservers.Outage) {
+//				proxy := testservers.StartProxy(t, "127.0.0.1:7000") // in front of your broker
 //				b, err := brokers.Open(context.Background(), brokers.Config{Kind: "mybroker" /* at proxy.Addr */})
 //				if err != nil {
 //					t.Fatal(err)

@@ -13,6 +13,7 @@ import (
 
 	"github.com/outflow-dev/outflow/brokers"
 	"github.com/outflow-dev/outflow/forwarder"
+	"github.com/outflow-dev/outflow/internal/testservers"
 	"github.com/outflow-dev/outflow/outflowtest"
 )
 
@@ -22,7 +23,7 @@ type ObserveHarness struct {
 	// subscribed on a topic before anything is published to it. Required.
 	Open func(t *testing.T) brokers.Backend
 	// Outage returns a backend whose broker sw cuts off. Required.
-	Outage func(t *testing.T) (brokers.Backend, outflowtest.Outage)
+	Outage func(t *testing.T) (brokers.Backend, testservers.Outage)
 	// Aggregates is how many aggregates the published events spread over
 	// (so over partitions). Defaults to 3; the sql backend, whose position
 	// is the longest acked prefix in table order, is exact with 1.

@@ -15,6 +15,7 @@ import (
 	"github.com/outflow-dev/outflow/brokers"
 	"github.com/outflow-dev/outflow/brokers/brokertest"
 	"github.com/outflow-dev/outflow/forwarder"
+	"github.com/outflow-dev/outflow/internal/testservers"
 	"github.com/outflow-dev/outflow/outflowtest"
 )
 
@@ -38,7 +39,7 @@ func TestAuditContract(t *testing.T) {
 	t.Parallel()
 	brokertest.RunAudit(t, brokertest.AuditHarness{
 		Open: func(t *testing.T) brokertest.AuditTarget {
-			addrs := outflowtest.Kafka(t)
+			addrs := testservers.Kafka(t)
 			b := openTestKafka(t, addrs)
 			return brokertest.AuditTarget{
 				Backend: b,
@@ -326,7 +327,7 @@ func all(n int, s forwarder.Status) []forwarder.Status {
 // the records at the held offsets are other messages, or none.
 func TestCheckFindsADeletedTopic(t *testing.T) {
 	t.Parallel()
-	addrs := outflowtest.Kafka(t)
+	addrs := testservers.Kafka(t)
 	c := newChecked(t, openTestKafka(t, addrs))
 	admin := newAdmin(t, addrs)
 
@@ -358,7 +359,7 @@ func TestCheckFindsADeletedTopic(t *testing.T) {
 // at the log start.
 func TestCheckRetentionOfConsumedRecordsIsNoLoss(t *testing.T) {
 	t.Parallel()
-	addrs := outflowtest.Kafka(t)
+	addrs := testservers.Kafka(t)
 	c := newChecked(t, openTestKafka(t, addrs))
 	admin := newAdmin(t, addrs)
 
@@ -401,7 +402,7 @@ func TestCheckRetentionOfConsumedRecordsIsNoLoss(t *testing.T) {
 // no offset on it reads from the log start, below which the records went.
 func TestCheckNewGroupIsNoLoss(t *testing.T) {
 	t.Parallel()
-	addrs := outflowtest.Kafka(t)
+	addrs := testservers.Kafka(t)
 	c := newChecked(t, openTestKafka(t, addrs))
 	admin := newAdmin(t, addrs)
 
@@ -420,7 +421,7 @@ func TestCheckNewGroupIsNoLoss(t *testing.T) {
 // are lost, though every group of the new topic committed past them.
 func TestCheckRecreatedAndTrimmedIsLoss(t *testing.T) {
 	t.Parallel()
-	addrs := outflowtest.Kafka(t)
+	addrs := testservers.Kafka(t)
 	b := openTestKafka(t, addrs)
 	c := newChecked(t, b)
 	admin := newAdmin(t, addrs)

@@ -23,6 +23,7 @@ import (
 	"github.com/outflow-dev/outflow/brokers/brokertest"
 	_ "github.com/outflow-dev/outflow/brokers/kafka"
 	"github.com/outflow-dev/outflow/forwarder"
+	"github.com/outflow-dev/outflow/internal/testservers"
 	"github.com/outflow-dev/outflow/outflowtest"
 )
 
@@ -49,7 +50,7 @@ func kafkaOutgoing(topic, aggregate string, seq int) forwarder.Outgoing {
 // topic's '$' and ':' become '_'.
 func TestKafkaBatchKeepsAggregateOrder(t *testing.T) {
 	t.Parallel()
-	b := openTestKafka(t, outflowtest.Kafka(t))
+	b := openTestKafka(t, testservers.Kafka(t))
 	const topic, aggregates, perAggregate = "pay:ments$", 5, 20
 	require.Equal(t, []string{"t.pay_ments_"}, b.Topics(topic))
 
@@ -101,7 +102,7 @@ func TestKafkaBatchKeepsAggregateOrder(t *testing.T) {
 // batch go through.
 func TestKafkaMessageTooLargeIsTheRows(t *testing.T) {
 	t.Parallel()
-	b := openTestKafka(t, outflowtest.Kafka(t))
+	b := openTestKafka(t, testservers.Kafka(t))
 	big := kafkaOutgoing("payments", "a", 1)
 	big.Message.Payload = []byte(strings.Repeat("x", 2<<20))
 	errs := b.Broker().Publish(context.Background(), []forwarder.Outgoing{kafkaOutgoing("payments", "a", 0), big, kafkaOutgoing("payments", "b", 0)})
@@ -239,7 +240,7 @@ func TestBrokerContract(t *testing.T) {
 	t.Parallel()
 	brokertest.Run(t, brokertest.Harness{
 		Open: func(t *testing.T) brokertest.Target {
-			addrs := outflowtest.Kafka(t)
+			addrs := testservers.Kafka(t)
 			target := brokertest.BackendTarget(t, openTestKafka(t, addrs)) // topic prefix "t."
 			target.Refuse = func(t *testing.T, topic string, bytes int) func() {
 				admin, err := sarama.NewClusterAdmin(addrs, sarama.NewConfig())
@@ -254,8 +255,8 @@ func TestBrokerContract(t *testing.T) {
 			}
 			return target
 		},
-		Outage: func(t *testing.T) (brokertest.Target, outflowtest.Outage) {
-			k := outflowtest.StartKafka(t)
+		Outage: func(t *testing.T) (brokertest.Target, testservers.Outage) {
+			k := testservers.StartKafka(t)
 			return brokertest.BackendTarget(t, openTestKafka(t, k.Addrs)), k
 		},
 	})
@@ -267,9 +268,9 @@ func TestObserveContract(t *testing.T) {
 	t.Parallel()
 	brokertest.RunObserve(t, brokertest.ObserveHarness{
 		CountsUnacked: true,
-		Open:          func(t *testing.T) brokers.Backend { return openTestKafka(t, outflowtest.Kafka(t)) },
-		Outage: func(t *testing.T) (brokers.Backend, outflowtest.Outage) {
-			k := outflowtest.StartKafka(t)
+		Open:          func(t *testing.T) brokers.Backend { return openTestKafka(t, testservers.Kafka(t)) },
+		Outage: func(t *testing.T) (brokers.Backend, testservers.Outage) {
+			k := testservers.StartKafka(t)
 			return openTestKafka(t, k.Addrs), k
 		},
 	})
@@ -279,7 +280,7 @@ func TestObserveContract(t *testing.T) {
 // group with no committed offset lags by the whole topic.
 func TestLagOfAGroupNotSubscribedYet(t *testing.T) {
 	t.Parallel()
-	addrs := outflowtest.Kafka(t)
+	addrs := testservers.Kafka(t)
 	b := openTestKafka(t, addrs)
 	lr := b.(brokers.LagReporter)
 	ctx := context.Background()

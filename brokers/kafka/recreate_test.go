@@ -10,6 +10,7 @@ import (
 
 	"github.com/outflow-dev/outflow/brokers"
 	"github.com/outflow-dev/outflow/forwarder"
+	"github.com/outflow-dev/outflow/internal/testservers"
 	"github.com/outflow-dev/outflow/outflowtest"
 )
 
@@ -21,7 +22,7 @@ import (
 // partition, 40 of the new topic's records never arrived.
 func TestKafkaConsumerRunningThroughTopicDeletion(t *testing.T) {
 	t.Parallel()
-	addrs := outflowtest.Kafka(t)
+	addrs := testservers.Kafka(t)
 	b := openTestKafka(t, addrs)
 	c := newChecked(t, b)
 	sub, err := b.Subscriber("g", "w1", brokers.SubscriberOptions{})

@@ -17,6 +17,7 @@ import (
 	"github.com/outflow-dev/outflow/brokers"
 	"github.com/outflow-dev/outflow/brokers/brokertest"
 	"github.com/outflow-dev/outflow/forwarder"
+	"github.com/outflow-dev/outflow/internal/testservers"
 	"github.com/outflow-dev/outflow/outflowtest"
 )
 
@@ -31,7 +32,7 @@ func TestAuditContract(t *testing.T) {
 	t.Parallel()
 	brokertest.RunAudit(t, brokertest.AuditHarness{
 		Open: func(t *testing.T) brokertest.AuditTarget {
-			srv := outflowtest.StartNATS(t)
+			srv := testservers.StartNATS(t)
 			b := openBackend(t, brokers.Config{Kind: brokers.NATS, Partitions: 2, NATS: brokers.NATSConfig{URL: srv.URL}})
 			js := jetStreamAt(t, srv.URL)
 			// restart stops the server, runs between on its stopped store,
@@ -148,9 +149,9 @@ type checked struct {
 
 func newChecked(t *testing.T, cfg *nats.StreamConfig) *checked {
 	t.Helper()
-	prefix := outflowtest.NATSPrefix(t)
+	prefix := testservers.NATSPrefix(t)
 	b := openBackend(t, brokers.Config{Kind: brokers.NATS,
-		NATS: brokers.NATSConfig{URL: outflowtest.NATSURL(), StreamPrefix: prefix}})
+		NATS: brokers.NATSConfig{URL: testservers.NATSURL(), StreamPrefix: prefix}})
 	c := &checked{t: t, b: b, a: b.Broker().(forwarder.Auditor), js: jetStream(t), stream: prefix + "orders", subject: b.Topics("orders")[0]}
 	// Created before the backend's first publish, which leaves a stream
 	// of another configuration (cfg's limits) as it is.

@@ -19,6 +19,7 @@ import (
 	"github.com/outflow-dev/outflow/brokers"
 	"github.com/outflow-dev/outflow/brokers/brokertest"
 	"github.com/outflow-dev/outflow/forwarder"
+	"github.com/outflow-dev/outflow/internal/testservers"
 	"github.com/outflow-dev/outflow/outflowtest"
 )
 
@@ -27,7 +28,7 @@ import (
 // receives everything, and the audit takes the leader change for no loss.
 func TestThreeReplicasOnACluster(t *testing.T) {
 	t.Parallel()
-	c := outflowtest.StartNATSCluster(t)
+	c := testservers.StartNATSCluster(t)
 	b := openBackend(t, brokers.Config{Kind: brokers.NATS, Partitions: 2,
 		NATS: brokers.NATSConfig{URL: c.URL, Replicas: 3, PublishTimeout: 2 * time.Second}})
 	ids := publishEventually(t, b, "orders", 10)
@@ -184,11 +185,11 @@ func (h *auditedTopic) check() int {
 // they join. JetStream then gives the lost sequences to new messages.
 func TestAuditContractOnACluster(t *testing.T) {
 	t.Parallel()
-	var c *outflowtest.NATSCluster
+	var c *testservers.NATSCluster
 	brokertest.RunAudit(t, brokertest.AuditHarness{
 		Open: func(st *testing.T) brokertest.AuditTarget {
 			if c == nil {
-				c = outflowtest.StartNATSCluster(t)
+				c = testservers.StartNATSCluster(t)
 			}
 			// The default PublishTimeout (5 s) also bounds the creation of
 			// a stream of three replicas, which on a loaded machine may
@@ -311,7 +312,7 @@ func TestAuditContractOnACluster(t *testing.T) {
 
 // currentFollower waits until a follower of stream has every message its
 // leader has, and returns its node and server name.
-func currentFollower(t *testing.T, c *outflowtest.NATSCluster, js nats.JetStreamContext, stream string) (int, string) {
+func currentFollower(t *testing.T, c *testservers.NATSCluster, js nats.JetStreamContext, stream string) (int, string) {
 	t.Helper()
 	node, name := -1, ""
 	outflowtest.WaitFor(t, 30*time.Second, "a follower of the stream to be current", func() bool {
@@ -335,7 +336,7 @@ func currentFollower(t *testing.T, c *outflowtest.NATSCluster, js nats.JetStream
 // on one node, and the others learn of it over their routes (until then a
 // publish through them has no responders). The probe expects a last
 // sequence no stream has, so the stream refuses it and stores nothing.
-func waitWritable(t *testing.T, c *outflowtest.NATSCluster, topic string, nodes ...int) {
+func waitWritable(t *testing.T, c *testservers.NATSCluster, topic string, nodes ...int) {
 	t.Helper()
 	for _, i := range nodes {
 		js := jetStreamAt(t, c.NodeURL(i))

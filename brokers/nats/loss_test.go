@@ -13,6 +13,7 @@ import (
 
 	"github.com/outflow-dev/outflow/brokers"
 	"github.com/outflow-dev/outflow/forwarder"
+	"github.com/outflow-dev/outflow/internal/testservers"
 	"github.com/outflow-dev/outflow/outflowtest"
 )
 
@@ -74,9 +75,9 @@ func publishEventually(t *testing.T, b brokers.Backend, topic string, n int) []s
 // until the stream has been missing a while the broker is unavailable.
 func TestPublishCreatesADeletedStreamAgain(t *testing.T) {
 	t.Parallel()
-	prefix := outflowtest.NATSPrefix(t)
+	prefix := testservers.NATSPrefix(t)
 	b := openBackend(t, brokers.Config{Kind: brokers.NATS, Partitions: 2,
-		NATS: brokers.NATSConfig{URL: outflowtest.NATSURL(), StreamPrefix: prefix}})
+		NATS: brokers.NATSConfig{URL: testservers.NATSURL(), StreamPrefix: prefix}})
 	js := jetStream(t)
 	publish(t, b, "orders", 3)
 	if err := js.DeleteStream(prefix + "orders"); err != nil {
@@ -102,7 +103,7 @@ func TestReplicasAreValidated(t *testing.T) {
 	t.Parallel()
 	for _, n := range []int{-1, 6} {
 		_, err := brokers.Open(context.Background(), brokers.Config{Kind: brokers.NATS,
-			NATS: brokers.NATSConfig{URL: outflowtest.NATSURL(), Replicas: n}})
+			NATS: brokers.NATSConfig{URL: testservers.NATSURL(), Replicas: n}})
 		if err == nil || !strings.Contains(err.Error(), "Replicas") {
 			t.Fatalf("Replicas %d: got %v", n, err)
 		}
@@ -145,9 +146,9 @@ func TestSubscriberSurvivesADeletedConsumer(t *testing.T) {
 // on streams of a prefix of the test's own.
 func subscribeOrders(t *testing.T) (brokers.Backend, string, <-chan *message.Message) {
 	t.Helper()
-	prefix := outflowtest.NATSPrefix(t)
+	prefix := testservers.NATSPrefix(t)
 	b := openBackend(t, brokers.Config{Kind: brokers.NATS,
-		NATS: brokers.NATSConfig{URL: outflowtest.NATSURL(), StreamPrefix: prefix}})
+		NATS: brokers.NATSConfig{URL: testservers.NATSURL(), StreamPrefix: prefix}})
 	sub, err := b.Subscriber("g", "c", brokers.SubscriberOptions{})
 	if err != nil {
 		t.Fatal(err)
@@ -192,9 +193,9 @@ func TestReplayTopicsAreNotDeduplicated(t *testing.T) {
 	}{{brokers.ReplayTopicPrefix + "projector", 2}, {"orders", 1}} {
 		t.Run(tc.topic, func(t *testing.T) {
 			t.Parallel()
-			prefix := outflowtest.NATSPrefix(t)
+			prefix := testservers.NATSPrefix(t)
 			b := openBackend(t, brokers.Config{Kind: brokers.NATS,
-				NATS: brokers.NATSConfig{URL: outflowtest.NATSURL(), StreamPrefix: prefix}})
+				NATS: brokers.NATSConfig{URL: testservers.NATSURL(), StreamPrefix: prefix}})
 			m := message.NewMessage(watermill.NewUUID(), []byte("x"))
 			for range 2 {
 				for _, err := range b.Broker().Publish(context.Background(), []forwarder.Outgoing{{Topic: tc.topic, AggregateID: "a", Message: m}}) {

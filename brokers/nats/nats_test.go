@@ -15,6 +15,7 @@ import (
 	"github.com/outflow-dev/outflow/brokers/brokertest"
 	_ "github.com/outflow-dev/outflow/brokers/nats"
 	"github.com/outflow-dev/outflow/forwarder"
+	"github.com/outflow-dev/outflow/internal/testservers"
 	"github.com/outflow-dev/outflow/outflowtest"
 )
 
@@ -34,7 +35,7 @@ func openBackend(t *testing.T, cfg brokers.Config) brokers.Backend {
 
 func jetStream(t *testing.T) nats.JetStreamContext {
 	t.Helper()
-	conn, err := nats.Connect(outflowtest.NATSURL())
+	conn, err := nats.Connect(testservers.NATSURL())
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -52,9 +53,9 @@ func TestBrokerContract(t *testing.T) {
 	t.Parallel()
 	brokertest.Run(t, brokertest.Harness{
 		Open: func(t *testing.T) brokertest.Target {
-			prefix := outflowtest.NATSPrefix(t)
+			prefix := testservers.NATSPrefix(t)
 			target := brokertest.BackendTarget(t, openBackend(t, brokers.Config{Kind: brokers.NATS,
-				NATS: brokers.NATSConfig{URL: outflowtest.NATSURL(), StreamPrefix: prefix}}))
+				NATS: brokers.NATSConfig{URL: testservers.NATSURL(), StreamPrefix: prefix}}))
 			target.Refuse = func(t *testing.T, topic string, bytes int) func() {
 				js := jetStream(t)
 				stream := prefix + topic // no dots: the stream is named as its subject
@@ -76,8 +77,8 @@ func TestBrokerContract(t *testing.T) {
 			}
 			return target
 		},
-		Outage: func(t *testing.T) (brokertest.Target, outflowtest.Outage) {
-			srv := outflowtest.StartNATS(t)
+		Outage: func(t *testing.T) (brokertest.Target, testservers.Outage) {
+			srv := testservers.StartNATS(t)
 			return brokertest.BackendTarget(t, openBackend(t, brokers.Config{Kind: brokers.NATS,
 				NATS: brokers.NATSConfig{URL: srv.URL, PublishTimeout: 500 * time.Millisecond}})), srv
 		},
@@ -92,10 +93,10 @@ func TestObserveContract(t *testing.T) {
 		CountsUnacked: true,
 		Open: func(t *testing.T) brokers.Backend {
 			return openBackend(t, brokers.Config{Kind: brokers.NATS, Partitions: 2,
-				NATS: brokers.NATSConfig{URL: outflowtest.NATSURL(), StreamPrefix: outflowtest.NATSPrefix(t)}})
+				NATS: brokers.NATSConfig{URL: testservers.NATSURL(), StreamPrefix: testservers.NATSPrefix(t)}})
 		},
-		Outage: func(t *testing.T) (brokers.Backend, outflowtest.Outage) {
-			srv := outflowtest.StartNATS(t)
+		Outage: func(t *testing.T) (brokers.Backend, testservers.Outage) {
+			srv := testservers.StartNATS(t)
 			return openBackend(t, brokers.Config{Kind: brokers.NATS, NATS: brokers.NATSConfig{URL: srv.URL}}), srv
 		},
 	})
@@ -105,9 +106,9 @@ func TestObserveContract(t *testing.T) {
 // subject: it lags by all of it. Asking creates nothing.
 func TestLagOfAGroupNotSubscribedYet(t *testing.T) {
 	t.Parallel()
-	prefix := outflowtest.NATSPrefix(t)
+	prefix := testservers.NATSPrefix(t)
 	b := openBackend(t, brokers.Config{Kind: brokers.NATS,
-		NATS: brokers.NATSConfig{URL: outflowtest.NATSURL(), StreamPrefix: prefix}})
+		NATS: brokers.NATSConfig{URL: testservers.NATSURL(), StreamPrefix: prefix}})
 	lr := b.(brokers.LagReporter)
 	ctx := context.Background()
 	lag, err := lr.Lag(ctx, "g", "orders")

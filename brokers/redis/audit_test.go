@@ -18,14 +18,14 @@ import (
 	redisstreams "github.com/outflow-dev/outflow/brokers/redis"
 	"github.com/outflow-dev/outflow/events"
 	"github.com/outflow-dev/outflow/forwarder"
-	"github.com/outflow-dev/outflow/outflowtest"
+	"github.com/outflow-dev/outflow/internal/testservers"
 )
 
 // ownRedis starts a redis-server of the test's own (the shared one is
 // never flushed) and returns a client on it.
-func ownRedis(t *testing.T) (*outflowtest.RedisServer, *redis.Client) {
+func ownRedis(t *testing.T) (*testservers.RedisServer, *redis.Client) {
 	t.Helper()
-	srv := outflowtest.StartRedis(t)
+	srv := testservers.StartRedis(t)
 	opts, err := redis.ParseURL(srv.URL)
 	require.NoError(t, err)
 	c := redis.NewClient(opts)
@@ -35,7 +35,7 @@ func ownRedis(t *testing.T) (*outflowtest.RedisServer, *redis.Client) {
 
 // restartEmpty restarts srv without its data, as a Redis without
 // persistence (or whose append-only file was lost) comes back.
-func restartEmpty(t *testing.T, srv *outflowtest.RedisServer, c *redis.Client) {
+func restartEmpty(t *testing.T, srv *testservers.RedisServer, c *redis.Client) {
 	t.Helper()
 	dir, err := c.ConfigGet(context.Background(), "dir").Result()
 	require.NoError(t, err)
@@ -52,8 +52,8 @@ func TestAuditContract(t *testing.T) {
 	t.Parallel()
 	brokertest.RunAudit(t, brokertest.AuditHarness{
 		Open: func(t *testing.T) brokertest.AuditTarget {
-			pair := outflowtest.StartRedisPair(t)
-			proxy := outflowtest.StartProxy(t, pair.Primary.Addr)
+			pair := testservers.StartRedisPair(t)
+			proxy := testservers.StartProxy(t, pair.Primary.Addr)
 			url := "redis://" + proxy.Addr + "/0"
 			b := openBackend(t, brokers.Config{Kind: brokers.Redis, Partitions: 2, Redis: brokers.RedisConfig{URL: url}})
 			c := redis.NewClient(&redis.Options{Addr: proxy.Addr})

@@ -9,7 +9,7 @@ import (
 	"github.com/outflow-dev/outflow/brokers"
 	"github.com/outflow-dev/outflow/brokers/brokertest"
 	_ "github.com/outflow-dev/outflow/brokers/redis"
-	"github.com/outflow-dev/outflow/outflowtest"
+	"github.com/outflow-dev/outflow/internal/testservers"
 )
 
 func openBackend(t *testing.T, cfg brokers.Config) brokers.Backend {
@@ -26,12 +26,12 @@ func TestBrokerContract(t *testing.T) {
 	t.Parallel()
 	brokertest.Run(t, brokertest.Harness{
 		Open: func(t *testing.T) brokertest.Target {
-			prefix := outflowtest.UniqueName(t, outflowtest.Redis(t)) + "_"
+			prefix := testservers.UniqueName(t, testservers.Redis(t)) + "_"
 			return brokertest.BackendTarget(t, openBackend(t, brokers.Config{Kind: brokers.Redis, Partitions: 2,
-				Redis: brokers.RedisConfig{URL: outflowtest.RedisURL(), StreamPrefix: prefix}}))
+				Redis: brokers.RedisConfig{URL: testservers.RedisURL(), StreamPrefix: prefix}}))
 		},
-		Outage: func(t *testing.T) (brokertest.Target, outflowtest.Outage) {
-			srv := outflowtest.StartRedis(t)
+		Outage: func(t *testing.T) (brokertest.Target, testservers.Outage) {
+			srv := testservers.StartRedis(t)
 			return brokertest.BackendTarget(t, openBackend(t, brokers.Config{Kind: brokers.Redis,
 				Redis: brokers.RedisConfig{URL: srv.URL}})), srv
 		},
@@ -64,12 +64,12 @@ func TestObserveContract(t *testing.T) {
 	t.Parallel()
 	brokertest.RunObserve(t, brokertest.ObserveHarness{
 		Open: func(t *testing.T) brokers.Backend {
-			prefix := outflowtest.UniqueName(t, outflowtest.Redis(t)) + "_"
+			prefix := testservers.UniqueName(t, testservers.Redis(t)) + "_"
 			return openBackend(t, brokers.Config{Kind: brokers.Redis, Partitions: 2,
-				Redis: brokers.RedisConfig{URL: outflowtest.RedisURL(), StreamPrefix: prefix}})
+				Redis: brokers.RedisConfig{URL: testservers.RedisURL(), StreamPrefix: prefix}})
 		},
-		Outage: func(t *testing.T) (brokers.Backend, outflowtest.Outage) {
-			srv := outflowtest.StartRedis(t)
+		Outage: func(t *testing.T) (brokers.Backend, testservers.Outage) {
+			srv := testservers.StartRedis(t)
 			return openBackend(t, brokers.Config{Kind: brokers.Redis, Redis: brokers.RedisConfig{URL: srv.URL}}), srv
 		},
 	})

@@ -14,6 +14,7 @@ import (
 	"github.com/outflow-dev/outflow/brokers"
 	redisstreams "github.com/outflow-dev/outflow/brokers/redis"
 	"github.com/outflow-dev/outflow/forwarder"
+	"github.com/outflow-dev/outflow/internal/testservers"
 	"github.com/outflow-dev/outflow/outflowtest"
 )
 
@@ -21,7 +22,7 @@ import (
 // redis-server processes are the cost.
 func TestCluster(t *testing.T) {
 	t.Parallel()
-	cluster := outflowtest.StartRedisCluster(t)
+	cluster := testservers.StartRedisCluster(t)
 	cc := cluster.Client()
 	ctx := context.Background()
 	const topic, partitions = "payments", 6

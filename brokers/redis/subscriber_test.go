@@ -12,6 +12,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	redisstreams "github.com/outflow-dev/outflow/brokers/redis"
+	"github.com/outflow-dev/outflow/internal/testservers"
 	"github.com/outflow-dev/outflow/outflowtest"
 )
 
@@ -22,8 +23,8 @@ import (
 // idempotency middleware's job). Publishing is watermill-redisstream's
 // publisher: the forwarder writes the same entries.
 func TestSubscriberUniversalSuite(t *testing.T) {
-	client := outflowtest.Redis(t)
-	prefix := outflowtest.UniqueName(t, client) // streams deleted when the suite ends
+	client := testservers.Redis(t)
+	prefix := testservers.UniqueName(t, client) // streams deleted when the suite ends
 	features := tests.Features{
 		ConsumerGroups:                   true,
 		Persistent:                       true,
@@ -35,10 +36,10 @@ func TestSubscriberUniversalSuite(t *testing.T) {
 	newPubSub := func(t *testing.T, group string) (message.Publisher, message.Subscriber) {
 		// Clients of their own: blocking reads hold a connection each, and
 		// the suite runs many subscribers and publishers at once.
-		pub, err := redisstream.NewPublisher(redisstream.PublisherConfig{Client: outflowtest.Redis(t)}, watermill.NopLogger{})
+		pub, err := redisstream.NewPublisher(redisstream.PublisherConfig{Client: testservers.Redis(t)}, watermill.NopLogger{})
 		require.NoError(t, err)
 		sub, err := redisstreams.NewSubscriber(redisstreams.SubscriberConfig{
-			Client:          outflowtest.Redis(t),
+			Client:          testservers.Redis(t),
 			ConsumerGroup:   group,
 			Consumer:        watermill.NewShortUUID(),
 			BlockTime:       50 * time.Millisecond,
@@ -59,8 +60,8 @@ func TestSubscriberUniversalSuite(t *testing.T) {
 // first is acked, which is what lets the middleware share transactions.
 func TestSubscriberDeliversAReadAtOnce(t *testing.T) {
 	t.Parallel()
-	client := outflowtest.Redis(t)
-	stream := outflowtest.UniqueName(t, client)
+	client := testservers.Redis(t)
+	stream := testservers.UniqueName(t, client)
 	pub, err := redisstream.NewPublisher(redisstream.PublisherConfig{Client: client}, watermill.NopLogger{})
 	require.NoError(t, err)
 	for range 10 {
@@ -96,8 +97,8 @@ func TestSubscriberDeliversAReadAtOnce(t *testing.T) {
 // at once.
 func TestSubscriberRedeliversUnacked(t *testing.T) {
 	t.Parallel()
-	client := outflowtest.Redis(t)
-	stream := outflowtest.UniqueName(t, client)
+	client := testservers.Redis(t)
+	stream := testservers.UniqueName(t, client)
 	pub, err := redisstream.NewPublisher(redisstream.PublisherConfig{Client: client}, watermill.NopLogger{})
 	require.NoError(t, err)
 	want := message.NewMessage(watermill.NewUUID(), []byte("x"))

@@ -17,6 +17,7 @@ import (
 	"github.com/outflow-dev/outflow/events"
 	"github.com/outflow-dev/outflow/events/outbox"
 	"github.com/outflow-dev/outflow/forwarder"
+	"github.com/outflow-dev/outflow/internal/testservers"
 	"github.com/outflow-dev/outflow/outflowtest"
 )
 
@@ -50,7 +51,7 @@ func (s *shortCounter) Publish(ctx context.Context, msgs []forwarder.Outgoing) [
 // once a replica is back.
 func TestWaitReplicasHoldsRowsWhileNoReplicaAcknowledges(t *testing.T) {
 	t.Parallel()
-	pair := outflowtest.StartRedisPair(t)
+	pair := testservers.StartRedisPair(t)
 	b := openBackend(t, brokers.Config{Kind: brokers.Redis,
 		Redis: brokers.RedisConfig{URL: pair.URL, WaitReplicas: 1, WaitTimeout: 50 * time.Millisecond}})
 	broker := &shortCounter{Broker: b.Broker()}

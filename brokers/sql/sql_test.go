@@ -18,6 +18,7 @@ import (
 	"github.com/outflow-dev/outflow/brokers/brokertest"
 	_ "github.com/outflow-dev/outflow/brokers/sql"
 	"github.com/outflow-dev/outflow/forwarder"
+	"github.com/outflow-dev/outflow/internal/testservers"
 	"github.com/outflow-dev/outflow/outflowtest"
 )
 
@@ -406,10 +407,10 @@ func TestBrokerContract(t *testing.T) {
 		Open: func(t *testing.T) brokertest.Target {
 			return brokertest.BackendTarget(t, openSQLBackend(t, outflowtest.NewEmptySchema(t).URL, brokers.SQLConfig{MaxConns: 8}))
 		},
-		Outage: func(t *testing.T) (brokertest.Target, outflowtest.Outage) {
+		Outage: func(t *testing.T) (brokertest.Target, testservers.Outage) {
 			u, err := url.Parse(outflowtest.NewEmptySchema(t).URL)
 			require.NoError(t, err)
-			p := outflowtest.StartProxy(t, u.Host)
+			p := testservers.StartProxy(t, u.Host)
 			u.Host = p.Addr
 			return brokertest.BackendTarget(t, openSQLBackend(t, u.String(), brokers.SQLConfig{MaxConns: 8})), p
 		},
@@ -425,10 +426,10 @@ func TestObserveContract(t *testing.T) {
 		Open: func(t *testing.T) brokers.Backend {
 			return openSQLBackend(t, outflowtest.NewEmptySchema(t).URL, brokers.SQLConfig{MaxConns: 8})
 		},
-		Outage: func(t *testing.T) (brokers.Backend, outflowtest.Outage) {
+		Outage: func(t *testing.T) (brokers.Backend, testservers.Outage) {
 			u, err := url.Parse(outflowtest.NewEmptySchema(t).URL)
 			require.NoError(t, err)
-			p := outflowtest.StartProxy(t, u.Host)
+			p := testservers.StartProxy(t, u.Host)
 			u.Host = p.Addr
 			return openSQLBackend(t, u.String(), brokers.SQLConfig{MaxConns: 8}), p
 		},

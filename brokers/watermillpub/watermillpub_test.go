@@ -16,7 +16,7 @@ import (
 	redisbackend "github.com/outflow-dev/outflow/brokers/redis"
 	"github.com/outflow-dev/outflow/brokers/watermillpub"
 	"github.com/outflow-dev/outflow/forwarder"
-	"github.com/outflow-dev/outflow/outflowtest"
+	"github.com/outflow-dev/outflow/internal/testservers"
 )
 
 // refusing is a real publisher that refuses, as the message's fault, what
@@ -49,7 +49,7 @@ func (r *refusing) Publish(topic string, msgs ...*message.Message) error {
 // Redis, read by the redis backend's subscriber on the same streams.
 func target(t *testing.T, url string) brokertest.Target {
 	t.Helper()
-	prefix := outflowtest.UniqueName(t, outflowtest.Redis(t)) + "_"
+	prefix := testservers.UniqueName(t, testservers.Redis(t)) + "_"
 	client, err := redisbackend.NewClient(context.Background(), url)
 	if err != nil {
 		t.Fatal(err)
@@ -92,9 +92,9 @@ func target(t *testing.T, url string) brokertest.Target {
 func TestBrokerContract(t *testing.T) {
 	t.Parallel()
 	brokertest.Run(t, brokertest.Harness{
-		Open: func(t *testing.T) brokertest.Target { return target(t, outflowtest.RedisURL()) },
-		Outage: func(t *testing.T) (brokertest.Target, outflowtest.Outage) {
-			srv := outflowtest.StartRedis(t)
+		Open: func(t *testing.T) brokertest.Target { return target(t, testservers.RedisURL()) },
+		Outage: func(t *testing.T) (brokertest.Target, testservers.Outage) {
+			srv := testservers.StartRedis(t)
 			return target(t, srv.URL), srv
 		},
 	})

@@ -32,6 +32,7 @@ import (
 	"github.com/outflow-dev/outflow/events"
 	"github.com/outflow-dev/outflow/events/outbox"
 	"github.com/outflow-dev/outflow/forwarder"
+	"github.com/outflow-dev/outflow/internal/testservers"
 	"github.com/outflow-dev/outflow/outflowtest"
 	"github.com/outflow-dev/outflow/walrelay"
 )
@@ -140,7 +141,7 @@ func TestWALModeQueriesAgainstPrometheus(t *testing.T) {
 		queries[k] = v
 	}
 
-	pg := outflowtest.StartLogicalPostgres(t)
+	pg := testservers.StartLogicalPostgres(t)
 	reg := prometheus.NewRegistry()
 	r, err := walrelay.New(walrelay.Config{Pool: pg.Pool, Broker: okBroker{}, Registerer: reg, StatsInterval: 200 * time.Millisecond,
 		Logger: slog.New(slog.NewTextHandler(io.Discard, nil))})

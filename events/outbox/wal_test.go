@@ -14,13 +14,13 @@ import (
 
 	"github.com/outflow-dev/outflow/events"
 	"github.com/outflow-dev/outflow/events/outbox"
-	"github.com/outflow-dev/outflow/outflowtest"
+	"github.com/outflow-dev/outflow/internal/testservers"
 )
 
 // walMessages reads, through a test_decoding slot made before the writes,
 // the outbox's logical decoding messages committed so far, in commit order,
 // with the transaction id each came in.
-func walMessages(t *testing.T, pg *outflowtest.LogicalPostgres, slot string) (msgs []outbox.WALMessage, xids []uint32) {
+func walMessages(t *testing.T, pg *testservers.LogicalPostgres, slot string) (msgs []outbox.WALMessage, xids []uint32) {
 	t.Helper()
 	rows, err := pg.Pool.Query(context.Background(), `SELECT xid::text::bigint, data FROM pg_logical_slot_get_changes($1, NULL, NULL)`, slot)
 	require.NoError(t, err)
@@ -55,7 +55,7 @@ func newWALWriter(t *testing.T) *outbox.Writer {
 func TestWALModeEmitsOneMessagePerCallInOrderAndTransaction(t *testing.T) {
 	t.Parallel()
 	ctx := context.Background()
-	pg := outflowtest.StartLogicalPostgres(t)
+	pg := testservers.StartLogicalPostgres(t)
 	_, err := pg.Pool.Exec(ctx, `SELECT pg_create_logical_replication_slot('t', 'test_decoding')`)
 	require.NoError(t, err)
 	w := newWALWriter(t)
@@ -131,7 +131,7 @@ func TestWALModeEmitsOneMessagePerCallInOrderAndTransaction(t *testing.T) {
 func TestWALModeRefusesNoTransaction(t *testing.T) {
 	t.Parallel()
 	ctx := context.Background()
-	pg := outflowtest.StartLogicalPostgres(t)
+	pg := testservers.StartLogicalPostgres(t)
 	w := newWALWriter(t)
 	ev := newEvent(t, ctx, "a", 1)
 	require.ErrorIs(t, w.PublishTx(ctx, nil, ev), outbox.ErrNoTransaction)

@@ -143,7 +143,7 @@ func drainToNATS(ctx context.Context, cfg NATSReplicasConfig, url string, replic
 }
 
 // benchCluster is three nats-server -js processes clustered on local
-// ports (outflowtest.StartNATSCluster is the tests' twin, on testing.TB).
+// ports (testservers.StartNATSCluster is the tests' twin, on testing.TB).
 type benchCluster struct {
 	dir  string
 	cmds []*exec.Cmd

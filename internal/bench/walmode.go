@@ -17,7 +17,7 @@ import (
 	"github.com/outflow-dev/outflow/events"
 	"github.com/outflow-dev/outflow/events/outbox"
 	"github.com/outflow-dev/outflow/forwarder"
-	"github.com/outflow-dev/outflow/outflowtest"
+	"github.com/outflow-dev/outflow/internal/testservers"
 	"github.com/outflow-dev/outflow/walrelay"
 )
 
@@ -59,7 +59,7 @@ func WALMode(ctx context.Context, cfg WALModeConfig) error {
 	if cfg.Backlog <= 0 {
 		cfg.Backlog = 30_000
 	}
-	pg, stop, err := outflowtest.RunLogicalPostgres(ctx, "shared_buffers=256MB", "max_wal_size=4GB", "checkpoint_timeout=30min")
+	pg, stop, err := testservers.RunLogicalPostgres(ctx, "shared_buffers=256MB", "max_wal_size=4GB", "checkpoint_timeout=30min")
 	if err != nil {
 		return err
 	}

@@ -23,6 +23,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	appmigrations "github.com/outflow-dev/outflow/app/migrations"
+	"github.com/outflow-dev/outflow/internal/testservers"
 	"github.com/outflow-dev/outflow/migrations"
 	"github.com/outflow-dev/outflow/outflowtest"
 )
@@ -284,8 +285,8 @@ func TestOutboxCommandFlags(t *testing.T) {
 func TestKilledForwarderLosesNothing(t *testing.T) {
 	t.Parallel()
 	s := outflowtest.NewSchema(t, appmigrations.Set())
-	rdb := outflowtest.Redis(t)
-	prefix := outflowtest.UniqueName(t, rdb)
+	rdb := testservers.Redis(t)
+	prefix := testservers.UniqueName(t, rdb)
 	ctx := context.Background()
 
 	// 5,000 rows on one topic, 100 aggregates, versions 1..50.
@@ -295,7 +296,7 @@ func TestKilledForwarderLosesNothing(t *testing.T) {
 		FROM generate_series(1, 50) v, generate_series(1, 100) a ORDER BY v, a`, prefix)
 	require.NoError(t, err)
 
-	env := map[string]string{"DATABASE_URL": s.URL, "REDIS_URL": outflowtest.RedisURL()}
+	env := map[string]string{"DATABASE_URL": s.URL, "REDIS_URL": testservers.RedisURL()}
 	args := []string{"forward", "--metrics-addr", "", "--batch-size", "50", "--takeover-after", "2s"}
 	first := command(env, args...)
 	require.NoError(t, first.Start())

@@ -13,6 +13,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	appmigrations "github.com/outflow-dev/outflow/app/migrations"
+	"github.com/outflow-dev/outflow/internal/testservers"
 	"github.com/outflow-dev/outflow/outflowtest"
 )
 
@@ -93,10 +94,10 @@ func TestReadyzPerRole(t *testing.T) {
 		t.Run(tc.name, func(t *testing.T) {
 			t.Parallel()
 			s := outflowtest.NewSchema(t, appmigrations.Set())
-			redis := outflowtest.StartRedis(t)
+			redis := testservers.StartRedis(t)
 			u, err := url.Parse(s.URL)
 			require.NoError(t, err)
-			pg := outflowtest.StartProxy(t, u.Host)
+			pg := testservers.StartProxy(t, u.Host)
 			u.Host = pg.Addr
 			metrics := freeAddr(t)
 			cmd := command(map[string]string{"DATABASE_URL": u.String(), "REDIS_URL": redis.URL, "HTTP_ADDR": freeAddr(t),

@@ -19,6 +19,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	appmigrations "github.com/outflow-dev/outflow/app/migrations"
+	"github.com/outflow-dev/outflow/internal/testservers"
 	"github.com/outflow-dev/outflow/outflowtest"
 )
 
@@ -119,7 +120,7 @@ func TestDashboardAndAlertQueriesAgainstPrometheus(t *testing.T) {
 	}
 
 	s := outflowtest.NewSchema(t, appmigrations.Set())
-	redisSrv := outflowtest.StartRedis(t)
+	redisSrv := testservers.StartRedis(t)
 	metrics := freeAddr(t)
 	// The merchants' endpoints: one accepts its webhooks, the other fails
 	// them, so the webhook panels and the failure-rate alert have both

@@ -13,6 +13,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	appmigrations "github.com/outflow-dev/outflow/app/migrations"
+	"github.com/outflow-dev/outflow/internal/testservers"
 	"github.com/outflow-dev/outflow/outflowtest"
 )
 
@@ -44,8 +45,8 @@ func TestNoSecretInAnyOutput(t *testing.T) {
 	}
 	goodDB := withSecrets(dbu, "postgres") // trust auth: the passwords are ignored, the connection works
 	hostDB := func(host string) string { c := *dbu; c.Host = host; return withSecrets(&c, "postgres") }
-	amqpWrong := strings.Replace(outflowtest.AMQPURL(), "guest:guest@", "guest:"+pw+"@", 1)
-	natsHost := strings.TrimPrefix(outflowtest.NATSURL(), "nats://")
+	amqpWrong := strings.Replace(testservers.AMQPURL(), "guest:guest@", "guest:"+pw+"@", 1)
+	natsHost := strings.TrimPrefix(testservers.NATSURL(), "nats://")
 
 	type tc struct {
 		name string
@@ -71,7 +72,7 @@ func TestNoSecretInAnyOutput(t *testing.T) {
 			{"refused", fmt.Sprintf("redis://user:%s@%s/0?token=%s", pw, refused, token)},
 			{"bad host", fmt.Sprintf("redis://:%s@no-such-host.invalid:6379/0", pw)},
 			{"invalid URL", fmt.Sprintf("redis://:%s@[::1/0", pw)},
-			{"wrong password", fmt.Sprintf("redis://default:%s@%s/0", pw, strings.TrimPrefix(outflowtest.RedisURL(), "redis://"))},
+			{"wrong password", fmt.Sprintf("redis://default:%s@%s/0", pw, strings.TrimPrefix(testservers.RedisURL(), "redis://"))},
 		},
 		"amqp": {
 			{"refused", fmt.Sprintf("amqp://guest:%s@%s/", pw, refused)},
@@ -108,7 +109,7 @@ func TestNoSecretInAnyOutput(t *testing.T) {
 	// work, which log their configuration.
 	cases = append(cases,
 		tc{"serving", map[string]string{"DATABASE_URL": goodDB}, []string{"serve"}},
-		tc{"forwarding", map[string]string{"DATABASE_URL": goodDB, "REDIS_URL": outflowtest.RedisURL() + "?password=" + qpw}, []string{"forward"}},
+		tc{"forwarding", map[string]string{"DATABASE_URL": goodDB, "REDIS_URL": testservers.RedisURL() + "?password=" + qpw}, []string{"forward"}},
 		tc{"working", map[string]string{"DATABASE_URL": goodDB}, []string{"worker"}},
 		tc{"--database-url refused", nil, []string{"--database-url", hostDB(refused), "migrate", "up"}},
 		tc{"--redis-url refused", map[string]string{"DATABASE_URL": goodDB}, []string{"--redis-url", fmt.Sprintf("redis://:%s@%s/0", pw, refused), "forward"}},

@@ -10,6 +10,7 @@ import (
 
 	"github.com/outflow-dev/outflow/events"
 	"github.com/outflow-dev/outflow/events/outbox"
+	"github.com/outflow-dev/outflow/internal/testservers"
 	"github.com/outflow-dev/outflow/outflowtest"
 )
 
@@ -23,8 +24,8 @@ func (walPlaced) EventType() string { return "order.placed" }
 func TestRelayCommandAndRecoverSlot(t *testing.T) {
 	t.Parallel()
 	ctx := context.Background()
-	pg := outflowtest.StartLogicalPostgres(t)
-	redisSrv := outflowtest.StartRedis(t)
+	pg := testservers.StartLogicalPostgres(t)
+	redisSrv := testservers.StartRedis(t)
 	env := map[string]string{"DATABASE_URL": pg.URL, "REDIS_URL": redisSrv.URL}
 
 	relay := command(env, "relay", "--heartbeat-interval", "100ms")

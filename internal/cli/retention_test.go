@@ -11,6 +11,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	appmigrations "github.com/outflow-dev/outflow/app/migrations"
+	"github.com/outflow-dev/outflow/internal/testservers"
 	"github.com/outflow-dev/outflow/outflowtest"
 )
 
@@ -41,7 +42,7 @@ func TestRetentionFlagsAreValidated(t *testing.T) {
 func TestServeRunsRetentionForItsRoles(t *testing.T) {
 	t.Parallel()
 	s := outflowtest.NewSchema(t, appmigrations.Set())
-	redis := outflowtest.StartRedis(t) // the worker's consumer groups stay off the shared server
+	redis := testservers.StartRedis(t) // the worker's consumer groups stay off the shared server
 	ctx := context.Background()
 	_, err := s.Pool.Exec(ctx, `
 		INSERT INTO api_keys (id, prefix, key_hash) VALUES ('00000000-0000-0000-0000-0000000000a1', 'ofk_test', sha256('k'));

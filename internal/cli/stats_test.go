@@ -21,6 +21,7 @@ import (
 	"github.com/outflow-dev/outflow/brokers"
 	_ "github.com/outflow-dev/outflow/brokers/sql"
 	"github.com/outflow-dev/outflow/forwarder"
+	"github.com/outflow-dev/outflow/internal/testservers"
 	"github.com/outflow-dev/outflow/outflowtest"
 )
 
@@ -31,7 +32,7 @@ func TestStatsAndListsAsJSON(t *testing.T) {
 	t.Parallel()
 	ctx := context.Background()
 	s := outflowtest.NewSchema(t, appmigrations.Set())
-	redisSrv := outflowtest.StartRedis(t) // streams are named after topics ("payments")
+	redisSrv := testservers.StartRedis(t) // streams are named after topics ("payments")
 	env := map[string]string{"DATABASE_URL": s.URL, "REDIS_URL": redisSrv.URL}
 
 	// Two events on the stream no worker ever read: sync-analytics and
@@ -111,7 +112,7 @@ func TestStatsAndListsAsJSON(t *testing.T) {
 func TestWorkerRoleExportsConsumerMetrics(t *testing.T) {
 	t.Parallel()
 	s := outflowtest.NewSchema(t, appmigrations.Set())
-	redisSrv := outflowtest.StartRedis(t)
+	redisSrv := testservers.StartRedis(t)
 	metrics := freeAddr(t)
 	cmd := command(map[string]string{"DATABASE_URL": s.URL, "REDIS_URL": redisSrv.URL},
 		"serve", "--roles", "worker", "--metrics-addr", metrics)

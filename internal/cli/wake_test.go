@@ -14,6 +14,7 @@ import (
 
 	"github.com/outflow-dev/outflow/app"
 	appmigrations "github.com/outflow-dev/outflow/app/migrations"
+	"github.com/outflow-dev/outflow/internal/testservers"
 	"github.com/outflow-dev/outflow/outflowtest"
 )
 
@@ -23,7 +24,7 @@ import (
 func TestServeWakesItsForwarderAfterEachCommand(t *testing.T) {
 	t.Parallel()
 	s := outflowtest.NewSchema(t, appmigrations.Set())
-	redisSrv := outflowtest.StartRedis(t) // streams are named after topics ("payments")
+	redisSrv := testservers.StartRedis(t) // streams are named after topics ("payments")
 	addr := freeAddr(t)
 	cmd := command(map[string]string{"DATABASE_URL": s.URL, "REDIS_URL": redisSrv.URL, "HTTP_ADDR": addr},
 		"serve", "--roles", "api,forwarder", "--poll-interval", "1h", "--min-poll-interval", "1h")

@@ -11,6 +11,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	appmigrations "github.com/outflow-dev/outflow/app/migrations"
+	"github.com/outflow-dev/outflow/internal/testservers"
 	"github.com/outflow-dev/outflow/outflowtest"
 )
 
@@ -47,7 +48,7 @@ func TestWebhookFlagsAreValidated(t *testing.T) {
 func TestWorkerPurgesSettledWebhooks(t *testing.T) {
 	t.Parallel()
 	s := outflowtest.NewSchema(t, appmigrations.Set())
-	redis := outflowtest.StartRedis(t)
+	redis := testservers.StartRedis(t)
 	ctx := context.Background()
 	_, err := s.Pool.Exec(ctx, `
 		WITH d AS (

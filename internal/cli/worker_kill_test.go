@@ -21,6 +21,7 @@ import (
 	appmigrations "github.com/outflow-dev/outflow/app/migrations"
 	"github.com/outflow-dev/outflow/app/paymentevents"
 	"github.com/outflow-dev/outflow/events/outbox"
+	"github.com/outflow-dev/outflow/internal/testservers"
 	"github.com/outflow-dev/outflow/outflowtest"
 )
 
@@ -35,7 +36,7 @@ func TestKilledWorkerLosesNothing(t *testing.T) {
 	s := outflowtest.NewSchema(t, appmigrations.Set())
 	// The commands name streams after their topics ("payments"): a Redis of
 	// the test's own keeps them apart from every other test's.
-	redisSrv := outflowtest.StartRedis(t)
+	redisSrv := testservers.StartRedis(t)
 	ropts, err := redis.ParseURL(redisSrv.URL)
 	require.NoError(t, err)
 	rdb := redis.NewClient(ropts)

@@ -33,6 +33,7 @@ import (
 	"github.com/outflow-dev/outflow/forwarder"
 	"github.com/outflow-dev/outflow/handlers"
 	"github.com/outflow-dev/outflow/idempotency"
+	"github.com/outflow-dev/outflow/internal/testservers"
 	"github.com/outflow-dev/outflow/outflowtest"
 )
 
@@ -202,9 +203,9 @@ func startStack(t *testing.T) *stack {
 	require.NoError(t, err)
 	s.adminKey = key.Secret
 
-	prefix := outflowtest.UniqueName(t, outflowtest.Redis(t)) + ":"
+	prefix := testservers.UniqueName(t, testservers.Redis(t)) + ":"
 	backend, err := brokers.Open(ctx, brokers.Config{Kind: brokers.Redis, Partitions: 2, Logger: quiet,
-		Redis: brokers.RedisConfig{URL: outflowtest.RedisURL(), StreamPrefix: prefix}})
+		Redis: brokers.RedisConfig{URL: testservers.RedisURL(), StreamPrefix: prefix}})
 	require.NoError(t, err)
 	t.Cleanup(func() { _ = backend.Close() })
 	s.backend = backend

@@ -17,6 +17,7 @@ import (
 	redisstreams "github.com/outflow-dev/outflow/brokers/redis"
 	"github.com/outflow-dev/outflow/forwarder"
 	"github.com/outflow-dev/outflow/internal/console"
+	"github.com/outflow-dev/outflow/internal/testservers"
 	"github.com/outflow-dev/outflow/outflowtest"
 )
 
@@ -356,8 +357,8 @@ func TestRetryParkedRowIsForwarded(t *testing.T) {
 	require.Equal(t, http.StatusOK, res.StatusCode)
 	requireText(t, body, "action-count", "1")
 
-	rc := outflowtest.Redis(t)
-	b, err := redisstreams.New(redisstreams.Config{Client: rc, StreamPrefix: outflowtest.UniqueName(t, rc)})
+	rc := testservers.Redis(t)
+	b, err := redisstreams.New(redisstreams.Config{Client: rc, StreamPrefix: testservers.UniqueName(t, rc)})
 	require.NoError(t, err)
 	f, err := forwarder.New(forwarder.Config{Pool: e.pool, Broker: b, PollInterval: 20 * time.Millisecond, TakeoverAfter: 2 * time.Second,
 		Logger: slog.New(slog.NewTextHandler(t.Output(), &slog.HandlerOptions{Level: slog.LevelWarn}))})
@@ -425,8 +426,8 @@ func TestDeadLetterActionsAreRecorded(t *testing.T) {
 // the consumer's replay topic through the real broker, and is recorded.
 func TestReplayOneAggregateToOneConsumer(t *testing.T) {
 	t.Parallel()
-	rc := outflowtest.Redis(t)
-	b, err := redisstreams.New(redisstreams.Config{Client: rc, StreamPrefix: outflowtest.UniqueName(t, rc)})
+	rc := testservers.Redis(t)
+	b, err := redisstreams.New(redisstreams.Config{Client: rc, StreamPrefix: testservers.UniqueName(t, rc)})
 	require.NoError(t, err)
 	e := newEnv(t, func(c *console.Config) { c.Broker = b })
 	pay := "0190c0de-0000-7000-8000-000000000002"

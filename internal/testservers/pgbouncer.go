@@ -1,8 +1,9 @@
-package outflowtest
+package testservers
 
 import (
 	"context"
 	"fmt"
+	"github.com/outflow-dev/outflow/outflowtest"
 	"net"
 	"net/url"
 	"os"
@@ -29,10 +30,10 @@ import (
 //
 // When pgbouncer is not installed and the test runs as root with apt-get,
 // it installs Debian's package; otherwise it fails the test saying how to.
-func StartPgBouncer(t testing.TB, s *Schema, poolSize int) string {
+func StartPgBouncer(t testing.TB, s *outflowtest.Schema, poolSize int) string {
 	t.Helper()
 	bin := findPgBouncer(t)
-	u, err := url.Parse(DatabaseURL())
+	u, err := url.Parse(outflowtest.DatabaseURL())
 	if err != nil {
 		t.Fatalf("outflowtest: OUTFLOW_TEST_DATABASE_URL: %v", err)
 	}

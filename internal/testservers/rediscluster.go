@@ -1,8 +1,9 @@
-package outflowtest
+package testservers
 
 import (
 	"context"
 	"fmt"
+	"github.com/outflow-dev/outflow/outflowtest"
 	"net"
 	"os"
 	"os/exec"
@@ -84,7 +85,7 @@ func (n *RedisNode) Start() {
 	}
 	c := n.client()
 	defer c.Close()
-	WaitFor(n.t, 10*time.Second, "redis-server on "+n.Addr+" to answer (see "+filepath.Join(n.dir, "redis.log")+")", func() bool {
+	outflowtest.WaitFor(n.t, 10*time.Second, "redis-server on "+n.Addr+" to answer (see "+filepath.Join(n.dir, "redis.log")+")", func() bool {
 		return c.Ping(context.Background()).Err() == nil
 	})
 }
@@ -205,7 +206,7 @@ func StartRedisPair(t testing.TB) *RedisPair {
 // and the replica's link to it is up.
 func (p *RedisPair) WaitReplicaInSync() {
 	p.Primary.t.Helper()
-	WaitFor(p.Primary.t, 20*time.Second, "the replica in sync with its primary", func() bool {
+	outflowtest.WaitFor(p.Primary.t, 20*time.Second, "the replica in sync with its primary", func() bool {
 		return p.Primary.info("replication", "connected_slaves") == "1" &&
 			p.Replica.info("replication", "master_link_status") == "up"
 	})
@@ -228,7 +229,7 @@ func (p *RedisPair) FailOver() {
 	}
 	c := p.Replica.client()
 	defer c.Close()
-	WaitFor(p.Primary.t, 10*time.Second, "the replica to become the primary", func() bool {
+	outflowtest.WaitFor(p.Primary.t, 10*time.Second, "the replica to become the primary", func() bool {
 		return c.Do(context.Background(), "replicaof", "no", "one").Err() == nil &&
 			p.Replica.info("replication", "role") == "master"
 	})
@@ -296,7 +297,7 @@ func StartRedisCluster(t testing.TB) *RedisCluster {
 		ids[i] = id
 	}
 	// A replica can REPLICATE only a primary it knows.
-	WaitFor(t, 20*time.Second, "every cluster node to know the six", func() bool {
+	outflowtest.WaitFor(t, 20*time.Second, "every cluster node to know the six", func() bool {
 		for _, n := range c.Nodes {
 			if len(c.view(n)) != 6 {
 				return false
@@ -366,7 +367,7 @@ func (c *RedisCluster) view(n *RedisNode) map[string]clusterNodeView {
 // every primary whose replica runs.
 func (c *RedisCluster) WaitHealthy() {
 	c.t.Helper()
-	WaitFor(c.t, 30*time.Second, "the Redis Cluster to be ok on every running node, replicas in sync", func() bool {
+	outflowtest.WaitFor(c.t, 30*time.Second, "the Redis Cluster to be ok on every running node, replicas in sync", func() bool {
 		var primaries string
 		for _, n := range c.Nodes {
 			if !n.Running() {
@@ -481,7 +482,7 @@ func holdReplication(primary, replica *RedisNode) {
 	// What the primary has now is what the replica must keep: it is the
 	// writes from here on that the failover is to lose. Paused at once,
 	// the replica could lack the last writes before the hold too.
-	WaitFor(replica.t, 10*time.Second, "the replica to have the primary's writes", func() bool {
+	outflowtest.WaitFor(replica.t, 10*time.Second, "the replica to have the primary's writes", func() bool {
 		n, err := nc.Do(ctx, "wait", 1, 1000).Int()
 		return err == nil && n >= 1
 	})

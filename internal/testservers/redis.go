@@ -1,4 +1,4 @@
-package outflowtest
+package testservers
 
 import (
 	"context"
