@@ -45,9 +45,9 @@ func publish(t *testing.T, b brokers.Backend, topic string, from, n int) {
 	}
 }
 
-// consumer is one consumer of a group reading a topic, acking what it
+// reader is one consumer of a group reading a topic, acking what it
 // gets unless told to hold it.
-type consumer struct {
+type reader struct {
 	sub  message.Subscriber
 	mu   sync.Mutex
 	got  []string // "n" of each delivery, in order
@@ -55,13 +55,13 @@ type consumer struct {
 	done chan struct{}
 }
 
-func consume(t *testing.T, b brokers.Backend, group, topic string, hold bool) *consumer {
+func consume(t *testing.T, b brokers.Backend, group, topic string, hold bool) *reader {
 	t.Helper()
 	sub, err := b.Subscriber(group, "c-"+wm.NewShortUUID(), brokers.SubscriberOptions{})
 	if err != nil {
 		t.Fatal(err)
 	}
-	c := &consumer{sub: sub, hold: hold, done: make(chan struct{})}
+	c := &reader{sub: sub, hold: hold, done: make(chan struct{})}
 	ch, err := sub.Subscribe(context.Background(), topic)
 	if err != nil {
 		t.Fatal(err)
@@ -81,7 +81,7 @@ func consume(t *testing.T, b brokers.Backend, group, topic string, hold bool) *c
 	return c
 }
 
-func (c *consumer) received() []string {
+func (c *reader) received() []string {
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	return append([]string(nil), c.got...)
@@ -89,7 +89,7 @@ func (c *consumer) received() []string {
 
 // close closes the consumer's subscriber and waits for its channel to
 // close.
-func (c *consumer) close(t *testing.T) {
+func (c *reader) close(t *testing.T) {
 	t.Helper()
 	if err := c.sub.Close(); err != nil {
 		t.Errorf("close the subscriber: %v", err)

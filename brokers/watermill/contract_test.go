@@ -99,6 +99,7 @@ func sqlConfig(t *testing.T, dbURL string) watermill.Config {
 		t.Fatal(err)
 	}
 	pcfg.ConnConfig.ConnectTimeout = 2 * time.Second
+	pcfg.MaxConns = 10 // a polling subscription holds one while it delivers
 	pool, err := pgxpool.NewWithConfig(context.Background(), pcfg)
 	if err != nil {
 		t.Fatal(err)
