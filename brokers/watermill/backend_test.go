@@ -4,6 +4,8 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"io"
+	"log/slog"
 	"strings"
 	"sync"
 	"testing"
@@ -245,4 +247,61 @@ func TestHistoryArrivesInPublishOrder(t *testing.T) {
 	if got := late.received(); !equal(got, seq(1, n)) {
 		t.Fatalf("history out of order: %v", got)
 	}
+}
+
+// New says which setting is missing or inconsistent, and sets the
+// defaults.
+func TestConfigValidation(t *testing.T) {
+	t.Parallel()
+	gc := persistent(t)
+	factory := func(string, string, brokers.SubscriberOptions) (message.Subscriber, error) { return nil, nil }
+	byAggregate := func(m forwarder.Outgoing) string { return m.Topic + "." + m.AggregateID }
+	for _, tt := range []struct {
+		name string
+		cfg  watermill.Config
+		want string
+	}{
+		{"no publisher", watermill.Config{Subscriber: gc}, "Config.Publish.Publisher is required"},
+		{"no subscriber", watermill.Config{Publish: watermillpub.Config{Publisher: gc}}, "exactly one of Config.Subscriber"},
+		{"both subscribers", watermill.Config{Publish: watermillpub.Config{Publisher: gc}, Subscriber: gc, NewSubscriber: factory}, "exactly one of Config.Subscriber"},
+		{"topic without topics", watermill.Config{Publish: watermillpub.Config{Publisher: gc, Topic: byAggregate}, Subscriber: gc}, "Config.Topics is required"},
+		{"two gochannels", watermill.Config{Publish: watermillpub.Config{Publisher: gc}, Subscriber: persistent(t)}, "two GoChannels"},
+		{"watermillpub's own", watermill.Config{Publish: watermillpub.Config{Publisher: gc, MaxMessageBytes: -1}, Subscriber: gc}, "MaxMessageBytes must not be negative"},
+	} {
+		if _, err := watermill.New(tt.cfg); err == nil || !strings.Contains(err.Error(), tt.want) {
+			t.Errorf("%s: got %v, want an error saying %q", tt.name, err, tt.want)
+		}
+	}
+	b := goChannelBackend(t, gc)
+	if b.Kind() != watermill.Kind || !equal(b.Topics("orders"), []string{"orders"}) {
+		t.Fatalf("defaults: Kind %q, Topics %v", b.Kind(), b.Topics("orders"))
+	}
+}
+
+// A GoChannel whose publishes wait for the subscribers' acks is taken, with
+// a warning naming the setting.
+func TestBlockingGoChannelIsWarnedOf(t *testing.T) {
+	t.Parallel()
+	gc := gochannel.NewGoChannel(gochannel.Config{Persistent: true, BlockPublishUntilSubscriberAck: true}, wm.NopLogger{})
+	defer gc.Close()
+	var log strings.Builder
+	var mu sync.Mutex
+	logger := slog.New(slog.NewTextHandler(lockedWriter{&mu, &log}, nil))
+	newBackend(t, watermill.Config{Publish: watermillpub.Config{Publisher: gc}, Subscriber: gc, Logger: logger})
+	mu.Lock()
+	defer mu.Unlock()
+	if !strings.Contains(log.String(), "level=WARN") || !strings.Contains(log.String(), "BlockPublishUntilSubscriberAck") {
+		t.Fatalf("no warning naming BlockPublishUntilSubscriberAck: %q", log.String())
+	}
+}
+
+type lockedWriter struct {
+	mu *sync.Mutex
+	w  io.Writer
+}
+
+func (l lockedWriter) Write(p []byte) (int, error) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.w.Write(p)
 }

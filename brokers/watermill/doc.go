@@ -59,9 +59,10 @@
 //     and its next one gets what the subscriber gives a new subscription
 //     (a persistent GoChannel: the whole topic again, which the Worker's
 //     middleware drops as duplicates). SubscriberOptions do not apply: a
-//     consumer is handed one message at a time, and one it holds unacked
-//     stays with it (ClaimIdle is not applied: a consumer of this process
-//     that is alive is not taken for dead).
+//     consumer is handed messages as it reads them (InFlight does not
+//     bound those it has not acked), and one it holds unacked stays with
+//     it until its subscription ends (ClaimIdle does not apply: a
+//     consumer of this process that is alive is not taken for dead).
 //
 // # Closing
 //
