@@ -122,15 +122,17 @@ func (h *hub) run(ctx context.Context, in <-chan *message.Message, numbered bool
 			return
 		}
 		n, ok := sequenceOf(m)
-		switch {
-		case !numbered || !ok || n < next:
-			// Not numbered, or delivered again after a nack: at once.
+		if _, twice := held[n]; !numbered || !ok || n < next || twice {
+			// Not numbered, delivered again after a nack, or a number
+			// given twice (a publisher wrapped around the GoChannel
+			// failed after it took the message): at once, as holding
+			// it could hold it for good.
 			if !send(m) {
 				return
 			}
-		default:
-			held[n] = m
+			continue
 		}
+		held[n] = m
 	}
 }
 
