@@ -167,7 +167,8 @@ func (b *Backend) Subscriber(group, consumer string, opts brokers.SubscriberOpti
 	// by the first group that stops.
 	_, gc := sub.(*gochannel.GoChannel)
 	if gc || same(sub, b.cfg.Publish.Publisher) {
-		_ = closeUnless(sub, b.cfg.Publish.Publisher)
+		// Left open: it is shared, so closing it is what the refusal
+		// is there to prevent.
 		return nil, fmt.Errorf("%w (%T): closing it when group %q stops would stop every group; pass it as Config.Subscriber, which the backend shares among the groups and never closes", ErrSharedSubscriber, sub, group)
 	}
 	return sub, nil
@@ -196,15 +197,6 @@ func same(a, b any) bool {
 	}
 	ta := reflect.TypeOf(a)
 	return ta == reflect.TypeOf(b) && ta.Kind() == reflect.Pointer && a == b
-}
-
-// closeUnless closes sub, refused, unless it is the Publisher (whose
-// closing would stop the forwarder's side).
-func closeUnless(sub message.Subscriber, pub message.Publisher) error {
-	if same(sub, pub) {
-		return nil
-	}
-	return sub.Close()
 }
 
 // checkGoChannel refuses a GoChannel that drops messages and warns of one

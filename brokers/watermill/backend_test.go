@@ -182,13 +182,16 @@ func TestClosingAGroupLeavesTheSharedPubSub(t *testing.T) {
 func TestSharedSubscriberFromTheFactoryIsRefused(t *testing.T) {
 	t.Parallel()
 	gc := persistent(t)
-	b := newBackend(t, watermill.Config{Publish: watermillpub.Config{Publisher: gc},
-		NewSubscriber: func(string, string, brokers.SubscriberOptions) (message.Subscriber, error) { return gc, nil }})
-	if _, err := b.Subscriber("g1", "c", brokers.SubscriberOptions{}); !errors.Is(err, watermill.ErrSharedSubscriber) {
-		t.Fatalf("got %v, want ErrSharedSubscriber", err)
-	}
-	if err := gc.Publish("orders", message.NewMessage(wm.NewUUID(), nil)); err != nil {
-		t.Fatalf("the refusal closed the GoChannel: %v", err)
+	// The Publisher itself, and the GoChannel behind a Publisher wrapping it.
+	for _, pub := range []message.Publisher{gc, &cuttable{Publisher: gc}} {
+		b := newBackend(t, watermill.Config{Publish: watermillpub.Config{Publisher: pub},
+			NewSubscriber: func(string, string, brokers.SubscriberOptions) (message.Subscriber, error) { return gc, nil }})
+		if _, err := b.Subscriber("g1", "c", brokers.SubscriberOptions{}); !errors.Is(err, watermill.ErrSharedSubscriber) {
+			t.Fatalf("publisher %T: got %v, want ErrSharedSubscriber", pub, err)
+		}
+		if err := gc.Publish("orders", message.NewMessage(wm.NewUUID(), nil)); err != nil {
+			t.Fatalf("publisher %T: the refusal closed the GoChannel: %v", pub, err)
+		}
 	}
 }
 
