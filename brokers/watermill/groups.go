@@ -19,7 +19,7 @@ type hub struct {
 	out    chan *message.Message
 	err    error
 	cancel context.CancelFunc
-	users  int // consumers reading in (or waiting for ready); under Backend.mu
+	users  int // consumers reading out (or waiting for ready); under Backend.mu
 }
 
 // join returns the hub of group and topic, subscribing Config.Subscriber
@@ -43,8 +43,8 @@ func (b *Backend) join(ctx context.Context, group, topic string) (*hub, error) {
 
 	if first {
 		// Subscribed without holding mu: a GoChannel's Subscribe waits for
-		// a Publish that waits for acks, which a consumer leaving (under
-		// mu) may be the one to give.
+		// a Publish in progress, which with BlockPublishUntilSubscriberAck
+		// waits for an ack that a consumer leaving (under mu) may give.
 		hctx, cancel := context.WithCancel(context.WithoutCancel(ctx))
 		in, err := b.cfg.Subscriber.Subscribe(hctx, topic)
 		if err != nil {
