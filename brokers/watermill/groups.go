@@ -44,7 +44,8 @@ func (b *Backend) join(ctx context.Context, group, topic string) (*hub, error) {
 	if first {
 		// Subscribed without holding mu: a GoChannel's Subscribe waits for
 		// a Publish in progress, which with BlockPublishUntilSubscriberAck
-		// waits for an ack that a consumer leaving (under mu) may give.
+		// waits for each subscription to ack or end: the last consumer
+		// of a group leaving (under mu) ends one.
 		hctx, cancel := context.WithCancel(context.WithoutCancel(ctx))
 		in, err := b.cfg.Subscriber.Subscribe(hctx, topic)
 		if err != nil {
