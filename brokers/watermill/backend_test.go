@@ -308,3 +308,32 @@ func (l lockedWriter) Write(p []byte) (int, error) {
 	defer l.mu.Unlock()
 	return l.w.Write(p)
 }
+
+// The factory gets the group, the consumer and the options with their
+// defaults set, and its subscriber is handed over as it is: the caller's
+// to close.
+func TestFactoryGetsTheGroupAndDefaults(t *testing.T) {
+	t.Parallel()
+	var group, name string
+	var opts brokers.SubscriberOptions
+	own := persistent(t) // stands for a subscriber of the group's own: never the Publisher
+	b := newBackend(t, watermill.Config{Publish: watermillpub.Config{Publisher: &cuttable{Publisher: persistent(t)}},
+		NewSubscriber: func(g, c string, o brokers.SubscriberOptions) (message.Subscriber, error) {
+			group, name, opts = g, c, o
+			return groupOwn{own}, nil
+		}})
+	sub, err := b.Subscriber("ledger", "instance-1", brokers.SubscriberOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if group != "ledger" || name != "instance-1" || opts != (brokers.SubscriberOptions{}).WithDefaults() {
+		t.Fatalf("the factory got %q, %q, %+v", group, name, opts)
+	}
+	if sub != (groupOwn{own}) {
+		t.Fatalf("got %v, want the factory's subscriber", sub)
+	}
+}
+
+// groupOwn is a subscriber of one group's own (not a GoChannel to the
+// backend's eyes).
+type groupOwn struct{ message.Subscriber }
