@@ -56,6 +56,7 @@ func TestEachPackageLinksOnlyItsBrokerClient(t *testing.T) {
 		{"brokers", ""},
 		{"forwarder", ""},
 		{"brokers/watermillpub", ""},
+		{"brokers/watermill", ""},
 		{"consumer", "redis"},
 		{"brokers/redis", "redis"},
 		{"brokers/nats", "nats"},

@@ -1,8 +1,9 @@
 // Package brokertest is the conformance suite of the forwarder's broker
 // contract ([forwarder.Broker]): what a broker must do for the outbox's
 // guarantees to hold. Every backend Outflow ships runs it (redis, nats,
-// amqp, kafka, sql), as do brokers.Tee and the Watermill adapter
-// (brokers/watermillpub); run it on a broker of your own.
+// amqp, kafka, sql), as do brokers.Tee and the Watermill adapters
+// (brokers/watermillpub, brokers/watermill over a GoChannel and
+// watermill-sql); run it on a broker of your own.
 //
 // [Run] checks per-message results, outages reported as
 // [forwarder.ErrBrokerUnavailable] and recovered from, per-aggregate order

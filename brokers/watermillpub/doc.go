@@ -1,5 +1,7 @@
 // Package watermillpub makes any Watermill [message.Publisher] the
-// forwarder's broker, for a broker Outflow has no backend for.
+// forwarder's broker, for a broker Outflow has no backend for. Package
+// brokers/watermill builds on it a whole brokers.Backend, the workers'
+// subscribers included.
 //
 // What the forwarder's broker contract needs, and what it keeps through
 // the adapter:

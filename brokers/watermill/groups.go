@@ -1,0 +1,226 @@
+package watermill
+
+import (
+	"context"
+	"fmt"
+	"sync"
+
+	"github.com/ThreeDotsLabs/watermill/message"
+)
+
+// hubKey names one group's subscription of one topic on Config.Subscriber.
+type hubKey struct{ group, topic string }
+
+// hub is a group's one subscription of a topic on Config.Subscriber: the
+// group's consumers all read out, so each message goes to one of them. It
+// lives while a consumer of the group reads the topic.
+type hub struct {
+	ready  chan struct{} // closed once out, err and cancel are set
+	out    chan *message.Message
+	err    error
+	cancel context.CancelFunc
+	users  int // consumers reading out (or waiting for ready); under Backend.mu
+}
+
+// join returns the hub of group and topic, subscribing Config.Subscriber
+// when the group has none. The subscription does not end with ctx (it
+// outlives the consumer that started it) but keeps its values.
+func (b *Backend) join(ctx context.Context, group, topic string) (*hub, error) {
+	k := hubKey{group, topic}
+	b.mu.Lock()
+	if b.closed {
+		b.mu.Unlock()
+		return nil, ErrClosed
+	}
+	h := b.hubs[k]
+	first := h == nil
+	if first {
+		h = &hub{ready: make(chan struct{}), cancel: func() {}}
+		b.hubs[k] = h
+	}
+	h.users++
+	b.mu.Unlock()
+
+	if first {
+		// Subscribed without holding mu: a GoChannel's Subscribe waits for
+		// a Publish in progress, which with BlockPublishUntilSubscriberAck
+		// waits for each subscription to ack or end: the last consumer
+		// of a group leaving (under mu) ends one.
+		hctx, cancel := context.WithCancel(context.WithoutCancel(ctx))
+		in, err := b.cfg.Subscriber.Subscribe(hctx, topic)
+		if err != nil {
+			cancel()
+			err = fmt.Errorf("watermill backend: subscribe group %q to %q: %w", group, topic, err)
+		} else {
+			h.out = make(chan *message.Message)
+			go h.run(hctx, in, b.seq != nil)
+		}
+		b.mu.Lock()
+		h.err, h.cancel = err, cancel
+		if b.closed { // Close ran while it subscribed
+			cancel()
+		}
+		b.mu.Unlock()
+		close(h.ready)
+	} else {
+		<-h.ready
+	}
+	if h.err != nil {
+		b.leave(k, h)
+		return nil, h.err
+	}
+	return h, nil
+}
+
+// leave ends the hub's subscription when its last consumer leaves: the
+// subscriber then drops what it held for the group, and the group's next
+// subscription starts over (a persistent GoChannel replays the topic).
+func (b *Backend) leave(k hubKey, h *hub) {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	h.users--
+	if h.users > 0 {
+		return
+	}
+	h.cancel()
+	if b.hubs[k] == h {
+		delete(b.hubs, k)
+	}
+}
+
+// run hands what the subscription delivers to the group's consumers, until
+// it ends; numbered, in the order of their numbers (see sequencer), and
+// closes out.
+func (h *hub) run(ctx context.Context, in <-chan *message.Message, numbered bool) {
+	defer close(h.out)
+	next := uint64(1)
+	held := map[uint64]*message.Message{}
+	send := func(m *message.Message) bool {
+		select {
+		case h.out <- m:
+			return true
+		case <-ctx.Done():
+			return false
+		}
+	}
+	for {
+		if m, ok := held[next]; ok {
+			delete(held, next)
+			next++
+			if !send(m) {
+				return
+			}
+			continue
+		}
+		var m *message.Message
+		select {
+		case msg, ok := <-in:
+			if !ok {
+				return
+			}
+			m = msg
+		case <-ctx.Done():
+			return
+		}
+		n, ok := sequenceOf(m)
+		if _, twice := held[n]; !numbered || !ok || n < next || twice {
+			// Not numbered, delivered again after a nack, or a number
+			// given twice (a publisher wrapped around the GoChannel
+			// failed after it took the message): at once, as holding
+			// it could hold it for good.
+			if !send(m) {
+				return
+			}
+			continue
+		}
+		held[n] = m
+	}
+}
+
+// groupSubscriber is one consumer of a group over Config.Subscriber.
+type groupSubscriber struct {
+	b     *Backend
+	group string
+
+	closing   chan struct{}
+	closeOnce sync.Once
+	wg        sync.WaitGroup
+
+	mu     sync.Mutex
+	closed bool
+}
+
+func newGroupSubscriber(b *Backend, group string) *groupSubscriber {
+	return &groupSubscriber{b: b, group: group, closing: make(chan struct{})}
+}
+
+// Subscribe reads topic as one consumer of the group: it gets the
+// messages of the group's subscription that no other consumer of the group
+// took. A message it was handed and that is neither acked nor nacked when
+// the subscription ends (ctx done, Close) is nacked, so that the group's
+// subscription delivers it again, to another consumer. The channel closes
+// when the subscription ends.
+func (s *groupSubscriber) Subscribe(ctx context.Context, topic string) (<-chan *message.Message, error) {
+	s.mu.Lock()
+	if s.closed {
+		s.mu.Unlock()
+		return nil, ErrClosed
+	}
+	s.wg.Add(1)
+	s.mu.Unlock()
+	h, err := s.b.join(ctx, s.group, topic)
+	if err != nil {
+		s.wg.Done()
+		return nil, err
+	}
+	out := make(chan *message.Message)
+	go func() {
+		defer s.wg.Done()
+		defer close(out)
+		defer s.b.leave(hubKey{s.group, topic}, h)
+		gone := make(chan struct{})
+		defer close(gone)
+		for {
+			var m *message.Message
+			select {
+			case <-ctx.Done():
+				return
+			case <-s.closing:
+				return
+			case msg, ok := <-h.out:
+				if !ok {
+					return
+				}
+				m = msg
+			}
+			go func() {
+				select {
+				case <-m.Acked():
+				case <-m.Nacked():
+				case <-gone:
+					m.Nack()
+				}
+			}()
+			select {
+			case out <- m:
+			case <-ctx.Done():
+				return
+			case <-s.closing:
+				return
+			}
+		}
+	}()
+	return out, nil
+}
+
+// Close ends this consumer's subscriptions and waits for them; the
+// group's other consumers, the other groups and Config.Subscriber go on.
+// It is safe to call more than once.
+func (s *groupSubscriber) Close() error {
+	s.mu.Lock()
+	s.closed = true
+	s.mu.Unlock()
+	s.closeOnce.Do(func() { close(s.closing) })
+	s.wg.Wait()
+	return nil
+}
