@@ -56,7 +56,7 @@ func TestEachPackageLinksOnlyItsBrokerClient(t *testing.T) {
 		{"brokers", ""},
 		{"forwarder", ""},
 		{"brokers/watermillpub", ""},
-		{"brokers/watermill", ""},
+		{"brokers/watermillbackend", ""},
 		{"consumer", "redis"},
 		{"brokers/redis", "redis"},
 		{"brokers/nats", "nats"},

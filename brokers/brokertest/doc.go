@@ -2,7 +2,7 @@
 // contract ([forwarder.Broker]): what a broker must do for the outbox's
 // guarantees to hold. Every backend Outflow ships runs it (redis, nats,
 // amqp, kafka, sql), as do brokers.Tee and the Watermill adapters
-// (brokers/watermillpub, brokers/watermill over a GoChannel and
+// (brokers/watermillpub, brokers/watermillbackend over a GoChannel and
 // watermill-sql); run it on a broker of your own.
 //
 // [Run] checks per-message results, outages reported as

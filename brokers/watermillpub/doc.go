@@ -1,6 +1,6 @@
 // Package watermillpub makes any Watermill [message.Publisher] the
 // forwarder's broker, for a broker Outflow has no backend for. Package
-// brokers/watermill builds on it a whole brokers.Backend, the workers'
+// brokers/watermillbackend builds on it a whole brokers.Backend, the workers'
 // subscribers included.
 //
 // What the forwarder's broker contract needs, and what it keeps through

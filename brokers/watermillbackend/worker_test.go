@@ -1,4 +1,4 @@
-package watermill_test
+package watermillbackend_test
 
 import (
 	"context"
@@ -9,7 +9,7 @@ import (
 
 	"github.com/jackc/pgx/v5"
 
-	"github.com/outflow-dev/outflow/brokers/watermill"
+	"github.com/outflow-dev/outflow/brokers/watermillbackend"
 	"github.com/outflow-dev/outflow/brokers/watermillpub"
 	"github.com/outflow-dev/outflow/consumer"
 	"github.com/outflow-dev/outflow/events"
@@ -33,12 +33,12 @@ func TestWorkerHandlesEventsThroughTheAdapter(t *testing.T) {
 	t.Parallel()
 	for _, tt := range []struct {
 		name string
-		cfg  func(t *testing.T, s *outflowtest.Schema) watermill.Config
+		cfg  func(t *testing.T, s *outflowtest.Schema) watermillbackend.Config
 	}{
-		{"watermill-sql", func(t *testing.T, s *outflowtest.Schema) watermill.Config { return sqlConfig(t, s.URL) }},
-		{"gochannel", func(t *testing.T, _ *outflowtest.Schema) watermill.Config {
+		{"watermill-sql", func(t *testing.T, s *outflowtest.Schema) watermillbackend.Config { return sqlConfig(t, s.URL) }},
+		{"gochannel", func(t *testing.T, _ *outflowtest.Schema) watermillbackend.Config {
 			gc := persistent(t)
-			return watermill.Config{Publish: watermillpub.Config{Publisher: gc}, Subscriber: gc}
+			return watermillbackend.Config{Publish: watermillpub.Config{Publisher: gc}, Subscriber: gc}
 		}},
 	} {
 		t.Run(tt.name, func(t *testing.T) {
@@ -61,9 +61,9 @@ func TestWorkerHandlesEventsThroughTheAdapter(t *testing.T) {
 // GoChannel to the other and to the forwarder, which go on.
 func TestStoppingOneWorkerLeavesTheSharedGoChannel(t *testing.T) {
 	t.Parallel()
-	r := newRig(t, func(t *testing.T, _ *outflowtest.Schema) watermill.Config {
+	r := newRig(t, func(t *testing.T, _ *outflowtest.Schema) watermillbackend.Config {
 		gc := persistent(t)
-		return watermill.Config{Publish: watermillpub.Config{Publisher: gc}, Subscriber: gc}
+		return watermillbackend.Config{Publish: watermillpub.Config{Publisher: gc}, Subscriber: gc}
 	})
 	stopMailer := r.startWorker("mailer")
 	r.startWorker("projection")
@@ -85,13 +85,13 @@ func TestStoppingOneWorkerLeavesTheSharedGoChannel(t *testing.T) {
 type rig struct {
 	t      *testing.T
 	s      *outflowtest.Schema
-	b      *watermill.Backend
+	b      *watermillbackend.Backend
 	reg    *events.Registry
 	logger *slog.Logger
 	writer *outbox.Writer
 }
 
-func newRig(t *testing.T, config func(t *testing.T, s *outflowtest.Schema) watermill.Config) *rig {
+func newRig(t *testing.T, config func(t *testing.T, s *outflowtest.Schema) watermillbackend.Config) *rig {
 	t.Helper()
 	s := outflowtest.NewSchema(t)
 	if _, err := s.Pool.Exec(context.Background(), `CREATE TABLE handled (

@@ -1,4 +1,4 @@
-// Package watermill makes a Watermill publisher and subscriber a
+// Package watermillbackend makes a Watermill publisher and subscriber a
 // [brokers.Backend]: the forwarder publishes through it and a
 // consumer.Worker reads through it, for a broker Outflow has no backend
 // for, or for an in-process GoChannel in tests and single-process tools.
@@ -6,7 +6,7 @@
 // Over a persistent GoChannel, shared by every consumer group:
 //
 //	pubSub := gochannel.NewGoChannel(gochannel.Config{Persistent: true}, logger)
-//	backend, err := watermill.New(watermill.Config{
+//	backend, err := watermillbackend.New(watermillbackend.Config{
 //		Publish:    watermillpub.Config{Publisher: pubSub},
 //		Subscriber: pubSub,
 //	})
@@ -17,7 +17,7 @@
 // Over a broker with consumer groups of its own (watermill-sql here), with
 // a subscriber per consumer:
 //
-//	backend, err := watermill.New(watermill.Config{
+//	backend, err := watermillbackend.New(watermillbackend.Config{
 //		Publish: watermillpub.Config{Publisher: sqlPublisher},
 //		NewSubscriber: func(group, consumer string, opts brokers.SubscriberOptions) (message.Subscriber, error) {
 //			return wmsql.NewSubscriber(db, wmsql.SubscriberConfig{ConsumerGroup: group, AckDeadline: &opts.ClaimIdle,
@@ -128,4 +128,4 @@
 // outage, as it cannot be cut off, is a publisher failing as a closed
 // connection does) and over watermill-sql v4 on pgx (whose outage is a
 // proxy in front of PostgreSQL).
-package watermill
+package watermillbackend

@@ -1,16 +1,16 @@
-package watermill_test
+package watermillbackend_test
 
 import (
 	"context"
 	"errors"
 	"fmt"
 
-	wm "github.com/ThreeDotsLabs/watermill"
+	"github.com/ThreeDotsLabs/watermill"
 	"github.com/ThreeDotsLabs/watermill/message"
 	"github.com/ThreeDotsLabs/watermill/pubsub/gochannel"
 
 	"github.com/outflow-dev/outflow/brokers"
-	"github.com/outflow-dev/outflow/brokers/watermill"
+	"github.com/outflow-dev/outflow/brokers/watermillbackend"
 	"github.com/outflow-dev/outflow/brokers/watermillpub"
 	"github.com/outflow-dev/outflow/forwarder"
 )
@@ -20,9 +20,9 @@ import (
 // reads every message through Subscriber. The backend does not close the
 // GoChannel: its owner does, after the Backend.
 func ExampleNew_goChannel() {
-	pubSub := gochannel.NewGoChannel(gochannel.Config{Persistent: true}, wm.NopLogger{})
+	pubSub := gochannel.NewGoChannel(gochannel.Config{Persistent: true}, watermill.NopLogger{})
 	defer pubSub.Close()
-	backend, err := watermill.New(watermill.Config{
+	backend, err := watermillbackend.New(watermillbackend.Config{
 		Publish:    watermillpub.Config{Publisher: pubSub},
 		Subscriber: pubSub,
 	})
@@ -63,10 +63,10 @@ func ExampleNew_goChannel() {
 	// A GoChannel that is not persistent is refused: it would drop what
 	// is published before a group subscribes, while the outbox marks it
 	// published.
-	lossy := gochannel.NewGoChannel(gochannel.Config{}, wm.NopLogger{})
+	lossy := gochannel.NewGoChannel(gochannel.Config{}, watermill.NopLogger{})
 	defer lossy.Close()
-	_, err = watermill.New(watermill.Config{Publish: watermillpub.Config{Publisher: lossy}, Subscriber: lossy})
-	fmt.Println(errors.Is(err, watermill.ErrLosesMessages))
+	_, err = watermillbackend.New(watermillbackend.Config{Publish: watermillpub.Config{Publisher: lossy}, Subscriber: lossy})
+	fmt.Println(errors.Is(err, watermillbackend.ErrLosesMessages))
 	// Output:
 	// ledger m-0 {"version":1}
 	// ledger m-1 {"version":2}

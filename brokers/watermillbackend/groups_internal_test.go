@@ -1,4 +1,4 @@
-package watermill
+package watermillbackend
 
 import (
 	"context"

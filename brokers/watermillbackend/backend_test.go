@@ -1,4 +1,4 @@
-package watermill_test
+package watermillbackend_test
 
 import (
 	"context"
@@ -11,21 +11,21 @@ import (
 	"testing"
 	"time"
 
-	wm "github.com/ThreeDotsLabs/watermill"
+	"github.com/ThreeDotsLabs/watermill"
 	"github.com/ThreeDotsLabs/watermill/message"
 	"github.com/ThreeDotsLabs/watermill/pubsub/gochannel"
 
 	"github.com/outflow-dev/outflow/brokers"
-	"github.com/outflow-dev/outflow/brokers/watermill"
+	"github.com/outflow-dev/outflow/brokers/watermillbackend"
 	"github.com/outflow-dev/outflow/brokers/watermillpub"
 	"github.com/outflow-dev/outflow/forwarder"
 	"github.com/outflow-dev/outflow/outflowtest"
 )
 
 // goChannelBackend is the backend over gc, which is both sides.
-func goChannelBackend(t *testing.T, gc *gochannel.GoChannel) *watermill.Backend {
+func goChannelBackend(t *testing.T, gc *gochannel.GoChannel) *watermillbackend.Backend {
 	t.Helper()
-	return newBackend(t, watermill.Config{Publish: watermillpub.Config{Publisher: gc}, Subscriber: gc})
+	return newBackend(t, watermillbackend.Config{Publish: watermillpub.Config{Publisher: gc}, Subscriber: gc})
 }
 
 // publish publishes n messages to topic through b's broker, numbered from
@@ -34,7 +34,7 @@ func publish(t *testing.T, b brokers.Backend, topic string, from, n int) {
 	t.Helper()
 	msgs := make([]forwarder.Outgoing, n)
 	for i := range msgs {
-		m := message.NewMessage(wm.NewUUID(), []byte(`{}`))
+		m := message.NewMessage(watermill.NewUUID(), []byte(`{}`))
 		m.Metadata.Set("n", fmt.Sprint(from+i))
 		msgs[i] = forwarder.Outgoing{Topic: topic, AggregateID: "a", Message: m}
 	}
@@ -59,7 +59,7 @@ type reader struct {
 
 func consume(t *testing.T, b brokers.Backend, group, topic string, hold bool) *reader {
 	t.Helper()
-	sub, err := b.Subscriber(group, "c-"+wm.NewShortUUID(), brokers.SubscriberOptions{})
+	sub, err := b.Subscriber(group, "c-"+watermill.NewShortUUID(), brokers.SubscriberOptions{})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -118,16 +118,16 @@ func equal(a, b []string) bool { return strings.Join(a, ",") == strings.Join(b, 
 // refused, naming the setting, as Publisher or as Subscriber.
 func TestNonPersistentGoChannelIsRefused(t *testing.T) {
 	t.Parallel()
-	gc := gochannel.NewGoChannel(gochannel.Config{}, wm.NopLogger{})
+	gc := gochannel.NewGoChannel(gochannel.Config{}, watermill.NopLogger{})
 	defer gc.Close()
-	for _, cfg := range []watermill.Config{
+	for _, cfg := range []watermillbackend.Config{
 		{Publish: watermillpub.Config{Publisher: gc}, Subscriber: gc},
 		{Publish: watermillpub.Config{Publisher: gc}, NewSubscriber: func(string, string, brokers.SubscriberOptions) (message.Subscriber, error) {
 			return nil, errors.New("never called")
 		}},
 	} {
-		_, err := watermill.New(cfg)
-		if !errors.Is(err, watermill.ErrLosesMessages) {
+		_, err := watermillbackend.New(cfg)
+		if !errors.Is(err, watermillbackend.ErrLosesMessages) {
 			t.Fatalf("got %v, want ErrLosesMessages", err)
 		}
 		if !strings.Contains(err.Error(), "gochannel.Config.Persistent") {
@@ -135,8 +135,8 @@ func TestNonPersistentGoChannelIsRefused(t *testing.T) {
 		}
 	}
 	other := persistent(t)
-	_, err := watermill.New(watermill.Config{Publish: watermillpub.Config{Publisher: other}, Subscriber: gc})
-	if !errors.Is(err, watermill.ErrLosesMessages) || !strings.Contains(err.Error(), "Config.Subscriber") {
+	_, err := watermillbackend.New(watermillbackend.Config{Publish: watermillpub.Config{Publisher: other}, Subscriber: gc})
+	if !errors.Is(err, watermillbackend.ErrLosesMessages) || !strings.Contains(err.Error(), "Config.Subscriber") {
 		t.Fatalf("a non-persistent Subscriber: got %v, want ErrLosesMessages naming Config.Subscriber", err)
 	}
 }
@@ -169,10 +169,10 @@ func TestClosingAGroupLeavesTheSharedPubSub(t *testing.T) {
 	case <-time.After(10 * time.Second):
 		t.Fatal("closing the Backend did not end its subscriptions")
 	}
-	if err := gc.Publish("orders", message.NewMessage(wm.NewUUID(), nil)); err != nil {
+	if err := gc.Publish("orders", message.NewMessage(watermill.NewUUID(), nil)); err != nil {
 		t.Fatalf("the GoChannel after the Backend closed: %v", err)
 	}
-	if _, err := b.Subscriber("g3", "c", brokers.SubscriberOptions{}); !errors.Is(err, watermill.ErrClosed) {
+	if _, err := b.Subscriber("g3", "c", brokers.SubscriberOptions{}); !errors.Is(err, watermillbackend.ErrClosed) {
 		t.Fatalf("Subscriber after Close: got %v, want ErrClosed", err)
 	}
 }
@@ -184,12 +184,12 @@ func TestSharedSubscriberFromTheFactoryIsRefused(t *testing.T) {
 	gc := persistent(t)
 	// The Publisher itself, and the GoChannel behind a Publisher wrapping it.
 	for _, pub := range []message.Publisher{gc, &cuttable{Publisher: gc}} {
-		b := newBackend(t, watermill.Config{Publish: watermillpub.Config{Publisher: pub},
+		b := newBackend(t, watermillbackend.Config{Publish: watermillpub.Config{Publisher: pub},
 			NewSubscriber: func(string, string, brokers.SubscriberOptions) (message.Subscriber, error) { return gc, nil }})
-		if _, err := b.Subscriber("g1", "c", brokers.SubscriberOptions{}); !errors.Is(err, watermill.ErrSharedSubscriber) {
+		if _, err := b.Subscriber("g1", "c", brokers.SubscriberOptions{}); !errors.Is(err, watermillbackend.ErrSharedSubscriber) {
 			t.Fatalf("publisher %T: got %v, want ErrSharedSubscriber", pub, err)
 		}
-		if err := gc.Publish("orders", message.NewMessage(wm.NewUUID(), nil)); err != nil {
+		if err := gc.Publish("orders", message.NewMessage(watermill.NewUUID(), nil)); err != nil {
 			t.Fatalf("publisher %T: the refusal closed the GoChannel: %v", pub, err)
 		}
 	}
@@ -261,22 +261,22 @@ func TestConfigValidation(t *testing.T) {
 	byAggregate := func(m forwarder.Outgoing) string { return m.Topic + "." + m.AggregateID }
 	for _, tt := range []struct {
 		name string
-		cfg  watermill.Config
+		cfg  watermillbackend.Config
 		want string
 	}{
-		{"no publisher", watermill.Config{Subscriber: gc}, "Config.Publish.Publisher is required"},
-		{"no subscriber", watermill.Config{Publish: watermillpub.Config{Publisher: gc}}, "exactly one of Config.Subscriber"},
-		{"both subscribers", watermill.Config{Publish: watermillpub.Config{Publisher: gc}, Subscriber: gc, NewSubscriber: factory}, "exactly one of Config.Subscriber"},
-		{"topic without topics", watermill.Config{Publish: watermillpub.Config{Publisher: gc, Topic: byAggregate}, Subscriber: gc}, "Config.Topics is required"},
-		{"two gochannels", watermill.Config{Publish: watermillpub.Config{Publisher: gc}, Subscriber: persistent(t)}, "two GoChannels"},
-		{"watermillpub's own", watermill.Config{Publish: watermillpub.Config{Publisher: gc, MaxMessageBytes: -1}, Subscriber: gc}, "MaxMessageBytes must not be negative"},
+		{"no publisher", watermillbackend.Config{Subscriber: gc}, "Config.Publish.Publisher is required"},
+		{"no subscriber", watermillbackend.Config{Publish: watermillpub.Config{Publisher: gc}}, "exactly one of Config.Subscriber"},
+		{"both subscribers", watermillbackend.Config{Publish: watermillpub.Config{Publisher: gc}, Subscriber: gc, NewSubscriber: factory}, "exactly one of Config.Subscriber"},
+		{"topic without topics", watermillbackend.Config{Publish: watermillpub.Config{Publisher: gc, Topic: byAggregate}, Subscriber: gc}, "Config.Topics is required"},
+		{"two gochannels", watermillbackend.Config{Publish: watermillpub.Config{Publisher: gc}, Subscriber: persistent(t)}, "two GoChannels"},
+		{"watermillpub's own", watermillbackend.Config{Publish: watermillpub.Config{Publisher: gc, MaxMessageBytes: -1}, Subscriber: gc}, "MaxMessageBytes must not be negative"},
 	} {
-		if _, err := watermill.New(tt.cfg); err == nil || !strings.Contains(err.Error(), tt.want) {
+		if _, err := watermillbackend.New(tt.cfg); err == nil || !strings.Contains(err.Error(), tt.want) {
 			t.Errorf("%s: got %v, want an error saying %q", tt.name, err, tt.want)
 		}
 	}
 	b := goChannelBackend(t, gc)
-	if b.Kind() != watermill.Kind || !equal(b.Topics("orders"), []string{"orders"}) {
+	if b.Kind() != watermillbackend.Kind || !equal(b.Topics("orders"), []string{"orders"}) {
 		t.Fatalf("defaults: Kind %q, Topics %v", b.Kind(), b.Topics("orders"))
 	}
 }
@@ -285,12 +285,12 @@ func TestConfigValidation(t *testing.T) {
 // a warning naming the setting.
 func TestBlockingGoChannelIsWarnedOf(t *testing.T) {
 	t.Parallel()
-	gc := gochannel.NewGoChannel(gochannel.Config{Persistent: true, BlockPublishUntilSubscriberAck: true}, wm.NopLogger{})
+	gc := gochannel.NewGoChannel(gochannel.Config{Persistent: true, BlockPublishUntilSubscriberAck: true}, watermill.NopLogger{})
 	defer gc.Close()
 	var log strings.Builder
 	var mu sync.Mutex
 	logger := slog.New(slog.NewTextHandler(lockedWriter{&mu, &log}, nil))
-	newBackend(t, watermill.Config{Publish: watermillpub.Config{Publisher: gc}, Subscriber: gc, Logger: logger})
+	newBackend(t, watermillbackend.Config{Publish: watermillpub.Config{Publisher: gc}, Subscriber: gc, Logger: logger})
 	mu.Lock()
 	defer mu.Unlock()
 	if !strings.Contains(log.String(), "level=WARN") || !strings.Contains(log.String(), "BlockPublishUntilSubscriberAck") {
@@ -317,7 +317,7 @@ func TestFactoryGetsTheGroupAndDefaults(t *testing.T) {
 	var group, name string
 	var opts brokers.SubscriberOptions
 	own := persistent(t) // stands for a subscriber of the group's own: never the Publisher
-	b := newBackend(t, watermill.Config{Publish: watermillpub.Config{Publisher: &cuttable{Publisher: persistent(t)}},
+	b := newBackend(t, watermillbackend.Config{Publish: watermillpub.Config{Publisher: &cuttable{Publisher: persistent(t)}},
 		NewSubscriber: func(g, c string, o brokers.SubscriberOptions) (message.Subscriber, error) {
 			group, name, opts = g, c, o
 			return groupOwn{own}, nil

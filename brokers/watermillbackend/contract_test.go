@@ -1,4 +1,4 @@
-package watermill_test
+package watermillbackend_test
 
 import (
 	"context"
@@ -11,7 +11,7 @@ import (
 	"testing"
 	"time"
 
-	wm "github.com/ThreeDotsLabs/watermill"
+	"github.com/ThreeDotsLabs/watermill"
 	wmsql "github.com/ThreeDotsLabs/watermill-sql/v4/pkg/sql"
 	"github.com/ThreeDotsLabs/watermill/message"
 	"github.com/ThreeDotsLabs/watermill/pubsub/gochannel"
@@ -19,8 +19,9 @@ import (
 
 	"github.com/outflow-dev/outflow/brokers"
 	"github.com/outflow-dev/outflow/brokers/brokertest"
-	"github.com/outflow-dev/outflow/brokers/watermill"
+	"github.com/outflow-dev/outflow/brokers/watermillbackend"
 	"github.com/outflow-dev/outflow/brokers/watermillpub"
+	"github.com/outflow-dev/outflow/internal/testservers"
 	"github.com/outflow-dev/outflow/outflowtest"
 )
 
@@ -29,17 +30,17 @@ var quiet = slog.New(slog.NewTextHandler(io.Discard, nil))
 // persistent is the GoChannel setup the backend accepts.
 func persistent(t *testing.T) *gochannel.GoChannel {
 	t.Helper()
-	gc := gochannel.NewGoChannel(gochannel.Config{Persistent: true}, wm.NopLogger{})
+	gc := gochannel.NewGoChannel(gochannel.Config{Persistent: true}, watermill.NopLogger{})
 	t.Cleanup(func() { gc.Close() })
 	return gc
 }
 
-func newBackend(t *testing.T, cfg watermill.Config) *watermill.Backend {
+func newBackend(t *testing.T, cfg watermillbackend.Config) *watermillbackend.Backend {
 	t.Helper()
 	if cfg.Logger == nil {
 		cfg.Logger = quiet
 	}
-	b, err := watermill.New(cfg)
+	b, err := watermillbackend.New(cfg)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -75,7 +76,7 @@ func (c *cuttable) Publish(topic string, msgs ...*message.Message) error {
 func goChannelTarget(t *testing.T) (brokertest.Target, *cuttable) {
 	gc := persistent(t)
 	pub := &cuttable{Publisher: gc}
-	b := newBackend(t, watermill.Config{Publish: watermillpub.Config{Publisher: pub}, Subscriber: gc})
+	b := newBackend(t, watermillbackend.Config{Publish: watermillpub.Config{Publisher: pub}, Subscriber: gc})
 	return brokertest.BackendTarget(t, b), pub
 }
 
@@ -83,7 +84,7 @@ func TestGoChannelBrokerContract(t *testing.T) {
 	t.Parallel()
 	brokertest.Run(t, brokertest.Harness{
 		Open: func(t *testing.T) brokertest.Target { tg, _ := goChannelTarget(t); return tg },
-		Outage: func(t *testing.T) (brokertest.Target, outflowtest.Outage) {
+		Outage: func(t *testing.T) (brokertest.Target, testservers.Outage) {
 			return goChannelTarget(t)
 		},
 	})
@@ -92,7 +93,7 @@ func TestGoChannelBrokerContract(t *testing.T) {
 // sqlConfig is the backend over watermill-sql's publisher and subscriber
 // (a consumer group per subscriber) on dbURL, in a schema of the test's
 // own: the tables as the sql backend makes them (BYTEA payloads).
-func sqlConfig(t *testing.T, dbURL string) watermill.Config {
+func sqlConfig(t *testing.T, dbURL string) watermillbackend.Config {
 	t.Helper()
 	pcfg, err := pgxpool.ParseConfig(dbURL)
 	if err != nil {
@@ -107,13 +108,13 @@ func sqlConfig(t *testing.T, dbURL string) watermill.Config {
 	t.Cleanup(pool.Close)
 	db := wmsql.BeginnerFromPgx(pool)
 	schema := wmsql.DefaultPostgreSQLSchema{GeneratePayloadType: func(string) string { return "BYTEA" }}
-	logger := wm.NewSlogLogger(quiet)
+	logger := watermill.NewSlogLogger(quiet)
 	pub, err := wmsql.NewPublisher(db, wmsql.PublisherConfig{SchemaAdapter: schema, AutoInitializeSchema: true}, logger)
 	if err != nil {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { pub.Close() })
-	return watermill.Config{
+	return watermillbackend.Config{
 		Publish: watermillpub.Config{Publisher: pub},
 		NewSubscriber: func(group, _ string, opts brokers.SubscriberOptions) (message.Subscriber, error) {
 			return wmsql.NewSubscriber(db, wmsql.SubscriberConfig{
@@ -139,13 +140,13 @@ func TestWatermillSQLBrokerContract(t *testing.T) {
 			return brokertest.BackendTarget(t, newBackend(t, sqlConfig(t, s.URL)))
 		},
 		// A proxy in front of PostgreSQL: the backend's connections only.
-		Outage: func(t *testing.T) (brokertest.Target, outflowtest.Outage) {
+		Outage: func(t *testing.T) (brokertest.Target, testservers.Outage) {
 			s := outflowtest.NewEmptySchema(t)
 			u, err := url.Parse(s.URL)
 			if err != nil {
 				t.Fatal(err)
 			}
-			p := outflowtest.StartProxy(t, u.Host)
+			p := testservers.StartProxy(t, u.Host)
 			u.Host = p.Addr
 			return brokertest.BackendTarget(t, newBackend(t, sqlConfig(t, u.String()))), p
 		},
