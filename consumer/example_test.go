@@ -11,6 +11,8 @@ import (
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgxpool"
 
+	"github.com/outflow-dev/outflow/brokers"
+	_ "github.com/outflow-dev/outflow/brokers/redis" // the backend this service links
 	"github.com/outflow-dev/outflow/consumer"
 	"github.com/outflow-dev/outflow/events"
 	"github.com/outflow-dev/outflow/idempotency"
@@ -32,8 +34,15 @@ func ExampleWorker_AddTo() {
 		panic(err)
 	}
 
+	backend, err := brokers.Open(ctx, brokers.Config{Kind: brokers.Redis,
+		Redis: brokers.RedisConfig{URL: os.Getenv("REDIS_URL")}})
+	if err != nil {
+		panic(err)
+	}
+	defer backend.Close()
+
 	w, err := consumer.NewWorker(consumer.WorkerConfig{
-		Pool: pool, RedisURL: os.Getenv("REDIS_URL"), Registry: registry,
+		Pool: pool, Broker: backend, Registry: registry,
 		Middleware: []message.HandlerMiddleware{middleware.Timeout(10 * time.Second)},
 	})
 	if err != nil {

@@ -10,6 +10,8 @@ import (
 	"github.com/jackc/pgx/v5/pgxpool"
 
 	"github.com/outflow-dev/outflow/app/paymentevents"
+	"github.com/outflow-dev/outflow/brokers"
+	_ "github.com/outflow-dev/outflow/brokers/redis" // the backend this service links
 	"github.com/outflow-dev/outflow/events"
 )
 
@@ -26,7 +28,12 @@ func ExampleWorker_Add() {
 	if err := paymentevents.Register(registry); err != nil {
 		panic(err)
 	}
-	w, err := consumer.NewWorker(consumer.WorkerConfig{Pool: pool, RedisURL: os.Getenv("REDIS_URL"), Registry: registry})
+	backend, err := brokers.Open(ctx, brokers.Config{Kind: brokers.Redis, Redis: brokers.RedisConfig{URL: os.Getenv("REDIS_URL")}})
+	if err != nil {
+		panic(err)
+	}
+	defer backend.Close()
+	w, err := consumer.NewWorker(consumer.WorkerConfig{Pool: pool, Broker: backend, Registry: registry})
 	if err != nil {
 		panic(err)
 	}

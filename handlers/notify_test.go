@@ -130,8 +130,7 @@ func consumerWorker(t *testing.T, p *pipeline, pool *pgxpool.Pool, cfg handlers.
 	reg := events.NewRegistry()
 	require.NoError(t, paymentevents.Register(reg))
 	w, err := consumer.NewWorker(consumer.WorkerConfig{
-		Pool: pool, RedisURL: outflowtest.RedisURL(), Registry: reg, StreamPartitions: 2, StreamPrefix: p.prefix,
-		ClaimIdle: time.Second, Logger: quiet,
+		Pool: pool, Broker: p.workerBackend(t), Registry: reg, ClaimIdle: time.Second, Logger: quiet,
 		Idempotency: idempotency.Config{MaxAttempts: 2, RetryBackoff: 10 * time.Millisecond, RetryBackoffMax: 20 * time.Millisecond,
 			RetryPollInterval: 10 * time.Millisecond},
 	})
