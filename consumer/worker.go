@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"log/slog"
 	"os"
+	"reflect"
 	"slices"
 	"sync"
 	"sync/atomic"
@@ -35,7 +36,11 @@ type Handler struct {
 	// Topic is the topic it reads. Required.
 	Topic string
 	// EventTypes lists the types Func receives; others only advance the
-	// aggregate's version. Empty means every type.
+	// aggregate's version. Empty means every type. Each must be in the
+	// worker's Registry: Add refuses a type it does not know
+	// ([ErrUnknownEventType]), the typo that would otherwise leave the
+	// handler silently idle. [On] and [OnEach] set it from the payload
+	// types their functions take.
 	EventTypes []string
 	// Ordering defaults to idempotency.Strict.
 	Ordering idempotency.Ordering
@@ -78,6 +83,15 @@ type Handler struct {
 	// field set here (non-zero) wins, the others are the worker's. Pool and
 	// Consumer are ignored (the worker's Pool, the handler's Name).
 	Idempotency idempotency.Config
+
+	// payloads, set by On and OnEach, is the Go type each listed event
+	// type's function takes: Add checks it against the registry, so a
+	// payload registered under another type fails at start-up, not per
+	// message.
+	payloads map[string]reflect.Type
+	// err is On's or OnEach's construction error, which Add reports: they
+	// return a Handler, so that one reads like a Handler literal.
+	err error
 }
 
 // WorkerConfig configures a [Worker].
@@ -195,8 +209,9 @@ func NewWorker(cfg WorkerConfig) (*Worker, error) {
 }
 
 // Add registers a handler. Call it before Run or AddTo. It validates the
-// handler's settings merged with the worker's; an error names the handler
-// and the field.
+// handler's settings merged with the worker's, and its event types against
+// the Registry (see [Handler.CheckTypes]); an error names the handler and
+// the field or the event type.
 func (w *Worker) Add(h Handler) error {
 	switch {
 	case h.Name == "" || h.Topic == "" || h.Func == nil:
@@ -205,6 +220,9 @@ func (w *Worker) Add(h Handler) error {
 		return fmt.Errorf("handler %q: the name is taken", h.Name)
 	case slices.ContainsFunc(h.Middleware, func(m message.HandlerMiddleware) bool { return m == nil }):
 		return fmt.Errorf("handler %q: Middleware holds a nil middleware", h.Name)
+	}
+	if err := h.CheckTypes(w.cfg.Registry); err != nil {
+		return err
 	}
 	if _, err := w.settings(h); err != nil {
 		return err
