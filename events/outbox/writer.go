@@ -86,6 +86,26 @@ func (w *Writer) PublishTx(ctx context.Context, tx pgx.Tx, evs ...events.Event) 
 	return w.publish(ctx, wmsql.TxFromPgx(tx), evs)
 }
 
+// Write writes the event of one change in tx: it builds it with
+// events.New (a fresh message id, the time, the correlation id and
+// traceparent from ctx) for agg, the aggregate at its version after the
+// change, and p, and publishes it as PublishTx does, in either Mode. The
+// one call a command makes for its event; PublishTx writes several, or an
+// event built beforehand.
+func (w *Writer) Write(ctx context.Context, tx pgx.Tx, agg events.Aggregate, p events.Payload) error {
+	if tx == nil {
+		return ErrNoTransaction
+	}
+	if p == nil {
+		return fmt.Errorf("outbox: %w", &events.EnvelopeError{Field: "payload", Reason: "missing"})
+	}
+	ev, err := events.New(ctx, agg, p)
+	if err != nil {
+		return fmt.Errorf("outbox: %w", err)
+	}
+	return w.PublishTx(ctx, tx, ev)
+}
+
 // QueueTx queues the INSERT of evs onto b, a batch the caller then sends
 // with tx.SendBatch, so that the outbox write costs no round trip of its
 // own: it travels with the command's other writes. Errors of the INSERT
