@@ -48,19 +48,13 @@ func ExampleWorker_AddTo() {
 	if err != nil {
 		panic(err)
 	}
-	err = w.Add(consumer.Handler{
-		Name:        "fulfil-orders",
-		Topic:       "orders",
-		EventTypes:  []string{"order.placed"},
-		BatchSize:   10,                                 // this handler's own read size
-		Idempotency: idempotency.Config{MaxAttempts: 3}, // and its own retries
-		Func: func(ctx context.Context, tx pgx.Tx, ev events.Event) error {
-			o := ev.Payload.(orderPlaced)
-			_, err := tx.Exec(ctx, `INSERT INTO shipments (order_id) VALUES ($1)`, o.OrderID)
-			return err
-		},
+	h := consumer.On("fulfil-orders", "orders", func(ctx context.Context, tx pgx.Tx, ev events.Event, o orderPlaced) error {
+		_, err := tx.Exec(ctx, `INSERT INTO shipments (order_id) VALUES ($1)`, o.OrderID)
+		return err
 	})
-	if err != nil {
+	h.BatchSize = 10                                   // this handler's own read size
+	h.Idempotency = idempotency.Config{MaxAttempts: 3} // and its own retries
+	if err := w.Add(h); err != nil {
 		panic(err)
 	}
 

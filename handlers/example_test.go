@@ -15,8 +15,8 @@ import (
 	"github.com/outflow-dev/outflow/events"
 )
 
-// A consumer is a name, a topic, the event types it wants and a function
-// that writes its effects in the transaction it is given.
+// A consumer is a name, a topic and a function of the payload type it
+// wants, which writes its effects in the transaction it is given.
 func ExampleWorker_Add() {
 	ctx := context.Background()
 	pool, err := pgxpool.New(ctx, os.Getenv("DATABASE_URL"))
@@ -37,16 +37,11 @@ func ExampleWorker_Add() {
 	if err != nil {
 		panic(err)
 	}
-	err = w.Add(consumer.Handler{
-		Name:       "loyalty-points",
-		Topic:      "payments",
-		EventTypes: []string{paymentevents.PaidType},
-		Func: func(ctx context.Context, tx pgx.Tx, ev events.Event) error {
-			paid := ev.Payload.(paymentevents.Paid)
+	err = w.Add(consumer.On("loyalty-points", "payments",
+		func(ctx context.Context, tx pgx.Tx, ev events.Event, paid paymentevents.Paid) error {
 			_, err := tx.Exec(ctx, `UPDATE loyalty SET points = points + $2 WHERE merchant_id = $1`, paid.MerchantID, paid.Amount/100)
 			return err
-		},
-	})
+		}))
 	if err != nil {
 		panic(err)
 	}
