@@ -2,6 +2,8 @@ package consumer_test
 
 import (
 	"context"
+	"errors"
+	"fmt"
 	"os"
 	"time"
 
@@ -15,6 +17,7 @@ import (
 	_ "github.com/outflow-dev/outflow/brokers/redis" // the backend this service links
 	"github.com/outflow-dev/outflow/consumer"
 	"github.com/outflow-dev/outflow/events"
+	"github.com/outflow-dev/outflow/events/outbox"
 	"github.com/outflow-dev/outflow/idempotency"
 )
 
@@ -71,4 +74,28 @@ func ExampleWorker_AddTo() {
 	if err := router.Run(ctx); err != nil {
 		panic(err)
 	}
+}
+
+// At start-up, check the handlers against the writer's routes and the
+// registry: every mistake is reported at once, before any event is lost
+// on a handler that would never be called.
+func ExampleCheckRoutes() {
+	registry := events.NewRegistry()
+	if err := registry.Register(orderPlaced{}); err != nil {
+		panic(err)
+	}
+	routes := outbox.Routes{"order.placed": "orders"} // the writer's outbox.Config.Routes
+	ship := func(context.Context, pgx.Tx, events.Event, orderPlaced) error { return nil }
+	err := consumer.CheckRoutes(routes, registry,
+		consumer.On("ship-orders", "orders", ship),
+		consumer.On("invoice-orders", "order", ship), // a typo in the topic
+		consumer.Handler{Name: "count-orders", Topic: "orders", EventTypes: []string{"order.plcaed"}, // and in a type
+			Func: func(context.Context, pgx.Tx, events.Event) error { return nil }},
+	)
+	fmt.Println(err)
+	fmt.Println(errors.Is(err, consumer.ErrNotRouted), errors.Is(err, consumer.ErrUnknownEventType))
+	// Output:
+	// handler "invoice-orders" reads topic "order", lists event type "order.placed": no route sends these events to the handler's topic (it is routed to "orders")
+	// handler "count-orders" lists event type "order.plcaed": event type not registered (registered: order.placed)
+	// true true
 }

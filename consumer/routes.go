@@ -51,6 +51,11 @@ func CheckRoutes(routes map[string]string, reg *events.Registry, hs ...Handler) 
 			continue
 		}
 		for _, typ := range h.EventTypes {
+			if reg != nil {
+				if _, ok := reg.GoType(typ); !ok {
+					continue // reported by CheckTypes: one mistake, one error
+				}
+			}
 			topic, ok := routes[typ]
 			if !ok {
 				topic, ok = routes["*"]
