@@ -139,7 +139,7 @@ type Event struct {
 }
 
 // Aggregate names the entity an event belongs to and its version after the
-// change: what events.New and outbox.Writer.Write take, and what
+// change: what events.New and outbox.Writer.WriteTx take, and what
 // [Envelope.Aggregate] returns. Its fields are the envelope's
 // AggregateType, AggregateID and AggregateVersion.
 type Aggregate struct {

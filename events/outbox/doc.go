@@ -13,7 +13,7 @@
 // transaction fails with [ErrNoTransaction] instead of auto-committing a lone
 // event that no state change stands behind.
 //
-// A command writes its event with one call, [Writer.Write] (the aggregate
+// A command writes its event with one call, [Writer.WriteTx] (the aggregate
 // at its new version and the payload); [Writer.PublishTx] writes events
 // built beforehand with events.New, several at once.
 //

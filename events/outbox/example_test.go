@@ -54,7 +54,7 @@ func ExampleWriter_PublishTx() {
 
 // A command writes its state change and its event in one transaction,
 // the event in one call.
-func ExampleWriter_Write() {
+func ExampleWriter_WriteTx() {
 	ctx := context.Background()
 	pool, err := pgxpool.New(ctx, os.Getenv("DATABASE_URL"))
 	if err != nil {
@@ -68,7 +68,7 @@ func ExampleWriter_Write() {
 
 	err = pgx.BeginFunc(ctx, pool, func(tx pgx.Tx) error {
 		// ... lock the invoice, mark it paid (its version is now 2), all on tx ...
-		return writer.Write(ctx, tx, events.Aggregate{Type: invoiceAggregate, ID: "inv_1", Version: 2},
+		return writer.WriteTx(ctx, tx, events.Aggregate{Type: invoiceAggregate, ID: "inv_1", Version: 2},
 			invoicePaid{InvoiceID: "inv_1", CustomerID: "cus_1", Amount: 1250, Currency: "EUR", PaidAt: time.Now()})
 	})
 	if err != nil {

@@ -292,10 +292,10 @@ func TestWriteBuildsAndPublishesTheEvent(t *testing.T) {
 	agg := events.Aggregate{Type: invoiceAggregate, ID: aggID, Version: 3}
 	paid := invoicePaid{InvoiceID: aggID, CustomerID: "c-1", Amount: 700, Currency: "EUR", PaidAt: time.Now().UTC().Truncate(time.Second)}
 
-	require.NoError(t, pgx.BeginFunc(ctx, s.Pool, func(tx pgx.Tx) error { return w.Write(ctx, tx, agg, paid) }))
+	require.NoError(t, pgx.BeginFunc(ctx, s.Pool, func(tx pgx.Tx) error { return w.WriteTx(ctx, tx, agg, paid) }))
 	tx, err := s.Pool.Begin(ctx)
 	require.NoError(t, err)
-	require.NoError(t, w.Write(ctx, tx, events.Aggregate{Type: invoiceAggregate, ID: aggID, Version: 4}, paid))
+	require.NoError(t, w.WriteTx(ctx, tx, events.Aggregate{Type: invoiceAggregate, ID: aggID, Version: 4}, paid))
 	require.NoError(t, tx.Rollback(ctx))
 
 	got := readRows(t, s)
@@ -311,13 +311,40 @@ func TestWriteBuildsAndPublishesTheEvent(t *testing.T) {
 	require.NoError(t, json.Unmarshal(r.Payload, &p))
 	require.Equal(t, paid, p)
 
-	require.ErrorIs(t, w.Write(ctx, nil, agg, paid), outbox.ErrNoTransaction)
+	require.ErrorIs(t, w.WriteTx(ctx, nil, agg, paid), outbox.ErrNoTransaction)
 	tx, err = s.Pool.Begin(ctx)
 	require.NoError(t, err)
 	defer tx.Rollback(ctx)
 	var envErr *events.EnvelopeError
-	require.ErrorAs(t, w.Write(ctx, tx, agg, nil), &envErr)
+	require.ErrorAs(t, w.WriteTx(ctx, tx, agg, nil), &envErr)
 	require.Equal(t, "payload", envErr.Field)
-	require.ErrorAs(t, w.Write(ctx, tx, events.Aggregate{Type: invoiceAggregate, ID: aggID}, paid), &envErr, "version 0")
+	require.ErrorAs(t, w.WriteTx(ctx, tx, events.Aggregate{Type: invoiceAggregate, ID: aggID}, paid), &envErr, "version 0")
 	require.Equal(t, events.AggregateVersionKey, envErr.Field)
+}
+
+// WriteStdTx is WriteTx on a database/sql transaction.
+func TestWriteStdTxWithLibPQ(t *testing.T) {
+	t.Parallel()
+	s := outflowtest.NewSchema(t)
+	db := s.OpenLibPQ(t)
+	w := newWriter(t)
+	ctx := context.Background()
+	aggID := uuid.NewString()
+	paid := invoicePaid{InvoiceID: aggID, CustomerID: "c-2", Amount: 9, Currency: "EUR", PaidAt: time.Now().UTC().Truncate(time.Second)}
+
+	tx, err := db.BeginTx(ctx, nil)
+	require.NoError(t, err)
+	require.NoError(t, w.WriteStdTx(ctx, tx, events.Aggregate{Type: invoiceAggregate, ID: aggID, Version: 1}, paid))
+	require.NoError(t, tx.Commit())
+	tx, err = db.BeginTx(ctx, nil)
+	require.NoError(t, err)
+	require.NoError(t, w.WriteStdTx(ctx, tx, events.Aggregate{Type: invoiceAggregate, ID: aggID, Version: 2}, paid))
+	require.NoError(t, tx.Rollback())
+	require.ErrorIs(t, w.WriteStdTx(ctx, nil, events.Aggregate{Type: invoiceAggregate, ID: aggID, Version: 3}, paid), outbox.ErrNoTransaction)
+
+	got := readRows(t, s)
+	require.Len(t, got, 1, "the rolled-back write must not be there")
+	require.Equal(t, aggID, got[0].AggregateID)
+	require.EqualValues(t, 1, got[0].AggregateVersion)
+	require.Equal(t, "invoice.paid", got[0].EventType)
 }

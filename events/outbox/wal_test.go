@@ -139,11 +139,11 @@ func TestWALModeWrite(t *testing.T) {
 	w := newWALWriter(t)
 	paid := invoicePaid{InvoiceID: "w", CustomerID: "c", Amount: 5, Currency: "EUR", PaidAt: time.Now().UTC()}
 	require.NoError(t, pgx.BeginFunc(ctx, pg.Pool, func(tx pgx.Tx) error {
-		return w.Write(ctx, tx, events.Aggregate{Type: invoiceAggregate, ID: "w", Version: 1}, paid)
+		return w.WriteTx(ctx, tx, events.Aggregate{Type: invoiceAggregate, ID: "w", Version: 1}, paid)
 	}))
 	tx, err := pg.Pool.Begin(ctx)
 	require.NoError(t, err)
-	require.NoError(t, w.Write(ctx, tx, events.Aggregate{Type: invoiceAggregate, ID: "w", Version: 2}, paid))
+	require.NoError(t, w.WriteTx(ctx, tx, events.Aggregate{Type: invoiceAggregate, ID: "w", Version: 2}, paid))
 	require.NoError(t, tx.Rollback(ctx))
 
 	msgs, _ := walMessages(t, pg, "w")

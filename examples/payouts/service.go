@@ -75,7 +75,7 @@ func (s *Service) Request(ctx context.Context, merchantID string, amountMinor in
 			p.ID, p.MerchantID, p.AmountMinor, p.Currency, p.Status, p.Version); err != nil {
 			return fmt.Errorf("insert payout: %w", err)
 		}
-		return s.writer.Write(ctx, tx, p.Aggregate(), Requested{PayoutID: p.ID, MerchantID: p.MerchantID,
+		return s.writer.WriteTx(ctx, tx, p.Aggregate(), Requested{PayoutID: p.ID, MerchantID: p.MerchantID,
 			AmountMinor: p.AmountMinor, Currency: p.Currency})
 	})
 	return p, err
@@ -127,7 +127,7 @@ func (s *Service) settle(ctx context.Context, id, status, failure string, event 
 		if err != nil {
 			return fmt.Errorf("update payout: %w", err)
 		}
-		return s.writer.Write(ctx, tx, p.Aggregate(), event(p))
+		return s.writer.WriteTx(ctx, tx, p.Aggregate(), event(p))
 	})
 	return p, err
 }
