@@ -134,6 +134,10 @@ func (h Handler) CheckTypes(reg *events.Registry) error {
 	if reg == nil {
 		return fmt.Errorf("handler %q: no registry to check its event types against", h.Name)
 	}
+	if h.payloads != nil && len(h.EventTypes) == 0 {
+		// Every type would reach functions that take only theirs.
+		return fmt.Errorf("handler %q: built with On or OnEach, its EventTypes was emptied", h.Name)
+	}
 	var errs []error
 	for _, typ := range h.EventTypes {
 		got, ok := reg.GoType(typ)

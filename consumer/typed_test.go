@@ -60,6 +60,11 @@ func TestAddRefusesEventTypesTheRegistryDoesNotKnow(t *testing.T) {
 		{"typed, pointer payload", consumer.On("fulfil", ordersTopic, func(context.Context, pgx.Tx, events.Event, *pointerPayload) error { return nil }),
 			nil, []string{"must be a struct type"}},
 		{"OnEach, no function", consumer.OnEach("fulfil", ordersTopic), nil, []string{"no function"}},
+		{"typed, EventTypes emptied", func() consumer.Handler {
+			h := consumer.On("fulfil", ordersTopic, onPlaced)
+			h.EventTypes = nil
+			return h
+		}(), nil, []string{"EventTypes was emptied"}},
 		{"OnEach, two for one type", consumer.OnEach("fulfil", ordersTopic, consumer.Typed(onPlaced), consumer.Typed(onPlaced)),
 			nil, []string{`two functions for event type "order.placed"`}},
 	}
@@ -77,6 +82,13 @@ func TestAddRefusesEventTypesTheRegistryDoesNotKnow(t *testing.T) {
 			}
 		})
 	}
+	t.Run("typed, a type added by hand", func(t *testing.T) {
+		reg := events.NewRegistry()
+		require.NoError(t, reg.Register(orderPlaced{}, orderShipped{}))
+		h := consumer.On("fulfil", ordersTopic, onPlaced)
+		h.EventTypes = append(h.EventTypes, "order.shipped")
+		require.ErrorContains(t, h.CheckTypes(reg), `"order.shipped", which none of its typed functions takes`)
+	})
 	t.Run("registered", func(t *testing.T) {
 		w, err := consumer.NewWorker(consumer.WorkerConfig{Pool: r.schema.Pool, Broker: unopened{}, Registry: r.reg, Logger: quiet})
 		require.NoError(t, err)
