@@ -45,7 +45,7 @@ func linked(ds []string, backend string) []string {
 }
 
 // A service links only the broker clients it uses: the framework's own
-// packages none but the default's (the Worker defaults to Redis), each
+// packages none (the Worker is given the Backend its caller opened), each
 // backend its own only.
 func TestEachPackageLinksOnlyItsBrokerClient(t *testing.T) {
 	t.Parallel()
@@ -57,7 +57,7 @@ func TestEachPackageLinksOnlyItsBrokerClient(t *testing.T) {
 		{"forwarder", ""},
 		{"brokers/watermillpub", ""},
 		{"brokers/watermillbackend", ""},
-		{"consumer", "redis"},
+		{"consumer", ""},
 		{"brokers/redis", "redis"},
 		{"brokers/nats", "nats"},
 		{"brokers/amqp", "amqp"},

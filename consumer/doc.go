@@ -3,12 +3,19 @@
 // in the idempotency middleware, so a handler is a plain function that gets
 // the decoded event and the transaction to write its effects in.
 //
-//	w.Add(consumer.Handler{
-//		Name:       "fulfil-orders",
-//		Topic:      "orders",
-//		EventTypes: []string{"order.placed", "order.canceled"},
-//		Func: func(ctx context.Context, tx pgx.Tx, ev events.Event) error { ... },
-//	})
+//	w.Add(consumer.On("fulfil-orders", "orders",
+//		func(ctx context.Context, tx pgx.Tx, ev events.Event, o OrderPlaced) error { ... }))
+//
+// [On] takes the function of one payload type, [OnEach] one per type
+// (each made with [Typed]); a [Handler] literal lists its EventTypes and
+// gets ev.Payload to assert. The worker needs a Broker (brokers.Open, with
+// the forwarder's configuration): it links no broker client of its own.
+//
+// A handler's mistakes fail before any message: Add refuses an event type
+// the Registry does not know ([ErrUnknownEventType]) or a typed function
+// whose payload is not the registered Go type ([ErrPayloadType]), and
+// [CheckRoutes], given the writer's routes too, reports every handler on a
+// topic its events are not routed to ([ErrNotRouted]).
 //
 // Per message, from the outside in:
 //

@@ -8,6 +8,7 @@ import (
 	"github.com/jackc/pgx/v5/pgxpool"
 	"github.com/stretchr/testify/require"
 
+	"github.com/outflow-dev/outflow/brokers"
 	"github.com/outflow-dev/outflow/events"
 	"github.com/outflow-dev/outflow/idempotency"
 )
@@ -37,6 +38,10 @@ func TestMergeIdempotency(t *testing.T) {
 	}
 }
 
+// unopenedBackend is a Backend never called: these tests stop before the
+// broker.
+type unopenedBackend struct{ brokers.Backend }
+
 // A handler's effective settings: its own where set, the worker's
 // otherwise; its ordering is its own whatever the worker's.
 func TestHandlerSettings(t *testing.T) {
@@ -44,7 +49,7 @@ func TestHandlerSettings(t *testing.T) {
 	pool, err := pgxpool.New(context.Background(), "postgres://postgres@127.0.0.1:5432/outflow_test") // connects on first use: never here
 	require.NoError(t, err)
 	t.Cleanup(pool.Close)
-	w, err := NewWorker(WorkerConfig{Pool: pool, RedisURL: "redis://127.0.0.1:6379/0", Registry: events.NewRegistry(),
+	w, err := NewWorker(WorkerConfig{Pool: pool, Broker: unopenedBackend{}, Registry: events.NewRegistry(),
 		BatchSize: 50, ClaimIdle: time.Minute, Idempotency: idempotency.Config{Ordering: idempotency.LatestWins, MaxAttempts: 4}})
 	require.NoError(t, err)
 	cut := time.Date(2026, 12, 1, 0, 0, 0, 0, time.UTC)

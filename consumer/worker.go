@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"log/slog"
 	"os"
+	"reflect"
 	"slices"
 	"sync"
 	"sync/atomic"
@@ -35,7 +36,11 @@ type Handler struct {
 	// Topic is the topic it reads. Required.
 	Topic string
 	// EventTypes lists the types Func receives; others only advance the
-	// aggregate's version. Empty means every type.
+	// aggregate's version. Empty means every type. Each must be in the
+	// worker's Registry: Add refuses a type it does not know
+	// ([ErrUnknownEventType]), the typo that would otherwise leave the
+	// handler silently idle. [On] and [OnEach] set it from the payload
+	// types their functions take.
 	EventTypes []string
 	// Ordering defaults to idempotency.Strict.
 	Ordering idempotency.Ordering
@@ -78,24 +83,29 @@ type Handler struct {
 	// field set here (non-zero) wins, the others are the worker's. Pool and
 	// Consumer are ignored (the worker's Pool, the handler's Name).
 	Idempotency idempotency.Config
+
+	// payloads, set by On and OnEach, is the Go type each listed event
+	// type's function takes: Add checks it against the registry, so a
+	// payload registered under another type fails at start-up, not per
+	// message.
+	payloads map[string]reflect.Type
+	// err is On's or OnEach's construction error, which Add reports: they
+	// return a Handler, so that one reads like a Handler literal.
+	err error
 }
 
 // WorkerConfig configures a [Worker].
 type WorkerConfig struct {
 	// Pool is the consumers' database. Required.
 	Pool *pgxpool.Pool
-	// Broker is the backend the handlers read from (see package brokers);
-	// the worker does not close it. Nil means Redis Streams at RedisURL.
+	// Broker is the backend the handlers read from, opened by the caller
+	// (brokers.Open, with the forwarder's partitions and prefix); the worker
+	// does not close it. Required: the worker links no broker client of its
+	// own, so a service links only the one it opens.
 	Broker brokers.Backend
-	// RedisURL is where the streams are when Broker is nil.
-	RedisURL string
-	// Registry decodes events. Required.
+	// Registry decodes events; every type a handler lists must be in it.
+	// Required.
 	Registry *events.Registry
-	// StreamPartitions must match the forwarder's (when Broker is nil; a
-	// Broker has its own). Defaults to 1.
-	StreamPartitions int
-	// StreamPrefix must match the forwarder's. Defaults to "".
-	StreamPrefix string
 	// ClaimIdle is how long a delivered message may stay unacknowledged
 	// before another consumer of the group claims it: a dead worker's
 	// messages are redelivered after it. Keep it above the slowest
@@ -150,13 +160,10 @@ func NewWorker(cfg WorkerConfig) (*Worker, error) {
 	switch {
 	case cfg.Pool == nil:
 		return nil, errors.New("worker config: Pool is required")
-	case cfg.Broker == nil && cfg.RedisURL == "":
-		return nil, errors.New("worker config: Broker or RedisURL is required")
+	case cfg.Broker == nil:
+		return nil, errors.New("worker config: Broker is required (open one with brokers.Open)")
 	case cfg.Registry == nil:
 		return nil, errors.New("worker config: Registry is required")
-	}
-	if cfg.StreamPartitions == 0 {
-		cfg.StreamPartitions = 1
 	}
 	if cfg.ClaimIdle == 0 {
 		cfg.ClaimIdle = 30 * time.Second
@@ -202,8 +209,9 @@ func NewWorker(cfg WorkerConfig) (*Worker, error) {
 }
 
 // Add registers a handler. Call it before Run or AddTo. It validates the
-// handler's settings merged with the worker's; an error names the handler
-// and the field.
+// handler's settings merged with the worker's, and its event types against
+// the Registry (see [Handler.CheckTypes]); an error names the handler and
+// the field or the event type.
 func (w *Worker) Add(h Handler) error {
 	switch {
 	case h.Name == "" || h.Topic == "" || h.Func == nil:
@@ -212,6 +220,9 @@ func (w *Worker) Add(h Handler) error {
 		return fmt.Errorf("handler %q: the name is taken", h.Name)
 	case slices.ContainsFunc(h.Middleware, func(m message.HandlerMiddleware) bool { return m == nil }):
 		return fmt.Errorf("handler %q: Middleware holds a nil middleware", h.Name)
+	}
+	if err := h.CheckTypes(w.cfg.Registry); err != nil {
+		return err
 	}
 	if _, err := w.settings(h); err != nil {
 		return err
@@ -344,7 +355,7 @@ func (w *Worker) Run(ctx context.Context) error {
 // too (RunHandlers, with ctx: they stop when ctx is done), else router.Run
 // will. Call stop once the router has
 // stopped: it stops the retry loops, waits for them and closes the
-// subscribers, and the broker when the worker opened it.
+// subscribers (not the broker: it is the caller's).
 func (w *Worker) AddTo(ctx context.Context, router *message.Router) (stop func(), err error) {
 	if router == nil {
 		return nil, errors.New("consumer: AddTo: router is nil")
@@ -385,7 +396,7 @@ type attached struct {
 // wait waits for the retry loops, once their context is done.
 func (a *attached) wait() { a.wg.Wait() }
 
-// close closes the subscribers, then the broker when the worker opened it.
+// close closes the subscribers.
 func (a *attached) close() {
 	for _, c := range a.closers {
 		_ = c()
@@ -404,14 +415,6 @@ func (w *Worker) attach(ctx context.Context, router *message.Router, mw []messag
 		}
 	}()
 	backend := w.cfg.Broker
-	if backend == nil {
-		if backend, err = brokers.Open(ctx, brokers.Config{Kind: brokers.Redis, Partitions: w.cfg.StreamPartitions,
-			Redis: brokers.RedisConfig{URL: w.cfg.RedisURL, StreamPrefix: w.cfg.StreamPrefix}, Logger: w.cfg.Logger}); err != nil {
-			return nil, err
-		}
-		// Closed last, after the subscribers.
-		defer func() { a.closers = append(a.closers, backend.Close) }()
-	}
 	// Watermill panics on a taken handler name: check them all before
 	// adding any.
 	taken := router.Handlers()

@@ -18,6 +18,7 @@ import (
 	"github.com/redis/go-redis/v9"
 	"github.com/stretchr/testify/require"
 
+	"github.com/outflow-dev/outflow/brokers"
 	redisstreams "github.com/outflow-dev/outflow/brokers/redis"
 	"github.com/outflow-dev/outflow/consumer"
 	"github.com/outflow-dev/outflow/events"
@@ -46,7 +47,9 @@ type rig struct {
 	rdb    *redis.Client
 	prefix string
 	broker *redisstreams.Broker
-	reg    *events.Registry
+	// backend is the worker's: the same streams as broker.
+	backend brokers.Backend
+	reg     *events.Registry
 }
 
 func newRig(t *testing.T) *rig {
@@ -56,6 +59,10 @@ func newRig(t *testing.T) *rig {
 	var err error
 	r.broker, err = redisstreams.New(redisstreams.Config{Client: r.rdb, StreamPrefix: r.prefix})
 	require.NoError(t, err)
+	r.backend, err = brokers.Open(context.Background(), brokers.Config{Kind: brokers.Redis, Logger: quiet,
+		Redis: brokers.RedisConfig{URL: testservers.RedisURL(), StreamPrefix: r.prefix}})
+	require.NoError(t, err)
+	t.Cleanup(func() { _ = r.backend.Close() })
 	require.NoError(t, r.reg.Register(orderPlaced{}))
 	_, err = r.schema.Pool.Exec(context.Background(),
 		`CREATE TABLE handled (consumer text NOT NULL, message_id text NOT NULL, PRIMARY KEY (consumer, message_id))`)
@@ -85,9 +92,12 @@ func (r *rig) publish(t *testing.T, orderIDs ...string) []string {
 	return ids
 }
 
+// unopened is a Backend for tests that never reach the broker (config and
+// handler validation): any call of it panics.
+type unopened struct{ brokers.Backend }
+
 func (r *rig) config() consumer.WorkerConfig {
-	return consumer.WorkerConfig{Pool: r.schema.Pool, RedisURL: testservers.RedisURL(), StreamPrefix: r.prefix,
-		Registry: r.reg, Logger: quiet}
+	return consumer.WorkerConfig{Pool: r.schema.Pool, Broker: r.backend, Registry: r.reg, Logger: quiet}
 }
 
 // record is a handler's effect: a row per message, in its transaction.
@@ -399,7 +409,7 @@ func (f *inFlight) middleware(wait int32) message.HandlerMiddleware {
 func TestAddValidatesHandlerSettings(t *testing.T) {
 	t.Parallel()
 	r := &rig{schema: outflowtest.NewSchema(t), reg: events.NewRegistry()}
-	base := consumer.WorkerConfig{Pool: r.schema.Pool, RedisURL: testservers.RedisURL(), Registry: r.reg, Logger: quiet}
+	base := consumer.WorkerConfig{Pool: r.schema.Pool, Broker: unopened{}, Registry: r.reg, Logger: quiet}
 	nop := func(context.Context, pgx.Tx, events.Event) error { return nil }
 	tests := []struct {
 		name  string
@@ -546,4 +556,13 @@ func TestHandlerPanicIsParked(t *testing.T) {
 			})
 		})
 	}
+}
+
+// The worker opens no broker of its own: without one it says so at once,
+// instead of failing at Run on a Redis nobody configured.
+func TestNewWorkerRequiresABroker(t *testing.T) {
+	t.Parallel()
+	r := &rig{schema: outflowtest.NewSchema(t), reg: events.NewRegistry()}
+	_, err := consumer.NewWorker(consumer.WorkerConfig{Pool: r.schema.Pool, Registry: r.reg, Logger: quiet})
+	require.ErrorContains(t, err, "Broker is required")
 }

@@ -139,11 +139,19 @@ type Event struct {
 }
 
 // Aggregate names the entity an event belongs to and its version after the
-// change.
+// change: what events.New and outbox.Writer.WriteTx take, and what
+// [Envelope.Aggregate] returns. Its fields are the envelope's
+// AggregateType, AggregateID and AggregateVersion.
 type Aggregate struct {
 	Type    string
 	ID      string
 	Version int64
+}
+
+// Aggregate returns the aggregate the event belongs to, at the event's
+// version: the write side's [Aggregate], with its field names.
+func (e Envelope) Aggregate() Aggregate {
+	return Aggregate{Type: e.AggregateType, ID: e.AggregateID, Version: e.AggregateVersion}
 }
 
 // New builds an event for a change of agg. It assigns a fresh UUIDv7, stamps

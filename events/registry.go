@@ -4,7 +4,9 @@ import (
 	"bytes"
 	"encoding/json"
 	"fmt"
+	"maps"
 	"reflect"
+	"slices"
 	"sync"
 
 	"github.com/ThreeDotsLabs/watermill/message"
@@ -43,6 +45,24 @@ func (r *Registry) Register(ps ...Payload) error {
 		r.types[name] = t
 	}
 	return nil
+}
+
+// GoType returns the Go type registered for eventType, and false when
+// none is: what a consumer checks its handlers' event types against at
+// start-up, instead of finding a typo when no event ever reaches them.
+func (r *Registry) GoType(eventType string) (reflect.Type, bool) {
+	r.mu.RLock()
+	defer r.mu.RUnlock()
+	t, ok := r.types[eventType]
+	return t, ok
+}
+
+// Types lists the registered event types, sorted: for an error that names
+// what a mistyped one could have been.
+func (r *Registry) Types() []string {
+	r.mu.RLock()
+	defer r.mu.RUnlock()
+	return slices.Sorted(maps.Keys(r.types))
 }
 
 // Validator is implemented by payloads that check themselves after decoding.

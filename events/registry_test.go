@@ -3,6 +3,7 @@ package events_test
 import (
 	"context"
 	"errors"
+	"reflect"
 	"testing"
 	"time"
 
@@ -119,4 +120,16 @@ func TestEnvelopeFromMessageNamesBadField(t *testing.T) {
 		require.True(t, errors.As(err, &ee), "%s: %v", key, err)
 		require.Equal(t, key, ee.Field)
 	}
+}
+
+// GoType and Types answer what a consumer checks its handlers against.
+func TestRegistryLookups(t *testing.T) {
+	t.Parallel()
+	r := registry(t)
+	got, ok := r.GoType(paidType)
+	require.True(t, ok)
+	require.Equal(t, reflect.TypeFor[invoicePaid](), got)
+	_, ok = r.GoType("invoice.piad")
+	require.False(t, ok)
+	require.Equal(t, []string{canceledType, paidType}, r.Types())
 }

@@ -116,13 +116,24 @@ func (p *pipeline) runForwarder(t *testing.T, dupBatches int32) {
 	run(t, f.Run)
 }
 
+// workerBackend is p.backend, opened on first use when the test set none:
+// Redis at the test URL, p.prefix's two partitions per topic, the streams
+// runForwarder publishes to.
+func (p *pipeline) workerBackend(t *testing.T) brokers.Backend {
+	t.Helper()
+	if p.backend == nil {
+		p.backend = openBackend(t, brokers.Config{Kind: brokers.Redis, Partitions: 2,
+			Redis: brokers.RedisConfig{URL: testservers.RedisURL(), StreamPrefix: p.prefix}})
+	}
+	return p.backend
+}
+
 func (p *pipeline) worker(t *testing.T, claimIdle time.Duration, extra ...consumer.Handler) *consumer.Worker {
 	t.Helper()
 	reg := events.NewRegistry()
 	require.NoError(t, paymentevents.Register(reg))
 	w, err := consumer.NewWorker(consumer.WorkerConfig{
-		Pool: p.schema.Pool, RedisURL: testservers.RedisURL(), Broker: p.backend, Registry: reg,
-		StreamPartitions: 2, StreamPrefix: p.prefix, ClaimIdle: claimIdle, Logger: quiet,
+		Pool: p.schema.Pool, Broker: p.workerBackend(t), Registry: reg, ClaimIdle: claimIdle, Logger: quiet,
 	})
 	require.NoError(t, err)
 	require.NoError(t, w.Add(handlers.SyncAnalytics()))

@@ -173,48 +173,46 @@ var ErrUnknownMerchant = errors.New("unknown merchant")
 // for an operator (`outflow dlq list`), never dropped. After the delivery's
 // transaction committed the handler calls cfg.Wake, if set.
 func NotifyMerchant(pool *pgxpool.Pool, cfg NotifyConfig) consumer.Handler {
-	return consumer.Handler{
-		Name:       "notify-merchant",
-		Topic:      app.PaymentsTopic,
-		EventTypes: []string{paymentevents.PaidType, paymentevents.RefundedType},
-		Func: func(ctx context.Context, tx pgx.Tx, ev events.Event) error {
-			var merchantID string
-			switch p := ev.Payload.(type) {
-			case paymentevents.Paid:
-				merchantID = p.MerchantID
-			case paymentevents.Refunded:
-				merchantID = p.MerchantID
-			default:
-				return errors.New("notify-merchant: unexpected payload")
-			}
-			body, err := json.Marshal(struct {
-				Type      string         `json:"type"`
-				Timestamp time.Time      `json:"timestamp"`
-				Data      events.Payload `json:"data"`
-			}{ev.EventType, ev.OccurredAt, ev.Payload})
-			if err != nil {
-				return err
-			}
-			// One statement: whether the merchant exists, and whether this
-			// event's delivery was recorded now or already (a duplicate).
-			var known bool
-			if err := tx.QueryRow(ctx, `
-				WITH m AS (SELECT id, webhook_url FROM merchants WHERE id = $2::uuid),
-				ins AS (
-				    INSERT INTO webhook_deliveries (message_id, merchant_id, url, event_type, body, traceparent)
-				    SELECT $1, m.id, m.webhook_url, $3, $4, $5 FROM m
-				    ON CONFLICT (message_id) DO NOTHING
-				)
-				SELECT EXISTS (SELECT 1 FROM m)`, ev.MessageID, merchantID, ev.EventType, body, events.Traceparent(ctx)).Scan(&known); err != nil {
-				return fmt.Errorf("notify-merchant: record delivery: %w", err)
-			}
-			if !known {
-				return fmt.Errorf("notify-merchant: merchant %s: %w", merchantID, ErrUnknownMerchant)
-			}
-			return nil
-		},
-		Committed: cfg.Wake,
+	h := consumer.OnEach("notify-merchant", app.PaymentsTopic,
+		consumer.Typed(func(ctx context.Context, tx pgx.Tx, ev events.Event, p paymentevents.Paid) error {
+			return recordDelivery(ctx, tx, ev, p.MerchantID)
+		}),
+		consumer.Typed(func(ctx context.Context, tx pgx.Tx, ev events.Event, p paymentevents.Refunded) error {
+			return recordDelivery(ctx, tx, ev, p.MerchantID)
+		}),
+	)
+	h.Committed = cfg.Wake
+	return h
+}
+
+// recordDelivery records, in tx, the webhook delivery of ev to merchantID,
+// once per event.
+func recordDelivery(ctx context.Context, tx pgx.Tx, ev events.Event, merchantID string) error {
+	body, err := json.Marshal(struct {
+		Type      string         `json:"type"`
+		Timestamp time.Time      `json:"timestamp"`
+		Data      events.Payload `json:"data"`
+	}{ev.EventType, ev.OccurredAt, ev.Payload})
+	if err != nil {
+		return err
 	}
+	// One statement: whether the merchant exists, and whether this
+	// event's delivery was recorded now or already (a duplicate).
+	var known bool
+	if err := tx.QueryRow(ctx, `
+		WITH m AS (SELECT id, webhook_url FROM merchants WHERE id = $2::uuid),
+		ins AS (
+		    INSERT INTO webhook_deliveries (message_id, merchant_id, url, event_type, body, traceparent)
+		    SELECT $1, m.id, m.webhook_url, $3, $4, $5 FROM m
+		    ON CONFLICT (message_id) DO NOTHING
+		)
+		SELECT EXISTS (SELECT 1 FROM m)`, ev.MessageID, merchantID, ev.EventType, body, events.Traceparent(ctx)).Scan(&known); err != nil {
+		return fmt.Errorf("notify-merchant: record delivery: %w", err)
+	}
+	if !known {
+		return fmt.Errorf("notify-merchant: merchant %s: %w", merchantID, ErrUnknownMerchant)
+	}
+	return nil
 }
 
 // Sign computes a Standard Webhooks signature header value:

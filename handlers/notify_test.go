@@ -24,7 +24,6 @@ import (
 	"github.com/outflow-dev/outflow/events"
 	"github.com/outflow-dev/outflow/handlers"
 	"github.com/outflow-dev/outflow/idempotency"
-	"github.com/outflow-dev/outflow/internal/testservers"
 	"github.com/outflow-dev/outflow/outflowtest"
 )
 
@@ -131,8 +130,7 @@ func consumerWorker(t *testing.T, p *pipeline, pool *pgxpool.Pool, cfg handlers.
 	reg := events.NewRegistry()
 	require.NoError(t, paymentevents.Register(reg))
 	w, err := consumer.NewWorker(consumer.WorkerConfig{
-		Pool: pool, RedisURL: testservers.RedisURL(), Registry: reg, StreamPartitions: 2, StreamPrefix: p.prefix,
-		ClaimIdle: time.Second, Logger: quiet,
+		Pool: pool, Broker: p.workerBackend(t), Registry: reg, ClaimIdle: time.Second, Logger: quiet,
 		Idempotency: idempotency.Config{MaxAttempts: 2, RetryBackoff: 10 * time.Millisecond, RetryBackoffMax: 20 * time.Millisecond,
 			RetryPollInterval: 10 * time.Millisecond},
 	})

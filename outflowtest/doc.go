@@ -56,6 +56,14 @@
 // handler of its topic (and fails at once, naming it, on a row or message
 // that went dead). The pipeline stops when the test ends.
 //
+// A handler's mistakes fail the test instead of passing it: a listed event
+// type the registry does not know fails StartPipeline (as Worker.Add, and
+// [NewHandlerHarness]); given the writer's routes ([WithRoutes]), so does a
+// handler on a topic they send none of its events to; and WaitHandled fails,
+// naming the topic and the type, on outbox rows no handler takes (a topic
+// no handler reads, a type none of its topic's handlers lists: allow those
+// written on purpose with [AllowUnhandled]).
+//
 // # Crashes where they matter
 //
 //   - After the commit, before the publish: [Pipeline.StopForwarder] (rows

@@ -111,6 +111,11 @@ func NewHandlerHarness(t testing.TB, pool *pgxpool.Pool, reg *events.Registry, h
 	if h.Name == "" || h.Func == nil {
 		t.Fatalf("outflowtest: the handler needs a Name and a Func")
 	}
+	// As Worker.Add: a listed type the registry does not know would leave
+	// every delivery of it unseen.
+	if err := h.CheckTypes(reg); err != nil {
+		t.Fatalf("outflowtest: %v", err)
+	}
 	icfg := hc.idem
 	icfg.Pool, icfg.Consumer, icfg.Ordering = pool, h.Name, h.Ordering
 	if !h.BaselineBefore.IsZero() {

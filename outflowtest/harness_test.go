@@ -155,6 +155,17 @@ func TestHarnessNeedsNameAndFunc(t *testing.T) {
 	})
 }
 
+// A handler listing a type the registry does not know fails the harness,
+// naming it, as Worker.Add would: delivered events of the intended type
+// would otherwise pass it unseen and the test would prove nothing.
+func TestHarnessRefusesUnregisteredEventTypes(t *testing.T) {
+	t.Parallel()
+	hd := balanceHandler(ledgerAggregate)
+	hd.EventTypes = []string{"account.credit"}
+	msg := panicMessage(func() { NewHandlerHarness(panicTB{t}, nil, testRegistry(t), hd) })
+	require.Contains(t, msg, `handler "balances" lists event type "account.credit": event type not registered`)
+}
+
 // What a command wrote can be fed to the handler as the forwarder would
 // send it.
 func TestHarnessDeliversWhatTheOutboxHolds(t *testing.T) {

@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"log/slog"
 	"net/url"
+	"slices"
 	"strings"
 	"sync"
 	"testing"
@@ -19,6 +20,7 @@ import (
 	_ "github.com/outflow-dev/outflow/brokers/sql" // the pipeline's broker: PostgreSQL, no external server
 	"github.com/outflow-dev/outflow/consumer"
 	"github.com/outflow-dev/outflow/events"
+	"github.com/outflow-dev/outflow/events/outbox"
 	"github.com/outflow-dev/outflow/forwarder"
 	"github.com/outflow-dev/outflow/idempotency"
 )
@@ -45,6 +47,7 @@ type Pipeline struct {
 	logger   *slog.Logger
 	backend  brokers.Backend
 	fwdCfg   forwarder.Config
+	unseen   []string // event types no handler needs to take (AllowUnhandled)
 
 	mu           sync.Mutex
 	fwd          *forwarder.Forwarder
@@ -62,9 +65,27 @@ type Pipeline struct {
 type PipelineOption func(*pipelineConfig)
 
 type pipelineConfig struct {
-	timeout time.Duration
-	idem    idempotency.Config
-	logger  *slog.Logger
+	timeout   time.Duration
+	idem      idempotency.Config
+	logger    *slog.Logger
+	routes    outbox.Routes
+	routesSet bool
+	unseen    []string
+}
+
+// WithRoutes gives the pipeline the routes the service's writer uses
+// (outbox.Config.Routes): StartPipeline then fails the test on every
+// handler whose topic those routes send none of its events to, naming it
+// (see consumer.CheckRoutes).
+func WithRoutes(routes outbox.Routes) PipelineOption {
+	return func(c *pipelineConfig) { c.routes, c.routesSet = routes, true }
+}
+
+// AllowUnhandled names event types the test writes that no handler of the
+// pipeline takes, on purpose (their aggregate's version still advances):
+// without it, WaitHandled fails on them, as on a handler's mistake.
+func AllowUnhandled(eventTypes ...string) PipelineOption {
+	return func(c *pipelineConfig) { c.unseen = append(c.unseen, eventTypes...) }
 }
 
 // WithWaitTimeout sets how long WaitHandled waits (DefaultWaitTimeout).
@@ -101,8 +122,13 @@ func StartPipeline(t testing.TB, pool *pgxpool.Pool, reg *events.Registry, handl
 	if err != nil {
 		t.Fatalf("outflowtest: %v", err)
 	}
-	p := &Pipeline{t: t, pool: pool, timeout: pc.timeout, logger: pc.logger,
+	p := &Pipeline{t: t, pool: pool, timeout: pc.timeout, logger: pc.logger, unseen: pc.unseen,
 		handlerCrash: map[string]int{}, published: map[string]int{}}
+	if pc.routesSet {
+		if err := consumer.CheckRoutes(pc.routes, reg, handlers...); err != nil {
+			t.Fatalf("outflowtest: %v", err)
+		}
+	}
 
 	ctx := context.Background()
 	backend, err := brokers.Open(ctx, brokers.Config{Kind: brokers.SQL, Logger: pc.logger, SQL: brokers.SQLConfig{
@@ -386,9 +412,16 @@ func (p *Pipeline) crashForwarder() {
 // retry or held message left. It fails t at once when a row or message
 // is dead (parked by the forwarder, or dead in dead_letters), naming it,
 // and after the wait timeout otherwise, saying what is left.
+//
+// It also fails t, naming the topic and the event type, when rows are in
+// the outbox that no handler takes: on a topic no handler reads, or of a
+// type no handler of their topic lists (see [AllowUnhandled]). Such rows
+// settle at once, or never reach a handler, so waiting for them would
+// prove nothing: a handler's wrong Topic or EventTypes would pass.
 func (p *Pipeline) WaitHandled() {
 	p.t.Helper()
 	ctx := context.Background()
+	p.requireTaken(ctx)
 	deadline := time.Now().Add(p.timeout)
 	names := make([]string, len(p.handlers))
 	topics := make([]string, len(p.handlers))
@@ -409,6 +442,7 @@ func (p *Pipeline) WaitHandled() {
 				p.t.Fatalf("outflowtest: WaitHandled: %v", err)
 			}
 			if unread == "" {
+				p.requireTaken(ctx) // rows the handlers wrote meanwhile
 				return
 			}
 			st.sample = unread
@@ -499,4 +533,60 @@ func (p *Pipeline) unread(ctx context.Context) (string, error) {
 		}
 	}
 	return "", nil
+}
+
+// requireTaken fails t when the outbox holds rows no handler of the
+// pipeline takes: on a topic none reads, or of a type none of their
+// topic's handlers lists (and not allowed by AllowUnhandled).
+func (p *Pipeline) requireTaken(ctx context.Context) {
+	p.t.Helper()
+	rows, err := p.pool.Query(ctx, `SELECT topic, event_type, count(*) FROM outbox GROUP BY 1, 2 ORDER BY 1, 2`)
+	if err != nil {
+		p.t.Fatalf("outflowtest: WaitHandled: read the outbox: %v", err)
+	}
+	type kind struct {
+		Topic, EventType string
+		N                int
+	}
+	kinds, err := pgx.CollectRows(rows, pgx.RowToStructByPos[kind])
+	if err != nil {
+		p.t.Fatalf("outflowtest: WaitHandled: read the outbox: %v", err)
+	}
+	var problems []string
+	for _, k := range kinds {
+		if slices.Contains(p.unseen, k.EventType) {
+			continue
+		}
+		var readers, lists []string
+		for _, h := range p.handlers {
+			if h.Topic != k.Topic {
+				continue
+			}
+			readers = append(readers, h.Name)
+			if h.Wants(k.EventType) {
+				lists = append(lists, h.Name)
+			}
+		}
+		switch {
+		case len(readers) == 0:
+			problems = append(problems, fmt.Sprintf("%d outbox rows of %s on topic %q, which no handler reads (the handlers read: %s)",
+				k.N, k.EventType, k.Topic, strings.Join(p.topics(), ", ")))
+		case len(lists) == 0:
+			problems = append(problems, fmt.Sprintf("%d outbox rows of %s on topic %q, a type no handler of the topic lists (%s; AllowUnhandled(%q) if they are meant to pass unseen)",
+				k.N, k.EventType, k.Topic, strings.Join(readers, ", "), k.EventType))
+		}
+	}
+	if len(problems) > 0 {
+		p.t.Fatalf("outflowtest: WaitHandled: no handler takes %s", strings.Join(problems, "; "))
+	}
+}
+
+// topics lists the handlers' topics, sorted, once each.
+func (p *Pipeline) topics() []string {
+	var out []string
+	for _, h := range p.handlers {
+		out = append(out, h.Topic)
+	}
+	slices.Sort(out)
+	return slices.Compact(out)
 }

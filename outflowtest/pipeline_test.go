@@ -12,13 +12,16 @@ import (
 
 	"github.com/outflow-dev/outflow/consumer"
 	"github.com/outflow-dev/outflow/events"
+	"github.com/outflow-dev/outflow/events/outbox"
 	"github.com/outflow-dev/outflow/idempotency"
 )
 
 func TestPipelineDeliversInOrderOnce(t *testing.T) {
 	t.Parallel()
 	s := kitSchema(t)
-	p := StartPipeline(t, s.Pool, testRegistry(t), []consumer.Handler{balanceHandler(ledgerAggregate)})
+	// account.closed passes the handler unseen: its version still counts.
+	p := StartPipeline(t, s.Pool, testRegistry(t), []consumer.Handler{balanceHandler(ledgerAggregate)},
+		AllowUnhandled(closed{}.EventType()))
 
 	writeEvents(t, s.Pool,
 		newEvent(t, "acc-p1", 1, credited{Account: "acc-p1", Amount: 1}),
@@ -112,6 +115,42 @@ func TestWaitHandledFailsWhileTheForwarderIsStopped(t *testing.T) {
 	writeEvents(t, s.Pool, newEvent(t, "acc-p7", 1, credited{Account: "acc-p7", Amount: 1}))
 	msg := panicMessage(func() { p.WaitHandled() })
 	require.Contains(t, msg, "1 outbox rows wait and the forwarder is stopped")
+}
+
+// Rows no handler takes fail WaitHandled, naming their topic and type,
+// instead of passing it: a handler's wrong Topic or EventTypes would.
+func TestWaitHandledFailsOnRowsNoHandlerTakes(t *testing.T) {
+	t.Parallel()
+	t.Run("a topic no handler reads", func(t *testing.T) {
+		t.Parallel()
+		s := kitSchema(t)
+		p := StartPipeline(panicTB{t}, s.Pool, testRegistry(t), []consumer.Handler{balanceHandler("acount")})
+		writeEvents(t, s.Pool, newEvent(t, "acc-p8", 1, credited{Account: "acc-p8", Amount: 1}))
+		msg := panicMessage(func() { p.WaitHandled() })
+		require.Contains(t, msg, `1 outbox rows of account.credited on topic "account", which no handler reads (the handlers read: acount)`)
+	})
+	t.Run("a type no handler of the topic lists", func(t *testing.T) {
+		t.Parallel()
+		s := kitSchema(t)
+		p := StartPipeline(panicTB{t}, s.Pool, testRegistry(t), []consumer.Handler{balanceHandler(ledgerAggregate)})
+		writeEvents(t, s.Pool, newEvent(t, "acc-p9", 1, credited{Account: "acc-p9", Amount: 1}),
+			newEvent(t, "acc-p9", 2, closed{Account: "acc-p9"}))
+		msg := panicMessage(func() { p.WaitHandled() })
+		require.Contains(t, msg, `1 outbox rows of account.closed on topic "account", a type no handler of the topic lists (balances;`)
+	})
+}
+
+// Given the writer's routes, StartPipeline refuses a handler on a topic
+// they send none of its events to.
+func TestStartPipelineChecksRoutes(t *testing.T) {
+	t.Parallel()
+	s := kitSchema(t)
+	msg := panicMessage(func() {
+		StartPipeline(panicTB{t}, s.Pool, testRegistry(t), []consumer.Handler{balanceHandler(ledgerAggregate)},
+			WithRoutes(outbox.Routes{"*": "ledger"}))
+	})
+	require.Contains(t, msg, `handler "balances" reads topic "account", lists event type "account.credited"`)
+	require.Contains(t, msg, `it is routed to "ledger"`)
 }
 
 func panicMessage(f func()) (msg string) {

@@ -182,13 +182,16 @@ func TestBrokerContract(t *testing.T) {
 	})
 }
 
+// unopened is a Backend never called: Groups needs no broker.
+type unopened struct{ brokers.Backend }
+
 // A user's handler on a topic of the user's: with the forwarder given the
 // Worker's Groups, what is published before the handler's first
 // subscription waits in its queue; with no Groups, nothing is declared (no
 // default names anybody's handlers) and the publish is unroutable.
 func TestWorkerGroupsMakeAUserTopicRoutable(t *testing.T) {
 	t.Parallel()
-	w, err := consumer.NewWorker(consumer.WorkerConfig{Pool: outflowtest.NewSchema(t).Pool, RedisURL: "unused",
+	w, err := consumer.NewWorker(consumer.WorkerConfig{Pool: outflowtest.NewSchema(t).Pool, Broker: unopened{},
 		Registry: events.NewRegistry(), Logger: amqpQuiet})
 	require.NoError(t, err)
 	require.NoError(t, w.Add(consumer.Handler{Name: "ship-order", Topic: "orders",

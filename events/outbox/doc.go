@@ -13,5 +13,11 @@
 // transaction fails with [ErrNoTransaction] instead of auto-committing a lone
 // event that no state change stands behind.
 //
-// Topic routing is data: [Routes] maps event types to topics.
+// A command writes its event with one call, [Writer.WriteTx] (the aggregate
+// at its new version and the payload); [Writer.PublishTx] writes events
+// built beforehand with events.New, several at once.
+//
+// Topic routing is data: [Routes] maps event types to topics. Pass the
+// same Routes and the service's handlers to consumer.CheckRoutes at
+// start-up to find a handler on a topic its events are not routed to.
 package outbox

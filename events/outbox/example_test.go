@@ -52,6 +52,30 @@ func ExampleWriter_PublishTx() {
 	}
 }
 
+// A command writes its state change and its event in one transaction,
+// the event in one call.
+func ExampleWriter_WriteTx() {
+	ctx := context.Background()
+	pool, err := pgxpool.New(ctx, os.Getenv("DATABASE_URL"))
+	if err != nil {
+		panic(err)
+	}
+	defer pool.Close()
+	writer, err := outbox.NewWriter(outbox.Config{Routes: outbox.Routes{"*": "invoices"}})
+	if err != nil {
+		panic(err)
+	}
+
+	err = pgx.BeginFunc(ctx, pool, func(tx pgx.Tx) error {
+		// ... lock the invoice, mark it paid (its version is now 2), all on tx ...
+		return writer.WriteTx(ctx, tx, events.Aggregate{Type: invoiceAggregate, ID: "inv_1", Version: 2},
+			invoicePaid{InvoiceID: "inv_1", CustomerID: "cus_1", Amount: 1250, Currency: "EUR", PaidAt: time.Now()})
+	})
+	if err != nil {
+		panic(err)
+	}
+}
+
 // QueueTx puts the outbox INSERT in the batch that carries the command's
 // other writes, so the event costs no round trip of its own.
 func ExampleWriter_QueueTx() {

@@ -278,3 +278,73 @@ func rows0MessageID(t *testing.T, s *outflowtest.Schema) string {
 	t.Helper()
 	return readRows(t, s)[0].MessageID
 }
+
+// Write is events.New and PublishTx in one call: the row has the
+// aggregate, the payload, and the correlation id and traceparent of ctx;
+// a rollback leaves nothing; no transaction or no payload is an error.
+func TestWriteBuildsAndPublishesTheEvent(t *testing.T) {
+	t.Parallel()
+	s := outflowtest.NewSchema(t)
+	w := newWriter(t)
+	ctx := events.WithTraceparent(events.WithCorrelationID(context.Background(), "corr-w"),
+		"00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01")
+	aggID := uuid.NewString()
+	agg := events.Aggregate{Type: invoiceAggregate, ID: aggID, Version: 3}
+	paid := invoicePaid{InvoiceID: aggID, CustomerID: "c-1", Amount: 700, Currency: "EUR", PaidAt: time.Now().UTC().Truncate(time.Second)}
+
+	require.NoError(t, pgx.BeginFunc(ctx, s.Pool, func(tx pgx.Tx) error { return w.WriteTx(ctx, tx, agg, paid) }))
+	tx, err := s.Pool.Begin(ctx)
+	require.NoError(t, err)
+	require.NoError(t, w.WriteTx(ctx, tx, events.Aggregate{Type: invoiceAggregate, ID: aggID, Version: 4}, paid))
+	require.NoError(t, tx.Rollback(ctx))
+
+	got := readRows(t, s)
+	require.Len(t, got, 1, "the rolled-back write must not be there")
+	r := got[0]
+	require.NoError(t, uuid.Validate(r.MessageID))
+	require.Equal(t, "payments", r.Topic)
+	require.Equal(t, agg, events.Envelope{AggregateType: r.AggregateType, AggregateID: r.AggregateID, AggregateVersion: r.AggregateVersion}.Aggregate())
+	require.Equal(t, "invoice.paid", r.EventType)
+	require.Equal(t, "corr-w", r.Metadata[events.CorrelationIDKey])
+	require.Equal(t, "00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01", r.Metadata[events.TraceparentKey])
+	var p invoicePaid
+	require.NoError(t, json.Unmarshal(r.Payload, &p))
+	require.Equal(t, paid, p)
+
+	require.ErrorIs(t, w.WriteTx(ctx, nil, agg, paid), outbox.ErrNoTransaction)
+	tx, err = s.Pool.Begin(ctx)
+	require.NoError(t, err)
+	defer tx.Rollback(ctx)
+	var envErr *events.EnvelopeError
+	require.ErrorAs(t, w.WriteTx(ctx, tx, agg, nil), &envErr)
+	require.Equal(t, "payload", envErr.Field)
+	require.ErrorAs(t, w.WriteTx(ctx, tx, events.Aggregate{Type: invoiceAggregate, ID: aggID}, paid), &envErr, "version 0")
+	require.Equal(t, events.AggregateVersionKey, envErr.Field)
+}
+
+// WriteStdTx is WriteTx on a database/sql transaction.
+func TestWriteStdTxWithLibPQ(t *testing.T) {
+	t.Parallel()
+	s := outflowtest.NewSchema(t)
+	db := s.OpenLibPQ(t)
+	w := newWriter(t)
+	ctx := context.Background()
+	aggID := uuid.NewString()
+	paid := invoicePaid{InvoiceID: aggID, CustomerID: "c-2", Amount: 9, Currency: "EUR", PaidAt: time.Now().UTC().Truncate(time.Second)}
+
+	tx, err := db.BeginTx(ctx, nil)
+	require.NoError(t, err)
+	require.NoError(t, w.WriteStdTx(ctx, tx, events.Aggregate{Type: invoiceAggregate, ID: aggID, Version: 1}, paid))
+	require.NoError(t, tx.Commit())
+	tx, err = db.BeginTx(ctx, nil)
+	require.NoError(t, err)
+	require.NoError(t, w.WriteStdTx(ctx, tx, events.Aggregate{Type: invoiceAggregate, ID: aggID, Version: 2}, paid))
+	require.NoError(t, tx.Rollback())
+	require.ErrorIs(t, w.WriteStdTx(ctx, nil, events.Aggregate{Type: invoiceAggregate, ID: aggID, Version: 3}, paid), outbox.ErrNoTransaction)
+
+	got := readRows(t, s)
+	require.Len(t, got, 1, "the rolled-back write must not be there")
+	require.Equal(t, aggID, got[0].AggregateID)
+	require.EqualValues(t, 1, got[0].AggregateVersion)
+	require.Equal(t, "invoice.paid", got[0].EventType)
+}

@@ -128,6 +128,37 @@ func TestWALModeEmitsOneMessagePerCallInOrderAndTransaction(t *testing.T) {
 	require.Zero(t, rows, "the WAL mode writes no outbox row")
 }
 
+// Write emits its event as PublishTx does in the WAL mode: one message,
+// in the transaction, none after a rollback.
+func TestWALModeWrite(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	pg := testservers.StartLogicalPostgres(t)
+	_, err := pg.Pool.Exec(ctx, `SELECT pg_create_logical_replication_slot('w', 'test_decoding')`)
+	require.NoError(t, err)
+	w := newWALWriter(t)
+	paid := invoicePaid{InvoiceID: "w", CustomerID: "c", Amount: 5, Currency: "EUR", PaidAt: time.Now().UTC()}
+	require.NoError(t, pgx.BeginFunc(ctx, pg.Pool, func(tx pgx.Tx) error {
+		return w.WriteTx(ctx, tx, events.Aggregate{Type: invoiceAggregate, ID: "w", Version: 1}, paid)
+	}))
+	tx, err := pg.Pool.Begin(ctx)
+	require.NoError(t, err)
+	require.NoError(t, w.WriteTx(ctx, tx, events.Aggregate{Type: invoiceAggregate, ID: "w", Version: 2}, paid))
+	require.NoError(t, tx.Rollback(ctx))
+
+	msgs, _ := walMessages(t, pg, "w")
+	require.Len(t, msgs, 1, "one message, none for the rollback")
+	require.Len(t, msgs[0].Events, 1)
+	e := msgs[0].Events[0]
+	require.Equal(t, "payments", e.Topic)
+	require.Equal(t, "w", e.AggregateID)
+	require.EqualValues(t, 1, e.AggregateVersion)
+	require.Equal(t, "invoice.paid", e.EventType)
+	var rows int
+	require.NoError(t, pg.Pool.QueryRow(ctx, `SELECT count(*) FROM outbox`).Scan(&rows))
+	require.Zero(t, rows, "the WAL mode writes no outbox row")
+}
+
 func TestWALModeRefusesNoTransaction(t *testing.T) {
 	t.Parallel()
 	ctx := context.Background()

@@ -86,6 +86,48 @@ func (w *Writer) PublishTx(ctx context.Context, tx pgx.Tx, evs ...events.Event) 
 	return w.publish(ctx, wmsql.TxFromPgx(tx), evs)
 }
 
+// WriteTx writes the event of one change in tx: it builds it with
+// events.New (a fresh message id, the time, the correlation id and
+// traceparent from ctx) for agg, the aggregate at its version after the
+// change, and p, and publishes it as PublishTx does, in either Mode. The
+// one call a command makes for its event; PublishTx writes several, or an
+// event built beforehand.
+func (w *Writer) WriteTx(ctx context.Context, tx pgx.Tx, agg events.Aggregate, p events.Payload) error {
+	if tx == nil {
+		return ErrNoTransaction
+	}
+	ev, err := newEvent(ctx, agg, p)
+	if err != nil {
+		return err
+	}
+	return w.PublishTx(ctx, tx, ev)
+}
+
+// WriteStdTx is WriteTx for a database/sql transaction, as PublishStdTx.
+func (w *Writer) WriteStdTx(ctx context.Context, tx *stdsql.Tx, agg events.Aggregate, p events.Payload) error {
+	if tx == nil {
+		return ErrNoTransaction
+	}
+	ev, err := newEvent(ctx, agg, p)
+	if err != nil {
+		return err
+	}
+	return w.PublishStdTx(ctx, tx, ev)
+}
+
+// newEvent is events.New, with a nil payload an error (events.New would
+// panic on it).
+func newEvent(ctx context.Context, agg events.Aggregate, p events.Payload) (events.Event, error) {
+	if p == nil {
+		return events.Event{}, fmt.Errorf("outbox: %w", &events.EnvelopeError{Field: "payload", Reason: "missing"})
+	}
+	ev, err := events.New(ctx, agg, p)
+	if err != nil {
+		return events.Event{}, fmt.Errorf("outbox: %w", err)
+	}
+	return ev, nil
+}
+
 // QueueTx queues the INSERT of evs onto b, a batch the caller then sends
 // with tx.SendBatch, so that the outbox write costs no round trip of its
 // own: it travels with the command's other writes. Errors of the INSERT

@@ -2,7 +2,6 @@ package payouts
 
 import (
 	"context"
-	"fmt"
 
 	"github.com/jackc/pgx/v5"
 
@@ -19,27 +18,22 @@ const BalancesName = "payout-balances"
 // also records the message as processed: a redelivered event changes
 // nothing, and a payout's Sent is never applied before its Requested.
 func Balances() consumer.Handler {
-	return consumer.Handler{
-		Name:       BalancesName,
-		Topic:      AggregateType,
-		EventTypes: []string{RequestedType, SentType, FailedType},
-		Func:       applyBalance,
-	}
+	return consumer.OnEach(BalancesName, AggregateType,
+		consumer.Typed(func(ctx context.Context, tx pgx.Tx, _ events.Event, p Requested) error {
+			return addBalance(ctx, tx, p.MerchantID, p.Currency, p.AmountMinor, 0)
+		}),
+		consumer.Typed(func(ctx context.Context, tx pgx.Tx, _ events.Event, p Sent) error {
+			return addBalance(ctx, tx, p.MerchantID, p.Currency, -p.AmountMinor, p.AmountMinor)
+		}),
+		consumer.Typed(func(ctx context.Context, tx pgx.Tx, _ events.Event, p Failed) error {
+			return addBalance(ctx, tx, p.MerchantID, p.Currency, -p.AmountMinor, 0)
+		}),
+	)
 }
 
-func applyBalance(ctx context.Context, tx pgx.Tx, ev events.Event) error {
-	var merchant, currency string
-	var inFlight, paidOut int64
-	switch p := ev.Payload.(type) {
-	case Requested:
-		merchant, currency, inFlight = p.MerchantID, p.Currency, p.AmountMinor
-	case Sent:
-		merchant, currency, inFlight, paidOut = p.MerchantID, p.Currency, -p.AmountMinor, p.AmountMinor
-	case Failed:
-		merchant, currency, inFlight = p.MerchantID, p.Currency, -p.AmountMinor
-	default:
-		return fmt.Errorf("payout balances: unexpected %T", ev.Payload)
-	}
+// addBalance adds inFlight and paidOut (minor units, either may be
+// negative) to merchant's balance in currency, in tx.
+func addBalance(ctx context.Context, tx pgx.Tx, merchant, currency string, inFlight, paidOut int64) error {
 	_, err := tx.Exec(ctx, `
 		INSERT INTO payout_balances (merchant_id, currency, in_flight_minor, paid_out_minor)
 		VALUES ($1, $2, $3, $4)

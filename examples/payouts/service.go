@@ -75,7 +75,7 @@ func (s *Service) Request(ctx context.Context, merchantID string, amountMinor in
 			p.ID, p.MerchantID, p.AmountMinor, p.Currency, p.Status, p.Version); err != nil {
 			return fmt.Errorf("insert payout: %w", err)
 		}
-		return s.publish(ctx, tx, p, Requested{PayoutID: p.ID, MerchantID: p.MerchantID,
+		return s.writer.WriteTx(ctx, tx, p.Aggregate(), Requested{PayoutID: p.ID, MerchantID: p.MerchantID,
 			AmountMinor: p.AmountMinor, Currency: p.Currency})
 	})
 	return p, err
@@ -127,18 +127,15 @@ func (s *Service) settle(ctx context.Context, id, status, failure string, event 
 		if err != nil {
 			return fmt.Errorf("update payout: %w", err)
 		}
-		return s.publish(ctx, tx, p, event(p))
+		return s.writer.WriteTx(ctx, tx, p.Aggregate(), event(p))
 	})
 	return p, err
 }
 
-// publish writes the event of p's latest change in tx.
-func (s *Service) publish(ctx context.Context, tx pgx.Tx, p Payout, payload events.Payload) error {
-	ev, err := events.New(ctx, events.Aggregate{Type: AggregateType, ID: p.ID, Version: p.Version}, payload)
-	if err != nil {
-		return err
-	}
-	return s.writer.PublishTx(ctx, tx, ev)
+// Aggregate is the payout as its events name it, at its current version:
+// the version its latest change's event carries.
+func (p Payout) Aggregate() events.Aggregate {
+	return events.Aggregate{Type: AggregateType, ID: p.ID, Version: p.Version}
 }
 
 func (s *Service) inTx(ctx context.Context, fn func(pgx.Tx) error) error {

@@ -27,12 +27,8 @@ func RequestStd(ctx context.Context, db *sql.DB, w *outbox.Writer, merchantID st
 		VALUES ($1, $2, $3, $4, 'requested', 1)`, id, merchantID, amountMinor, currency); err != nil {
 		return "", fmt.Errorf("insert payout: %w", err)
 	}
-	ev, err := events.New(ctx, events.Aggregate{Type: AggregateType, ID: id, Version: 1},
-		Requested{PayoutID: id, MerchantID: merchantID, AmountMinor: amountMinor, Currency: currency})
-	if err != nil {
-		return "", err
-	}
-	if err := w.PublishStdTx(ctx, tx, ev); err != nil {
+	if err := w.WriteStdTx(ctx, tx, events.Aggregate{Type: AggregateType, ID: id, Version: 1},
+		Requested{PayoutID: id, MerchantID: merchantID, AmountMinor: amountMinor, Currency: currency}); err != nil {
 		return "", err
 	}
 	return id, tx.Commit()

@@ -268,7 +268,12 @@ func drainConsumer(ctx context.Context, cfg HistoryConfig, pool *pgxpool.Pool, r
 	if err := paymentevents.Register(reg); err != nil {
 		return 0, err
 	}
-	w, err := consumer.NewWorker(consumer.WorkerConfig{Pool: pool, RedisURL: cfg.RedisURL, Registry: reg, Logger: quietLogger()})
+	backend, err := redisBackend(ctx, cfg.RedisURL)
+	if err != nil {
+		return 0, err
+	}
+	defer backend.Close()
+	w, err := consumer.NewWorker(consumer.WorkerConfig{Pool: pool, Broker: backend, Registry: reg, Logger: quietLogger()})
 	if err != nil {
 		return 0, err
 	}

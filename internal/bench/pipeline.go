@@ -155,6 +155,11 @@ func drain(ctx context.Context, cfg PipelineConfig, plain bool, read, shared int
 		return 0, err
 	}
 	defer rdb.Close()
+	backend, err := redisBackend(ctx, cfg.RedisURL)
+	if err != nil {
+		return 0, err
+	}
+	defer backend.Close() // after the worker stopped (deferred below)
 	defer rdb.Del(context.WithoutCancel(ctx), topic)
 	if err := seedPayments(ctx, pool, topic, cfg.Backlog); err != nil {
 		return 0, err
@@ -189,7 +194,7 @@ func drain(ctx context.Context, cfg PipelineConfig, plain bool, read, shared int
 		wg.Go(func() { _ = run() })
 		handled = func(context.Context) (int, error) { return int(n.Load()), nil }
 	} else {
-		w, err := consumer.NewWorker(consumer.WorkerConfig{Pool: pool, RedisURL: cfg.RedisURL, Registry: reg,
+		w, err := consumer.NewWorker(consumer.WorkerConfig{Pool: pool, Broker: backend, Registry: reg,
 			BatchSize: read, Idempotency: idempotency.Config{MaxBatch: shared}, Logger: quietLogger()})
 		if err != nil {
 			return 0, err
@@ -425,6 +430,11 @@ func steady(ctx context.Context, cfg PipelineConfig) (steadyResult, error) {
 		return steadyResult{}, err
 	}
 	defer rdb.Close()
+	backend, err := redisBackend(ctx, cfg.RedisURL)
+	if err != nil {
+		return steadyResult{}, err
+	}
+	defer backend.Close() // after the worker stopped (deferred below)
 	defer rdb.Del(context.WithoutCancel(ctx), topic)
 
 	rctx, cancel := context.WithCancel(ctx)
@@ -445,7 +455,7 @@ func steady(ctx context.Context, cfg PipelineConfig) (steadyResult, error) {
 	}
 	metrics := prometheus.NewRegistry()
 	acks := &ackTimes{at: map[string]time.Time{}}
-	w, err := consumer.NewWorker(consumer.WorkerConfig{Pool: pool, RedisURL: cfg.RedisURL, Registry: reg, Logger: quietLogger(),
+	w, err := consumer.NewWorker(consumer.WorkerConfig{Pool: pool, Broker: backend, Registry: reg, Logger: quietLogger(),
 		BatchSize: cfg.ConsumerBatch, Idempotency: idempotency.Config{MaxBatch: cfg.ConsumerBatch, Metrics: metrics},
 		Middleware: []message.HandlerMiddleware{acks.middleware}})
 	if err != nil {

@@ -536,7 +536,12 @@ func tracedDrain(ctx context.Context, cfg TracingConfig, mode string, recv *otlp
 	if err := paymentevents.Register(reg); err != nil {
 		return drainResult{}, err
 	}
-	w, err := consumer.NewWorker(consumer.WorkerConfig{Pool: pool, RedisURL: cfg.RedisURL, Registry: reg, Logger: quietLogger()})
+	backend, err := redisBackend(ctx, cfg.RedisURL)
+	if err != nil {
+		return drainResult{}, err
+	}
+	defer backend.Close()
+	w, err := consumer.NewWorker(consumer.WorkerConfig{Pool: pool, Broker: backend, Registry: reg, Logger: quietLogger()})
 	if err != nil {
 		return drainResult{}, err
 	}
