@@ -15,6 +15,11 @@
 //	...
 //	_, err = m.Up(ctx) // creates the schema if missing
 //
+// A service with a set of its own applies both in one call, from its pgx
+// pool ([UpSetsPool]) or a *sql.DB ([UpSets]), the framework's first:
+//
+//	_, err := migrations.UpSetsPool(ctx, pool, migrations.Config{}, migrations.Framework(), refunds.Set())
+//
 // Running it twice is a no-op. Concurrent runs against the same schema
 // serialize on a PostgreSQL advisory lock keyed by the schema's name, so
 // two processes starting together do not race, while tests migrating
