@@ -1,6 +1,8 @@
 package cli
 
 import (
+	"context"
+	"fmt"
 	"log/slog"
 	"slices"
 
@@ -41,4 +43,20 @@ func mergeGroups(a, b map[string][]string) map[string][]string {
 		}
 	}
 	return out
+}
+
+// appTable is the reference app's table every app-specific read of the
+// tool needs (webhook deliveries: stats, the console's journey, the
+// reference consumers' work): where it is missing, the database is another
+// service's, and the tool shows the framework's state alone.
+const appTable = "webhook_deliveries"
+
+// appInstalled says whether the reference app's tables are on the pool's
+// search_path.
+func appInstalled(ctx context.Context, pool *pgxpool.Pool) (bool, error) {
+	var ok bool
+	if err := pool.QueryRow(ctx, `SELECT to_regclass($1) IS NOT NULL`, appTable).Scan(&ok); err != nil {
+		return false, fmt.Errorf("look for the reference app's tables (%s): %w", appTable, err)
+	}
+	return ok, nil
 }
