@@ -2,7 +2,13 @@ package cli_test
 
 import (
 	"context"
+	"crypto/sha256"
+	"encoding/hex"
 	"encoding/json"
+	"io"
+	"net/http"
+	"net/http/cookiejar"
+	"net/url"
 	"strconv"
 	"syscall"
 	"testing"
@@ -114,6 +120,51 @@ func TestToolOnAnyServiceDatabase(t *testing.T) {
 	require.NoError(t, json.Unmarshal([]byte(runOut(t, env, "stats", "--json")), &st2))
 	require.EqualValues(t, 0, st2.Outbox["pending"])
 	require.Positive(t, st2.Outbox["published_total"])
+
+	// The console: refused without the operator key (naming the setting),
+	// then the framework's pages behind it.
+	out, err := command(env, "console", "--addr", freeAddr(t)).CombinedOutput()
+	require.Error(t, err, "%s", out)
+	require.Contains(t, string(out), "invalid --console-operator-key-sha256: required on a database without the reference app's tables")
+	out, err = command(map[string]string{"DATABASE_URL": s.URL, "CONSOLE_OPERATOR_KEY_SHA256": "abc"}, "console").CombinedOutput()
+	require.Error(t, err, "%s", out)
+	require.Contains(t, string(out), "invalid CONSOLE_OPERATOR_KEY_SHA256: want 64 hex digits")
+	const key = "the-refunds-operators-key-0123456789abcdef"
+	sum := sha256.Sum256([]byte(key))
+	addr := freeAddr(t)
+	con := command(map[string]string{"DATABASE_URL": s.URL, "REDIS_URL": redisSrv.URL, "CONSOLE_INSECURE_COOKIE": "true",
+		"CONSOLE_OPERATOR_KEY_SHA256": hex.EncodeToString(sum[:])}, "console", "--addr", addr, "--aggregate-type", "refund")
+	var conErr syncBuffer
+	con.Stderr = &conErr
+	require.NoError(t, con.Start())
+	t.Cleanup(func() { _ = con.Process.Kill() })
+	jar, err := cookiejar.New(nil)
+	require.NoError(t, err)
+	client := &http.Client{Jar: jar}
+	outflowtest.WaitFor(t, 20*time.Second, "the console to listen", func() bool {
+		resp, err := client.Get("http://" + addr + "/login")
+		if err == nil {
+			resp.Body.Close()
+		}
+		return err == nil
+	})
+	resp, err := client.PostForm("http://"+addr+"/login", url.Values{"api_key": {key}})
+	require.NoError(t, err)
+	resp.Body.Close()
+	require.Equal(t, http.StatusOK, resp.StatusCode, "logged in, the overview followed: %s", conErr.String())
+	// (The reset above closed the dead letter: no consumer to list.)
+	for page, want := range map[string]string{"/": "Not installed", "/parked": "No parked row", "/dead": "",
+		"/journey?q=r1": "refund.requested", "/actions": "Not installed", "/fragments/overview": "outbox-pending"} {
+		resp, err := client.Get("http://" + addr + page)
+		require.NoError(t, err)
+		b, err := io.ReadAll(resp.Body)
+		resp.Body.Close()
+		require.NoError(t, err)
+		require.Equal(t, http.StatusOK, resp.StatusCode, "%s: %s", page, conErr.String())
+		require.Contains(t, string(b), want, page)
+	}
+	require.NoError(t, con.Process.Signal(syscall.SIGTERM))
+	require.NoError(t, con.Wait(), "%s", conErr.String())
 
 	requireNoAppTable(t, s)
 }

@@ -112,7 +112,7 @@ func newServeCmd(e *env) *cobra.Command {
 			// On its own address (--console-addr), never the API's: the
 			// API's port is the one exposed to clients.
 			runs = append(runs, func(ctx context.Context) error {
-				return serveConsole(ctx, cfg, fwd.streamPartitions, shutdownTimeout, logger)
+				return serveConsole(ctx, cfg, fwd.streamPartitions, shutdownTimeout, "", logger)
 			})
 		}
 		if slices.Contains(roles, "api") {
