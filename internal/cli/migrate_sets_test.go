@@ -147,3 +147,15 @@ func TestDemoScriptMigratesTheApp(t *testing.T) {
 	out, err = command(env, "apikey", "create", "--admin", "--name", "make-demo").CombinedOutput()
 	require.NoError(t, err, "%s", out)
 }
+
+// The payments API on a database migrated without the app's set says what
+// to run, at start, instead of failing its first request.
+func TestServeNamesTheAppSet(t *testing.T) {
+	t.Parallel()
+	s := outflowtest.NewSchema(t)
+	out, err := command(map[string]string{"DATABASE_URL": s.URL, "HTTP_ADDR": freeAddr(t)}, "serve", "--roles", "api",
+		"--metrics-addr", "").CombinedOutput()
+	require.Error(t, err, "%s", out)
+	require.Contains(t, string(out), "run `outflow migrate up --set outflow --set app`")
+	requireNoAppTable(t, s)
+}
