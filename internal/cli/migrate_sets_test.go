@@ -6,6 +6,7 @@ import (
 	"path/filepath"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/stretchr/testify/require"
 
@@ -153,9 +154,19 @@ func TestDemoScriptMigratesTheApp(t *testing.T) {
 func TestServeNamesTheAppSet(t *testing.T) {
 	t.Parallel()
 	s := outflowtest.NewSchema(t)
-	out, err := command(map[string]string{"DATABASE_URL": s.URL, "HTTP_ADDR": freeAddr(t)}, "serve", "--roles", "api",
-		"--metrics-addr", "").CombinedOutput()
-	require.Error(t, err, "%s", out)
-	require.Contains(t, string(out), "run `outflow migrate up --set outflow --set app`")
+	cmd := command(map[string]string{"DATABASE_URL": s.URL, "HTTP_ADDR": freeAddr(t)}, "serve", "--roles", "api", "--metrics-addr", "")
+	var out syncBuffer
+	cmd.Stdout, cmd.Stderr = &out, &out
+	require.NoError(t, cmd.Start())
+	exited := make(chan error, 1)
+	go func() { exited <- cmd.Wait() }()
+	select {
+	case err := <-exited:
+		require.Error(t, err, "%s", out.String())
+	case <-time.After(20 * time.Second):
+		_ = cmd.Process.Kill()
+		t.Fatalf("the API started without the app's tables: %s", out.String())
+	}
+	require.Contains(t, out.String(), "run `outflow migrate up --set outflow --set app`")
 	requireNoAppTable(t, s)
 }
