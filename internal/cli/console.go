@@ -159,7 +159,7 @@ func newConsole(ctx context.Context, pool *pgxpool.Pool, cfg config.Config, part
 		lag    brokers.LagReporter
 		broker forwarder.Broker
 	)
-	backend, err := brokers.Open(ctx, brokerConfig(cfg, partitions, logger))
+	backend, err := brokers.Open(ctx, brokerConfig(cfg, partitions, logger, app))
 	if err != nil {
 		logger.Warn("console: consumer lag unknown: broker unreachable", "broker", string(cfg.Broker), "error", err.Error())
 	} else {

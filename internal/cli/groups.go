@@ -19,14 +19,19 @@ func referenceHandlers(pool *pgxpool.Pool, notify handlers.NotifyConfig) []consu
 	return []consumer.Handler{handlers.SyncAnalytics(), handlers.NotifyMerchant(pool, notify)}
 }
 
-// brokerConfig is the configuration's broker block, with, for RabbitMQ,
-// the groups of the handlers `outflow worker` runs added to --amqp-groups:
-// the forwarder declares their queues before its first publish, so nothing
-// is dropped before their first worker subscribes. The backend itself
-// declares no group of its own.
-func brokerConfig(c config.Config, partitions int, logger *slog.Logger) brokers.Config {
+// brokerConfig is the configuration's broker block, with, for RabbitMQ and
+// where the reference app's tables are installed (app), the groups of the
+// handlers `outflow worker` runs added to --amqp-groups: the forwarder
+// declares their queues before its first publish, so nothing is dropped
+// before their first worker subscribes. On another service's database the
+// app's queues are not declared: --amqp-groups lists that service's. The
+// backend itself declares no group of its own.
+func brokerConfig(c config.Config, partitions int, logger *slog.Logger, app bool) brokers.Config {
 	cfg := c.BrokerConfig(partitions, logger)
-	cfg.AMQP.Groups = mergeGroups(c.AMQPGroups, consumer.HandlerGroups(referenceHandlers(nil, handlers.NotifyConfig{})...))
+	cfg.AMQP.Groups = mergeGroups(c.AMQPGroups, nil)
+	if app {
+		cfg.AMQP.Groups = mergeGroups(c.AMQPGroups, consumer.HandlerGroups(referenceHandlers(nil, handlers.NotifyConfig{})...))
+	}
 	return cfg
 }
 

@@ -210,7 +210,11 @@ idempotency: what it already handled is skipped, so a replay re-applies an event
 			if err != nil {
 				return err
 			}
-			backend, err := brokers.Open(ctx, brokerConfig(cfg, partitions, logger))
+			app, err := appInstalled(ctx, pool)
+			if err != nil {
+				return err
+			}
+			backend, err := brokers.Open(ctx, brokerConfig(cfg, partitions, logger, app))
 			if err != nil {
 				return err
 			}
