@@ -15,5 +15,6 @@
 // ever made inside these transactions.
 //
 // Its tables are its own migration set (package app/migrations), applied
-// after the framework's; `outflow migrate up` runs both.
+// after the framework's; `outflow migrate up --set app` runs both (without
+// --set app, only the framework's).
 package app

@@ -15,6 +15,11 @@
 //	...
 //	_, err = m.Up(ctx) // creates the schema if missing
 //
+// A service with a set of its own applies both in one call, from its pgx
+// pool ([UpSetsPool]) or a *sql.DB ([UpSets]), the framework's first:
+//
+//	_, err := migrations.UpSetsPool(ctx, pool, migrations.Config{}, migrations.Framework(), refunds.Set())
+//
 // Running it twice is a no-op. Concurrent runs against the same schema
 // serialize on a PostgreSQL advisory lock keyed by the schema's name, so
 // two processes starting together do not race, while tests migrating
@@ -42,8 +47,8 @@
 // own version table holding the versions the old table lists, under the
 // lock, then applies only what is missing. A database the old release
 // migrated completely or only part way upgrades with the next `outflow
-// migrate up` (or [Up] then the app's Up), with no data touched and no
-// manual step. outflow_schema_migrations is left as it was, so that an
+// migrate up --set app` (or [UpSets] of [Framework] and the app's set),
+// with no data touched and no manual step. outflow_schema_migrations is left as it was, so that an
 // instance of the old release starting during the rollout finds its
 // migrations applied; drop it once none is left. A service built on the
 // old release keeps the reference app's tables it was given (merchants,

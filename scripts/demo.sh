@@ -53,7 +53,8 @@ if [ -z "$CHAOS" ]; then
 fi
 scripts/services.sh up $services
 go build -o "$BIN" ./cmd/outflow
-"$BIN" migrate up
+# The reference app's set is applied only when named.
+"$BIN" migrate up --set outflow --set app
 # The demo's admin key (stdout holds the key alone; stderr says its id): it
 # creates the merchant, whose own key, from the creation's response, then
 # drives the payments. Revoked when the run ends well (an interrupted run

@@ -44,7 +44,7 @@ func legacyUp(t *testing.T, s *outflowtest.Schema, upTo int64) {
 	require.NoError(t, err)
 }
 
-// upgrade runs what `outflow migrate up` runs: the framework's set, then
+// upgrade runs what `outflow migrate up --set app` runs: the framework's set, then
 // the app's; it returns the versions each applied.
 func upgrade(ctx context.Context, t *testing.T, s *outflowtest.Schema, libpq bool) (framework, app []int64, err error) {
 	db := s.OpenDB(t)
@@ -81,7 +81,7 @@ func freshDefinition(t *testing.T) string {
 }
 
 // A database of the single-set release, complete or stopped part way,
-// upgrades with `outflow migrate up` and no other step: each set adopts
+// upgrades with `outflow migrate up --set app` and no other step: each set adopts
 // the versions already applied, runs only the rest, every row of every
 // table (the framework's and the app's) survives, and the schema is a
 // fresh install's, plus the old version table, which is left as it was so

@@ -104,22 +104,32 @@ func TestMigrateCommands(t *testing.T) {
 		return strings.TrimLeft(version, "0") + " " + n
 	}
 	lastFramework, lastApp := newest(migrations.FS()), newest(appmigrations.Set().FS)
-	up := run("migrate", "up")
+	app := []string{"--set", "outflow", "--set", "app"}
+	up := run(append([]string{"migrate", "up"}, app...)...)
 	require.Contains(t, up, "applied outflow 1 00001_outbox.sql")
 	require.Contains(t, up, "applied app 2 00002_payments.sql")
 	require.Less(t, strings.Index(up, "applied outflow "+lastFramework), strings.Index(up, "applied app 2 "),
 		"the framework's set runs first")
-	require.Contains(t, run("migrate", "up"), "schema is up to date")
-	require.NotContains(t, run("migrate", "status"), "pending")
-	// down takes the app's set first (it sits on the framework's), or the
-	// set named.
-	require.Contains(t, run("migrate", "down"), "rolled back app "+lastApp)
+	require.Contains(t, run(append([]string{"migrate", "up"}, app...)...), "schema is up to date")
+	require.NotContains(t, run(append([]string{"migrate", "status"}, app...)...), "pending")
+	// down takes the one set named.
+	require.Contains(t, run("migrate", "down", "--set", "app"), "rolled back app "+lastApp)
 	require.Contains(t, run("migrate", "down", "--set", "outflow"), "rolled back outflow "+lastFramework)
-	st := run("migrate", "status")
+	st := run(append([]string{"migrate", "status"}, app...)...)
 	require.Regexp(t, `app\s+`+strings.ReplaceAll(lastApp, " ", `\s+`)+`\s+pending`, st)
 	require.Regexp(t, `outflow\s+`+strings.ReplaceAll(lastFramework, " ", `\s+`)+`\s+pending`, st)
-	up = run("migrate", "up")
-	require.Contains(t, up, "applied outflow "+lastFramework)
+	// Without --set app, up and status leave the app's set alone, and say
+	// it is installed.
+	cmd := command(env, "migrate", "up")
+	var stderr bytes.Buffer
+	cmd.Stderr = &stderr
+	out, err := cmd.Output()
+	require.NoError(t, err, "%s", stderr.String())
+	require.Contains(t, string(out), "applied outflow "+lastFramework)
+	require.NotContains(t, string(out), "applied app")
+	require.Contains(t, stderr.String(), "add --set app")
+	require.NotContains(t, run("migrate", "status"), "app ")
+	up = run(append([]string{"migrate", "up"}, app...)...)
 	require.Contains(t, up, "applied app "+lastApp)
 }
 

@@ -7,6 +7,7 @@ import (
 	"log/slog"
 	"net"
 	"net/http"
+	"strings"
 	"time"
 
 	"github.com/jackc/pgx/v5/pgxpool"
@@ -25,6 +26,7 @@ func newConsoleCmd(e *env) *cobra.Command {
 		addr            string
 		partitions      int
 		shutdownTimeout time.Duration
+		aggregateType   string
 	)
 	cmd := &cobra.Command{
 		Use:   "console",
@@ -52,17 +54,22 @@ func newConsoleCmd(e *env) *cobra.Command {
 				}
 				cfg.ConsoleAddr = addr
 			}
-			return serveConsole(cmd.Context(), cfg, partitions, shutdownTimeout, logger)
+			if strings.TrimSpace(aggregateType) == "" {
+				return errors.New("invalid --aggregate-type: empty")
+			}
+			return serveConsole(cmd.Context(), cfg, partitions, shutdownTimeout, aggregateType, logger)
 		},
 	}
 	cmd.Flags().StringVar(&addr, "addr", config.DefaultConsoleAddr, "address the console listens on (overrides --console-addr)")
 	cmd.Flags().IntVar(&partitions, "stream-partitions", 1, "the forwarder's --stream-partitions, for the consumers' lag")
 	cmd.Flags().DurationVar(&shutdownTimeout, "shutdown-timeout", 15*time.Second, "how long SIGTERM waits for in-flight requests")
+	cmd.Flags().StringVar(&aggregateType, "aggregate-type", "payment", "the aggregate type a journey's query names when it is not a message id (a service of your own: its aggregates' type)")
 	return cmd
 }
 
 // serveConsole serves the console on cfg.ConsoleAddr until ctx is done.
-func serveConsole(ctx context.Context, cfg config.Config, partitions int, shutdownTimeout time.Duration, logger *slog.Logger) error {
+// aggregateType is the journey's (empty: the console's default, payment).
+func serveConsole(ctx context.Context, cfg config.Config, partitions int, shutdownTimeout time.Duration, aggregateType string, logger *slog.Logger) error {
 	if cfg.ConsoleInsecureCookie {
 		// config.Load refuses it off loopback; say it anyway.
 		logger.Warn("console: session cookie without Secure (--console-insecure-cookie): plain HTTP on loopback only")
@@ -72,7 +79,7 @@ func serveConsole(ctx context.Context, cfg config.Config, partitions int, shutdo
 		return err
 	}
 	defer pool.Close()
-	h, closeBackend, err := newConsole(ctx, pool, cfg, partitions, logger)
+	h, closeBackend, err := newConsole(ctx, pool, cfg, partitions, aggregateType, logger)
 	if err != nil {
 		return err
 	}
@@ -124,20 +131,35 @@ func serveConsole(ctx context.Context, cfg config.Config, partitions int, shutdo
 	return nil
 }
 
-// newConsole builds the console's handler for the reference handlers; the
-// broker backend, when reachable, reports their lag (only reads: see
-// readStats) and publishes replays. The returned func closes it.
-func newConsole(ctx context.Context, pool *pgxpool.Pool, cfg config.Config, partitions int, logger *slog.Logger) (*console.Console, func(), error) {
+// newConsole builds the console's handler: for the reference app and its
+// handlers where its tables are installed, else for the framework's pages
+// alone, the operator key logging in (console.Config.FrameworkOnly). The
+// broker backend, when reachable, reports the consumers' lag (only reads:
+// see readStats) and publishes replays. The returned func closes it.
+func newConsole(ctx context.Context, pool *pgxpool.Pool, cfg config.Config, partitions int, aggregateType string, logger *slog.Logger) (*console.Console, func(), error) {
+	app, err := appInstalled(ctx, pool)
+	if err != nil {
+		return nil, nil, err
+	}
+	if !app && cfg.ConsoleOperatorKeySHA256 == nil {
+		return nil, nil, fmt.Errorf("invalid --console-operator-key-sha256: required on a database without the reference app's tables (%s missing), "+
+			"whose admin API keys would log in: give the hex SHA-256 of an operator key (env CONSOLE_OPERATOR_KEY_SHA256)", appTable)
+	}
+	if app && cfg.ConsoleOperatorKeySHA256 != nil {
+		logger.Warn("console: --console-operator-key-sha256 ignored: the reference app's tables are installed, its admin API keys log in")
+	}
 	var consumers []console.Consumer
-	for _, h := range referenceHandlers(nil, handlers.NotifyConfig{}) {
-		consumers = append(consumers, console.Consumer{Name: h.Name, Topic: h.Topic})
+	if app {
+		for _, h := range referenceHandlers(nil, handlers.NotifyConfig{}) {
+			consumers = append(consumers, console.Consumer{Name: h.Name, Topic: h.Topic})
+		}
 	}
 	closeBackend := func() {}
 	var (
 		lag    brokers.LagReporter
 		broker forwarder.Broker
 	)
-	backend, err := brokers.Open(ctx, brokerConfig(cfg, partitions, logger))
+	backend, err := brokers.Open(ctx, brokerConfig(cfg, partitions, logger, app))
 	if err != nil {
 		logger.Warn("console: consumer lag unknown: broker unreachable", "broker", string(cfg.Broker), "error", err.Error())
 	} else {
@@ -145,8 +167,13 @@ func newConsole(ctx context.Context, pool *pgxpool.Pool, cfg config.Config, part
 		lag, _ = backend.(brokers.LagReporter)
 		broker = backend.Broker()
 	}
-	h, err := console.New(console.Config{Pool: pool, Logger: logger, Consumers: consumers, Lag: lag, Broker: broker,
-		InsecureCookie: cfg.ConsoleInsecureCookie})
+	ccfg := console.Config{Pool: pool, Logger: logger, Consumers: consumers, Lag: lag, Broker: broker,
+		InsecureCookie: cfg.ConsoleInsecureCookie, AggregateType: aggregateType}
+	if !app {
+		ccfg.FrameworkOnly, ccfg.OperatorKeySHA256 = true, cfg.ConsoleOperatorKeySHA256
+		logger.Info("console: the reference app's tables are not installed: the framework's pages alone, the operator key logs in")
+	}
+	h, err := console.New(ccfg)
 	if err != nil {
 		closeBackend()
 		return nil, nil, err

@@ -136,7 +136,12 @@ func buildForwarder(ctx context.Context, c config.Config, o *forwardOptions, reg
 	if err != nil {
 		return nil, nil, err
 	}
-	backend, err := brokers.Open(ctx, brokerConfig(c, o.streamPartitions, logger))
+	app, err := appInstalled(ctx, pool)
+	if err != nil {
+		pool.Close()
+		return nil, nil, err
+	}
+	backend, err := brokers.Open(ctx, brokerConfig(c, o.streamPartitions, logger, app))
 	if err != nil {
 		pool.Close()
 		return nil, nil, err
@@ -151,7 +156,7 @@ func buildForwarder(ctx context.Context, c config.Config, o *forwardOptions, reg
 			backend.Close()
 			return nil, nil, errors.New("invalid --cutover-to: it names the --broker already in use")
 		}
-		next, err := brokers.Open(ctx, brokerConfig(tc, o.streamPartitions, logger))
+		next, err := brokers.Open(ctx, brokerConfig(tc, o.streamPartitions, logger, app))
 		if err != nil {
 			pool.Close()
 			backend.Close()

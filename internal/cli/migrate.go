@@ -1,8 +1,15 @@
 package cli
 
 import (
+	"context"
 	"database/sql"
+	"errors"
 	"fmt"
+	"io/fs"
+	"os"
+	"regexp"
+	"slices"
+	"strings"
 	"text/tabwriter"
 
 	"github.com/jackc/pgx/v5/pgxpool"
@@ -13,23 +20,166 @@ import (
 	"github.com/outflow-dev/outflow/migrations"
 )
 
-// migrationSets are applied in this order and rolled back in the reverse:
-// the app's tables sit on the framework's.
-func migrationSets() []migrations.Set {
-	return []migrations.Set{migrations.Framework(), appmigrations.Set()}
+// The built-in sets `--set` names. The app's is never applied unless
+// named: the tool serves any service's database, and the reference app's
+// tables (merchants, payments, the ledger, ...) belong to that app alone.
+const (
+	setFramework = "outflow"
+	setApp       = "app"
+)
+
+// setName is the name a directory set may take: its default version
+// table, NAME_schema_migrations, is then a valid identifier.
+var setName = regexp.MustCompile(`^[a-z][a-z0-9_]{0,40}$`)
+
+// versionTable is what package migrations accepts for Set.VersionTable.
+var versionTable = regexp.MustCompile(`^[a-z_][a-z0-9_]{0,62}$`)
+
+// setFlags are the sets `outflow migrate` works on: --set (repeatable) and
+// the version tables of the directory sets.
+type setFlags struct {
+	sets          []string
+	versionTables []string
+}
+
+func (f *setFlags) register(cmd *cobra.Command) {
+	cmd.PersistentFlags().StringArrayVar(&f.sets, "set", nil,
+		`a migration set, repeatable: "outflow" (the framework's, always applied first by up and listed by status), `+
+			`"app" (the reference payments app's: never applied unless named), or NAME=DIR, a directory of goose files `+
+			`(NNNNN_name.sql) recorded in NAME_schema_migrations`)
+	cmd.PersistentFlags().StringArrayVar(&f.versionTables, "version-table", nil,
+		"NAME=TABLE: the version table of the directory set NAME (default NAME_schema_migrations), repeatable")
+}
+
+// resolve returns the sets named, in the order named, each checked:
+// nothing touches the database before every flag is valid.
+func (f *setFlags) resolve() ([]migrations.Set, error) {
+	tables := map[string]string{}
+	for _, v := range f.versionTables {
+		name, table, ok := strings.Cut(v, "=")
+		if !ok || name == "" || table == "" {
+			return nil, fmt.Errorf("invalid --version-table %q: want NAME=TABLE, e.g. refunds=refunds_schema_migrations", v)
+		}
+		if !versionTable.MatchString(table) {
+			return nil, fmt.Errorf("invalid --version-table %q: TABLE must be a lower-case unqualified SQL identifier", v)
+		}
+		if _, dup := tables[name]; dup {
+			return nil, fmt.Errorf("invalid --version-table %q: set %s given a version table twice", v, name)
+		}
+		tables[name] = table
+	}
+	var sets []migrations.Set
+	seen := map[string]bool{}
+	for _, v := range f.sets {
+		var set migrations.Set
+		name, dir, isDir := strings.Cut(v, "=")
+		switch {
+		case !isDir && name == setFramework:
+			set = migrations.Framework()
+		case !isDir && name == setApp:
+			set = appmigrations.Set()
+		case !isDir:
+			return nil, fmt.Errorf("invalid --set %q: want %q, %q or NAME=DIR (a directory of goose NNNNN_name.sql files)", v, setFramework, setApp)
+		case name == setFramework || name == setApp:
+			return nil, fmt.Errorf("invalid --set %q: %s is a built-in set: name it alone (--set %s)", v, name, name)
+		case !setName.MatchString(name):
+			return nil, fmt.Errorf("invalid --set %q: NAME must be lower-case letters, digits and _, starting with a letter", v)
+		default:
+			var err error
+			if set, err = dirSet(name, dir); err != nil {
+				return nil, fmt.Errorf("invalid --set %q: %w", v, err)
+			}
+		}
+		if seen[set.Name] {
+			return nil, fmt.Errorf("invalid --set %q: set %s given twice", v, set.Name)
+		}
+		seen[set.Name] = true
+		if table, ok := tables[set.Name]; ok {
+			if set.Name == setFramework || set.Name == setApp {
+				return nil, fmt.Errorf("invalid --version-table %s=%s: the built-in set %s keeps its own", set.Name, table, set.Name)
+			}
+			set.VersionTable = table
+		}
+		sets = append(sets, set)
+	}
+	for name, table := range tables {
+		if !seen[name] {
+			return nil, fmt.Errorf("invalid --version-table %s=%s: no --set %s=DIR", name, table, name)
+		}
+	}
+	return sets, nil
+}
+
+// dirSet is a set of goose files in dir, which must hold at least one.
+func dirSet(name, dir string) (migrations.Set, error) {
+	if dir == "" {
+		return migrations.Set{}, errors.New("DIR is empty")
+	}
+	st, err := os.Stat(dir)
+	if err != nil {
+		return migrations.Set{}, err
+	}
+	if !st.IsDir() {
+		return migrations.Set{}, fmt.Errorf("%s is not a directory", dir)
+	}
+	fsys := os.DirFS(dir)
+	files, err := fs.Glob(fsys, "*.sql")
+	if err != nil {
+		return migrations.Set{}, err
+	}
+	if len(files) == 0 {
+		return migrations.Set{}, fmt.Errorf("no .sql file in %s", dir)
+	}
+	return migrations.Set{Name: name, FS: fsys, VersionTable: name + "_schema_migrations"}, nil
+}
+
+// forward is what up and status work on: the framework's set first,
+// whether named or not (every other set builds on its tables), then the
+// others in the order named. The version tables are checked as
+// migrations.UpSets does, before anything runs.
+func (f *setFlags) forward() ([]migrations.Set, error) {
+	named, err := f.resolve()
+	if err != nil {
+		return nil, err
+	}
+	sets := []migrations.Set{migrations.Framework()}
+	for _, s := range named {
+		if s.Name != setFramework {
+			sets = append(sets, s)
+		}
+	}
+	for i, s := range sets {
+		for _, o := range sets[:i] {
+			if o.VersionTable == s.VersionTable {
+				return nil, fmt.Errorf("invalid --version-table: sets %s and %s share the version table %s", o.Name, s.Name, s.VersionTable)
+			}
+		}
+	}
+	return sets, nil
 }
 
 func newMigrateCmd(e *env) *cobra.Command {
+	var flags setFlags
 	cmd := &cobra.Command{
 		Use:   "migrate",
-		Short: "Apply, inspect or roll back the database schema",
-		Long: "Two migration sets, each with its own version table, in the first schema of\n" +
-			"DATABASE_URL's search_path: the framework's (outflow_migrations), then the\n" +
-			"reference app's (app_schema_migrations). A database migrated by a release\n" +
-			"with a single set (outflow_schema_migrations) is adopted by both on `up`.",
+		Short: "Apply, inspect or roll back the database schema: the framework's set, and the sets named with --set",
+		Long: "Migration sets, each with its own version table, in the first schema of DATABASE_URL's\n" +
+			"search_path: always the framework's (outflow_migrations), then those named with --set, in\n" +
+			"that order. The reference payments app's set (app_schema_migrations) is one of them, applied\n" +
+			"only when named: `outflow migrate up --set app`. A service's own set is a directory of goose\n" +
+			"files: `--set refunds=db/migrations` (version table refunds_schema_migrations, or the one\n" +
+			"--version-table refunds=TABLE names). A database migrated by a release with a single set\n" +
+			"(outflow_schema_migrations) is adopted by the framework's and the app's sets on `up`.",
 	}
-	withDB := func(run func(cmd *cobra.Command, db *sql.DB) error) func(*cobra.Command, []string) error {
-		return e.withPool(nil, func(cmd *cobra.Command, pool *pgxpool.Pool) error {
+	flags.register(cmd)
+	var sets []migrations.Set
+	check := func() error {
+		var err error
+		sets, err = flags.forward()
+		return err
+	}
+	withDB := func(check func() error, run func(cmd *cobra.Command, db *sql.DB) error) func(*cobra.Command, []string) error {
+		return e.withPool(check, func(cmd *cobra.Command, pool *pgxpool.Pool) error {
 			db := stdlib.OpenDBFromPool(pool)
 			defer db.Close()
 			return run(cmd, db)
@@ -38,50 +188,46 @@ func newMigrateCmd(e *env) *cobra.Command {
 	migrator := func(db *sql.DB, set migrations.Set) (*migrations.Migrator, error) {
 		return migrations.NewMigrator(db, set, migrations.Config{})
 	}
-	var downSet string
 	down := &cobra.Command{
 		Use:   "down",
-		Short: "Roll back the most recent migration (of the app's set while it has one, else the framework's)",
-		Args:  cobra.NoArgs,
-		RunE: withDB(func(cmd *cobra.Command, db *sql.DB) error {
-			sets := migrationSets()
-			if downSet != "" {
-				var chosen []migrations.Set
-				for _, s := range sets {
-					if s.Name == downSet {
-						chosen = append(chosen, s)
-					}
-				}
-				if len(chosen) == 0 {
-					return fmt.Errorf("invalid --set %q: want %q or %q", downSet, sets[0].Name, sets[1].Name)
-				}
-				sets = chosen
+		Short: "Roll back the most recent migration of the one set --set names",
+		Long: "Rolls back one migration of one set, the one --set names (required: rolling back is never\n" +
+			"a default). Roll a service's sets back before the framework's, on whose tables they build.",
+		Args: cobra.NoArgs,
+		RunE: withDB(func() error {
+			named, err := flags.resolve()
+			if err != nil {
+				return err
 			}
-			for i := len(sets) - 1; i >= 0; i-- {
-				m, err := migrator(db, sets[i])
-				if err != nil {
-					return err
-				}
-				r, err := m.Down(cmd.Context())
-				if err != nil {
-					return err
-				}
-				if r != nil {
-					fmt.Fprintf(cmd.OutOrStdout(), "rolled back %s %d %s\n", sets[i].Name, r.Version, r.Name)
-					return nil
-				}
+			if len(named) != 1 {
+				return fmt.Errorf("invalid --set: down rolls back one set: name exactly one (--set %s, --set %s or --set NAME=DIR), got %d",
+					setFramework, setApp, len(named))
 			}
-			fmt.Fprintln(cmd.OutOrStdout(), "nothing to roll back")
+			sets = named
+			return nil
+		}, func(cmd *cobra.Command, db *sql.DB) error {
+			m, err := migrator(db, sets[0])
+			if err != nil {
+				return err
+			}
+			r, err := m.Down(cmd.Context())
+			if err != nil {
+				return err
+			}
+			if r == nil {
+				fmt.Fprintf(cmd.OutOrStdout(), "nothing to roll back in %s\n", sets[0].Name)
+				return nil
+			}
+			fmt.Fprintf(cmd.OutOrStdout(), "rolled back %s %d %s\n", sets[0].Name, r.Version, r.Name)
 			return nil
 		}),
 	}
-	down.Flags().StringVar(&downSet, "set", "", `roll back this set only: "outflow" (the framework's) or "app"`)
 	var statusAsJSON bool
 	status := &cobra.Command{
 		Use:   "status",
-		Short: "List migrations and whether each is applied",
+		Short: "List the migrations of the framework's set and of those --set names, and whether each is applied",
 		Args:  cobra.NoArgs,
-		RunE: withDB(func(cmd *cobra.Command, db *sql.DB) error {
+		RunE: withDB(check, func(cmd *cobra.Command, db *sql.DB) error {
 			type row struct {
 				Set     string `json:"set"`
 				Version int64  `json:"version"`
@@ -89,7 +235,7 @@ func newMigrateCmd(e *env) *cobra.Command {
 				Applied bool   `json:"applied"`
 			}
 			var rows []row
-			for _, set := range migrationSets() {
+			for _, set := range sets {
 				m, err := migrator(db, set)
 				if err != nil {
 					return err
@@ -121,32 +267,59 @@ func newMigrateCmd(e *env) *cobra.Command {
 	cmd.AddCommand(
 		&cobra.Command{
 			Use:   "up",
-			Short: "Apply every pending migration, the framework's then the app's (a no-op when up to date)",
+			Short: "Apply every pending migration: the framework's set, then those --set names, in order (a no-op when up to date)",
 			Args:  cobra.NoArgs,
-			RunE: withDB(func(cmd *cobra.Command, db *sql.DB) error {
-				applied := 0
-				for _, set := range migrationSets() {
-					m, err := migrator(db, set)
-					if err != nil {
-						return err
-					}
-					rs, err := m.Up(cmd.Context())
-					if err != nil {
-						return err
-					}
-					for _, r := range rs {
-						fmt.Fprintf(cmd.OutOrStdout(), "applied %s %d %s\n", set.Name, r.Version, r.Name)
-					}
-					applied += len(rs)
+			RunE: withDB(check, func(cmd *cobra.Command, db *sql.DB) error {
+				applied, err := migrations.UpSets(cmd.Context(), db, migrations.Config{}, sets...)
+				for _, a := range applied {
+					fmt.Fprintf(cmd.OutOrStdout(), "applied %s %d %s\n", a.Set, a.Version, a.Name)
 				}
-				if applied == 0 {
+				if err != nil {
+					return err
+				}
+				if len(applied) == 0 {
 					fmt.Fprintln(cmd.OutOrStdout(), "schema is up to date")
 				}
-				return nil
+				return warnAppNotNamed(cmd, db, sets)
 			}),
 		},
 		down,
 		status,
 	)
 	return cmd
+}
+
+// warnAppNotNamed says, on a database where the reference app's set is
+// installed, that `up` left it alone: its operator, used to the releases
+// that applied it by default, learns the flag now rather than from a
+// failing query of a migration never run.
+func warnAppNotNamed(cmd *cobra.Command, db *sql.DB, sets []migrations.Set) error {
+	if slices.ContainsFunc(sets, func(s migrations.Set) bool { return s.Name == setApp }) {
+		return nil
+	}
+	// The single-set releases' version table means their app tables too.
+	for _, table := range []string{appmigrations.VersionTable, migrations.LegacyVersionTable} {
+		installed, err := tableExists(cmd.Context(), db, table)
+		if err != nil {
+			return err
+		}
+		if !installed {
+			continue
+		}
+		fmt.Fprintf(cmd.ErrOrStderr(), "note: the reference app's tables are installed here (%s) and were not migrated: add --set %s to migrate them\n",
+			table, setApp)
+		return nil
+	}
+	return nil
+}
+
+// tableExists says whether table is on the connection's search_path.
+func tableExists(ctx context.Context, db interface {
+	QueryRowContext(context.Context, string, ...any) *sql.Row
+}, table string) (bool, error) {
+	var ok bool
+	if err := db.QueryRowContext(ctx, `SELECT to_regclass($1) IS NOT NULL`, table).Scan(&ok); err != nil {
+		return false, fmt.Errorf("look for table %s: %w", table, err)
+	}
+	return ok, nil
 }

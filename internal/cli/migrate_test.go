@@ -14,7 +14,7 @@ import (
 )
 
 // A database the single-set release migrated, part way, upgrades with
-// `outflow migrate up` alone: each set adopts what that release applied
+// `outflow migrate up --set app` alone: each set adopts what that release applied
 // and runs only the rest (the full check of rows and schema is in
 // app/migrations).
 func TestMigrateUpUpgradesSingleSetDatabase(t *testing.T) {
@@ -28,14 +28,14 @@ func TestMigrateUpUpgradesSingleSetDatabase(t *testing.T) {
 	require.NoError(t, err)
 
 	env := map[string]string{"DATABASE_URL": s.URL}
-	out, err := command(env, "migrate", "up").CombinedOutput()
+	out, err := command(env, "migrate", "up", "--set", "app").CombinedOutput()
 	require.NoError(t, err, "%s", out)
 	require.NotContains(t, string(out), "00001_outbox.sql", "adopted, not run again")
 	require.NotContains(t, string(out), "00002_payments.sql", "adopted, not run again")
 	for _, want := range []string{"applied outflow 8 ", "applied outflow 10 ", "applied outflow 11 ", "applied app 9 "} {
 		require.Contains(t, string(out), want)
 	}
-	out, err = command(env, "migrate", "status").CombinedOutput()
+	out, err = command(env, "migrate", "status", "--set", "app").CombinedOutput()
 	require.NoError(t, err, "%s", out)
 	require.NotContains(t, string(out), "pending")
 }

@@ -56,7 +56,11 @@ The database needs wal_level=logical; see docs/wal-mode.md.`,
 			return err
 		}
 		defer pool.Close()
-		backend, err := brokers.Open(ctx, brokerConfig(c, streamPartitions, logger))
+		app, err := appInstalled(ctx, pool)
+		if err != nil {
+			return err
+		}
+		backend, err := brokers.Open(ctx, brokerConfig(c, streamPartitions, logger, app))
 		if err != nil {
 			return err
 		}

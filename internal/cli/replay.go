@@ -21,9 +21,11 @@ import (
 	"github.com/outflow-dev/outflow/replay"
 )
 
-// replayTarget finds the consumer a replay or reset names among the
-// handlers `outflow worker` runs.
-func replayTarget(name string) (consumer.Handler, error) {
+// replayTarget finds the consumer a replay or reset names: one of the
+// handlers `outflow worker` runs, whose topic it knows, or a consumer of
+// another service, whose topic --topic gives (the tool runs no code of
+// that service). needTopic is false for a reset, which reads no topic.
+func replayTarget(name, topic string, needTopic bool) (consumer.Handler, error) {
 	hs := referenceHandlers(nil, handlers.NotifyConfig{})
 	var names []string
 	for _, h := range hs {
@@ -31,14 +33,23 @@ func replayTarget(name string) (consumer.Handler, error) {
 			if h.NoReplay {
 				return h, fmt.Errorf("invalid --consumer: %q does not read a replay topic (NoReplay)", name)
 			}
+			if topic != "" && topic != h.Topic {
+				return h, fmt.Errorf("invalid --topic: %s reads %q, not %q", name, h.Topic, topic)
+			}
 			return h, nil
 		}
 		names = append(names, h.Name)
 	}
-	if name == "" {
-		return consumer.Handler{}, fmt.Errorf("invalid --consumer: required (one of %s)", strings.Join(names, ", "))
+	switch {
+	case name == "":
+		return consumer.Handler{}, fmt.Errorf("invalid --consumer: required (the reference app's: %s; or a consumer of yours, with --topic)", strings.Join(names, ", "))
+	case strings.TrimSpace(name) != name || strings.ContainsAny(name, " \t\n"):
+		return consumer.Handler{}, fmt.Errorf("invalid --consumer: %q has white space", name)
+	case topic == "" && needTopic:
+		return consumer.Handler{}, fmt.Errorf("invalid --topic: required for %q, which is not one of the reference app's consumers (%s): the topic that consumer reads",
+			name, strings.Join(names, ", "))
 	}
-	return consumer.Handler{}, fmt.Errorf("invalid --consumer: no consumer %q (known: %s)", name, strings.Join(names, ", "))
+	return consumer.Handler{Name: name, Topic: topic}, nil
 }
 
 // aggregateFlags are the aggregate choice shared by replay and reset.
@@ -115,6 +126,7 @@ func parseTime(flag, v string) (time.Time, error) {
 func newReplayCmd(e *env) *cobra.Command {
 	var (
 		name, since, until string
+		topic              string
 		source             string
 		agg                aggregateFlags
 		eventTypes         []string
@@ -134,7 +146,7 @@ idempotency: what it already handled is skipped, so a replay re-applies an event
 		Args: cobra.NoArgs,
 		RunE: e.withPool(func() error {
 			var err error
-			if target, err = replayTarget(name); err != nil {
+			if target, err = replayTarget(name, topic, true); err != nil {
 				return err
 			}
 			if err := agg.load(os.Stdin); err != nil {
@@ -198,7 +210,11 @@ idempotency: what it already handled is skipped, so a replay re-applies an event
 			if err != nil {
 				return err
 			}
-			backend, err := brokers.Open(ctx, brokerConfig(cfg, partitions, logger))
+			app, err := appInstalled(ctx, pool)
+			if err != nil {
+				return err
+			}
+			backend, err := brokers.Open(ctx, brokerConfig(cfg, partitions, logger, app))
 			if err != nil {
 				return err
 			}
@@ -218,7 +234,8 @@ idempotency: what it already handled is skipped, so a replay re-applies an event
 			return nil
 		}),
 	}
-	cmd.Flags().StringVar(&name, "consumer", "", "the consumer to replay to")
+	cmd.Flags().StringVar(&name, "consumer", "", "the consumer to replay to: one of the reference app's, or one of yours with --topic")
+	cmd.Flags().StringVar(&topic, "topic", "", "the topic the consumer reads (required for a consumer that is not the reference app's)")
 	agg.register(cmd)
 	cmd.Flags().StringArrayVar(&eventTypes, "event-type", nil, "an event type (repeat the flag for more)")
 	cmd.Flags().StringVar(&since, "since", "", "events that occurred at or after this time (RFC 3339)")
@@ -256,7 +273,7 @@ first versions the outbox no longer holds are named: a replay cannot rebuild the
 		Args: cobra.NoArgs,
 		RunE: e.withPool(func() error {
 			var err error
-			if target, err = replayTarget(name); err != nil {
+			if target, err = replayTarget(name, "", false); err != nil {
 				return err
 			}
 			if err := agg.load(os.Stdin); err != nil {
@@ -320,7 +337,7 @@ first versions the outbox no longer holds are named: a replay cannot rebuild the
 			return nil
 		}),
 	}
-	reset.Flags().StringVar(&name, "consumer", "", "the consumer to reset")
+	reset.Flags().StringVar(&name, "consumer", "", "the consumer to reset: the reference app's, or any consumer of yours by its name")
 	agg.register(reset)
 	reset.Flags().BoolVar(&allAggregates, "all-aggregates", false, "every aggregate of --aggregate-type (pauses every consumer's bookkeeping while it runs)")
 	reset.Flags().StringVar(&projectionSQL, "projection-sql", "", "SQL run in the reset's transaction: delete the projection's rows of these aggregates")

@@ -59,7 +59,8 @@ func TestReplayCommandFlags(t *testing.T) {
 	env := map[string]string{"DATABASE_URL": s.URL, "OUTFLOW_BROKER": "sql"}
 	for _, tt := range []struct{ args, want string }{
 		{"replay --aggregate-type payment", "invalid --consumer: required"},
-		{"replay --consumer nobody --all", `invalid --consumer: no consumer "nobody"`},
+		{"replay --consumer nobody --all", `invalid --topic: required for "nobody"`},
+		{"replay --consumer sync-analytics --topic refunds --all", `invalid --topic: sync-analytics reads "payments", not "refunds"`},
 		{"replay --consumer sync-analytics", "invalid flags: choose rows"},
 		{"replay --consumer sync-analytics --all --event-type payment.paid", "invalid --all"},
 		{"replay --consumer sync-analytics --aggregate-id p1", "invalid --aggregate-id: needs --aggregate-type"},

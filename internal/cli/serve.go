@@ -112,7 +112,7 @@ func newServeCmd(e *env) *cobra.Command {
 			// On its own address (--console-addr), never the API's: the
 			// API's port is the one exposed to clients.
 			runs = append(runs, func(ctx context.Context) error {
-				return serveConsole(ctx, cfg, fwd.streamPartitions, shutdownTimeout, logger)
+				return serveConsole(ctx, cfg, fwd.streamPartitions, shutdownTimeout, "", logger)
 			})
 		}
 		if slices.Contains(roles, "api") {
@@ -154,6 +154,15 @@ func serve(ctx context.Context, cfg config.Config, shutdownTimeout, keyTTL time.
 		return err
 	}
 	defer pool.Close()
+	// The API is the reference app's: said now, by name, rather than by
+	// the first request failing on a missing table.
+	installed, err := appInstalled(ctx, pool)
+	if err != nil {
+		return err
+	}
+	if !installed {
+		return fmt.Errorf("the payments API needs the reference app's tables (%s is missing): run `outflow migrate up --set outflow --set app`", appTable)
+	}
 
 	writer, err := outbox.NewWriter(outbox.Config{Routes: app.Routes, Logger: logger})
 	if err != nil {

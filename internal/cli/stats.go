@@ -15,6 +15,7 @@ import (
 	"github.com/spf13/cobra"
 
 	"github.com/outflow-dev/outflow/brokers"
+	"github.com/outflow-dev/outflow/consumer"
 	"github.com/outflow-dev/outflow/forwarder"
 	"github.com/outflow-dev/outflow/handlers"
 	"github.com/outflow-dev/outflow/idempotency"
@@ -34,7 +35,9 @@ type consumerStats struct {
 type stats struct {
 	Outbox    forwarder.Stats          `json:"outbox"`
 	Consumers map[string]consumerStats `json:"consumers"`
-	Webhooks  handlers.WebhookStats    `json:"webhooks"`
+	// Webhooks is nil (null in JSON) on a database without the reference
+	// app's tables: another service's, whose webhooks are not ours.
+	Webhooks *handlers.WebhookStats `json:"webhooks"`
 }
 
 func readStats(ctx context.Context, pool *pgxpool.Pool, c config.Config, partitions int, logger *slog.Logger) (stats, error) {
@@ -45,8 +48,16 @@ func readStats(ctx context.Context, pool *pgxpool.Pool, c config.Config, partiti
 	if s.Outbox, err = forwarder.ReadStats(ctx, pool); err != nil {
 		return s, err
 	}
-	if s.Webhooks, err = handlers.ReadWebhookStats(ctx, pool); err != nil {
+	app, err := appInstalled(ctx, pool)
+	if err != nil {
 		return s, err
+	}
+	if app {
+		w, err := handlers.ReadWebhookStats(ctx, pool)
+		if err != nil {
+			return s, err
+		}
+		s.Webhooks = &w
 	}
 	parked, err := idempotency.ReadParkedCounts(ctx, pool)
 	if err != nil {
@@ -70,7 +81,11 @@ func readStats(ctx context.Context, pool *pgxpool.Pool, c config.Config, partiti
 		defer backend.Close()
 		lr, _ = backend.(brokers.LagReporter)
 	}
-	for _, h := range referenceHandlers(nil, handlers.NotifyConfig{}) {
+	var reference []consumer.Handler
+	if app { // the reference consumers run only where their tables are
+		reference = referenceHandlers(nil, handlers.NotifyConfig{})
+	}
+	for _, h := range reference {
 		cs := s.Consumers[h.Name]
 		cs.Topic = h.Topic
 		if lr != nil {
@@ -122,9 +137,13 @@ func newStatsCmd(e *env) *cobra.Command {
 			fmt.Fprintf(tw, "parked\t%d\n", s.Outbox.Parked)
 			fmt.Fprintf(tw, "oldest pending age\t%s\n", seconds(s.Outbox.OldestPendingAgeSeconds))
 			fmt.Fprintf(tw, "published total\t%d\n", s.Outbox.PublishedTotal)
-			fmt.Fprintf(tw, "webhooks pending\t%d\n", s.Webhooks.Pending)
-			fmt.Fprintf(tw, "webhooks failing\t%d\n", s.Webhooks.Failing)
-			fmt.Fprintf(tw, "webhooks dead\t%d\n", s.Webhooks.Dead)
+			if s.Webhooks != nil {
+				fmt.Fprintf(tw, "webhooks pending\t%d\n", s.Webhooks.Pending)
+				fmt.Fprintf(tw, "webhooks failing\t%d\n", s.Webhooks.Failing)
+				fmt.Fprintf(tw, "webhooks dead\t%d\n", s.Webhooks.Dead)
+			} else {
+				fmt.Fprintln(tw, "webhooks\tnot installed (the reference app's tables are not in this database)")
+			}
 			fmt.Fprintln(tw, "\nCONSUMER\tTOPIC\tLAG\tOLDEST UNHANDLED\tHELD\tRETRYING\tDEAD")
 			for _, name := range slices.Sorted(maps.Keys(s.Consumers)) {
 				cs := s.Consumers[name]
@@ -138,7 +157,7 @@ func newStatsCmd(e *env) *cobra.Command {
 		},
 	}
 	cmd.Flags().BoolVar(&asJSON, "json", false,
-		`print {"outbox": {...}, "consumers": {"<name>": {"topic", "lag", "oldest_unhandled_age_seconds", "held", "retrying", "dead"}}, "webhooks": {"pending", "failing", "dead"}} (lag null where the broker does not report it)`)
+		`print {"outbox": {...}, "consumers": {"<name>": {"topic", "lag", "oldest_unhandled_age_seconds", "held", "retrying", "dead"}}, "webhooks": {"pending", "failing", "dead"}} (lag null where the broker does not report it; webhooks null where the reference app's tables are not installed)`)
 	cmd.Flags().IntVar(&partitions, "stream-partitions", 1, "streams per topic (the forwarder's value), for the consumers' lag")
 	return cmd
 }

@@ -102,7 +102,7 @@ func buildWorker(ctx context.Context, c config.Config, o *workerOptions, metrics
 		pool.Close()
 		return nil, err
 	}
-	backend, err := brokers.Open(ctx, brokerConfig(c, o.streamPartitions, logger))
+	backend, err := brokers.Open(ctx, brokerConfig(c, o.streamPartitions, logger, true)) // the reference app's worker
 	if err != nil {
 		pool.Close()
 		return nil, err

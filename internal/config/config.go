@@ -4,6 +4,8 @@
 package config
 
 import (
+	"crypto/sha256"
+	"encoding/hex"
 	"fmt"
 	"log/slog"
 	"net"
@@ -112,6 +114,10 @@ type Config struct {
 	// session cookie, for plain HTTP on a loopback address only: Load
 	// refuses it with any other ConsoleAddr.
 	ConsoleInsecureCookie bool
+	// ConsoleOperatorKeySHA256 is the SHA-256 of the key that logs in to
+	// the console on a database without the reference app's tables (whose
+	// admin API keys log in where they are installed); nil when not set.
+	ConsoleOperatorKeySHA256 []byte
 }
 
 // setting ties a flag to its environment variable and default.
@@ -140,6 +146,7 @@ var settings = []setting{
 	{"audit-interval", "AUDIT_INTERVAL", DefaultAuditInterval, "how often the forwarder holding partition 0 checks the broker for entries it lost after acknowledging them (a flush, a restart without persistence, a failover to a replica behind) and publishes them again; negative disables (docs/broker-loss.md)"},
 	{"console-addr", "CONSOLE_ADDR", DefaultConsoleAddr, "address the operator console listens on (outflow console; outflow serve --roles console)"},
 	{"console-insecure-cookie", "CONSOLE_INSECURE_COOKIE", "false", "send the console's session cookie without Secure, so that a browser keeps it over plain http: only with a loopback --console-addr (behind a TLS proxy, leave it false)"},
+	{"console-operator-key-sha256", "CONSOLE_OPERATOR_KEY_SHA256", "", "hex SHA-256 of the key that logs in to the console on a database without the reference app's tables (e.g. printf %s \"$KEY\" | sha256sum | cut -d' ' -f1); where they are installed, admin API keys log in"},
 	{"webhook-secret-grace", "WEBHOOK_SECRET_GRACE", DefaultWebhookSecretGrace, "how long a merchant's previous webhook secret stays valid after a rotation (webhooks are signed with both meanwhile; 0s to 720h)"},
 }
 
@@ -274,6 +281,13 @@ func (f *Flags) Load() (Config, error) {
 				err = fmt.Errorf("want true or false, not %q", v)
 			} else if cfg.ConsoleInsecureCookie && !Loopback(cfg.ConsoleAddr) {
 				err = fmt.Errorf("only with a loopback --console-addr (127.0.0.1, ::1, localhost), not %q: serve the console behind TLS", cfg.ConsoleAddr)
+			}
+		case "console-operator-key-sha256":
+			if v != "" {
+				cfg.ConsoleOperatorKeySHA256, err = hex.DecodeString(v)
+				if err != nil || len(cfg.ConsoleOperatorKeySHA256) != sha256.Size {
+					err = fmt.Errorf("want %d hex digits, the SHA-256 of the operator key (printf %%s \"$KEY\" | sha256sum | cut -d' ' -f1)", 2*sha256.Size)
+				}
 			}
 		case "webhook-secret-grace":
 			cfg.WebhookSecretGrace, err = time.ParseDuration(v)

@@ -59,6 +59,14 @@ func TestLoad(t *testing.T) {
 		{name: "console insecure cookie refused off loopback", args: []string{"--console-addr", "0.0.0.0:8090", "--console-insecure-cookie", "true"},
 			wantErr: "invalid --console-insecure-cookie: only with a loopback"},
 		{name: "bad console addr", env: map[string]string{"CONSOLE_ADDR": "8090"}, wantErr: "invalid CONSOLE_ADDR"},
+		{name: "no operator key by default", check: func(c Config) bool { return c.ConsoleOperatorKeySHA256 == nil }},
+		{name: "operator key hash", args: []string{"--console-operator-key-sha256", strings.Repeat("ab", 32)}, check: func(c Config) bool {
+			return len(c.ConsoleOperatorKeySHA256) == 32 && c.ConsoleOperatorKeySHA256[0] == 0xab
+		}},
+		{name: "short operator key hash", args: []string{"--console-operator-key-sha256", "abcd"},
+			wantErr: "invalid --console-operator-key-sha256: want 64 hex digits"},
+		{name: "not hex", env: map[string]string{"CONSOLE_OPERATOR_KEY_SHA256": strings.Repeat("zz", 32)},
+			wantErr: "invalid CONSOLE_OPERATOR_KEY_SHA256: want 64 hex digits"},
 		{name: "audit defaults", check: func(c Config) bool { return c.AuditInterval == 20*time.Second }},
 		{name: "audit off", env: map[string]string{"AUDIT_INTERVAL": "-1s"}, check: func(c Config) bool { return c.AuditInterval < 0 }},
 		{name: "audit set", args: []string{"--audit-interval", "5s"}, check: func(c Config) bool {
@@ -85,7 +93,8 @@ func TestLoad(t *testing.T) {
 		t.Run(tt.name, func(t *testing.T) {
 			for _, k := range []string{"DATABASE_URL", "REDIS_URL", "HTTP_ADDR", "LOG_LEVEL", "LOG_FORMAT", "AMQP_GROUPS", "NATS_REPLICAS",
 				"WEBHOOK_ALLOW_PRIVATE", "WEBHOOK_SECRET_GRACE", "OUTFLOW_SECRET_KEY", "AUDIT_INTERVAL",
-				"REDIS_CLUSTER", "REDIS_WAIT_REPLICAS", "REDIS_WAIT_TIMEOUT", "CONSOLE_ADDR", "CONSOLE_INSECURE_COOKIE"} {
+				"REDIS_CLUSTER", "REDIS_WAIT_REPLICAS", "REDIS_WAIT_TIMEOUT", "CONSOLE_ADDR", "CONSOLE_INSECURE_COOKIE",
+				"CONSOLE_OPERATOR_KEY_SHA256"} {
 				t.Setenv(k, tt.env[k])
 			}
 			fs := pflag.NewFlagSet("test", pflag.ContinueOnError)

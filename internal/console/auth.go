@@ -82,6 +82,13 @@ func (c *Console) session(ctx context.Context, r *http.Request) (session, bool, 
 		return session{}, false, nil
 	}
 	s := session{token: ck.Value}
+	if c.sessions != nil {
+		if !c.sessions.live(s.token, c.now()) {
+			return session{}, false, nil
+		}
+		s.keyID, s.keyName = operatorKeyID, operatorKeyName
+		return s, true, nil
+	}
 	err = c.cfg.Pool.QueryRow(ctx, `
 		SELECT k.id::text, k.name FROM console_sessions s JOIN api_keys k ON k.id = s.api_key_id
 		WHERE s.token_hash = $1 AND s.expires_at > now() AND k.revoked_at IS NULL AND k.merchant_id IS NULL`,
@@ -115,24 +122,25 @@ func (c *Console) login(w http.ResponseWriter, r *http.Request) {
 			Error: "Too many failed logins: try again in " + retryAfter(wait) + " s."})
 		return
 	}
+	if c.sessions != nil {
+		c.operatorLogin(w, r, secret, keys)
+		return
+	}
 	k, ok, err := apikey.Authenticate(ctx, c.cfg.Pool, secret)
 	if err != nil {
 		c.fail(w, r, err)
 		return
 	}
 	if !ok || !k.Admin() {
-		c.logins.fail(c.now(), keys)
-		c.log.Warn("console: login refused", "remote", r.RemoteAddr)
-		c.render(w, http.StatusUnauthorized, "login", page{Title: "Log in", Error: "That is not a live admin API key."})
+		c.refuseLogin(w, r, keys, "That is not a live admin API key.")
 		return
 	}
 	c.logins.reset(keys)
-	raw := make([]byte, 32)
-	if _, err := rand.Read(raw); err != nil {
-		c.fail(w, r, fmt.Errorf("session token: %w", err))
+	token, err := newToken()
+	if err != nil {
+		c.fail(w, r, err)
 		return
 	}
-	token := base64.RawURLEncoding.EncodeToString(raw)
 	err = pgx.BeginFunc(ctx, c.cfg.Pool, func(tx pgx.Tx) error {
 		if _, err := tx.Exec(ctx, `DELETE FROM console_sessions WHERE expires_at < now()`); err != nil {
 			return err
@@ -149,6 +157,44 @@ func (c *Console) login(w http.ResponseWriter, r *http.Request) {
 		c.log.Warn("console: record key use", "error", err.Error())
 	}
 	c.log.Info("console: login", "api_key_id", k.ID, "api_key_name", k.Name)
+	c.startSession(w, r, token)
+}
+
+// operatorLogin is a FrameworkOnly console's login: the operator key, a
+// session in memory. Refused and throttled as an API key's login is.
+func (c *Console) operatorLogin(w http.ResponseWriter, r *http.Request, secret string, keys []string) {
+	if !c.operatorKey(secret) {
+		c.refuseLogin(w, r, keys, "That is not the operator key.")
+		return
+	}
+	c.logins.reset(keys)
+	token, err := newToken()
+	if err != nil {
+		c.fail(w, r, err)
+		return
+	}
+	c.sessions.open(token, c.now(), c.cfg.SessionTTL)
+	c.log.Info("console: login", "api_key_id", operatorKeyID, "api_key_name", operatorKeyName)
+	c.startSession(w, r, token)
+}
+
+func (c *Console) refuseLogin(w http.ResponseWriter, r *http.Request, keys []string, msg string) {
+	c.logins.fail(c.now(), keys)
+	c.log.Warn("console: login refused", "remote", r.RemoteAddr)
+	c.render(w, http.StatusUnauthorized, "login", page{Title: "Log in", Error: msg})
+}
+
+func newToken() (string, error) {
+	raw := make([]byte, 32)
+	if _, err := rand.Read(raw); err != nil {
+		return "", fmt.Errorf("session token: %w", err)
+	}
+	return base64.RawURLEncoding.EncodeToString(raw), nil
+}
+
+// startSession gives the browser the session's cookie and sends it to the
+// overview.
+func (c *Console) startSession(w http.ResponseWriter, r *http.Request, token string) {
 	http.SetCookie(w, &http.Cookie{
 		Name: CookieName, Value: token, Path: "/", MaxAge: int(c.cfg.SessionTTL.Seconds()),
 		HttpOnly: true, SameSite: http.SameSiteStrictMode, Secure: !c.cfg.InsecureCookie,
@@ -159,6 +205,12 @@ func (c *Console) login(w http.ResponseWriter, r *http.Request) {
 // logout ends the session, and records it in console_actions with it.
 func (c *Console) logout(w http.ResponseWriter, r *http.Request, s session) {
 	_, doErr, err := c.inTx(r.Context(), s, "logout", struct{}{}, func(ctx context.Context, tx pgx.Tx) (int64, error) {
+		if c.sessions != nil {
+			if c.sessions.close(s.token) {
+				return 1, nil
+			}
+			return 0, nil
+		}
 		tag, err := tx.Exec(ctx, `DELETE FROM console_sessions WHERE token_hash = $1`, tokenHash(s.token))
 		if err != nil {
 			return 0, fmt.Errorf("delete console session: %w", err)

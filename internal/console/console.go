@@ -1,6 +1,7 @@
 package console
 
 import (
+	"crypto/sha256"
 	"embed"
 	"errors"
 	"fmt"
@@ -71,6 +72,19 @@ type Config struct {
 	// AggregateType is what a journey's query names when it is not a
 	// message id; defaults to "payment" (a payment id is its aggregate id).
 	AggregateType string
+	// FrameworkOnly serves a database that holds the framework's tables
+	// and none of the reference app's (a service of one's own built on
+	// the framework): the login is the operator key of OperatorKeySHA256,
+	// sessions are kept in this process's memory (a restart, or another
+	// replica, asks to log in again), actions are recorded in the log
+	// only, and the webhooks are shown as not installed. False, the
+	// default, needs the app's tables: logins by its admin API keys,
+	// sessions in console_sessions, actions in console_actions.
+	FrameworkOnly bool
+	// OperatorKeySHA256 is the SHA-256 of the operator key that logs in
+	// with FrameworkOnly: the key itself is never given to the process.
+	// Required with FrameworkOnly, refused without it.
+	OperatorKeySHA256 []byte
 }
 
 // ErrInvalidConfig is returned by [New] for a Config it cannot use.
@@ -89,6 +103,8 @@ type Console struct {
 
 	mu    sync.Mutex
 	rates rateRing // the published totals of the last RateWindow
+
+	sessions *memSessions // FrameworkOnly's; nil otherwise
 }
 
 // New returns the console's handler. It starts nothing: [Console.Run]
@@ -99,6 +115,12 @@ func New(cfg Config) (*Console, error) {
 	}
 	if cfg.SessionTTL < 0 || cfg.PageSize < 0 || cfg.RateSampleInterval < 0 || cfg.RateWindow < 0 {
 		return nil, fmt.Errorf("%w: SessionTTL, PageSize, RateSampleInterval and RateWindow must not be negative", ErrInvalidConfig)
+	}
+	switch {
+	case cfg.FrameworkOnly && len(cfg.OperatorKeySHA256) != sha256.Size:
+		return nil, fmt.Errorf("%w: FrameworkOnly needs OperatorKeySHA256, the %d-byte SHA-256 of the operator key", ErrInvalidConfig, sha256.Size)
+	case !cfg.FrameworkOnly && cfg.OperatorKeySHA256 != nil:
+		return nil, fmt.Errorf("%w: OperatorKeySHA256 is for FrameworkOnly: with the app's tables, admin API keys log in", ErrInvalidConfig)
 	}
 	if cfg.Logger == nil {
 		cfg.Logger = slog.Default()
@@ -128,6 +150,9 @@ func New(cfg Config) (*Console, error) {
 	}
 	c := &Console{cfg: cfg, log: cfg.Logger, pages: pages, mux: http.NewServeMux(), now: time.Now,
 		logins: newLoginThrottle(), rates: rateRing{window: cfg.RateWindow}}
+	if cfg.FrameworkOnly {
+		c.sessions = &memSessions{byHash: map[string]memSession{}}
+	}
 	static, err := fs.Sub(staticFS, "static")
 	if err != nil {
 		return nil, fmt.Errorf("console: static assets: %w", err)

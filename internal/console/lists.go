@@ -67,6 +67,9 @@ type listPage[T any] struct {
 	Consumer, Status string
 	// Filter of the parked rows' list.
 	Topic string
+	// NotInstalled: the list's table is the reference app's, and not in
+	// this database.
+	NotInstalled bool
 }
 
 // cut keeps the first n rows of a read that asked for n+1, and points Next
@@ -196,6 +199,12 @@ func (c *Console) doneAction(r *http.Request) (*action, error) {
 }
 
 func (c *Console) actionsPage(w http.ResponseWriter, r *http.Request, s session) {
+	if c.cfg.FrameworkOnly {
+		p := c.pageFor(s, "Actions")
+		p.Data = listPage[action]{NotInstalled: true}
+		c.render(w, http.StatusOK, "actions", p)
+		return
+	}
 	before := afterParam(r, "before")
 	rows, err := c.cfg.Pool.Query(r.Context(), `SELECT `+actionColumns+` FROM console_actions
 		WHERE ($1::bigint = 0 OR id < $1::bigint) ORDER BY id DESC LIMIT $2`, before, c.cfg.PageSize+1)

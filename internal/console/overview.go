@@ -35,7 +35,7 @@ type overview struct {
 	Rate       string
 	Partitions []partitionRow
 	Consumers  []consumerRow
-	Webhooks   handlers.WebhookStats
+	Webhooks   *handlers.WebhookStats // nil: the app's tables are not installed (FrameworkOnly)
 	At         time.Time
 }
 
@@ -59,11 +59,13 @@ func (c *Console) readOverview(ctx context.Context) (overview, error) {
 		o.Outbox, err = forwarder.ReadStats(gctx, c.cfg.Pool)
 		return err
 	})
-	g.Go(func() error {
-		var err error
-		o.Webhooks, err = handlers.ReadWebhookStats(gctx, c.cfg.Pool)
-		return err
-	})
+	if !c.cfg.FrameworkOnly {
+		g.Go(func() error {
+			w, err := handlers.ReadWebhookStats(gctx, c.cfg.Pool)
+			o.Webhooks = &w
+			return err
+		})
+	}
 	g.Go(func() error {
 		// The lease's last renewal is not stored: the owner's heartbeat (it
 		// renews its leases on the same tick) and the lease's end say it.

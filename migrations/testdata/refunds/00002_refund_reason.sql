@@ -1,0 +1,5 @@
+-- +goose Up
+ALTER TABLE refunds ADD COLUMN reason text NOT NULL DEFAULT '';
+
+-- +goose Down
+ALTER TABLE refunds DROP COLUMN reason;
