@@ -58,6 +58,9 @@ func TestEachPackageLinksOnlyItsBrokerClient(t *testing.T) {
 		{"brokers/watermillpub", ""},
 		{"brokers/watermillbackend", ""},
 		{"consumer", ""},
+		// The user's test kit: its pipeline's default broker is
+		// PostgreSQL; another is linked only by a test that imports it.
+		{"outflowtest", "sql"},
 		{"brokers/redis", "redis"},
 		{"brokers/nats", "nats"},
 		{"brokers/amqp", "amqp"},

@@ -49,9 +49,12 @@
 // # Forwarder and worker, in-process
 //
 // [StartPipeline] runs the real forwarder and a consumer.Worker in the
-// test's process over the PostgreSQL broker backend (the sql kind: broker
-// tables in the same schema), so events the test commits reach the
-// handlers with no external broker. [Pipeline.WaitHandled] waits until
+// test's process, by default over the PostgreSQL broker backend (the sql
+// kind: broker tables in the same schema), so events the test commits
+// reach the handlers with no external broker; [WithBackend] runs it over
+// the broker the service deploys instead, crash points included. The kit
+// links no other broker's client: a test that wants one imports its
+// backend. [Pipeline.WaitHandled] waits until
 // everything committed so far has been forwarded and settled by every
 // handler of its topic (and fails at once, naming it, on a row or message
 // that went dead). The pipeline stops when the test ends.
@@ -81,10 +84,12 @@
 // The crashes are real mechanisms, not mocks: a wrapper around the real
 // broker that ends the forwarder instance (a supervisor starts a new one,
 // with none of its memory) and a wrapper around the handler's Func that
-// panics after it returned. The forwarder's crashes report the batch as a
+// fails it with [ErrCrashInjected] after it returned (the consumer takes a
+// panic and an error alike; an error logs one line, not a stack). The forwarder's crashes report the batch as a
 // broker outage, so the rows stay pending with no attempt counted, as after
 // a real crash, whose claim transaction rolls back.
 //
 // The kit is framework: it imports no application code. Its tests and
-// examples define their own event types.
+// examples define their own event types. Components log at Warn and above
+// to the test's output; [WithPipelineLogger] changes that.
 package outflowtest

@@ -25,15 +25,20 @@ import (
 	"github.com/outflow-dev/outflow/idempotency"
 )
 
+// ErrCrashInjected is the error of a handler's crash injected by
+// [Pipeline.CrashInHandler].
+var ErrCrashInjected = errors.New("outflowtest: crash injected")
+
 // DefaultWaitTimeout is how long [Pipeline.WaitHandled] waits by default.
 const DefaultWaitTimeout = 20 * time.Second
 
-// Pipeline is a forwarder and a worker running in the test's process over
-// the PostgreSQL broker backend (brokers kind sql: message tables in the
-// same schema), so no external broker is needed: events a test commits to
-// the outbox reach its handlers through the real forwarder, broker
-// tables, subscriber and idempotency middleware. Start it with
-// [StartPipeline]; it stops when the test ends.
+// Pipeline is a forwarder and a worker running in the test's process, by
+// default over the PostgreSQL broker backend (brokers kind sql: message
+// tables in the same schema), so no external broker is needed, or over the
+// broker the service deploys ([WithBackend]): events a test commits to the
+// outbox reach its handlers through the real forwarder, broker,
+// subscriber and idempotency middleware. Start it with [StartPipeline]; it
+// stops when the test ends.
 //
 // Crash injection ([Pipeline.CrashBeforePublish],
 // [Pipeline.CrashAfterPublish], [Pipeline.CrashInHandler],
@@ -71,6 +76,16 @@ type pipelineConfig struct {
 	routes    outbox.Routes
 	routesSet bool
 	unseen    []string
+	backend   brokers.Backend
+}
+
+// WithBackend runs the pipeline over backend (opened by the test, with
+// brokers.Open or a backend package's constructor, and closed by it after
+// the pipeline stops) instead of the PostgreSQL broker: the broker the
+// service deploys, with the same crash points. Only the backends the test
+// imports are linked into it.
+func WithBackend(backend brokers.Backend) PipelineOption {
+	return func(c *pipelineConfig) { c.backend = backend }
 }
 
 // WithRoutes gives the pipeline the routes the service's writer uses
@@ -131,14 +146,17 @@ func StartPipeline(t testing.TB, pool *pgxpool.Pool, reg *events.Registry, handl
 	}
 
 	ctx := context.Background()
-	backend, err := brokers.Open(ctx, brokers.Config{Kind: brokers.SQL, Logger: pc.logger, SQL: brokers.SQLConfig{
-		DatabaseURL: dbURL, PollInterval: 20 * time.Millisecond, MaxConns: int32(len(handlers) + 4), Retention: -1,
-	}})
-	if err != nil {
-		t.Fatalf("outflowtest: open the sql broker: %v", err)
+	backend := pc.backend
+	if backend == nil {
+		backend, err = brokers.Open(ctx, brokers.Config{Kind: brokers.SQL, Logger: pc.logger, SQL: brokers.SQLConfig{
+			DatabaseURL: dbURL, PollInterval: 20 * time.Millisecond, MaxConns: int32(len(handlers) + 4), Retention: -1,
+		}})
+		if err != nil {
+			t.Fatalf("outflowtest: open the sql broker: %v", err)
+		}
+		t.Cleanup(func() { _ = backend.Close() })
 	}
 	p.backend = backend
-	t.Cleanup(func() { _ = backend.Close() })
 
 	p.fwdCfg = forwarder.Config{
 		Pool: pool, Broker: crashBroker{p: p, inner: backend.Broker()}, Logger: pc.logger,
@@ -338,7 +356,10 @@ func (p *Pipeline) crashing(name string, fn consumer.Func) consumer.Func {
 		}
 		p.mu.Unlock()
 		if crash {
-			panic(fmt.Sprintf("outflowtest: crash injected in handler %q after its Func returned (message %s)", name, ev.MessageID))
+			// An error, not a panic: the consumer treats both alike (the
+			// transaction rolls back, the message is retried), and a panic
+			// would log its goroutine's stack at every injected crash.
+			return fmt.Errorf("%w in handler %q after its Func returned (message %s)", ErrCrashInjected, name, ev.MessageID)
 		}
 		return nil
 	}
