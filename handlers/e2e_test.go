@@ -398,7 +398,7 @@ func exactlyOnce(t *testing.T, p *pipeline) {
 	// The first worker stops once it has handled some of the events (a
 	// graceful stop: what it held unacknowledged is redelivered to the next
 	// after the claim time; kill -9 of a worker is
-	// TestKilledWorkerLosesNothing in internal/cli, on the real binary); a
+	// TestKilledWorkerLosesNothing in cmd/outflow/internal/cli, on the real binary); a
 	// second one, with another instance id, finishes.
 	first := p.worker(t, time.Second, counter)
 	ctx, stop := context.WithCancel(context.Background())

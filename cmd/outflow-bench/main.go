@@ -34,7 +34,7 @@ import (
 	"github.com/redis/go-redis/v9"
 
 	"github.com/outflow-dev/outflow/brokers"
-	"github.com/outflow-dev/outflow/internal/bench"
+	"github.com/outflow-dev/outflow/cmd/outflow-bench/internal/bench"
 )
 
 func main() {

@@ -8,7 +8,7 @@ import (
 	"os/signal"
 	"syscall"
 
-	"github.com/outflow-dev/outflow/internal/cli"
+	"github.com/outflow-dev/outflow/cmd/outflow/internal/cli"
 )
 
 func main() {

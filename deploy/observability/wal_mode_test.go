@@ -1,7 +1,7 @@
 // Package observability_test checks the WAL mode's operations material
 // (wal-mode-rules.yml, wal-mode-dashboard.json) against a real Prometheus
 // scraping a running relay. The rest of this folder is checked by
-// internal/cli's observability tests, which scrape `outflow serve`: it runs
+// cmd/outflow/internal/cli's observability tests, which scrape `outflow serve`: it runs
 // no relay.
 package observability_test
 

@@ -19,7 +19,7 @@ func TestBuiltOnTheFrameworkAlone(t *testing.T) {
 		if !ok {
 			continue
 		}
-		for _, banned := range []string{"app", "handlers", "internal/cli", "internal/demo", "internal/bench", "cmd"} {
+		for _, banned := range []string{"app", "handlers", "cmd/outflow/internal/cli", "cmd/outflow/internal/demo", "cmd/outflow-bench/internal/bench", "cmd"} {
 			if rest == banned || strings.HasPrefix(rest, banned+"/") || strings.HasPrefix(rest, banned+" ") {
 				t.Errorf("examples/payouts depends on %s", pkg)
 			}

@@ -17,8 +17,9 @@ const module = "github.com/outflow-dev/outflow"
 var framework = []string{"events", "forwarder", "consumer", "idempotency", "migrations", "outflowtest", "brokers", "tracing", "examples", "replay", "walrelay"}
 
 // app lists what the framework must never reach: the reference service and
-// the binaries' code.
-var app = []string{"app", "handlers", "internal/cli", "internal/demo", "internal/bench", "cmd"}
+// the binaries, with their internals (cmd/outflow/internal/cli, demo,
+// config; cmd/outflow-bench/internal/bench).
+var app = []string{"app", "handlers", "cmd"}
 
 // under reports whether pkg (a module-relative path) is root or below it.
 func under(pkg string, roots []string) bool {
@@ -50,9 +51,9 @@ func TestClassify(t *testing.T) {
 		{module + "/app/paymentevents", true},
 		{module + "/app/paymentevents [" + module + "/events.test]", true},
 		{module + "/handlers", true},
-		{module + "/internal/cli", true},
-		{module + "/internal/demo", true},
-		{module + "/internal/bench", true},
+		{module + "/cmd/outflow/internal/cli", true},
+		{module + "/cmd/outflow/internal/demo", true},
+		{module + "/cmd/outflow-bench/internal/bench", true},
 		{module + "/cmd/outflow", true},
 		{module + "/application", false},
 		{module + "/internal/backoff", false},

@@ -17,10 +17,10 @@ import (
 
 	"github.com/outflow-dev/outflow/app/paymentevents"
 	"github.com/outflow-dev/outflow/brokers"
+	"github.com/outflow-dev/outflow/cmd/outflow/internal/config"
 	"github.com/outflow-dev/outflow/events"
 	"github.com/outflow-dev/outflow/handlers"
 	"github.com/outflow-dev/outflow/idempotency"
-	"github.com/outflow-dev/outflow/internal/config"
 )
 
 // workerOptions are the consumers' tuning flags, shared by `worker` and

@@ -25,7 +25,7 @@ import (
 
 // The operations material lives in deploy/observability, next to nothing
 // else deployable, so that one folder can be handed to an operator.
-const observabilityDir = "../../deploy/observability"
+const observabilityDir = "../../../../deploy/observability"
 
 // lookPromTool finds a Prometheus binary or fails saying how to get it.
 func lookPromTool(t *testing.T, name string) string {

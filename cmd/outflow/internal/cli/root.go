@@ -13,7 +13,7 @@ import (
 	"github.com/jackc/pgx/v5/pgxpool"
 	"github.com/spf13/cobra"
 
-	"github.com/outflow-dev/outflow/internal/config"
+	"github.com/outflow-dev/outflow/cmd/outflow/internal/config"
 	"github.com/outflow-dev/outflow/internal/redact"
 )
 

@@ -9,9 +9,9 @@ import (
 	"github.com/jackc/pgx/v5/pgxpool"
 
 	"github.com/outflow-dev/outflow/brokers"
+	"github.com/outflow-dev/outflow/cmd/outflow/internal/config"
 	"github.com/outflow-dev/outflow/consumer"
 	"github.com/outflow-dev/outflow/handlers"
-	"github.com/outflow-dev/outflow/internal/config"
 )
 
 // referenceHandlers are the handlers `outflow worker` runs.

@@ -14,9 +14,9 @@ import (
 	"github.com/spf13/cobra"
 
 	"github.com/outflow-dev/outflow/brokers"
+	"github.com/outflow-dev/outflow/cmd/outflow/internal/config"
 	"github.com/outflow-dev/outflow/forwarder"
 	"github.com/outflow-dev/outflow/handlers"
-	"github.com/outflow-dev/outflow/internal/config"
 	"github.com/outflow-dev/outflow/internal/console"
 	"github.com/outflow-dev/outflow/internal/redact"
 )

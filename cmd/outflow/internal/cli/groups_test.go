@@ -5,7 +5,7 @@ import (
 
 	"github.com/stretchr/testify/require"
 
-	"github.com/outflow-dev/outflow/internal/config"
+	"github.com/outflow-dev/outflow/cmd/outflow/internal/config"
 )
 
 // The forwarder of the outflow command declares the queues of the handlers

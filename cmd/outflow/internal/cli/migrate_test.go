@@ -20,7 +20,7 @@ import (
 func TestMigrateUpUpgradesSingleSetDatabase(t *testing.T) {
 	t.Parallel()
 	s := outflowtest.NewEmptySchema(t)
-	p, err := goose.NewProvider(goose.DialectPostgres, s.OpenDB(t), os.DirFS("../../migrations/testdata/legacy"),
+	p, err := goose.NewProvider(goose.DialectPostgres, s.OpenDB(t), os.DirFS("../../../../migrations/testdata/legacy"),
 		goose.WithTableName(migrations.LegacyVersionTable), goose.WithDisableGlobalRegistry(true),
 		goose.WithSlog(slog.New(slog.DiscardHandler)))
 	require.NoError(t, err)

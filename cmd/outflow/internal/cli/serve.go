@@ -15,8 +15,8 @@ import (
 
 	"github.com/outflow-dev/outflow/app"
 	"github.com/outflow-dev/outflow/app/httpapi"
+	"github.com/outflow-dev/outflow/cmd/outflow/internal/config"
 	"github.com/outflow-dev/outflow/events/outbox"
-	"github.com/outflow-dev/outflow/internal/config"
 	"github.com/outflow-dev/outflow/internal/redact"
 )
 

@@ -15,11 +15,11 @@ import (
 	"github.com/spf13/cobra"
 
 	"github.com/outflow-dev/outflow/brokers"
+	"github.com/outflow-dev/outflow/cmd/outflow/internal/config"
 	"github.com/outflow-dev/outflow/consumer"
 	"github.com/outflow-dev/outflow/forwarder"
 	"github.com/outflow-dev/outflow/handlers"
 	"github.com/outflow-dev/outflow/idempotency"
-	"github.com/outflow-dev/outflow/internal/config"
 )
 
 // consumerStats is one consumer's line of `outflow stats`.

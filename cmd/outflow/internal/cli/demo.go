@@ -8,7 +8,7 @@ import (
 	"github.com/spf13/cobra"
 
 	"github.com/outflow-dev/outflow/app/apikey"
-	"github.com/outflow-dev/outflow/internal/demo"
+	"github.com/outflow-dev/outflow/cmd/outflow/internal/demo"
 )
 
 func newDemoCmd(e *env) *cobra.Command {

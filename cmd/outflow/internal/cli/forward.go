@@ -15,8 +15,8 @@ import (
 	"github.com/spf13/pflag"
 
 	"github.com/outflow-dev/outflow/brokers"
+	"github.com/outflow-dev/outflow/cmd/outflow/internal/config"
 	"github.com/outflow-dev/outflow/forwarder"
-	"github.com/outflow-dev/outflow/internal/config"
 )
 
 // forwardOptions are the forwarder's tuning flags, shared by `forward` and

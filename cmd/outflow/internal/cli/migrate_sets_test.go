@@ -14,7 +14,7 @@ import (
 )
 
 // refundsDir is a user's own set: a directory of goose files.
-const refundsDir = "../../migrations/testdata/refunds"
+const refundsDir = "../../../../migrations/testdata/refunds"
 
 // schemaTables lists the tables (partitions included) of s's schema.
 func schemaTables(t *testing.T, s *outflowtest.Schema) []string {
@@ -123,10 +123,10 @@ func TestMigrateSetFlagsRefused(t *testing.T) {
 // next (an admin API key first).
 func TestDemoScriptMigratesTheApp(t *testing.T) {
 	t.Parallel()
-	makefile, err := os.ReadFile("../../Makefile")
+	makefile, err := os.ReadFile("../../../../Makefile")
 	require.NoError(t, err)
 	require.Contains(t, string(makefile), "scripts/demo.sh", "make demo runs the script")
-	script, err := os.ReadFile("../../scripts/demo.sh")
+	script, err := os.ReadFile("../../../../scripts/demo.sh")
 	require.NoError(t, err)
 	var migrate []string
 	for line := range strings.Lines(string(script)) {

@@ -290,7 +290,7 @@ type tracingRun struct {
 }
 
 // install sets the global TracerProvider of mode: none for "off", else
-// what internal/cli's setupTracing builds (batch processor with its
+// what cmd/outflow/internal/cli's setupTracing builds (batch processor with its
 // defaults, OTLP/HTTP exporter) with the sampler fixed, exporting to recv.
 func install(ctx context.Context, mode string, recv *otlpReceiver) (*tracingRun, error) {
 	r := &tracingRun{recv: recv, received: recv.spans.Load(), ended: &endCounter{}}

@@ -11,7 +11,7 @@ import (
 
 	"github.com/outflow-dev/outflow/app"
 	"github.com/outflow-dev/outflow/app/secretseal"
-	"github.com/outflow-dev/outflow/internal/config"
+	"github.com/outflow-dev/outflow/cmd/outflow/internal/config"
 )
 
 // warnPlaintextSecrets says, once per process at start, that webhook
