@@ -17,7 +17,9 @@
 // at its new version and the payload); [Writer.PublishTx] writes events
 // built beforehand with events.New, several at once.
 //
-// Topic routing is data: [Routes] maps event types to topics. Pass the
-// same Routes and the service's handlers to consumer.CheckRoutes at
-// start-up to find a handler on a topic its events are not routed to.
+// Topic routing is data: [Routes] maps event types to topics. Without
+// Routes (Config.Routes nil) an event's topic is its aggregate type, so
+// the handlers of a "payout" aggregate's events read the topic "payout".
+// Pass the same Routes and the service's handlers to consumer.CheckRoutes
+// at start-up to find a handler on a topic its events are not routed to.
 package outbox

@@ -24,16 +24,9 @@ func Migrations() migrations.Set {
 }
 
 // Migrate applies the framework's migrations, then the service's, in the
-// schema db's connections use.
+// schema db's connections use, in one call (migrations.UpSetsPool does the
+// same from a pgx pool).
 func Migrate(ctx context.Context, db *sql.DB) error {
-	for _, set := range []migrations.Set{migrations.Framework(), Migrations()} {
-		m, err := migrations.NewMigrator(db, set, migrations.Config{})
-		if err != nil {
-			return err
-		}
-		if _, err := m.Up(ctx); err != nil {
-			return err
-		}
-	}
-	return nil
+	_, err := migrations.UpSets(ctx, db, migrations.Config{}, migrations.Framework(), Migrations())
+	return err
 }
