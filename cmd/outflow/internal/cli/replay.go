@@ -52,6 +52,42 @@ func replayTarget(name, topic string, needTopic bool) (consumer.Handler, error) 
 	return consumer.Handler{Name: name, Topic: topic}, nil
 }
 
+// knownConsumer refuses a reset of a consumer with no bookkeeping in the
+// database: any name is taken (a service's consumers are not known to the
+// tool), so a misspelt one would otherwise reset nothing and say so
+// quietly. The error lists the consumers that have some.
+func knownConsumer(ctx context.Context, pool *pgxpool.Pool, name string) error {
+	var known bool
+	if err := pool.QueryRow(ctx, `SELECT EXISTS (SELECT 1 FROM consumer_aggregate_versions WHERE consumer = $1)
+		OR EXISTS (SELECT 1 FROM dead_letters WHERE consumer = $1)`, name).Scan(&known); err != nil {
+		return fmt.Errorf("look up consumer %q: %w", name, err)
+	}
+	if known {
+		return nil
+	}
+	// A loose index scan: one probe per consumer, however many rows each
+	// has.
+	rows, err := pool.Query(ctx, `
+		WITH RECURSIVE c(name) AS (
+			(SELECT consumer FROM consumer_aggregate_versions ORDER BY consumer LIMIT 1)
+			UNION ALL
+			SELECT (SELECT consumer FROM consumer_aggregate_versions WHERE consumer > c.name ORDER BY consumer LIMIT 1)
+			FROM c WHERE c.name IS NOT NULL)
+		SELECT name FROM c WHERE name IS NOT NULL LIMIT 20`)
+	if err != nil {
+		return fmt.Errorf("list consumers: %w", err)
+	}
+	names, err := pgx.CollectRows(rows, pgx.RowTo[string])
+	if err != nil {
+		return fmt.Errorf("list consumers: %w", err)
+	}
+	have := "none has any yet"
+	if len(names) > 0 {
+		have = "those that have some: " + strings.Join(names, ", ")
+	}
+	return fmt.Errorf("invalid --consumer: %q has no bookkeeping in this database, nothing to reset (%s)", name, have)
+}
+
 // aggregateFlags are the aggregate choice shared by replay and reset.
 type aggregateFlags struct {
 	aggregateType string
@@ -290,6 +326,9 @@ first versions the outbox no longer holds are named: a replay cannot rebuild the
 			return nil
 		}, func(cmd *cobra.Command, pool *pgxpool.Pool) error {
 			out := cmd.OutOrStdout()
+			if err := knownConsumer(cmd.Context(), pool, target.Name); err != nil {
+				return err
+			}
 			what := fmt.Sprintf("%d aggregate(s) of type %s", len(agg.ids), agg.aggregateType)
 			if allAggregates {
 				what = "every aggregate of type " + agg.aggregateType

@@ -96,7 +96,17 @@ func TestConsumerResetAndReplayCommands(t *testing.T) {
 	seedReplay(t, s)
 	env := map[string]string{"DATABASE_URL": s.URL, "OUTFLOW_BROKER": "sql"}
 
-	out, err := command(env, "consumer", "reset", "--consumer", "sync-analytics", "--aggregate-type", "payment",
+	// Any name is taken, so a misspelt one is refused: it has no
+	// bookkeeping, and nothing changes.
+	before := replayState(t, s)
+	out, err := command(env, "consumer", "reset", "--consumer", "sync-analytic", "--aggregate-type", "payment",
+		"--all-aggregates", "--yes", "--projection-sql", "DELETE FROM merchant_stats_daily").CombinedOutput()
+	require.Error(t, err, "%s", out)
+	require.Contains(t, string(out), `invalid --consumer: "sync-analytic" has no bookkeeping in this database, nothing to reset `+
+		`(those that have some: notify-merchant, sync-analytics)`)
+	require.Equal(t, before, replayState(t, s), "the refused reset changed nothing, its projection SQL unrun")
+
+	out, err = command(env, "consumer", "reset", "--consumer", "sync-analytics", "--aggregate-type", "payment",
 		"--aggregate-id", "p1", "--yes", "--projection-sql", "DELETE FROM merchant_stats_daily WHERE merchant_id = 'm1'").CombinedOutput()
 	require.NoError(t, err, "%s", out)
 	require.Contains(t, string(out), "sync-analytics forgot 1 aggregate(s) of type payment: 1 aggregate version(s), 1 open dead letter(s), 2 processed_messages row(s) from before migration 00026")
