@@ -343,3 +343,41 @@ func RepartitionOnline(ctx context.Context, pool *pgxpool.Pool, partitions int) 
 	}
 	return from, nil
 }
+
+// AuditState is the broker audit's record of one broker topic (a stream,
+// a subject): when it was last checked and the last loss it repaired.
+type AuditState struct {
+	// Mode is "table" for the forwarder's audit, "wal" for the WAL relay's.
+	Mode        string    `json:"mode"`
+	BrokerTopic string    `json:"broker_topic"`
+	Topic       string    `json:"topic"`
+	AuditedAt   time.Time `json:"audited_at"`
+	// LastLossAt and LastLossReason are nil until the audit found a loss.
+	LastLossAt     *time.Time `json:"last_loss_at"`
+	LastLossReason *string    `json:"last_loss_reason"`
+	// LastRepaired is how many events the last repair published again.
+	LastRepaired int64 `json:"last_repaired"`
+}
+
+// ReadAuditStates reads the broker audit's record of every broker topic it
+// checked, of both modes, ordered by mode and broker topic: empty where no
+// audit ran (a broker that is no Auditor, or the audit turned off).
+func ReadAuditStates(ctx context.Context, pool *pgxpool.Pool) ([]AuditState, error) {
+	rows, err := pool.Query(ctx, `
+		SELECT 'table', broker_topic, topic, audited_at, last_loss_at, last_loss_reason, last_repaired FROM outbox_audit
+		UNION ALL
+		SELECT 'wal', broker_topic, topic, audited_at, last_loss_at, last_loss_reason, last_repaired FROM outbox_wal_audit
+		ORDER BY 1, 2`)
+	if err != nil {
+		return nil, fmt.Errorf("read the broker audit's state: %w", err)
+	}
+	states, err := pgx.CollectRows(rows, func(r pgx.CollectableRow) (AuditState, error) {
+		var s AuditState
+		err := r.Scan(&s.Mode, &s.BrokerTopic, &s.Topic, &s.AuditedAt, &s.LastLossAt, &s.LastLossReason, &s.LastRepaired)
+		return s, err
+	})
+	if err != nil {
+		return nil, fmt.Errorf("read the broker audit's state: %w", err)
+	}
+	return states, nil
+}

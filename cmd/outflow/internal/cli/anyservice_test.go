@@ -72,6 +72,7 @@ func TestToolOnAnyServiceDatabase(t *testing.T) {
 	require.Contains(t, st.Consumers, "refunds-projection")
 	require.NotContains(t, st.Consumers, "notify-merchant", "the reference app's consumers run where its tables are")
 	require.Regexp(t, `webhooks\s+not installed`, run("stats"))
+	require.Regexp(t, `broker audit\s+not run`, run("stats"), "no forwarder has audited the broker yet")
 
 	// Dead letters.
 	var dls []struct {
@@ -116,10 +117,19 @@ func TestToolOnAnyServiceDatabase(t *testing.T) {
 
 	var st2 struct {
 		Outbox map[string]float64 `json:"outbox"`
+		Audit  []struct {
+			Mode  string `json:"mode"`
+			Topic string `json:"topic"`
+		} `json:"audit"`
 	}
 	require.NoError(t, json.Unmarshal([]byte(runOut(t, env, "stats", "--json")), &st2))
 	require.EqualValues(t, 0, st2.Outbox["pending"])
 	require.Positive(t, st2.Outbox["published_total"])
+	// The broker audit's state, read by the operator.
+	require.NotEmpty(t, st2.Audit)
+	require.Equal(t, "table", st2.Audit[0].Mode)
+	require.Equal(t, "refunds", st2.Audit[0].Topic)
+	require.Regexp(t, `(?m)^AUDITED BROKER TOPIC\s+MODE\s+LAST CHECKED.*\n\S+\s+table\s+\S+ ago\s+none\s+0$`, run("stats"))
 
 	// The console: refused without the operator key (naming the setting),
 	// then the framework's pages behind it.

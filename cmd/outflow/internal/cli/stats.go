@@ -38,6 +38,9 @@ type stats struct {
 	// Webhooks is nil (null in JSON) on a database without the reference
 	// app's tables: another service's, whose webhooks are not ours.
 	Webhooks *handlers.WebhookStats `json:"webhooks"`
+	// Audit is the broker audit's record per broker topic ([] where no
+	// audit ran).
+	Audit []forwarder.AuditState `json:"audit"`
 }
 
 func readStats(ctx context.Context, pool *pgxpool.Pool, c config.Config, partitions int, logger *slog.Logger) (stats, error) {
@@ -47,6 +50,12 @@ func readStats(ctx context.Context, pool *pgxpool.Pool, c config.Config, partiti
 	)
 	if s.Outbox, err = forwarder.ReadStats(ctx, pool); err != nil {
 		return s, err
+	}
+	if s.Audit, err = forwarder.ReadAuditStates(ctx, pool); err != nil {
+		return s, err
+	}
+	if s.Audit == nil {
+		s.Audit = []forwarder.AuditState{}
 	}
 	app, err := appInstalled(ctx, pool)
 	if err != nil {
@@ -109,7 +118,7 @@ func newStatsCmd(e *env) *cobra.Command {
 	)
 	cmd := &cobra.Command{
 		Use:   "stats",
-		Short: "Print the outbox's, the consumers' and the webhooks' backlog: pending, parked, lag, dead",
+		Short: "Print the outbox's, the consumers' and the webhooks' backlog (pending, parked, lag, dead) and the broker audit's record",
 		Args:  cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			if partitions < 1 || partitions > 1024 {
@@ -153,11 +162,27 @@ func newStatsCmd(e *env) *cobra.Command {
 				}
 				fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%d\t%d\t%d\n", name, orDash(cs.Topic), lag, age, cs.Held, cs.Retrying, cs.Dead)
 			}
+			if len(s.Audit) == 0 {
+				fmt.Fprintln(tw, "\nbroker audit\tnot run (a broker that is no Auditor, or the audit off)")
+				return tw.Flush()
+			}
+			fmt.Fprintln(tw, "\nAUDITED BROKER TOPIC\tMODE\tLAST CHECKED\tLAST LOSS\tREPAIRED")
+			now := time.Now()
+			for _, a := range s.Audit {
+				loss := "none"
+				if a.LastLossAt != nil {
+					loss = seconds(now.Sub(*a.LastLossAt).Seconds()).String() + " ago"
+					if a.LastLossReason != nil {
+						loss += ": " + *a.LastLossReason
+					}
+				}
+				fmt.Fprintf(tw, "%s\t%s\t%s ago\t%s\t%d\n", a.BrokerTopic, a.Mode, seconds(now.Sub(a.AuditedAt).Seconds()), loss, a.LastRepaired)
+			}
 			return tw.Flush()
 		},
 	}
 	cmd.Flags().BoolVar(&asJSON, "json", false,
-		`print {"outbox": {...}, "consumers": {"<name>": {"topic", "lag", "oldest_unhandled_age_seconds", "held", "retrying", "dead"}}, "webhooks": {"pending", "failing", "dead"}} (lag null where the broker does not report it; webhooks null where the reference app's tables are not installed)`)
+		`print {"outbox": {...}, "consumers": {"<name>": {"topic", "lag", "oldest_unhandled_age_seconds", "held", "retrying", "dead"}}, "webhooks": {"pending", "failing", "dead"}, "audit": [{"mode", "broker_topic", "topic", "audited_at", "last_loss_at", "last_loss_reason", "last_repaired"}]} (lag null where the broker does not report it; webhooks null where the reference app's tables are not installed)`)
 	cmd.Flags().IntVar(&partitions, "stream-partitions", 1, "streams per topic (the forwarder's value), for the consumers' lag")
 	return cmd
 }
