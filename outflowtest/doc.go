@@ -2,6 +2,18 @@
 // PostgreSQL in isolation, and is the test kit for a service's own events
 // and handlers, in the spirit of River's rivertest.
 //
+//	func TestPayCommandWritesItsEvent(t *testing.T) {
+//		s := outflowtest.NewSchema(t, mymigrations.Set()) // a schema of the test's own, migrated
+//		svc := billing.NewService(s.Pool, writer)
+//		inv, err := svc.Pay(t.Context(), "inv_1")
+//		...
+//		outflowtest.RequireEvent(t.Context(), t, s.Pool, outflowtest.Want{Type: "invoice.paid", AggregateID: inv.ID, Version: 2})
+//	}
+//
+// A handler, synchronously and without a broker ([NewHandlerHarness]), or
+// the whole pipeline with crashes injected ([StartPipeline]): see below
+// and the examples.
+//
 // # Schemas
 //
 // [NewSchema] creates a fresh schema in the test database, applies the

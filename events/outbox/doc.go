@@ -3,6 +3,14 @@
 // transaction, so that an event exists if and only if the state change that
 // caused it committed.
 //
+//	writer, err := outbox.NewWriter(outbox.Config{Routes: outbox.Routes{"*": "invoices"}})
+//	...
+//	err = pgx.BeginFunc(ctx, pool, func(tx pgx.Tx) error {
+//		// ... change the invoice, on tx ...
+//		return writer.WriteTx(ctx, tx, events.Aggregate{Type: "invoice", ID: id, Version: version},
+//			InvoicePaid{InvoiceID: id, Amount: 1250})
+//	})
+//
 // Rows are written by a Watermill SQL publisher (watermill-sql v4) bound to
 // the caller's transaction, through [SchemaAdapter], which maps the event
 // envelope onto the table's columns. The forwarder (package forwarder) later
