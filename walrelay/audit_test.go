@@ -75,6 +75,10 @@ func TestAuditRepairsABrokerLossFromTheHistory(t *testing.T) {
 	})
 	require.NoError(t, c.FlushAll(context.Background()).Err())
 
+	// The relay puts the repaired events out again as soon as the audit
+	// parks them, with receipts of their own: only the receipts written
+	// before the audit must be gone.
+	lost := e.count(`SELECT coalesce(max(id), 0) FROM outbox_wal_receipts`)
 	require.NoError(t, r.Audit(context.Background()))
 	var repaired int
 	var reason string
@@ -82,7 +86,7 @@ func TestAuditRepairsABrokerLossFromTheHistory(t *testing.T) {
 		`SELECT last_repaired, last_loss_reason FROM outbox_wal_audit WHERE broker_topic = $1`, b.Streams("orders")[0]).Scan(&repaired, &reason))
 	require.Equal(t, 30, repaired)
 	require.Contains(t, reason, "canary")
-	require.Zero(t, e.count(`SELECT count(*) FROM outbox_wal_receipts`), "the lost receipts are forgotten once put back")
+	require.Zero(t, e.count(`SELECT count(*) FROM outbox_wal_receipts WHERE id <= `+strconv.Itoa(lost)), "the lost receipts are forgotten once put back")
 
 	outflowtest.WaitFor(t, 20*time.Second, "the 30 events on the stream again", func() bool {
 		seen, _ := onStreams(t, c, b)
