@@ -52,14 +52,20 @@ func publish(t *testing.T, b brokers.Backend, topic string, from, n int) {
 type reader struct {
 	sub  message.Subscriber
 	mu   sync.Mutex
-	got  []string // "n" of each delivery, in order
-	hold bool     // take messages without settling them
+	got  []string           // "n" of each delivery, in order
+	msgs []*message.Message // each delivery, in order
+	hold bool               // take messages without settling them
 	done chan struct{}
 }
 
 func consume(t *testing.T, b brokers.Backend, group, topic string, hold bool) *reader {
 	t.Helper()
-	sub, err := b.Subscriber(group, "c-"+watermill.NewShortUUID(), brokers.SubscriberOptions{})
+	return consumeWith(t, b, group, topic, hold, brokers.SubscriberOptions{})
+}
+
+func consumeWith(t *testing.T, b brokers.Backend, group, topic string, hold bool, opts brokers.SubscriberOptions) *reader {
+	t.Helper()
+	sub, err := b.Subscriber(group, "c-"+watermill.NewShortUUID(), opts)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -73,6 +79,7 @@ func consume(t *testing.T, b brokers.Backend, group, topic string, hold bool) *r
 		for m := range ch {
 			c.mu.Lock()
 			c.got = append(c.got, m.Metadata.Get("n"))
+			c.msgs = append(c.msgs, m)
 			c.mu.Unlock()
 			if !hold {
 				m.Ack()
@@ -81,6 +88,13 @@ func consume(t *testing.T, b brokers.Backend, group, topic string, hold bool) *r
 	}()
 	t.Cleanup(func() { c.close(t) })
 	return c
+}
+
+// message is the i-th delivery.
+func (c *reader) message(i int) *message.Message {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return c.msgs[i]
 }
 
 func (c *reader) received() []string {
@@ -235,6 +249,38 @@ func TestAConsumersUnsettledMessageGoesToAnother(t *testing.T) {
 	outflowtest.WaitFor(t, 10*time.Second, "the other consumer to get message 1", func() bool {
 		return equal(next.received(), seq(1, 1))
 	})
+}
+
+// A message handed to a consumer carries no sequence number: published
+// again to another topic with its metadata (as Watermill's PoisonQueue
+// does), it reaches that topic's groups instead of being held for numbers
+// that never come. A nacked message still comes again: the GoChannel
+// redelivers its own copy, number and all.
+func TestAMessagePublishedAgainIsNotHeld(t *testing.T) {
+	t.Parallel()
+	gc := persistent(t)
+	b := goChannelBackend(t, gc)
+	src := consume(t, b, "g", "orders", true)
+	dead := consume(t, b, "dead-letters", "orders.dead", false)
+	publish(t, b, "orders", 1, 3)
+	outflowtest.WaitFor(t, 10*time.Second, "the consumer to take 1-3", func() bool { return len(src.received()) == 3 })
+	m := src.message(2)
+	if v := m.Metadata.Get(watermillbackend.SequenceKey); v != "" {
+		t.Fatalf("a consumer's message carries the sequence number %q", v)
+	}
+	if err := gc.Publish("orders.dead", m.Copy()); err != nil {
+		t.Fatal(err)
+	}
+	m.Ack()
+	outflowtest.WaitFor(t, 10*time.Second, "the copy to reach the other topic's group", func() bool {
+		return equal(dead.received(), []string{m.Metadata.Get("n")})
+	})
+
+	src.message(0).Nack()
+	outflowtest.WaitFor(t, 10*time.Second, "the nacked message to come again", func() bool { return len(src.received()) == 4 })
+	if got := src.received()[3]; got != src.received()[0] {
+		t.Fatalf("after a nack of %s, got %s", src.received()[0], got)
+	}
 }
 
 // A group that subscribes after messages were published gets the topic's

@@ -53,7 +53,11 @@ func (b *Backend) join(ctx context.Context, group, topic string) (*hub, error) {
 			err = fmt.Errorf("watermill backend: subscribe group %q to %q: %w", group, topic, err)
 		} else {
 			h.out = make(chan *message.Message)
-			go h.run(hctx, in, b.seq != nil)
+			prefix := ""
+			if b.seq != nil {
+				prefix = b.seq.prefix(topic)
+			}
+			go h.run(hctx, in, prefix)
 		}
 		b.mu.Lock()
 		h.err, h.cancel = err, cancel
@@ -89,13 +93,19 @@ func (b *Backend) leave(k hubKey, h *hub) {
 }
 
 // run hands what the subscription delivers to the group's consumers, until
-// it ends; numbered, in the order of their numbers (see sequencer), and
-// closes out.
-func (h *hub) run(ctx context.Context, in <-chan *message.Message, numbered bool) {
+// it ends, and closes out. Numbered messages (prefix is not empty: see
+// sequencer) go in the order of their numbers; only the numbers of prefix,
+// this GoChannel's numbering of this topic, count.
+func (h *hub) run(ctx context.Context, in <-chan *message.Message, prefix string) {
 	defer close(h.out)
 	next := uint64(1)
 	held := map[uint64]*message.Message{}
 	send := func(m *message.Message) bool {
+		// A consumer's copy carries no number: published again with its
+		// metadata (to another topic, by a PoisonQueue), it would pass
+		// for a number of that topic. A nack redelivers the subscriber's
+		// own copy, which keeps it.
+		delete(m.Metadata, SequenceKey)
 		select {
 		case h.out <- m:
 			return true
@@ -122,9 +132,10 @@ func (h *hub) run(ctx context.Context, in <-chan *message.Message, numbered bool
 		case <-ctx.Done():
 			return
 		}
-		n, ok := sequenceOf(m)
-		if _, twice := held[n]; !numbered || !ok || n < next || twice {
-			// Not numbered, delivered again after a nack, or a number
+		n, ok := sequenceOf(m, prefix)
+		if _, twice := held[n]; prefix == "" || !ok || n < next || twice {
+			// Not numbered (or by another numbering, or for another
+			// topic), delivered again after a nack, or a number
 			// given twice (a publisher wrapped around the GoChannel
 			// failed after it took the message): at once, as holding
 			// it could hold it for good.
