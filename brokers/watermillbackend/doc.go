@@ -52,17 +52,20 @@
 //     Subscribe of it receives every message: a GoChannel). The backend
 //     provides the groups, within itself (so within one process): a
 //     group's consumers share one subscription per topic, each message
-//     going to one of them; one a consumer was handed and has neither
-//     acked nor nacked when its subscription ends is nacked, so the
-//     subscription delivers it again, to another consumer. When the last
+//     going to one of them. A message a consumer was handed stays its
+//     own until it settles it (acks or nacks), even once its
+//     subscription ended, as its handler may still run (a Watermill
+//     router closes its subscriber before its handlers return): a nack
+//     then sends it to another consumer; one it had taken but not handed
+//     out when its subscription ended is nacked so at once. When the last
 //     consumer of a group leaves a topic, the group's subscription ends,
 //     and its next one gets what the subscriber gives a new subscription
 //     (a persistent GoChannel: the whole topic again, which the Worker's
-//     middleware drops as duplicates). SubscriberOptions do not apply: a
-//     consumer is handed messages as it reads them (InFlight does not
-//     bound those it has not acked), and one it holds unacked stays with
-//     it until its subscription ends (ClaimIdle does not apply: a
-//     consumer of this process that is alive is not taken for dead).
+//     middleware drops as duplicates; a message still being handled then
+//     may be handed out again while it is). SubscriberOptions do not
+//     apply: a consumer is handed messages as it reads them (InFlight
+//     does not bound those it has not acked), and ClaimIdle neither: a
+//     consumer of this process that is alive is not taken for dead.
 //
 // # Closing
 //

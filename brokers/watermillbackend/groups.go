@@ -167,10 +167,15 @@ func newGroupSubscriber(b *Backend, group string) *groupSubscriber {
 
 // Subscribe reads topic as one consumer of the group: it gets the
 // messages of the group's subscription that no other consumer of the group
-// took. A message it was handed and that is neither acked nor nacked when
-// the subscription ends (ctx done, Close) is nacked, so that the group's
-// subscription delivers it again, to another consumer. The channel closes
-// when the subscription ends.
+// took. A message handed out stays with this consumer until it is settled
+// (acked or nacked), even after the subscription ended: its handler may
+// still run (Watermill's router closes its subscriber before its handlers
+// return), and another consumer handling it at the same time would repeat
+// what the handler does outside its transaction. One the consumer took from the group's
+// subscription but did not hand out before the subscription ended (ctx
+// done, Close) is nacked, so that the group's subscription delivers it
+// again, to another consumer. The channel closes when the subscription
+// ends.
 func (s *groupSubscriber) Subscribe(ctx context.Context, topic string) (<-chan *message.Message, error) {
 	s.mu.Lock()
 	if s.closed {
@@ -189,36 +194,30 @@ func (s *groupSubscriber) Subscribe(ctx context.Context, topic string) (<-chan *
 		defer s.wg.Done()
 		defer close(out)
 		defer s.b.leave(hubKey{s.group, topic}, h)
-		gone := make(chan struct{})
-		defer close(gone)
 		for {
 			var m *message.Message
 			select {
-			case <-ctx.Done():
-				return
-			case <-s.closing:
-				return
 			case msg, ok := <-h.out:
 				if !ok {
 					return
 				}
 				m = msg
-			}
-			go func() {
-				select {
-				case <-m.Acked():
-				case <-m.Nacked():
-				case <-gone:
-					m.Nack()
-				}
-			}()
-			select {
-			case out <- m:
 			case <-ctx.Done():
 				return
 			case <-s.closing:
 				return
 			}
+			select {
+			case out <- m:
+			case <-ctx.Done():
+				m.Nack()
+				return
+			case <-s.closing:
+				m.Nack()
+				return
+			}
+			// Handed out: its handler settles it, never this consumer
+			// going away, as the handler may still run.
 		}
 	}()
 	return out, nil
@@ -226,7 +225,8 @@ func (s *groupSubscriber) Subscribe(ctx context.Context, topic string) (<-chan *
 
 // Close ends this consumer's subscriptions and waits for them; the
 // group's other consumers, the other groups and Config.Subscriber go on.
-// It is safe to call more than once.
+// The messages it handed out stay its own until they are settled. It is
+// safe to call more than once.
 func (s *groupSubscriber) Close() error {
 	s.mu.Lock()
 	s.closed = true
