@@ -140,8 +140,9 @@ func (b *Backend) Broker() forwarder.Broker { return b.broker }
 func (b *Backend) Topics(topic string) []string { return b.cfg.Topics(topic) }
 
 // Subscriber returns a subscriber of group: over Config.Subscriber, one
-// whose Close ends its own subscriptions only; else Config.NewSubscriber's,
-// checked not to be shared.
+// whose Close ends its own subscriptions only and that holds opts.InFlight
+// messages unsettled at most; else Config.NewSubscriber's, checked not to
+// be shared.
 func (b *Backend) Subscriber(group, consumer string, opts brokers.SubscriberOptions) (message.Subscriber, error) {
 	if group == "" {
 		return nil, errors.New("watermill backend: a consumer group is required")
@@ -153,7 +154,7 @@ func (b *Backend) Subscriber(group, consumer string, opts brokers.SubscriberOpti
 		return nil, ErrClosed
 	}
 	if b.cfg.Subscriber != nil {
-		return newGroupSubscriber(b, group), nil
+		return newGroupSubscriber(b, group, opts.WithDefaults().InFlight), nil
 	}
 	sub, err := b.cfg.NewSubscriber(group, consumer, opts.WithDefaults())
 	if err != nil {

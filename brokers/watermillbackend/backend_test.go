@@ -305,6 +305,34 @@ func TestAMessageNotHandedOutGoesToAnother(t *testing.T) {
 	})
 }
 
+// A consumer holds InFlight messages unsettled at most: the next goes to
+// another consumer of the group, or to it once one is acked or nacked.
+func TestInFlightBoundsAConsumersUnsettledMessages(t *testing.T) {
+	t.Parallel()
+	b := goChannelBackend(t, persistent(t))
+	holder := consumeWith(t, b, "g", "orders", true, brokers.SubscriberOptions{InFlight: 1})
+	publish(t, b, "orders", 1, 2)
+	outflowtest.WaitFor(t, 10*time.Second, "the holder to take message 1", func() bool { return len(holder.received()) >= 1 })
+	other := consume(t, b, "g", "orders", false)
+	outflowtest.WaitFor(t, 10*time.Second, "the other consumer to get message 2, which the holder may not take", func() bool {
+		return equal(other.received(), seq(2, 1))
+	})
+	other.close(t)
+	if got := holder.received(); !equal(got, seq(1, 1)) {
+		t.Fatalf("the holder (InFlight 1) got %v unsettled", got)
+	}
+
+	holder.message(0).Ack()
+	publish(t, b, "orders", 3, 1)
+	outflowtest.WaitFor(t, 10*time.Second, "the holder to take message 3 after its ack", func() bool {
+		return equal(holder.received(), []string{"1", "3"})
+	})
+	holder.message(1).Nack()
+	outflowtest.WaitFor(t, 10*time.Second, "the holder to get message 3 again after its nack", func() bool {
+		return equal(holder.received(), []string{"1", "3", "3"})
+	})
+}
+
 // A message handed to a consumer carries no sequence number: published
 // again to another topic with its metadata (as Watermill's PoisonQueue
 // does), it reaches that topic's groups instead of being held for numbers

@@ -15,8 +15,9 @@ type hubKey struct{ group, topic string }
 // group's consumers all read out, so each message goes to one of them. It
 // lives while a consumer of the group reads the topic.
 type hub struct {
-	ready  chan struct{} // closed once out, err and cancel are set
+	ready  chan struct{} // closed once out, done, err and cancel are set
 	out    chan *message.Message
+	done   <-chan struct{} // closed when the subscription ends
 	err    error
 	cancel context.CancelFunc
 	users  int // consumers reading out (or waiting for ready); under Backend.mu
@@ -52,7 +53,7 @@ func (b *Backend) join(ctx context.Context, group, topic string) (*hub, error) {
 			cancel()
 			err = fmt.Errorf("watermill backend: subscribe group %q to %q: %w", group, topic, err)
 		} else {
-			h.out = make(chan *message.Message)
+			h.out, h.done = make(chan *message.Message), hctx.Done()
 			prefix := ""
 			if b.seq != nil {
 				prefix = b.seq.prefix(topic)
@@ -152,6 +153,14 @@ func (h *hub) run(ctx context.Context, in <-chan *message.Message, prefix string
 type groupSubscriber struct {
 	b     *Backend
 	group string
+	// slots holds a token per message handed out and neither acked nor
+	// nacked, across the consumer's topics: SubscriberOptions.InFlight
+	// of them at most. A consumer at its bound takes nothing from its
+	// group's subscription, which leaves the messages to the other
+	// consumers, and with a bound of 1 a message is handed out only once
+	// the one before it is settled, so the numbering orders the handling,
+	// not only the hand-off.
+	slots chan struct{}
 
 	closing   chan struct{}
 	closeOnce sync.Once
@@ -161,17 +170,18 @@ type groupSubscriber struct {
 	closed bool
 }
 
-func newGroupSubscriber(b *Backend, group string) *groupSubscriber {
-	return &groupSubscriber{b: b, group: group, closing: make(chan struct{})}
+func newGroupSubscriber(b *Backend, group string, inFlight int) *groupSubscriber {
+	return &groupSubscriber{b: b, group: group, slots: make(chan struct{}, inFlight), closing: make(chan struct{})}
 }
 
 // Subscribe reads topic as one consumer of the group: it gets the
 // messages of the group's subscription that no other consumer of the group
-// took. A message handed out stays with this consumer until it is settled
-// (acked or nacked), even after the subscription ended: its handler may
-// still run (Watermill's router closes its subscriber before its handlers
-// return), and another consumer handling it at the same time would repeat
-// what the handler does outside its transaction. One the consumer took from the group's
+// took, at most InFlight of them unsettled (acked or nacked) at a time. A
+// message handed out stays with this consumer until it is settled, even
+// after the subscription ended: its handler may still run (Watermill's
+// router closes its subscriber before its handlers return), and another
+// consumer handling it at the same time would repeat what the handler does
+// outside its transaction. One the consumer took from the group's
 // subscription but did not hand out before the subscription ended (ctx
 // done, Close) is nacked, so that the group's subscription delivers it
 // again, to another consumer. The channel closes when the subscription
@@ -195,29 +205,53 @@ func (s *groupSubscriber) Subscribe(ctx context.Context, topic string) (<-chan *
 		defer close(out)
 		defer s.b.leave(hubKey{s.group, topic}, h)
 		for {
+			// A slot before a message: taken while at the bound, the
+			// message would wait here rather than go to another consumer.
+			select {
+			case s.slots <- struct{}{}:
+			case <-ctx.Done():
+				return
+			case <-s.closing:
+				return
+			}
 			var m *message.Message
 			select {
 			case msg, ok := <-h.out:
 				if !ok {
+					<-s.slots
 					return
 				}
 				m = msg
 			case <-ctx.Done():
+				<-s.slots
 				return
 			case <-s.closing:
+				<-s.slots
 				return
 			}
 			select {
 			case out <- m:
 			case <-ctx.Done():
+				<-s.slots
 				m.Nack()
 				return
 			case <-s.closing:
+				<-s.slots
 				m.Nack()
 				return
 			}
-			// Handed out: its handler settles it, never this consumer
-			// going away, as the handler may still run.
+			// Watched until settled, or until the group's subscription
+			// ends (the subscriber then forgets the message, and the
+			// settling would change nothing): never nacked for this
+			// consumer going away, as its handler may still run.
+			go func() {
+				defer func() { <-s.slots }()
+				select {
+				case <-m.Acked():
+				case <-m.Nacked():
+				case <-h.done:
+				}
+			}()
 		}
 	}()
 	return out, nil
