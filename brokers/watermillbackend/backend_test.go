@@ -8,6 +8,7 @@ import (
 	"log/slog"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -461,6 +462,34 @@ func TestFactoryGetsTheGroupAndDefaults(t *testing.T) {
 		t.Fatalf("got %v, want the factory's subscriber", sub)
 	}
 }
+
+// A factory returning one subscriber to every call (built outside it) is
+// refused on the second call, and the first group's subscriber is left
+// open: it is in use.
+func TestASubscriberTheFactoryReturnsTwiceIsRefused(t *testing.T) {
+	t.Parallel()
+	one := &closeCounter{}
+	b := newBackend(t, watermillbackend.Config{Publish: watermillpub.Config{Publisher: persistent(t)},
+		NewSubscriber: func(string, string, brokers.SubscriberOptions) (message.Subscriber, error) { return one, nil }})
+	if _, err := b.Subscriber("g1", "c", brokers.SubscriberOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := b.Subscriber("g2", "c", brokers.SubscriberOptions{}); !errors.Is(err, watermillbackend.ErrSharedSubscriber) {
+		t.Fatalf("the same subscriber for a second group: got %v, want ErrSharedSubscriber", err)
+	}
+	if n := one.closed.Load(); n != 0 {
+		t.Fatalf("the refusal closed the shared subscriber (%d times)", n)
+	}
+}
+
+// closeCounter is a subscriber of a group's own that counts its Closes.
+type closeCounter struct{ closed atomic.Int32 }
+
+func (c *closeCounter) Subscribe(context.Context, string) (<-chan *message.Message, error) {
+	return make(chan *message.Message), nil
+}
+
+func (c *closeCounter) Close() error { c.closed.Add(1); return nil }
 
 // groupOwn is a subscriber of one group's own (not a GoChannel to the
 // backend's eyes).

@@ -90,10 +90,12 @@
 //     Subscriber), which drops a message published to a topic nobody
 //     subscribes to yet: a group whose Worker has not started, or one
 //     between two subscriptions ([ErrLosesMessages]);
-//   - a subscriber from NewSubscriber that is the Publisher or a
-//     GoChannel: a shared pubsub, which closing one group's subscriber
-//     would close for every group and for the forwarder
-//     ([ErrSharedSubscriber]); pass it as Config.Subscriber;
+//   - a subscriber from NewSubscriber that is the Publisher, a GoChannel,
+//     or one it returned before (a subscriber built outside the function,
+//     returned to every group): a shared subscriber, which closing one
+//     group's subscriber would close for every group, and the Publisher
+//     for the forwarder ([ErrSharedSubscriber], the subscriber left open);
+//     pass a shared one as Config.Subscriber;
 //   - two different GoChannels as Publisher and Subscriber (a GoChannel
 //     delivers only what was published to it).
 //
