@@ -24,7 +24,8 @@ var (
 	// GoChannel without Persistent.
 	ErrLosesMessages = errors.New("watermill backend: the setup drops messages")
 	// ErrSharedSubscriber is returned when Config.NewSubscriber returns a
-	// subscriber that other groups (or the forwarder) use too: closing one
+	// subscriber that other groups (or the forwarder) use too: the
+	// Publisher, a GoChannel, or one it returned before. Closing one
 	// group's subscriber would close it for all.
 	ErrSharedSubscriber = errors.New("watermill backend: NewSubscriber returned a shared subscriber")
 	// ErrClosed is returned by a closed Backend or subscriber.
@@ -50,7 +51,8 @@ type Config struct {
 	Subscriber message.Subscriber
 	// NewSubscriber returns a new subscriber for one consumer of group (the
 	// arguments of [brokers.Backend.Subscriber]), of its own: closing it
-	// must not end another group's subscriptions nor the Publisher. The
+	// must not end another group's subscriptions nor the Publisher (one it
+	// returned before is refused with [ErrSharedSubscriber]). The
 	// groups are its job: each group reads every message, and consumers of
 	// one group share them (watermill-sql's SubscriberConfig.ConsumerGroup,
 	// Kafka's consumer group, a NATS queue group, a RabbitMQ queue per
@@ -78,6 +80,12 @@ type Backend struct {
 	mu     sync.Mutex
 	closed bool
 	hubs   map[hubKey]*hub // Config.Subscriber's subscriptions, one per group and topic
+	// given holds the pointers Config.NewSubscriber returned, so that one
+	// returned again (a subscriber built outside the factory, handed to
+	// every group) is refused. Kept for the Backend's life: whether the
+	// caller closed one is not seen, and a pointer forgotten could be the
+	// shared one coming back.
+	given map[any]struct{}
 }
 
 var _ brokers.Backend = (*Backend)(nil)
@@ -116,7 +124,7 @@ func New(cfg Config) (*Backend, error) {
 			return nil, errors.New("watermill backend: Config.Publish.Publisher and Config.Subscriber are two GoChannels: a GoChannel delivers only what was published to it, so they must be the same")
 		}
 	}
-	b := &Backend{cfg: cfg, hubs: map[hubKey]*hub{}}
+	b := &Backend{cfg: cfg, hubs: map[hubKey]*hub{}, given: map[any]struct{}{}}
 	pub := cfg.Publish
 	if gc, ok := cfg.Subscriber.(*gochannel.GoChannel); ok {
 		b.seq = sequencerOf(gc)
@@ -140,8 +148,9 @@ func (b *Backend) Broker() forwarder.Broker { return b.broker }
 func (b *Backend) Topics(topic string) []string { return b.cfg.Topics(topic) }
 
 // Subscriber returns a subscriber of group: over Config.Subscriber, one
-// whose Close ends its own subscriptions only; else Config.NewSubscriber's,
-// checked not to be shared.
+// whose Close ends its own subscriptions only and that holds opts.InFlight
+// messages unsettled at most; else Config.NewSubscriber's, checked not to
+// be shared.
 func (b *Backend) Subscriber(group, consumer string, opts brokers.SubscriberOptions) (message.Subscriber, error) {
 	if group == "" {
 		return nil, errors.New("watermill backend: a consumer group is required")
@@ -153,7 +162,7 @@ func (b *Backend) Subscriber(group, consumer string, opts brokers.SubscriberOpti
 		return nil, ErrClosed
 	}
 	if b.cfg.Subscriber != nil {
-		return newGroupSubscriber(b, group), nil
+		return newGroupSubscriber(b, group, opts.WithDefaults().InFlight), nil
 	}
 	sub, err := b.cfg.NewSubscriber(group, consumer, opts.WithDefaults())
 	if err != nil {
@@ -170,6 +179,18 @@ func (b *Backend) Subscriber(group, consumer string, opts brokers.SubscriberOpti
 		// Left open: it is shared, so closing it is what the refusal
 		// is there to prevent.
 		return nil, fmt.Errorf("%w (%T): closing it when group %q stops would stop every group; pass it as Config.Subscriber, which the backend shares among the groups and never closes", ErrSharedSubscriber, sub, group)
+	}
+	// Only pointers are remembered: == on other dynamic types may panic,
+	// and a value type cannot be one subscriber shared.
+	if reflect.TypeOf(sub).Kind() == reflect.Pointer {
+		b.mu.Lock()
+		_, again := b.given[sub]
+		b.given[sub] = struct{}{}
+		b.mu.Unlock()
+		if again {
+			// Left open, as above: an earlier group reads through it.
+			return nil, fmt.Errorf("%w (%T): NewSubscriber returned for group %q a subscriber it returned before; the first group to stop would close it for all: build a new one in each call", ErrSharedSubscriber, sub, group)
+		}
 	}
 	return sub, nil
 }

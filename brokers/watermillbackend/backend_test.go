@@ -8,6 +8,7 @@ import (
 	"log/slog"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -52,14 +53,20 @@ func publish(t *testing.T, b brokers.Backend, topic string, from, n int) {
 type reader struct {
 	sub  message.Subscriber
 	mu   sync.Mutex
-	got  []string // "n" of each delivery, in order
-	hold bool     // take messages without settling them
+	got  []string           // "n" of each delivery, in order
+	msgs []*message.Message // each delivery, in order
+	hold bool               // take messages without settling them
 	done chan struct{}
 }
 
 func consume(t *testing.T, b brokers.Backend, group, topic string, hold bool) *reader {
 	t.Helper()
-	sub, err := b.Subscriber(group, "c-"+watermill.NewShortUUID(), brokers.SubscriberOptions{})
+	return consumeWith(t, b, group, topic, hold, brokers.SubscriberOptions{})
+}
+
+func consumeWith(t *testing.T, b brokers.Backend, group, topic string, hold bool, opts brokers.SubscriberOptions) *reader {
+	t.Helper()
+	sub, err := b.Subscriber(group, "c-"+watermill.NewShortUUID(), opts)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -73,6 +80,7 @@ func consume(t *testing.T, b brokers.Backend, group, topic string, hold bool) *r
 		for m := range ch {
 			c.mu.Lock()
 			c.got = append(c.got, m.Metadata.Get("n"))
+			c.msgs = append(c.msgs, m)
 			c.mu.Unlock()
 			if !hold {
 				m.Ack()
@@ -81,6 +89,13 @@ func consume(t *testing.T, b brokers.Backend, group, topic string, hold bool) *r
 	}()
 	t.Cleanup(func() { c.close(t) })
 	return c
+}
+
+// message is the i-th delivery.
+func (c *reader) message(i int) *message.Message {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return c.msgs[i]
 }
 
 func (c *reader) received() []string {
@@ -222,9 +237,11 @@ func TestCompetingConsumersOfAGroup(t *testing.T) {
 	}
 }
 
-// What a consumer was handed and did not settle when it closes goes to
-// another consumer of its group.
-func TestAConsumersUnsettledMessageGoesToAnother(t *testing.T) {
+// A message a consumer was handed stays its own after it closes (the
+// Watermill router closes its subscriber while its handlers still run):
+// not handed to another consumer of the group, whose handler would run at
+// the same time, and the first handler's ack counts.
+func TestAHandledMessageStaysWithItsConsumerAfterItCloses(t *testing.T) {
 	t.Parallel()
 	b := goChannelBackend(t, persistent(t))
 	holder := consume(t, b, "g", "orders", true)
@@ -232,9 +249,121 @@ func TestAConsumersUnsettledMessageGoesToAnother(t *testing.T) {
 	outflowtest.WaitFor(t, 10*time.Second, "the holder to take message 1", func() bool { return len(holder.received()) == 1 })
 	next := consume(t, b, "g", "orders", false)
 	holder.close(t)
+	publish(t, b, "orders", 2, 1)
+	outflowtest.WaitFor(t, 10*time.Second, "the other consumer to get message 2", func() bool { return len(next.received()) >= 1 })
+	// A nack follows the close at once when it comes (it did before the
+	// fix), and nothing later marks its absence: a short bounded wait.
+	select {
+	case <-holder.message(0).Nacked():
+		t.Fatal("message 1 was nacked when its consumer closed, while its handler ran")
+	case <-time.After(200 * time.Millisecond):
+	}
+	if !holder.message(0).Ack() {
+		t.Fatal("the handler's ack of message 1 after its consumer closed was refused")
+	}
+	publish(t, b, "orders", 3, 1)
+	outflowtest.WaitFor(t, 10*time.Second, "the other consumer to get message 3", func() bool { return len(next.received()) >= 2 })
+	if got := next.received(); !equal(got, seq(2, 2)) {
+		t.Fatalf("the other consumer got %v, want 2,3 only", got)
+	}
+}
+
+// A message nacked after its consumer closed goes to another consumer of
+// the group.
+func TestAMessageNackedAfterItsConsumerClosedGoesToAnother(t *testing.T) {
+	t.Parallel()
+	b := goChannelBackend(t, persistent(t))
+	holder := consume(t, b, "g", "orders", true)
+	publish(t, b, "orders", 1, 1)
+	outflowtest.WaitFor(t, 10*time.Second, "the holder to take message 1", func() bool { return len(holder.received()) == 1 })
+	next := consume(t, b, "g", "orders", false)
+	holder.close(t)
+	holder.message(0).Nack()
 	outflowtest.WaitFor(t, 10*time.Second, "the other consumer to get message 1", func() bool {
 		return equal(next.received(), seq(1, 1))
 	})
+}
+
+// A message a consumer took from its group but had not handed out when it
+// closed (nobody read its channel) goes to another consumer of the group.
+func TestAMessageNotHandedOutGoesToAnother(t *testing.T) {
+	t.Parallel()
+	b := goChannelBackend(t, persistent(t))
+	idle, err := b.Subscriber("g", "idle", brokers.SubscriberOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := idle.Subscribe(context.Background(), "orders"); err != nil {
+		t.Fatal(err)
+	}
+	publish(t, b, "orders", 1, 1)
+	next := consume(t, b, "g", "orders", false)
+	if err := idle.Close(); err != nil {
+		t.Fatal(err)
+	}
+	outflowtest.WaitFor(t, 10*time.Second, "the other consumer to get message 1", func() bool {
+		return equal(next.received(), seq(1, 1))
+	})
+}
+
+// A consumer holds InFlight messages unsettled at most: the next goes to
+// another consumer of the group, or to it once one is acked or nacked.
+func TestInFlightBoundsAConsumersUnsettledMessages(t *testing.T) {
+	t.Parallel()
+	b := goChannelBackend(t, persistent(t))
+	holder := consumeWith(t, b, "g", "orders", true, brokers.SubscriberOptions{InFlight: 1})
+	publish(t, b, "orders", 1, 2)
+	outflowtest.WaitFor(t, 10*time.Second, "the holder to take message 1", func() bool { return len(holder.received()) >= 1 })
+	other := consume(t, b, "g", "orders", false)
+	outflowtest.WaitFor(t, 10*time.Second, "the other consumer to get message 2, which the holder may not take", func() bool {
+		return equal(other.received(), seq(2, 1))
+	})
+	other.close(t)
+	if got := holder.received(); !equal(got, seq(1, 1)) {
+		t.Fatalf("the holder (InFlight 1) got %v unsettled", got)
+	}
+
+	holder.message(0).Ack()
+	publish(t, b, "orders", 3, 1)
+	outflowtest.WaitFor(t, 10*time.Second, "the holder to take message 3 after its ack", func() bool {
+		return equal(holder.received(), []string{"1", "3"})
+	})
+	holder.message(1).Nack()
+	outflowtest.WaitFor(t, 10*time.Second, "the holder to get message 3 again after its nack", func() bool {
+		return equal(holder.received(), []string{"1", "3", "3"})
+	})
+}
+
+// A message handed to a consumer carries no sequence number: published
+// again to another topic with its metadata (as Watermill's PoisonQueue
+// does), it reaches that topic's groups instead of being held for numbers
+// that never come. A nacked message still comes again: the GoChannel
+// redelivers its own copy, number and all.
+func TestAMessagePublishedAgainIsNotHeld(t *testing.T) {
+	t.Parallel()
+	gc := persistent(t)
+	b := goChannelBackend(t, gc)
+	src := consume(t, b, "g", "orders", true)
+	dead := consume(t, b, "dead-letters", "orders.dead", false)
+	publish(t, b, "orders", 1, 3)
+	outflowtest.WaitFor(t, 10*time.Second, "the consumer to take 1-3", func() bool { return len(src.received()) == 3 })
+	m := src.message(2)
+	if v := m.Metadata.Get(watermillbackend.SequenceKey); v != "" {
+		t.Fatalf("a consumer's message carries the sequence number %q", v)
+	}
+	if err := gc.Publish("orders.dead", m.Copy()); err != nil {
+		t.Fatal(err)
+	}
+	m.Ack()
+	outflowtest.WaitFor(t, 10*time.Second, "the copy to reach the other topic's group", func() bool {
+		return equal(dead.received(), []string{m.Metadata.Get("n")})
+	})
+
+	src.message(0).Nack()
+	outflowtest.WaitFor(t, 10*time.Second, "the nacked message to come again", func() bool { return len(src.received()) == 4 })
+	if got := src.received()[3]; got != src.received()[0] {
+		t.Fatalf("after a nack of %s, got %s", src.received()[0], got)
+	}
 }
 
 // A group that subscribes after messages were published gets the topic's
@@ -333,6 +462,34 @@ func TestFactoryGetsTheGroupAndDefaults(t *testing.T) {
 		t.Fatalf("got %v, want the factory's subscriber", sub)
 	}
 }
+
+// A factory returning one subscriber to every call (built outside it) is
+// refused on the second call, and the first group's subscriber is left
+// open: it is in use.
+func TestASubscriberTheFactoryReturnsTwiceIsRefused(t *testing.T) {
+	t.Parallel()
+	one := &closeCounter{}
+	b := newBackend(t, watermillbackend.Config{Publish: watermillpub.Config{Publisher: persistent(t)},
+		NewSubscriber: func(string, string, brokers.SubscriberOptions) (message.Subscriber, error) { return one, nil }})
+	if _, err := b.Subscriber("g1", "c", brokers.SubscriberOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := b.Subscriber("g2", "c", brokers.SubscriberOptions{}); !errors.Is(err, watermillbackend.ErrSharedSubscriber) {
+		t.Fatalf("the same subscriber for a second group: got %v, want ErrSharedSubscriber", err)
+	}
+	if n := one.closed.Load(); n != 0 {
+		t.Fatalf("the refusal closed the shared subscriber (%d times)", n)
+	}
+}
+
+// closeCounter is a subscriber of a group's own that counts its Closes.
+type closeCounter struct{ closed atomic.Int32 }
+
+func (c *closeCounter) Subscribe(context.Context, string) (<-chan *message.Message, error) {
+	return make(chan *message.Message), nil
+}
+
+func (c *closeCounter) Close() error { c.closed.Add(1); return nil }
 
 // groupOwn is a subscriber of one group's own (not a GoChannel to the
 // backend's eyes).

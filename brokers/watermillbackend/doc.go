@@ -52,17 +52,21 @@
 //     Subscribe of it receives every message: a GoChannel). The backend
 //     provides the groups, within itself (so within one process): a
 //     group's consumers share one subscription per topic, each message
-//     going to one of them; one a consumer was handed and has neither
-//     acked nor nacked when its subscription ends is nacked, so the
-//     subscription delivers it again, to another consumer. When the last
-//     consumer of a group leaves a topic, the group's subscription ends,
-//     and its next one gets what the subscriber gives a new subscription
-//     (a persistent GoChannel: the whole topic again, which the Worker's
-//     middleware drops as duplicates). SubscriberOptions do not apply: a
-//     consumer is handed messages as it reads them (InFlight does not
-//     bound those it has not acked), and one it holds unacked stays with
-//     it until its subscription ends (ClaimIdle does not apply: a
-//     consumer of this process that is alive is not taken for dead).
+//     going to one of them. A consumer holds SubscriberOptions.InFlight
+//     messages unsettled (neither acked nor nacked) at most: the next
+//     goes to another consumer of the group, or to it once it settles
+//     one. A message it was handed stays its own until it settles it,
+//     even once its subscription ended, as its handler may still run (a
+//     Watermill router closes its subscriber before its handlers return):
+//     a nack then sends it to another consumer; one it had taken but not
+//     handed out when its subscription ended is nacked so at once. When
+//     the last consumer of a group leaves a topic, the group's
+//     subscription ends, and its next one gets what the subscriber gives
+//     a new subscription (a persistent GoChannel: the whole topic again,
+//     which the Worker's middleware drops as duplicates; a message still
+//     being handled then may be handed out again while it is). ClaimIdle
+//     does not apply: a consumer of this process that is alive is not
+//     taken for dead.
 //
 // # Closing
 //
@@ -86,10 +90,12 @@
 //     Subscriber), which drops a message published to a topic nobody
 //     subscribes to yet: a group whose Worker has not started, or one
 //     between two subscriptions ([ErrLosesMessages]);
-//   - a subscriber from NewSubscriber that is the Publisher or a
-//     GoChannel: a shared pubsub, which closing one group's subscriber
-//     would close for every group and for the forwarder
-//     ([ErrSharedSubscriber]); pass it as Config.Subscriber;
+//   - a subscriber from NewSubscriber that is the Publisher, a GoChannel,
+//     or one it returned before (a subscriber built outside the function,
+//     returned to every group): a shared subscriber, which closing one
+//     group's subscriber would close for every group, and the Publisher
+//     for the forwarder ([ErrSharedSubscriber], the subscriber left open);
+//     pass a shared one as Config.Subscriber;
 //   - two different GoChannels as Publisher and Subscriber (a GoChannel
 //     delivers only what was published to it).
 //
@@ -111,9 +117,15 @@
 // not: it hands each message to each subscription in a goroutine of its
 // own. When Config.Subscriber is a GoChannel, the backend numbers each
 // topic's messages as it publishes them ([SequenceKey]) and each group's
-// subscription hands them out in that order; a message delivered again
-// after a nack comes at once, out of order, which the Worker's middleware
-// puts right. A NewSubscriber subscriber delivers in its broker's order
+// subscription hands them out in that order. That orders the hand-off,
+// not the handling: a consumer with InFlight above 1 is handed the next
+// messages while it handles one (a Watermill router handles them at the
+// same time), and a group's consumers share them; with one consumer of
+// InFlight 1, each message is handed out once the one before it is
+// settled, so the order holds end to end. A message delivered again after
+// a nack comes at once, out of order, which the Worker's middleware puts
+// right (a Worker's InFlight is its handler's BatchSize). A
+// NewSubscriber subscriber delivers in its broker's order
 // (watermill-sql: a table's rows in commit order, one at a time, each
 // after the previous one's ack; package brokers/sql reads the same tables
 // faster).

@@ -15,8 +15,9 @@ type hubKey struct{ group, topic string }
 // group's consumers all read out, so each message goes to one of them. It
 // lives while a consumer of the group reads the topic.
 type hub struct {
-	ready  chan struct{} // closed once out, err and cancel are set
+	ready  chan struct{} // closed once out, done, err and cancel are set
 	out    chan *message.Message
+	done   <-chan struct{} // closed when the subscription ends
 	err    error
 	cancel context.CancelFunc
 	users  int // consumers reading out (or waiting for ready); under Backend.mu
@@ -52,8 +53,12 @@ func (b *Backend) join(ctx context.Context, group, topic string) (*hub, error) {
 			cancel()
 			err = fmt.Errorf("watermill backend: subscribe group %q to %q: %w", group, topic, err)
 		} else {
-			h.out = make(chan *message.Message)
-			go h.run(hctx, in, b.seq != nil)
+			h.out, h.done = make(chan *message.Message), hctx.Done()
+			prefix := ""
+			if b.seq != nil {
+				prefix = b.seq.prefix(topic)
+			}
+			go h.run(hctx, in, prefix)
 		}
 		b.mu.Lock()
 		h.err, h.cancel = err, cancel
@@ -89,13 +94,19 @@ func (b *Backend) leave(k hubKey, h *hub) {
 }
 
 // run hands what the subscription delivers to the group's consumers, until
-// it ends; numbered, in the order of their numbers (see sequencer), and
-// closes out.
-func (h *hub) run(ctx context.Context, in <-chan *message.Message, numbered bool) {
+// it ends, and closes out. Numbered messages (prefix is not empty: see
+// sequencer) go in the order of their numbers; only the numbers of prefix,
+// this GoChannel's numbering of this topic, count.
+func (h *hub) run(ctx context.Context, in <-chan *message.Message, prefix string) {
 	defer close(h.out)
 	next := uint64(1)
 	held := map[uint64]*message.Message{}
 	send := func(m *message.Message) bool {
+		// A consumer's copy carries no number: published again with its
+		// metadata (to another topic, by a PoisonQueue), it would pass
+		// for a number of that topic. A nack redelivers the subscriber's
+		// own copy, which keeps it.
+		delete(m.Metadata, SequenceKey)
 		select {
 		case h.out <- m:
 			return true
@@ -122,9 +133,10 @@ func (h *hub) run(ctx context.Context, in <-chan *message.Message, numbered bool
 		case <-ctx.Done():
 			return
 		}
-		n, ok := sequenceOf(m)
-		if _, twice := held[n]; !numbered || !ok || n < next || twice {
-			// Not numbered, delivered again after a nack, or a number
+		n, ok := sequenceOf(m, prefix)
+		if _, twice := held[n]; prefix == "" || !ok || n < next || twice {
+			// Not numbered (or by another numbering, or for another
+			// topic), delivered again after a nack, or a number
 			// given twice (a publisher wrapped around the GoChannel
 			// failed after it took the message): at once, as holding
 			// it could hold it for good.
@@ -141,6 +153,14 @@ func (h *hub) run(ctx context.Context, in <-chan *message.Message, numbered bool
 type groupSubscriber struct {
 	b     *Backend
 	group string
+	// slots holds a token per message handed out and neither acked nor
+	// nacked, across the consumer's topics: SubscriberOptions.InFlight
+	// of them at most. A consumer at its bound takes nothing from its
+	// group's subscription, which leaves the messages to the other
+	// consumers, and with a bound of 1 a message is handed out only once
+	// the one before it is settled, so the numbering orders the handling,
+	// not only the hand-off.
+	slots chan struct{}
 
 	closing   chan struct{}
 	closeOnce sync.Once
@@ -150,16 +170,22 @@ type groupSubscriber struct {
 	closed bool
 }
 
-func newGroupSubscriber(b *Backend, group string) *groupSubscriber {
-	return &groupSubscriber{b: b, group: group, closing: make(chan struct{})}
+func newGroupSubscriber(b *Backend, group string, inFlight int) *groupSubscriber {
+	return &groupSubscriber{b: b, group: group, slots: make(chan struct{}, inFlight), closing: make(chan struct{})}
 }
 
 // Subscribe reads topic as one consumer of the group: it gets the
 // messages of the group's subscription that no other consumer of the group
-// took. A message it was handed and that is neither acked nor nacked when
-// the subscription ends (ctx done, Close) is nacked, so that the group's
-// subscription delivers it again, to another consumer. The channel closes
-// when the subscription ends.
+// took, at most InFlight of them unsettled (acked or nacked) at a time. A
+// message handed out stays with this consumer until it is settled, even
+// after the subscription ended: its handler may still run (Watermill's
+// router closes its subscriber before its handlers return), and another
+// consumer handling it at the same time would repeat what the handler does
+// outside its transaction. One the consumer took from the group's
+// subscription but did not hand out before the subscription ended (ctx
+// done, Close) is nacked, so that the group's subscription delivers it
+// again, to another consumer. The channel closes when the subscription
+// ends.
 func (s *groupSubscriber) Subscribe(ctx context.Context, topic string) (<-chan *message.Message, error) {
 	s.mu.Lock()
 	if s.closed {
@@ -178,36 +204,54 @@ func (s *groupSubscriber) Subscribe(ctx context.Context, topic string) (<-chan *
 		defer s.wg.Done()
 		defer close(out)
 		defer s.b.leave(hubKey{s.group, topic}, h)
-		gone := make(chan struct{})
-		defer close(gone)
 		for {
-			var m *message.Message
+			// A slot before a message: taken while at the bound, the
+			// message would wait here rather than go to another consumer.
 			select {
+			case s.slots <- struct{}{}:
 			case <-ctx.Done():
 				return
 			case <-s.closing:
 				return
+			}
+			var m *message.Message
+			select {
 			case msg, ok := <-h.out:
 				if !ok {
+					<-s.slots
 					return
 				}
 				m = msg
+			case <-ctx.Done():
+				<-s.slots
+				return
+			case <-s.closing:
+				<-s.slots
+				return
 			}
-			go func() {
-				select {
-				case <-m.Acked():
-				case <-m.Nacked():
-				case <-gone:
-					m.Nack()
-				}
-			}()
 			select {
 			case out <- m:
 			case <-ctx.Done():
+				<-s.slots
+				m.Nack()
 				return
 			case <-s.closing:
+				<-s.slots
+				m.Nack()
 				return
 			}
+			// Watched until settled, or until the group's subscription
+			// ends (the subscriber then forgets the message, and the
+			// settling would change nothing): never nacked for this
+			// consumer going away, as its handler may still run.
+			go func() {
+				defer func() { <-s.slots }()
+				select {
+				case <-m.Acked():
+				case <-m.Nacked():
+				case <-h.done:
+				}
+			}()
 		}
 	}()
 	return out, nil
@@ -215,7 +259,8 @@ func (s *groupSubscriber) Subscribe(ctx context.Context, topic string) (<-chan *
 
 // Close ends this consumer's subscriptions and waits for them; the
 // group's other consumers, the other groups and Config.Subscriber go on.
-// It is safe to call more than once.
+// The messages it handed out stay its own until they are settled. It is
+// safe to call more than once.
 func (s *groupSubscriber) Close() error {
 	s.mu.Lock()
 	s.closed = true

@@ -11,10 +11,15 @@ import (
 // A group's subscription hands numbered messages out in number order, a
 // message delivered again at once, and a number given twice (a publisher
 // around the GoChannel that failed after the GoChannel took the message)
-// neither holds nor drops either message.
+// neither holds nor drops either message. Numbers of another topic (a
+// message a PoisonQueue copied, metadata and all) or of another numbering
+// (another GoChannel's, or a bare number) are not its own: handed out at
+// once, never held for numbers that do not come. What it hands out carries
+// no number.
 func TestHubHandsOutInNumberOrder(t *testing.T) {
 	t.Parallel()
-	in := make(chan *message.Message, 10)
+	const prefix = "s1:orders:"
+	in := make(chan *message.Message, 16)
 	numbered := func(id, n string) *message.Message {
 		m := message.NewMessage(id, nil)
 		if n != "" {
@@ -23,7 +28,9 @@ func TestHubHandsOutInNumberOrder(t *testing.T) {
 		return m
 	}
 	for _, m := range []*message.Message{
-		numbered("c", "3"), numbered("b", "2"), numbered("b-again", "2"), numbered("x", ""), numbered("a", "1"), numbered("a-redelivered", "1"),
+		numbered("c", prefix+"3"), numbered("b", prefix+"2"), numbered("b-again", prefix+"2"), numbered("x", ""),
+		numbered("other-topic", "s1:orders.dead:5"), numbered("other-numbering", "s2:orders:5"), numbered("bare", "5"),
+		numbered("a", prefix+"1"), numbered("a-redelivered", prefix+"1"),
 	} {
 		in <- m
 	}
@@ -31,7 +38,7 @@ func TestHubHandsOutInNumberOrder(t *testing.T) {
 	h := &hub{out: make(chan *message.Message)}
 	ctx, cancel := context.WithCancel(context.Background())
 	defer cancel()
-	go h.run(ctx, in, true)
+	go h.run(ctx, in, prefix)
 	var got []string
 	timeout := time.After(10 * time.Second)
 	for done := false; !done; {
@@ -41,12 +48,15 @@ func TestHubHandsOutInNumberOrder(t *testing.T) {
 				done = true
 				break
 			}
+			if v := m.Metadata.Get(SequenceKey); v != "" {
+				t.Fatalf("%s handed out with its number %q", m.UUID, v)
+			}
 			got = append(got, m.UUID)
 		case <-timeout:
 			t.Fatalf("got %v, then nothing", got)
 		}
 	}
-	want := []string{"b-again", "x", "a", "b", "c", "a-redelivered"}
+	want := []string{"b-again", "x", "other-topic", "other-numbering", "bare", "a", "b", "c", "a-redelivered"}
 	if len(got) != len(want) {
 		t.Fatalf("got %v, want %v", got, want)
 	}
