@@ -242,11 +242,11 @@ func newMigrateCmd(e *env) *cobra.Command {
 		sets, err = flags.forward()
 		return err
 	}
-	withDB := func(check func() error, run func(cmd *cobra.Command, db *sql.DB) error) func(*cobra.Command, []string) error {
+	withDB := func(check func() error, run func(cmd *cobra.Command, db *sql.DB, pool *pgxpool.Pool) error) func(*cobra.Command, []string) error {
 		return e.withPool(check, func(cmd *cobra.Command, pool *pgxpool.Pool) error {
 			db := stdlib.OpenDBFromPool(pool)
 			defer db.Close()
-			return run(cmd, db)
+			return run(cmd, db, pool)
 		})
 	}
 	migrator := func(db *sql.DB, set migrations.Set) (*migrations.Migrator, error) {
@@ -269,7 +269,7 @@ func newMigrateCmd(e *env) *cobra.Command {
 			}
 			sets = named
 			return nil
-		}, func(cmd *cobra.Command, db *sql.DB) error {
+		}, func(cmd *cobra.Command, db *sql.DB, _ *pgxpool.Pool) error {
 			if err := flags.checkVersionTables(cmd.Context(), db, sets); err != nil {
 				return err
 			}
@@ -294,7 +294,7 @@ func newMigrateCmd(e *env) *cobra.Command {
 		Use:   "status",
 		Short: "List the migrations of the framework's set and of those --set names, and whether each is applied",
 		Args:  cobra.NoArgs,
-		RunE: withDB(check, func(cmd *cobra.Command, db *sql.DB) error {
+		RunE: withDB(check, func(cmd *cobra.Command, db *sql.DB, _ *pgxpool.Pool) error {
 			type row struct {
 				Set     string `json:"set"`
 				Version int64  `json:"version"`
@@ -339,7 +339,7 @@ func newMigrateCmd(e *env) *cobra.Command {
 			Use:   "up",
 			Short: "Apply every pending migration: the framework's set, then those --set names, in order (a no-op when up to date)",
 			Args:  cobra.NoArgs,
-			RunE: withDB(check, func(cmd *cobra.Command, db *sql.DB) error {
+			RunE: withDB(check, func(cmd *cobra.Command, db *sql.DB, pool *pgxpool.Pool) error {
 				if err := flags.checkVersionTables(cmd.Context(), db, sets); err != nil {
 					return err
 				}
@@ -353,7 +353,7 @@ func newMigrateCmd(e *env) *cobra.Command {
 				if len(applied) == 0 {
 					fmt.Fprintln(cmd.OutOrStdout(), "schema is up to date")
 				}
-				return warnAppNotNamed(cmd, db, sets)
+				return warnAppNotNamed(cmd, pool, sets)
 			}),
 		},
 		down,
@@ -363,36 +363,17 @@ func newMigrateCmd(e *env) *cobra.Command {
 }
 
 // warnAppNotNamed says, on a database where the reference app's set is
-// installed, that `up` left it alone: its operator, used to the releases
-// that applied it by default, learns the flag now rather than from a
-// failing query of a migration never run.
-func warnAppNotNamed(cmd *cobra.Command, db *sql.DB, sets []migrations.Set) error {
+// installed (appInstalled), that `up` left it alone: its operator, used to
+// the releases that applied it by default, learns the flag now rather than
+// from a failing query of a migration never run.
+func warnAppNotNamed(cmd *cobra.Command, pool *pgxpool.Pool, sets []migrations.Set) error {
 	if slices.ContainsFunc(sets, func(s migrations.Set) bool { return s.Name == setApp }) {
 		return nil
 	}
-	// The single-set releases' version table means their app tables too.
-	for _, table := range []string{appmigrations.VersionTable, migrations.LegacyVersionTable} {
-		installed, err := tableExists(cmd.Context(), db, table)
-		if err != nil {
-			return err
-		}
-		if !installed {
-			continue
-		}
-		fmt.Fprintf(cmd.ErrOrStderr(), "note: the reference app's tables are installed here (%s) and were not migrated: add --set %s to migrate them\n",
-			table, setApp)
-		return nil
+	installed, err := appInstalled(cmd.Context(), pool)
+	if err != nil || !installed {
+		return err
 	}
+	fmt.Fprintf(cmd.ErrOrStderr(), "note: the reference app's tables are installed here and were not migrated: add --set %s to migrate them\n", setApp)
 	return nil
-}
-
-// tableExists says whether table is on the connection's search_path.
-func tableExists(ctx context.Context, db interface {
-	QueryRowContext(context.Context, string, ...any) *sql.Row
-}, table string) (bool, error) {
-	var ok bool
-	if err := db.QueryRowContext(ctx, `SELECT to_regclass($1) IS NOT NULL`, table).Scan(&ok); err != nil {
-		return false, fmt.Errorf("look for table %s: %w", table, err)
-	}
-	return ok, nil
 }
