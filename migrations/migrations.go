@@ -54,7 +54,9 @@ type Set struct {
 	FS fs.FS
 	// VersionTable records the set's applied versions: a lower-case SQL
 	// identifier, unqualified (it lives in the migrated schema), distinct
-	// for each set. Required.
+	// for each set and from any set's AdoptFrom. Required. Created on the
+	// set's first run; an existing table of that name that is not a goose
+	// version table is refused ([ErrNotVersionTable]).
 	VersionTable string
 	// AdoptFrom, if set, names a version table of an earlier release that
 	// applied some of this set's versions. When the set's own table does
