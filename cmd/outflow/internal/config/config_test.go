@@ -69,7 +69,9 @@ func TestLoad(t *testing.T) {
 		{name: "not hex", env: map[string]string{"CONSOLE_OPERATOR_KEY_SHA256": strings.Repeat("zz", 32)},
 			wantErr: "invalid CONSOLE_OPERATOR_KEY_SHA256: want 64 hex digits"},
 		{name: "operator key hash in the environment", env: map[string]string{"CONSOLE_OPERATOR_KEY_SHA256": strings.Repeat("cd", 32)},
-			check: func(c Config) bool { return len(c.ConsoleOperatorKeySHA256) == 32 && c.ConsoleOperatorKeySHA256[0] == 0xcd }},
+			check: func(c Config) bool {
+				return len(c.ConsoleOperatorKeySHA256) == 32 && c.ConsoleOperatorKeySHA256[0] == 0xcd
+			}},
 		{name: "empty key's hash", env: map[string]string{"CONSOLE_OPERATOR_KEY_SHA256": "e3b0c44298fc1c149afbf4c8996fb92427ae41e4649b934ca495991b7852b855"},
 			wantErr: "invalid CONSOLE_OPERATOR_KEY_SHA256: that is the SHA-256 of an empty key"},
 		{name: "audit defaults", check: func(c Config) bool { return c.AuditInterval == 20*time.Second }},
