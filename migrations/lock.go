@@ -105,6 +105,17 @@ func (m *Migrator) prepare(ctx context.Context, versions []int64) (retErr error)
 		return fmt.Errorf("look for version tables: %w", err)
 	}
 	if haveOwn {
+		// Another table of the same name (one of the schema's own, a
+		// typo in a configured name) must not be read as versions.
+		var cols int
+		if err := conn.QueryRowContext(ctx, `SELECT count(*) FROM pg_attribute
+			WHERE attrelid = to_regclass($1) AND NOT attisdropped AND attnum > 0
+			  AND attname IN ('id', 'version_id', 'is_applied', 'tstamp')`, own).Scan(&cols); err != nil {
+			return fmt.Errorf("look for version table %s: %w", own, err)
+		}
+		if cols != 4 {
+			return fmt.Errorf("%w: %s (no id, version_id, is_applied and tstamp columns)", ErrNotVersionTable, own)
+		}
 		return nil
 	}
 	// goose's own statements, so that the table is the one goose creates.

@@ -29,6 +29,11 @@ const LegacyVersionTable = "outflow_schema_migrations"
 // search_path names no existing schema, so there is nowhere to migrate.
 var ErrNoSchema = errors.New("migrations: no schema to migrate: set Config.Schema, or a search_path whose first schema exists")
 
+// ErrNotVersionTable is returned when a set's VersionTable names an
+// existing table that is not a goose version table: nothing runs, rather
+// than reading that table's rows as the set's applied versions.
+var ErrNotVersionTable = errors.New("migrations: the set's version table exists and is not a goose version table")
+
 // FS returns the framework's embedded migration files.
 func FS() fs.FS {
 	sub, err := fs.Sub(embedded, "sql")
@@ -49,7 +54,9 @@ type Set struct {
 	FS fs.FS
 	// VersionTable records the set's applied versions: a lower-case SQL
 	// identifier, unqualified (it lives in the migrated schema), distinct
-	// for each set. Required.
+	// for each set and from any set's AdoptFrom. Required. Created on the
+	// set's first run; an existing table of that name that is not a goose
+	// version table is refused ([ErrNotVersionTable]).
 	VersionTable string
 	// AdoptFrom, if set, names a version table of an earlier release that
 	// applied some of this set's versions. When the set's own table does

@@ -11,7 +11,9 @@ import (
 )
 
 // ErrInvalidSets is returned by [UpSets] and [UpSetsPool] for a list of
-// sets they cannot apply: none, or two sharing a name or a version table.
+// sets they cannot apply: none, two sharing a name or a version table, or
+// one whose version table is another's AdoptFrom (the earlier release's
+// table, whose versions it would read as its own).
 var ErrInvalidSets = errors.New("migrations: invalid sets")
 
 // Applied is one migration that [UpSets] ran, with the set it belongs to.
@@ -65,8 +67,10 @@ func UpSetsPool(ctx context.Context, pool *pgxpool.Pool, cfg Config, sets ...Set
 }
 
 // checkSets refuses what would make two sets share a version table (each
-// would take the other's versions for its own) or a name (the results
-// could not tell them apart).
+// would take the other's versions for its own), a set use as its version
+// table one that another adopts from (the same, with the earlier
+// release's versions), or two sets share a name (the results could not
+// tell them apart).
 func checkSets(sets []Set) error {
 	if len(sets) == 0 {
 		return fmt.Errorf("%w: no set given", ErrInvalidSets)
@@ -85,6 +89,13 @@ func checkSets(sets []Set) error {
 			return fmt.Errorf("%w: sets %s and %s share the version table %s", ErrInvalidSets, other, s.Name, s.VersionTable)
 		}
 		tables[s.VersionTable] = s.Name
+	}
+	for _, s := range sets {
+		for _, o := range sets {
+			if o.AdoptFrom != "" && o.AdoptFrom == s.VersionTable {
+				return fmt.Errorf("%w: set %s's version table %s is the one set %s adopts its versions from", ErrInvalidSets, s.Name, s.VersionTable, o.Name)
+			}
+		}
 	}
 	return nil
 }

@@ -98,14 +98,38 @@ func TestUpSetsRefusesInvalidSets(t *testing.T) {
 	clash.Name = "other"
 	twin := refunds()
 	twin.VersionTable = "twin_schema_migrations"
+	legacy := refunds()
+	legacy.VersionTable = migrations.LegacyVersionTable
 	for name, sets := range map[string][]migrations.Set{
 		"none":                 nil,
 		"shared version table": {refunds(), clash},
 		"same name":            {refunds(), twin},
+		"another's AdoptFrom":  {migrations.Framework(), legacy},
+		"AdoptFrom set later":  {legacy, migrations.Framework()},
 		"invalid set":          {{Name: "bad", FS: os.DirFS("testdata/refunds"), VersionTable: "Bad-Table"}},
 	} {
 		_, err := migrations.UpSetsPool(ctx, s.Pool, migrations.Config{}, sets...)
 		require.ErrorIs(t, err, migrations.ErrInvalidSets, name)
 	}
 	require.Empty(t, tables(t, s, s.Name), "nothing ran")
+}
+
+// A set whose version table names an existing table that is not a goose
+// version table (one of the framework's, here) is refused before any of
+// its migrations runs, and that table is left as it was.
+func TestUpSetsRefusesATableThatIsNotAVersionTable(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	s := outflowtest.NewSchema(t)
+	_, err := s.Pool.Exec(ctx, `INSERT INTO outbox (message_id, topic, aggregate_type, aggregate_id, aggregate_version, event_type, payload, occurred_at)
+		VALUES (gen_random_uuid(), 't', 'a', '1', 1, 'e', '{}', now())`)
+	require.NoError(t, err)
+	bad := refunds()
+	bad.VersionTable = "outbox"
+	_, err = migrations.UpSetsPool(ctx, s.Pool, migrations.Config{}, migrations.Framework(), bad)
+	require.ErrorIs(t, err, migrations.ErrNotVersionTable)
+	require.NotContains(t, tables(t, s, s.Name), "refunds", "none of the set's migrations ran")
+	var n int
+	require.NoError(t, s.Pool.QueryRow(ctx, `SELECT count(*) FROM outbox`).Scan(&n))
+	require.Equal(t, 1, n, "the table is left as it was")
 }

@@ -203,14 +203,20 @@ func (c *Console) startSession(w http.ResponseWriter, r *http.Request, token str
 }
 
 // logout ends the session, and records it in console_actions with it.
+// A FrameworkOnly console's session, in memory, ends without the database:
+// nothing the database does (down, its pool closed) can leave it live, and
+// its record is the log line, as for every action of such a console.
 func (c *Console) logout(w http.ResponseWriter, r *http.Request, s session) {
-	_, doErr, err := c.inTx(r.Context(), s, "logout", struct{}{}, func(ctx context.Context, tx pgx.Tx) (int64, error) {
-		if c.sessions != nil {
-			if c.sessions.close(s.token) {
-				return 1, nil
-			}
-			return 0, nil
+	if c.sessions != nil {
+		var n int64
+		if c.sessions.close(s.token) {
+			n = 1
 		}
+		c.log.Info("console: action", "action", "logout", "api_key_id", s.keyID, "target", "{}", "rows", n)
+		c.endSession(w, r)
+		return
+	}
+	_, doErr, err := c.inTx(r.Context(), s, "logout", struct{}{}, func(ctx context.Context, tx pgx.Tx) (int64, error) {
 		tag, err := tx.Exec(ctx, `DELETE FROM console_sessions WHERE token_hash = $1`, tokenHash(s.token))
 		if err != nil {
 			return 0, fmt.Errorf("delete console session: %w", err)
@@ -224,6 +230,11 @@ func (c *Console) logout(w http.ResponseWriter, r *http.Request, s session) {
 		c.fail(w, r, err)
 		return
 	}
+	c.endSession(w, r)
+}
+
+// endSession clears the browser's session cookie and sends it to the login.
+func (c *Console) endSession(w http.ResponseWriter, r *http.Request) {
 	http.SetCookie(w, &http.Cookie{Name: CookieName, Value: "", Path: "/", MaxAge: -1,
 		HttpOnly: true, SameSite: http.SameSiteStrictMode, Secure: !c.cfg.InsecureCookie})
 	http.Redirect(w, r, "/login", http.StatusSeeOther)

@@ -10,6 +10,7 @@ import (
 	"strconv"
 	"testing"
 
+	"github.com/jackc/pgx/v5/pgxpool"
 	"github.com/stretchr/testify/require"
 
 	"github.com/outflow-dev/outflow/internal/console"
@@ -124,4 +125,40 @@ func TestFrameworkOnlyConfig(t *testing.T) {
 		_, err := console.New(cfg)
 		require.ErrorIs(t, err, console.ErrInvalidConfig, name)
 	}
+}
+
+// A FrameworkOnly console's logout ends its in-memory session whatever the
+// database does: here its pool is closed by then, and the session's
+// cookie, replayed, is refused all the same (no page read follows).
+func TestFrameworkOnlyLogoutWithoutTheDatabase(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	s := userSchema(t)
+	pool, err := pgxpool.New(ctx, s.URL)
+	require.NoError(t, err)
+	t.Cleanup(pool.Close)
+	const key = "operator-key-of-the-refunds-service-0123456789"
+	sum := sha256.Sum256([]byte(key))
+	c, err := console.New(console.Config{Pool: pool, InsecureCookie: true, FrameworkOnly: true, OperatorKeySHA256: sum[:]})
+	require.NoError(t, err)
+	srv := httptest.NewServer(c)
+	t.Cleanup(srv.Close)
+	e := &env{srv: srv, adminKey: key}
+	cl := e.client(t)
+	csrf := e.login(t, cl)
+	u, err := url.Parse(srv.URL)
+	require.NoError(t, err)
+	cookies := cl.Jar.Cookies(u)
+	require.NotEmpty(t, cookies)
+
+	pool.Close() // BEGIN, or any query, fails from now on
+	res, body := do(t, cl, http.MethodPost, srv.URL+"/logout", url.Values{"csrf_token": {csrf}})
+	require.Equal(t, http.StatusSeeOther, res.StatusCode, body)
+	require.Equal(t, "/login", res.Header.Get("Location"))
+
+	replay := e.client(t)
+	replay.Jar.SetCookies(u, cookies)
+	res, body = do(t, replay, http.MethodGet, srv.URL+"/", nil)
+	require.Equal(t, http.StatusSeeOther, res.StatusCode, "the session is over: %s", body)
+	require.Equal(t, "/login", res.Header.Get("Location"))
 }

@@ -189,3 +189,59 @@ func runOut(t *testing.T, env map[string]string, args ...string) string {
 	require.NoError(t, err, "%v: %s", args, stderr.String())
 	return string(out)
 }
+
+// A service with a webhook_deliveries table of its own (nothing like the
+// app's) and only the framework's set: the tool reads it as a database
+// without the reference app, as it is. stats shows no webhooks (it would
+// have read the app's columns), the console wants the operator key and
+// serves the framework's pages (admin API keys would have been looked for
+// in a missing api_keys).
+func TestToolOnAServiceWithItsOwnWebhookDeliveries(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	s := outflowtest.NewSchema(t)
+	_, err := s.Pool.Exec(ctx, `CREATE TABLE webhook_deliveries (endpoint text PRIMARY KEY, delivered int NOT NULL);
+		INSERT INTO webhook_deliveries VALUES ('https://example.com/hook', 3)`)
+	require.NoError(t, err)
+	env := map[string]string{"DATABASE_URL": s.URL}
+
+	var st struct {
+		Webhooks json.RawMessage `json:"webhooks"`
+	}
+	require.NoError(t, json.Unmarshal([]byte(runOut(t, env, "stats", "--json")), &st))
+	require.JSONEq(t, `null`, string(st.Webhooks))
+	require.Regexp(t, `webhooks\s+not installed`, runOut(t, env, "stats"))
+
+	out, err := command(env, "console", "--addr", freeAddr(t)).CombinedOutput()
+	require.Error(t, err, "%s", out)
+	require.Contains(t, string(out), "invalid --console-operator-key-sha256: required on a database without the reference app's tables")
+	const key = "the-services-operator-key-0123456789abcdef"
+	sum := sha256.Sum256([]byte(key))
+	addr := freeAddr(t)
+	con := command(map[string]string{"DATABASE_URL": s.URL, "CONSOLE_INSECURE_COOKIE": "true",
+		"CONSOLE_OPERATOR_KEY_SHA256": hex.EncodeToString(sum[:])}, "console", "--addr", addr)
+	var conErr syncBuffer
+	con.Stderr = &conErr
+	require.NoError(t, con.Start())
+	t.Cleanup(func() { _ = con.Process.Kill() })
+	jar, err := cookiejar.New(nil)
+	require.NoError(t, err)
+	client := &http.Client{Jar: jar}
+	outflowtest.WaitFor(t, 20*time.Second, "the console to listen", func() bool {
+		resp, err := client.Get("http://" + addr + "/login")
+		if err == nil {
+			resp.Body.Close()
+		}
+		return err == nil
+	})
+	resp, err := client.PostForm("http://"+addr+"/login", url.Values{"api_key": {key}})
+	require.NoError(t, err)
+	b, err := io.ReadAll(resp.Body)
+	resp.Body.Close()
+	require.NoError(t, err)
+	require.Equal(t, http.StatusOK, resp.StatusCode, "the operator key logged in, the overview followed: %s", conErr.String())
+	require.Contains(t, string(b), "Not installed", "the app's parts are not shown")
+	require.NoError(t, con.Process.Signal(syscall.SIGTERM))
+	require.NoError(t, con.Wait(), "%s", conErr.String())
+	require.Contains(t, conErr.String(), "the framework's pages alone")
+}

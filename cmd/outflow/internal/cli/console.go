@@ -142,8 +142,8 @@ func newConsole(ctx context.Context, pool *pgxpool.Pool, cfg config.Config, part
 		return nil, nil, err
 	}
 	if !app && cfg.ConsoleOperatorKeySHA256 == nil {
-		return nil, nil, fmt.Errorf("invalid --console-operator-key-sha256: required on a database without the reference app's tables (%s missing), "+
-			"whose admin API keys would log in: give the hex SHA-256 of an operator key (env CONSOLE_OPERATOR_KEY_SHA256)", appTable)
+		return nil, nil, fmt.Errorf("invalid --console-operator-key-sha256: required on a database without the reference app's tables (%s), "+
+			"whose admin API keys would log in: set CONSOLE_OPERATOR_KEY_SHA256 to the hex SHA-256 of an operator key of 32 random bytes (docs/console.md)", appNotInstalled)
 	}
 	if app && cfg.ConsoleOperatorKeySHA256 != nil {
 		logger.Warn("console: --console-operator-key-sha256 ignored: the reference app's tables are installed, its admin API keys log in")

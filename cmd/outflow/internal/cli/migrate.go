@@ -35,6 +35,16 @@ var setName = regexp.MustCompile(`^[a-z][a-z0-9_]{0,40}$`)
 // versionTable is what package migrations accepts for Set.VersionTable.
 var versionTable = regexp.MustCompile(`^[a-z_][a-z0-9_]{0,62}$`)
 
+// reservedVersionTables are the version tables no directory set may use:
+// goose would read the versions of another set (up skipping the user's
+// migrations, down running the user's SQL and deleting the other set's
+// row).
+var reservedVersionTables = map[string]string{
+	migrations.VersionTable:       "the framework's set's version table",
+	migrations.LegacyVersionTable: "the version table of the single-set releases, which the framework's and the app's sets adopt from",
+	appmigrations.VersionTable:    "the reference app's set's version table",
+}
+
 // setFlags are the sets `outflow migrate` works on: --set (repeatable) and
 // the version tables of the directory sets.
 type setFlags struct {
@@ -48,7 +58,9 @@ func (f *setFlags) register(cmd *cobra.Command) {
 			`"app" (the reference payments app's: never applied unless named), or NAME=DIR, a directory of goose files `+
 			`(NNNNN_name.sql) recorded in NAME_schema_migrations`)
 	cmd.PersistentFlags().StringArrayVar(&f.versionTables, "version-table", nil,
-		"NAME=TABLE: the version table of the directory set NAME (default NAME_schema_migrations), repeatable")
+		"NAME=TABLE: the version table of the directory set NAME (default NAME_schema_migrations), repeatable: "+
+			"a goose version table of that set alone, or a table that does not exist yet (never "+
+			migrations.VersionTable+", "+migrations.LegacyVersionTable+" or "+appmigrations.VersionTable+")")
 }
 
 // resolve returns the sets named, in the order named, each checked:
@@ -62,6 +74,9 @@ func (f *setFlags) resolve() ([]migrations.Set, error) {
 		}
 		if !versionTable.MatchString(table) {
 			return nil, fmt.Errorf("invalid --version-table %q: TABLE must be a lower-case unqualified SQL identifier", v)
+		}
+		if reserved, ok := reservedVersionTables[table]; ok {
+			return nil, fmt.Errorf("invalid --version-table %q: %s is %s: a directory set needs a version table of its own", v, table, reserved)
 		}
 		if _, dup := tables[name]; dup {
 			return nil, fmt.Errorf("invalid --version-table %q: set %s given a version table twice", v, name)
@@ -108,6 +123,55 @@ func (f *setFlags) resolve() ([]migrations.Set, error) {
 		}
 	}
 	return sets, nil
+}
+
+// flagOf names the flag that chose set's version table, for an error
+// about it: --version-table NAME=TABLE, or --set for the default one.
+func (f *setFlags) flagOf(set migrations.Set) string {
+	for _, v := range f.versionTables {
+		if name, _, _ := strings.Cut(v, "="); name == set.Name {
+			return "--version-table " + v
+		}
+	}
+	return fmt.Sprintf("--set %s (its version table %s)", set.Name, set.VersionTable)
+}
+
+// checkVersionTables refuses, before anything runs, a directory set whose
+// version table exists and is not a goose version table (one of the
+// service's own tables, say): goose would take its rows for versions.
+// Package migrations refuses it too (migrations.ErrNotVersionTable), when
+// a table of that name appears while the sets before it run.
+func (f *setFlags) checkVersionTables(ctx context.Context, db *sql.DB, sets []migrations.Set) error {
+	for _, set := range sets {
+		if set.Name == setFramework || set.Name == setApp {
+			continue
+		}
+		var exists, goose bool
+		if err := db.QueryRowContext(ctx, `SELECT to_regclass($1) IS NOT NULL,
+			(SELECT count(*) FROM pg_attribute WHERE attrelid = to_regclass($1) AND NOT attisdropped AND attnum > 0
+			   AND attname IN ('id', 'version_id', 'is_applied', 'tstamp')) = 4`, set.VersionTable).Scan(&exists, &goose); err != nil {
+			return fmt.Errorf("look for version table %s: %w", set.VersionTable, err)
+		}
+		if exists && !goose {
+			return fmt.Errorf("invalid %s: table %s exists and is not a goose version table (no id, version_id, is_applied and tstamp columns): "+
+				"name a table of the set's own", f.flagOf(set), set.VersionTable)
+		}
+	}
+	return nil
+}
+
+// flagError names the flag of the set whose version table package
+// migrations refused.
+func (f *setFlags) flagError(err error, sets []migrations.Set) error {
+	if !errors.Is(err, migrations.ErrNotVersionTable) {
+		return err
+	}
+	for _, set := range sets {
+		if strings.Contains(err.Error(), "set "+set.Name+":") {
+			return fmt.Errorf("invalid %s: %w", f.flagOf(set), err)
+		}
+	}
+	return err
 }
 
 // dirSet is a set of goose files in dir, which must hold at least one.
@@ -178,11 +242,11 @@ func newMigrateCmd(e *env) *cobra.Command {
 		sets, err = flags.forward()
 		return err
 	}
-	withDB := func(check func() error, run func(cmd *cobra.Command, db *sql.DB) error) func(*cobra.Command, []string) error {
+	withDB := func(check func() error, run func(cmd *cobra.Command, db *sql.DB, pool *pgxpool.Pool) error) func(*cobra.Command, []string) error {
 		return e.withPool(check, func(cmd *cobra.Command, pool *pgxpool.Pool) error {
 			db := stdlib.OpenDBFromPool(pool)
 			defer db.Close()
-			return run(cmd, db)
+			return run(cmd, db, pool)
 		})
 	}
 	migrator := func(db *sql.DB, set migrations.Set) (*migrations.Migrator, error) {
@@ -205,14 +269,17 @@ func newMigrateCmd(e *env) *cobra.Command {
 			}
 			sets = named
 			return nil
-		}, func(cmd *cobra.Command, db *sql.DB) error {
+		}, func(cmd *cobra.Command, db *sql.DB, _ *pgxpool.Pool) error {
+			if err := flags.checkVersionTables(cmd.Context(), db, sets); err != nil {
+				return err
+			}
 			m, err := migrator(db, sets[0])
 			if err != nil {
 				return err
 			}
 			r, err := m.Down(cmd.Context())
 			if err != nil {
-				return err
+				return flags.flagError(err, sets)
 			}
 			if r == nil {
 				fmt.Fprintf(cmd.OutOrStdout(), "nothing to roll back in %s\n", sets[0].Name)
@@ -227,12 +294,15 @@ func newMigrateCmd(e *env) *cobra.Command {
 		Use:   "status",
 		Short: "List the migrations of the framework's set and of those --set names, and whether each is applied",
 		Args:  cobra.NoArgs,
-		RunE: withDB(check, func(cmd *cobra.Command, db *sql.DB) error {
+		RunE: withDB(check, func(cmd *cobra.Command, db *sql.DB, _ *pgxpool.Pool) error {
 			type row struct {
 				Set     string `json:"set"`
 				Version int64  `json:"version"`
 				Name    string `json:"name"`
 				Applied bool   `json:"applied"`
+			}
+			if err := flags.checkVersionTables(cmd.Context(), db, sets); err != nil {
+				return err
 			}
 			var rows []row
 			for _, set := range sets {
@@ -242,7 +312,7 @@ func newMigrateCmd(e *env) *cobra.Command {
 				}
 				ss, err := m.Status(cmd.Context())
 				if err != nil {
-					return err
+					return flags.flagError(err, sets)
 				}
 				for _, s := range ss {
 					rows = append(rows, row{set.Name, s.Version, s.Name, s.Applied})
@@ -269,18 +339,21 @@ func newMigrateCmd(e *env) *cobra.Command {
 			Use:   "up",
 			Short: "Apply every pending migration: the framework's set, then those --set names, in order (a no-op when up to date)",
 			Args:  cobra.NoArgs,
-			RunE: withDB(check, func(cmd *cobra.Command, db *sql.DB) error {
+			RunE: withDB(check, func(cmd *cobra.Command, db *sql.DB, pool *pgxpool.Pool) error {
+				if err := flags.checkVersionTables(cmd.Context(), db, sets); err != nil {
+					return err
+				}
 				applied, err := migrations.UpSets(cmd.Context(), db, migrations.Config{}, sets...)
 				for _, a := range applied {
 					fmt.Fprintf(cmd.OutOrStdout(), "applied %s %d %s\n", a.Set, a.Version, a.Name)
 				}
 				if err != nil {
-					return err
+					return flags.flagError(err, sets)
 				}
 				if len(applied) == 0 {
 					fmt.Fprintln(cmd.OutOrStdout(), "schema is up to date")
 				}
-				return warnAppNotNamed(cmd, db, sets)
+				return warnAppNotNamed(cmd, pool, sets)
 			}),
 		},
 		down,
@@ -290,36 +363,17 @@ func newMigrateCmd(e *env) *cobra.Command {
 }
 
 // warnAppNotNamed says, on a database where the reference app's set is
-// installed, that `up` left it alone: its operator, used to the releases
-// that applied it by default, learns the flag now rather than from a
-// failing query of a migration never run.
-func warnAppNotNamed(cmd *cobra.Command, db *sql.DB, sets []migrations.Set) error {
+// installed (appInstalled), that `up` left it alone: its operator, used to
+// the releases that applied it by default, learns the flag now rather than
+// from a failing query of a migration never run.
+func warnAppNotNamed(cmd *cobra.Command, pool *pgxpool.Pool, sets []migrations.Set) error {
 	if slices.ContainsFunc(sets, func(s migrations.Set) bool { return s.Name == setApp }) {
 		return nil
 	}
-	// The single-set releases' version table means their app tables too.
-	for _, table := range []string{appmigrations.VersionTable, migrations.LegacyVersionTable} {
-		installed, err := tableExists(cmd.Context(), db, table)
-		if err != nil {
-			return err
-		}
-		if !installed {
-			continue
-		}
-		fmt.Fprintf(cmd.ErrOrStderr(), "note: the reference app's tables are installed here (%s) and were not migrated: add --set %s to migrate them\n",
-			table, setApp)
-		return nil
+	installed, err := appInstalled(cmd.Context(), pool)
+	if err != nil || !installed {
+		return err
 	}
+	fmt.Fprintf(cmd.ErrOrStderr(), "note: the reference app's tables are installed here and were not migrated: add --set %s to migrate them\n", setApp)
 	return nil
-}
-
-// tableExists says whether table is on the connection's search_path.
-func tableExists(ctx context.Context, db interface {
-	QueryRowContext(context.Context, string, ...any) *sql.Row
-}, table string) (bool, error) {
-	var ok bool
-	if err := db.QueryRowContext(ctx, `SELECT to_regclass($1) IS NOT NULL`, table).Scan(&ok); err != nil {
-		return false, fmt.Errorf("look for table %s: %w", table, err)
-	}
-	return ok, nil
 }

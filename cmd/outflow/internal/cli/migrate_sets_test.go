@@ -104,7 +104,17 @@ func TestMigrateSetFlagsRefused(t *testing.T) {
 		{[]string{"migrate", "up", "--version-table", "refunds=r"}, "invalid --version-table refunds=r: no --set refunds=DIR"},
 		{[]string{"migrate", "up", "--set", "app", "--version-table", "app=x"}, "invalid --version-table app=x: the built-in set app keeps its own"},
 		{[]string{"migrate", "up", "--set", "refunds=" + refundsDir, "--version-table", "refunds=outflow_migrations"},
-			"invalid --version-table: sets outflow and refunds share the version table outflow_migrations"},
+			`invalid --version-table "refunds=outflow_migrations": outflow_migrations is the framework's set's version table`},
+		{[]string{"migrate", "down", "--set", "refunds=" + refundsDir, "--version-table", "refunds=outflow_migrations"},
+			`invalid --version-table "refunds=outflow_migrations": outflow_migrations is the framework's set's version table`},
+		{[]string{"migrate", "up", "--set", "refunds=" + refundsDir, "--version-table", "refunds=app_schema_migrations"},
+			`invalid --version-table "refunds=app_schema_migrations": app_schema_migrations is the reference app's set's version table`},
+		{[]string{"migrate", "down", "--set", "refunds=" + refundsDir, "--version-table", "refunds=app_schema_migrations"},
+			`invalid --version-table "refunds=app_schema_migrations": app_schema_migrations is the reference app's`},
+		{[]string{"migrate", "status", "--set", "refunds=" + refundsDir, "--version-table", "refunds=outflow_schema_migrations"},
+			`invalid --version-table "refunds=outflow_schema_migrations": outflow_schema_migrations is the version table of the single-set releases`},
+		{[]string{"migrate", "down", "--set", "refunds=" + refundsDir, "--version-table", "refunds=outflow_schema_migrations"},
+			`invalid --version-table "refunds=outflow_schema_migrations": outflow_schema_migrations is the version table of the single-set releases`},
 		{[]string{"migrate", "up", "--set", "refunds=" + refundsDir, "--version-table", "refunds=Bad-Name"},
 			`invalid --version-table "refunds=Bad-Name": TABLE must be a lower-case unqualified SQL identifier`},
 		{[]string{"migrate", "down"}, "invalid --set: down rolls back one set: name exactly one"},
@@ -115,6 +125,53 @@ func TestMigrateSetFlagsRefused(t *testing.T) {
 		require.Contains(t, string(out), tt.want, "%v", tt.args)
 	}
 	require.Empty(t, schemaTables(t, s), "nothing ran")
+}
+
+// A directory set's version table that exists and is not a goose version
+// table (the service's own table, one of the framework's) is refused,
+// naming the flag that chose it, before any migration of the set runs and
+// with the table left as it was.
+func TestMigrateRefusesATableThatIsNotAVersionTable(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	s := outflowtest.NewEmptySchema(t)
+	env := map[string]string{"DATABASE_URL": s.URL}
+	_, err := s.Pool.Exec(ctx, `CREATE TABLE refunds_log (id int, note text); INSERT INTO refunds_log VALUES (1, 'kept');
+		CREATE TABLE refunds_schema_migrations (version_id bigint, note text)`)
+	require.NoError(t, err)
+	for _, tt := range []struct {
+		args []string
+		want string
+	}{
+		{[]string{"migrate", "up", "--set", "refunds=" + refundsDir, "--version-table", "refunds=refunds_log"},
+			"invalid --version-table refunds=refunds_log: table refunds_log exists and is not a goose version table"},
+		{[]string{"migrate", "down", "--set", "refunds=" + refundsDir, "--version-table", "refunds=refunds_log"},
+			"invalid --version-table refunds=refunds_log: table refunds_log exists and is not a goose version table"},
+		{[]string{"migrate", "status", "--set", "refunds=" + refundsDir, "--version-table", "refunds=refunds_log"},
+			"invalid --version-table refunds=refunds_log: table refunds_log exists and is not a goose version table"},
+		{[]string{"migrate", "up", "--set", "refunds=" + refundsDir},
+			"invalid --set refunds (its version table refunds_schema_migrations): table refunds_schema_migrations exists and is not a goose version table"},
+	} {
+		out, err := command(env, tt.args...).CombinedOutput()
+		require.Error(t, err, "%v: %s", tt.args, out)
+		require.Contains(t, string(out), tt.want, "%v", tt.args)
+	}
+	require.ElementsMatch(t, []string{"refunds_log", "refunds_schema_migrations"}, schemaTables(t, s), "nothing ran")
+
+	// One of the framework's tables, created by the framework's set in the
+	// same run: refused by package migrations before the set's first
+	// migration, the flag named.
+	out, err := command(env, "migrate", "up", "--set", "refunds="+refundsDir, "--version-table", "refunds=outbox").CombinedOutput()
+	require.Error(t, err, "%s", out)
+	require.Contains(t, string(out), "invalid --version-table refunds=outbox:")
+	require.Contains(t, string(out), "not a goose version table")
+	require.NotContains(t, schemaTables(t, s), "refunds", "none of the set's migrations ran")
+	var note string
+	require.NoError(t, s.Pool.QueryRow(ctx, `SELECT note FROM refunds_log`).Scan(&note))
+	require.Equal(t, "kept", note)
+	out, err = command(env, "migrate", "up", "--set", "refunds="+refundsDir, "--version-table", "refunds=outbox").CombinedOutput()
+	require.Error(t, err, "%s", out)
+	require.Contains(t, string(out), "invalid --version-table refunds=outbox: table outbox exists and is not a goose version table")
 }
 
 // `make demo` runs scripts/demo.sh, whose migrate step must name the

@@ -39,3 +39,28 @@ func TestMigrateUpUpgradesSingleSetDatabase(t *testing.T) {
 	require.NoError(t, err, "%s", out)
 	require.NotContains(t, string(out), "pending")
 }
+
+// `migrate up` without --set app says where the app is installed (here a
+// database of the single-set release, its versions in that release's
+// table) that its tables were left alone, and says nothing on a service
+// whose own tables have the app's names.
+func TestMigrateUpNotesTheAppLeftAlone(t *testing.T) {
+	t.Parallel()
+	legacy := outflowtest.NewEmptySchema(t)
+	p, err := goose.NewProvider(goose.DialectPostgres, legacy.OpenDB(t), os.DirFS("../../../../migrations/testdata/legacy"),
+		goose.WithTableName(migrations.LegacyVersionTable), goose.WithDisableGlobalRegistry(true),
+		goose.WithSlog(slog.New(slog.DiscardHandler)))
+	require.NoError(t, err)
+	_, err = p.UpTo(context.Background(), 7)
+	require.NoError(t, err)
+	out, err := command(map[string]string{"DATABASE_URL": legacy.URL}, "migrate", "up").CombinedOutput()
+	require.NoError(t, err, "%s", out)
+	require.Contains(t, string(out), "note: the reference app's tables are installed here and were not migrated: add --set app")
+
+	own := outflowtest.NewSchema(t)
+	_, err = own.Pool.Exec(context.Background(), `CREATE TABLE webhook_deliveries (endpoint text)`)
+	require.NoError(t, err)
+	out, err = command(map[string]string{"DATABASE_URL": own.URL}, "migrate", "up").CombinedOutput()
+	require.NoError(t, err, "%s", out)
+	require.NotContains(t, string(out), "note:")
+}

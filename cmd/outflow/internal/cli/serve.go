@@ -161,7 +161,7 @@ func serve(ctx context.Context, cfg config.Config, shutdownTimeout, keyTTL time.
 		return err
 	}
 	if !installed {
-		return fmt.Errorf("the payments API needs the reference app's tables (%s is missing): run `outflow migrate up --set outflow --set app`", appTable)
+		return fmt.Errorf("the payments API needs the reference app's tables (%s): run `outflow migrate up --set outflow --set app`", appNotInstalled)
 	}
 
 	writer, err := outbox.NewWriter(outbox.Config{Routes: app.Routes, Logger: logger})

@@ -4,8 +4,10 @@
 package config
 
 import (
+	"bytes"
 	"crypto/sha256"
 	"encoding/hex"
+	"errors"
 	"fmt"
 	"log/slog"
 	"net"
@@ -146,7 +148,9 @@ var settings = []setting{
 	{"audit-interval", "AUDIT_INTERVAL", DefaultAuditInterval, "how often the forwarder holding partition 0 checks the broker for entries it lost after acknowledging them (a flush, a restart without persistence, a failover to a replica behind) and publishes them again; negative disables (docs/broker-loss.md)"},
 	{"console-addr", "CONSOLE_ADDR", DefaultConsoleAddr, "address the operator console listens on (outflow console; outflow serve --roles console)"},
 	{"console-insecure-cookie", "CONSOLE_INSECURE_COOKIE", "false", "send the console's session cookie without Secure, so that a browser keeps it over plain http: only with a loopback --console-addr (behind a TLS proxy, leave it false)"},
-	{"console-operator-key-sha256", "CONSOLE_OPERATOR_KEY_SHA256", "", "hex SHA-256 of the key that logs in to the console on a database without the reference app's tables (e.g. printf %s \"$KEY\" | sha256sum | cut -d' ' -f1); where they are installed, admin API keys log in"},
+	{"console-operator-key-sha256", "CONSOLE_OPERATOR_KEY_SHA256", "", "hex SHA-256 of the key that logs in to the console on a database without the reference app's tables (where they are installed, admin API keys log in). " +
+		"Set it in the environment: a flag's value is visible to other users of the machine (ps). " +
+		"Make the key of 32 random bytes, then hash it: KEY=$(openssl rand -base64 32); printf %s \"$KEY\" | sha256sum | cut -d' ' -f1"},
 	{"webhook-secret-grace", "WEBHOOK_SECRET_GRACE", DefaultWebhookSecretGrace, "how long a merchant's previous webhook secret stays valid after a rotation (webhooks are signed with both meanwhile; 0s to 720h)"},
 }
 
@@ -287,6 +291,10 @@ func (f *Flags) Load() (Config, error) {
 				cfg.ConsoleOperatorKeySHA256, err = hex.DecodeString(v)
 				if err != nil || len(cfg.ConsoleOperatorKeySHA256) != sha256.Size {
 					err = fmt.Errorf("want %d hex digits, the SHA-256 of the operator key (printf %%s \"$KEY\" | sha256sum | cut -d' ' -f1)", 2*sha256.Size)
+				} else if empty := sha256.Sum256(nil); bytes.Equal(cfg.ConsoleOperatorKeySHA256, empty[:]) {
+					// Only this one is known from the hash alone: the
+					// key's strength cannot be checked, make it random.
+					err = errors.New("that is the SHA-256 of an empty key: make the key of 32 random bytes (KEY=$(openssl rand -base64 32))")
 				}
 			}
 		case "webhook-secret-grace":

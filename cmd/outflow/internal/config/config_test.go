@@ -6,6 +6,7 @@ import (
 	"time"
 
 	"github.com/spf13/pflag"
+	"github.com/stretchr/testify/require"
 )
 
 func TestLoad(t *testing.T) {
@@ -67,6 +68,12 @@ func TestLoad(t *testing.T) {
 			wantErr: "invalid --console-operator-key-sha256: want 64 hex digits"},
 		{name: "not hex", env: map[string]string{"CONSOLE_OPERATOR_KEY_SHA256": strings.Repeat("zz", 32)},
 			wantErr: "invalid CONSOLE_OPERATOR_KEY_SHA256: want 64 hex digits"},
+		{name: "operator key hash in the environment", env: map[string]string{"CONSOLE_OPERATOR_KEY_SHA256": strings.Repeat("cd", 32)},
+			check: func(c Config) bool {
+				return len(c.ConsoleOperatorKeySHA256) == 32 && c.ConsoleOperatorKeySHA256[0] == 0xcd
+			}},
+		{name: "empty key's hash", env: map[string]string{"CONSOLE_OPERATOR_KEY_SHA256": "e3b0c44298fc1c149afbf4c8996fb92427ae41e4649b934ca495991b7852b855"},
+			wantErr: "invalid CONSOLE_OPERATOR_KEY_SHA256: that is the SHA-256 of an empty key"},
 		{name: "audit defaults", check: func(c Config) bool { return c.AuditInterval == 20*time.Second }},
 		{name: "audit off", env: map[string]string{"AUDIT_INTERVAL": "-1s"}, check: func(c Config) bool { return c.AuditInterval < 0 }},
 		{name: "audit set", args: []string{"--audit-interval", "5s"}, check: func(c Config) bool {
@@ -120,4 +127,16 @@ func TestLoad(t *testing.T) {
 			}
 		})
 	}
+}
+
+// The operator key's hash is given in the environment: the flag's help
+// says why (ps shows a flag's value to every user of the machine) and how
+// to make the key.
+func TestOperatorKeyFlagSaysToUseTheEnvironment(t *testing.T) {
+	fs := pflag.NewFlagSet("t", pflag.ContinueOnError)
+	Register(fs)
+	usage := fs.Lookup("console-operator-key-sha256").Usage
+	require.Contains(t, usage, "Set it in the environment: a flag's value is visible to other users of the machine (ps)")
+	require.Contains(t, usage, "openssl rand -base64 32")
+	require.Contains(t, usage, "(env CONSOLE_OPERATOR_KEY_SHA256)")
 }
