@@ -1296,20 +1296,27 @@ func TestRepartitionWaitsForABatchOut(t *testing.T) {
 	outflowtest.WaitFor(t, 10*time.Second, "a leases the partition", func() bool { return e.countPartitionsOwned() == 1 })
 	bb.holdFirst(e)
 	// a's heartbeat and lease stall (its lease loop waits on the test's
-	// lock) and age past liveWithin: a counts as stopped.
-	stuck, err := e.schema.Pool.Begin(ctx)
-	require.NoError(t, err)
+	// lock) and age past liveWithin: a counts as stopped. The ageing must
+	// commit to be seen, and a lease tick of a's may slip in between it
+	// and the lock that stalls the next one, renewing both: then again.
+	var stuck pgx.Tx
+	outflowtest.WaitFor(t, 10*time.Second, "a's heartbeat aged and its lease loop stalled", func() bool {
+		_, err := e.schema.Pool.Exec(ctx, `UPDATE outbox_forwarders SET heartbeat_at = now() - interval '1 hour' WHERE id = 'a';
+			UPDATE outbox_partitions SET lease_until = now() - interval '1 second'`)
+		require.NoError(t, err)
+		tx, err := e.schema.Pool.Begin(ctx)
+		require.NoError(t, err)
+		var aged bool
+		require.NoError(t, tx.QueryRow(ctx, `SELECT heartbeat_at < now() - interval '30 minutes'
+			FROM outbox_forwarders WHERE id = 'a' FOR UPDATE`).Scan(&aged))
+		if !aged {
+			_ = tx.Rollback(ctx)
+			return false
+		}
+		stuck = tx
+		return true
+	})
 	t.Cleanup(func() { _ = stuck.Rollback(ctx) })
-	_, err = stuck.Exec(ctx, `SELECT 1 FROM outbox_forwarders WHERE id = 'a' FOR UPDATE`)
-	require.NoError(t, err)
-	_, err = stuck.Exec(ctx, `UPDATE outbox_forwarders SET heartbeat_at = now() - interval '1 hour' WHERE id = 'a';
-		UPDATE outbox_partitions SET lease_until = now() - interval '1 second'`)
-	require.NoError(t, err)
-	require.NoError(t, stuck.Commit(ctx))
-	stuck, err = e.schema.Pool.Begin(ctx)
-	require.NoError(t, err)
-	_, err = stuck.Exec(ctx, `SELECT 1 FROM outbox_forwarders WHERE id = 'a' FOR UPDATE`)
-	require.NoError(t, err)
 
 	done := make(chan error, 1)
 	go func() { done <- forwarder.Repartition(ctx, e.schema.Pool, 4, time.Second) }()
