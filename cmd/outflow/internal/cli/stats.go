@@ -163,7 +163,7 @@ func newStatsCmd(e *env) *cobra.Command {
 				fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%d\t%d\t%d\n", name, orDash(cs.Topic), lag, age, cs.Held, cs.Retrying, cs.Dead)
 			}
 			if len(s.Audit) == 0 {
-				fmt.Fprintln(tw, "\nbroker audit\tnot run (a broker that is no Auditor, or the audit off)")
+				fmt.Fprintln(tw, "\nbroker audit\tnot run yet (every --audit-interval, by the forwarder holding partition 0, on a broker that keeps receipts: Redis, NATS, Kafka)")
 				return tw.Flush()
 			}
 			fmt.Fprintln(tw, "\nAUDITED BROKER TOPIC\tMODE\tLAST CHECKED\tLAST LOSS\tREPAIRED")
