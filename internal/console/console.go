@@ -1,6 +1,7 @@
 package console
 
 import (
+	"context"
 	"crypto/sha256"
 	"embed"
 	"errors"
@@ -72,6 +73,11 @@ type Config struct {
 	// AggregateType is what a journey's query names when it is not a
 	// message id; defaults to "payment" (a payment id is its aggregate id).
 	AggregateType string
+	// ReadTimeout bounds every read a page makes of the database, waiting
+	// for a connection of the pool included: a page whose reads are stuck
+	// behind a lock answers anyway, with what it could not read shown as
+	// unavailable. Defaults to [DefaultReadTimeout].
+	ReadTimeout time.Duration
 	// FrameworkOnly serves a database that holds the framework's tables
 	// and none of the reference app's (a service of one's own built on
 	// the framework): the login is the operator key of OperatorKeySHA256,
@@ -86,6 +92,10 @@ type Config struct {
 	// Required with FrameworkOnly, refused without it.
 	OperatorKeySHA256 []byte
 }
+
+// DefaultReadTimeout is Config.ReadTimeout's default: short enough that
+// a page stuck behind a lock still answers within a second.
+const DefaultReadTimeout = 700 * time.Millisecond
 
 // ErrInvalidConfig is returned by [New] for a Config it cannot use.
 var ErrInvalidConfig = errors.New("console: invalid config")
@@ -113,8 +123,11 @@ func New(cfg Config) (*Console, error) {
 	if cfg.Pool == nil {
 		return nil, fmt.Errorf("%w: Pool is required", ErrInvalidConfig)
 	}
-	if cfg.SessionTTL < 0 || cfg.PageSize < 0 || cfg.RateSampleInterval < 0 || cfg.RateWindow < 0 {
-		return nil, fmt.Errorf("%w: SessionTTL, PageSize, RateSampleInterval and RateWindow must not be negative", ErrInvalidConfig)
+	if cfg.SessionTTL < 0 || cfg.PageSize < 0 || cfg.RateSampleInterval < 0 || cfg.RateWindow < 0 || cfg.ReadTimeout < 0 {
+		return nil, fmt.Errorf("%w: SessionTTL, PageSize, RateSampleInterval, RateWindow and ReadTimeout must not be negative", ErrInvalidConfig)
+	}
+	if cfg.ReadTimeout == 0 {
+		cfg.ReadTimeout = DefaultReadTimeout
 	}
 	switch {
 	case cfg.FrameworkOnly && len(cfg.OperatorKeySHA256) != sha256.Size:
@@ -223,6 +236,16 @@ func (c *Console) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		http.Error(w, msg, status)
 		return
 	}
+	if r.Method == http.MethodGet || r.Method == http.MethodHead {
+		// A page only reads: its session lookup and its queries end by
+		// this deadline (the overview's panels, each within ReadTimeout,
+		// sooner), so a database stuck behind a lock leaves the console
+		// answering instead of holding the request, and its pool's
+		// connections, for as long as the lock lasts.
+		ctx, cancel := context.WithTimeout(r.Context(), c.cfg.ReadTimeout+c.cfg.ReadTimeout/4)
+		defer cancel()
+		r = r.WithContext(ctx)
+	}
 	c.mux.ServeHTTP(w, r)
 }
 
@@ -312,6 +335,12 @@ func (c *Console) render(w http.ResponseWriter, status int, name string, p page)
 }
 
 func (c *Console) fail(w http.ResponseWriter, r *http.Request, err error) {
+	if errors.Is(err, context.DeadlineExceeded) || errors.Is(r.Context().Err(), context.DeadlineExceeded) {
+		c.log.Warn("console: the database did not answer in time", "path", r.URL.Path, "error", err.Error())
+		http.Error(w, fmt.Sprintf("the database did not answer within %s (a lock, or an overloaded server): try again", c.cfg.ReadTimeout),
+			http.StatusServiceUnavailable)
+		return
+	}
 	c.log.Error("console: request failed", "path", r.URL.Path, "error", err.Error())
 	http.Error(w, "internal error (logged)", http.StatusInternalServerError)
 }

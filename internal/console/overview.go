@@ -6,10 +6,10 @@ import (
 	"net/http"
 	"slices"
 	"strconv"
+	"sync"
 	"time"
 
 	"github.com/jackc/pgx/v5"
-	"golang.org/x/sync/errgroup"
 
 	"github.com/outflow-dev/outflow/forwarder"
 	"github.com/outflow-dev/outflow/handlers"
@@ -37,39 +37,62 @@ type overview struct {
 	Consumers  []consumerRow
 	Webhooks   *handlers.WebhookStats // nil: the app's tables are not installed (FrameworkOnly)
 	At         time.Time
+	// Unavailable names the panels ("outbox", "webhooks", "consumers",
+	// "partitions") whose read failed or did not end within ReadTimeout,
+	// with why: the page shows them so and the rest as read.
+	Unavailable map[string]string
 }
 
 // readOverview reads the overview's numbers: every query reads pending or
 // open rows through their partial indexes, or small tables. The reads are
 // independent, so they run at once, each on a connection of its own: the
 // overview takes as long as its slowest read, not the sum of them (issue
-// 16 asks for 100 ms).
-func (c *Console) readOverview(ctx context.Context) (overview, error) {
+// 16 asks for 100 ms). Each is bounded by ReadTimeout, and one that fails
+// makes its panel unavailable, not the page: a lock on one table leaves
+// the others' numbers on screen.
+func (c *Console) readOverview(ctx context.Context) overview {
 	var (
-		o      overview
+		o      = overview{Unavailable: map[string]string{}}
 		parked map[string]idempotency.ParkedCounts
 		lags   = make([]string, len(c.cfg.Consumers))
+		mu     sync.Mutex
+		wg     sync.WaitGroup
 	)
 	// The total is stamped when its read starts: a sample the rate's
 	// sampler takes while a slow read runs is then newer, and the ring keeps
 	// its samples in time order (see rateRing.add).
 	o.At = c.now()
-	g, gctx := errgroup.WithContext(ctx)
-	g.Go(func() (err error) {
-		o.Outbox, err = forwarder.ReadStats(gctx, c.cfg.Pool)
+	panel := func(name string, read func(ctx context.Context) error) {
+		wg.Go(func() {
+			rctx, cancel := context.WithTimeout(ctx, c.cfg.ReadTimeout)
+			defer cancel()
+			if err := read(rctx); err != nil {
+				why := "the read failed (logged)"
+				if rctx.Err() != nil {
+					why = fmt.Sprintf("the database did not answer within %s", c.cfg.ReadTimeout)
+				}
+				c.log.Warn("console: overview panel unavailable", "panel", name, "error", err.Error())
+				mu.Lock()
+				o.Unavailable[name] = why
+				mu.Unlock()
+			}
+		})
+	}
+	panel("outbox", func(ctx context.Context) (err error) {
+		o.Outbox, err = forwarder.ReadStats(ctx, c.cfg.Pool)
 		return err
 	})
 	if !c.cfg.FrameworkOnly {
-		g.Go(func() error {
-			w, err := handlers.ReadWebhookStats(gctx, c.cfg.Pool)
+		panel("webhooks", func(ctx context.Context) error {
+			w, err := handlers.ReadWebhookStats(ctx, c.cfg.Pool)
 			o.Webhooks = &w
 			return err
 		})
 	}
-	g.Go(func() error {
+	panel("partitions", func(ctx context.Context) error {
 		// The lease's last renewal is not stored: the owner's heartbeat (it
 		// renews its leases on the same tick) and the lease's end say it.
-		rows, err := c.cfg.Pool.Query(gctx, `
+		rows, err := c.cfg.Pool.Query(ctx, `
 			SELECT p.partition, coalesce(p.owner, ''), p.lease_until, f.heartbeat_at, p.published_total
 			FROM outbox_partitions p LEFT JOIN outbox_forwarders f ON f.id = p.owner ORDER BY p.partition`)
 		if err != nil {
@@ -80,8 +103,8 @@ func (c *Console) readOverview(ctx context.Context) (overview, error) {
 		}
 		return nil
 	})
-	g.Go(func() (err error) {
-		parked, err = idempotency.ReadParkedCounts(gctx, c.cfg.Pool)
+	panel("consumers", func(ctx context.Context) (err error) {
+		parked, err = idempotency.ReadParkedCounts(ctx, c.cfg.Pool)
 		return err
 	})
 	// The broker's lags one after the other, as every other caller of a
@@ -89,25 +112,26 @@ func (c *Console) readOverview(ctx context.Context) (overview, error) {
 	// concurrent calls), beside the database's reads. A lag the broker
 	// cannot tell is shown unknown, not an error: the rest of the overview
 	// is still worth showing.
-	g.Go(func() error {
+	wg.Go(func() {
+		lctx, cancel := context.WithTimeout(ctx, c.cfg.ReadTimeout)
+		defer cancel()
 		for i, cs := range c.cfg.Consumers {
 			lags[i] = "n/a"
-			if c.cfg.Lag == nil {
+			if c.cfg.Lag == nil || lctx.Err() != nil {
 				continue
 			}
-			lag, err := c.cfg.Lag.Lag(gctx, cs.Name, cs.Topic)
+			lag, err := c.cfg.Lag.Lag(lctx, cs.Name, cs.Topic)
 			if err != nil {
 				c.log.Warn("console: consumer lag unknown", "consumer", cs.Name, "error", err.Error())
 				continue
 			}
 			lags[i] = strconv.FormatInt(lag.Events, 10)
 		}
-		return nil
 	})
-	if err := g.Wait(); err != nil {
-		return o, err
+	wg.Wait()
+	if _, ok := o.Unavailable["outbox"]; !ok {
+		o.Rate = c.rate(o.Outbox.PublishedTotal, o.At)
 	}
-	o.Rate = c.rate(o.Outbox.PublishedTotal, o.At)
 	seen := map[string]bool{}
 	for i, cs := range c.cfg.Consumers {
 		seen[cs.Name] = true
@@ -123,15 +147,11 @@ func (c *Console) readOverview(ctx context.Context) (overview, error) {
 	for _, name := range others {
 		o.Consumers = append(o.Consumers, consumerRow{Name: name, Lag: "n/a", ParkedCounts: parked[name]})
 	}
-	return o, nil
+	return o
 }
 
 func (c *Console) overviewPage(w http.ResponseWriter, r *http.Request, s session) {
-	o, err := c.readOverview(r.Context())
-	if err != nil {
-		c.fail(w, r, err)
-		return
-	}
+	o := c.readOverview(r.Context())
 	p := c.pageFor(s, "Overview")
 	p.Data = o
 	c.render(w, http.StatusOK, "overview", p)
@@ -139,11 +159,7 @@ func (c *Console) overviewPage(w http.ResponseWriter, r *http.Request, s session
 
 // overviewFragment is the overview's live part, which console.js swaps in.
 func (c *Console) overviewFragment(w http.ResponseWriter, r *http.Request, s session) {
-	o, err := c.readOverview(r.Context())
-	if err != nil {
-		c.fail(w, r, err)
-		return
-	}
+	o := c.readOverview(r.Context())
 	w.Header().Set("Content-Type", "text/html; charset=utf-8")
 	if err := c.pages["overview"].ExecuteTemplate(w, "overview-body", o); err != nil {
 		c.log.Error("console: render fragment", "error", err.Error())

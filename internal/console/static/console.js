@@ -4,22 +4,34 @@
 (function () {
   "use strict";
 
-  // Live refresh: swap in the fragment every 2s; a lost session reloads
-  // the page, which sends the browser to /login.
+  // Live refresh: swap in the fragment 2s after the last answer came (never
+  // a request while one waits: a slow database would have them pile up);
+  // a lost session reloads the page, which sends the browser to /login.
+  // When a refresh fails, the numbers on screen are old, and the page says
+  // so, with their age, until one succeeds.
   function refresh(el) {
     var url = el.getAttribute("data-refresh");
-    setInterval(function () {
-      if (document.hidden) { return; }
+    var lastGood = Date.now();
+    function stale() {
+      var at = el.querySelector("#overview-at");
+      if (!at) { return; }
+      at.className = "stale";
+      at.textContent = "Stale: these numbers are " + Math.round((Date.now() - lastGood) / 1000) +
+        "s old; the console could not refresh them (the database or the console is not answering).";
+    }
+    function tick() {
+      if (document.hidden) { setTimeout(tick, 2000); return; }
       fetch(url, { credentials: "same-origin", redirect: "manual" }).then(function (res) {
         if (res.type === "opaqueredirect" || res.status === 403 || res.status === 401) {
           window.location.reload();
           return null;
         }
-        return res.ok ? res.text() : null;
+        return res.ok ? res.text() : undefined;
       }).then(function (html) {
-        if (html !== null && html !== undefined) { el.innerHTML = html; }
-      }).catch(function () { /* the next tick tries again */ });
-    }, 2000);
+        if (html === undefined) { stale(); } else if (html !== null) { el.innerHTML = html; lastGood = Date.now(); }
+      }).catch(stale).then(function () { setTimeout(tick, 2000); });
+    }
+    setTimeout(tick, 2000);
   }
 
   // Confirmation: a form (or the button that submits it) with
