@@ -1308,6 +1308,7 @@ func TestRepartitionWaitsForABatchOut(t *testing.T) {
 		require.NoError(t, err)
 		var aged bool
 		require.NoError(t, tx.QueryRow(ctx, `SELECT heartbeat_at < now() - interval '30 minutes'
+			AND NOT EXISTS (SELECT 1 FROM outbox_partitions WHERE lease_until > now())
 			FROM outbox_forwarders WHERE id = 'a' FOR UPDATE`).Scan(&aged))
 		if !aged {
 			_ = tx.Rollback(ctx)
@@ -1321,6 +1322,11 @@ func TestRepartitionWaitsForABatchOut(t *testing.T) {
 	done := make(chan error, 1)
 	go func() { done <- forwarder.Repartition(ctx, e.schema.Pool, 4, time.Second) }()
 	outflowtest.WaitFor(t, 10*time.Second, "the repartition waiting on the batch's fence", func() bool {
+		select {
+		case err := <-done:
+			t.Fatalf("the repartition returned instead of waiting for the batch: %v", err)
+		default:
+		}
 		// This schema's fence of partition 0 (fenceKey: the schema's hash
 		// high, the partition low), asked for and not granted.
 		return e.countSQL(`SELECT count(*) FROM pg_locks WHERE locktype = 'advisory' AND NOT granted AND objsubid = 1
