@@ -16,6 +16,7 @@ import (
 	"github.com/ThreeDotsLabs/watermill-redisstream/pkg/redisstream"
 	"github.com/google/uuid"
 	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgxpool"
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/redis/go-redis/v9"
 	"github.com/stretchr/testify/require"
@@ -1319,9 +1320,15 @@ func TestRepartitionWaitsForABatchOut(t *testing.T) {
 	})
 	t.Cleanup(func() { _ = stuck.Rollback(ctx) })
 
+	// The repartition on a pool of its own: the forwarder's loops and the
+	// test's transaction hold connections of the schema's pool.
+	own, err := pgxpool.New(ctx, e.schema.URL)
+	require.NoError(t, err)
+	t.Cleanup(own.Close)
 	done := make(chan error, 1)
-	go func() { done <- forwarder.Repartition(ctx, e.schema.Pool, 4, time.Second) }()
-	outflowtest.WaitFor(t, 10*time.Second, "the repartition waiting on the batch's fence", func() bool {
+	go func() { done <- forwarder.Repartition(ctx, own, 4, time.Second) }()
+	deadline := time.Now().Add(20 * time.Second)
+	for {
 		select {
 		case err := <-done:
 			t.Fatalf("the repartition returned instead of waiting for the batch: %v", err)
@@ -1329,9 +1336,21 @@ func TestRepartitionWaitsForABatchOut(t *testing.T) {
 		}
 		// This schema's fence of partition 0 (fenceKey: the schema's hash
 		// high, the partition low), asked for and not granted.
-		return e.countSQL(`SELECT count(*) FROM pg_locks WHERE locktype = 'advisory' AND NOT granted AND objsubid = 1
-			AND classid::bigint = (hashtext(current_schema())::bigint & 4294967295) AND objid::bigint = 0`) > 0
-	})
+		if e.countSQL(`SELECT count(*) FROM pg_locks WHERE locktype = 'advisory' AND NOT granted AND objsubid = 1
+			AND classid::bigint = (hashtext(current_schema())::bigint & 4294967295) AND objid::bigint = 0`) > 0 {
+			break
+		}
+		if time.Now().After(deadline) {
+			// Say what the repartition waits on instead.
+			rows, err := e.schema.Pool.Query(ctx, `SELECT coalesce(wait_event_type, '') || ':' || coalesce(wait_event, '') || ' ' || left(query, 80)
+				FROM pg_stat_activity WHERE datname = current_database() AND state <> 'idle' AND pid <> pg_backend_pid()`)
+			require.NoError(t, err)
+			waits, err := pgx.CollectRows(rows, pgx.RowTo[string])
+			require.NoError(t, err)
+			t.Fatalf("the repartition is not waiting on the batch's fence after 20s; the sessions at work:\n%s", strings.Join(waits, "\n"))
+		}
+		time.Sleep(20 * time.Millisecond) // a poll of pg_locks, not a guess at a duration
+	}
 	select {
 	case err := <-done:
 		t.Fatalf("the repartition went through with a batch out: %v", err)
