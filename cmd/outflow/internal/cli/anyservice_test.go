@@ -6,9 +6,11 @@ import (
 	"encoding/hex"
 	"encoding/json"
 	"io"
+	"maps"
 	"net/http"
 	"net/http/cookiejar"
 	"net/url"
+	"os/exec"
 	"strconv"
 	"syscall"
 	"testing"
@@ -139,29 +141,9 @@ func TestToolOnAnyServiceDatabase(t *testing.T) {
 	out, err = command(map[string]string{"DATABASE_URL": s.URL, "CONSOLE_OPERATOR_KEY_SHA256": "abc"}, "console").CombinedOutput()
 	require.Error(t, err, "%s", out)
 	require.Contains(t, string(out), "invalid CONSOLE_OPERATOR_KEY_SHA256: want 64 hex digits")
-	const key = "the-refunds-operators-key-0123456789abcdef"
-	sum := sha256.Sum256([]byte(key))
-	addr := freeAddr(t)
-	con := command(map[string]string{"DATABASE_URL": s.URL, "REDIS_URL": redisSrv.URL, "CONSOLE_INSECURE_COOKIE": "true",
-		"CONSOLE_OPERATOR_KEY_SHA256": hex.EncodeToString(sum[:])}, "console", "--addr", addr, "--aggregate-type", "refund")
-	var conErr syncBuffer
-	con.Stderr = &conErr
-	require.NoError(t, con.Start())
-	t.Cleanup(func() { _ = con.Process.Kill() })
-	jar, err := cookiejar.New(nil)
-	require.NoError(t, err)
-	client := &http.Client{Jar: jar}
-	outflowtest.WaitFor(t, 20*time.Second, "the console to listen", func() bool {
-		resp, err := client.Get("http://" + addr + "/login")
-		if err == nil {
-			resp.Body.Close()
-		}
-		return err == nil
-	})
-	resp, err := client.PostForm("http://"+addr+"/login", url.Values{"api_key": {key}})
-	require.NoError(t, err)
-	resp.Body.Close()
-	require.Equal(t, http.StatusOK, resp.StatusCode, "logged in, the overview followed: %s", conErr.String())
+	con, client, addr, _ := startOperatorConsole(t, map[string]string{"DATABASE_URL": s.URL, "REDIS_URL": redisSrv.URL},
+		"the-refunds-operators-key-0123456789abcdef", "--aggregate-type", "refund")
+	conErr := con.Stderr.(*syncBuffer)
 	// (The reset above closed the dead letter: no consumer to list.)
 	for page, want := range map[string]string{"/": "Not installed", "/parked": "No parked row", "/dead": "",
 		"/journey?q=r1": "refund.requested", "/actions": "Not installed", "/fragments/overview": "outbox-pending"} {
@@ -215,13 +197,29 @@ func TestToolOnAServiceWithItsOwnWebhookDeliveries(t *testing.T) {
 	out, err := command(env, "console", "--addr", freeAddr(t)).CombinedOutput()
 	require.Error(t, err, "%s", out)
 	require.Contains(t, string(out), "invalid --console-operator-key-sha256: required on a database without the reference app's tables")
-	const key = "the-services-operator-key-0123456789abcdef"
+	con, _, _, b := startOperatorConsole(t, map[string]string{"DATABASE_URL": s.URL}, "the-services-operator-key-0123456789abcdef")
+	conErr := con.Stderr.(*syncBuffer)
+	require.Contains(t, string(b), "Not installed", "the app's parts are not shown")
+	require.NoError(t, con.Process.Signal(syscall.SIGTERM))
+	require.NoError(t, con.Wait(), "%s", conErr.String())
+	require.Contains(t, conErr.String(), "the framework's pages alone")
+}
+
+// startOperatorConsole runs `outflow console` on a free address with the
+// SHA-256 of key as its operator key (env gives the rest), waits for it to
+// listen, logs in with key and returns the process (its Stderr a
+// *syncBuffer), the logged-in client, the address and the page the login
+// led to (the overview).
+func startOperatorConsole(t *testing.T, env map[string]string, key string, args ...string) (*exec.Cmd, *http.Client, string, []byte) {
+	t.Helper()
 	sum := sha256.Sum256([]byte(key))
+	env = maps.Clone(env)
+	env["CONSOLE_INSECURE_COOKIE"] = "true"
+	env["CONSOLE_OPERATOR_KEY_SHA256"] = hex.EncodeToString(sum[:])
 	addr := freeAddr(t)
-	con := command(map[string]string{"DATABASE_URL": s.URL, "CONSOLE_INSECURE_COOKIE": "true",
-		"CONSOLE_OPERATOR_KEY_SHA256": hex.EncodeToString(sum[:])}, "console", "--addr", addr)
-	var conErr syncBuffer
-	con.Stderr = &conErr
+	con := command(env, append([]string{"console", "--addr", addr}, args...)...)
+	conErr := &syncBuffer{}
+	con.Stderr = conErr
 	require.NoError(t, con.Start())
 	t.Cleanup(func() { _ = con.Process.Kill() })
 	jar, err := cookiejar.New(nil)
@@ -240,8 +238,5 @@ func TestToolOnAServiceWithItsOwnWebhookDeliveries(t *testing.T) {
 	resp.Body.Close()
 	require.NoError(t, err)
 	require.Equal(t, http.StatusOK, resp.StatusCode, "the operator key logged in, the overview followed: %s", conErr.String())
-	require.Contains(t, string(b), "Not installed", "the app's parts are not shown")
-	require.NoError(t, con.Process.Signal(syscall.SIGTERM))
-	require.NoError(t, con.Wait(), "%s", conErr.String())
-	require.Contains(t, conErr.String(), "the framework's pages alone")
+	return con, client, addr, b
 }
