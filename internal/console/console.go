@@ -157,12 +157,13 @@ func New(cfg Config) (*Console, error) {
 	if cfg.AggregateType == "" {
 		cfg.AggregateType = "payment"
 	}
-	pages, err := parsePages()
+	c := &Console{cfg: cfg, log: cfg.Logger, mux: http.NewServeMux(), now: time.Now,
+		logins: newLoginThrottle(), rates: rateRing{window: cfg.RateWindow}}
+	pages, err := parsePages(func() time.Time { return c.now() })
 	if err != nil {
 		return nil, err
 	}
-	c := &Console{cfg: cfg, log: cfg.Logger, pages: pages, mux: http.NewServeMux(), now: time.Now,
-		logins: newLoginThrottle(), rates: rateRing{window: cfg.RateWindow}}
+	c.pages = pages
 	if cfg.FrameworkOnly {
 		c.sessions = &memSessions{byHash: map[string]memSession{}}
 	}
@@ -282,25 +283,8 @@ func readParams(w http.ResponseWriter, r *http.Request) (int, string) {
 
 func validText(s string) bool { return utf8.ValidString(s) && !strings.ContainsRune(s, 0) }
 
-func parsePages() (map[string]*template.Template, error) {
-	funcs := template.FuncMap{
-		"ts": func(t any) string {
-			switch v := t.(type) {
-			case time.Time:
-				if v.IsZero() {
-					return ""
-				}
-				return v.UTC().Format("2006-01-02 15:04:05.000Z")
-			case *time.Time:
-				if v == nil {
-					return ""
-				}
-				return v.UTC().Format("2006-01-02 15:04:05.000Z")
-			}
-			return ""
-		},
-		"secs": func(f float64) string { return fmt.Sprintf("%.1fs", f) },
-	}
+func parsePages(now func() time.Time) (map[string]*template.Template, error) {
+	funcs := templateFuncs(now)
 	layout, err := template.New("layout.html").Funcs(funcs).ParseFS(templateFS, "templates/layout.html", "templates/fragments.html")
 	if err != nil {
 		return nil, fmt.Errorf("console: parse templates: %w", err)

@@ -80,7 +80,7 @@ func TestOverviewShowsTheNumbers(t *testing.T) {
 		require.Regexp(t, `data-consumer="notify-merchant"><td>notify-merchant</td><td>payments</td><td class="lag">n/a</td>\s*<td class="held">1</td><td class="retrying">1</td>\s*<td class="dead"><a[^>]*>1</a>`, body)
 		require.Regexp(t, `data-consumer="analytics">[^\n]*\s*<td class="held">0</td><td class="retrying">0</td>\s*<td class="dead">0</td>`, body)
 		require.Contains(t, body, `data-consumer="legacy"`, "a consumer with dead letters shows though not configured")
-		require.Regexp(t, `data-partition="0"><td>0</td><td class="owner">fwd-a</td>\s*<td>[^<]+</td><td class="renewed">2026-01-02 03:04:05.000Z</td><td>5</td>`, body)
+		require.Regexp(t, `data-partition="0"><td>0</td><td class="owner">fwd-a</td>\s*<td><time[^>]*>[^<]+</time>[^<]*<span class="ago">\(in [^)]+\)</span></td><td class="renewed"><time datetime="2026-01-02T03:04:05Z"[^>]*>2026-01-02 03:04:05 UTC</time> <span class="ago">\([^)]+ ago\)</span></td><td>5</td>`, body)
 		require.Regexp(t, `data-partition="1"><td>1</td><td class="owner">none</td>`, body)
 		if path == "/" {
 			require.Contains(t, body, `data-refresh="/fragments/overview"`)
@@ -124,7 +124,7 @@ func TestJourneyOfAPayment(t *testing.T) {
 		require.Equal(t, []string{strconv.FormatInt(v1, 10), strconv.FormatInt(v2, 10), strconv.FormatInt(v3, 10)},
 			[]string{ids[0][1], ids[1][1], ids[2][1]}, "version order")
 		sections := strings.Split(body, `<section class="event"`)[1:]
-		require.Regexp(t, `(?s)data-consumer="notify-merchant" data-status="processed">.*?<td class="processed-at">2026-01-01 00:00:01.000Z`, sections[0])
+		require.Regexp(t, `(?s)data-consumer="notify-merchant" data-status="processed">.*?<td class="processed-at"><time datetime="2026-01-01T00:00:01Z"[^>]*>2026-01-01 00:00:01 UTC</time>`, sections[0])
 		require.Contains(t, sections[0], `data-consumer="analytics" data-status="processed"`)
 		require.Contains(t, sections[0], `<td>503</td>`)
 		require.Contains(t, sections[0], `12.5 ms`)
@@ -170,7 +170,7 @@ func TestJourneyShowsHandledByTheVersion(t *testing.T) {
 	require.Len(t, sections, 3)
 	require.Regexp(t, `(?s)data-consumer="notify-merchant" data-status="processed">.*?<td class="processed-at"></td>`, sections[0],
 		"handled by the version: no time")
-	require.Regexp(t, `(?s)data-consumer="analytics" data-status="processed">.*?<td class="processed-at">2026-01-01 00:00:02.000Z`, sections[0],
+	require.Regexp(t, `(?s)data-consumer="analytics" data-status="processed">.*?<td class="processed-at"><time datetime="2026-01-01T00:00:02Z"[^>]*>2026-01-01 00:00:02 UTC</time>`, sections[0],
 		"a row written before the change still gives its time")
 	require.Contains(t, sections[1], `data-consumer="notify-merchant" data-status="processed"`)
 	require.Contains(t, sections[1], `data-consumer="analytics" data-status="held"`, "parked: its dead letter's status")
@@ -543,7 +543,7 @@ func TestDiscardParkedRows(t *testing.T) {
 	sections := strings.Split(body, `<section class="event"`)[1:]
 	require.Len(t, sections, 2)
 	require.Contains(t, sections[0], `class="discarded-badge"`)
-	require.Regexp(t, `<dd class="discarded">[^<]+: consumers receive a discard marker`, sections[0])
+	require.Regexp(t, `<dd class="discarded"><time[^>]*>[^<]+</time> <span class="ago">[^<]+</span>: consumers receive a discard marker`, sections[0])
 	require.Contains(t, sections[0], `<dd class="published-at">pending</dd>`)
 	require.Contains(t, sections[0], `<dd class="state">failed</dd>`)
 	require.NotContains(t, sections[1], `discarded`)
@@ -568,7 +568,7 @@ func TestParkedListShowsADiscardedRow(t *testing.T) {
 	require.Equal(t, strconv.FormatInt(again, 10), rows[0][1])
 	require.Contains(t, rows[0][0], `class="parked-row discarded"`)
 	require.Contains(t, rows[0][0], `<span class="discarded-badge">discarded</span>`)
-	require.Regexp(t, `<div class="discarded-note">discarded 2026-01-02 03:04:05.678Z: its discard marker is what failed, `+
+	require.Regexp(t, `<div class="discarded-note">discarded <time datetime="2026-01-02T03:04:05.678Z"[^>]*>2026-01-02 03:04:05 UTC</time> <span class="ago">[^<]+</span>: its discard marker is what failed, `+
 		`and a retry sends the marker again, not this event</div>`, rows[0][0])
 	require.Equal(t, strconv.FormatInt(plain, 10), rows[1][1])
 	require.Contains(t, rows[1][0], `class="parked-row"`)
