@@ -85,7 +85,7 @@ func TestBrowserSearchAndJourney(t *testing.T) {
 	// consumer, outcome, dead letter and error (what a held event waits
 	// behind).
 	for sel, path := range map[string]string{
-		"#search-results tr.search-row td:not(.minor)": search,
+		"#search-results tr.search-row td:not(.minor)":                                              search,
 		`#event-` + fmt.Sprint(v3) + ` table.outcomes tr.outcome td:not(.minor):not(.processed-at)`: journey,
 	} {
 		run(t, ctx, "open "+path, chromedp.Navigate(base+path), chromedp.WaitVisible(chromedp.CSS("main")))
