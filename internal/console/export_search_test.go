@@ -52,7 +52,7 @@ var SearchQueryArgs = func() map[string][]any {
 		"merchant": "00000000-0000-0000-0000-000000000001", "message_id": "00000000-0000-0000-0000-000000000001",
 		"aggregate_type": "payment", "aggregate_id": "p1", "payments": []string{"p1", "p2"}, "pos_version": int64(3), "pos_id": int64(1000)}
 	out := map[string][]any{
-		"search id bounds": nil, "search id probe": {1, 1000}, "search choices": {1000, searchChoicesRows},
+		"search id bounds": nil, "search id probe": {1, 1000}, "search choices": {1000, searchChoicesRows, 1, 100, searchChoicesSamples, searchChoicesSample},
 		"search merchants": {"00000000-0000-0000-0000-000000000000", merchantsMax + 1}, "search merchant": {"00000000-0000-0000-0000-000000000001"},
 		"search merchant payments": {"00000000-0000-0000-0000-000000000001", merchantPaymentsMax + 1},
 		"blockers":                 {[]string{"notify-merchant"}, "payment", "p1", 5},

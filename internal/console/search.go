@@ -36,6 +36,10 @@ const (
 	// searchChoicesRows is how many of the newest outbox rows the event
 	// types, topics and aggregate types offered are read from.
 	searchChoicesRows = 10000
+	// searchChoicesSamples and searchChoicesSample are how many samples
+	// of the whole history the choices are read from besides, and their
+	// rows.
+	searchChoicesSamples, searchChoicesSample = 200, 25
 	// searchChoicesTTL is how long those choices are reused.
 	searchChoicesTTL = 30 * time.Second
 	// merchantPaymentsMax is how many payments a merchant may have for
@@ -72,11 +76,16 @@ const (
 	// What the filters offer: the event types, topics and aggregate types
 	// of the newest rows, at most $2 of them, above $1 (the newest id less
 	// $2, read first: a constant the planner sees is near the end of the
-	// primary key).
+	// primary key), and of $5 samples of $6 rows spread over the whole
+	// history, from $3 every $4 ids: a type of the events of last week is
+	// offered too. Each a range of the primary key.
 	qSearchChoices = `
 		SELECT coalesce(array_agg(DISTINCT event_type), '{}'), coalesce(array_agg(DISTINCT topic), '{}'),
 		       coalesce(array_agg(DISTINCT aggregate_type), '{}')
-		FROM (SELECT event_type, topic, aggregate_type FROM outbox WHERE id > $1 ORDER BY id DESC LIMIT $2) n`
+		FROM ((SELECT event_type, topic, aggregate_type FROM outbox WHERE id > $1 ORDER BY id DESC LIMIT $2)
+		      UNION ALL
+		      (SELECT s.event_type, s.topic, s.aggregate_type FROM generate_series(0, $5 - 1) AS g(i) CROSS JOIN LATERAL (
+		           SELECT event_type, topic, aggregate_type FROM outbox WHERE id >= $3 + g.i * $4 ORDER BY id LIMIT $6) s)) n`
 	// The merchants, by primary key from $1 (a keyset; the list is bounded).
 	qMerchants = `SELECT id::text, name FROM merchants WHERE id > $1 ORDER BY id LIMIT $2`
 	qMerchant  = `SELECT name FROM merchants WHERE id = $1`
@@ -472,7 +481,8 @@ func (c *Console) search(ctx context.Context, q url.Values) (searchResult, error
 	}
 	ch := res.Choices
 	if f.EventType != "" && !slices.Contains(ch.EventTypes, f.EventType) {
-		return res, searchError{"event_type", fmt.Sprintf("unknown event type %q: choose one of those the list offers (the newest events' and the configured ones)", f.EventType)}
+		return res, searchError{"event_type", fmt.Sprintf("unknown event type %q: choose one of those the list offers "+
+			"(those of the newest events and of samples of the older ones, and the configured ones: Config.EventTypes)", f.EventType)}
 	}
 	if f.Topic != "" && !slices.Contains(ch.Topics, f.Topic) {
 		return res, searchError{"topic", fmt.Sprintf("unknown topic %q: choose one of those the list offers", f.Topic)}
@@ -698,7 +708,8 @@ func (c *Console) firstIDAt(ctx context.Context, lo, hi int64, t time.Time) (int
 }
 
 // searchChoices reads what the filters offer: the event types, topics and
-// aggregate types of the newest searchChoicesRows outbox rows (kept for
+// aggregate types of the newest searchChoicesRows outbox rows and of
+// samples spread over the outbox's history (kept for
 // searchChoicesTTL, and every one seen since the console started), with
 // Config.EventTypes, the consumers' topics and Config.AggregateType; the
 // merchants, with the app's tables.
@@ -715,7 +726,9 @@ func (c *Console) searchChoices(ctx context.Context) (searchChoices, error) {
 		}
 		var types, topics, aggs []string
 		if maxID != nil {
-			err := c.cfg.Pool.QueryRow(ctx, qSearchChoices, *maxID-searchChoicesRows, searchChoicesRows).Scan(&types, &topics, &aggs)
+			step := max(1, (*maxID-*minID)/searchChoicesSamples)
+			err := c.cfg.Pool.QueryRow(ctx, qSearchChoices, *maxID-searchChoicesRows, searchChoicesRows,
+				*minID, step, searchChoicesSamples, searchChoicesSample).Scan(&types, &topics, &aggs)
 			if err != nil {
 				return ch, fmt.Errorf("search: read event types: %w", err)
 			}
