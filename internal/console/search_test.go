@@ -311,6 +311,14 @@ func TestSearchStopsOnItsBudget(t *testing.T) {
 	require.Equal(t, http.StatusOK, status, body)
 	require.Equal(t, []int64{rare}, shownRows(t, body))
 	require.Empty(t, searchLink(searchNextRe, body), "the walk reached the oldest row")
+
+	// A window's ids bound the walk: the newer rows are not read, the
+	// match is on the first page.
+	to := time.Now().UTC().Add(-30 * time.Minute).Format("2006-01-02 15:04:05")
+	status, body = e.search(t, c, "event_type=payment.disputed&to="+url.QueryEscape(to))
+	require.Equal(t, http.StatusOK, status, body)
+	require.Equal(t, []int64{rare}, shownRows(t, body))
+	require.NotContains(t, body, `id="search-budget"`)
 }
 
 // A criterion the search cannot use is a 400 that names it: a malformed
