@@ -21,7 +21,7 @@ func searchQueries() map[string]string {
 	out := map[string]string{
 		"search id bounds": qIDBounds, "search id probe": qIDProbe, "search choices": qSearchChoices,
 		"search merchants": qMerchants, "search merchant": qMerchant, "search merchant payments": qMerchantPayments,
-		"blockers": qBlockers,
+		"blockers": qBlockers, "search aggregate type": qAggregateTypeExists,
 	}
 	for _, m := range []struct {
 		name string
@@ -56,6 +56,7 @@ var SearchQueryArgs = func() map[string][]any {
 		"search merchants": {"00000000-0000-0000-0000-000000000000", merchantsMax + 1}, "search merchant": {"00000000-0000-0000-0000-000000000001"},
 		"search merchant payments": {"00000000-0000-0000-0000-000000000001", merchantPaymentsMax + 1},
 		"blockers":                 {[]string{"notify-merchant"}, "payment", "p1", 5},
+		"search aggregate type":    {"payment"},
 	}
 	for name := range searchQueries() {
 		if _, ok := out[name]; !ok {

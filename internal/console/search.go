@@ -86,6 +86,9 @@ const (
 		      UNION ALL
 		      (SELECT s.event_type, s.topic, s.aggregate_type FROM generate_series(0, $5 - 1) AS g(i) CROSS JOIN LATERAL (
 		           SELECT event_type, topic, aggregate_type FROM outbox WHERE id >= $3 + g.i * $4 ORDER BY id LIMIT $6) s)) n`
+	// Whether an aggregate type has an event: the aggregate index's first
+	// column.
+	qAggregateTypeExists = `SELECT count(*) FROM (SELECT 1 FROM outbox WHERE aggregate_type = $1 LIMIT 1) t`
 	// The merchants, by primary key from $1 (a keyset; the list is bounded).
 	qMerchants = `SELECT id::text, name FROM merchants WHERE id > $1 ORDER BY id LIMIT $2`
 	qMerchant  = `SELECT name FROM merchants WHERE id = $1`
@@ -367,11 +370,6 @@ func (f searchForm) PresetLink(key string) string {
 	return f.Link("since", key)
 }
 
-// Criteria tells whether the search names anything to find.
-func (f searchForm) Criteria() bool {
-	return f.ID != "" || f.Merchant != "" || f.EventType != "" || f.Topic != "" || f.From != "" || f.To != ""
-}
-
 // searchChoices are what the filters offer.
 type searchChoices struct {
 	EventTypes, Topics, AggregateTypes []string
@@ -488,7 +486,16 @@ func (c *Console) search(ctx context.Context, q url.Values) (searchResult, error
 		return res, searchError{"topic", fmt.Sprintf("unknown topic %q: choose one of those the list offers", f.Topic)}
 	}
 	if f.AggregateType != "" && !slices.Contains(ch.AggregateTypes, f.AggregateType) {
-		return res, searchError{"aggregate_type", fmt.Sprintf("unknown aggregate type %q: choose one of those the list offers", f.AggregateType)}
+		// Not among the samples: the aggregate index knows for sure (the
+		// journey links to the search of its aggregate, whatever its type).
+		var n int
+		if err := c.cfg.Pool.QueryRow(ctx, qAggregateTypeExists, f.AggregateType).Scan(&n); err != nil {
+			return res, fmt.Errorf("search: find aggregate type: %w", err)
+		}
+		if n == 0 {
+			return res, searchError{"aggregate_type", fmt.Sprintf("unknown aggregate type %q: no event has it", f.AggregateType)}
+		}
+		res.Choices.AggregateTypes = union(ch.AggregateTypes, []string{f.AggregateType})
 	}
 	spec := searchSpec{asc: f.after != nil, eventType: f.EventType != "", topic: f.Topic != "", from: !f.from.IsZero(), to: !f.to.IsZero()}
 	args := pgx.NamedArgs{"lo": int64(0), "hi": int64(math.MaxInt64), "budget": searchBudget, "limit": c.cfg.PageSize + 1,
@@ -518,8 +525,8 @@ func (c *Console) search(ctx context.Context, q url.Values) (searchResult, error
 	switch {
 	case f.ID != "":
 		spec.mode = byAggregate
-		args["aggregate_type"], args["aggregate_id"] = cmp(f.AggregateType, c.cfg.AggregateType), f.ID
-		res.Walk = "the events of " + cmp(f.AggregateType, c.cfg.AggregateType) + " " + f.ID
+		args["aggregate_type"], args["aggregate_id"] = orDefault(f.AggregateType, c.cfg.AggregateType), f.ID
+		res.Walk = "the events of " + orDefault(f.AggregateType, c.cfg.AggregateType) + " " + f.ID
 		if id, err := uuid.Parse(f.ID); err == nil {
 			var n int
 			if err := pool.QueryRow(ctx, `SELECT count(*) FROM (`+qFindMessage+`) m`, id).Scan(&n); err != nil {
@@ -595,7 +602,7 @@ func (c *Console) search(ctx context.Context, q url.Values) (searchResult, error
 	return res, nil
 }
 
-func cmp(s, def string) string {
+func orDefault(s, def string) string {
 	if s == "" {
 		return def
 	}
