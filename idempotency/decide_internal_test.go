@@ -5,6 +5,8 @@ import (
 	"testing"
 
 	"github.com/stretchr/testify/require"
+
+	"github.com/outflow-dev/outflow/events"
 )
 
 // decide on the claim statement's results, Strict unless said: what the
@@ -68,5 +70,22 @@ func TestEndGap(t *testing.T) {
 		t.Run(fmt.Sprintf("baseline=%t reset=%t", tt.baselineBefore, tt.afterReset), func(t *testing.T) {
 			require.Equal(t, tt.want, endGap(tt.baselineBefore, tt.afterReset))
 		})
+	}
+}
+
+// A gap's text stays true whatever happened to the version before: it
+// had not been applied, which does not say it had not arrived (it may be
+// dead in dead_letters).
+func TestHoldReason(t *testing.T) {
+	for _, tc := range []struct {
+		o            outcome
+		reason, text string
+	}{
+		{gap, "gap", "version 3 arrived before version 2 was applied"},
+		{held, "behind an earlier event of its aggregate", ""},
+	} {
+		reason, text := holdReason(tc.o, events.Envelope{AggregateVersion: 3})
+		require.Equal(t, tc.reason, reason, tc.o)
+		require.Equal(t, tc.text, text, tc.o)
 	}
 }

@@ -396,9 +396,15 @@ func (c *Consumer) failedStatus() string {
 	return "retrying"
 }
 
+// holdReason is the reason and text a held message is parked with. The
+// text says what is known when it is written, and stays true: the version
+// before had not been applied. Not that it had not arrived: it may have,
+// and be waiting in dead_letters itself (failed, or dead), which the
+// bookkeeping does not tell apart; the console reads which it is when it
+// shows the held message.
 func holdReason(o outcome, env events.Envelope) (reason, text string) {
 	if o == gap {
-		return "gap", fmt.Sprintf("version %d arrived before version %d", env.AggregateVersion, env.AggregateVersion-1)
+		return "gap", fmt.Sprintf("version %d arrived before version %d was applied", env.AggregateVersion, env.AggregateVersion-1)
 	}
 	return "behind an earlier event of its aggregate", ""
 }

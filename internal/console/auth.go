@@ -9,7 +9,9 @@ import (
 	"errors"
 	"fmt"
 	"net/http"
+	"net/url"
 	"strings"
+	"unicode"
 
 	"github.com/jackc/pgx/v5"
 
@@ -45,8 +47,8 @@ func tokenHash(token string) []byte {
 }
 
 // authed wraps a handler that needs a session: without one, a page
-// redirects to /login and a POST is refused. A POST must carry the
-// session's CSRF token.
+// redirects to /login, with next= the page asked for, and a POST is
+// refused. A POST must carry the session's CSRF token.
 func (c *Console) authed(h func(http.ResponseWriter, *http.Request, session)) http.HandlerFunc {
 	return func(w http.ResponseWriter, r *http.Request) {
 		s, ok, err := c.session(r.Context(), r)
@@ -56,7 +58,7 @@ func (c *Console) authed(h func(http.ResponseWriter, *http.Request, session)) ht
 		}
 		if !ok {
 			if r.Method == http.MethodGet {
-				http.Redirect(w, r, "/login", http.StatusSeeOther)
+				http.Redirect(w, r, loginURL(r), http.StatusSeeOther)
 				return
 			}
 			http.Error(w, "not logged in", http.StatusForbidden)
@@ -102,8 +104,62 @@ func (c *Console) session(ctx context.Context, r *http.Request) (session, bool, 
 	return s, true, nil
 }
 
+// NextField is the login form's field (and the login page's query
+// parameter) naming the page to return to once logged in.
+const NextField = "next"
+
+// maxNext bounds the page a login returns to: a pasted link, not a payload.
+const maxNext = 2048
+
+// loginURL is the login page for a request without a session: it returns
+// to the page asked for, but for the overview (where a login goes anyway)
+// and a fragment, which a page's script fetches and a person never opens.
+func loginURL(r *http.Request) string {
+	next := r.URL.RequestURI()
+	if next == "/" || strings.HasPrefix(r.URL.Path, "/fragments/") || localPath(next) == "/" {
+		return "/login"
+	}
+	return "/login?" + NextField + "=" + url.QueryEscape(next)
+}
+
+// localPath is next when it is a path of this console, "/" otherwise: a
+// login must not send the browser to another site (an open redirect turns
+// the console's login page into a phishing link's alibi). Accepted: an
+// absolute path with its query, nothing a browser could read as a host.
+// Refused: a scheme, a host, a scheme-relative "//host", a backslash
+// (browsers read "/\host" as "//host"), control characters and spaces
+// (browsers drop tabs and newlines from a URL, which could join "/" and a
+// following "/"), the login page itself, and anything over maxNext bytes.
+func localPath(next string) string {
+	if next == "" || len(next) > maxNext || next[0] != '/' || strings.HasPrefix(next, "//") {
+		return "/"
+	}
+	for _, r := range next {
+		if r == '\\' || r <= ' ' || r == 0x7f || !unicode.IsPrint(r) {
+			return "/"
+		}
+	}
+	u, err := url.Parse(next)
+	if err != nil || u.Scheme != "" || u.Host != "" || u.User != nil || u.Opaque != "" ||
+		!strings.HasPrefix(u.Path, "/") || strings.HasPrefix(u.Path, "//") || u.Path == "/login" {
+		return "/"
+	}
+	return next
+}
+
+// loginData is what the login page's form carries: the page to return to.
+type loginData struct{ Next string }
+
+func loginPageOf(r *http.Request, errText string) page {
+	next := localPath(r.FormValue(NextField)) // the query's on a GET, the form's on a POST
+	if next == "/" {
+		next = ""
+	}
+	return page{Title: "Log in", Error: errText, Data: loginData{Next: next}}
+}
+
 func (c *Console) loginPage(w http.ResponseWriter, r *http.Request) {
-	c.render(w, http.StatusOK, "login", page{Title: "Log in"})
+	c.render(w, http.StatusOK, "login", loginPageOf(r, ""))
 }
 
 // login opens a session for a live admin API key. The key is never logged
@@ -118,8 +174,8 @@ func (c *Console) login(w http.ResponseWriter, r *http.Request) {
 	if wait := c.logins.wait(c.now(), keys); wait > 0 {
 		w.Header().Set("Retry-After", retryAfter(wait))
 		c.log.Warn("console: login throttled", "remote", r.RemoteAddr, "retry_after", retryAfter(wait))
-		c.render(w, http.StatusTooManyRequests, "login", page{Title: "Log in",
-			Error: "Too many failed logins: try again in " + retryAfter(wait) + " s."})
+		c.render(w, http.StatusTooManyRequests, "login", loginPageOf(r,
+			"Too many failed logins: try again in "+retryAfter(wait)+" s."))
 		return
 	}
 	if c.sessions != nil {
@@ -181,7 +237,7 @@ func (c *Console) operatorLogin(w http.ResponseWriter, r *http.Request, secret s
 func (c *Console) refuseLogin(w http.ResponseWriter, r *http.Request, keys []string, msg string) {
 	c.logins.fail(c.now(), keys)
 	c.log.Warn("console: login refused", "remote", r.RemoteAddr)
-	c.render(w, http.StatusUnauthorized, "login", page{Title: "Log in", Error: msg})
+	c.render(w, http.StatusUnauthorized, "login", loginPageOf(r, msg))
 }
 
 func newToken() (string, error) {
@@ -193,13 +249,14 @@ func newToken() (string, error) {
 }
 
 // startSession gives the browser the session's cookie and sends it to the
+// page the login form names (next), when it is a local one, else to the
 // overview.
 func (c *Console) startSession(w http.ResponseWriter, r *http.Request, token string) {
 	http.SetCookie(w, &http.Cookie{
 		Name: CookieName, Value: token, Path: "/", MaxAge: int(c.cfg.SessionTTL.Seconds()),
 		HttpOnly: true, SameSite: http.SameSiteStrictMode, Secure: !c.cfg.InsecureCookie,
 	})
-	http.Redirect(w, r, "/", http.StatusSeeOther)
+	http.Redirect(w, r, localPath(r.PostFormValue(NextField)), http.StatusSeeOther)
 }
 
 // logout ends the session, and records it in console_actions with it.

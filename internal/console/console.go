@@ -87,6 +87,10 @@ type Config struct {
 	// default, needs the app's tables: logins by its admin API keys,
 	// sessions in console_sessions, actions in console_actions.
 	FrameworkOnly bool
+	// EventTypes are event types the search offers besides those of the
+	// newest events (an events.Registry's Types()): a rare type, absent
+	// from the newest events, can then be searched for.
+	EventTypes []string
 	// OperatorKeySHA256 is the SHA-256 of the operator key that logs in
 	// with FrameworkOnly: the key itself is never given to the process.
 	// Required with FrameworkOnly, refused without it.
@@ -115,6 +119,8 @@ type Console struct {
 	rates rateRing // the published totals of the last RateWindow
 
 	sessions *memSessions // FrameworkOnly's; nil otherwise
+
+	choices choicesCache // the search's filters' choices
 }
 
 // New returns the console's handler. It starts nothing: [Console.Run]
@@ -221,6 +227,7 @@ func (c *Console) routes(static http.Handler) []route {
 		{"POST /dead/discard", c.authed(c.deadDiscard)},
 		{"POST /replay", c.authed(c.replay)},
 		{"GET /actions", c.authed(c.actionsPage)},
+		{"GET /search", c.authed(c.searchPage)},
 	}
 }
 
@@ -290,7 +297,7 @@ func parsePages(now func() time.Time) (map[string]*template.Template, error) {
 		return nil, fmt.Errorf("console: parse templates: %w", err)
 	}
 	pages := map[string]*template.Template{}
-	for _, name := range []string{"login", "overview", "journey", "parked", "dead", "actions", "confirm"} {
+	for _, name := range []string{"login", "overview", "journey", "parked", "dead", "actions", "confirm", "search"} {
 		t, err := template.Must(layout.Clone()).ParseFS(templateFS, "templates/"+name+".html")
 		if err != nil {
 			return nil, fmt.Errorf("console: parse %s: %w", name, err)

@@ -263,10 +263,14 @@ func TestExpiredAndMissingSession(t *testing.T) {
 	e := newEnv(t)
 	id := e.insertOutbox(t, "p1", 1, false, true)
 	anon := e.client(t)
-	for _, path := range []string{"/", "/fragments/overview", "/journey?q=x", "/parked", "/dead", "/actions"} {
+	// To the login, which returns to the page asked for (but the
+	// overview, where it goes anyway, and a script's fragment).
+	for path, login := range map[string]string{"/": "/login", "/fragments/overview": "/login",
+		"/journey?q=x": "/login?next=%2Fjourney%3Fq%3Dx", "/parked": "/login?next=%2Fparked", "/dead": "/login?next=%2Fdead",
+		"/actions": "/login?next=%2Factions", "/search?event_type=payment.paid": "/login?next=%2Fsearch%3Fevent_type%3Dpayment.paid"} {
 		res, _ := do(t, anon, http.MethodGet, e.srv.URL+path, nil)
 		require.Equal(t, http.StatusSeeOther, res.StatusCode, path)
-		require.Equal(t, "/login", res.Header.Get("Location"), path)
+		require.Equal(t, login, res.Header.Get("Location"), path)
 	}
 	res, _ := do(t, anon, http.MethodPost, e.srv.URL+"/parked/retry", url.Values{"id": {strconv.FormatInt(id, 10)}, "confirm": {"yes"}})
 	require.Equal(t, http.StatusForbidden, res.StatusCode)

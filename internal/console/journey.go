@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"math"
 	"net/http"
+	"net/url"
 	"strconv"
 	"strings"
 	"time"
@@ -48,6 +49,19 @@ const (
 	qDeadOutcomes = `
 		SELECT id, message_id::text, consumer, status, reason, error, attempts, resolved_at FROM dead_letters
 		WHERE consumer = ANY($1) AND message_id = ANY($2::uuid[])`
+	// The open dead letters of the aggregate below a version, for each
+	// consumer: what a held event waits behind. Through
+	// dead_letters_open_idx, whose key is (consumer, aggregate_type,
+	// aggregate_id, aggregate_version) and whose predicate is the open
+	// statuses, read backwards from the version, per consumer (not a scan
+	// of a consumer's every open dead letter); the Limit bounds an
+	// aggregate with a long chain of them.
+	qBlockers = `
+		SELECT d.consumer, d.aggregate_version, d.id, d.status FROM unnest($1::text[]) AS c(name) CROSS JOIN LATERAL (
+			SELECT consumer, aggregate_version, id, status FROM dead_letters
+			WHERE consumer = c.name AND aggregate_type = $2 AND aggregate_id = $3 AND aggregate_version < $4
+			  AND status IN ('retrying', 'dead', 'held')
+			ORDER BY aggregate_version DESC LIMIT 1000) d`
 	qDeliveries = `
 		SELECT d.id, d.message_id::text, d.url, d.status, a.attempted_at, a.status_code, a.latency_ms, coalesce(a.error, '')
 		FROM webhook_deliveries d LEFT JOIN webhook_attempts a ON a.delivery_id = d.id
@@ -89,7 +103,48 @@ type outcome struct {
 	Error       string
 	Attempts    int
 	DeadID      int64
+	// Behind is what a held event (or a gap that timed out) waits behind:
+	// the open dead letter of the version before it, when there is one;
+	// nil otherwise, when the version before it has not reached the
+	// consumer.
+	Behind *blocker
 }
+
+// blocker is the open dead letter a held event waits behind: the version
+// right before it (Version), and when that one is held too, the first
+// version down the chain that is not (Root), the one to retry or discard.
+type blocker struct {
+	Consumer string
+	Version  int64
+	DeadID   int64
+	Status   string
+	// Root is the dead letter that holds the chain, nil when it is the
+	// version right before (Version itself is not held).
+	Root *blocker
+}
+
+// Href opens the /dead page that holds the blocker's dead letter.
+func (b blocker) Href() string { return deadHref(b.Consumer, b.DeadID) }
+
+// Open tells the outcome's dead letter waits (retrying, dead or held): it
+// is on the /dead list.
+func (o outcome) Open() bool {
+	return o.DeadID != 0 && (o.Status == "retrying" || o.Status == "dead" || o.Status == "held")
+}
+
+// DeadHref opens the /dead page that holds the outcome's dead letter.
+func (o outcome) DeadHref() string { return deadHref(o.Consumer, o.DeadID) }
+
+// deadHref is the /dead page of a consumer's dead letters that starts
+// with the dead letter id (the list pages by id > after), scrolled to its
+// row: not the list's first page, which may not hold it.
+func deadHref(consumer string, id int64) string {
+	return "/dead?" + url.Values{"consumer": {consumer}, "after": {strconv.FormatInt(id-1, 10)}}.Encode() +
+		"#dead-" + strconv.FormatInt(id, 10)
+}
+
+// ParkedAfter is the after= of the /parked page that starts with the row.
+func (e journeyEvent) ParkedAfter() int64 { return e.ID - 1 }
 
 type delivery struct {
 	ID       int64
@@ -439,6 +494,10 @@ func (c *Console) readOutcomes(ctx context.Context, aggType, aggID string, ids [
 	}); err != nil {
 		return fmt.Errorf("journey: read dead letters: %w", err)
 	}
+	behind, err := c.readBlockers(ctx, names, aggType, aggID, ids, byID, dead)
+	if err != nil {
+		return err
+	}
 	for _, id := range ids {
 		e := byID[id]
 		for _, name := range names {
@@ -459,10 +518,77 @@ func (c *Console) readOutcomes(ctx context.Context, aggType, aggID string, ids [
 					o.ProcessedAt, o.Status = &at, "processed"
 				}
 			}
+			if waits(o) {
+				o.Behind = behind(name, e.AggregateVersion)
+			}
 			e.Outcomes = append(e.Outcomes, o)
 		}
 	}
 	return nil
+}
+
+// waits tells an outcome that waits for the version before it: held, or
+// dead because its gap timed out.
+func waits(o outcome) bool {
+	return o.Status == "held" || (o.Status == "dead" && o.Reason == "gap")
+}
+
+// readBlockers reads what the page's waiting outcomes (waits) are held
+// behind: the consumers' open dead letters of the aggregate below the
+// newest waiting version (qBlockers). It returns the lookup of a
+// consumer's and version's blocker, nil when the version before it has no
+// open dead letter. The dead letter's reason, written when the event was
+// held ("version 3 arrived before version 2"), is what was true then: the
+// version before may have arrived since, and died.
+func (c *Console) readBlockers(ctx context.Context, names []string, aggType, aggID string, ids []string,
+	byID map[string]*journeyEvent, dead map[[2]string]outcome) (func(string, int64) *blocker, error) {
+	var top int64
+	for _, id := range ids {
+		for _, name := range names {
+			if o, ok := dead[[2]string{id, name}]; ok && waits(o) {
+				top = max(top, byID[id].AggregateVersion)
+			}
+		}
+	}
+	none := func(string, int64) *blocker { return nil }
+	if top == 0 {
+		return none, nil
+	}
+	rows, err := c.cfg.Pool.Query(ctx, qBlockers, names, aggType, aggID, top)
+	if err != nil {
+		return none, fmt.Errorf("journey: read what held events wait behind: %w", err)
+	}
+	open := map[string]map[int64]blocker{}
+	var b blocker
+	if _, err := pgx.ForEachRow(rows, []any{&b.Consumer, &b.Version, &b.DeadID, &b.Status}, func() error {
+		if open[b.Consumer] == nil {
+			open[b.Consumer] = map[int64]blocker{}
+		}
+		open[b.Consumer][b.Version] = b
+		return nil
+	}); err != nil {
+		return none, fmt.Errorf("journey: read what held events wait behind: %w", err)
+	}
+	return func(consumer string, version int64) *blocker {
+		prev, ok := open[consumer][version-1]
+		if !ok {
+			return nil
+		}
+		out := prev
+		// Down a chain of held versions to the first that is not held.
+		for cur := prev; cur.Status == "held"; {
+			next, ok := open[consumer][cur.Version-1]
+			if !ok {
+				break
+			}
+			if next.Status != "held" {
+				out.Root = &next
+				break
+			}
+			cur = next
+		}
+		return &out
+	}, nil
 }
 
 func (c *Console) readDeliveries(ctx context.Context, ids []string, byID map[string]*journeyEvent) error {

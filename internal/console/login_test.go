@@ -146,3 +146,59 @@ func TestLogoutIsRecorded(t *testing.T) {
 	_, body := do(t, c, http.MethodGet, e.srv.URL+"/actions", nil)
 	require.Regexp(t, `(?s)<tr class="action".*?logout`, body)
 }
+
+// A page asked for without a session sends to the login with next= the
+// page (path and query); the login form carries it, and a login goes
+// there. A refused login keeps it for the next try.
+func TestLoginReturnsToTheAskedPage(t *testing.T) {
+	t.Parallel()
+	e := newEnv(t)
+	c := e.client(t)
+	asked := "/search?topic=payments&from=2026-03-01+12:00"
+	res, _ := do(t, c, http.MethodGet, e.srv.URL+asked, nil)
+	require.Equal(t, http.StatusSeeOther, res.StatusCode)
+	loc := res.Header.Get("Location")
+	require.Equal(t, "/login?next="+url.QueryEscape(asked), loc)
+	res, body := do(t, c, http.MethodGet, e.srv.URL+loc, nil)
+	require.Equal(t, http.StatusOK, res.StatusCode)
+	require.Contains(t, body, `<input type="hidden" name="next" id="login-next" value="/search?topic=payments&amp;from=2026-03-01&#43;12:00">`)
+
+	res, body = do(t, c, http.MethodPost, e.srv.URL+"/login", url.Values{"api_key": {"ofk_wrong"}, "next": {asked}})
+	require.Equal(t, http.StatusUnauthorized, res.StatusCode)
+	require.Contains(t, body, `id="login-next"`, "a refused login keeps where to return")
+	res, _ = do(t, c, http.MethodPost, e.srv.URL+"/login", url.Values{"api_key": {e.adminKey}, "next": {asked}})
+	require.Equal(t, http.StatusSeeOther, res.StatusCode)
+	require.Equal(t, asked, res.Header.Get("Location"))
+	res, _ = do(t, c, http.MethodGet, e.srv.URL+asked, nil)
+	require.Equal(t, http.StatusOK, res.StatusCode)
+}
+
+// Only a path of the console is returned to: anything a browser could
+// read as another site (an open redirect) goes to the overview, and the
+// login page does not offer it.
+func TestLoginRefusesAForeignNext(t *testing.T) {
+	t.Parallel()
+	e := newEnv(t)
+	for _, next := range []string{
+		"https://evil.example/", "http://evil.example", "//evil.example", "//evil.example/search", "///evil.example",
+		`/\evil.example`, `\\evil.example`, `/\/evil.example`, "\\/evil.example", "javascript:alert(1)", "evil.example",
+		"/\t/evil.example", "/\n/evil.example", "/\r\n/evil.example", " //evil.example", "/ /evil.example",
+		"https:evil.example", "//user@evil.example", "/login", "/login?next=//evil.example", "", "search",
+		"/" + strings.Repeat("a", 3000),
+	} {
+		c := e.client(t)
+		res, body := do(t, c, http.MethodGet, e.srv.URL+"/login?next="+url.QueryEscape(next), nil)
+		require.Equal(t, http.StatusOK, res.StatusCode, "%q", next)
+		require.NotContains(t, body, `id="login-next"`, "%q", next)
+		res, _ = do(t, c, http.MethodPost, e.srv.URL+"/login", url.Values{"api_key": {e.adminKey}, "next": {next}})
+		require.Equal(t, http.StatusSeeOther, res.StatusCode, "%q", next)
+		require.Equal(t, "/", res.Header.Get("Location"), "%q", next)
+	}
+	// Local paths, however they look, are kept: a path is a path.
+	for _, next := range []string{"/dead?consumer=analytics&after=41#dead-42", "/journey?q=%2F%2Fevil.example", "/parked"} {
+		c := e.client(t)
+		res, _ := do(t, c, http.MethodPost, e.srv.URL+"/login", url.Values{"api_key": {e.adminKey}, "next": {next}})
+		require.Equal(t, http.StatusSeeOther, res.StatusCode, "%q", next)
+		require.Equal(t, next, res.Header.Get("Location"), "%q", next)
+	}
+}
