@@ -34,3 +34,6 @@ var Queries = map[string]string{
 	"newest dead letter":                  deadMaxQuery(true, true),
 	"consumers of dead letters":           knownConsumersQuery,
 }
+
+// CountCap is where a list stops counting.
+const CountCap = countCap
