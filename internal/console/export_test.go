@@ -28,7 +28,8 @@ var Queries = map[string]string{
 	"dead letters of consumer, status": deadLettersQuery(true, []string{"held"}),
 	// The counts, errors and bounds around a page of /dead.
 	"count of dead letters":               deadCountQuery(false, false, openStatuses, ""),
-	"count of dead letters of a consumer": deadCountQuery(true, true, openStatuses, "id < @first"),
+	"count of dead letters of a consumer": deadCountQuery(true, false, openStatuses, "id < @first"),
+	"count of dead letters of an error":   deadStatusCountsQuery(true, true, openStatuses),
 	"page of dead letters before":         deadPageQuery(true, true, openStatuses, true),
 	"errors of dead letters":              deadErrorsQuery(true, openStatuses),
 	"newest dead letter":                  deadMaxQuery(true, true),

@@ -59,10 +59,12 @@ func (f deadFilter) args(extra pgx.NamedArgs) pgx.NamedArgs {
 // branch within the indexes' predicate, in a generic plan too. bound is a
 // further condition on id ("" for none).
 func deadBranches(cols string, byConsumer, byError bool, statuses []string, bound string, desc bool, limit string) []string {
-	order := "id"
-	if desc {
-		order = "id DESC"
-	}
+	return deadBranchesOrdered(cols, byConsumer, byError, statuses, bound, map[bool]string{false: " ORDER BY id", true: " ORDER BY id DESC"}[desc], limit)
+}
+
+// deadBranchesOrdered is deadBranches with its ORDER BY clause given, ""
+// for none.
+func deadBranchesOrdered(cols string, byConsumer, byError bool, statuses []string, bound, order, limit string) []string {
 	branches := make([]string, len(statuses))
 	for i, st := range statuses {
 		cond := "status = '" + st + "'"
@@ -75,7 +77,7 @@ func deadBranches(cols string, byConsumer, byError bool, statuses []string, boun
 		if bound != "" {
 			cond += " AND " + bound
 		}
-		branches[i] = "(SELECT " + cols + " FROM dead_letters WHERE " + cond + " ORDER BY " + order + " LIMIT " + limit + ")"
+		branches[i] = "(SELECT " + cols + " FROM dead_letters WHERE " + cond + order + " LIMIT " + limit + ")"
 	}
 	return branches
 }
@@ -112,11 +114,50 @@ func deadPageQuery(byConsumer, byError bool, statuses []string, before bool) str
 	return merge(deadBranches(deadColumns, byConsumer, byError, statuses, bound, before, "@limit"), before, "@limit")
 }
 
-// deadCountQuery counts the rows of the filter, below @below when below,
-// up to @cap: each branch stops at @cap, and so does their sum.
+// deadCountQuery counts the rows of the filter (and of bound, "" for
+// none), up to @cap: each branch stops at @cap, and so does their sum.
+// Unordered: each branch is an index-only scan of a partial index, which
+// reads no heap page of a vacuumed table (ordered, the planner may read
+// the rows and sort them).
 func deadCountQuery(byConsumer, byError bool, statuses []string, bound string) string {
-	return `SELECT count(*) FROM (SELECT 1 FROM (` + strings.Join(deadBranches("id", byConsumer, byError, statuses, bound, false, "@cap"), "\n\t\tUNION ALL ") +
+	return `SELECT count(*) FROM (SELECT 1 FROM (` + strings.Join(deadBranchesOrdered("id", byConsumer, byError, statuses, bound, "", "@cap"), "\n\t\tUNION ALL ") +
 		`) u LIMIT @cap) c`
+}
+
+// deadStatusCountsQuery counts the filter's rows of each status, each up
+// to @cap, in one statement: the page's total is their sum, and what
+// "all" acts on the dead ones', from one read of each branch.
+func deadStatusCountsQuery(byConsumer, byError bool, statuses []string) string {
+	branches := deadBranchesOrdered("id", byConsumer, byError, statuses, "", "", "@cap")
+	for i, b := range branches {
+		branches[i] = "(SELECT count(*) FROM " + b + " c)"
+	}
+	return "SELECT " + strings.Join(branches, ", ")
+}
+
+// statusCounts reads deadStatusCountsQuery: the total, capped at limit,
+// and each status's count.
+func (c *Console) statusCounts(ctx context.Context, q string, args pgx.NamedArgs, statuses []string, limit int64) (capped, map[string]capped, error) {
+	args["cap"] = limit + 1
+	ns := make([]int64, len(statuses))
+	dest := make([]any, len(statuses))
+	for i := range ns {
+		dest[i] = &ns[i]
+	}
+	if err := c.cfg.Pool.QueryRow(ctx, q, args).Scan(dest...); err != nil {
+		return capped{}, nil, err
+	}
+	var total capped
+	each := map[string]capped{}
+	for i, n := range ns {
+		each[statuses[i]] = capped{N: min(n, limit), Capped: n > limit}
+		total.N += n
+		total.Capped = total.Capped || n > limit
+	}
+	if total.N > limit {
+		total = capped{N: limit, Capped: true}
+	}
+	return total, each, nil
 }
 
 // deadErrorsQuery groups the latest @window rows of the filter by error:

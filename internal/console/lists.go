@@ -385,7 +385,7 @@ func (c *Console) readDead(ctx context.Context, f deadFilter, k keyset) (listPag
 	if err != nil {
 		return lp, fmt.Errorf("list dead letters: %w", err)
 	}
-	total, err := c.countRows(ctx, deadCountQuery(byC, byE, sts, ""), f.args(nil), countCap)
+	total, each, err := c.statusCounts(ctx, deadStatusCountsQuery(byC, byE, sts), f.args(nil), sts, countCap)
 	if err != nil {
 		return lp, fmt.Errorf("count dead letters: %w", err)
 	}
@@ -412,14 +412,7 @@ func (c *Console) readDead(ctx context.Context, f deadFilter, k keyset) (listPag
 	if err := c.cfg.Pool.QueryRow(ctx, deadMaxQuery(byC, byE), f.args(nil)).Scan(&all.Through); err != nil {
 		return lp, fmt.Errorf("read newest dead letter: %w", err)
 	}
-	all.Count = total
-	if f.Status == "" {
-		dead := f
-		dead.Status = "dead"
-		if all.Count, err = c.countRows(ctx, deadCountQuery(byC, byE, dead.statuses(), ""), f.args(nil), countCap); err != nil {
-			return lp, fmt.Errorf("count dead letters: %w", err)
-		}
-	}
+	all.Count = each["dead"]
 	all.Offered = all.Count.N > 0
 	all.FilterDescription = describeFilter("consumer", f.Consumer, "status", "dead", "error", f.Error)
 	all.RetryQ = allQuestion("Retry", all.Count, "dead letter", all.FilterDescription, "") +
