@@ -186,25 +186,31 @@ func (c *Console) question(ctx context.Context, from list, verb string, sel sele
 	if err != nil {
 		return "", fmt.Errorf("read the selected rows: %w", err)
 	}
-	groups, err := pgx.CollectRows(rows, pgx.RowToStructByPos[errorGroup])
+	groups, err := pgx.CollectRows(rows, pgx.RowToStructByPos[nameCount])
 	if err != nil {
 		return "", fmt.Errorf("read the selected rows: %w", err)
 	}
 	return verb + " " + plural(int64(len(sel.IDs)), noun) + targetOf(kind, groups) + "?", nil
 }
 
+// nameCount is a consumer or a topic and how many selected rows are its.
+type nameCount struct {
+	Name  string
+	Count int64
+}
+
 // targetOf names the consumers or topics of the selected rows: " of
 // consumer a", " of consumers a (2), b (1)".
-func targetOf(kind string, groups []errorGroup) string {
+func targetOf(kind string, groups []nameCount) string {
 	switch len(groups) {
 	case 0:
 		return ""
 	case 1:
-		return " of " + kind + " " + groups[0].Error
+		return " of " + kind + " " + groups[0].Name
 	}
 	parts := make([]string, len(groups))
 	for i, g := range groups {
-		parts[i] = fmt.Sprintf("%s (%s)", g.Error, thousands(g.Count))
+		parts[i] = fmt.Sprintf("%s (%s)", g.Name, thousands(g.Count))
 	}
 	return " of " + kind + "s " + strings.Join(parts, ", ")
 }

@@ -59,6 +59,7 @@ func received(t *testing.T, ch <-chan string) string {
 // the retries); the grouped errors filter the list; on a phone the key
 // columns fit without scrolling sideways.
 func TestListsInBrowser(t *testing.T) {
+	t.Parallel()
 	e := newEnv(t, func(c *console.Config) { c.PageSize = 5 })
 	var rows []int64
 	for i := range 7 {

@@ -59,7 +59,11 @@ func (f deadFilter) args(extra pgx.NamedArgs) pgx.NamedArgs {
 // branch within the indexes' predicate, in a generic plan too. bound is a
 // further condition on id ("" for none).
 func deadBranches(cols string, byConsumer, byError bool, statuses []string, bound string, desc bool, limit string) []string {
-	return deadBranchesOrdered(cols, byConsumer, byError, statuses, bound, map[bool]string{false: " ORDER BY id", true: " ORDER BY id DESC"}[desc], limit)
+	order := " ORDER BY id"
+	if desc {
+		order += " DESC"
+	}
+	return deadBranchesOrdered(cols, byConsumer, byError, statuses, bound, order, limit)
 }
 
 // deadBranchesOrdered is deadBranches with its ORDER BY clause given, ""

@@ -231,7 +231,7 @@ func (c *Console) readParked(ctx context.Context, f parkedFilter, k keyset) (lis
 	lp.Known = known
 	f.Topic, lp.Note, lp.Hint = resolveName("topic", f.Topic, known)
 	lp.Topic, lp.Error = f.Topic, f.Error
-	if lp.Hint != "" && !slices.Contains(lp.Known, f.Topic) {
+	if lp.Hint != "" {
 		lp.Known = append(lp.Known, f.Topic) // the select shows the filter it lists
 	}
 	n := c.cfg.PageSize

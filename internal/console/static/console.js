@@ -112,6 +112,11 @@
     document.querySelectorAll("[data-refresh]").forEach(refresh);
     document.querySelectorAll("form[data-confirm], form[data-confirm-kind]").forEach(confirmOnSubmit);
     document.querySelectorAll("input.select-all").forEach(selectAll);
+    // A list's filter applies as soon as a value is chosen (the Filter
+    // button does it without the script).
+    document.querySelectorAll("form.filter select").forEach(function (sel) {
+      sel.addEventListener("change", function () { sel.form.submit(); });
+    });
     // A journey looked up by message id marks that message's event, which
     // may be anywhere on its page: bring it into view, unless the address
     // names an element (#event-...) itself.
