@@ -37,6 +37,8 @@ type listPage[T any] struct {
 	Known      []string
 	Note, Hint string
 	Pager      pager
+	// At is the row the address asked for (at=), marked.
+	At int64
 	// ErrorPanel is the filter's errors, grouped.
 	ErrorPanel errorPanel
 	All        allSet
@@ -79,9 +81,10 @@ func afterParam(r *http.Request, name string) int64 {
 	return v
 }
 
-// keyset is where a list's page starts: after an id, or before one.
+// keyset is where a list's page starts: after an id, or before one; at
+// is the row a link asked for, marked on the page.
 type keyset struct {
-	after, before int64
+	after, before, at int64
 }
 
 // errBadKeyset names a list's after= or before= that cannot be a position.
@@ -103,6 +106,21 @@ func keysetOf(r *http.Request) (keyset, error) {
 			return k, fmt.Errorf("%w: %s must be a row id, got %q", errBadKeyset, p.name, v)
 		}
 		*p.to = n
+	}
+	if v := q.Get("at"); v != "" {
+		// A link to one row (from its journey, say): the page that
+		// starts at it, the row marked.
+		n, err := strconv.ParseInt(v, 10, 64)
+		if err != nil || n <= 0 {
+			return k, fmt.Errorf("%w: at must be a row id, got %q", errBadKeyset, v)
+		}
+		if k.after != 0 || k.before != 0 {
+			return k, fmt.Errorf("%w: give at, after or before, one of them", errBadKeyset)
+		}
+		k.after, k.at = n-1, n
+		if k.after == 0 {
+			k.after = -1 // the first row: still a position, not the first page's link
+		}
 	}
 	if k.after != 0 && k.before != 0 {
 		return k, fmt.Errorf("%w: give after or before, not both", errBadKeyset)
@@ -258,6 +276,7 @@ func (c *Console) readParked(ctx context.Context, f parkedFilter, k keyset) (lis
 		return lp, fmt.Errorf("count parked rows: %w", err)
 	}
 	lp.Pager.links(f.values(), "/parked", lp.Prev, lp.Next, k == keyset{})
+	lp.At = k.at
 	errs := parkedFilter{Topic: f.Topic}
 	ep := errorPanel{Of: errorsOf(total, f.Error == ""), Active: f.Error, path: "/parked", base: errs.values()}
 	if ep.Groups, err = c.readErrorGroups(ctx, qParkedErrors, errs.args(nil)); err != nil {
@@ -396,6 +415,7 @@ func (c *Console) readDead(ctx context.Context, f deadFilter, k keyset) (listPag
 		return lp, fmt.Errorf("count dead letters: %w", err)
 	}
 	lp.Pager.links(f.values(), "/dead", lp.Prev, lp.Next, k == keyset{})
+	lp.At = k.at
 	noErr := f
 	noErr.Error = ""
 	ep := errorPanel{Of: errorsOf(total, !byE), Active: f.Error, path: "/dead", base: noErr.values()}

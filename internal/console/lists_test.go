@@ -353,3 +353,30 @@ func TestErrorsGroupedAndTheErrorFilter(t *testing.T) {
 	_, body = do(t, c, http.MethodGet, e.srv.URL+"/parked?error=other", nil)
 	require.Empty(t, ids(body, regexp.MustCompile(`id="parked-(\d+)"`)))
 }
+
+// A link to one row (at=<id>, as a journey's link to a dead letter may
+// write it) opens the page that starts at it, the row marked, whatever
+// page it is on; at= that is not a row id is a 400.
+func TestListLinkToARow(t *testing.T) {
+	t.Parallel()
+	e := newEnv(t) // PageSize 2
+	var all []string
+	for range 5 {
+		all = append(all, itoa(e.deadWithError(t, "analytics", "dead", "boom")))
+	}
+	c := e.client(t)
+	e.login(t, c)
+	rowRe := regexp.MustCompile(`<tr class="dead-row" id="dead-(\d+)"`)
+	_, body := do(t, c, http.MethodGet, e.srv.URL+"/dead?consumer=analytics&at="+all[3], nil)
+	require.Equal(t, all[3:5], ids(body, rowRe))
+	require.Regexp(t, `id="dead-`+all[3]+`"[^>]*data-focus="true"`, body)
+	require.Contains(t, body, `<span class="showing">Showing 4–5 of 5</span>`)
+	require.Contains(t, body, `class="prev-page" href="/dead?before=`+all[3]+`&amp;consumer=analytics"`)
+	_, body = do(t, c, http.MethodGet, e.srv.URL+"/dead?at="+all[0], nil)
+	require.Equal(t, all[0:2], ids(body, rowRe))
+	require.NotContains(t, body, `class="prev-page"`, "the first row: no page before")
+	for _, bad := range []string{"at=x", "at=0", "at=3&after=1"} {
+		res, _ := do(t, c, http.MethodGet, e.srv.URL+"/dead?"+bad, nil)
+		require.Equal(t, http.StatusBadRequest, res.StatusCode, bad)
+	}
+}
