@@ -5,10 +5,12 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"math"
 	"net/http"
 	"net/url"
 	"slices"
 	"strconv"
+	"strings"
 	"time"
 
 	"github.com/jackc/pgx/v5"
@@ -22,9 +24,9 @@ import (
 const maxSelection = 1000
 
 // selection is what an action's form names: some ids, or every row
-// matching the list's filter. It holds only the filter of the action's
-// list: the record of an action names what it applied to, never a field it
-// ignored.
+// matching the list's filter up to a bound. It holds only the filter of
+// the action's list: the record of an action names what it applied to,
+// never a field it ignored.
 type selection struct {
 	IDs []int64 `json:"ids,omitempty"`
 	All bool    `json:"all,omitempty"`
@@ -33,6 +35,12 @@ type selection struct {
 	Status   string `json:"status,omitempty"`
 	// Topic is the parked rows' filter.
 	Topic string `json:"topic,omitempty"`
+	// Error filters either list by the exact error text.
+	Error string `json:"error,omitempty"`
+	// Through bounds "all": the newest row matching the filter when the
+	// operator was asked (the list's page, or the confirmation); rows that
+	// arrive after are not acted on.
+	Through int64 `json:"through,omitempty"`
 }
 
 // list says which list an action comes from: the filter its form carries.
@@ -43,8 +51,16 @@ const (
 	deadList
 )
 
+// noun is what a list holds, for the confirmations.
+func (l list) noun() string {
+	if l == parkedList {
+		return "parked row"
+	}
+	return "dead letter"
+}
+
 func parseSelection(r *http.Request, from list) (selection, error) {
-	sel := selection{All: r.PostFormValue("all") == "1"}
+	sel := selection{All: r.PostFormValue("all") == "1", Error: r.PostFormValue("error")}
 	switch from {
 	case parkedList:
 		sel.Topic = r.PostFormValue("topic")
@@ -59,6 +75,13 @@ func parseSelection(r *http.Request, from list) (selection, error) {
 		if sel.All && sel.Status != "" && sel.Status != "dead" {
 			return sel, fmt.Errorf("the filter shows %s dead letters: only dead ones can be retried or discarded", sel.Status)
 		}
+	}
+	if v := r.PostFormValue("through"); v != "" && sel.All {
+		n, err := strconv.ParseInt(v, 10, 64)
+		if err != nil || n < 0 {
+			return sel, fmt.Errorf("through must be a row id, got %q", v)
+		}
+		sel.Through = n
 	}
 	ids := r.PostForm["id"]
 	if len(ids) > maxSelection {
@@ -77,23 +100,9 @@ func parseSelection(r *http.Request, from list) (selection, error) {
 	return sel, nil
 }
 
-// describe says what "all" covers, for the confirmation.
-func (sel selection) describe(from list) string {
-	if from == parkedList {
-		if sel.Topic == "" {
-			return "every parked row, of every topic"
-		}
-		return fmt.Sprintf("every parked row of topic %q", sel.Topic)
-	}
-	if sel.Consumer == "" {
-		return "every dead letter (status dead), of every consumer"
-	}
-	return fmt.Sprintf("every dead letter (status dead) of consumer %q", sel.Consumer)
-}
-
-// target is what the record of an action on sel names: the filter and no
-// ids for "all" (the ids ticked with it are ignored), the ids and no
-// filter otherwise (chosen ids ignore the list's filter).
+// target is what the record of an action on sel names: the filter and its
+// bound and no ids for "all" (the ids ticked with it are ignored), the ids
+// and no filter otherwise (chosen ids ignore the list's filter).
 func (sel selection) target() selection {
 	if sel.All {
 		sel.IDs = nil
@@ -102,23 +111,134 @@ func (sel selection) target() selection {
 	return selection{IDs: sel.IDs}
 }
 
+// newest is the bound of "all" when the request carries none: the newest
+// row the action would act on now.
+func (c *Console) newest(ctx context.Context, from list, sel selection) (int64, error) {
+	var q string
+	var args pgx.NamedArgs
+	if from == parkedList {
+		q, args = qParkedMax, parkedFilter{Topic: sel.Topic, Error: sel.Error}.args(nil)
+	} else {
+		q, args = deadMaxQuery(sel.Consumer != "", sel.Error != ""), deadFilter{Consumer: sel.Consumer, Error: sel.Error}.args(nil)
+	}
+	var n int64
+	if err := c.cfg.Pool.QueryRow(ctx, q, args).Scan(&n); err != nil {
+		return 0, fmt.Errorf("read the newest row of the filter: %w", err)
+	}
+	return n, nil
+}
+
+// actIDs lists the rows an action on all of sel acts on, in tx: those
+// matching its filter, up to its bound (of status dead, for dead
+// letters).
+func actIDs(ctx context.Context, tx pgx.Tx, from list, sel selection) ([]int64, error) {
+	var q string
+	var args pgx.NamedArgs
+	if from == parkedList {
+		q, args = qParkedActIDs, parkedFilter{Topic: sel.Topic, Error: sel.Error}.args(pgx.NamedArgs{"through": sel.Through})
+	} else {
+		q = deadActIDsQuery(sel.Consumer != "", sel.Error != "")
+		args = deadFilter{Consumer: sel.Consumer, Error: sel.Error}.args(pgx.NamedArgs{"through": sel.Through})
+	}
+	rows, err := tx.Query(ctx, q, args)
+	if err != nil {
+		return nil, fmt.Errorf("list the rows of the filter: %w", err)
+	}
+	ids, err := pgx.CollectRows(rows, pgx.RowTo[int64])
+	if err != nil {
+		return nil, fmt.Errorf("list the rows of the filter: %w", err)
+	}
+	return ids, nil
+}
+
+// question is the confirmation's question for verb on sel: the action,
+// the count and the target ("Discard 3 dead letters of consumer
+// sync-analytics?", "Retry all 1,234 dead letters matching
+// consumer=sync-analytics, status=dead?").
+func (c *Console) question(ctx context.Context, from list, verb string, sel selection) (string, error) {
+	noun := from.noun()
+	if sel.All {
+		var q string
+		var args pgx.NamedArgs
+		var filter, unfiltered string
+		if from == parkedList {
+			q = parkedCountQuery("f.id <= @through")
+			args = parkedFilter{Topic: sel.Topic, Error: sel.Error}.args(pgx.NamedArgs{"through": sel.Through})
+			filter, unfiltered = describeFilter("topic", sel.Topic, "error", sel.Error), "of every topic"
+		} else {
+			q = deadCountQuery(sel.Consumer != "", sel.Error != "", []string{"dead"}, "id <= @through")
+			args = deadFilter{Consumer: sel.Consumer, Error: sel.Error}.args(pgx.NamedArgs{"through": sel.Through})
+			filter = describeFilter("consumer", sel.Consumer, "status", "dead", "error", sel.Error)
+		}
+		// Exact: the operator decides on this number, once.
+		n, err := c.countRows(ctx, q, args, math.MaxInt32)
+		if err != nil {
+			return "", fmt.Errorf("count the rows of the filter: %w", err)
+		}
+		return allQuestion(verb, n, noun, filter, unfiltered), nil
+	}
+	q := `SELECT consumer, count(*) FROM dead_letters WHERE id = ANY($1) GROUP BY 1 ORDER BY 1`
+	kind := "consumer"
+	if from == parkedList {
+		q, kind = `SELECT topic, count(*) FROM outbox WHERE id = ANY($1) GROUP BY 1 ORDER BY 1`, "topic"
+	}
+	rows, err := c.cfg.Pool.Query(ctx, q, sel.IDs)
+	if err != nil {
+		return "", fmt.Errorf("read the selected rows: %w", err)
+	}
+	groups, err := pgx.CollectRows(rows, pgx.RowToStructByPos[nameCount])
+	if err != nil {
+		return "", fmt.Errorf("read the selected rows: %w", err)
+	}
+	return verb + " " + plural(int64(len(sel.IDs)), noun) + targetOf(kind, groups) + "?", nil
+}
+
+// nameCount is a consumer or a topic and how many selected rows are its.
+type nameCount struct {
+	Name  string
+	Count int64
+}
+
+// targetOf names the consumers or topics of the selected rows: " of
+// consumer a", " of consumers a (2), b (1)".
+func targetOf(kind string, groups []nameCount) string {
+	switch len(groups) {
+	case 0:
+		return ""
+	case 1:
+		return " of " + kind + " " + groups[0].Name
+	}
+	parts := make([]string, len(groups))
+	for i, g := range groups {
+		parts[i] = fmt.Sprintf("%s (%s)", g.Name, thousands(g.Count))
+	}
+	return " of " + kind + "s " + strings.Join(parts, ", ")
+}
+
 // confirmData is the confirmation page: the same form again, with
 // confirm=yes.
 type confirmData struct {
 	Action   string // the form's URL
-	What     string
+	Question string // the action, the count and the target
+	What     string // what the action does
 	Back     string
 	Fields   url.Values
 	Selected int
 	All      bool
-	Filter   string // what "all" covers
+	Through  int64
+	// Danger marks a destructive action: its button looks it.
+	Danger bool
+	Button string
 }
 
 // act runs one action in two steps: without confirm=yes it shows what it
-// would do and asks; with it, it runs do in a transaction with its record
-// in console_actions (who, when, what, on what, how many), and returns to
-// back(sel), the list it came from, with ?done=.
-func (c *Console) act(w http.ResponseWriter, r *http.Request, s session, from list, name, what string, back func(selection) string,
+// would do, to how many rows of what, and asks; with it, it runs do in a
+// transaction with its record in console_actions (who, when, what, on
+// what, how many), and returns to back(sel), the list it came from, with
+// ?done=. An action on "all" acts on the rows matching the filter up to
+// the bound the operator was shown (through=), or, when the request
+// carries none, up to the newest row matching now.
+func (c *Console) act(w http.ResponseWriter, r *http.Request, s session, from list, name, verb, what string, back func(selection) string,
 	do func(ctx context.Context, tx pgx.Tx, sel selection) (int64, error),
 ) {
 	sel, err := parseSelection(r, from)
@@ -126,7 +246,22 @@ func (c *Console) act(w http.ResponseWriter, r *http.Request, s session, from li
 		http.Error(w, err.Error(), http.StatusBadRequest)
 		return
 	}
-	c.confirmThenDo(w, r, s, what, back(sel), sel.describe(from), len(sel.IDs), sel.All, func(ctx context.Context) (int64, error) {
+	if sel.All && sel.Through == 0 {
+		if sel.Through, err = c.newest(r.Context(), from, sel); err != nil {
+			c.fail(w, r, err)
+			return
+		}
+	}
+	cd := confirmData{What: what, Back: back(sel), Selected: len(sel.IDs), All: sel.All, Through: sel.Through,
+		Danger: verb == "Discard", Button: verb}
+	if r.PostFormValue("confirm") != "yes" {
+		if cd.Question, err = c.question(r.Context(), from, verb, sel); err != nil {
+			c.fail(w, r, err)
+			return
+		}
+		cd.Button = strings.TrimSuffix(cd.Question, "?")
+	}
+	c.confirmThenDo(w, r, s, cd, func(ctx context.Context) (int64, error) {
 		// A failed action is recorded with its error, which the page it
 		// returns to shows.
 		id, _, err := c.inTx(ctx, s, name, sel.target(), func(ctx context.Context, tx pgx.Tx) (int64, error) { return do(ctx, tx, sel) })
@@ -134,12 +269,10 @@ func (c *Console) act(w http.ResponseWriter, r *http.Request, s session, from li
 	})
 }
 
-// confirmThenDo asks for confirmation (without confirm=yes), or runs run,
-// which does the action, records it and returns the record's id, then
-// returns to back with ?done=.
-func (c *Console) confirmThenDo(w http.ResponseWriter, r *http.Request, s session, what, back, filter string,
-	selected int, all bool, run func(ctx context.Context) (int64, error),
-) {
+// confirmThenDo asks for confirmation with cd (without confirm=yes), or
+// runs run, which does the action, records it and returns the record's
+// id, then returns to cd.Back with ?done=.
+func (c *Console) confirmThenDo(w http.ResponseWriter, r *http.Request, s session, cd confirmData, run func(ctx context.Context) (int64, error)) {
 	if r.PostFormValue("confirm") != "yes" {
 		fields := url.Values{}
 		for k, v := range r.PostForm {
@@ -147,8 +280,13 @@ func (c *Console) confirmThenDo(w http.ResponseWriter, r *http.Request, s sessio
 				fields[k] = v
 			}
 		}
+		if cd.All && cd.Through != 0 {
+			// The bound the question counted: what is confirmed.
+			fields.Set("through", strconv.FormatInt(cd.Through, 10))
+		}
+		cd.Action, cd.Fields = r.URL.Path, fields
 		p := c.pageFor(s, "Confirm")
-		p.Data = confirmData{Action: r.URL.Path, What: what, Back: back, Fields: fields, Selected: selected, All: all, Filter: filter}
+		p.Data = cd
 		c.render(w, http.StatusOK, "confirm", p)
 		return
 	}
@@ -157,7 +295,7 @@ func (c *Console) confirmThenDo(w http.ResponseWriter, r *http.Request, s sessio
 		c.fail(w, r, err)
 		return
 	}
-	u, _ := url.Parse(back)
+	u, _ := url.Parse(cd.Back)
 	q := u.Query()
 	q.Set("done", strconv.FormatInt(id, 10))
 	u.RawQuery = q.Encode()
@@ -259,14 +397,21 @@ func (c *Console) insertRecord(ctx context.Context, q queryRower, s session, nam
 }
 
 func parkedBack(sel selection) string {
-	if sel.Topic == "" {
+	q := url.Values{}
+	if sel.Topic != "" {
+		q.Set("topic", sel.Topic)
+	}
+	if sel.Error != "" {
+		q.Set("error", sel.Error)
+	}
+	if len(q) == 0 {
 		return "/parked"
 	}
-	return "/parked?" + url.Values{"topic": {sel.Topic}}.Encode()
+	return "/parked?" + q.Encode()
 }
 
 func (c *Console) parkedRetry(w http.ResponseWriter, r *http.Request, s session) {
-	c.act(w, r, s, parkedList, "outbox.retry", "Retry parked outbox rows: they go back in line with a fresh count of attempts.", parkedBack,
+	c.act(w, r, s, parkedList, "outbox.retry", "Retry", "Retry parked outbox rows: they go back in line with a fresh count of attempts.", parkedBack,
 		func(ctx context.Context, tx pgx.Tx, sel selection) (int64, error) {
 			return releaseParked(ctx, tx, sel, forwarder.RetryParked)
 		})
@@ -279,22 +424,26 @@ const discardWhat = "Discard parked outbox rows: each event is replaced by a dis
 	"events flow after it. The row is kept, marked discarded."
 
 func (c *Console) parkedDiscard(w http.ResponseWriter, r *http.Request, s session) {
-	c.act(w, r, s, parkedList, "outbox.discard", discardWhat, parkedBack,
+	c.act(w, r, s, parkedList, "outbox.discard", "Discard", discardWhat, parkedBack,
 		func(ctx context.Context, tx pgx.Tx, sel selection) (int64, error) {
 			return releaseParked(ctx, tx, sel, forwarder.DiscardParked)
 		})
 }
 
 // releaseParked applies release (retry or discard) to the selected rows,
-// or to every parked row of the selection's topic filter.
+// or to every parked row of the selection's filter up to its bound.
 func releaseParked(ctx context.Context, tx pgx.Tx, sel selection,
 	release func(context.Context, forwarder.Querier, forwarder.ParkedFilter) (int64, error),
 ) (int64, error) {
+	ids := sel.IDs
 	if sel.All {
-		return release(ctx, tx, forwarder.ParkedFilter{Topic: sel.Topic})
+		var err error
+		if ids, err = actIDs(ctx, tx, parkedList, sel); err != nil {
+			return 0, err
+		}
 	}
 	var total int64
-	for _, id := range sel.IDs {
+	for _, id := range ids {
 		n, err := release(ctx, tx, forwarder.ParkedFilter{ID: id})
 		total += n
 		if err != nil {
@@ -312,6 +461,9 @@ func deadBack(sel selection) string {
 	if sel.Status != "" {
 		q.Set("status", sel.Status)
 	}
+	if sel.Error != "" {
+		q.Set("error", sel.Error)
+	}
 	if len(q) == 0 {
 		return "/dead"
 	}
@@ -319,16 +471,20 @@ func deadBack(sel selection) string {
 }
 
 func (c *Console) deadRetry(w http.ResponseWriter, r *http.Request, s session) {
-	c.act(w, r, s, deadList, "dlq.retry", "Retry dead letters: the consumer tries them again at once.", deadBack,
+	c.act(w, r, s, deadList, "dlq.retry", "Retry", "Retry dead letters: the consumer tries them again at once.", deadBack,
 		func(ctx context.Context, tx pgx.Tx, sel selection) (int64, error) {
 			// With all, the status filter is "" or dead (parseSelection):
 			// what the list shows that can be retried is every dead letter
-			// of the consumer filter.
+			// of the filter, up to its bound.
+			ids := sel.IDs
 			if sel.All {
-				return idempotency.RetryDeadLetter(ctx, tx, sel.Consumer, 0)
+				var err error
+				if ids, err = actIDs(ctx, tx, deadList, sel); err != nil {
+					return 0, err
+				}
 			}
 			var total int64
-			for _, id := range sel.IDs {
+			for _, id := range ids {
 				n, err := idempotency.RetryDeadLetter(ctx, tx, "", id)
 				total += n
 				if err != nil && !errors.Is(err, idempotency.ErrNotDead) {
@@ -340,12 +496,12 @@ func (c *Console) deadRetry(w http.ResponseWriter, r *http.Request, s session) {
 }
 
 func (c *Console) deadDiscard(w http.ResponseWriter, r *http.Request, s session) {
-	c.act(w, r, s, deadList, "dlq.discard", "Discard dead letters: recorded as handled without running the handler; the events held behind them are released.", deadBack,
+	c.act(w, r, s, deadList, "dlq.discard", "Discard", "Discard dead letters: recorded as handled without running the handler; the events held behind them are released.", deadBack,
 		func(ctx context.Context, tx pgx.Tx, sel selection) (int64, error) {
 			ids := sel.IDs
-			if sel.All { // as for a retry: every dead letter of the consumer filter
+			if sel.All { // as for a retry: every dead letter of the filter, up to its bound
 				var err error
-				if ids, err = deadIDs(ctx, tx, sel.Consumer); err != nil {
+				if ids, err = actIDs(ctx, tx, deadList, sel); err != nil {
 					return 0, err
 				}
 			}
@@ -364,24 +520,6 @@ func (c *Console) deadDiscard(w http.ResponseWriter, r *http.Request, s session)
 			}
 			return n, nil
 		})
-}
-
-// deadIDs lists the dead letters (status dead) of consumer, "" for all.
-func deadIDs(ctx context.Context, tx pgx.Tx, consumer string) ([]int64, error) {
-	rows, err := tx.Query(ctx, `SELECT id FROM dead_letters WHERE status = 'dead' AND ($1 = '' OR consumer = $1) ORDER BY id`, consumer)
-	if err != nil {
-		return nil, fmt.Errorf("list dead letters: %w", err)
-	}
-	defer rows.Close()
-	var ids []int64
-	for rows.Next() {
-		var id int64
-		if err := rows.Scan(&id); err != nil {
-			return nil, fmt.Errorf("list dead letters: %w", err)
-		}
-		ids = append(ids, id)
-	}
-	return ids, rows.Err()
 }
 
 // replayTarget is what a replay names: one aggregate, one consumer.
@@ -413,7 +551,9 @@ func (c *Console) replay(w http.ResponseWriter, r *http.Request, s session) {
 	back := "/journey?q=" + url.QueryEscape(t.AggregateID)
 	what := fmt.Sprintf("Replay every retained event of %s %s to %s (its replay topic): the consumer skips what it already handled.",
 		t.AggregateType, t.AggregateID, t.Consumer)
-	c.confirmThenDo(w, r, s, what, back, "", 0, true, func(ctx context.Context) (int64, error) {
+	cd := confirmData{What: what, Back: back, All: true, Button: "Replay to " + t.Consumer,
+		Question: fmt.Sprintf("Replay %s %s to consumer %s?", t.AggregateType, t.AggregateID, t.Consumer)}
+	c.confirmThenDo(w, r, s, cd, func(ctx context.Context) (int64, error) {
 		return c.replayRecorded(ctx, s, t, cs.Topic)
 	})
 }

@@ -141,7 +141,7 @@ func TestConsoleInBrowser(t *testing.T) {
 		chromedp.Click(chromedp.CSS("#parked-discard-selected")),
 		chromedp.WaitVisible(chromedp.CSS("#action-result")),
 	)
-	require.Contains(t, <-confirmed, "Discard the selected parked rows", "the discard button's own question")
+	require.Contains(t, <-confirmed, "Discard 1 parked row of topic payments?", "the discard button's own question: the count and the target")
 	require.Contains(t, text(t, ctx, "#action-result"), "outbox.discard", "the discard's result")
 	require.Equal(t, "1", text(t, ctx, "#action-count"))
 	screenshot(t, ctx, dir, "06b-parked-discarded")

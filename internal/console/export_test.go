@@ -26,4 +26,15 @@ var Queries = map[string]string{
 	"dead letters of a consumer":       deadLettersQuery(true, openStatuses),
 	"dead letters of a status":         deadLettersQuery(false, []string{"dead"}),
 	"dead letters of consumer, status": deadLettersQuery(true, []string{"held"}),
+	// The counts, errors and bounds around a page of /dead.
+	"count of dead letters":               deadCountQuery(false, false, openStatuses, ""),
+	"count of dead letters of a consumer": deadCountQuery(true, false, openStatuses, "id < @first"),
+	"count of dead letters of an error":   deadStatusCountsQuery(true, true, openStatuses),
+	"page of dead letters before":         deadPageQuery(true, true, openStatuses, true),
+	"errors of dead letters":              deadErrorsQuery(true, openStatuses),
+	"newest dead letter":                  deadMaxQuery(true, true),
+	"consumers of dead letters":           knownConsumersQuery,
 }
+
+// CountCap is where a list stops counting.
+const CountCap = countCap

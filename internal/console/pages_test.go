@@ -186,7 +186,7 @@ var (
 	openIndexScanRe = regexp.MustCompile(`Index Scan using dead_letters_open_(?:consumer_)?status_idx `)
 	// The partitions' cursors (outbox_state's) are one row a partition:
 	// read whole.
-	waitingRowsIndexes = map[string]bool{"outbox_partitions_pkey": true, "dead_letters_open_idx": true,
+	waitingRowsIndexes = map[string]bool{"outbox_partitions_pkey": true, "dead_letters_open_idx": true, "dead_letters_open_consumer_status_idx": true,
 		"webhook_deliveries_due_idx": true, "webhook_deliveries_dead_idx": true}
 )
 
@@ -234,12 +234,13 @@ func TestQueriesUseIndexes(t *testing.T) {
 		"processed":     {[]string{"00000000-0000-0000-0000-000000000001"}},
 		"dead outcomes": {[]string{"notify-merchant"}, []string{"00000000-0000-0000-0000-000000000001"}},
 		"deliveries":    {[]string{"00000000-0000-0000-0000-000000000001"}},
-		"parked":        {0, 50, ""},
+		"parked":        {pgx.NamedArgs{"after": 0, "limit": 50, "topic": "", "error": ""}},
 		"webhook stats": nil,
 	}
 	for name := range console.Queries {
-		if strings.HasPrefix(name, "dead letters") {
-			args[name] = []any{pgx.NamedArgs{"consumer": "notify-merchant", "after": 0, "limit": 50}}
+		if strings.Contains(name, "dead letter") {
+			args[name] = []any{pgx.NamedArgs{"consumer": "notify-merchant", "error": "boom", "after": 0, "before": 100, "limit": 50,
+				"first": 100, "cap": 10001, "window": 1000, "groups": 10}}
 		}
 	}
 	for name, a := range console.SearchQueryArgs { // the search's, and what a held event waits behind
@@ -537,8 +538,10 @@ func TestDiscardParkedRows(t *testing.T) {
 	require.Regexp(t, `^/parked\?done=\d+&topic=refunds$`, loc)
 	require.Equal(t, 1, e.count(t, `SELECT count(*) FROM outbox_failures WHERE id = $1 AND discarded_at IS NOT NULL`, r1))
 	require.Equal(t, 2, parked(), "the other topic's rows are still parked")
+	// Bound, without a through= from the page, at the newest row of the
+	// filter when it acted.
 	require.Equal(t, 1, e.count(t, `SELECT count(*) FROM console_actions WHERE action = 'outbox.discard'
-		AND target = '{"all": true, "topic": "refunds"}' AND result_count = 1`))
+		AND target = jsonb_build_object('all', true, 'topic', 'refunds', 'through', $1::bigint) AND result_count = 1`, r1))
 	_, body = do(t, c, http.MethodGet, e.srv.URL+loc, nil)
 	requireText(t, body, "action-count", "1")
 

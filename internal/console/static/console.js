@@ -36,7 +36,34 @@
 
   // Confirmation: a form (or the button that submits it) with
   // data-confirm asks in the browser and then sends confirm=yes, which
-  // spares the confirmation page.
+  // spares the confirmation page. A button with data-confirm-selected asks
+  // about the rows ticked: its {n} is their count ("3 dead letters", the
+  // form's data-confirm-kind), its {target} what they belong to (" of
+  // consumer sync-analytics", from each row's data-<data-confirm-target>).
+  function selectedQuestion(form, template) {
+    var kind = form.getAttribute("data-confirm-kind") || "row";
+    var attr = form.getAttribute("data-confirm-target");
+    var ticked = form.querySelectorAll("input[name=id]:checked");
+    if (ticked.length === 0) { return null; }
+    var counts = {}, names = [];
+    ticked.forEach(function (box) {
+      var tr = box.closest("tr");
+      var v = attr && tr ? tr.getAttribute("data-" + attr) : null;
+      if (v === null) { return; }
+      if (!(v in counts)) { counts[v] = 0; names.push(v); }
+      counts[v]++;
+    });
+    names.sort();
+    var n = ticked.length.toLocaleString("en-US") + " " + kind + (ticked.length === 1 ? "" : "s");
+    var target = "";
+    if (names.length === 1) {
+      target = " of " + attr + " " + names[0];
+    } else if (names.length > 1) {
+      target = " of " + attr + "s " + names.map(function (v) { return v + " (" + counts[v] + ")"; }).join(", ");
+    }
+    return template.replace("{n}", n).replace("{target}", target);
+  }
+
   function confirmOnSubmit(form) {
     form.addEventListener("submit", function (ev) {
       var btn = ev.submitter;
@@ -44,6 +71,15 @@
       // could be another button's: let the server's page ask instead.
       if (!btn) { return; }
       var msg = btn.getAttribute("data-confirm") || form.getAttribute("data-confirm");
+      var selected = btn.getAttribute("data-confirm-selected");
+      if (selected) {
+        msg = selectedQuestion(form, selected);
+        if (msg === null) {
+          ev.preventDefault();
+          window.alert("Select at least one row (or use the button for all matching the filter).");
+          return;
+        }
+      }
       if (!msg) { return; }
       if (!window.confirm(msg)) { ev.preventDefault(); return; }
       var old = form.querySelector("input[name=confirm]");
@@ -54,9 +90,33 @@
     });
   }
 
+  // Select-all: a list's header checkbox (hidden without this script)
+  // ticks or clears every row of the page, and shows when some are.
+  function selectAll(box) {
+    var table = box.closest("table");
+    var rows = function () { return table.querySelectorAll("tbody input[type=checkbox][name=id]"); };
+    box.hidden = false;
+    box.addEventListener("change", function () {
+      rows().forEach(function (r) { r.checked = box.checked; });
+    });
+    table.addEventListener("change", function (ev) {
+      if (ev.target === box) { return; }
+      var all = rows(), on = 0;
+      all.forEach(function (r) { if (r.checked) { on++; } });
+      box.checked = all.length > 0 && on === all.length;
+      box.indeterminate = on > 0 && on < all.length;
+    });
+  }
+
   document.addEventListener("DOMContentLoaded", function () {
     document.querySelectorAll("[data-refresh]").forEach(refresh);
-    document.querySelectorAll("form[data-confirm]").forEach(confirmOnSubmit);
+    document.querySelectorAll("form[data-confirm], form[data-confirm-kind]").forEach(confirmOnSubmit);
+    document.querySelectorAll("input.select-all").forEach(selectAll);
+    // A list's filter applies as soon as a value is chosen (the Filter
+    // button does it without the script).
+    document.querySelectorAll("form.filter select").forEach(function (sel) {
+      sel.addEventListener("change", function () { sel.form.submit(); });
+    });
     // A journey looked up by message id marks that message's event, which
     // may be anywhere on its page: bring it into view, unless the address
     // names an element (#event-...) itself.
