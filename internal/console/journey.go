@@ -136,15 +136,12 @@ func (o outcome) Open() bool {
 func (o outcome) DeadHref() string { return deadHref(o.Consumer, o.DeadID) }
 
 // deadHref is the /dead page of a consumer's dead letters that starts
-// with the dead letter id (the list pages by id > after), scrolled to its
-// row: not the list's first page, which may not hold it.
+// with the dead letter (at=: the list marks it), scrolled to its row: not
+// the list's first page, which may not hold it.
 func deadHref(consumer string, id int64) string {
-	return "/dead?" + url.Values{"consumer": {consumer}, "after": {strconv.FormatInt(id-1, 10)}}.Encode() +
+	return "/dead?" + url.Values{"consumer": {consumer}, "at": {strconv.FormatInt(id, 10)}}.Encode() +
 		"#dead-" + strconv.FormatInt(id, 10)
 }
-
-// ParkedAfter is the after= of the /parked page that starts with the row.
-func (e journeyEvent) ParkedAfter() int64 { return e.ID - 1 }
 
 type delivery struct {
 	ID       int64

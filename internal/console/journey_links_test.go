@@ -71,7 +71,7 @@ func TestJourneyHeldBehindADeadVersion(t *testing.T) {
 	res, body := do(t, c, http.MethodGet, e.srv.URL+"/journey?q="+pay, nil)
 	require.Equal(t, http.StatusOK, res.StatusCode)
 	deadHref := func(consumer string, id int64) string {
-		return fmt.Sprintf("/dead?after=%d&amp;consumer=%s#dead-%d", id-1, consumer, id)
+		return fmt.Sprintf("/dead?at=%d&amp;consumer=%s#dead-%d", id, consumer, id)
 	}
 
 	row := outcomeRow(t, body, v3, "analytics")

@@ -407,8 +407,6 @@ type searchRow struct {
 
 func (r searchRow) pos() position { return position{r.AggregateVersion, r.ID} }
 
-// ParkedAfter is the after= of the /parked page that starts with the row.
-func (r searchRow) ParkedAfter() int64 { return r.ID - 1 }
 
 // searchResult is a page of a search.
 type searchResult struct {
