@@ -121,12 +121,12 @@ func TestBulkActionsActOnWhatTheFilterShows(t *testing.T) {
 			slices.Sort(acted)
 			if tc.status == http.StatusBadRequest {
 				require.Empty(t, acted, "nothing changed")
-				require.Zero(t, e.count(t, `SELECT count(*) FROM console_actions`), "nothing recorded")
+				require.Zero(t, e.count(t, `SELECT count(*) FROM outflow_operator_actions`), "nothing recorded")
 				return
 			}
 			require.NotEmpty(t, shown)
 			require.Equal(t, shown, acted, "the action changed exactly what the list shows")
-			require.Equal(t, 1, e.count(t, `SELECT count(*) FROM console_actions WHERE target = $1::jsonb AND result_count = $2`,
+			require.Equal(t, 1, e.count(t, `SELECT count(*) FROM outflow_operator_actions WHERE target = $1::jsonb AND result_count = $2`,
 				tc.target, len(shown)), "recorded with its filter and count")
 		})
 	}
