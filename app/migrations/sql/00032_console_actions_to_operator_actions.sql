@@ -26,12 +26,17 @@ WHERE NOT EXISTS (
       AND o.action = c.action AND o.target = c.target)
 ORDER BY c.id;
 
--- search_path FROM CURRENT: the migrated schema, whatever the inserting
--- session's search_path.
+-- The inserting session's search_path finds the framework's table, as it
+-- found console_actions (an earlier release qualifies neither). A
+-- framework set rolled back on its own (the table gone) leaves
+-- console_actions writable.
 -- +goose StatementBegin
 CREATE FUNCTION console_actions_to_operator_actions() RETURNS trigger
-LANGUAGE plpgsql SET search_path FROM CURRENT AS $$
+LANGUAGE plpgsql AS $$
 BEGIN
+    IF to_regclass('outflow_operator_actions') IS NULL THEN
+        RETURN NULL;
+    END IF;
     INSERT INTO outflow_operator_actions (at, actor_kind, actor_id, actor_name, action, target, result_count, error,
                                           aggregate_type, aggregate_id)
     VALUES (NEW.at, 'console', NEW.api_key_id::text, NEW.api_key_name, NEW.action, NEW.target, NEW.result_count, NEW.error,
