@@ -110,18 +110,14 @@ const CommitTimeout = 30 * time.Second
 // transaction begun on db, and returns the record's id, do's error and its
 // own: the change and its record commit together, or neither does. A do
 // that fails is rolled back and recorded alone, with its error and a count
-// of 0. do's statements run on ctx: a caller that gives up before the
-// commit cancels them, and the rollback undoes what was done. The commit
-// and the record of a failure do not take ctx's cancellation (bounded by
-// [CommitTimeout]): once the change is decided, whether it is recorded
-// must not depend on the caller's patience.
+// of 0. e.Target is encoded after do, so do may complete it (a pointer,
+// with what the change created); a target that cannot be encoded rolls
+// the change back. do's statements run on ctx: a caller that gives up
+// before the commit cancels them, and the rollback undoes what was done.
+// The commit and the record of a failure do not take ctx's cancellation
+// (bounded by [CommitTimeout]): once the change is decided, whether it is
+// recorded must not depend on the caller's patience.
 func Do(ctx context.Context, db DB, e Entry, do func(ctx context.Context, tx pgx.Tx) (int64, error)) (id int64, doErr error, err error) {
-	// Encoded before acting: a target that cannot be recorded refuses the
-	// action rather than leave it done and unrecorded.
-	target, err := json.Marshal(e.Target)
-	if err != nil {
-		return 0, nil, fmt.Errorf("action %s: encode target: %w", e.Action, err)
-	}
 	tx, err := db.Begin(ctx)
 	if err != nil {
 		return 0, nil, fmt.Errorf("action %s: begin: %w", e.Action, err)
@@ -137,21 +133,36 @@ func Do(ctx context.Context, db DB, e Entry, do func(ctx context.Context, tx pgx
 	if doErr != nil {
 		// A rollback that fails closes the connection, which ends the
 		// transaction on the server all the same: either way nothing of
-		// do is left. The record goes in a transaction of its own, on a
-		// connection of db's.
+		// do is left. The record goes in a transaction of its own, on
+		// another of db's connections.
 		_ = tx.Rollback(dctx)
 		e.Count, e.Error = 0, doErr.Error()
-		id, err := insert(dctx, db, e, target)
+		id, err := Insert(dctx, db, e)
 		return id, doErr, err
 	}
 	e.Count = n
-	if id, err = insert(ctx, tx, e, target); err != nil {
+	if id, err = Insert(ctx, tx, e); err != nil {
 		return 0, nil, err
 	}
 	if err := tx.Commit(dctx); err != nil {
 		return 0, nil, fmt.Errorf("action %s: commit: %w", e.Action, err)
 	}
 	return id, nil, nil
+}
+
+// Ready returns [ErrNotMigrated] when the audit's table is not in q's
+// search_path: an action that cannot be part of a transaction (a replay
+// published to a broker) asks first, so as not to act and then fail to
+// record it.
+func Ready(ctx context.Context, q Querier) error {
+	var ok bool
+	if err := q.QueryRow(ctx, `SELECT to_regclass('outflow_operator_actions') IS NOT NULL`).Scan(&ok); err != nil {
+		return fmt.Errorf("look for %s: %w", Table, err)
+	}
+	if !ok {
+		return ErrNotMigrated
+	}
+	return nil
 }
 
 // Detach is ctx without its cancellation, bounded by [CommitTimeout]: for
