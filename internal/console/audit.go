@@ -223,8 +223,15 @@ func (c *Console) auditRows(ctx context.Context, recs []actionlog.Record) ([]aud
 			row.What = "every aggregate of type " + t.AggregateType
 		}
 		if table != "" {
-			for _, id := range t.IDs[:min(len(t.IDs), auditIDsShown)] {
+			noun := "dead letter #"
+			if table == "outbox" {
+				noun = "row #"
+			}
+			for i, id := range t.IDs[:min(len(t.IDs), auditIDsShown)] {
 				l := auditLink{Text: "#" + strconv.FormatInt(id, 10)}
+				if i == 0 {
+					l.Text = noun + strconv.FormatInt(id, 10)
+				}
 				if mid, ok := messages[table][id]; ok {
 					l.Href = "/journey?q=" + url.QueryEscape(mid)
 				}

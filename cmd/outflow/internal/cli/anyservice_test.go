@@ -153,7 +153,7 @@ func TestToolOnAnyServiceDatabase(t *testing.T) {
 		{"/actions", `data-kind="cli" data-action="outbox.retry"`},
 		{"/actions", `outflow consumer reset --aggregate-id=r1 --aggregate-type=refund --consumer=refunds-projection --yes`},
 		{"/actions", `outflow replay --aggregate-id=r1 --aggregate-type=refund --consumer=refunds-projection --topic=refunds --yes`},
-		{"/actions", `<a href="/journey?q=00000000-0000-0000-0000-000000000002" class="target-link">#` + strconv.FormatInt(second, 10) + `</a>`},
+		{"/actions", `<a href="/journey?q=00000000-0000-0000-0000-000000000002" class="target-link">row #` + strconv.FormatInt(second, 10) + `</a>`},
 		{"/actions", `<a href="/dead?consumer=refunds-projection" class="target-link">consumer refunds-projection</a>`},
 		{"/actions?kind=cli&action=replay", `<p id="actions-total">1 action(s) matching the filter`},
 		{"/journey?q=r1", `<tr class="replay"`},

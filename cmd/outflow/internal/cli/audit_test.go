@@ -138,7 +138,7 @@ func TestCommandsAreAudited(t *testing.T) {
 	require.Contains(t, body, `<p id="actions-total">6 action(s) matching the filter`)
 	require.Equal(t, 6, strings.Count(body, `data-kind="cli"`))
 	require.Contains(t, body, `<code class="command">outflow dlq retry --id=`+strconv.FormatInt(dead, 10)+`</code>`)
-	require.Contains(t, body, `<a href="/journey?q=`+mid+`" class="target-link">#`+strconv.FormatInt(p1, 10)+`</a>`)
+	require.Contains(t, body, `<a href="/journey?q=`+mid+`" class="target-link">row #`+strconv.FormatInt(p1, 10)+`</a>`)
 	require.Contains(t, body, `<a href="/dead?consumer=audit-projection" class="target-link">consumer audit-projection</a>`)
 	require.Contains(t, body, `<a href="/journey?q=pay-1" class="target-link">payment pay-1</a>`)
 	require.Contains(t, body, `<a href="/parked?topic=payments" class="target-link">topic payments</a>`)
