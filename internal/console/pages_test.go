@@ -453,7 +453,7 @@ func TestReplayOneAggregateToOneConsumer(t *testing.T) {
 	requireText(t, body, "action-count", "2")
 	// The journey lists the replay: who, to which consumer, how many
 	// events; another aggregate's journey does not.
-	require.Regexp(t, `(?s)id="journey-replays".*<tr class="replay" id="replay-\d+" data-consumer="analytics">.*ops.*analytics.*<td class="count">2</td>`, body)
+	require.Regexp(t, `(?s)id="journey-replays".*<tr class="replay" id="replay-\d+" data-consumer="analytics">.*ops.*analytics.*<td class="count" data-label="Events">2</td>`, body)
 	_, body = do(t, c, http.MethodGet, e.srv.URL+"/journey?q=other", nil)
 	require.NotContains(t, body, `id="journey-replays"`)
 
