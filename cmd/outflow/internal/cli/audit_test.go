@@ -142,7 +142,7 @@ func TestCommandsAreAudited(t *testing.T) {
 	require.Contains(t, body, `<a href="/dead?consumer=audit-projection" class="target-link">consumer audit-projection</a>`)
 	require.Contains(t, body, `<a href="/journey?q=pay-1" class="target-link">payment pay-1</a>`)
 	require.Contains(t, body, `<a href="/parked?topic=payments" class="target-link">topic payments</a>`)
-	require.Regexp(t, regexp.MustCompile(`(?s)data-action="dlq.retry".*?<td class="error">dead letter 999999: dead letter not found or not dead</td>`), body)
+	require.Regexp(t, regexp.MustCompile(`(?s)data-action="dlq.retry".*?<td class="error" data-label="Error">dead letter 999999: dead letter not found or not dead</td>`), body)
 
 	// Without the audit's table, nothing is done: the change waits for
 	// its record.
