@@ -306,13 +306,7 @@ func Count(ctx context.Context, q Querier, f Filter) (int64, error) {
 // loose index scan of outflow_operator_actions_action_idx, one probe per
 // action, however many records each has.
 func Actions(ctx context.Context, q Querier) ([]string, error) {
-	rows, err := q.Query(ctx, `
-		WITH RECURSIVE a(action) AS (
-			(SELECT action FROM outflow_operator_actions ORDER BY action LIMIT 1)
-			UNION ALL
-			SELECT (SELECT action FROM outflow_operator_actions WHERE action > a.action ORDER BY action LIMIT 1)
-			FROM a WHERE a.action IS NOT NULL)
-		SELECT action FROM a WHERE action IS NOT NULL`)
+	rows, err := q.Query(ctx, qActions)
 	if err != nil {
 		return nil, fmt.Errorf("list recorded actions: %w", err)
 	}
@@ -323,12 +317,27 @@ func Actions(ctx context.Context, q Querier) ([]string, error) {
 	return names, nil
 }
 
+// qOnAggregate reads an aggregate's records of one action, newest first:
+// a backward range scan of outflow_operator_actions_aggregate_idx that the
+// Limit stops (TestQueriesUseTheirIndexes).
+const qOnAggregate = `SELECT ` + columns + ` FROM outflow_operator_actions
+	WHERE aggregate_type = $1 AND aggregate_id = $2 AND action = $3 AND aggregate_id IS NOT NULL
+	ORDER BY id DESC LIMIT $4`
+
+// qActions lists the recorded actions by a loose index scan of
+// outflow_operator_actions_action_idx.
+const qActions = `
+	WITH RECURSIVE a(action) AS (
+		(SELECT action FROM outflow_operator_actions ORDER BY action LIMIT 1)
+		UNION ALL
+		SELECT (SELECT action FROM outflow_operator_actions WHERE action > a.action ORDER BY action LIMIT 1)
+		FROM a WHERE a.action IS NOT NULL)
+	SELECT action FROM a WHERE action IS NOT NULL`
+
 // OnAggregate returns the newest records (at most limit) of action on one
 // aggregate, newest first, through outflow_operator_actions_aggregate_idx.
 func OnAggregate(ctx context.Context, q Querier, aggregateType, aggregateID, action string, limit int) ([]Record, error) {
-	rows, err := q.Query(ctx, `SELECT `+columns+` FROM outflow_operator_actions
-		WHERE aggregate_type = $1 AND aggregate_id = $2 AND action = $3 AND aggregate_id IS NOT NULL
-		ORDER BY id DESC LIMIT $4`, aggregateType, aggregateID, action, limit)
+	rows, err := q.Query(ctx, qOnAggregate, aggregateType, aggregateID, action, limit)
 	if err != nil {
 		return nil, fmt.Errorf("read the actions on %s %s: %w", aggregateType, aggregateID, err)
 	}
