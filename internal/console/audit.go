@@ -87,9 +87,8 @@ type auditPage struct {
 	Kind, Action string
 	Kinds        []actionlog.Kind
 	Actions      []string
-	Older, Newer int64 // the before= and after= of the pager's links; 0: none
-	NotFirst     bool  // a page other than the newest: the pager links to the first
-	FilterQuery  string
+	// The pager's links, keeping the filter; "" for none.
+	FirstHref, NewerHref, OlderHref string
 }
 
 // auditIDsShown bounds the ids of one action that the page links, each to
@@ -123,14 +122,22 @@ func (c *Console) actionsPage(w http.ResponseWriter, r *http.Request, s session)
 		return
 	}
 	f := actionlog.Filter{Kind: actionlog.Kind(ap.Kind), Action: ap.Action}
-	fq := url.Values{}
-	if ap.Kind != "" {
-		fq.Set("kind", ap.Kind)
+	href := func(key string, id int64) string {
+		q := url.Values{}
+		if ap.Kind != "" {
+			q.Set("kind", ap.Kind)
+		}
+		if ap.Action != "" {
+			q.Set("action", ap.Action)
+		}
+		if key != "" {
+			q.Set(key, strconv.FormatInt(id, 10))
+		}
+		if len(q) == 0 {
+			return "/actions"
+		}
+		return "/actions?" + q.Encode()
 	}
-	if ap.Action != "" {
-		fq.Set("action", ap.Action)
-	}
-	ap.FilterQuery = fq.Encode()
 	l, err := actionlog.List(ctx, c.cfg.Pool, f, pg)
 	if err != nil {
 		c.fail(w, r, err)
@@ -141,12 +148,14 @@ func (c *Console) actionsPage(w http.ResponseWriter, r *http.Request, s session)
 		return
 	}
 	if l.Older && len(l.Records) > 0 {
-		ap.Older = l.Records[len(l.Records)-1].ID
+		ap.OlderHref = href("before", l.Records[len(l.Records)-1].ID)
 	}
 	if l.Newer && len(l.Records) > 0 {
-		ap.Newer = l.Records[0].ID
+		ap.NewerHref = href("after", l.Records[0].ID)
 	}
-	ap.NotFirst = l.Newer || (len(l.Records) == 0 && (pg.Before != 0 || pg.After != 0))
+	if l.Newer || (len(l.Records) == 0 && (pg.Before != 0 || pg.After != 0)) {
+		ap.FirstHref = href("", 0)
+	}
 	if ap.Rows, err = c.auditRows(ctx, l.Records); err != nil {
 		c.fail(w, r, err)
 		return
