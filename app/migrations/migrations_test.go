@@ -99,9 +99,9 @@ func TestUpgradeFromSingleSet(t *testing.T) {
 		processes     int
 		legacyVersion int
 	}{
-		{"complete", 11, []int64{16, 17, 19, 20, 22, 23, 24, 25, 26, 27, 28, 29, 30}, []int64{12, 13, 14, 15, 18, 21}, 1, 11},
-		{"stopped after 00007", 7, []int64{8, 10, 11, 16, 17, 19, 20, 22, 23, 24, 25, 26, 27, 28, 29, 30}, []int64{9, 12, 13, 14, 15, 18, 21}, 1, 7},
-		{"stopped after 00003, four processes at once", 3, []int64{4, 5, 8, 10, 11, 16, 17, 19, 20, 22, 23, 24, 25, 26, 27, 28, 29, 30}, []int64{6, 7, 9, 12, 13, 14, 15, 18, 21}, 4, 3},
+		{"complete", 11, []int64{16, 17, 19, 20, 22, 23, 24, 25, 26, 27, 28, 29, 30, 31}, []int64{12, 13, 14, 15, 18, 21, 32}, 1, 11},
+		{"stopped after 00007", 7, []int64{8, 10, 11, 16, 17, 19, 20, 22, 23, 24, 25, 26, 27, 28, 29, 30, 31}, []int64{9, 12, 13, 14, 15, 18, 21, 32}, 1, 7},
+		{"stopped after 00003, four processes at once", 3, []int64{4, 5, 8, 10, 11, 16, 17, 19, 20, 22, 23, 24, 25, 26, 27, 28, 29, 30, 31}, []int64{6, 7, 9, 12, 13, 14, 15, 18, 21, 32}, 4, 3},
 	} {
 		t.Run(tt.name, func(t *testing.T) {
 			t.Parallel()
@@ -221,7 +221,7 @@ func TestDownPerSet(t *testing.T) {
 		}
 		rolled = append(rolled, r.Version)
 	}
-	require.Equal(t, []int64{21, 18, 15, 14, 13, 12, 9, 7, 6, 3, 2}, rolled)
+	require.Equal(t, []int64{32, 21, 18, 15, 14, 13, 12, 9, 7, 6, 3, 2}, rolled)
 	rows, err := schemadump.Rows(ctx, s.Pool, s.Name)
 	require.NoError(t, err)
 	tables := make([]string, 0, len(rows))
@@ -232,12 +232,12 @@ func TestDownPerSet(t *testing.T) {
 	require.Equal(t, []string{appmigrations.VersionTable, "consumer_aggregate_versions", "dead_letters", "outbox",
 		"outbox_audit", "outbox_failures", "outbox_forwarders", "outbox_partition_sets", "outbox_partitions", "outbox_receipts",
 		"outbox_wal_audit", "outbox_wal_history", "outbox_wal_parked", "outbox_wal_receipts", "outbox_wal_slots", migrations.VersionTable,
-		"processed_messages"}, tables)
+		"outflow_operator_actions", "processed_messages"}, tables)
 	require.Len(t, rows["outbox"], 1)
 
 	rs, err := appmigrations.Up(ctx, db)
 	require.NoError(t, err)
-	require.Len(t, rs, 11)
+	require.Len(t, rs, 12)
 }
 
 // 00012 on a database that holds Idempotency-Keys: they are kept, owned by
@@ -257,7 +257,7 @@ func TestAPIKeysMigrationKeepsIdempotencyKeys(t *testing.T) {
 		    ('00000000-0000-0000-0000-0000000000b2', 'other', '\x03', 200, 'other', now())`)
 	require.NoError(t, err)
 
-	for _, later := range []int64{21, 18, 15, 14, 13} { // the later migrations first
+	for _, later := range []int64{32, 21, 18, 15, 14, 13} { // the later migrations first
 		r, err := appmigrations.Down(ctx, db)
 		require.NoError(t, err)
 		require.Equal(t, later, r.Version)
@@ -302,11 +302,17 @@ func TestConsoleDeadLettersIndexMovedToFramework(t *testing.T) {
 	require.True(t, exists("dead_letters_open_consumer_status_idx"))
 	require.True(t, exists("dead_letters_open_status_idx"))
 
-	r, err := appmigrations.Down(ctx, db)
-	require.NoError(t, err)
-	require.EqualValues(t, 21, r.Version)
+	downTo21 := func() {
+		t.Helper()
+		for _, v := range []int64{32, 21} { // 00032 first
+			r, err := appmigrations.Down(ctx, db)
+			require.NoError(t, err)
+			require.EqualValues(t, v, r.Version)
+		}
+	}
+	downTo21()
 	require.True(t, exists("console_dead_letters_open_status_idx"), "00021's down restores 00018's index")
-	_, err = appmigrations.Up(ctx, db)
+	_, err := appmigrations.Up(ctx, db)
 	require.NoError(t, err)
 	require.False(t, exists("console_dead_letters_open_status_idx"))
 
@@ -319,8 +325,6 @@ func TestConsoleDeadLettersIndexMovedToFramework(t *testing.T) {
 		}
 	}
 	require.False(t, exists("dead_letters"))
-	r, err = appmigrations.Down(ctx, db)
-	require.NoError(t, err)
-	require.EqualValues(t, 21, r.Version, "rolled back without dead_letters")
+	downTo21() // rolled back without dead_letters
 	require.False(t, exists("console_dead_letters_open_status_idx"))
 }

@@ -17,6 +17,7 @@ import (
 
 	"github.com/outflow-dev/outflow/forwarder"
 	"github.com/outflow-dev/outflow/idempotency"
+	"github.com/outflow-dev/outflow/internal/actionlog"
 	"github.com/outflow-dev/outflow/replay"
 )
 
@@ -233,7 +234,7 @@ type confirmData struct {
 
 // act runs one action in two steps: without confirm=yes it shows what it
 // would do, to how many rows of what, and asks; with it, it runs do in a
-// transaction with its record in console_actions (who, when, what, on
+// transaction with its record in outflow_operator_actions (who, when, what, on
 // what, how many), and returns to back(sel), the list it came from, with
 // ?done=. An action on "all" acts on the rows matching the filter up to
 // the bound the operator was shown (through=), or, when the request
@@ -302,97 +303,65 @@ func (c *Console) confirmThenDo(w http.ResponseWriter, r *http.Request, s sessio
 	http.Redirect(w, r, u.String(), http.StatusSeeOther)
 }
 
-// recordTimeout bounds what runs on after the client may have gone: the
-// commit of an action with its record, and a record written on its own.
-const recordTimeout = 30 * time.Second
-
-// inTx runs do and the insert of its record in one transaction, and
-// returns the record's id and do's error: the change and its record commit together, or
-// neither does. The statements run on ctx, the request's: a client that
-// gives up before the commit cancels them, and the rollback undoes what
-// was done. The commit does not take the client's cancellation: once it
-// is sent, its outcome must not depend on the client's patience. A do that
-// fails is rolled back and recorded alone, with its error and no rows.
+// inTx runs do and the insert of its record in outflow_operator_actions
+// in one transaction (actionlog.Do), and returns the record's id and do's
+// error: the change and its record commit together, or neither does. The
+// statements run on ctx, the request's: a client that gives up before the
+// commit cancels them, and the rollback undoes what was done. The commit
+// does not take the client's cancellation: once it is sent, its outcome
+// must not depend on the client's patience. A do that fails is rolled back
+// and recorded alone, with its error and no rows. A FrameworkOnly
+// console records in the same table (the framework's), and the log line
+// is written in either mode.
 func (c *Console) inTx(ctx context.Context, s session, name string, target any,
 	do func(ctx context.Context, tx pgx.Tx) (int64, error),
 ) (id int64, doErr error, err error) {
-	// Marshalled before acting: a target that cannot be recorded refuses
-	// the action rather than leave it done and unrecorded.
-	targetJSON, err := json.Marshal(target)
+	e := actionlog.Entry{Actor: actorOf(s), Action: name, Target: target}
+	id, doErr, err = actionlog.Do(ctx, c.cfg.Pool, e, func(ctx context.Context, tx pgx.Tx) (int64, error) {
+		n, err := do(ctx, tx)
+		e.Count = n // for the log line
+		return n, err
+	})
 	if err != nil {
-		return 0, nil, fmt.Errorf("console action %s: encode target: %w", name, err)
+		return 0, doErr, fmt.Errorf("console action %s: %w", name, err)
 	}
-	tx, err := c.cfg.Pool.Begin(ctx)
-	if err != nil {
-		return 0, nil, fmt.Errorf("console action %s: begin: %w", name, err)
-	}
-	defer func() {
-		dctx, cancel := detach(ctx)
-		defer cancel()
-		_ = tx.Rollback(dctx) // a no-op after the commit
-	}()
-	n, doErr := do(ctx, tx)
-	dctx, cancel := detach(ctx)
-	defer cancel()
 	if doErr != nil {
-		// A rollback that fails closes the connection, which ends the
-		// transaction on the server all the same: either way nothing of
-		// do is left.
-		if err := tx.Rollback(dctx); err != nil {
-			c.log.Warn("console: action rolled back by closing its connection", "action", name, "error", err.Error())
-		}
-		id, err := c.record(dctx, c.cfg.Pool, s, name, targetJSON, 0, doErr)
-		return id, doErr, err
+		e.Count = 0 // rolled back
 	}
-	if id, err = c.insertRecord(ctx, tx, s, name, targetJSON, n, ""); err != nil {
-		return 0, nil, err
-	}
-	if err := tx.Commit(dctx); err != nil {
-		return 0, nil, fmt.Errorf("console action %s: commit: %w", name, err)
-	}
-	c.log.Info("console: action", "action", name, "api_key_id", s.keyID, "target", string(targetJSON), "rows", n)
-	return id, nil, nil
+	c.logAction(e, doErr)
+	return id, doErr, nil
 }
 
-// detach is ctx without its cancellation, bounded by recordTimeout: for
-// what must finish once begun, the client gone or not.
-func detach(ctx context.Context) (context.Context, context.CancelFunc) {
-	return context.WithTimeout(context.WithoutCancel(ctx), recordTimeout)
+// actorOf is who a session's actions are recorded as: its API key, or a
+// FrameworkOnly console's operator key.
+func actorOf(s session) actionlog.Actor {
+	return actionlog.Actor{Kind: actionlog.Console, ID: s.keyID, Name: s.keyName}
 }
 
-// queryRower is a pool or a transaction.
-type queryRower interface {
-	QueryRow(ctx context.Context, sql string, args ...any) pgx.Row
-}
-
-// record records an action done outside a transaction (a failed one,
-// which changed nothing, or a replay) and returns the record's id.
-func (c *Console) record(ctx context.Context, q queryRower, s session, name string, target []byte, n int64, doErr error) (int64, error) {
-	errText := ""
+// logAction writes the log line of an action, the record's copy for log
+// pipelines.
+func (c *Console) logAction(e actionlog.Entry, doErr error) {
+	target, _ := json.Marshal(e.Target) // encoded already by the record
+	attrs := []any{"action", e.Action, "api_key_id", e.Actor.ID, "target", string(target), "rows", e.Count}
 	if doErr != nil {
-		errText = doErr.Error()
+		attrs = append(attrs, "error", doErr.Error())
 	}
-	id, err := c.insertRecord(ctx, q, s, name, target, n, errText)
-	if err != nil {
-		return 0, err
-	}
-	c.log.Info("console: action", "action", name, "api_key_id", s.keyID, "target", string(target), "rows", n, "error", errText)
-	return id, nil
+	c.log.Info("console: action", attrs...)
 }
 
-func (c *Console) insertRecord(ctx context.Context, q queryRower, s session, name string, target []byte, n int64, errText string) (int64, error) {
-	if c.cfg.FrameworkOnly {
-		// No console_actions: the log line the callers write is the
-		// record, and the page returned to shows no result.
-		return 0, nil
+// record records an action done outside a transaction (a replay, which
+// publishes to a broker) with its outcome, n rows or doErr, and returns
+// the record's id.
+func (c *Console) record(ctx context.Context, s session, e actionlog.Entry, n int64, doErr error) (int64, error) {
+	e.Actor, e.Count = actorOf(s), n
+	if doErr != nil {
+		e.Error = doErr.Error()
 	}
-	var id int64
-	err := q.QueryRow(ctx, `
-		INSERT INTO console_actions (api_key_id, api_key_name, action, target, result_count, error)
-		VALUES ($1, $2, $3, $4, $5, $6) RETURNING id`, s.keyID, s.keyName, name, target, n, errText).Scan(&id)
+	id, err := actionlog.Insert(ctx, c.cfg.Pool, e)
 	if err != nil {
-		return 0, fmt.Errorf("record console action %s: %w", name, err)
+		return 0, fmt.Errorf("console action %s: %w", e.Action, err)
 	}
+	c.logAction(e, doErr)
 	return id, nil
 }
 
@@ -568,15 +537,12 @@ const replayTimeout = 5 * time.Minute
 // with what it published, failed or not (a replay is safe to repeat: the
 // consumer skips what it already handled).
 func (c *Console) replayRecorded(ctx context.Context, s session, t replayTarget, topic string) (int64, error) {
-	targetJSON, err := json.Marshal(t)
-	if err != nil {
-		return 0, fmt.Errorf("console action replay: encode target: %w", err)
-	}
 	ctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), replayTimeout)
 	defer cancel()
 	n, doErr := replay.Publish(ctx, c.cfg.Pool, c.cfg.Broker, t.Consumer,
 		replay.Filter{Topic: topic, AggregateType: t.AggregateType, AggregateIDs: []string{t.AggregateID}}, replay.Options{})
-	rctx, rcancel := detach(ctx)
+	rctx, rcancel := actionlog.Detach(ctx)
 	defer rcancel()
-	return c.record(rctx, c.cfg.Pool, s, "replay", targetJSON, n, doErr)
+	// Named by its aggregate too: the aggregate's journey lists its replays.
+	return c.record(rctx, s, actionlog.Entry{Action: "replay", Target: t, AggregateType: t.AggregateType, AggregateID: t.AggregateID}, n, doErr)
 }

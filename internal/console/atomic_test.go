@@ -29,14 +29,14 @@ func deadFixture(t *testing.T, e *env) (string, []any) {
 }
 
 // requireBothOrNeither checks an action's invariant: the change and its
-// record in console_actions are both there, or neither is. A failed
+// record in outflow_operator_actions are both there, or neither is. A failed
 // attempt may be recorded too, with its error: it changed nothing.
 func requireBothOrNeither(t *testing.T, e *env, changed string, args []any) {
 	t.Helper()
 	didChange := e.count(t, changed, args...) > 0
-	recorded := e.count(t, `SELECT count(*) FROM console_actions WHERE error = '' AND result_count > 0`) > 0
+	recorded := e.count(t, `SELECT count(*) FROM outflow_operator_actions WHERE error = '' AND result_count > 0`) > 0
 	require.Equal(t, didChange, recorded, "changed %v, recorded %v: an action and its record go together", didChange, recorded)
-	require.Zero(t, e.count(t, `SELECT count(*) FROM console_actions WHERE error <> '' AND result_count <> 0`),
+	require.Zero(t, e.count(t, `SELECT count(*) FROM outflow_operator_actions WHERE error <> '' AND result_count <> 0`),
 		"a failed action changed nothing")
 }
 
@@ -88,10 +88,10 @@ func TestActionWhoseClientGivesUpIsRecordedOrUndone(t *testing.T) {
 		path  string // ?all: every row, not the fixture's
 		setup rowsFixture
 	}{
-		{"retry a parked row, the record waits", "console_actions", "/parked/retry", parkedFixture},
+		{"retry a parked row, the record waits", "outflow_operator_actions", "/parked/retry", parkedFixture},
 		{"retry a parked row, the action waits", "outbox_failures", "/parked/retry", parkedFixture},
-		{"discard a dead letter, the record waits", "console_actions", "/dead/discard", deadFixture},
-		{"retry every dead letter, the record waits", "console_actions", "/dead/retry?all", deadFixture},
+		{"discard a dead letter, the record waits", "outflow_operator_actions", "/dead/discard", deadFixture},
+		{"retry every dead letter, the record waits", "outflow_operator_actions", "/dead/retry?all", deadFixture},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			t.Parallel()

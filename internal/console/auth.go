@@ -259,7 +259,7 @@ func (c *Console) startSession(w http.ResponseWriter, r *http.Request, token str
 	http.Redirect(w, r, localPath(r.PostFormValue(NextField)), http.StatusSeeOther)
 }
 
-// logout ends the session, and records it in console_actions with it.
+// logout ends the session, and records it in the audit with it.
 // A FrameworkOnly console's session, in memory, ends without the database:
 // nothing the database does (down, its pool closed) can leave it live, and
 // its record is the log line, as for every action of such a console.

@@ -211,7 +211,7 @@ func confirmWithoutJS(t *testing.T, ctx context.Context, base, dir string, pool 
 	}
 	actions := func() int {
 		var n int
-		require.NoError(t, pool.QueryRow(bg, `SELECT count(*) FROM console_actions WHERE action = 'dlq.discard'`).Scan(&n))
+		require.NoError(t, pool.QueryRow(bg, `SELECT count(*) FROM outflow_operator_actions WHERE action = 'dlq.discard'`).Scan(&n))
 		return n
 	}
 	require.Equal(t, "dead", status())

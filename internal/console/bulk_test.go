@@ -122,7 +122,7 @@ func TestBulkActionsActOnWhatTheFilterShows(t *testing.T) {
 			slices.Sort(acted)
 			if tc.status == http.StatusBadRequest {
 				require.Empty(t, acted, "nothing changed")
-				require.Zero(t, e.count(t, `SELECT count(*) FROM console_actions`), "nothing recorded")
+				require.Zero(t, e.count(t, `SELECT count(*) FROM outflow_operator_actions`), "nothing recorded")
 				return
 			}
 			require.NotEmpty(t, shown)
@@ -131,7 +131,7 @@ func TestBulkActionsActOnWhatTheFilterShows(t *testing.T) {
 			// "all": the newest row the page offered it on.
 			newest := shown[len(shown)-1]
 			_, newest, _ = strings.Cut(newest, ":")
-			require.Equal(t, 1, e.count(t, `SELECT count(*) FROM console_actions WHERE target - 'through' = $1::jsonb AND result_count = $2
+			require.Equal(t, 1, e.count(t, `SELECT count(*) FROM outflow_operator_actions WHERE target - 'through' = $1::jsonb AND result_count = $2
 				AND target->>'through' = $3`, tc.target, len(shown), newest), "recorded with its filter, its bound and its count")
 		})
 	}

@@ -82,10 +82,11 @@ type Config struct {
 	// and none of the reference app's (a service of one's own built on
 	// the framework): the login is the operator key of OperatorKeySHA256,
 	// sessions are kept in this process's memory (a restart, or another
-	// replica, asks to log in again), actions are recorded in the log
-	// only, and the webhooks are shown as not installed. False, the
-	// default, needs the app's tables: logins by its admin API keys,
-	// sessions in console_sessions, actions in console_actions.
+	// replica, asks to log in again), actions are recorded as the
+	// operator key's in the framework's audit (outflow_operator_actions),
+	// and the webhooks are shown as not installed. False, the default,
+	// needs the app's tables: logins by its admin API keys, sessions in
+	// console_sessions; actions in the same audit.
 	FrameworkOnly bool
 	// EventTypes are event types the search offers besides those of the
 	// newest events (an events.Registry's Types()): a rare type, absent

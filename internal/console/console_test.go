@@ -249,7 +249,7 @@ func TestCSRF(t *testing.T) {
 		res, _ := do(t, c, http.MethodPost, e.srv.URL+"/parked/retry", form)
 		require.Equal(t, http.StatusForbidden, res.StatusCode, name)
 		require.Equal(t, 1, e.count(t, `SELECT count(*) FROM outbox_failures WHERE id = $1 AND parked_at IS NOT NULL`, id), name)
-		require.Equal(t, 0, e.count(t, `SELECT count(*) FROM console_actions`), name)
+		require.Equal(t, 0, e.count(t, `SELECT count(*) FROM outflow_operator_actions`), name)
 	}
 	res, _ := do(t, c, http.MethodPost, e.srv.URL+"/logout", url.Values{})
 	require.Equal(t, http.StatusForbidden, res.StatusCode, "logout too")
@@ -283,7 +283,7 @@ func TestExpiredAndMissingSession(t *testing.T) {
 	res, _ = do(t, c, http.MethodPost, e.srv.URL+"/parked/retry", url.Values{"csrf_token": {csrf}, "id": {strconv.FormatInt(id, 10)}, "confirm": {"yes"}})
 	require.Equal(t, http.StatusForbidden, res.StatusCode, "expired")
 	require.Equal(t, 1, e.count(t, `SELECT count(*) FROM outbox_failures WHERE parked_at IS NOT NULL`))
-	require.Equal(t, 0, e.count(t, `SELECT count(*) FROM console_actions`))
+	require.Equal(t, 0, e.count(t, `SELECT count(*) FROM outflow_operator_actions`))
 }
 
 // The static assets are embedded and served without a session.

@@ -255,6 +255,8 @@ type journey struct {
 	Positioned bool
 	// Consumers a replay can go to; empty when no broker is configured.
 	ReplayTo []string
+	// Replays are the aggregate's newest replays, from the audit (audit.go).
+	Replays replays
 }
 
 // FirstVersion and LastVersion are the page's range of versions.
@@ -272,6 +274,12 @@ func (c *Console) journeyPage(w http.ResponseWriter, r *http.Request, s session)
 	j := journey{Query: q}
 	if q != "" {
 		if j, err = c.readJourney(r.Context(), q, at); err != nil {
+			c.fail(w, r, err)
+			return
+		}
+	}
+	if j.AggregateID != "" {
+		if j.Replays, err = c.readReplays(r.Context(), j.AggregateType, j.AggregateID); err != nil {
 			c.fail(w, r, err)
 			return
 		}

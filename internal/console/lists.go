@@ -9,7 +9,6 @@ import (
 	"slices"
 	"strconv"
 	"strings"
-	"time"
 
 	"github.com/jackc/pgx/v5"
 
@@ -465,60 +464,4 @@ func (c *Console) deadPage(w http.ResponseWriter, r *http.Request, s session) {
 		return
 	}
 	c.render(w, http.StatusOK, "dead", p)
-}
-
-type action struct {
-	ID          int64
-	KeyID       string
-	KeyName     string
-	At          time.Time
-	Action      string
-	Target      string
-	ResultCount int64
-	Error       string
-}
-
-const actionColumns = `id, api_key_id::text, api_key_name, at, action, target::text, result_count, error`
-
-// doneAction is the action named by ?done=, shown on the page an action
-// returns to.
-func (c *Console) doneAction(r *http.Request) (*action, error) {
-	id := afterParam(r, "done")
-	if id == 0 {
-		return nil, nil
-	}
-	rows, err := c.cfg.Pool.Query(r.Context(), `SELECT `+actionColumns+` FROM console_actions WHERE id = $1`, id)
-	if err != nil {
-		return nil, fmt.Errorf("read console action: %w", err)
-	}
-	a, err := pgx.CollectExactlyOneRow(rows, pgx.RowToStructByPos[action])
-	if err != nil {
-		return nil, nil //nolint:nilerr // a stale or made-up id shows nothing
-	}
-	return &a, nil
-}
-
-func (c *Console) actionsPage(w http.ResponseWriter, r *http.Request, s session) {
-	if c.cfg.FrameworkOnly {
-		p := c.pageFor(s, "Actions")
-		p.Data = listPage[action]{NotInstalled: true}
-		c.render(w, http.StatusOK, "actions", p)
-		return
-	}
-	before := afterParam(r, "before")
-	rows, err := c.cfg.Pool.Query(r.Context(), `SELECT `+actionColumns+` FROM console_actions
-		WHERE ($1::bigint = 0 OR id < $1::bigint) ORDER BY id DESC LIMIT $2`, before, c.cfg.PageSize+1)
-	if err != nil {
-		c.fail(w, r, fmt.Errorf("list console actions: %w", err))
-		return
-	}
-	var lp listPage[action]
-	if lp.Rows, err = pgx.CollectRows(rows, pgx.RowToStructByPos[action]); err != nil {
-		c.fail(w, r, fmt.Errorf("list console actions: %w", err))
-		return
-	}
-	lp.cut(c.cfg.PageSize, func(a action) int64 { return a.ID })
-	p := c.pageFor(s, "Actions")
-	p.Data = lp
-	c.render(w, http.StatusOK, "actions", p)
 }

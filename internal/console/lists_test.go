@@ -276,7 +276,7 @@ func TestActionOnAllIsBoundToWhatWasConfirmed(t *testing.T) {
 			for id, want := range map[int64]string{a: "retrying", b: "retrying", late: "dead"} {
 				require.Equal(t, 1, e.count(t, `SELECT count(*) FROM dead_letters WHERE id = $1 AND status = $2`, id, want), "%d", id)
 			}
-			require.Equal(t, 1, e.count(t, `SELECT count(*) FROM console_actions WHERE action = 'dlq.retry' AND result_count = 2
+			require.Equal(t, 1, e.count(t, `SELECT count(*) FROM outflow_operator_actions WHERE action = 'dlq.retry' AND result_count = 2
 				AND target = jsonb_build_object('all', true, 'consumer', 'analytics', 'status', 'dead', 'through', $1::bigint)`, b))
 		})
 	}
@@ -296,7 +296,7 @@ func TestActionOnAllIsBoundToWhatWasConfirmed(t *testing.T) {
 		require.Equal(t, 1, e.count(t, `SELECT count(*) FROM outbox_failures WHERE id = $1 AND discarded_at IS NOT NULL`, p))
 		require.Equal(t, 1, e.count(t, `SELECT count(*) FROM outbox_failures WHERE id = $1 AND parked_at IS NOT NULL AND discarded_at IS NULL`, late),
 			"the row parked after the confirmation is untouched")
-		require.Equal(t, 1, e.count(t, `SELECT count(*) FROM console_actions WHERE target = jsonb_build_object('all', true, 'through', $1::bigint)`, p))
+		require.Equal(t, 1, e.count(t, `SELECT count(*) FROM outflow_operator_actions WHERE target = jsonb_build_object('all', true, 'through', $1::bigint)`, p))
 	})
 }
 
@@ -342,7 +342,7 @@ func TestErrorsGroupedAndTheErrorFilter(t *testing.T) {
 	require.Equal(t, http.StatusSeeOther, res.StatusCode)
 	require.Equal(t, 3, e.count(t, `SELECT count(*) FROM dead_letters WHERE id = ANY($1) AND status = 'discarded'`, withIt))
 	require.Equal(t, 1, e.count(t, `SELECT count(*) FROM dead_letters WHERE id = $1 AND status = 'dead'`, timeout), "another error: untouched")
-	require.Equal(t, 1, e.count(t, `SELECT count(*) FROM console_actions WHERE target->>'error' = $1 AND result_count = 3`, constraint))
+	require.Equal(t, 1, e.count(t, `SELECT count(*) FROM outflow_operator_actions WHERE target->>'error' = $1 AND result_count = 3`, constraint))
 
 	// Parked rows: grouped by their last error too.
 	p := e.insertOutbox(t, "p1", 1, false, true)

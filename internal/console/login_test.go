@@ -139,8 +139,8 @@ func TestLogoutIsRecorded(t *testing.T) {
 	res, _ := do(t, c, http.MethodPost, e.srv.URL+"/logout", url.Values{"csrf_token": {csrf}})
 	require.Equal(t, http.StatusSeeOther, res.StatusCode)
 	require.Zero(t, e.sessions(t))
-	require.Equal(t, 1, e.count(t, `SELECT count(*) FROM console_actions WHERE action = 'logout' AND api_key_id = $1
-		AND api_key_name = 'ops' AND result_count = 1 AND error = '' AND at > now() - interval '1 minute'`, e.adminID))
+	require.Equal(t, 1, e.count(t, `SELECT count(*) FROM outflow_operator_actions WHERE action = 'logout' AND actor_id = $1
+		AND actor_name = 'ops' AND result_count = 1 AND error = '' AND at > now() - interval '1 minute'`, e.adminID))
 
 	e.login(t, c)
 	_, body := do(t, c, http.MethodGet, e.srv.URL+"/actions", nil)

@@ -349,7 +349,7 @@ func TestRetryParkedRowIsForwarded(t *testing.T) {
 	require.Contains(t, body, `id="confirm-form"`)
 	require.Contains(t, body, `name="id" value="`+strconv.FormatInt(id, 10)+`"`)
 	require.Equal(t, 1, e.count(t, `SELECT count(*) FROM outbox_failures WHERE parked_at IS NOT NULL`), "not before confirmation")
-	require.Equal(t, 0, e.count(t, `SELECT count(*) FROM console_actions`))
+	require.Equal(t, 0, e.count(t, `SELECT count(*) FROM outflow_operator_actions`))
 
 	form.Set("confirm", "yes")
 	res, _ = do(t, c, http.MethodPost, e.srv.URL+"/parked/retry", form)
@@ -357,7 +357,7 @@ func TestRetryParkedRowIsForwarded(t *testing.T) {
 	loc := res.Header.Get("Location")
 	require.Regexp(t, `^/parked\?done=\d+$`, loc)
 	require.Equal(t, 0, e.count(t, `SELECT count(*) FROM outbox_failures WHERE parked_at IS NOT NULL`))
-	require.Equal(t, 1, e.count(t, `SELECT count(*) FROM console_actions WHERE api_key_id = $1 AND api_key_name = 'ops'
+	require.Equal(t, 1, e.count(t, `SELECT count(*) FROM outflow_operator_actions WHERE actor_kind = 'console' AND actor_id = $1 AND actor_name = 'ops'
 		AND action = 'outbox.retry' AND target = jsonb_build_object('ids', jsonb_build_array($2::bigint)) AND result_count = 1
 		AND at > now() - interval '1 minute'`, e.adminID, id))
 	res, body = do(t, c, http.MethodGet, e.srv.URL+loc, nil)
@@ -416,7 +416,7 @@ func TestDeadLetterActionsAreRecorded(t *testing.T) {
 	_, body = do(t, c, http.MethodGet, e.srv.URL+loc, nil)
 	requireText(t, body, "action-count", "2")
 
-	require.Equal(t, 3, e.count(t, `SELECT count(*) FROM console_actions WHERE api_key_id = $1`, e.adminID))
+	require.Equal(t, 3, e.count(t, `SELECT count(*) FROM outflow_operator_actions WHERE actor_id = $1`, e.adminID))
 	// PageSize is 2: the newest two, then the oldest on the next page.
 	res, body = do(t, c, http.MethodGet, e.srv.URL+"/actions", nil)
 	require.Equal(t, http.StatusOK, res.StatusCode)
@@ -450,14 +450,19 @@ func TestReplayOneAggregateToOneConsumer(t *testing.T) {
 	res, body := do(t, c, http.MethodPost, e.srv.URL+"/replay", form)
 	require.Equal(t, http.StatusOK, res.StatusCode)
 	require.Contains(t, body, `id="confirm-form"`)
-	require.Equal(t, 0, e.count(t, `SELECT count(*) FROM console_actions`))
+	require.Equal(t, 0, e.count(t, `SELECT count(*) FROM outflow_operator_actions`))
 	form.Set("confirm", "yes")
 	res, _ = do(t, c, http.MethodPost, e.srv.URL+"/replay", form)
 	require.Equal(t, http.StatusSeeOther, res.StatusCode)
-	require.Equal(t, 1, e.count(t, `SELECT count(*) FROM console_actions WHERE action = 'replay' AND result_count = 2 AND error = ''
+	require.Equal(t, 1, e.count(t, `SELECT count(*) FROM outflow_operator_actions WHERE action = 'replay' AND result_count = 2 AND error = ''
 		AND target = jsonb_build_object('consumer', 'analytics', 'aggregate_type', 'payment', 'aggregate_id', $1::text)`, pay))
 	_, body = do(t, c, http.MethodGet, e.srv.URL+res.Header.Get("Location"), nil)
 	requireText(t, body, "action-count", "2")
+	// The journey lists the replay: who, to which consumer, how many
+	// events; another aggregate's journey does not.
+	require.Regexp(t, `(?s)id="journey-replays".*<tr class="replay" id="replay-\d+" data-consumer="analytics">.*ops.*analytics.*<td class="count" data-label="Events">2</td>`, body)
+	_, body = do(t, c, http.MethodGet, e.srv.URL+"/journey?q=other", nil)
+	require.NotContains(t, body, `id="journey-replays"`)
 
 	form.Set("consumer", "nobody")
 	res, _ = do(t, c, http.MethodPost, e.srv.URL+"/replay", form)
@@ -516,7 +521,7 @@ func TestDiscardParkedRows(t *testing.T) {
 	require.Contains(t, body, "discard marker")
 	require.Contains(t, body, "their handler is not run")
 	require.Equal(t, 4, parked(), "nothing before confirmation")
-	require.Zero(t, e.count(t, `SELECT count(*) FROM console_actions`))
+	require.Zero(t, e.count(t, `SELECT count(*) FROM outflow_operator_actions`))
 
 	// Chosen ids ignore the list's filter (the form carries it from a
 	// filtered page): it is not recorded with them.
@@ -528,7 +533,7 @@ func TestDiscardParkedRows(t *testing.T) {
 		AND next_attempt_at IS NOT NULL`, p1), "discarded and released")
 	require.Equal(t, 1, e.count(t, `SELECT count(*) FROM outbox_state WHERE id = $1 AND discarded_at IS NULL AND state = 'held'`, held),
 		"the row held behind it still waits for it, untouched (the forwarder sends it after p1)")
-	require.Equal(t, 1, e.count(t, `SELECT count(*) FROM console_actions WHERE api_key_id = $1 AND action = 'outbox.discard'
+	require.Equal(t, 1, e.count(t, `SELECT count(*) FROM outflow_operator_actions WHERE actor_id = $1 AND action = 'outbox.discard'
 		AND target = jsonb_build_object('ids', jsonb_build_array($2::bigint)) AND result_count = 1`, e.adminID, p1))
 
 	res, _ = do(t, c, http.MethodPost, e.srv.URL+"/parked/discard",
@@ -540,7 +545,7 @@ func TestDiscardParkedRows(t *testing.T) {
 	require.Equal(t, 2, parked(), "the other topic's rows are still parked")
 	// Bound, without a through= from the page, at the newest row of the
 	// filter when it acted.
-	require.Equal(t, 1, e.count(t, `SELECT count(*) FROM console_actions WHERE action = 'outbox.discard'
+	require.Equal(t, 1, e.count(t, `SELECT count(*) FROM outflow_operator_actions WHERE action = 'outbox.discard'
 		AND target = jsonb_build_object('all', true, 'topic', 'refunds', 'through', $1::bigint) AND result_count = 1`, r1))
 	_, body = do(t, c, http.MethodGet, e.srv.URL+loc, nil)
 	requireText(t, body, "action-count", "1")

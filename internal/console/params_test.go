@@ -80,7 +80,7 @@ func TestEveryRouteRefusesNULAndInvalidUTF8(t *testing.T) {
 			}
 		}
 	}
-	require.Zero(t, e.count(t, `SELECT count(*) FROM console_actions`), "nothing done")
+	require.Zero(t, e.count(t, `SELECT count(*) FROM outflow_operator_actions`), "nothing done")
 
 	res, _ := do(t, user, http.MethodPost, e.srv.URL+"/parked/retry",
 		url.Values{"csrf_token": {csrf}, "topic": {strings.Repeat("t", 1<<20)}, "all": {"1"}, "confirm": {"yes"}})

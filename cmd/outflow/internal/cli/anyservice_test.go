@@ -145,8 +145,20 @@ func TestToolOnAnyServiceDatabase(t *testing.T) {
 		"the-refunds-operators-key-0123456789abcdef", "--aggregate-type", "refund")
 	conErr := con.Stderr.(*syncBuffer)
 	// (The reset above closed the dead letter: no consumer to list.)
-	for page, want := range map[string]string{"/": "Not installed", "/parked": "No parked row", "/dead": "",
-		"/journey?q=r1": "refund.requested", "/actions": "Not installed", "/fragments/overview": "outbox-pending"} {
+	// The commands above are in the audit, which this console (the
+	// framework's tables only) shows: who, the command line, the targets.
+	for _, pw := range [][2]string{{"/", "Not installed"}, {"/parked", "No parked row"}, {"/dead", ""},
+		{"/journey?q=r1", "refund.requested"}, {"/fragments/overview", "outbox-pending"},
+		{"/actions", `data-kind="cli" data-action="dlq.retry"`},
+		{"/actions", `data-kind="cli" data-action="outbox.retry"`},
+		{"/actions", `outflow consumer reset --aggregate-id=r1 --aggregate-type=refund --consumer=refunds-projection --yes`},
+		{"/actions", `outflow replay --aggregate-id=r1 --aggregate-type=refund --consumer=refunds-projection --topic=refunds --yes`},
+		{"/actions", `<a href="/journey?q=00000000-0000-0000-0000-000000000002" class="target-link">row #` + strconv.FormatInt(second, 10) + `</a>`},
+		{"/actions", `<a href="/dead?consumer=refunds-projection" class="target-link">consumer refunds-projection</a>`},
+		{"/actions?kind=cli&action=replay", `<p id="actions-total">1 action(s) matching the filter`},
+		{"/journey?q=r1", `<tr class="replay"`},
+	} {
+		page, want := pw[0], pw[1]
 		resp, err := client.Get("http://" + addr + page)
 		require.NoError(t, err)
 		b, err := io.ReadAll(resp.Body)

@@ -1,17 +1,30 @@
 package cli
 
 import (
+	"context"
 	"errors"
 	"fmt"
 	"text/tabwriter"
 	"time"
 
 	"github.com/google/uuid"
+	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgxpool"
 	"github.com/spf13/cobra"
 
 	"github.com/outflow-dev/outflow/app/apikey"
+	"github.com/outflow-dev/outflow/internal/actionlog"
 )
+
+// apiKeyTarget is what `apikey create` and `apikey revoke` record: the
+// key's id, prefix and name, never the key.
+type apiKeyTarget struct {
+	KeyID      string `json:"key_id,omitempty"`
+	Prefix     string `json:"prefix,omitempty"`
+	Name       string `json:"name,omitempty"`
+	Admin      bool   `json:"admin,omitempty"`
+	MerchantID string `json:"merchant_id,omitempty"`
+}
 
 func newAPIKeyCmd(e *env) *cobra.Command {
 	cmd := &cobra.Command{
@@ -47,7 +60,18 @@ hash is stored.`,
 			}
 			return apikey.ValidateName(name)
 		}, func(cmd *cobra.Command, pool *pgxpool.Pool) error {
-			k, err := apikey.Create(cmd.Context(), pool, apikey.New{Name: name, MerchantID: merchant})
+			// Recorded with the key's id and prefix, never the key.
+			target := apiKeyTarget{Name: name, Admin: admin, MerchantID: merchant}
+			var k apikey.Created
+			_, err := e.recorded(cmd, nil, pool, actionlog.Entry{Action: "apikey.create", Target: &target},
+				func(ctx context.Context, tx pgx.Tx) (int64, error) {
+					var err error
+					if k, err = apikey.Create(ctx, tx, apikey.New{Name: name, MerchantID: merchant}); err != nil {
+						return 0, err
+					}
+					target.KeyID, target.Prefix = k.ID, k.Prefix
+					return 1, nil
+				})
 			if errors.Is(err, apikey.ErrUnknownMerchant) {
 				return fmt.Errorf("invalid --merchant: no merchant %s", merchant)
 			}
@@ -104,7 +128,13 @@ hash is stored.`,
 		RunE: func(cmd *cobra.Command, args []string) error {
 			id := args[0]
 			return e.withPool(nil, func(cmd *cobra.Command, pool *pgxpool.Pool) error {
-				k, err := apikey.Revoke(cmd.Context(), pool, id)
+				var k apikey.Key
+				_, err := e.recorded(cmd, args, pool, actionlog.Entry{Action: "apikey.revoke", Target: apiKeyTarget{KeyID: id}},
+					func(ctx context.Context, tx pgx.Tx) (int64, error) {
+						var err error
+						k, err = apikey.Revoke(ctx, tx, id)
+						return 1, err
+					})
 				if errors.Is(err, apikey.ErrNotFound) {
 					return fmt.Errorf("no API key with id %q (see outflow apikey list)", id)
 				}

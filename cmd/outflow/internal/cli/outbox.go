@@ -8,12 +8,21 @@ import (
 	"text/tabwriter"
 	"time"
 
+	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgxpool"
 	"github.com/spf13/cobra"
 
 	"github.com/outflow-dev/outflow/events"
 	"github.com/outflow-dev/outflow/forwarder"
+	"github.com/outflow-dev/outflow/internal/actionlog"
 )
+
+// repartitionTarget is what `outbox repartition` records.
+type repartitionTarget struct {
+	Partitions int   `json:"partitions"`
+	Offline    bool  `json:"offline,omitempty"`
+	FromID     int64 `json:"from_id,omitempty"` // online: the first id of the new partitions
+}
 
 func newOutboxCmd(e *env) *cobra.Command {
 	cmd := &cobra.Command{
@@ -101,15 +110,24 @@ func newOutboxCmd(e *env) *cobra.Command {
 			}
 			return nil
 		}, func(cmd *cobra.Command, pool *pgxpool.Pool) error {
+			// The forwarder's functions commit the change themselves: it
+			// is recorded after, with its outcome.
+			if err := actionlog.Ready(cmd.Context(), pool); err != nil {
+				return err
+			}
+			target := repartitionTarget{Partitions: partitions, Offline: offline}
+			entry := actionlog.Entry{Action: "outbox.repartition", Target: &target}
 			if offline {
-				if err := forwarder.Repartition(cmd.Context(), pool, partitions, liveWithin); err != nil {
+				err := forwarder.Repartition(cmd.Context(), pool, partitions, liveWithin)
+				if err := e.recordAfter(cmd, nil, pool, entry, done(err, partitions), err); err != nil {
 					return err
 				}
 				fmt.Fprintf(cmd.OutOrStdout(), "the outbox now has %d partitions\n", partitions)
 				return nil
 			}
 			from, err := forwarder.RepartitionOnline(cmd.Context(), pool, partitions)
-			if err != nil {
+			target.FromID = from
+			if err := e.recordAfter(cmd, nil, pool, entry, done(err, partitions), err); err != nil {
 				return err
 			}
 			fmt.Fprintf(cmd.OutOrStdout(), "rows from id %d on map to %d partitions; they take over once the rows below are published\n", from, partitions)
@@ -169,15 +187,25 @@ func releaseCmd(name, short, long, done string, askAll bool, e *env,
 					return nil
 				}
 			}
-			n, err := release(cmd.Context(), pool, forwarder.ParkedFilter{ID: id, Topic: topic})
+			target := idsOrAll(id, all)
+			if all {
+				target.Topic = topic
+			}
+			// An --id that is not parked fails the action, which is
+			// recorded as such: it changed nothing.
+			n, err := e.recorded(cmd, nil, pool, actionlog.Entry{Action: "outbox." + name, Target: target},
+				func(ctx context.Context, tx pgx.Tx) (int64, error) {
+					n, err := release(ctx, tx, forwarder.ParkedFilter{ID: id, Topic: topic})
+					if err != nil || n > 0 || all {
+						return n, err
+					}
+					if topic != "" {
+						return 0, fmt.Errorf("invalid --id: row %d is not a parked row of topic %q", id, topic)
+					}
+					return 0, fmt.Errorf("invalid --id: row %d is not parked", id)
+				})
 			if err != nil {
 				return err
-			}
-			if n == 0 && !all {
-				if topic != "" {
-					return fmt.Errorf("invalid --id: row %d is not a parked row of topic %q", id, topic)
-				}
-				return fmt.Errorf("invalid --id: row %d is not parked", id)
 			}
 			fmt.Fprintf(cmd.OutOrStdout(), "%s %d parked rows\n", done, n)
 			return nil
@@ -201,4 +229,12 @@ func checkIDOrAll(id int64, all bool, what string) error {
 		return fmt.Errorf("invalid --id: give %s, or --all", what)
 	}
 	return nil
+}
+
+// done is the partitions a repartition created: none when it failed.
+func done(err error, partitions int) int64 {
+	if err != nil {
+		return 0
+	}
+	return int64(partitions)
 }

@@ -18,8 +18,56 @@ import (
 	"github.com/outflow-dev/outflow/brokers"
 	"github.com/outflow-dev/outflow/consumer"
 	"github.com/outflow-dev/outflow/handlers"
+	"github.com/outflow-dev/outflow/internal/actionlog"
 	"github.com/outflow-dev/outflow/replay"
 )
+
+// replayEntry is the record of a replay: the consumer and the filter, in
+// the console's shape for one aggregate (consumer, aggregate_type,
+// aggregate_id: that aggregate's journey lists it).
+func replayEntry(consumerName string, f replay.Filter, all bool) actionlog.Entry {
+	t := aggregateTarget{Consumer: consumerName, AggregateType: f.AggregateType, EventTypes: f.EventTypes, All: all, Source: f.Source}
+	var oneType, oneID string
+	t.AggregateIDs, t.MoreIDs, oneType, oneID = aggregatesTarget(f.AggregateType, f.AggregateIDs)
+	if oneID != "" {
+		t.AggregateID, t.AggregateIDs = oneID, nil
+	}
+	if !f.Since.IsZero() {
+		t.Since = f.Since.UTC().Format(time.RFC3339)
+	}
+	if !f.Until.IsZero() {
+		t.Until = f.Until.UTC().Format(time.RFC3339)
+	}
+	return actionlog.Entry{Action: "replay", Target: t, AggregateType: oneType, AggregateID: oneID}
+}
+
+// resetEntry is the record of a consumer reset.
+func resetEntry(consumerName, aggType string, ids []string, all, projection bool) actionlog.Entry {
+	t := aggregateTarget{Consumer: consumerName, AggregateType: aggType, AllAggregates: all, ProjectionSQL: projection}
+	var oneType, oneID string
+	t.AggregateIDs, t.MoreIDs, oneType, oneID = aggregatesTarget(aggType, ids)
+	if oneID != "" {
+		t.AggregateID, t.AggregateIDs = oneID, nil
+	}
+	return actionlog.Entry{Action: "consumer.reset", Target: t, AggregateType: oneType, AggregateID: oneID}
+}
+
+// aggregateTarget is what a replay or a reset records. The SQL of
+// --projection-sql is in the record's command line, not here.
+type aggregateTarget struct {
+	Consumer      string   `json:"consumer"`
+	AggregateType string   `json:"aggregate_type,omitempty"`
+	AggregateID   string   `json:"aggregate_id,omitempty"`
+	AggregateIDs  []string `json:"aggregate_ids,omitempty"`
+	MoreIDs       int      `json:"more_ids,omitempty"`
+	AllAggregates bool     `json:"all_aggregates,omitempty"`
+	EventTypes    []string `json:"event_types,omitempty"`
+	Since         string   `json:"since,omitempty"`
+	Until         string   `json:"until,omitempty"`
+	All           bool     `json:"all,omitempty"`
+	Source        string   `json:"source,omitempty"`
+	ProjectionSQL bool     `json:"projection_sql,omitempty"`
+}
 
 // replayTarget finds the consumer a replay or reset names: one of the
 // handlers `outflow worker` runs, whose topic it knows, or a consumer of
@@ -242,6 +290,11 @@ idempotency: what it already handled is skipped, so a replay re-applies an event
 					return nil
 				}
 			}
+			// Published to a broker, not in a transaction: recorded after,
+			// with what it published; the audit is checked first.
+			if err := actionlog.Ready(ctx, pool); err != nil {
+				return err
+			}
 			cfg, logger, err := e.load()
 			if err != nil {
 				return err
@@ -264,6 +317,7 @@ idempotency: what it already handled is skipped, so a replay re-applies an event
 			}
 			published, err := replay.Publish(ctx, pool, backend.Broker(), target.Name, f, replay.Options{BatchSize: batchSize})
 			fmt.Fprintf(out, "published %d of %d row(s) to %s\n", published, n, consumer.ReplayBrokerTopic(backend, target.Name))
+			err = e.recordAfter(cmd, nil, pool, replayEntry(target.Name, f, all), published, err)
 			if err != nil {
 				return fmt.Errorf("%w (running the same replay again is safe: the consumer skips what it handled)", err)
 			}
@@ -346,16 +400,32 @@ first versions the outbox no longer holds are named: a replay cannot rebuild the
 			r := replay.Reset{Consumer: target.Name, AggregateType: agg.aggregateType, AggregateIDs: agg.ids,
 				AllAggregates: allAggregates}
 			var projected int64
-			if projectionSQL != "" {
-				r.Also = func(ctx context.Context, tx pgx.Tx) error {
+			entry := resetEntry(target.Name, agg.aggregateType, agg.ids, allAggregates, projectionSQL != "")
+			entry.Actor = e.actor(cmd, nil)
+			// The record is written in the reset's transaction, after the
+			// projection's SQL: the reset and its record commit together.
+			r.Also = func(ctx context.Context, tx pgx.Tx) error {
+				if projectionSQL != "" {
 					ct, err := tx.Exec(ctx, projectionSQL, pgx.QueryExecModeSimpleProtocol)
 					projected = ct.RowsAffected()
-					return err
+					if err != nil {
+						return err
+					}
 				}
+				// The aggregates this transaction marked: reset_at is its
+				// start, now(), by the primary key's prefix.
+				if err := tx.QueryRow(ctx, `SELECT count(*) FROM consumer_aggregate_versions
+					WHERE consumer = $1 AND aggregate_type = $2 AND reset_at = now() AND ($3::text[] IS NULL OR aggregate_id = ANY($3::text[]))`,
+					target.Name, agg.aggregateType, agg.ids).Scan(&entry.Count); err != nil {
+					return fmt.Errorf("count the aggregates reset: %w", err)
+				}
+				_, err := actionlog.Insert(ctx, tx, entry)
+				return err
 			}
 			res, err := replay.ResetConsumer(cmd.Context(), pool, r)
 			if err != nil {
-				return err
+				// Nothing was reset: the failure is recorded alone.
+				return e.recordAfter(cmd, nil, pool, entry, 0, err)
 			}
 			fmt.Fprintf(out, "%s forgot %s: %d aggregate version(s), %d open dead letter(s)", target.Name, what, res.Versions, res.DeadLetters)
 			if res.Processed > 0 { // rows consumers wrote before migration 00026; none since

@@ -12,6 +12,7 @@ import (
 	"github.com/outflow-dev/outflow/app"
 	"github.com/outflow-dev/outflow/app/secretseal"
 	"github.com/outflow-dev/outflow/cmd/outflow/internal/config"
+	"github.com/outflow-dev/outflow/internal/actionlog"
 )
 
 // warnPlaintextSecrets says, once per process at start, that webhook
@@ -63,7 +64,14 @@ func newWebhookSecretsCmd(e *env) *cobra.Command {
 		key = cfg.SecretKey
 		return nil
 	}, func(cmd *cobra.Command, pool *pgxpool.Pool) error {
+		// Sealed in batches, each committed: recorded after, with how
+		// many merchants and the key's id (never the key).
+		if err := actionlog.Ready(cmd.Context(), pool); err != nil {
+			return err
+		}
 		n, err := app.SealWebhookSecrets(cmd.Context(), pool, key, batch)
+		err = e.recordAfter(cmd, nil, pool, actionlog.Entry{Action: "webhook-secrets.seal",
+			Target: map[string]string{"key_id": key.ID()}}, int64(n), err)
 		if err != nil {
 			return err
 		}

@@ -10,6 +10,7 @@ import (
 
 	"github.com/outflow-dev/outflow/consumer"
 
+	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgxpool"
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/spf13/cobra"
@@ -21,6 +22,7 @@ import (
 	"github.com/outflow-dev/outflow/events"
 	"github.com/outflow-dev/outflow/handlers"
 	"github.com/outflow-dev/outflow/idempotency"
+	"github.com/outflow-dev/outflow/internal/actionlog"
 )
 
 // workerOptions are the consumers' tuning flags, shared by `worker` and
@@ -257,7 +259,10 @@ func newDLQCmd(e *env) *cobra.Command {
 		Short: "Retry dead messages with a fresh attempt count: --id N or --all",
 		Args:  cobra.NoArgs,
 		RunE: e.withPool(func() error { return checkIDOrAll(id, all, "a dead message's id (see `outflow dlq list`)") }, func(cmd *cobra.Command, pool *pgxpool.Pool) error {
-			n, err := idempotency.RetryDeadLetter(cmd.Context(), pool, "", id)
+			n, err := e.recorded(cmd, nil, pool, actionlog.Entry{Action: "dlq.retry", Target: idsOrAll(id, all)},
+				func(ctx context.Context, tx pgx.Tx) (int64, error) {
+					return idempotency.RetryDeadLetter(ctx, tx, "", id)
+				})
 			if err != nil {
 				return err
 			}
@@ -279,7 +284,11 @@ func newDLQCmd(e *env) *cobra.Command {
 			}
 			return nil
 		}, func(cmd *cobra.Command, pool *pgxpool.Pool) error {
-			if err := idempotency.DiscardDeadLetter(cmd.Context(), pool, discardID); err != nil {
+			_, err := e.recorded(cmd, nil, pool, actionlog.Entry{Action: "dlq.discard", Target: idsOrAll(discardID, false)},
+				func(ctx context.Context, tx pgx.Tx) (int64, error) {
+					return 1, idempotency.DiscardDeadLetter(ctx, tx, discardID)
+				})
+			if err != nil {
 				return err
 			}
 			fmt.Fprintf(cmd.OutOrStdout(), "discarded %d\n", discardID)
