@@ -6,12 +6,15 @@ import (
 	"net/http"
 	"net/url"
 	"strconv"
+	"strings"
 	"testing"
+	"time"
 
 	"github.com/chromedp/chromedp"
 	"github.com/stretchr/testify/require"
 
 	"github.com/outflow-dev/outflow/internal/actionlog"
+	"github.com/outflow-dev/outflow/outflowtest"
 )
 
 // The audit in a browser, at 1280 and 390 px: the Actions page lists a
@@ -80,9 +83,14 @@ func TestAuditInBrowser(t *testing.T) {
 	// The filter's selects hold what exists; choosing narrows the list
 	// and its total.
 	require.Equal(t, []string{"", "dlq.retry", "outbox.retry", "replay"}, attrs(t, b, "#actions-action option", "value"))
-	run(t, b, "filter: CLI replays", chromedp.SetValue(chromedp.CSS("#actions-kind"), "cli"),
-		chromedp.SetValue(chromedp.CSS("#actions-action"), "replay"), chromedp.Click(chromedp.CSS("#actions-filter-submit")),
-		chromedp.WaitVisible(chromedp.CSS(`#actions-total`)))
+	// (Each choice applies at once: the page reloads with it.)
+	for _, f := range []struct{ sel, value string }{{"#actions-kind", "cli"}, {"#actions-action", "replay"}} {
+		run(t, b, "filter: "+f.value, chromedp.SetValue(chromedp.CSS(f.sel), f.value))
+		outflowtest.WaitFor(t, 10*time.Second, "the filter "+f.value+" applied", func() bool {
+			return strings.Contains(location(t, b), "="+f.value)
+		})
+		run(t, b, "the filtered list", chromedp.WaitVisible(chromedp.CSS(`#actions-total`)))
+	}
 	require.Equal(t, "1 action(s) matching the filter; newest first.", text(t, b, "#actions-total"))
 	require.Contains(t, location(t, b), "kind=cli")
 

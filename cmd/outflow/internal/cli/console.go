@@ -13,8 +13,10 @@ import (
 	"github.com/jackc/pgx/v5/pgxpool"
 	"github.com/spf13/cobra"
 
+	"github.com/outflow-dev/outflow/app/paymentevents"
 	"github.com/outflow-dev/outflow/brokers"
 	"github.com/outflow-dev/outflow/cmd/outflow/internal/config"
+	"github.com/outflow-dev/outflow/events"
 	"github.com/outflow-dev/outflow/forwarder"
 	"github.com/outflow-dev/outflow/handlers"
 	"github.com/outflow-dev/outflow/internal/console"
@@ -148,11 +150,21 @@ func newConsole(ctx context.Context, pool *pgxpool.Pool, cfg config.Config, part
 	if app && cfg.ConsoleOperatorKeySHA256 != nil {
 		logger.Warn("console: --console-operator-key-sha256 ignored: the reference app's tables are installed, its admin API keys log in")
 	}
-	var consumers []console.Consumer
+	var (
+		consumers  []console.Consumer
+		eventTypes []string
+	)
 	if app {
 		for _, h := range referenceHandlers(nil, handlers.NotifyConfig{}) {
 			consumers = append(consumers, console.Consumer{Name: h.Name, Topic: h.Topic})
 		}
+		// The search offers the event types it sees in the outbox's
+		// samples; the app's registry adds those rare enough to miss them.
+		reg := events.NewRegistry()
+		if err := paymentevents.Register(reg); err != nil {
+			return nil, nil, fmt.Errorf("console: payment events: %w", err)
+		}
+		eventTypes = reg.Types()
 	}
 	closeBackend := func() {}
 	var (
@@ -168,7 +180,7 @@ func newConsole(ctx context.Context, pool *pgxpool.Pool, cfg config.Config, part
 		broker = backend.Broker()
 	}
 	ccfg := console.Config{Pool: pool, Logger: logger, Consumers: consumers, Lag: lag, Broker: broker,
-		InsecureCookie: cfg.ConsoleInsecureCookie, AggregateType: aggregateType}
+		InsecureCookie: cfg.ConsoleInsecureCookie, AggregateType: aggregateType, EventTypes: eventTypes}
 	if !app {
 		ccfg.FrameworkOnly, ccfg.OperatorKeySHA256 = true, cfg.ConsoleOperatorKeySHA256
 		logger.Info("console: the reference app's tables are not installed: the framework's pages alone, the operator key logs in")

@@ -108,6 +108,19 @@ func TestServeConsoleRole(t *testing.T) {
 		require.Equal(t, http.StatusOK, resp.StatusCode)
 		require.Regexp(t, `id="outbox-rate">[0-9]+\.[0-9]/s<`, string(page))
 
+		// The search offers the app's event types, though the outbox
+		// holds none of them yet: the role gives the console its registry.
+		req, err = http.NewRequest(http.MethodGet, "http://"+consoleAddr+"/search", nil)
+		require.NoError(t, err)
+		req.Header.Set("Cookie", strings.SplitN(setCookie, ";", 2)[0])
+		resp, err = client.Do(req)
+		require.NoError(t, err)
+		page, err = io.ReadAll(resp.Body)
+		resp.Body.Close()
+		require.NoError(t, err)
+		require.Equal(t, http.StatusOK, resp.StatusCode)
+		require.Regexp(t, `(?s)id="search-event-type">.*<option value="payment.refunded"`, string(page))
+
 		require.NoError(t, cmd.Process.Signal(syscall.SIGTERM))
 		require.NoError(t, cmd.Wait(), stderr.String())
 	}
