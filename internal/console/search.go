@@ -407,7 +407,6 @@ type searchRow struct {
 
 func (r searchRow) pos() position { return position{r.AggregateVersion, r.ID} }
 
-
 // searchResult is a page of a search.
 type searchResult struct {
 	Form    searchForm
