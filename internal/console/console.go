@@ -111,8 +111,9 @@ type Console struct {
 
 	logins *loginThrottle
 
-	mu    sync.Mutex
-	rates rateRing // the published totals of the last RateWindow
+	mu     sync.Mutex
+	rates  rateRing    // the published totals of the last RateWindow
+	health healthState // the last hour's samples, for the status line and the charts
 
 	sessions *memSessions // FrameworkOnly's; nil otherwise
 }
@@ -221,6 +222,7 @@ func (c *Console) routes(static http.Handler) []route {
 		{"POST /dead/discard", c.authed(c.deadDiscard)},
 		{"POST /replay", c.authed(c.replay)},
 		{"GET /actions", c.authed(c.actionsPage)},
+		{"GET /webhooks", c.authed(c.webhooksPage)},
 	}
 }
 
@@ -290,7 +292,7 @@ func parsePages(now func() time.Time) (map[string]*template.Template, error) {
 		return nil, fmt.Errorf("console: parse templates: %w", err)
 	}
 	pages := map[string]*template.Template{}
-	for _, name := range []string{"login", "overview", "journey", "parked", "dead", "actions", "confirm"} {
+	for _, name := range []string{"login", "overview", "journey", "parked", "dead", "actions", "confirm", "webhooks"} {
 		t, err := template.Must(layout.Clone()).ParseFS(templateFS, "templates/"+name+".html")
 		if err != nil {
 			return nil, fmt.Errorf("console: parse %s: %w", name, err)

@@ -1,0 +1,279 @@
+package console
+
+import (
+	"fmt"
+	"html/template"
+	"math"
+	"strings"
+	"time"
+)
+
+// The overview's charts of the last hour, drawn on the server as inline
+// SVG (no script, no library): a polyline per series over a fixed hour,
+// with its axes labelled in their units, and a title and description for
+// readers that do not see it.
+
+// Geometry of a chart, in the SVG's user units; it scales to its box.
+const (
+	chartW, chartH         = 640, 170
+	plotX0, plotX1         = 64, 628
+	plotY0, plotY1         = 12, 144
+	chartBuckets           = 180 // the points of a series at most: one per 20 s of the hour
+	chartMinPoints         = 2
+	chartTimeLayout        = "15:04"
+	chartTimeLayoutSeconds = "15:04:05"
+)
+
+var seriesColors = []string{"#1f5fbf", "#b3261e", "#b8860b", "#2e7d32", "#6a1b9a", "#00838f", "#5d4037", "#c2185b"}
+
+type chartPoint struct {
+	at time.Time
+	v  float64
+}
+
+type series struct {
+	Name   string
+	Color  string
+	Now    string // the newest value, as read
+	points []chartPoint
+}
+
+type chart struct {
+	ID, Title string
+	unit      func(float64) string // a value on the y axis, with its unit
+	Series    []series
+	from, to  time.Time
+	since     time.Time // the oldest sample; zero: none
+	every     time.Duration
+}
+
+// charts are the overview's: published rate, lag per consumer, failures.
+func (c *Console) charts(history []sample, now time.Time) []chart {
+	from := now.Add(-historyWindow)
+	var since time.Time
+	if len(history) > 0 {
+		since = history[0].snap.At
+	}
+	base := chart{from: from, to: now, since: since, every: c.cfg.RateSampleInterval}
+
+	rate := base
+	rate.ID, rate.Title, rate.unit = "chart-rate", "Published rate", func(v float64) string { return rateText(v) }
+	s := series{Name: "published", Color: seriesColors[0]}
+	for i := 1; i < len(history); i++ {
+		a, b := history[i-1], history[i]
+		el := b.snap.At.Sub(a.snap.At).Seconds()
+		// A total that went down (partitions recreated, counters reset)
+		// says nothing of the interval, as rateOver.
+		if !a.publishedOK || !b.publishedOK || el <= 0 || b.published < a.published {
+			continue
+		}
+		s.points = append(s.points, chartPoint{b.snap.At, float64(b.published-a.published) / el})
+	}
+	if n := len(s.points); n > 0 {
+		s.Now = rateText(s.points[n-1].v)
+	}
+	rate.Series = []series{s}
+
+	lag := base
+	lag.ID, lag.Title, lag.unit = "chart-lag", "Consumer lag", func(v float64) string { return countText(v, "events") }
+	for i, cs := range c.cfg.Consumers {
+		s := series{Name: cs.Name, Color: seriesColors[i%len(seriesColors)]}
+		for _, h := range history {
+			for _, hc := range h.snap.Consumers {
+				if hc.Name == cs.Name && hc.Lag != nil {
+					s.points = append(s.points, chartPoint{h.snap.At, float64(hc.Lag.Events)})
+				}
+			}
+		}
+		if n := len(s.points); n > 0 {
+			s.Now = countText(s.points[n-1].v, "events")
+		}
+		lag.Series = append(lag.Series, s)
+	}
+
+	fail := base
+	fail.ID, fail.Title, fail.unit = "chart-failures", "Failures", func(v float64) string { return countText(v, "") }
+	parked := series{Name: "parked outbox rows", Color: seriesColors[2]}
+	dead := series{Name: "dead letters", Color: seriesColors[1]}
+	hooks := series{Name: "failing webhooks", Color: seriesColors[5]}
+	for _, h := range history {
+		if o := h.snap.Outbox; o != nil {
+			parked.points = append(parked.points, chartPoint{h.snap.At, float64(o.Parked)})
+		}
+		var n int64
+		known := false
+		for _, hc := range h.snap.Consumers {
+			if hc.DeadKnown {
+				n, known = n+hc.Dead, true
+			}
+		}
+		if known || len(h.snap.Consumers) == 0 {
+			dead.points = append(dead.points, chartPoint{h.snap.At, float64(n)})
+		}
+		if w := h.snap.Webhooks; w != nil {
+			hooks.points = append(hooks.points, chartPoint{h.snap.At, float64(w.Failing)})
+		}
+	}
+	fail.Series = []series{parked, dead}
+	if !c.cfg.FrameworkOnly {
+		fail.Series = append(fail.Series, hooks)
+	}
+	for i := range fail.Series {
+		if p := fail.Series[i].points; len(p) > 0 {
+			fail.Series[i].Now = countText(p[len(p)-1].v, "")
+		}
+	}
+	return []chart{rate, lag, fail}
+}
+
+func rateText(v float64) string {
+	if v < 10 && v != math.Trunc(v) {
+		return fmt.Sprintf("%.1f/s", v)
+	}
+	return thousands(int64(math.Round(v))) + "/s"
+}
+
+// countText is a count on a chart: a scale's half of 1 is 0.5.
+func countText(v float64, unit string) string {
+	s := thousands(int64(math.Round(v)))
+	if v != math.Trunc(v) && v < 10 {
+		s = fmt.Sprintf("%.1f", v)
+	}
+	if unit != "" {
+		s += " " + unit
+	}
+	return s
+}
+
+// Collecting is the note under a chart whose samples do not cover the
+// hour yet: "collecting since 00:12:05 UTC", "" once they do.
+func (ch chart) Collecting() string {
+	switch {
+	case ch.since.IsZero():
+		return fmt.Sprintf("No sample yet: the console samples every %s while it runs.", coarse(ch.every))
+	case ch.since.After(ch.from):
+		return "Collecting since " + ch.since.UTC().Format(chartTimeLayoutSeconds) + " UTC."
+	}
+	return ""
+}
+
+// enough: some series has the points to draw a line.
+func (ch chart) enough() bool {
+	for _, s := range ch.Series {
+		if len(s.points) >= chartMinPoints {
+			return true
+		}
+	}
+	return false
+}
+
+// SVG draws the chart.
+func (ch chart) SVG() template.HTML {
+	var b strings.Builder
+	esc := template.HTMLEscapeString
+	top := 0.0
+	for _, s := range ch.Series {
+		for _, p := range s.points {
+			top = max(top, p.v)
+		}
+	}
+	top = niceCeil(top)
+	// What a screen reader says: the chart's newest values and highest.
+	var desc []string
+	for _, s := range ch.Series {
+		if s.Now != "" {
+			desc = append(desc, s.Name+" now "+s.Now)
+		}
+	}
+	summary := fmt.Sprintf("%s over the last hour, from %s to %s UTC", ch.Title,
+		ch.from.UTC().Format(chartTimeLayout), ch.to.UTC().Format(chartTimeLayout))
+	if len(desc) > 0 {
+		summary += ": " + strings.Join(desc, ", ") + "; scale up to " + ch.unit(top)
+	}
+	if !ch.enough() {
+		summary += ". Too few samples to draw yet."
+	}
+	fmt.Fprintf(&b, `<svg class="chart" id="%s-svg" viewBox="0 0 %d %d" role="img" aria-labelledby="%s-title %s-desc" preserveAspectRatio="xMidYMid meet">`,
+		ch.ID, chartW, chartH, ch.ID, ch.ID)
+	fmt.Fprintf(&b, `<title id="%s-title">%s</title><desc id="%s-desc">%s</desc>`, ch.ID, esc(ch.Title), ch.ID, esc(summary))
+	// Axes and grid: zero, half and the top of the scale; the hour's
+	// start, middle and end.
+	for _, f := range []float64{0, 0.5, 1} {
+		y := plotY1 - f*(plotY1-plotY0)
+		fmt.Fprintf(&b, `<line x1="%d" y1="%.1f" x2="%d" y2="%.1f" stroke="#d8dde2" stroke-width="1"/>`, plotX0, y, plotX1, y)
+		fmt.Fprintf(&b, `<text x="%d" y="%.1f" text-anchor="end" font-size="11" fill="#66707a">%s</text>`, plotX0-4, y+4, esc(ch.unit(f*top)))
+	}
+	for _, f := range []float64{0, 0.5, 1} {
+		x := plotX0 + f*(plotX1-plotX0)
+		at := ch.from.Add(time.Duration(f * float64(ch.to.Sub(ch.from))))
+		anchor := map[float64]string{0: "start", 0.5: "middle", 1: "end"}[f]
+		label := at.UTC().Format(chartTimeLayout)
+		if f == 1 {
+			label += " UTC"
+		}
+		fmt.Fprintf(&b, `<text x="%.1f" y="%d" text-anchor="%s" font-size="11" fill="#66707a">%s</text>`, x, chartH-8, anchor, label)
+	}
+	if !ch.enough() {
+		note := "No sample yet"
+		if !ch.since.IsZero() {
+			note = "Too few samples yet: collecting since " + ch.since.UTC().Format(chartTimeLayoutSeconds) + " UTC"
+		}
+		fmt.Fprintf(&b, `<text class="chart-empty" x="%d" y="%d" text-anchor="middle" font-size="13" fill="#66707a">%s</text>`,
+			(plotX0+plotX1)/2, (plotY0+plotY1)/2, esc(note))
+	}
+	span := ch.to.Sub(ch.from).Seconds()
+	for _, s := range ch.Series {
+		pts := bucket(s.points, ch.from, ch.to)
+		if len(pts) == 0 {
+			continue
+		}
+		var xy []string
+		for _, p := range pts {
+			x := plotX0 + p.at.Sub(ch.from).Seconds()/span*(plotX1-plotX0)
+			y := plotY1 - p.v/top*(plotY1-plotY0)
+			xy = append(xy, fmt.Sprintf("%.1f,%.1f", x, y))
+		}
+		fmt.Fprintf(&b, `<polyline class="series" data-series="%s" fill="none" stroke="%s" stroke-width="2" stroke-linejoin="round" points="%s"/>`,
+			esc(s.Name), s.Color, strings.Join(xy, " "))
+	}
+	b.WriteString(`</svg>`)
+	return template.HTML(b.String()) //nolint:gosec // every text in it is escaped above
+}
+
+// bucket keeps the points within [from, to], at most chartBuckets of them:
+// the highest of each bucket of time, so that a spike stays visible.
+func bucket(pts []chartPoint, from, to time.Time) []chartPoint {
+	width := to.Sub(from) / chartBuckets
+	var out []chartPoint
+	cur := -1
+	for _, p := range pts {
+		if p.at.Before(from) || p.at.After(to) {
+			continue
+		}
+		k := int(p.at.Sub(from) / width)
+		if k == cur && len(out) > 0 {
+			if p.v > out[len(out)-1].v {
+				out[len(out)-1].v = p.v
+			}
+			continue
+		}
+		cur = k
+		out = append(out, p)
+	}
+	return out
+}
+
+// niceCeil is the least of 1, 2, 2.5, 5 times a power of ten not below v
+// (1 for 0): the top of a chart's scale.
+func niceCeil(v float64) float64 {
+	if v <= 1 {
+		return 1
+	}
+	p := math.Pow(10, math.Floor(math.Log10(v)))
+	for _, m := range []float64{1, 2, 2.5, 5, 10} {
+		if m*p >= v {
+			return m * p
+		}
+	}
+	return 10 * p
+}
