@@ -15,9 +15,9 @@ import (
 
 // Geometry of a chart, in the SVG's user units; it scales to its box.
 const (
-	chartW, chartH         = 640, 170
-	plotX0, plotX1         = 64, 628
-	plotY0, plotY1         = 12, 144
+	chartW, chartH         = 420, 180
+	plotX0, plotX1         = 52, 410
+	plotY0, plotY1         = 12, 150
 	chartBuckets           = 180 // the points of a series at most: one per 20 s of the hour
 	chartMinPoints         = 2
 	chartTimeLayout        = "15:04"
@@ -40,7 +40,8 @@ type series struct {
 
 type chart struct {
 	ID, Title string
-	unit      func(float64) string // a value on the y axis, with its unit
+	Unit      string               // of the y axis, named in the caption: "events/s"
+	unit      func(float64) string // a value with its unit, for the description
 	Series    []series
 	from, to  time.Time
 	since     time.Time // the oldest sample; zero: none
@@ -57,7 +58,7 @@ func (c *Console) charts(history []sample, now time.Time) []chart {
 	base := chart{from: from, to: now, since: since, every: c.cfg.RateSampleInterval}
 
 	rate := base
-	rate.ID, rate.Title, rate.unit = "chart-rate", "Published rate", func(v float64) string { return rateText(v) }
+	rate.ID, rate.Title, rate.Unit, rate.unit = "chart-rate", "Published rate", "events/s", func(v float64) string { return rateText(v) }
 	s := series{Name: "published", Color: seriesColors[0]}
 	for i := 1; i < len(history); i++ {
 		a, b := history[i-1], history[i]
@@ -75,7 +76,7 @@ func (c *Console) charts(history []sample, now time.Time) []chart {
 	rate.Series = []series{s}
 
 	lag := base
-	lag.ID, lag.Title, lag.unit = "chart-lag", "Consumer lag", func(v float64) string { return countText(v, "events") }
+	lag.ID, lag.Title, lag.Unit, lag.unit = "chart-lag", "Consumer lag", "events", func(v float64) string { return countText(v, "events") }
 	for i, cs := range c.cfg.Consumers {
 		s := series{Name: cs.Name, Color: seriesColors[i%len(seriesColors)]}
 		for _, h := range history {
@@ -92,7 +93,7 @@ func (c *Console) charts(history []sample, now time.Time) []chart {
 	}
 
 	fail := base
-	fail.ID, fail.Title, fail.unit = "chart-failures", "Failures", func(v float64) string { return countText(v, "") }
+	fail.ID, fail.Title, fail.Unit, fail.unit = "chart-failures", "Failures", "rows", func(v float64) string { return countText(v, "rows") }
 	parked := series{Name: "parked outbox rows", Color: seriesColors[2]}
 	dead := series{Name: "dead letters", Color: seriesColors[1]}
 	hooks := series{Name: "failing webhooks", Color: seriesColors[5]}
@@ -167,6 +168,18 @@ func (ch chart) enough() bool {
 	return false
 }
 
+// label is a value on the y axis: its number, the unit being in the
+// caption ("20k" for 20,000, so that it fits the margin).
+func (ch chart) label(v float64) string {
+	switch {
+	case v >= 1e6:
+		return strings.TrimSuffix(fmt.Sprintf("%.1f", v/1e6), ".0") + "M"
+	case v >= 1e4:
+		return strings.TrimSuffix(fmt.Sprintf("%.1f", v/1e3), ".0") + "k"
+	}
+	return countText(v, "")
+}
+
 // SVG draws the chart.
 func (ch chart) SVG() template.HTML {
 	var b strings.Builder
@@ -201,7 +214,7 @@ func (ch chart) SVG() template.HTML {
 	for _, f := range []float64{0, 0.5, 1} {
 		y := plotY1 - f*(plotY1-plotY0)
 		fmt.Fprintf(&b, `<line x1="%d" y1="%.1f" x2="%d" y2="%.1f" stroke="#d8dde2" stroke-width="1"/>`, plotX0, y, plotX1, y)
-		fmt.Fprintf(&b, `<text x="%d" y="%.1f" text-anchor="end" font-size="11" fill="#66707a">%s</text>`, plotX0-4, y+4, esc(ch.unit(f*top)))
+		fmt.Fprintf(&b, `<text x="%d" y="%.1f" text-anchor="end" font-size="13" fill="#66707a">%s</text>`, plotX0-4, y+4, esc(ch.label(f*top)))
 	}
 	for _, f := range []float64{0, 0.5, 1} {
 		x := plotX0 + f*(plotX1-plotX0)
@@ -211,7 +224,7 @@ func (ch chart) SVG() template.HTML {
 		if f == 1 {
 			label += " UTC"
 		}
-		fmt.Fprintf(&b, `<text x="%.1f" y="%d" text-anchor="%s" font-size="11" fill="#66707a">%s</text>`, x, chartH-8, anchor, label)
+		fmt.Fprintf(&b, `<text x="%.1f" y="%d" text-anchor="%s" font-size="13" fill="#66707a">%s</text>`, x, chartH-8, anchor, label)
 	}
 	if !ch.enough() {
 		note := "No sample yet"
