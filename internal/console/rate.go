@@ -3,6 +3,7 @@ package console
 import (
 	"context"
 	"fmt"
+	"math"
 	"time"
 
 	"github.com/outflow-dev/outflow/internal/poll"
@@ -101,6 +102,9 @@ func (c *Console) rate(total int64, at time.Time) string {
 	c.rates.add(now)
 	if !ok {
 		return "n/a"
+	}
+	if r >= 1000 { // a person reads 12,345/s, not 12345.4/s
+		return thousands(int64(math.Round(r))) + "/s"
 	}
 	return fmt.Sprintf("%.1f/s", r)
 }
