@@ -4,6 +4,7 @@ import (
 	"fmt"
 	"html/template"
 	"math"
+	"strconv"
 	"strings"
 	"time"
 )
@@ -46,6 +47,43 @@ type chart struct {
 	from, to  time.Time
 	since     time.Time // the oldest sample; zero: none
 	every     time.Duration
+	svg       template.HTML // drawn once, when the chart is made
+}
+
+// chartStep is what the charts' end is rounded up to: renders within the
+// same step draw the same charts, which are drawn once (chartCache).
+const chartStep = 10 * time.Second
+
+// chartCache holds the charts last drawn and what they were drawn from:
+// every open overview refreshes every 2 s, the samples change every 5 s.
+type chartCache struct {
+	to, newest time.Time
+	n          int
+	charts     []chart
+}
+
+// cachedCharts are the charts of history up to now (rounded up to
+// chartStep), drawn again only when the samples or the step changed.
+func (c *Console) cachedCharts(history []sample, now time.Time) []chart {
+	to := now.Truncate(chartStep)
+	if to.Before(now) {
+		to = to.Add(chartStep)
+	}
+	var newest time.Time
+	if n := len(history); n > 0 {
+		newest = history[n-1].snap.At
+	}
+	c.mu.Lock()
+	cc := c.health.charts
+	c.mu.Unlock()
+	if cc.charts != nil && cc.to.Equal(to) && cc.n == len(history) && cc.newest.Equal(newest) {
+		return cc.charts
+	}
+	charts := c.charts(history, to)
+	c.mu.Lock()
+	c.health.charts = chartCache{to: to, newest: newest, n: len(history), charts: charts}
+	c.mu.Unlock()
+	return charts
 }
 
 // charts are the overview's: published rate, lag per consumer, failures.
@@ -77,19 +115,23 @@ func (c *Console) charts(history []sample, now time.Time) []chart {
 
 	lag := base
 	lag.ID, lag.Title, lag.Unit, lag.unit = "chart-lag", "Consumer lag", "events", func(v float64) string { return countText(v, "events") }
+	byName := make(map[string]int, len(c.cfg.Consumers))
 	for i, cs := range c.cfg.Consumers {
-		s := series{Name: cs.Name, Color: seriesColors[i%len(seriesColors)]}
-		for _, h := range history {
-			for _, hc := range h.snap.Consumers {
-				if hc.Name == cs.Name && hc.Lag != nil {
-					s.points = append(s.points, chartPoint{h.snap.At, float64(hc.Lag.Events)})
-				}
+		byName[cs.Name] = i
+		lag.Series = append(lag.Series, series{Name: cs.Name, Color: seriesColors[i%len(seriesColors)],
+			points: make([]chartPoint, 0, len(history))})
+	}
+	for _, h := range history {
+		for _, hc := range h.snap.Consumers {
+			if i, ok := byName[hc.Name]; ok && hc.Lag != nil {
+				lag.Series[i].points = append(lag.Series[i].points, chartPoint{h.snap.At, float64(hc.Lag.Events)})
 			}
 		}
-		if n := len(s.points); n > 0 {
-			s.Now = countText(s.points[n-1].v, "events")
+	}
+	for i := range lag.Series {
+		if p := lag.Series[i].points; len(p) > 0 {
+			lag.Series[i].Now = countText(p[len(p)-1].v, "events")
 		}
-		lag.Series = append(lag.Series, s)
 	}
 
 	fail := base
@@ -124,7 +166,11 @@ func (c *Console) charts(history []sample, now time.Time) []chart {
 			fail.Series[i].Now = countText(p[len(p)-1].v, "")
 		}
 	}
-	return []chart{rate, lag, fail}
+	out := []chart{rate, lag, fail}
+	for i := range out {
+		out[i].svg = out[i].draw()
+	}
+	return out
 }
 
 func rateText(v float64) string {
@@ -180,8 +226,11 @@ func (ch chart) label(v float64) string {
 	return countText(v, "")
 }
 
-// SVG draws the chart.
-func (ch chart) SVG() template.HTML {
+// SVG is the chart, drawn.
+func (ch chart) SVG() template.HTML { return ch.svg }
+
+// draw draws the chart as inline SVG.
+func (ch chart) draw() template.HTML {
 	var b strings.Builder
 	esc := template.HTMLEscapeString
 	top := 0.0
@@ -240,14 +289,17 @@ func (ch chart) SVG() template.HTML {
 		if len(pts) == 0 {
 			continue
 		}
-		var xy []string
-		for _, p := range pts {
-			x := plotX0 + p.at.Sub(ch.from).Seconds()/span*(plotX1-plotX0)
-			y := plotY1 - p.v/top*(plotY1-plotY0)
-			xy = append(xy, fmt.Sprintf("%.1f,%.1f", x, y))
+		xy := make([]byte, 0, len(pts)*12)
+		for i, p := range pts {
+			if i > 0 {
+				xy = append(xy, ' ')
+			}
+			xy = strconv.AppendFloat(xy, plotX0+p.at.Sub(ch.from).Seconds()/span*(plotX1-plotX0), 'f', 1, 64)
+			xy = append(xy, ',')
+			xy = strconv.AppendFloat(xy, plotY1-p.v/top*(plotY1-plotY0), 'f', 1, 64)
 		}
 		fmt.Fprintf(&b, `<polyline class="series" data-series="%s" fill="none" stroke="%s" stroke-width="2" stroke-linejoin="round" points="%s"/>`,
-			esc(s.Name), s.Color, strings.Join(xy, " "))
+			esc(s.Name), s.Color, xy)
 	}
 	b.WriteString(`</svg>`)
 	return template.HTML(b.String()) //nolint:gosec // every text in it is escaped above

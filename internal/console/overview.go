@@ -198,7 +198,7 @@ func (c *Console) readPage(ctx context.Context) overview {
 		}
 	}
 	o.Status = c.statusLine(healthrules.Evaluate(append(snaps, now)), o.Unavailable)
-	o.Charts = c.charts(history, o.At)
+	o.Charts = c.cachedCharts(history, o.At)
 	o.PartitionsFold = summarizePartitions(o.Partitions, o.At)
 	return o
 }

@@ -47,6 +47,7 @@ type sample struct {
 // uses, serialised by sampling.
 type healthState struct {
 	history []sample // oldest first, at most maxHistory, within historyWindow of the newest
+	charts  chartCache
 
 	sampling sync.Mutex // one sample at a time: the attempts' cursor
 	cursor   int64      // the last webhook attempt counted

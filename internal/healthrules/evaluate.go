@@ -99,17 +99,24 @@ func Evaluate(snaps []Snapshot) Status {
 	}
 	last := len(snaps) - 1
 	for _, r := range All {
+		var found []Finding
 		for _, p := range values(r, snaps, last) {
-			if !(p.value > r.Threshold) {
-				continue
+			if p.value > r.Threshold {
+				found = append(found, Finding{Rule: r, Consumer: p.consumer, Topic: p.topic, Value: p.value, Failed: p.failed,
+					Attempts: p.attempts, Covered: p.covered})
 			}
-			f := Finding{Rule: r, Consumer: p.consumer, Topic: p.topic, Value: p.value, Failed: p.failed,
-				Attempts: p.attempts, Covered: p.covered}
-			if r.For > 0 {
-				f.Held = held(r, snaps, p.consumer)
-			}
-			st.Findings = append(st.Findings, f)
 		}
+		if r.For > 0 && len(found) > 0 {
+			subjects := make([]string, len(found))
+			for i, f := range found {
+				subjects[i] = f.Consumer
+			}
+			since := held(r, snaps, subjects)
+			for i := range found {
+				found[i].Held = since[found[i].Consumer]
+			}
+		}
+		st.Findings = append(st.Findings, found...)
 	}
 	order := map[string]int{}
 	for i, r := range All {
@@ -125,26 +132,38 @@ func Evaluate(snaps []Snapshot) Status {
 	return st
 }
 
-// held is how long, up to the newest snapshot, r's condition held for the
-// consumer (or the system) in every snapshot: from the oldest of the run
-// of snapshots that ends with the newest.
-func held(r Rule, snaps []Snapshot, consumer string) time.Duration {
+// held is how long, up to the newest snapshot, r's condition held for
+// each subject (a consumer, or "" for the system) in every snapshot: from
+// the oldest of the run of snapshots that ends with the newest. One walk
+// back for all the subjects, which ends when none holds any more.
+func held(r Rule, snaps []Snapshot, subjects []string) map[string]time.Duration {
 	last := len(snaps) - 1
-	from := last
-	for i := last - 1; i >= 0; i-- {
-		holds := false
+	from := make(map[string]int, len(subjects))
+	alive := make(map[string]bool, len(subjects))
+	for _, s := range subjects {
+		from[s], alive[s] = last, true
+	}
+	holding := map[string]bool{}
+	for i := last - 1; i >= 0 && len(alive) > 0; i-- {
+		clear(holding)
 		for _, p := range values(r, snaps, i) {
-			if p.consumer == consumer && p.value > r.Threshold {
-				holds = true
-				break
+			if p.value > r.Threshold {
+				holding[p.consumer] = true
 			}
 		}
-		if !holds {
-			break
+		for s := range alive {
+			if holding[s] {
+				from[s] = i
+			} else {
+				delete(alive, s)
+			}
 		}
-		from = i
 	}
-	return snaps[last].At.Sub(snaps[from].At)
+	out := make(map[string]time.Duration, len(from))
+	for s, i := range from {
+		out[s] = snaps[last].At.Sub(snaps[i].At)
+	}
+	return out
 }
 
 // values are r's query's values at snaps[i], one per subject it can tell.
@@ -160,7 +179,7 @@ func values(r Rule, snaps []Snapshot, i int) []point {
 			return []point{{value: float64(s.Outbox.Parked)}}
 		}
 	case ConsumerLagging.Alert, ConsumerBacklog.Alert:
-		var out []point
+		out := make([]point, 0, len(s.Consumers))
 		for _, c := range s.Consumers {
 			switch {
 			case c.Lag == nil:
@@ -173,7 +192,7 @@ func values(r Rule, snaps []Snapshot, i int) []point {
 		return out
 	case ConsumerDeadLetters.Alert:
 		from := windowStart(r, snaps, i)
-		var out []point
+		out := make([]point, 0, len(s.Consumers))
 		for _, c := range s.Consumers {
 			if !c.DeadKnown {
 				continue
