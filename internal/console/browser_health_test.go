@@ -119,13 +119,22 @@ func TestHealthAtAGlanceInBrowser(t *testing.T) {
 	require.True(t, table, "the partition table is folded")
 	screenshot(t, ctx, dir, "01-trouble-1280")
 
-	// Opened, the fold stays open across the live refresh.
-	run(t, ctx, "open the partitions", chromedp.Click(chromedp.CSS("#partitions-summary")), chromedp.WaitVisible(chromedp.CSS("#partitions")))
+	// Opened, the fold stays open across the live refresh (which replaces
+	// the overview's markup, the <details> with it).
+	folded := func() bool {
+		v, err := chromedp.Run(ctx, chromedp.Evaluate[bool](
+			`!(document.querySelector("#partitions-fold").open && document.querySelector("#partitions").checkVisibility())`))
+		require.NoError(t, err)
+		return v
+	}
+	run(t, ctx, "open the partitions", chromedp.Click(chromedp.CSS("#partitions-summary")))
+	outflowtest.WaitFor(t, 10*time.Second, "the partition table shown", func() bool { return !folded() })
 	seen := fragments.Load()
 	outflowtest.WaitFor(t, 20*time.Second, "two refreshes", func() bool { return fragments.Load() >= seen+2 })
-	run(t, ctx, "the partitions still open", chromedp.WaitVisible(chromedp.CSS("#partitions")))
+	require.False(t, folded(), "the partitions still open after the refreshes")
 	screenshot(t, ctx, dir, "02-trouble-partitions-open-1280")
 	run(t, ctx, "fold again", chromedp.Click(chromedp.CSS("#partitions-summary")))
+	outflowtest.WaitFor(t, 10*time.Second, "the partition table folded", folded)
 
 	// A phone: no wider than the screen, the consumers' key columns on it.
 	run(t, ctx, "a phone's viewport", chromedp.EmulateViewport(390, 844, chromedp.EmulateMobile, chromedp.EmulatePortrait))
