@@ -24,6 +24,9 @@ import (
 // webhooks' counts lead to their list; on a phone the key columns stay on
 // screen. A healthy overview says so.
 func TestHealthAtAGlanceInBrowser(t *testing.T) {
+	// In parallel with the HTTP tests: the other browser tests are not
+	// parallel, and have ended when this one starts.
+	t.Parallel()
 	trouble, clk, _ := healthEnv(t, func(c *console.Config) {
 		c.Lag = staticLag{"analytics": {Events: 12500, OldestAge: 8 * time.Minute}, "notify-merchant": {}}
 	})
