@@ -338,3 +338,34 @@ func TestPartitionsFoldedBehindTheirSummary(t *testing.T) {
 		"4 partitions: 2 leased by 1 forwarder, 2 sharing 120,010 published; 1 stale lease (run out, not renewed), 1 without a holder")
 	require.Contains(t, body, `<summary id="partitions-summary" class="attention">`)
 }
+
+// A sample's reads are bounded as the overview's: with the webhook
+// attempts' table locked, a sample ends within ReadTimeout (and a little),
+// says which read it lost, and is kept with the rest of what it read.
+func TestSampleIsBoundedByReadTimeout(t *testing.T) {
+	t.Parallel()
+	e, clk, _ := healthEnv(t)
+	e.sample(t, clk, -time.Minute) // places the attempts' cursor
+	ctx := context.Background()
+	locker, err := pgx.ConnectConfig(ctx, e.pool.Config().ConnConfig.Copy())
+	require.NoError(t, err)
+	t.Cleanup(func() { _ = locker.Close(ctx) })
+	tx, err := locker.Begin(ctx)
+	require.NoError(t, err)
+	t.Cleanup(func() { _ = tx.Rollback(ctx) })
+	_, err = tx.Exec(ctx, `LOCK TABLE webhook_attempts IN ACCESS EXCLUSIVE MODE`)
+	require.NoError(t, err)
+
+	clk.set(0)
+	done := make(chan error, 1)
+	go func() { done <- e.console.Sample(ctx) }()
+	select {
+	case err = <-done:
+	case <-time.After(5 * time.Second):
+		require.NoError(t, tx.Rollback(ctx))
+		<-done
+		t.Fatal("the sample waited on the lock past ReadTimeout (700 ms)")
+	}
+	require.ErrorContains(t, err, "webhook attempts")
+	require.Equal(t, 2, console.HistoryLen(e.console), "the sample is kept, without the attempts")
+}
