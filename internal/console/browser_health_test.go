@@ -160,7 +160,7 @@ func TestHealthAtAGlanceInBrowser(t *testing.T) {
 	require.Equal(t, 2, rows, "a page of them (PageSize 2)")
 	require.Contains(t, text(t, ctx, "#webhooks tr.webhook-row"), "HTTP 500")
 	screenshot(t, ctx, dir, "04-webhooks-390")
-	run(t, ctx, "the laptop", chromedp.ResetViewport(), chromedp.Navigate(srv.URL+"/webhooks"), chromedp.WaitVisible(chromedp.CSS("#webhooks")))
+	run(t, ctx, "the laptop", chromedp.EmulateViewport(1280, 900), chromedp.Navigate(srv.URL+"/webhooks"), chromedp.WaitVisible(chromedp.CSS("#webhooks")))
 	screenshot(t, ctx, dir, "05-webhooks-1280")
 
 	// Healthy.
