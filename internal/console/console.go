@@ -64,8 +64,9 @@ type Config struct {
 	// deliveries too, read by key for the page only); defaults to
 	// [DefaultPageSize].
 	PageSize int
-	// RateSampleInterval is how often [Console.Run] samples the published
-	// total; defaults to [DefaultRateSampleInterval].
+	// RateSampleInterval is how often [Console.Run] samples the overview's
+	// numbers (the published rate, the status line's rules over time and
+	// the charts read the samples); defaults to [DefaultRateSampleInterval].
 	RateSampleInterval time.Duration
 	// RateWindow is how far back the overview's published rate looks;
 	// defaults to [DefaultRateWindow]. Not shorter than RateSampleInterval.
