@@ -191,7 +191,7 @@ func (c *Console) question(ctx context.Context, from list, verb string, sel sele
 	if err != nil {
 		return "", fmt.Errorf("read the selected rows: %w", err)
 	}
-	return verb + " " + plural(int64(len(sel.IDs)), noun) + targetOf(kind, groups) + "?", nil
+	return verb + " " + plural(int64(len(sel.IDs)), noun, noun+"s") + targetOf(kind, groups) + "?", nil
 }
 
 // nameCount is a consumer or a topic and how many selected rows are its.

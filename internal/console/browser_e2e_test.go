@@ -259,7 +259,7 @@ func onAPhone(t *testing.T, ctx context.Context, base, dir string, seed seeded) 
 		run(t, ctx, "a phone's viewport",
 			chromedp.EmulateViewport(phone.width, phone.height, chromedp.EmulateMobile, chromedp.EmulatePortrait))
 		for _, pg := range []struct{ name, path, sel string }{
-			{"overview", "/", "#partitions"},
+			{"overview", "/", "#partitions-fold"},
 			{"journey", "/journey?q=" + url.QueryEscape(seed.dead), "#journey"},
 			{"dead", "/dead?consumer=ledger-export", "#dead-form"},
 			{"parked", "/parked", "#parked-form"},

@@ -61,7 +61,7 @@ func TestConsoleInBrowserWhileTheDatabaseStalls(t *testing.T) {
 	run(t, ctx, "the outbox panel still shown", chromedp.WaitVisible(chromedp.CSS("#outbox-pending")))
 	screenshot(t, ctx, dir, "01-panel-unavailable")
 	require.NoError(t, tx.Rollback(bg))
-	run(t, ctx, "the partitions panel back", chromedp.WaitVisible(chromedp.CSS("#partitions")))
+	run(t, ctx, "the partitions panel back", chromedp.WaitVisible(chromedp.CSS("#partitions-fold")))
 
 	// The session lookup locked out: the fragment cannot answer, and the
 	// page says its numbers are stale.

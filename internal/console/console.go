@@ -64,8 +64,9 @@ type Config struct {
 	// deliveries too, read by key for the page only); defaults to
 	// [DefaultPageSize].
 	PageSize int
-	// RateSampleInterval is how often [Console.Run] samples the published
-	// total; defaults to [DefaultRateSampleInterval].
+	// RateSampleInterval is how often [Console.Run] samples the overview's
+	// numbers (the published rate, the status line's rules over time and
+	// the charts read the samples); defaults to [DefaultRateSampleInterval].
 	RateSampleInterval time.Duration
 	// RateWindow is how far back the overview's published rate looks;
 	// defaults to [DefaultRateWindow]. Not shorter than RateSampleInterval.
@@ -116,8 +117,9 @@ type Console struct {
 
 	logins *loginThrottle
 
-	mu    sync.Mutex
-	rates rateRing // the published totals of the last RateWindow
+	mu     sync.Mutex
+	rates  rateRing    // the published totals of the last RateWindow
+	health healthState // the last hour's samples, for the status line and the charts
 
 	sessions *memSessions // FrameworkOnly's; nil otherwise
 
@@ -229,6 +231,7 @@ func (c *Console) routes(static http.Handler) []route {
 		{"POST /replay", c.authed(c.replay)},
 		{"GET /actions", c.authed(c.actionsPage)},
 		{"GET /search", c.authed(c.searchPage)},
+		{"GET /webhooks", c.authed(c.webhooksPage)},
 	}
 }
 
@@ -298,7 +301,7 @@ func parsePages(now func() time.Time) (map[string]*template.Template, error) {
 		return nil, fmt.Errorf("console: parse templates: %w", err)
 	}
 	pages := map[string]*template.Template{}
-	for _, name := range []string{"login", "overview", "journey", "parked", "dead", "actions", "confirm", "search"} {
+	for _, name := range []string{"login", "overview", "journey", "parked", "dead", "actions", "confirm", "search", "webhooks"} {
 		t, err := template.Must(layout.Clone()).ParseFS(templateFS, "templates/"+name+".html")
 		if err != nil {
 			return nil, fmt.Errorf("console: parse %s: %w", name, err)

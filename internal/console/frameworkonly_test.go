@@ -72,6 +72,7 @@ func TestFrameworkOnlyConsole(t *testing.T) {
 		"/dead":                "handler failed",
 		"/dead?status=dead":    "handler failed",
 		"/actions":             "actions-total",
+		"/webhooks":            "webhooks-not-installed",
 		"/parked?topic=refund": "",
 	} {
 		res, body := do(t, cl, http.MethodGet, srv.URL+page, nil)

@@ -168,7 +168,7 @@ func fillPage[T any](lp *listPage[T], read []T, n int, k keyset, id func(T) int6
 		lp.Next = 0 // the last page
 	}
 	if before.Capped {
-		lp.Pager.Showing = fmt.Sprintf("Showing %s past the first %s, of %s", plural(int64(len(lp.Rows)), "row"), thousands(countCap), total)
+		lp.Pager.Showing = fmt.Sprintf("Showing %s past the first %s, of %s", plural(int64(len(lp.Rows)), "row", "rows"), thousands(countCap), total)
 	} else {
 		lp.Pager.Showing = fmt.Sprintf("Showing %s–%s of %s", thousands(before.N+1), thousands(before.N+int64(len(lp.Rows))), total)
 	}
@@ -201,14 +201,6 @@ func (p *pager) links(base url.Values, path string, prev, next int64, firstPage 
 	if next != 0 {
 		p.Next = link("after", next)
 	}
-}
-
-// plural is n and noun, pluralized by an s: "1 row", "1,234 rows".
-func plural(n int64, noun string) string {
-	if n == 1 {
-		return "1 " + noun
-	}
-	return thousands(n) + " " + noun + "s"
 }
 
 // describeFilter writes a filter as the confirmations name it:
@@ -327,7 +319,7 @@ func errorsOf(total capped, unfiltered bool) string {
 	if total.Capped || total.N > errorWindow {
 		return "among the latest " + thousands(errorWindow) + " matching rows"
 	}
-	return "among the " + plural(total.N, "matching row")
+	return "among the " + plural(total.N, "matching row", "matching rows")
 }
 
 // allQuestion is the confirmation of an action on all matching a filter:

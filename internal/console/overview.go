@@ -5,15 +5,17 @@ import (
 	"fmt"
 	"net/http"
 	"slices"
-	"strconv"
+	"strings"
 	"sync"
 	"time"
 
 	"github.com/jackc/pgx/v5"
 
+	"github.com/outflow-dev/outflow/brokers"
 	"github.com/outflow-dev/outflow/forwarder"
 	"github.com/outflow-dev/outflow/handlers"
 	"github.com/outflow-dev/outflow/idempotency"
+	"github.com/outflow-dev/outflow/internal/healthrules"
 )
 
 type partitionRow struct {
@@ -26,8 +28,28 @@ type partitionRow struct {
 
 type consumerRow struct {
 	Name, Topic string
-	Lag         string
+	lag         *brokers.Lag // nil: unknown
 	idempotency.ParkedCounts
+}
+
+// Lag is the consumer's lag as a person reads it: "1,234 events, oldest
+// 3 min", "0", or "n/a" when the broker could not tell.
+func (r consumerRow) Lag() string {
+	switch {
+	case r.lag == nil:
+		return "n/a"
+	case r.lag.Events == 0:
+		return "0"
+	case r.lag.OldestAge > 0:
+		return fmt.Sprintf("%s events, oldest %s", thousands(r.lag.Events), coarse(r.lag.OldestAge))
+	}
+	return thousands(r.lag.Events) + " events" // the broker does not tell the age (amqp)
+}
+
+// Lagging: the consumer's lag is over a health rule's threshold.
+func (r consumerRow) Lagging() bool {
+	return r.lag != nil && (float64(r.lag.Events) > healthrules.ConsumerBacklog.Threshold ||
+		r.lag.OldestAge.Seconds() > healthrules.ConsumerLagging.Threshold)
 }
 
 type overview struct {
@@ -41,6 +63,12 @@ type overview struct {
 	// "partitions") whose read failed or did not end within ReadTimeout,
 	// with why: the page shows them so and the rest as read.
 	Unavailable map[string]string
+
+	// What the page adds to the reads (decorate): the status line, the
+	// charts and the partitions' summary.
+	Status         statusLine
+	Charts         []chart
+	PartitionsFold partitionsSummary
 }
 
 // readOverview reads the overview's numbers: every query reads pending or
@@ -54,7 +82,7 @@ func (c *Console) readOverview(ctx context.Context) overview {
 	var (
 		o      = overview{Unavailable: map[string]string{}}
 		parked map[string]idempotency.ParkedCounts
-		lags   = make([]string, len(c.cfg.Consumers))
+		lags   = make([]*brokers.Lag, len(c.cfg.Consumers))
 		mu     sync.Mutex
 		wg     sync.WaitGroup
 	)
@@ -116,7 +144,6 @@ func (c *Console) readOverview(ctx context.Context) overview {
 		lctx, cancel := context.WithTimeout(ctx, c.cfg.ReadTimeout)
 		defer cancel()
 		for i, cs := range c.cfg.Consumers {
-			lags[i] = "n/a"
 			if c.cfg.Lag == nil || lctx.Err() != nil {
 				continue
 			}
@@ -125,17 +152,14 @@ func (c *Console) readOverview(ctx context.Context) overview {
 				c.log.Warn("console: consumer lag unknown", "consumer", cs.Name, "error", err.Error())
 				continue
 			}
-			lags[i] = strconv.FormatInt(lag.Events, 10)
+			lags[i] = &lag
 		}
 	})
 	wg.Wait()
-	if _, ok := o.Unavailable["outbox"]; !ok {
-		o.Rate = c.rate(o.Outbox.PublishedTotal, o.At)
-	}
 	seen := map[string]bool{}
 	for i, cs := range c.cfg.Consumers {
 		seen[cs.Name] = true
-		o.Consumers = append(o.Consumers, consumerRow{Name: cs.Name, Topic: cs.Topic, Lag: lags[i], ParkedCounts: parked[cs.Name]})
+		o.Consumers = append(o.Consumers, consumerRow{Name: cs.Name, Topic: cs.Topic, lag: lags[i], ParkedCounts: parked[cs.Name]})
 	}
 	var others []string
 	for name := range parked {
@@ -145,13 +169,42 @@ func (c *Console) readOverview(ctx context.Context) overview {
 	}
 	slices.Sort(others)
 	for _, name := range others {
-		o.Consumers = append(o.Consumers, consumerRow{Name: name, Lag: "n/a", ParkedCounts: parked[name]})
+		o.Consumers = append(o.Consumers, consumerRow{Name: name, ParkedCounts: parked[name]})
 	}
 	return o
 }
 
+// readPage is the overview as a page shows it: its reads, the published
+// rate up to them, the status line by the health rules over the last
+// hour's samples and this read, the charts and the partitions' summary.
+func (c *Console) readPage(ctx context.Context) overview {
+	o := c.readOverview(ctx)
+	if _, ok := o.Unavailable["outbox"]; !ok {
+		o.Rate = c.rate(o.Outbox.PublishedTotal, o.At)
+	}
+	history := c.historyCopy()
+	snaps := make([]healthrules.Snapshot, 0, len(history)+1)
+	for _, s := range history {
+		if !s.snap.At.After(o.At) {
+			snaps = append(snaps, s.snap)
+		}
+	}
+	now := c.snapshot(o)
+	// The attempts are counted by the sampler only: the newest sample's
+	// counts stand for now.
+	if now.Webhooks != nil && len(snaps) > 0 {
+		if prev := snaps[len(snaps)-1].Webhooks; prev != nil {
+			now.Webhooks.Attempts, now.Webhooks.FailedAttempts, now.Webhooks.AttemptsKnown = prev.Attempts, prev.FailedAttempts, prev.AttemptsKnown
+		}
+	}
+	o.Status = c.statusLine(healthrules.Evaluate(append(snaps, now)), o.Unavailable)
+	o.Charts = c.cachedCharts(history, o.At)
+	o.PartitionsFold = summarizePartitions(o.Partitions, o.At)
+	return o
+}
+
 func (c *Console) overviewPage(w http.ResponseWriter, r *http.Request, s session) {
-	o := c.readOverview(r.Context())
+	o := c.readPage(r.Context())
 	p := c.pageFor(s, "Overview")
 	p.Data = o
 	c.render(w, http.StatusOK, "overview", p)
@@ -159,9 +212,67 @@ func (c *Console) overviewPage(w http.ResponseWriter, r *http.Request, s session
 
 // overviewFragment is the overview's live part, which console.js swaps in.
 func (c *Console) overviewFragment(w http.ResponseWriter, r *http.Request, s session) {
-	o := c.readOverview(r.Context())
+	o := c.readPage(r.Context())
 	w.Header().Set("Content-Type", "text/html; charset=utf-8")
 	if err := c.pages["overview"].ExecuteTemplate(w, "overview-body", o); err != nil {
 		c.log.Error("console: render fragment", "error", err.Error())
 	}
+}
+
+// partitionsSummary is the one line the partition table is folded behind.
+type partitionsSummary struct {
+	Text string
+	// Attention: a lease ran out without its holder renewing it, or a
+	// partition has no holder: its rows are not being published.
+	Attention bool
+}
+
+// summarizePartitions says how the partitions are held and how the
+// published events spread over them: "16 partitions: 16 leased by 2
+// forwarders, 1 with all 120,000 published; none stale".
+func summarizePartitions(ps []partitionRow, now time.Time) partitionsSummary {
+	if len(ps) == 0 {
+		return partitionsSummary{Text: "No partition yet (no forwarder has run)."}
+	}
+	var (
+		leased, stale, ownerless, withEvents int
+		total                                int64
+		owners                               = map[string]bool{}
+	)
+	for _, p := range ps {
+		switch {
+		case p.Owner == "":
+			ownerless++
+		case p.LeaseUntil != nil && p.LeaseUntil.Before(now):
+			stale++
+		default:
+			leased++
+			owners[p.Owner] = true
+		}
+		if p.PublishedTotal > 0 {
+			withEvents++
+			total += p.PublishedTotal
+		}
+	}
+	text := fmt.Sprintf("%s: %s leased by %s", plural(int64(len(ps)), "partition", "partitions"), thousands(int64(leased)),
+		plural(int64(len(owners)), "forwarder", "forwarders"))
+	switch {
+	case total == 0:
+		text += ", none published yet"
+	case withEvents == 1:
+		text += fmt.Sprintf(", 1 with all %s published", thousands(total))
+	default:
+		text += fmt.Sprintf(", %d sharing %s published", withEvents, thousands(total))
+	}
+	var trouble []string
+	if stale > 0 {
+		trouble = append(trouble, plural(int64(stale), "stale lease (run out, not renewed)", "stale leases (run out, not renewed)"))
+	}
+	if ownerless > 0 {
+		trouble = append(trouble, plural(int64(ownerless), "without a holder", "without a holder"))
+	}
+	if len(trouble) == 0 {
+		return partitionsSummary{Text: text + "; none stale"}
+	}
+	return partitionsSummary{Text: text + "; " + strings.Join(trouble, ", "), Attention: true}
 }

@@ -72,15 +72,20 @@ func TestOverviewShowsTheNumbers(t *testing.T) {
 		res, body := do(t, c, http.MethodGet, e.srv.URL+path, nil)
 		require.Equal(t, http.StatusOK, res.StatusCode)
 		requireText(t, body, "outbox-pending", "2")
-		require.Contains(t, body, `id="outbox-parked"><a href="/parked">1</a>`)
+		// Problems stand out (a class) and link to their list; zeros are muted.
+		require.Contains(t, body, `id="outbox-parked"><a href="/parked" class="bad">1</a>`)
 		requireText(t, body, "outbox-published-total", "7")
 		requireText(t, body, "webhooks-pending", "2")
-		requireText(t, body, "webhooks-failing", "1")
-		requireText(t, body, "webhooks-dead", "1")
-		require.Regexp(t, `data-consumer="notify-merchant"><td>notify-merchant</td><td>payments</td><td class="lag">n/a</td>\s*<td class="held">1</td><td class="retrying">1</td>\s*<td class="dead"><a[^>]*>1</a>`, body)
-		require.Regexp(t, `data-consumer="analytics">[^\n]*\s*<td class="held">0</td><td class="retrying">0</td>\s*<td class="dead">0</td>`, body)
+		require.Contains(t, body, `id="webhooks-failing"><a href="/webhooks?status=failing" class="warn">1</a>`)
+		require.Contains(t, body, `id="webhooks-dead"><a href="/webhooks?status=dead" class="bad">1</a>`)
+		require.Regexp(t, `data-consumer="notify-merchant"><td>notify-merchant</td><td class="secondary">payments</td>\s*<td class="lag">n/a</td>\s*`+
+			`<td class="held"><a href="/dead\?consumer=notify-merchant&amp;status=held" class="warn">1</a></td>\s*`+
+			`<td class="retrying"><a href="/dead\?consumer=notify-merchant&amp;status=retrying" class="warn">1</a></td>\s*`+
+			`<td class="dead"><a href="/dead\?consumer=notify-merchant&amp;status=dead" class="bad">1</a>`, body)
+		require.Regexp(t, `data-consumer="analytics">[^\n]*\s*<td class="lag">n/a</td>\s*<td class="held"><span class="zero">0</span></td>\s*`+
+			`<td class="retrying"><span class="zero">0</span></td>\s*<td class="dead"><span class="zero">0</span></td>`, body)
 		require.Contains(t, body, `data-consumer="legacy"`, "a consumer with dead letters shows though not configured")
-		require.Regexp(t, `data-partition="0"><td>0</td><td class="owner">fwd-a</td>\s*<td><time[^>]*>[^<]+</time>[^<]*<span class="ago">\(in [^)]+\)</span></td><td class="renewed"><time datetime="2026-01-02T03:04:05Z"[^>]*>2026-01-02 03:04:05 UTC</time> <span class="ago">\([^)]+ ago\)</span></td><td>5</td>`, body)
+		require.Regexp(t, `data-partition="0"><td>0</td><td class="owner">fwd-a</td>\s*<td><time[^>]*>[^<]+</time>[^<]*<span class="ago">\(in [^)]+\)</span></td><td class="renewed secondary"><time datetime="2026-01-02T03:04:05Z"[^>]*>2026-01-02 03:04:05 UTC</time> <span class="ago">\([^)]+ ago\)</span></td><td>5</td>`, body)
 		require.Regexp(t, `data-partition="1"><td>1</td><td class="owner">none</td>`, body)
 		if path == "/" {
 			require.Contains(t, body, `data-refresh="/fragments/overview"`)

@@ -106,6 +106,14 @@ func thousands(n int64) string {
 	return string(out)
 }
 
+// plural is n and the noun that agrees with it: "1 row", "1,204 rows".
+func plural(n int64, one, many string) string {
+	if n == 1 {
+		return "1 " + one
+	}
+	return thousands(n) + " " + many
+}
+
 // templateFuncs are the pages' functions; now is the console's clock.
 func templateFuncs(now func() time.Time) template.FuncMap {
 	return template.FuncMap{

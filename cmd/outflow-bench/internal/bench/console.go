@@ -18,6 +18,7 @@ import (
 	"github.com/jackc/pgx/v5/pgxpool"
 
 	"github.com/outflow-dev/outflow/app/apikey"
+	"github.com/outflow-dev/outflow/brokers"
 	"github.com/outflow-dev/outflow/forwarder"
 	"github.com/outflow-dev/outflow/idempotency"
 	"github.com/outflow-dev/outflow/internal/console"
@@ -73,7 +74,8 @@ func Console(ctx context.Context, cfg ConsoleConfig) error {
 		return err
 	}
 
-	h, err := console.New(console.Config{Pool: pool, Logger: quietLogger(), InsecureCookie: true, Consumers: consumers})
+	h, err := console.New(console.Config{Pool: pool, Logger: quietLogger(), InsecureCookie: true, Consumers: consumers,
+		Lag: benchLag{}})
 	if err != nil {
 		return fmt.Errorf("console: %w", err)
 	}
@@ -81,6 +83,23 @@ func Console(ctx context.Context, cfg ConsoleConfig) error {
 	if err != nil {
 		return err
 	}
+	// A full hour of samples, as Console.Run leaves after an hour: the
+	// overview's charts and its rules over time read all of them. Each is
+	// a real sample (the overview's reads at full size), stamped 5 s apart.
+	start := time.Now()
+	samples := int(time.Hour / console.DefaultRateSampleInterval)
+	partial := 0 // samples with a read that failed or passed ReadTimeout: kept without it, as Run does
+	for i := range samples {
+		at := start.Add(-time.Hour + time.Duration(i+1)*console.DefaultRateSampleInterval)
+		if err := h.SampleAt(ctx, at); err != nil {
+			if ctx.Err() != nil {
+				return err
+			}
+			partial++
+		}
+	}
+	fmt.Fprintf(out, "An hour of samples (%d, each the overview's reads at full size) taken in %s; %d with a read left out (ReadTimeout).\n\n",
+		samples, time.Since(start).Round(100*time.Millisecond), partial)
 
 	// A payment in the middle of the table with a dead letter (seeded on
 	// every aggregate whose number is a multiple of the spacing below).
@@ -113,13 +132,35 @@ func Console(ctx context.Context, cfg ConsoleConfig) error {
 			return nil
 		}
 	}
+	// The overview must show its status line and the hour's charts drawn
+	// (a rate, a lag per consumer, three failures' lines).
+	healthAtAGlance := func(body string) error {
+		if !strings.Contains(body, `id="health-state"`) {
+			return errors.New("the overview has no status line")
+		}
+		if n, want := strings.Count(body, `<polyline class="series"`), 1+len(consumers)+3; n != want {
+			return fmt.Errorf("the overview's charts draw %d lines, want %d", n, want)
+		}
+		return nil
+	}
+	// A page of webhook deliveries of each filter (or all of them, fewer
+	// than a page at a small size).
+	webhookPage := func(body string) error {
+		if n := strings.Count(body, `class="webhook-row"`); n != console.DefaultPageSize && n != cfg.Outbox/4/500 {
+			return fmt.Errorf("the webhooks list shows %d deliveries, want a page of %d", n, console.DefaultPageSize)
+		}
+		return nil
+	}
 	long, middle := consoleAggregateID(int64(cfg.Outbox/4)), consoleLongMessageID(consoleLongEvents/2)
 	for _, page := range []struct {
 		name, path string
 		check      func(string) error
 	}{
-		{"overview (/)", "/", nil},
-		{"overview fragment (/fragments/overview)", "/fragments/overview", nil},
+		{"overview (/), with its status line and the hour's charts", "/", healthAtAGlance},
+		{"overview fragment (/fragments/overview)", "/fragments/overview", healthAtAGlance},
+		{"webhooks, failing and dead (/webhooks)", "/webhooks", webhookPage},
+		{"webhooks, failing, a page deep", "/webhooks?status=failing&after=" + strconv.Itoa(cfg.Outbox/4/2), webhookPage},
+		{"webhooks, dead", "/webhooks?status=dead", webhookPage},
 		{"journey by payment id", "/journey?q=" + url.QueryEscape(agg), fourEvents},
 		{"journey by message id", "/journey?q=" + url.QueryEscape(msgID), fourEvents},
 		{fmt.Sprintf("journey of a %d-event aggregate (its newest page)", consoleLongEvents),
@@ -172,6 +213,15 @@ func Console(ctx context.Context, cfg ConsoleConfig) error {
 	}
 	fmt.Fprintln(out)
 	return nil
+}
+
+// benchLag is a broker that answers every consumer's lag at once: the
+// benchmark measures the console and its database, not a broker's round
+// trips (the overview asks them beside its reads, bounded by ReadTimeout).
+type benchLag struct{}
+
+func (benchLag) Lag(_ context.Context, group, _ string) (brokers.Lag, error) {
+	return brokers.Lag{Events: int64(len(group)) * 100, OldestAge: time.Duration(len(group)) * time.Second}, nil
 }
 
 func msStr(d time.Duration) string { return fmt.Sprintf("%.1f ms", float64(d.Microseconds())/1000) }
