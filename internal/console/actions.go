@@ -498,6 +498,48 @@ type replayTarget struct {
 	AggregateID   string `json:"aggregate_id"`
 }
 
+// filter is what a replay of t to a consumer of topic sends: the journey's
+// choices count by it, and the replay publishes it.
+func (t replayTarget) filter(topic string) replay.Filter {
+	return replay.Filter{Topic: topic, AggregateType: t.AggregateType, AggregateIDs: []string{t.AggregateID}}
+}
+
+// replayQuestion is the confirmation of a replay: what, how many, to whom.
+func replayQuestion(n int64, aggType, aggID, consumer string) string {
+	return fmt.Sprintf("Replay %s of %s %s to consumer %s?", plural(n, "event", "events"), aggType, aggID, consumer)
+}
+
+// replayChoice is a consumer a journey's aggregate can be replayed to, and
+// how many of its events that replay sends (those of the consumer's topic).
+type replayChoice struct {
+	Consumer string
+	Events   int64
+	// Question is the replay's confirmation, which console.js asks when
+	// the choice is made.
+	Question string
+}
+
+// replayChoices are the configured consumers, each with the count of what
+// a replay of the aggregate to it would send (replay.Count: the filter the
+// replay publishes, read through the aggregate's index).
+func (c *Console) replayChoices(ctx context.Context, aggType, aggID string) ([]replayChoice, error) {
+	t := replayTarget{AggregateType: aggType, AggregateID: aggID}
+	byTopic := map[string]int64{}
+	var out []replayChoice
+	for _, cs := range c.cfg.Consumers {
+		n, ok := byTopic[cs.Topic]
+		if !ok {
+			var err error
+			if n, err = replay.Count(ctx, c.cfg.Pool, t.filter(cs.Topic)); err != nil {
+				return nil, fmt.Errorf("journey: count a replay's events: %w", err)
+			}
+			byTopic[cs.Topic] = n
+		}
+		out = append(out, replayChoice{Consumer: cs.Name, Events: n, Question: replayQuestion(n, aggType, aggID, cs.Name)})
+	}
+	return out, nil
+}
+
 // replay publishes one aggregate's retained events to one consumer's
 // replay topic (package replay, as `outflow replay` does), through the
 // configured broker.
@@ -518,10 +560,15 @@ func (c *Console) replay(w http.ResponseWriter, r *http.Request, s session) {
 		return
 	}
 	back := "/journey?q=" + url.QueryEscape(t.AggregateID)
-	what := fmt.Sprintf("Replay every retained event of %s %s to %s (its replay topic): the consumer skips what it already handled.",
-		t.AggregateType, t.AggregateID, t.Consumer)
+	n, err := replay.Count(r.Context(), c.cfg.Pool, t.filter(cs.Topic))
+	if err != nil {
+		c.fail(w, r, fmt.Errorf("count the replay's events: %w", err))
+		return
+	}
+	what := fmt.Sprintf("Replay every retained event of %s %s on topic %s to %s (its replay topic): the consumer skips what it already handled.",
+		t.AggregateType, t.AggregateID, cs.Topic, t.Consumer)
 	cd := confirmData{What: what, Back: back, All: true, Button: "Replay to " + t.Consumer,
-		Question: fmt.Sprintf("Replay %s %s to consumer %s?", t.AggregateType, t.AggregateID, t.Consumer)}
+		Question: replayQuestion(n, t.AggregateType, t.AggregateID, t.Consumer)}
 	c.confirmThenDo(w, r, s, cd, func(ctx context.Context) (int64, error) {
 		return c.replayRecorded(ctx, s, t, cs.Topic)
 	})
@@ -539,8 +586,7 @@ const replayTimeout = 5 * time.Minute
 func (c *Console) replayRecorded(ctx context.Context, s session, t replayTarget, topic string) (int64, error) {
 	ctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), replayTimeout)
 	defer cancel()
-	n, doErr := replay.Publish(ctx, c.cfg.Pool, c.cfg.Broker, t.Consumer,
-		replay.Filter{Topic: topic, AggregateType: t.AggregateType, AggregateIDs: []string{t.AggregateID}}, replay.Options{})
+	n, doErr := replay.Publish(ctx, c.cfg.Pool, c.cfg.Broker, t.Consumer, t.filter(topic), replay.Options{})
 	rctx, rcancel := actionlog.Detach(ctx)
 	defer rcancel()
 	// Named by its aggregate too: the aggregate's journey lists its replays.

@@ -13,7 +13,10 @@ import (
 	"github.com/chromedp/chromedp"
 	"github.com/stretchr/testify/require"
 
+	redisstreams "github.com/outflow-dev/outflow/brokers/redis"
 	"github.com/outflow-dev/outflow/internal/actionlog"
+	"github.com/outflow-dev/outflow/internal/console"
+	"github.com/outflow-dev/outflow/internal/testservers"
 	"github.com/outflow-dev/outflow/outflowtest"
 )
 
@@ -25,7 +28,10 @@ import (
 // payment's journey lists its replays. At 390 px neither page is wider than
 // the screen.
 func TestAuditInBrowser(t *testing.T) {
-	e := newEnv(t) // PageSize 2: the pager shows
+	rc := testservers.Redis(t)
+	broker, err := redisstreams.New(redisstreams.Config{Client: rc, StreamPrefix: testservers.UniqueName(t, rc)})
+	require.NoError(t, err)
+	e := newEnv(t, func(c *console.Config) { c.Broker = broker }) // PageSize 2: the pager shows
 	ctx := context.Background()
 	pay := "0190c0de-0000-7000-8000-00000000a0d1"
 	e.insertOutbox(t, pay, 1, true, false)
@@ -100,6 +106,15 @@ func TestAuditInBrowser(t *testing.T) {
 	require.Contains(t, text(t, b, "#journey-replays tr.replay:nth-child(1)"), "alice@bastion-1")
 	screenshot(t, b, dir, "02-journey-replays-1280")
 
+	// Replaying it: no consumer is chosen for the operator, and the
+	// question names the count and the consumer chosen.
+	require.Empty(t, value(t, b, "#replay-consumer"), "no consumer chosen by default")
+	confirmed := answerDialog(t, b, false)
+	run(t, b, "replay to notify-merchant, then decline", chromedp.SetValue(chromedp.CSS("#replay-consumer"), "notify-merchant"),
+		chromedp.Click(chromedp.CSS("#replay-submit")))
+	require.Equal(t, "Replay 2 events of payment "+pay+" to consumer notify-merchant?", <-confirmed)
+	require.Equal(t, 3, e.count(t, `SELECT count(*) FROM outflow_operator_actions WHERE action = 'replay'`), "declined: nothing done")
+
 	// A phone.
 	t.Cleanup(func() { run(t, b, "back to the laptop", chromedp.ResetViewport()) })
 	run(t, b, "a phone's viewport", chromedp.EmulateViewport(390, 844, chromedp.EmulateMobile, chromedp.EmulatePortrait))
@@ -116,6 +131,14 @@ func TestAuditInBrowser(t *testing.T) {
 		require.LessOrEqual(t, sizes[2], int64(390), "%s: nor its table, which reads without scrolling sideways", pg.path)
 		screenshot(t, b, dir, fmt.Sprintf("03-%s-390", pg.name))
 	}
+}
+
+// value is the value of the form field sel.
+func value(t *testing.T, ctx context.Context, sel string) string {
+	t.Helper()
+	v, err := chromedp.Run(ctx, chromedp.Value(chromedp.CSS(sel)))
+	require.NoError(t, err)
+	return v
 }
 
 // attrs is the attribute name of every element sel matches, in order.

@@ -11,7 +11,6 @@ import (
 	"time"
 
 	"github.com/chromedp/cdproto/emulation"
-	"github.com/chromedp/cdproto/page"
 	"github.com/chromedp/chromedp"
 	"github.com/jackc/pgx/v5/pgxpool"
 	"github.com/stretchr/testify/require"
@@ -100,7 +99,7 @@ func TestConsoleInBrowser(t *testing.T) {
 	s.broker.setRefused(seed.parked, false) // the cause is fixed: the broker takes it now
 	run(t, ctx, "select the row", chromedp.Click(chromedp.CSS(row+` input[name="id"]`)))
 	screenshot(t, ctx, dir, "04-parked-selected")
-	confirmed := acceptDialogs(t, ctx)
+	confirmed := answerDialog(t, ctx, true)
 	run(t, ctx, "retry it, confirming in the browser's dialog",
 		chromedp.Click(chromedp.CSS("#parked-retry-selected")),
 		chromedp.WaitVisible(chromedp.CSS("#action-result")),
@@ -136,7 +135,7 @@ func TestConsoleInBrowser(t *testing.T) {
 	row = fmt.Sprintf("#parked-%d", discardID)
 	run(t, ctx, "open the parked rows again", chromedp.Navigate(base+"/parked"), chromedp.WaitVisible(chromedp.CSS(row)),
 		chromedp.Click(chromedp.CSS(row+` input[name="id"]`)))
-	confirmed = acceptDialogs(t, ctx)
+	confirmed = answerDialog(t, ctx, true)
 	run(t, ctx, "discard it, confirming in the browser's dialog",
 		chromedp.Click(chromedp.CSS("#parked-discard-selected")),
 		chromedp.WaitVisible(chromedp.CSS("#action-result")),
@@ -284,25 +283,4 @@ func location(t *testing.T, ctx context.Context) string {
 	u, err := chromedp.Run(ctx, chromedp.Location())
 	require.NoError(t, err)
 	return u
-}
-
-// acceptDialogs accepts the next JavaScript dialog (the console's confirm())
-// and sends its message on the channel it returns.
-func acceptDialogs(t *testing.T, ctx context.Context) <-chan string {
-	t.Helper()
-	dctx, cancel := context.WithCancel(ctx)
-	t.Cleanup(cancel)
-	dialogs := chromedp.Events(dctx, page.JavascriptDialogOpening)
-	msg := make(chan string, 1)
-	go func() {
-		for ev, err := range dialogs {
-			if err != nil {
-				return
-			}
-			_, _ = chromedp.Call(dctx, page.HandleJavaScriptDialog, page.HandleJavaScriptDialogParams{Accept: true})
-			msg <- ev.Message
-			return
-		}
-	}()
-	return msg
 }

@@ -17,6 +17,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/chromedp/cdproto/page"
 	"github.com/chromedp/chromedp"
 	"github.com/jackc/pgx/v5"
 	"github.com/stretchr/testify/require"
@@ -303,4 +304,25 @@ func goRun(t *testing.T, fn func(context.Context) error) {
 			t.Errorf("stack component: %v", err)
 		}
 	})
+}
+
+// answerDialog answers the next JavaScript dialog (the console's confirm())
+// with accept, and sends its message on the channel it returns.
+func answerDialog(t *testing.T, ctx context.Context, accept bool) <-chan string {
+	t.Helper()
+	dctx, cancel := context.WithCancel(ctx)
+	t.Cleanup(cancel)
+	dialogs := chromedp.Events(dctx, page.JavascriptDialogOpening)
+	msg := make(chan string, 1)
+	go func() {
+		for ev, err := range dialogs {
+			if err != nil {
+				return
+			}
+			_, _ = chromedp.Call(dctx, page.HandleJavaScriptDialog, page.HandleJavaScriptDialogParams{Accept: accept})
+			msg <- ev.Message
+			return
+		}
+	}()
+	return msg
 }

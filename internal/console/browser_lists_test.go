@@ -6,33 +6,11 @@ import (
 	"testing"
 	"time"
 
-	"github.com/chromedp/cdproto/page"
 	"github.com/chromedp/chromedp"
 	"github.com/stretchr/testify/require"
 
 	"github.com/outflow-dev/outflow/internal/console"
 )
-
-// answerDialog answers the next JavaScript dialog (the console's confirm())
-// with accept, and sends its message on the channel it returns.
-func answerDialog(t *testing.T, ctx context.Context, accept bool) <-chan string {
-	t.Helper()
-	dctx, cancel := context.WithCancel(ctx)
-	t.Cleanup(cancel)
-	dialogs := chromedp.Events(dctx, page.JavascriptDialogOpening)
-	msg := make(chan string, 1)
-	go func() {
-		for ev, err := range dialogs {
-			if err != nil {
-				return
-			}
-			_, _ = chromedp.Call(dctx, page.HandleJavaScriptDialog, page.HandleJavaScriptDialogParams{Accept: accept})
-			msg <- ev.Message
-			return
-		}
-	}()
-	return msg
-}
 
 // evalAs runs js in the page and returns its value.
 func evalAs[T any](t *testing.T, ctx context.Context, js string) T {

@@ -253,8 +253,9 @@ type journey struct {
 	// Positioned is a page opened at after= or before=: empty, it is past
 	// the aggregate's events, not a query that found none.
 	Positioned bool
-	// Consumers a replay can go to; empty when no broker is configured.
-	ReplayTo []string
+	// Consumers a replay can go to, each with what it would send; empty
+	// when no broker is configured.
+	ReplayTo []replayChoice
 	// Replays are the aggregate's newest replays, from the audit (audit.go).
 	Replays replays
 }
@@ -285,8 +286,9 @@ func (c *Console) journeyPage(w http.ResponseWriter, r *http.Request, s session)
 		}
 	}
 	if c.cfg.Broker != nil && len(j.Events) > 0 {
-		for _, cs := range c.cfg.Consumers {
-			j.ReplayTo = append(j.ReplayTo, cs.Name)
+		if j.ReplayTo, err = c.replayChoices(r.Context(), j.AggregateType, j.AggregateID); err != nil {
+			c.fail(w, r, err)
+			return
 		}
 	}
 	p.Data = j

@@ -450,11 +450,16 @@ func TestReplayOneAggregateToOneConsumer(t *testing.T) {
 	csrf := e.login(t, c)
 	_, body := do(t, c, http.MethodGet, e.srv.URL+"/journey?q="+pay, nil)
 	require.Contains(t, body, `id="replay-form"`)
+	// No consumer is chosen for the operator: the form asks, and each
+	// choice carries its own question, naming the count and the consumer.
+	require.Contains(t, body, `<select name="consumer" id="replay-consumer" required><option value="" selected disabled>choose a consumer</option>`)
+	require.Contains(t, body, `<option value="analytics" data-confirm="Replay 2 events of payment `+pay+` to consumer analytics?">analytics (2 events)</option>`)
 
 	form := url.Values{"csrf_token": {csrf}, "consumer": {"analytics"}, "aggregate_type": {"payment"}, "aggregate_id": {pay}}
 	res, body := do(t, c, http.MethodPost, e.srv.URL+"/replay", form)
 	require.Equal(t, http.StatusOK, res.StatusCode)
 	require.Contains(t, body, `id="confirm-form"`)
+	require.Contains(t, body, "Replay 2 events of payment "+pay+" to consumer analytics?", "the server's question too")
 	require.Equal(t, 0, e.count(t, `SELECT count(*) FROM outflow_operator_actions`))
 	form.Set("confirm", "yes")
 	res, _ = do(t, c, http.MethodPost, e.srv.URL+"/replay", form)
@@ -472,6 +477,9 @@ func TestReplayOneAggregateToOneConsumer(t *testing.T) {
 	form.Set("consumer", "nobody")
 	res, _ = do(t, c, http.MethodPost, e.srv.URL+"/replay", form)
 	require.Equal(t, http.StatusBadRequest, res.StatusCode, "an unknown consumer")
+	form.Set("consumer", "")
+	res, _ = do(t, c, http.MethodPost, e.srv.URL+"/replay", form)
+	require.Equal(t, http.StatusBadRequest, res.StatusCode, "no consumer chosen")
 }
 
 // Discarding parked rows: confirmed first (the page says what a discard

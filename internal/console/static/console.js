@@ -71,6 +71,15 @@
       // could be another button's: let the server's page ask instead.
       if (!btn) { return; }
       var msg = btn.getAttribute("data-confirm") || form.getAttribute("data-confirm");
+      // A form whose question depends on a choice (the journey's replay:
+      // to which consumer, how many events) takes it from the chosen
+      // option.
+      var choice = form.getAttribute("data-confirm-choice");
+      if (choice && form.elements[choice]) {
+        var opt = form.elements[choice].selectedOptions[0];
+        msg = opt ? opt.getAttribute("data-confirm") : null;
+        if (!msg) { return; } // nothing chosen: the browser's required check answers
+      }
       var selected = btn.getAttribute("data-confirm-selected");
       if (selected) {
         msg = selectedQuestion(form, selected);
@@ -110,7 +119,7 @@
 
   document.addEventListener("DOMContentLoaded", function () {
     document.querySelectorAll("[data-refresh]").forEach(refresh);
-    document.querySelectorAll("form[data-confirm], form[data-confirm-kind]").forEach(confirmOnSubmit);
+    document.querySelectorAll("form[data-confirm], form[data-confirm-kind], form[data-confirm-choice]").forEach(confirmOnSubmit);
     document.querySelectorAll("input.select-all").forEach(selectAll);
     // A list's filter applies as soon as a value is chosen (the Filter
     // button does it without the script).
