@@ -104,7 +104,7 @@ func TestConsoleInBrowser(t *testing.T) {
 		chromedp.Click(chromedp.CSS("#parked-retry-selected")),
 		chromedp.WaitVisible(chromedp.CSS("#action-result")),
 	)
-	require.Contains(t, <-confirmed, "Retry", "the confirmation asked")
+	require.Contains(t, received(t, confirmed), "Retry", "the confirmation asked")
 	require.Contains(t, text(t, ctx, "#action-result"), "1", "the retry's result count")
 	screenshot(t, ctx, dir, "05-retried")
 
@@ -140,7 +140,7 @@ func TestConsoleInBrowser(t *testing.T) {
 		chromedp.Click(chromedp.CSS("#parked-discard-selected")),
 		chromedp.WaitVisible(chromedp.CSS("#action-result")),
 	)
-	require.Contains(t, <-confirmed, "Discard 1 parked row of topic payments?", "the discard button's own question: the count and the target")
+	require.Contains(t, received(t, confirmed), "Discard 1 parked row of topic payments?", "the discard button's own question: the count and the target")
 	require.Contains(t, text(t, ctx, "#action-result"), "outbox.discard", "the discard's result")
 	require.Equal(t, "1", text(t, ctx, "#action-count"))
 	screenshot(t, ctx, dir, "06b-parked-discarded")

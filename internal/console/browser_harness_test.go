@@ -326,3 +326,15 @@ func answerDialog(t *testing.T, ctx context.Context, accept bool) <-chan string 
 	}()
 	return msg
 }
+
+// received is the next message of ch, a dialog's, waited for 30 s at most.
+func received(t *testing.T, ch <-chan string) string {
+	t.Helper()
+	select {
+	case m := <-ch:
+		return m
+	case <-time.After(30 * time.Second):
+		t.Fatal("no dialog")
+		return ""
+	}
+}

@@ -4,7 +4,6 @@ import (
 	"context"
 	"fmt"
 	"testing"
-	"time"
 
 	"github.com/chromedp/chromedp"
 	"github.com/stretchr/testify/require"
@@ -18,17 +17,6 @@ func evalAs[T any](t *testing.T, ctx context.Context, js string) T {
 	v, err := chromedp.Run(ctx, chromedp.Evaluate[T](js))
 	require.NoError(t, err, js)
 	return v
-}
-
-func received(t *testing.T, ch <-chan string) string {
-	t.Helper()
-	select {
-	case m := <-ch:
-		return m
-	case <-time.After(30 * time.Second):
-		t.Fatal("no dialog")
-		return ""
-	}
 }
 
 // The lists in Chromium, at 1280 and 390 px: select-all ticks the page;

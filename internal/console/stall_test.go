@@ -65,7 +65,7 @@ func TestConsoleAnswersWithATableLocked(t *testing.T) {
 				_, body := do(t, c, http.MethodGet, e.srv.URL+"/", nil)
 				require.Contains(t, body, `data-consumer="notify-merchant"`, "the panels that can be read are shown")
 			}
-			for _, path := range []string{"/parked", "/dead", "/journey?q=pay-1", "/actions", "/search", "/search?event_type=payment.created", "/webhooks"} {
+			for _, path := range []string{"/parked", "/dead", "/journey?q=pay-1", "/actions", "/search", "/search?event_type=payment.paid", "/webhooks"} {
 				res, body := do(t, c, http.MethodGet, e.srv.URL+path, nil)
 				switch res.StatusCode {
 				case http.StatusOK:
