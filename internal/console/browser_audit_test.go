@@ -28,6 +28,7 @@ import (
 // payment's journey lists its replays. At 390 px neither page is wider than
 // the screen.
 func TestAuditInBrowser(t *testing.T) {
+	t.Parallel() // beside the other browser tests: each has its own Chromium, database and servers
 	rc := testservers.Redis(t)
 	broker, err := redisstreams.New(redisstreams.Config{Client: rc, StreamPrefix: testservers.UniqueName(t, rc)})
 	require.NoError(t, err)

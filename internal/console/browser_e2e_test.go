@@ -55,6 +55,7 @@ func text(t *testing.T, ctx context.Context, sel string) string {
 // and see the forwarder publish it, and open a dead letter's event journey.
 // Every page is screenshotted into the test's artifacts.
 func TestConsoleInBrowser(t *testing.T) {
+	t.Parallel() // beside the other browser tests: each has its own Chromium, database and servers
 	s := startStack(t)
 	seed := s.seed(t)
 	base := s.startConsole(t)

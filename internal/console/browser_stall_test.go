@@ -22,6 +22,7 @@ import (
 // page says its numbers are stale and how old, instead of showing them as
 // current; and the live refresh never has two requests out at once.
 func TestConsoleInBrowserWhileTheDatabaseStalls(t *testing.T) {
+	t.Parallel() // beside the other browser tests: each has its own Chromium, database and servers
 	e := newEnv(t)
 	var inFlight, maxInFlight, fragments atomic.Int64
 	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {

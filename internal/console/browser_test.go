@@ -78,6 +78,7 @@ func (s *stack) seed(t *testing.T) seeded {
 // The harness itself: the stack parks a row and makes a dead letter, and
 // the browser starts, loads a page of the stack and screenshots it.
 func TestBrowserHarness(t *testing.T) {
+	t.Parallel() // beside the other browser tests: each has its own Chromium, database and servers
 	s := startStack(t)
 	s.seed(t)
 	ctx := newBrowser(t)
