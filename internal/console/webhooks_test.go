@@ -51,14 +51,26 @@ func TestWebhooksList(t *testing.T) {
 	var mid string
 	require.NoError(t, e.pool.QueryRow(context.Background(), `SELECT message_id::text FROM webhook_deliveries WHERE id = $1`, d1).Scan(&mid))
 	require.Contains(t, body, `<a href="/journey?q=`+mid+`" class="journey-link">payment.paid</a>`)
-	require.Contains(t, body, fmt.Sprintf(`href="/webhooks?status=&amp;after=%d"`, d1), "a next page")
-	require.NotContains(t, body, `id="webhooks-first"`, "the first page")
+	// Paged as the other lists: a total, First, Previous, Next.
+	require.Contains(t, body, `<span class="showing">Showing 1–2 of 3</span>`)
+	require.Contains(t, body, fmt.Sprintf(`<a class="next-page" href="/webhooks?after=%d">Next</a>`, d1), "a next page")
+	require.NotContains(t, body, `class="first-page"`, "the first page")
+	require.NotContains(t, body, `class="prev-page"`, "the first page")
 
 	res, body = do(t, c, http.MethodGet, e.srv.URL+fmt.Sprintf("/webhooks?after=%d", d1), nil)
 	require.Equal(t, http.StatusOK, res.StatusCode)
 	require.Equal(t, []string{fmt.Sprint("failing:", f2)}, webhookRows(body))
-	require.NotContains(t, body, `id="webhooks-next"`)
-	require.Contains(t, body, `id="webhooks-first"`)
+	require.Contains(t, body, `<span class="showing">Showing 3–3 of 3</span>`)
+	require.NotContains(t, body, `class="next-page"`)
+	require.Contains(t, body, `<a class="first-page" href="/webhooks">First</a>`)
+	require.Contains(t, body, fmt.Sprintf(`<a class="prev-page" href="/webhooks?before=%d">Previous</a>`, f2))
+
+	res, body = do(t, c, http.MethodGet, e.srv.URL+fmt.Sprintf("/webhooks?before=%d", f2), nil)
+	require.Equal(t, http.StatusOK, res.StatusCode)
+	require.Equal(t, []string{fmt.Sprint("failing:", f1), fmt.Sprint("dead:", d1)}, webhookRows(body), "Previous: the first page again")
+	require.Contains(t, body, `<span class="showing">Showing 1–2 of 3</span>`)
+	res, _ = do(t, c, http.MethodGet, e.srv.URL+"/webhooks?after=x", nil)
+	require.Equal(t, http.StatusBadRequest, res.StatusCode, "a position that is no row id")
 
 	_, body = do(t, c, http.MethodGet, e.srv.URL+"/webhooks?status=failing", nil)
 	require.Equal(t, []string{fmt.Sprint("failing:", f1), fmt.Sprint("failing:", f2)}, webhookRows(body))
@@ -90,7 +102,7 @@ func TestWebhooksListUsesIndexes(t *testing.T) {
 	require.NoError(t, err)
 	defer conn.Release()
 	for name, q := range console.WebhookQueries {
-		rows, err := conn.Query(ctx, "EXPLAIN "+q, pgx.NamedArgs{"after": 0, "limit": 51})
+		rows, err := conn.Query(ctx, "EXPLAIN "+q, pgx.NamedArgs{"after": 0, "before": 4000, "first": 4000, "limit": 51, "cap": console.CountCap + 1})
 		require.NoError(t, err, name)
 		plan, err := pgx.CollectRows(rows, pgx.RowTo[string])
 		require.NoError(t, err, name)
