@@ -13,6 +13,7 @@ import (
 	"sync/atomic"
 	"testing"
 
+	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgxpool"
 	"github.com/stretchr/testify/require"
 
@@ -325,4 +326,19 @@ func TestStaticListsNoDirectory(t *testing.T) {
 		require.Equal(t, http.StatusOK, res.StatusCode)
 		require.NotEmpty(t, body)
 	}
+}
+
+// lockTable holds an ACCESS EXCLUSIVE lock on table, from a connection of
+// its own, until t ends: every read of the table waits behind it.
+func (e *env) lockTable(t *testing.T, table string) {
+	t.Helper()
+	ctx := context.Background()
+	locker, err := pgx.ConnectConfig(ctx, e.pool.Config().ConnConfig.Copy())
+	require.NoError(t, err)
+	t.Cleanup(func() { _ = locker.Close(ctx) })
+	tx, err := locker.Begin(ctx)
+	require.NoError(t, err)
+	t.Cleanup(func() { _ = tx.Rollback(ctx) })
+	_, err = tx.Exec(ctx, `LOCK TABLE `+pgx.Identifier{table}.Sanitize()+` IN ACCESS EXCLUSIVE MODE`)
+	require.NoError(t, err)
 }

@@ -1,13 +1,11 @@
 package console_test
 
 import (
-	"context"
 	"net/http"
 	"strings"
 	"testing"
 	"time"
 
-	"github.com/jackc/pgx/v5"
 	"github.com/stretchr/testify/require"
 )
 
@@ -38,15 +36,7 @@ func TestConsoleAnswersWithATableLocked(t *testing.T) {
 			e.login(t, c)
 			e.insertOutbox(t, "pay-1", 1, false, false)
 
-			ctx := context.Background()
-			locker, err := pgx.ConnectConfig(ctx, e.pool.Config().ConnConfig.Copy())
-			require.NoError(t, err)
-			t.Cleanup(func() { _ = locker.Close(ctx) })
-			tx, err := locker.Begin(ctx)
-			require.NoError(t, err)
-			t.Cleanup(func() { _ = tx.Rollback(ctx) })
-			_, err = tx.Exec(ctx, `LOCK TABLE `+tt.table+` IN ACCESS EXCLUSIVE MODE`)
-			require.NoError(t, err)
+			e.lockTable(t, tt.table)
 
 			for _, path := range []string{"/", "/fragments/overview", "/", "/fragments/overview"} {
 				res, body := do(t, c, http.MethodGet, e.srv.URL+path, nil)
