@@ -200,14 +200,21 @@ func TestTwoSendersAtOnce(t *testing.T) {
 		"one successful attempt by a lease holder per delivery, and its count matches")
 	// A sender that lost a lease records its attempt after the delivery
 	// was delivered by the other: wait for it.
+	var got, recorded int
+	t.Cleanup(func() {
+		if t.Failed() { // which side was short, for the next time this fails under load
+			t.Logf("the merchant got %d requests, webhook_attempts holds %d", got, recorded)
+		}
+	})
 	outflowtest.WaitFor(t, 10*time.Second, "every request the merchant got on record", func() bool {
 		mu.Lock()
-		total := 0
+		got = 0
 		for _, n := range requests {
-			total += n
+			got += n
 		}
 		mu.Unlock()
-		return total == count(t, p, `SELECT count(*) FROM webhook_attempts`)
+		recorded = count(t, p, `SELECT count(*) FROM webhook_attempts`)
+		return got == recorded
 	})
 }
 
