@@ -199,7 +199,10 @@ func TestTwoSendersAtOnce(t *testing.T) {
 		   OR d.attempts <> (SELECT count(*) FROM webhook_attempts a WHERE a.delivery_id = d.id AND NOT a.lease_lost)`),
 		"one successful attempt by a lease holder per delivery, and its count matches")
 	// A sender that lost a lease records its attempt after the delivery
-	// was delivered by the other: wait for it.
+	// was delivered by the other: wait for it. At least as many attempts
+	// as requests: an attempt whose 300 ms ran out before the merchant's
+	// server read it (a loaded machine) is on record, and the merchant
+	// never got it.
 	var got, recorded int
 	t.Cleanup(func() {
 		if t.Failed() { // which side was short, for the next time this fails under load
@@ -214,7 +217,7 @@ func TestTwoSendersAtOnce(t *testing.T) {
 		}
 		mu.Unlock()
 		recorded = count(t, p, `SELECT count(*) FROM webhook_attempts`)
-		return got == recorded
+		return recorded >= got
 	})
 }
 
