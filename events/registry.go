@@ -120,7 +120,7 @@ func upcastChain(name string, version int, ups []Upcaster) ([]func(json.RawMessa
 	}
 	for i, f := range chain {
 		if f == nil {
-			errs = append(errs, fmt.Errorf("register event %q: no upcaster from version %d to %d: a version %d payload could not be read", name, i+1, i+2, i+1))
+			errs = append(errs, fmt.Errorf("register event %q: no upcaster from version %d to %d (see RegisterVersioned): a stored version %d payload could not be read", name, i+1, i+2, i+1))
 		}
 	}
 	if err := errors.Join(errs...); err != nil {
