@@ -18,5 +18,14 @@
 // unknown event type or a payload that is not valid JSON for its type is an
 // error naming the type and the problem ([*UnknownTypeError],
 // [*MalformedPayloadError]), while unknown JSON fields are ignored so that
-// producers can add fields without breaking consumers.
+// producers can add fields without breaking consumers; a type that wants
+// them reported declares [StrictDecoder].
+//
+// A payload's JSON shape is versioned: a type declares its version
+// ([Versioned]; none is 1), every event written carries it (metadata
+// [SchemaVersionKey]), and the registry upcasts an older payload to the Go
+// type through a chain of [Upcaster] functions checked at registration
+// ([Registry.RegisterVersioned]). A payload newer than the registry knows is
+// [ErrUnknownVersion], which consumers retry until they are deployed with
+// the new type. See docs/events.md.
 package events

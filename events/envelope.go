@@ -45,6 +45,14 @@ type Envelope struct {
 	CorrelationID string
 	// Traceparent is the W3C trace context of the causing request, if any.
 	Traceparent string
+	// SchemaVersion is the version of the payload's JSON shape as written
+	// (see [Versioned]); 0 means unset. events.New and Event.Message set it
+	// from the payload, so every event written carries it;
+	// EnvelopeFromMessage reads a message without it (written before
+	// versions existed) as version 1. After [Registry.DecodeMessage] it
+	// still says what was written: the decoded Payload is always the
+	// registered type's version, older payloads upcast to it.
+	SchemaVersion int
 }
 
 // Validate reports the first missing or invalid field of the envelope.
@@ -64,6 +72,8 @@ func (e Envelope) Validate() error {
 		return &EnvelopeError{Field: OccurredAtKey, Reason: "missing"}
 	case e.Traceparent != "" && !traceparentRE.MatchString(e.Traceparent):
 		return &EnvelopeError{Field: TraceparentKey, Reason: "not a W3C traceparent"}
+	case e.SchemaVersion < 0:
+		return &EnvelopeError{Field: SchemaVersionKey, Reason: "must be 1 or more"}
 	}
 	if _, err := uuid.Parse(e.MessageID); err != nil {
 		return &EnvelopeError{Field: MessageIDKey, Reason: "not a UUID"}
@@ -86,6 +96,12 @@ func (e Envelope) Metadata() message.Metadata {
 	}
 	if e.Traceparent != "" {
 		md[TraceparentKey] = e.Traceparent
+	}
+	// Only when set: the forwarder builds the envelope of a row from its
+	// columns, where the version is not, and must not overwrite the one the
+	// row's metadata carries.
+	if e.SchemaVersion > 0 {
+		md[SchemaVersionKey] = strconv.Itoa(e.SchemaVersion)
 	}
 	return md
 }
@@ -112,6 +128,13 @@ func EnvelopeFromMessage(msg *message.Message) (Envelope, error) {
 			return Envelope{}, &EnvelopeError{Field: AggregateVersionKey, Reason: fmt.Sprintf("not an integer: %q", v)}
 		}
 		env.AggregateVersion = n
+	}
+	// A version that is not one is left 0 here and reported by
+	// DecodeMessage: an envelope error would make the idempotency
+	// middleware drop the message, where a decode error parks it for an
+	// operator.
+	if v, err := messageSchemaVersion(env.EventType, md); err == nil {
+		env.SchemaVersion = v
 	}
 	if v := md.Get(OccurredAtKey); v != "" {
 		t, err := time.Parse(time.RFC3339Nano, v)
@@ -172,6 +195,7 @@ func New(ctx context.Context, agg Aggregate, p Payload) (Event, error) {
 			OccurredAt:       time.Now().UTC(),
 			CorrelationID:    CorrelationID(ctx),
 			Traceparent:      Traceparent(ctx),
+			SchemaVersion:    SchemaVersionOf(p),
 		},
 		Payload: p,
 	}
@@ -191,6 +215,16 @@ func (e Event) Message(ctx context.Context) (*message.Message, error) {
 	}
 	if got := e.Payload.EventType(); got != e.EventType {
 		return nil, &EnvelopeError{Field: EventTypeKey, Reason: fmt.Sprintf("%q does not match the payload's type %q", e.EventType, got)}
+	}
+	// Every message carries its payload's version, also for an Event built
+	// by hand without one.
+	switch v := SchemaVersionOf(e.Payload); {
+	case v < 1:
+		return nil, &EnvelopeError{Field: SchemaVersionKey, Reason: fmt.Sprintf("%T declares version %d, must be 1 or more", e.Payload, v)}
+	case e.SchemaVersion == 0:
+		e.SchemaVersion = v
+	case e.SchemaVersion != v:
+		return nil, &EnvelopeError{Field: SchemaVersionKey, Reason: fmt.Sprintf("%d does not match the payload's version %d", e.SchemaVersion, v)}
 	}
 	body, err := json.Marshal(e.Payload)
 	if err != nil {

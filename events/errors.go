@@ -29,10 +29,16 @@ func (e *UnknownTypeError) Error() string {
 // its registered type, or decodes but fails the type's validation.
 type MalformedPayloadError struct {
 	EventType string
-	Err       error
+	// Field is the JSON field at fault when one is known: an unknown field
+	// of a strict type, or the dotted path of a type mismatch.
+	Field string
+	Err   error
 }
 
 func (e *MalformedPayloadError) Error() string {
+	if e.Field != "" {
+		return fmt.Sprintf("decode event %q: malformed payload: field %q: %v", e.EventType, e.Field, e.Err)
+	}
 	return fmt.Sprintf("decode event %q: malformed payload: %v", e.EventType, e.Err)
 }
 

@@ -35,7 +35,10 @@
 //   - A handler that fails rolls its effects back; the message is retried
 //     with backoff (Config.MaxAttempts, Config.RetryBackoff), then marked
 //     dead for an operator (`outflow dlq`, [ListDeadLetters]); its
-//     aggregate's later events wait behind it, for this consumer only.
+//     aggregate's later events wait behind it, for this consumer only. A
+//     payload of a schema version newer than the consumer knows
+//     (events.ErrUnknownVersion) is retried past MaxAttempts and never
+//     marked dead: it waits for the consumer's deployment.
 //   - Strict ordering (the default): version N applies only after N-1; one
 //     that arrives early is held and applied as soon as its predecessor is,
 //     or marked dead after Config.GapTimeout. [LatestWins] applies any newer

@@ -363,10 +363,11 @@ func (c *Consumer) handleOne(h message.HandlerFunc, msg *message.Message, env ev
 	case err != nil:
 		// The handler failed: park the message for a retry, so that
 		// other aggregates keep flowing, and acknowledge it.
-		if derr := c.park(ctx, msg, env, c.failedStatus(), "handler failed", err.Error()); derr != nil {
+		status := c.failedStatus(err)
+		if derr := c.park(ctx, msg, env, status, "handler failed", err.Error()); derr != nil {
 			return nil, errors.Join(err, derr) // nacked: the broker redelivers
 		}
-		c.metrics.failed(c.failedStatus())
+		c.metrics.failed(status)
 		c.cfg.Logger.With(env.LogArgs()...).Warn("handler failed; retry scheduled", "consumer", c.cfg.Consumer, "message_id", env.MessageID,
 			"aggregate_id", env.AggregateID, "aggregate_version", env.AggregateVersion, "error", err.Error())
 		return nil, nil
@@ -389,11 +390,26 @@ func (c *Consumer) handleOne(h message.HandlerFunc, msg *message.Message, env ev
 	return out, nil
 }
 
-func (c *Consumer) failedStatus() string {
-	if c.cfg.MaxAttempts <= 1 {
+// failedStatus is the status a message whose handler failed with err is
+// parked with: retrying, or dead at once when MaxAttempts is 1.
+func (c *Consumer) failedStatus(err error) string {
+	if c.cfg.MaxAttempts <= 1 && !waitsForDeploy(err) {
 		return "dead"
 	}
 	return "retrying"
+}
+
+// waitsForDeploy reports whether a handler's err says that the message is
+// fine but this build cannot read it yet: a payload of a schema version newer
+// than the consumer's registry knows (events.ErrUnknownVersion), which its
+// producer, deployed first, wrote. Such a message is retried, at
+// RetryBackoffMax at most, however many attempts it takes, and never marked
+// dead: it applies once the consumer is deployed with the new version, and
+// its aggregate's later events wait behind it meanwhile rather than apply
+// out of order. Counting it towards MaxAttempts would turn a deployment
+// order into dead letters for an operator.
+func waitsForDeploy(err error) bool {
+	return errors.Is(err, events.ErrUnknownVersion)
 }
 
 // holdReason is the reason and text a held message is parked with. The

@@ -346,7 +346,7 @@ func (c *Consumer) retryRow(ctx context.Context, lock pgx.Tx, h message.HandlerF
 			// The handler's own failure: reason says so, so that a row dead
 			// after MaxAttempts never heals like a timed-out gap.
 			attempts++
-			if attempts >= c.cfg.MaxAttempts {
+			if attempts >= c.cfg.MaxAttempts && !waitsForDeploy(herr) {
 				_, err = lock.Exec(ctx, `UPDATE dead_letters SET status = 'dead', reason = 'handler failed', attempts = $2, error = $3, next_attempt_at = NULL WHERE id = $1`,
 					id, attempts, herr.Error())
 				record = func() { c.metrics.failed("dead") }
