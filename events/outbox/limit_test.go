@@ -268,18 +268,29 @@ func TestBrokerLimitIsTheCeiling(t *testing.T) {
 	require.NoError(t, pgx.BeginFunc(ctx, s.Pool, func(tx pgx.Tx) error {
 		return w.PublishTx(ctx, tx, receiptEvent(t, id, 1, 0, strings.Repeat("n", fits)))
 	}))
+	// An event written before the limit (by a writer without one) that
+	// the broker cannot take is parked at its first attempt, saying why.
+	old := uuid.NewString()
+	noLimit, err := outbox.NewWriter(outbox.Config{MaxEventBytes: -1})
+	require.NoError(t, err)
+	oversized := receiptEvent(t, old, 1, 0, strings.Repeat("n", note))
+	require.NoError(t, pgx.BeginFunc(ctx, s.Pool, func(tx pgx.Tx) error { return noLimit.PublishTx(ctx, tx, oversized) }))
 	fwd, err := forwarder.New(forwarder.Config{Pool: s.Pool, Broker: backend.Broker(), PollInterval: 10 * time.Millisecond})
 	require.NoError(t, err)
 	fctx, stop := context.WithCancel(ctx)
 	done := make(chan error, 1)
 	go func() { done <- fwd.Run(fctx) }()
 	t.Cleanup(func() { stop(); <-done })
-	outflowtest.WaitFor(t, 30*time.Second, "the event that fits forwarded", func() bool {
+	outflowtest.WaitFor(t, 30*time.Second, "the event that fits forwarded, the old one parked", func() bool {
 		var n int
 		require.NoError(t, s.Pool.QueryRow(ctx, `SELECT count(*) FROM outbox_state WHERE state = 'published'`).Scan(&n))
-		return n == 1
+		parked, err := forwarder.ListParked(ctx, s.Pool, 10)
+		require.NoError(t, err)
+		return n == 1 && len(parked) == 1
 	})
 	parked, err := forwarder.ListParked(ctx, s.Pool, 10)
 	require.NoError(t, err)
-	require.Empty(t, parked)
+	require.Equal(t, oversized.MessageID, parked[0].MessageID, "only the event written without a limit is parked")
+	require.Equal(t, 1, parked[0].Attempts, "parked at once: no retry makes it fit")
+	require.Contains(t, parked[0].LastError, "over the broker's limit of 4096 bytes")
 }
