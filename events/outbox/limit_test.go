@@ -36,9 +36,10 @@ func receiptEvent(t *testing.T, aggID string, version int64, lines int, note str
 	ev, err := events.New(context.Background(), events.Aggregate{Type: invoiceAggregate, ID: aggID, Version: version},
 		receipt{Lines: make([]int, lines), Note: note})
 	require.NoError(t, err)
-	// As PostgreSQL keeps it: the size the writer counts is then exactly
-	// the forwarder's.
-	ev.OccurredAt = ev.OccurredAt.Truncate(time.Microsecond)
+	// In microseconds, as PostgreSQL keeps it (the size the writer counts
+	// is then exactly the forwarder's), and no trailing zero, which the
+	// RFC 3339 form would drop: every event's metadata has one size.
+	ev.OccurredAt = time.Date(2026, 1, 2, 3, 4, 5, 123456000, time.UTC)
 	return ev
 }
 
