@@ -434,7 +434,9 @@ type env struct {
 
 func newEnv(t *testing.T, topic string) *env {
 	t.Helper()
-	w, err := outbox.NewWriter(outbox.Config{Routes: outbox.Routes{"*": topic}})
+	// No limit at write time: the rows play events written before the
+	// writer had one, which the forwarder must still park (PayloadLimit).
+	w, err := outbox.NewWriter(outbox.Config{Routes: outbox.Routes{"*": topic}, MaxEventBytes: -1})
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -25,6 +25,13 @@
 // at its new version and the payload); [Writer.PublishTx] writes events
 // built beforehand with events.New, several at once.
 //
+// An event larger than the broker takes is refused at write time, inside
+// the transaction and before anything is written, with [ErrEventTooLarge]
+// (an [*EventTooLargeError] naming its size and the limit): Config's
+// MaxEventBytes, whose ceiling is the limit of Config.Broker, the broker
+// the forwarder publishes to. The caller rolls back or writes a smaller
+// event; see docs/events.md, "Limits".
+//
 // Topic routing is data: [Routes] maps event types to topics. Without
 // Routes (Config.Routes nil) an event's topic is its aggregate type, so
 // the handlers of a "payout" aggregate's events read the topic "payout".

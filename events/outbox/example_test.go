@@ -2,6 +2,8 @@ package outbox_test
 
 import (
 	"context"
+	"errors"
+	"log"
 	"os"
 	"time"
 
@@ -102,6 +104,49 @@ func ExampleWriter_QueueTx() {
 			return err
 		}
 		return tx.SendBatch(ctx, b).Close()
+	})
+	if err != nil {
+		panic(err)
+	}
+}
+
+// A statement's lines, a body that may outgrow the broker.
+type statementIssued struct {
+	StatementID string   `json:"statement_id"`
+	Lines       []string `json:"lines,omitempty"`
+	LinesRef    string   `json:"lines_ref,omitempty"`
+}
+
+func (statementIssued) EventType() string { return "statement.issued" }
+
+// An event larger than the limit is refused inside the transaction, before
+// anything is written: the caller writes a smaller one instead (or rolls
+// back). With Config.Broker, the broker's own limit is the ceiling.
+func ExampleErrEventTooLarge() {
+	ctx := context.Background()
+	pool, err := pgxpool.New(ctx, os.Getenv("DATABASE_URL"))
+	if err != nil {
+		panic(err)
+	}
+	defer pool.Close()
+	writer, err := outbox.NewWriter(outbox.Config{MaxEventBytes: 256 << 10})
+	if err != nil {
+		panic(err)
+	}
+	lines := make([]string, 100_000)
+	agg := events.Aggregate{Type: "statement", ID: "st_1", Version: 1}
+
+	err = pgx.BeginFunc(ctx, pool, func(tx pgx.Tx) error {
+		err := writer.WriteTx(ctx, tx, agg, statementIssued{StatementID: "st_1", Lines: lines})
+		var tooLarge *outbox.EventTooLargeError
+		if !errors.As(err, &tooLarge) { // errors.Is(err, outbox.ErrEventTooLarge) says the same
+			return err
+		}
+		log.Printf("%d bytes over a limit of %d: the lines go by reference", tooLarge.Size, tooLarge.Limit)
+		if _, err := tx.Exec(ctx, `INSERT INTO statement_lines (statement_id, lines) VALUES ($1, $2)`, "st_1", lines); err != nil {
+			return err
+		}
+		return writer.WriteTx(ctx, tx, agg, statementIssued{StatementID: "st_1", LinesRef: "statement_lines/st_1"})
 	})
 	if err != nil {
 		panic(err)

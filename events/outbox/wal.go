@@ -89,6 +89,9 @@ func (w *Writer) walContent(ctx context.Context, evs []events.Event) (string, er
 		if err != nil {
 			return "", fmt.Errorf("outbox: %w", err)
 		}
+		if err := w.checkSize(ev, msg, topic); err != nil {
+			return "", err
+		}
 		env := ev.Envelope
 		var md map[string]string
 		if env.CorrelationID != "" {

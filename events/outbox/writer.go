@@ -13,6 +13,7 @@ import (
 	"github.com/jackc/pgx/v5"
 
 	"github.com/outflow-dev/outflow/events"
+	"github.com/outflow-dev/outflow/forwarder"
 )
 
 // ErrNoTransaction is returned when an event would be written outside an open
@@ -31,6 +32,23 @@ type Config struct {
 	// WALPrefix is the prefix of ModeWAL's messages; the relay must read
 	// the same. Defaults to [DefaultWALPrefix].
 	WALPrefix string
+	// MaxEventBytes is the largest event the writer accepts: its payload,
+	// as the forwarder will publish it, plus the keys and values of its
+	// metadata (the envelope, correlation id, traceparent). A larger event
+	// fails with [ErrEventTooLarge] before anything is written. Defaults
+	// to [DefaultMaxEventBytes], or to Broker's limit when that is smaller;
+	// negative: no limit of the writer's own (Broker's still applies).
+	// NewWriter refuses a value above Broker's limit.
+	MaxEventBytes int
+	// Broker is the broker the forwarder (or the WAL relay) publishes to,
+	// a [brokers.Backend]'s Broker(): when it is a
+	// [forwarder.PayloadLimiter] (nats, kafka, a Tee of them), its limit
+	// on one message is the ceiling, and every event must fit it as the
+	// broker counts a message (headers, key and framing). Nil: only
+	// MaxEventBytes applies.
+	//
+	// [brokers.Backend]: https://pkg.go.dev/github.com/outflow-dev/outflow/brokers#Backend
+	Broker forwarder.Broker
 	// Logger defaults to slog.Default().
 	Logger *slog.Logger
 }
@@ -43,6 +61,10 @@ type Writer struct {
 	logger    watermill.LoggerAdapter
 	mode      Mode
 	walPrefix string
+	// maxEventBytes is Config.MaxEventBytes with its default; 0: none.
+	maxEventBytes int
+	// broker is Config.Broker's limit, nil when it has none.
+	broker forwarder.PayloadLimiter
 }
 
 // NewWriter validates cfg and returns a Writer.
@@ -62,12 +84,31 @@ func NewWriter(cfg Config) (*Writer, error) {
 	if !walPrefixRE.MatchString(cfg.WALPrefix) {
 		return nil, fmt.Errorf("outbox config: WALPrefix %q: 1 to 64 letters, digits or _ . : -", cfg.WALPrefix)
 	}
+	lim, _ := cfg.Broker.(forwarder.PayloadLimiter)
+	ceiling := 0
+	if lim != nil {
+		ceiling = lim.MaxMessageBytes()
+	}
+	switch {
+	case cfg.MaxEventBytes == 0:
+		cfg.MaxEventBytes = DefaultMaxEventBytes
+		if ceiling > 0 {
+			cfg.MaxEventBytes = min(cfg.MaxEventBytes, ceiling)
+		}
+	case cfg.MaxEventBytes < 0:
+		cfg.MaxEventBytes = 0
+	case ceiling > 0 && cfg.MaxEventBytes > ceiling:
+		return nil, fmt.Errorf("outbox config: MaxEventBytes %d is above the broker's limit of %d bytes per message: lower it (or leave it 0 for the broker's)",
+			cfg.MaxEventBytes, ceiling)
+	}
 	return &Writer{
-		adapter:   SchemaAdapter{},
-		routes:    cfg.Routes,
-		logger:    watermill.NewSlogLogger(cfg.Logger),
-		mode:      cfg.Mode,
-		walPrefix: cfg.WALPrefix,
+		adapter:       SchemaAdapter{},
+		routes:        cfg.Routes,
+		logger:        watermill.NewSlogLogger(cfg.Logger),
+		mode:          cfg.Mode,
+		walPrefix:     cfg.WALPrefix,
+		maxEventBytes: cfg.MaxEventBytes,
+		broker:        lim,
 	}, nil
 }
 
@@ -166,33 +207,30 @@ func (w *Writer) publish(ctx context.Context, tx wmsql.ContextExecutor, evs []ev
 	if err != nil {
 		return fmt.Errorf("outbox publisher: %w", err)
 	}
+	// Every event is routed, encoded and measured before the first INSERT:
+	// an unroutable or too large one leaves the transaction as it was.
+	topics := make([]string, len(evs))
+	msgs := make(message.Messages, len(evs))
+	for i, ev := range evs {
+		if topics[i], err = w.routes.Topic(ev.Envelope); err != nil {
+			return err
+		}
+		if msgs[i], err = ev.Message(ctx); err != nil {
+			return fmt.Errorf("outbox: %w", err)
+		}
+		if err := w.checkSize(ev, msgs[i], topics[i]); err != nil {
+			return err
+		}
+	}
 	// One INSERT per run of consecutive events with the same topic keeps the
 	// caller's order and, in the common case of one topic, one round trip.
 	for start := 0; start < len(evs); {
-		topic, err := w.routes.Topic(evs[start].Envelope)
-		if err != nil {
-			return err
-		}
+		topic := topics[start]
 		end := start + 1
-		for end < len(evs) {
-			next, err := w.routes.Topic(evs[end].Envelope)
-			if err != nil {
-				return err
-			}
-			if next != topic {
-				break
-			}
+		for end < len(evs) && topics[end] == topic {
 			end++
 		}
-		msgs := make(message.Messages, 0, end-start)
-		for _, ev := range evs[start:end] {
-			msg, err := ev.Message(ctx)
-			if err != nil {
-				return fmt.Errorf("outbox: %w", err)
-			}
-			msgs = append(msgs, msg)
-		}
-		if err := pub.Publish(topic, msgs...); err != nil {
+		if err := pub.Publish(topic, msgs[start:end]...); err != nil {
 			if errors.Is(err, pgx.ErrTxClosed) || errors.Is(err, stdsql.ErrTxDone) {
 				return fmt.Errorf("%w: transaction already committed or rolled back", ErrNoTransaction)
 			}

@@ -4,6 +4,7 @@ import (
 	"fmt"
 	"os"
 	"os/exec"
+	"path/filepath"
 	"strconv"
 	"strings"
 	"syscall"
@@ -66,9 +67,26 @@ func NATSPrefix(t testing.TB) string {
 type NATSServer struct {
 	t    testing.TB
 	dir  string
+	conf string // a configuration file (-c), or ""
 	Port int
 	URL  string
 	cmd  *exec.Cmd
+}
+
+// StartNATSConfig is StartNATS with conf, the text of a nats-server
+// configuration file (such as "max_payload: 4096"), for the settings that
+// have no command-line flag. The flags (port, JetStream, store) win.
+func StartNATSConfig(t testing.TB, conf string) *NATSServer {
+	t.Helper()
+	port := freePorts(t, 1)[0]
+	s := &NATSServer{t: t, dir: t.TempDir(), Port: port, URL: fmt.Sprintf("nats://127.0.0.1:%d", port)}
+	s.conf = filepath.Join(t.TempDir(), "nats.conf")
+	if err := os.WriteFile(s.conf, []byte(conf), 0o600); err != nil {
+		t.Fatalf("outflowtest: write nats-server configuration: %v", err)
+	}
+	s.start(natsServerBinary(t))
+	t.Cleanup(s.Stop)
+	return s
 }
 
 // StartNATS starts a nats-server with JetStream on a free port, stopped
@@ -89,7 +107,11 @@ func (s *NATSServer) Start() {
 }
 
 func (s *NATSServer) start(bin string) {
-	s.cmd = exec.Command(bin, "-a", "127.0.0.1", "-p", strconv.Itoa(s.Port), "-js", "-sd", s.dir)
+	args := []string{"-a", "127.0.0.1", "-p", strconv.Itoa(s.Port), "-js", "-sd", s.dir}
+	if s.conf != "" {
+		args = append([]string{"-c", s.conf}, args...)
+	}
+	s.cmd = exec.Command(bin, args...)
 	if err := s.cmd.Start(); err != nil {
 		s.t.Fatalf("outflowtest: start nats-server: %v", err)
 	}
