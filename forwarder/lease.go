@@ -13,8 +13,13 @@ import (
 // it on first use) and records this instance as live.
 func (f *Forwarder) register(ctx context.Context) error {
 	err := pgx.BeginFunc(ctx, f.cfg.Pool, func(tx pgx.Tx) error {
-		// Serializes first-time set-up between instances starting together.
-		if _, err := tx.Exec(ctx, `LOCK TABLE outbox_partitions IN SHARE ROW EXCLUSIVE MODE`); err != nil {
+		// Serializes first-time set-up between instances starting
+		// together. An advisory lock, not a table lock: a SHARE ROW
+		// EXCLUSIVE lock of outbox_partitions, then the insert into
+		// outbox_partition_sets, took the two tables in the opposite order
+		// to RepartitionOnline (the sets, then the partitions), and an
+		// instance starting during a repartition deadlocked with it.
+		if _, err := tx.Exec(ctx, `SELECT pg_advisory_xact_lock($1, hashtext(current_schema()))`, registerLock); err != nil {
 			return err
 		}
 		var n int
@@ -284,6 +289,10 @@ func (f *Forwarder) unregister(ctx context.Context) error {
 		return err
 	})
 }
+
+// registerLock serializes the registration of instances starting together
+// ("ourg").
+const registerLock = 0x6f757267
 
 // retireLock keeps the retirement of a partition set to one instance at a
 // time ("outr").
