@@ -10,8 +10,9 @@ import (
 )
 
 // walAuditLock, with a hash of the schema, keeps the WAL mode's audit to
-// one process at a time ("outw"); the forwarder's has a key of its own.
-const walAuditLock = 0x6f757477
+// one process at a time ("ouwa"); the forwarder's has a key of its own,
+// and so does every other job (TestAdvisoryLockClassesAreDistinct).
+const walAuditLock = 0x6f757761
 
 // historyAuditStore is the WAL mode's [forwarder.AuditStore]: receipts of
 // history rows in outbox_wal_receipts, states in outbox_wal_audit, and a

@@ -1,0 +1,54 @@
+package layering_test
+
+import (
+	"io/fs"
+	"os"
+	"path/filepath"
+	"regexp"
+	"strings"
+	"testing"
+)
+
+// lockKeyRe finds an advisory lock's class: every job of the tree that
+// runs on one instance at a time takes pg_advisory(_xact)_lock(class,
+// hashtext(current_schema())), each with a class of its own ("ou" and two
+// letters, in hexadecimal).
+var lockKeyRe = regexp.MustCompile(`(\w+)\s*=\s*(0x6f75[0-9a-fA-F]{4})\b`)
+
+// No two jobs share an advisory lock's class: two that did would keep
+// each other from running in the same schema (the WAL mode's audit and the
+// webhook gauges' exporter, which holds its lock for as long as it
+// exports, did).
+func TestAdvisoryLockClassesAreDistinct(t *testing.T) {
+	root := filepath.Join("..", "..")
+	seen := map[string]string{}
+	err := filepath.WalkDir(root, func(path string, d fs.DirEntry, err error) error {
+		if err != nil {
+			return err
+		}
+		if d.IsDir() && (strings.HasPrefix(d.Name(), ".") || d.Name() == "testdata") && path != root {
+			return filepath.SkipDir
+		}
+		if d.IsDir() || !strings.HasSuffix(path, ".go") || strings.HasSuffix(path, "_test.go") {
+			return nil
+		}
+		src, err := os.ReadFile(path)
+		if err != nil {
+			return err
+		}
+		for _, m := range lockKeyRe.FindAllStringSubmatch(string(src), -1) {
+			where := path + ": " + m[1]
+			if other, ok := seen[strings.ToLower(m[2])]; ok {
+				t.Errorf("advisory lock class %s is %s and %s", m[2], other, where)
+			}
+			seen[strings.ToLower(m[2])] = where
+		}
+		return nil
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(seen) < 8 {
+		t.Fatalf("found %d advisory lock classes, expected the tree's 8 or more: %v", len(seen), seen)
+	}
+}
