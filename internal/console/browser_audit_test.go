@@ -32,7 +32,7 @@ func TestAuditInBrowser(t *testing.T) {
 	rc := testservers.Redis(t)
 	broker, err := redisstreams.New(redisstreams.Config{Client: rc, StreamPrefix: testservers.UniqueName(t, rc)})
 	require.NoError(t, err)
-	e := newEnv(t, func(c *console.Config) { c.Broker = broker }) // PageSize 2: the pager shows
+	e := newEnv(t, func(c *console.Config) { c.Broker = broker; c.ReadTimeout = loadedReadTimeout }) // PageSize 2: the pager shows
 	ctx := context.Background()
 	pay := "0190c0de-0000-7000-8000-00000000a0d1"
 	e.insertOutbox(t, pay, 1, true, false)

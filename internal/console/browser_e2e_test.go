@@ -27,7 +27,7 @@ import (
 func (s *stack) startConsole(t *testing.T) string {
 	t.Helper()
 	lag, _ := s.backend.(brokers.LagReporter) // Redis Streams reports it: the overview shows each group's lag
-	h, err := console.New(console.Config{Pool: s.schema.Pool, Logger: quiet, InsecureCookie: true, Lag: lag,
+	h, err := console.New(console.Config{Pool: s.schema.Pool, Logger: quiet, InsecureCookie: true, Lag: lag, ReadTimeout: loadedReadTimeout,
 		Consumers: []console.Consumer{
 			{Name: "sync-analytics", Topic: app.PaymentsTopic},
 			{Name: "notify-merchant", Topic: app.PaymentsTopic},
