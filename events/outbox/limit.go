@@ -85,17 +85,12 @@ func (w *Writer) checkSize(ev events.Event, msg *message.Message, topic string) 
 		return &EventTooLargeError{MessageID: env.MessageID, EventType: env.EventType, AggregateType: env.AggregateType,
 			AggregateID: env.AggregateID, Size: size, Limit: limit, Broker: broker}
 	}
-	// The forwarder's metadata: the envelope's, over the event's own. The
-	// occurred_at is the writer's, which is at least as long as the
-	// microsecond one PostgreSQL keeps: the count errs by a few bytes at
-	// most, and on the side of caution.
-	md := make(message.Metadata, len(msg.Metadata)+6)
-	for k, v := range msg.Metadata {
-		md[k] = v
-	}
-	for k, v := range env.Metadata() {
-		md[k] = v
-	}
+	// The forwarder's metadata is the message's: ev.Message wrote it from
+	// this envelope (its schema version included). The occurred_at is the
+	// writer's, which is at least as long as the microsecond one
+	// PostgreSQL keeps: the count errs by a few bytes at most, and on the
+	// side of caution.
+	md := msg.Metadata
 	size := payloadLen
 	for k, v := range md {
 		size += len(k) + len(v)
