@@ -1327,8 +1327,22 @@ func TestRepartitionWaitsForABatchOut(t *testing.T) {
 	t.Cleanup(own.Close)
 	done := make(chan error, 1)
 	go func() { done <- forwarder.Repartition(ctx, own, 4, time.Second) }()
-	deadline := time.Now().Add(20 * time.Second)
-	for {
+	// When the wait below times out, say what the repartition waits on
+	// instead.
+	waiting := false
+	t.Cleanup(func() {
+		if !t.Failed() || waiting {
+			return
+		}
+		rows, err := e.schema.Pool.Query(ctx, `SELECT coalesce(wait_event_type, '') || ':' || coalesce(wait_event, '') || ' ' || left(query, 80)
+			FROM pg_stat_activity WHERE datname = current_database() AND state <> 'idle' AND pid <> pg_backend_pid()`)
+		if err == nil {
+			if waits, err := pgx.CollectRows(rows, pgx.RowTo[string]); err == nil {
+				t.Logf("the repartition is not waiting on the batch's fence; the sessions at work:\n%s", strings.Join(waits, "\n"))
+			}
+		}
+	})
+	outflowtest.WaitFor(t, 20*time.Second, "the repartition waiting on the batch's fence", func() bool {
 		select {
 		case err := <-done:
 			t.Fatalf("the repartition returned instead of waiting for the batch: %v", err)
@@ -1336,21 +1350,10 @@ func TestRepartitionWaitsForABatchOut(t *testing.T) {
 		}
 		// This schema's fence of partition 0 (fenceKey: the schema's hash
 		// high, the partition low), asked for and not granted.
-		if e.countSQL(`SELECT count(*) FROM pg_locks WHERE locktype = 'advisory' AND NOT granted AND objsubid = 1
-			AND classid::bigint = (hashtext(current_schema())::bigint & 4294967295) AND objid::bigint = 0`) > 0 {
-			break
-		}
-		if time.Now().After(deadline) {
-			// Say what the repartition waits on instead.
-			rows, err := e.schema.Pool.Query(ctx, `SELECT coalesce(wait_event_type, '') || ':' || coalesce(wait_event, '') || ' ' || left(query, 80)
-				FROM pg_stat_activity WHERE datname = current_database() AND state <> 'idle' AND pid <> pg_backend_pid()`)
-			require.NoError(t, err)
-			waits, err := pgx.CollectRows(rows, pgx.RowTo[string])
-			require.NoError(t, err)
-			t.Fatalf("the repartition is not waiting on the batch's fence after 20s; the sessions at work:\n%s", strings.Join(waits, "\n"))
-		}
-		time.Sleep(20 * time.Millisecond) // a poll of pg_locks, not a guess at a duration
-	}
+		waiting = e.countSQL(`SELECT count(*) FROM pg_locks WHERE locktype = 'advisory' AND NOT granted AND objsubid = 1
+			AND classid::bigint = (hashtext(current_schema())::bigint & 4294967295) AND objid::bigint = 0`) > 0
+		return waiting
+	})
 	select {
 	case err := <-done:
 		t.Fatalf("the repartition went through with a batch out: %v", err)
