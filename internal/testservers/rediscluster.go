@@ -476,7 +476,11 @@ func (c *RedisCluster) HoldReplication(i int) int {
 // slot primary holds (on a Cluster the others answer MOVED).
 func holdReplication(primary, replica *RedisNode) {
 	replica.t.Helper()
-	nc := primary.client()
+	// Not primary.client(): its one-second timeouts are for probes, and
+	// writing 24 MiB on a loaded machine (the suite runs packages side by
+	// side) took longer.
+	nc := redis.NewClient(&redis.Options{Addr: primary.Addr, DialTimeout: 5 * time.Second,
+		ReadTimeout: 30 * time.Second, WriteTimeout: 30 * time.Second, MaxRetries: -1, PoolSize: 1})
 	defer nc.Close()
 	ctx := context.Background()
 	// What the primary has now is what the replica must keep: it is the
