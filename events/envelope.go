@@ -47,9 +47,8 @@ type Envelope struct {
 	Traceparent string
 	// SchemaVersion is the version of the payload's JSON shape as written
 	// (see [Versioned]); 0 means unset. events.New and Event.Message set it
-	// from the payload, so every event written carries it;
-	// EnvelopeFromMessage reads a message without it (written before
-	// versions existed) as version 1. After [Registry.DecodeMessage] it
+	// from the payload; [Envelope.Metadata] writes version 2 or more, and
+	// EnvelopeFromMessage reads a message without it as version 1. After [Registry.DecodeMessage] it
 	// still says what was written: the decoded Payload is always the
 	// registered type's version, older payloads upcast to it.
 	SchemaVersion int
@@ -97,10 +96,11 @@ func (e Envelope) Metadata() message.Metadata {
 	if e.Traceparent != "" {
 		md[TraceparentKey] = e.Traceparent
 	}
-	// Only when set: the forwarder builds the envelope of a row from its
-	// columns, where the version is not, and must not overwrite the one the
-	// row's metadata carries.
-	if e.SchemaVersion > 0 {
+	// Only from version 2: a message without the key is version 1 (see
+	// [SchemaVersionKey]). And only when set: the forwarder builds the
+	// envelope of a row from its columns, where the version is not, and
+	// must not overwrite the one the row's metadata carries.
+	if e.SchemaVersion > 1 {
 		md[SchemaVersionKey] = strconv.Itoa(e.SchemaVersion)
 	}
 	return md

@@ -102,7 +102,9 @@ func (w *Writer) walContent(ctx context.Context, evs []events.Event) (string, er
 		}
 		// As in table mode, where it is in the metadata column: Message set
 		// it from the payload.
-		md = setExtra(md, events.SchemaVersionKey, msg.Metadata.Get(events.SchemaVersionKey))
+		if v := msg.Metadata.Get(events.SchemaVersionKey); v != "" {
+			md = setExtra(md, events.SchemaVersionKey, v)
+		}
 		m.Events = append(m.Events, WALEvent{
 			MessageID: msg.UUID, Topic: topic, AggregateType: env.AggregateType, AggregateID: env.AggregateID,
 			AggregateVersion: env.AggregateVersion, EventType: env.EventType, Payload: json.RawMessage(msg.Payload),
