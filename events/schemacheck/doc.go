@@ -8,7 +8,8 @@
 // nested objects, time.Time as a date-time string, types with their own
 // MarshalJSON/UnmarshalJSON or MarshalText/UnmarshalText as opaque (their
 // Go type name), and whether a field is required (the producer always
-// writes it: neither omitempty nor omitzero, not a pointer or interface).
+// writes it: no omitzero, no omitempty but on a struct, which it does not
+// omit, not a pointer or interface).
 // Once a type moves to a new version, the older version's entry stays in
 // the file as it was: it describes events still in the outbox's history,
 // on the broker, in dead letters, in every replay.

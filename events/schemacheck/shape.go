@@ -55,8 +55,9 @@ type Shape struct {
 
 // Field is a field of an object.
 type Field struct {
-	// Required is true when the producer always writes the field: it has
-	// neither omitempty nor omitzero, and is not a pointer or an interface
+	// Required is true when the producer always writes the field: neither
+	// omitzero nor an omitempty that applies (it does not to a struct,
+	// which encoding/json always writes), not a pointer or an interface
 	// (nor inside an embedded struct pointer), which encode as null or not
 	// at all. A stored event of the version always has it.
 	Required bool `json:"required,omitempty"`
@@ -143,7 +144,10 @@ func shapeOf(t reflect.Type, path string, inProgress map[reflect.Type]bool) (*Sh
 				fs = &Shape{Kind: String, Format: string(fs.Kind)}
 			}
 			k := f.typ.Kind()
-			required := !f.omitEmpty && !f.omitZero && !f.viaPointer && k != reflect.Pointer && k != reflect.Interface
+			// omitempty leaves out false, 0, "", nil and empty slices
+			// and maps: a struct (a time.Time too) is always written.
+			emptyable := k != reflect.Struct && (k != reflect.Array || f.typ.Len() == 0)
+			required := !(f.omitEmpty && emptyable) && !f.omitZero && !f.viaPointer && k != reflect.Pointer && k != reflect.Interface
 			s.Fields[f.name] = &Field{Required: required, Shape: *fs}
 		}
 		return s, nil

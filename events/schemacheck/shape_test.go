@@ -48,6 +48,7 @@ type shapes struct {
 	NoTag      bool              //
 	Omit       string            `json:"omit,omitempty"`
 	OmitZero   money             `json:"omit_zero,omitzero"`
+	OmitStruct time.Time         `json:"omit_struct,omitempty"` // omitempty does nothing to a struct
 	Skipped    string            `json:"-"`
 	Dash       string            `json:"-,"`
 	unexported string            // encoding/json ignores it
@@ -89,29 +90,30 @@ func TestShapeOfIsWhatEncodingJSONWrites(t *testing.T) {
 		return out
 	}
 	want := map[string]string{
-		"tenant":     "string required",
-		"hidden":     "integer required",
-		"by":         "string optional",
-		"tagged":     "object required",
-		"renamed_to": "string required",
-		"NoTag":      "boolean required",
-		"omit":       "string optional",
-		"omit_zero":  "object optional",
-		"-":          "string required",
-		"ptr":        "integer optional",
-		"at":         "string/date-time required",
-		"at_ptr":     "string/date-time optional",
-		"bytes":      "string/base64 required",
-		"quoted":     "string/integer required",
-		"number":     "number required",
-		"float":      "number required",
-		"anything":   "any optional",
-		"own":        "opaque<schemacheck.cents> required",
-		"text":       "opaque<netip.Addr> required",
-		"lines":      "array of object required",
-		"labels":     "map of string required",
-		"by_id":      "map[integer] of boolean required",
-		"tree":       "object required",
+		"tenant":      "string required",
+		"hidden":      "integer required",
+		"by":          "string optional",
+		"tagged":      "object required",
+		"renamed_to":  "string required",
+		"NoTag":       "boolean required",
+		"omit":        "string optional",
+		"omit_zero":   "object optional",
+		"omit_struct": "string/date-time required",
+		"-":           "string required",
+		"ptr":         "integer optional",
+		"at":          "string/date-time required",
+		"at_ptr":      "string/date-time optional",
+		"bytes":       "string/base64 required",
+		"quoted":      "string/integer required",
+		"number":      "number required",
+		"float":       "number required",
+		"anything":    "any optional",
+		"own":         "opaque<schemacheck.cents> required",
+		"text":        "opaque<netip.Addr> required",
+		"lines":       "array of object required",
+		"labels":      "map of string required",
+		"by_id":       "map[integer] of boolean required",
+		"tree":        "object required",
 	}
 	got := map[string]string{}
 	for name, f := range s.Fields {
