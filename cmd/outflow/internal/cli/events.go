@@ -63,7 +63,7 @@ breaks it lists: the explicit step a break needs. The rules are in docs/events.m
 			return checkEventSchemas(cmd, reg, snapshot, m, update)
 		},
 	}
-	cmd.Flags().StringVar(&snapshot, "snapshot", defaultEventSchemaSnapshot, "the committed event schema snapshot (JSON)")
+	cmd.Flags().StringVar(&snapshot, "snapshot", defaultEventSchemaSnapshot, "the committed event schema snapshot (JSON; the default is from the repository's root)")
 	cmd.Flags().StringVar(&mode, "mode", string(schemacheck.Backward), "compatibility mode: backward, forward or full")
 	cmd.Flags().BoolVar(&update, "update", false, "record the snapshot, accepting the breaks listed")
 	return cmd
