@@ -43,3 +43,16 @@ func (e *MalformedPayloadError) Error() string {
 }
 
 func (e *MalformedPayloadError) Unwrap() error { return e.Err }
+
+// ValidationError wraps what a payload type's own Validate returned: the
+// payload decoded into its Go type, the type refused its values. It reads
+// as the Validate error alone; a caller that judges the JSON shape only
+// (package schemacheck, on payloads it generated) tells the two apart with
+// errors.As.
+type ValidationError struct {
+	Err error
+}
+
+func (e *ValidationError) Error() string { return e.Err.Error() }
+
+func (e *ValidationError) Unwrap() error { return e.Err }

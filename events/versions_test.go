@@ -230,3 +230,56 @@ func TestStrictDecoding(t *testing.T) {
 		})
 	}
 }
+
+// Upcast returns the payload at the Go type's version without decoding it:
+// what package schemacheck inspects for fields an upcaster left behind.
+func TestUpcastReturnsTheNewestShape(t *testing.T) {
+	t.Parallel()
+	r := events.NewRegistry()
+	require.NoError(t, r.RegisterVersioned(refundIssued{}, refundUpcasters...))
+	got, err := r.Upcast("refund.issued", 1, []byte(`{"refund_id":"r1","amount":1250}`))
+	require.NoError(t, err)
+	require.JSONEq(t, `{"refund_id":"r1","amount":{"value":1250,"currency":"EUR"}}`, string(got))
+	current := `{"refund_id":"r1","amount":{"value":1,"currency":"USD"},"extra":true}`
+	got, err = r.Upcast("refund.issued", 0, []byte(current))
+	require.NoError(t, err)
+	require.Equal(t, current, string(got), "a payload at the current version is returned as is")
+
+	_, err = r.Upcast("refund.issued", 4, []byte(`{}`))
+	require.ErrorIs(t, err, events.ErrUnknownVersion)
+	var unknown *events.UnknownTypeError
+	_, err = r.Upcast("refund.lost", 1, []byte(`{}`))
+	require.ErrorAs(t, err, &unknown)
+	var malformed *events.MalformedPayloadError
+	_, err = r.Upcast("refund.issued", 1, []byte(`{"refund_id":`))
+	require.ErrorAs(t, err, &malformed)
+}
+
+type validated struct {
+	N int `json:"n"`
+}
+
+var errNotPositive = errors.New("n must be positive")
+
+func (validated) EventType() string { return "validated" }
+func (v validated) Validate() error {
+	if v.N <= 0 {
+		return errNotPositive
+	}
+	return nil
+}
+
+// A Validate failure reads as before, and tells itself apart from a
+// payload that did not decode.
+func TestValidateFailureIsAValidationError(t *testing.T) {
+	t.Parallel()
+	r := events.NewRegistry()
+	require.NoError(t, r.Register(validated{}))
+	_, err := r.Decode("validated", []byte(`{"n":0}`))
+	var invalid *events.ValidationError
+	require.ErrorAs(t, err, &invalid)
+	require.ErrorIs(t, err, errNotPositive)
+	require.EqualError(t, err, `decode event "validated": malformed payload: n must be positive`)
+	_, err = r.Decode("validated", []byte(`{"n":"x"}`))
+	require.False(t, errors.As(err, &invalid), "a type mismatch is no validation error: %v", err)
+}

@@ -101,6 +101,16 @@
 // broker outage, so the rows stay pending with no attempt counted, as after
 // a real crash, whose claim transaction rolls back.
 //
+// # Event schemas
+//
+// [RequireCompatibleEvents] checks a service's registry against the
+// snapshot of its event schemas committed beside the test (package
+// events/schemacheck): a change that breaks readers of stored events (a
+// changed type, a new required field, a rename, an upcaster that does not
+// read an older version) fails the test naming the type, the version, the
+// field and the rule. OUTFLOW_UPDATE_EVENT_SCHEMAS=1 records the snapshot
+// instead, the developer's explicit acceptance of what it lists.
+//
 // The kit is framework: it imports no application code. Its tests and
 // examples define their own event types. Components log at Warn and above
 // to the test's output; [WithPipelineLogger] changes that.

@@ -105,6 +105,12 @@ func (e Refunded) Validate() error {
 	return nil
 }
 
+// SchemaSnapshot is the committed snapshot of the payment events' schemas
+// (package events/schemacheck), relative to this package's directory; from
+// the repository's root it is app/paymentevents/event-schemas.json, what
+// `outflow events check` reads by default.
+const SchemaSnapshot = "event-schemas.json"
+
 // Register adds every payment event type to r.
 func Register(r *events.Registry) error {
 	return r.Register(Created{}, Paid{}, Refunded{}, Canceled{})

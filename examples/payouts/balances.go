@@ -23,7 +23,7 @@ func Balances() consumer.Handler {
 			return addBalance(ctx, tx, p.MerchantID, p.Currency, p.AmountMinor, 0)
 		}),
 		consumer.Typed(func(ctx context.Context, tx pgx.Tx, _ events.Event, p Sent) error {
-			return addBalance(ctx, tx, p.MerchantID, p.Currency, -p.AmountMinor, p.AmountMinor)
+			return addBalance(ctx, tx, p.MerchantID, p.Amount.Currency, -p.Amount.Minor, p.Amount.Minor)
 		}),
 		consumer.Typed(func(ctx context.Context, tx pgx.Tx, _ events.Event, p Failed) error {
 			return addBalance(ctx, tx, p.MerchantID, p.Currency, -p.AmountMinor, 0)

@@ -74,7 +74,7 @@ func TestBalancesOutOfOrderAndDuplicate(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	sent, err := events.New(ctx, agg(2), payouts.Sent{PayoutID: "p1", MerchantID: "m1", AmountMinor: 900, Currency: "EUR"})
+	sent, err := events.New(ctx, agg(2), payouts.Sent{PayoutID: "p1", MerchantID: "m1", Amount: payouts.Money{Minor: 900, Currency: "EUR"}})
 	if err != nil {
 		t.Fatal(err)
 	}

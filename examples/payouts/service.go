@@ -85,7 +85,7 @@ func (s *Service) Request(ctx context.Context, merchantID string, amountMinor in
 // event. Only a requested payout can be sent.
 func (s *Service) MarkSent(ctx context.Context, id string) (Payout, error) {
 	return s.settle(ctx, id, "sent", "", func(p Payout) events.Payload {
-		return Sent{PayoutID: p.ID, MerchantID: p.MerchantID, AmountMinor: p.AmountMinor, Currency: p.Currency}
+		return Sent{PayoutID: p.ID, MerchantID: p.MerchantID, Amount: Money{Minor: p.AmountMinor, Currency: p.Currency}}
 	})
 }
 

@@ -57,6 +57,7 @@ same transaction, and forwards committed events to a broker: never lost, never a
 		newDemoCmd(e),
 		newAPIKeyCmd(e),
 		newWebhookSecretsCmd(e),
+		newEventsCmd(),
 		newVersionCmd(),
 	)
 	return root, e
