@@ -16,6 +16,7 @@ import (
 	"github.com/ThreeDotsLabs/watermill/message"
 
 	"github.com/outflow-dev/outflow/brokers"
+	"github.com/outflow-dev/outflow/brokers/cloudevents"
 	"github.com/outflow-dev/outflow/forwarder"
 	"github.com/outflow-dev/outflow/internal/once"
 )
@@ -261,7 +262,9 @@ func (b *kafkaBackend) ensureTopic(name string) error {
 	return b.topics.Do(name, func() error { return b.createTopic(name) })
 }
 
-func (b *kafkaBackend) Broker() forwarder.Broker { return kafkaBroker{b} }
+func (b *kafkaBackend) Broker() forwarder.Broker {
+	return brokers.WithCloudEvents(kafkaBroker{b}, cloudevents.Kafka, b.cfg.CloudEvents)
+}
 
 type kafkaBroker struct{ b *kafkaBackend }
 

@@ -11,6 +11,7 @@ import (
 	goredis "github.com/redis/go-redis/v9"
 
 	"github.com/outflow-dev/outflow/brokers"
+	"github.com/outflow-dev/outflow/brokers/cloudevents"
 	"github.com/outflow-dev/outflow/forwarder"
 )
 
@@ -37,8 +38,16 @@ func open(ctx context.Context, cfg brokers.Config) (brokers.Backend, error) {
 	if err != nil {
 		return nil, err // names Redis and the redacted URL
 	}
-	broker, err := New(Config{Client: client, Partitions: cfg.Partitions, StreamPrefix: cfg.Redis.StreamPrefix,
-		WaitReplicas: cfg.Redis.WaitReplicas, WaitTimeout: cfg.Redis.WaitTimeout})
+	bc := Config{Client: client, Partitions: cfg.Partitions, StreamPrefix: cfg.Redis.StreamPrefix,
+		WaitReplicas: cfg.Redis.WaitReplicas, WaitTimeout: cfg.Redis.WaitTimeout}
+	if !cfg.CloudEvents.Disabled {
+		bc.Marshaller = CloudEventsMarshaller{}
+	}
+	if bc.MaxFieldBytes, err = ProtoMaxBulkLen(ctx, client, cfg.Logger); err != nil {
+		client.Close()
+		return nil, err
+	}
+	broker, err := New(bc)
 	if err != nil {
 		client.Close()
 		return nil, err
@@ -54,8 +63,10 @@ func connectTo(ctx context.Context, cfg brokers.RedisConfig) (goredis.UniversalC
 	return NewClient(ctx, cfg.URL)
 }
 
-func (b *backend) Kind() brokers.Kind       { return brokers.Redis }
-func (b *backend) Broker() forwarder.Broker { return b.broker }
+func (b *backend) Kind() brokers.Kind { return brokers.Redis }
+func (b *backend) Broker() forwarder.Broker {
+	return brokers.WithCloudEvents(b.broker, cloudevents.Redis, b.cfg.CloudEvents)
+}
 
 // BrokerOf returns the stream broker of a backend opened for
 // [brokers.Redis], or nil for another backend.
