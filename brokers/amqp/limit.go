@@ -1,6 +1,9 @@
 package amqp
 
 import (
+	"strconv"
+	"strings"
+
 	amqp091 "github.com/rabbitmq/amqp091-go"
 
 	"github.com/outflow-dev/outflow/brokers/cloudevents"
@@ -19,17 +22,33 @@ const (
 var _ forwarder.PayloadLimiter = amqpBroker{}
 
 // defaultMaxMessageBytes is the default max_message_size of the RabbitMQ
-// version the connection met (its connection.start major and minor).
+// version the connection met (the "version" of its server properties).
+// A server that does not say is taken for the smallest default.
 func defaultMaxMessageBytes(conn *amqp091.Connection) int {
-	switch {
-	case conn == nil:
-		return DefaultMaxMessageBytes4 // the smallest: errs on the safe side
-	case conn.Major >= 4:
+	if conn == nil {
 		return DefaultMaxMessageBytes4
-	case conn.Major == 3 && conn.Minor >= 8:
+	}
+	major, minor, ok := serverVersion(conn.Properties)
+	switch {
+	case !ok || major >= 4:
+		return DefaultMaxMessageBytes4
+	case major == 3 && minor >= 8:
 		return DefaultMaxMessageBytes3
 	}
 	return hardMaxMessageBytes
+}
+
+// serverVersion reads RabbitMQ's major and minor version from its
+// connection.start server properties ("3.13.7", "4.0.2").
+func serverVersion(props amqp091.Table) (major, minor int, ok bool) {
+	v, _ := props["version"].(string)
+	parts := strings.SplitN(v, ".", 3)
+	if len(parts) < 2 {
+		return 0, 0, false
+	}
+	major, err1 := strconv.Atoi(parts[0])
+	minor, err2 := strconv.Atoi(parts[1])
+	return major, minor, err1 == nil && err2 == nil
 }
 
 // MaxMessageBytes is brokers.AMQPConfig.MaxMessageBytes when set (the
