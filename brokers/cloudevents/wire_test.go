@@ -26,11 +26,13 @@ import (
 	_ "github.com/outflow-dev/outflow/brokers/kafka"
 	_ "github.com/outflow-dev/outflow/brokers/nats"
 	_ "github.com/outflow-dev/outflow/brokers/redis"
+	"github.com/outflow-dev/outflow/consumer"
 	"github.com/outflow-dev/outflow/events"
 	"github.com/outflow-dev/outflow/events/outbox"
 	"github.com/outflow-dev/outflow/forwarder"
 	"github.com/outflow-dev/outflow/internal/testservers"
 	"github.com/outflow-dev/outflow/outflowtest"
+	"github.com/outflow-dev/outflow/replay"
 )
 
 // paid is version 2 of its shape, so the schema version and the
@@ -348,4 +350,74 @@ func (m *headerMessage) GetExtension(name string) any {
 		return val
 	}
 	return nil
+}
+
+// A discard marker, sent by the forwarder for a row an operator discarded,
+// and a replay (package replay) carry the attributes too: they publish
+// through the same Broker.
+func TestSDKReadsDiscardMarkerAndReplay(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	client := testservers.Redis(t)
+	b := open(t, brokers.Config{Kind: brokers.Redis, CloudEvents: wireConfig,
+		Redis: brokers.RedisConfig{URL: testservers.RedisURL(), StreamPrefix: testservers.UniqueName(t, client)}})
+	s := outflowtest.NewSchema(t)
+	w, err := outbox.NewWriter(outbox.Config{})
+	require.NoError(t, err)
+	aggID := uuid.NewString()
+	ev, err := events.New(ctx, events.Aggregate{Type: "payment", ID: aggID, Version: 1}, paid{PaymentID: aggID, Note: strings.Repeat("n", 500)})
+	require.NoError(t, err)
+	require.NoError(t, pgx.BeginFunc(ctx, s.Pool, func(tx pgx.Tx) error { return w.PublishTx(ctx, tx, ev) }))
+
+	// Parked as too large for the forwarder's MaxPayloadBytes, then
+	// discarded: the marker goes out in its place.
+	fwd, err := forwarder.New(forwarder.Config{Pool: s.Pool, Broker: b.Broker(), PollInterval: 10 * time.Millisecond, MaxPayloadBytes: 100})
+	require.NoError(t, err)
+	fctx, stop := context.WithCancel(ctx)
+	done := make(chan error, 1)
+	go func() { done <- fwd.Run(fctx) }()
+	t.Cleanup(func() { stop(); <-done })
+	outflowtest.WaitFor(t, 30*time.Second, "the event parked", func() bool {
+		parked, err := forwarder.ListParked(ctx, s.Pool, 10)
+		require.NoError(t, err)
+		return len(parked) == 1
+	})
+	outflowtest.WaitFor(t, 30*time.Second, "the parked event discarded", func() bool {
+		n, err := forwarder.DiscardParked(ctx, s.Pool, forwarder.ParkedFilter{Topic: "payment"})
+		require.NoError(t, err)
+		return n == 1
+	})
+	stream := b.Topics("payment")[0]
+	outflowtest.WaitFor(t, 30*time.Second, "the discard marker on the stream", func() bool {
+		l, err := client.XLen(ctx, stream).Result()
+		require.NoError(t, err)
+		return l == 1
+	})
+	requireMarker := func(stream string) {
+		t.Helper()
+		entries, err := client.XRange(ctx, stream, "-", "+").Result()
+		require.NoError(t, err)
+		require.Len(t, entries, 1)
+		e, err := binding.ToEvent(ctx, redisEntry(entries[0].Values))
+		require.NoError(t, err)
+		require.NoError(t, e.Validate())
+		require.Equal(t, ev.MessageID, e.ID())
+		require.Equal(t, events.EventTypeDiscarded, e.Type())
+		require.Equal(t, aggID, e.Subject())
+		require.Equal(t, "https://schemas.example.com/outflow.discarded/v1.json", e.DataSchema())
+		require.Equal(t, "{}", string(e.Data()))
+		require.Equal(t, "1", fmt.Sprint(e.Extensions()[cloudevents.ExtAggregateVersion]))
+	}
+	requireMarker(stream)
+
+	// A replay chooses published rows: once the forwarder recorded it.
+	outflowtest.WaitFor(t, 30*time.Second, "the marker recorded published", func() bool {
+		var n int
+		require.NoError(t, s.Pool.QueryRow(ctx, `SELECT count(*) FROM outbox_state WHERE state = 'published'`).Scan(&n))
+		return n == 1
+	})
+	published, err := replay.Publish(ctx, s.Pool, b.Broker(), "audit", replay.Filter{Topic: "payment"}, replay.Options{})
+	require.NoError(t, err)
+	require.Equal(t, int64(1), published)
+	requireMarker(b.Topics(consumer.ReplayTopic("audit"))[0])
 }
