@@ -3,6 +3,7 @@ package redis
 import (
 	"context"
 	"errors"
+	"fmt"
 	"sync"
 	"time"
 
@@ -13,6 +14,7 @@ import (
 	"github.com/outflow-dev/outflow/brokers"
 	"github.com/outflow-dev/outflow/brokers/cloudevents"
 	"github.com/outflow-dev/outflow/forwarder"
+	"github.com/outflow-dev/outflow/internal/redact"
 )
 
 func init() { brokers.Register(brokers.Redis, open) }
@@ -45,7 +47,7 @@ func open(ctx context.Context, cfg brokers.Config) (brokers.Backend, error) {
 	}
 	if bc.MaxFieldBytes, err = ProtoMaxBulkLen(ctx, client, cfg.Logger); err != nil {
 		client.Close()
-		return nil, err
+		return nil, fmt.Errorf("read proto-max-bulk-len of Redis at %s: %w", redact.URL(cfg.Redis.URL), err)
 	}
 	broker, err := New(bc)
 	if err != nil {
