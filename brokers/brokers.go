@@ -14,6 +14,7 @@ import (
 
 	"github.com/ThreeDotsLabs/watermill/message"
 
+	"github.com/outflow-dev/outflow/brokers/cloudevents"
 	"github.com/outflow-dev/outflow/forwarder"
 )
 
@@ -52,6 +53,11 @@ type Config struct {
 	AMQP       AMQPConfig
 	Kafka      KafkaConfig
 	SQL        SQLConfig
+	// CloudEvents says how every backend but sql writes the CloudEvents
+	// attributes of each message it publishes, in its binding (see
+	// [WithCloudEvents]). The zero value writes them with the default
+	// source; CloudEvents.Disabled turns them off.
+	CloudEvents cloudevents.Config
 	// Logger defaults to slog.Default().
 	Logger *slog.Logger
 }
@@ -171,6 +177,10 @@ func Open(ctx context.Context, cfg Config) (Backend, error) {
 	if cfg.Partitions < 1 || cfg.Partitions > 1024 {
 		return nil, errors.New("broker config: Partitions must be between 1 and 1024")
 	}
+	if err := cfg.CloudEvents.Validate(); err != nil {
+		return nil, fmt.Errorf("broker config: %w", err)
+	}
+	cfg.CloudEvents = cfg.CloudEvents.WithDefaults()
 	if cfg.Logger == nil {
 		cfg.Logger = slog.Default()
 	}

@@ -71,6 +71,11 @@ type AMQPConfig struct {
 	// declared (RabbitMQ refuses a redeclaration with others), so changing
 	// this for a running system needs a new Prefix.
 	CompetingConsumers bool
+	// MaxMessageBytes is the server's max_message_size, which RabbitMQ does
+	// not tell its clients: the forwarder and the outbox writer refuse a
+	// larger message body. Defaults to RabbitMQ's default for the version
+	// the server reports: 16 MiB from 4.0, 128 MiB from 3.8 to 3.13.
+	MaxMessageBytes int
 }
 
 // KafkaConfig is the Kafka block.

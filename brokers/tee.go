@@ -107,3 +107,17 @@ func (t tee) MessageBytes(m forwarder.Outgoing) int {
 	}
 	return slices.Min(limits) + excess
 }
+
+var _ forwarder.MetadataAdder = tee{}
+
+// AddedMetadataBytes is the larger of what the two sides add to m's
+// metadata at publish (their CloudEvents attributes).
+func (t tee) AddedMetadataBytes(m forwarder.Outgoing) int {
+	n := 0
+	for _, side := range []forwarder.Broker{t.a, t.b} {
+		if a, ok := side.(forwarder.MetadataAdder); ok {
+			n = max(n, a.AddedMetadataBytes(m))
+		}
+	}
+	return n
+}

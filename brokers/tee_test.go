@@ -89,10 +89,12 @@ func TestTeeLimitIsTheTighterSide(t *testing.T) {
 	}
 	require.True(t, sawOnlyOne, "the range holds messages over one side's limit only")
 
-	// A side without a limit (Redis) leaves the other's.
+	// A side with a far larger limit (Redis: proto-max-bulk-len, 512 MB by
+	// default) leaves the other's.
 	rb := open(t, brokers.Config{Kind: brokers.Redis})
-	_, redisLimits := rb.Broker().(forwarder.PayloadLimiter)
-	require.False(t, redisLimits)
+	rl, ok := rb.Broker().(forwarder.PayloadLimiter)
+	require.True(t, ok)
+	require.Greater(t, rl.MaxMessageBytes(), kl.MaxMessageBytes())
 	require.Equal(t, kl.MaxMessageBytes(), brokers.Tee(rb.Broker(), k.Broker()).(forwarder.PayloadLimiter).MaxMessageBytes())
 }
 

@@ -48,3 +48,13 @@ type PayloadLimiter interface {
 	// limit: payload, metadata (headers), key and framing.
 	MessageBytes(m Outgoing) int
 }
+
+// MetadataAdder is implemented by a [Broker] that adds metadata to each
+// message when it publishes it (the CloudEvents attributes of
+// brokers.WithCloudEvents). AddedMetadataBytes is what it adds to m, keys
+// and values, so that a limit counting a message's metadata
+// (outbox.Config.MaxEventBytes) counts the message as published. A
+// PayloadLimiter's MessageBytes already counts it.
+type MetadataAdder interface {
+	AddedMetadataBytes(m Outgoing) int
+}

@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"net"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/ThreeDotsLabs/watermill"
@@ -13,6 +14,7 @@ import (
 	amqp091 "github.com/rabbitmq/amqp091-go"
 
 	"github.com/outflow-dev/outflow/brokers"
+	"github.com/outflow-dev/outflow/brokers/cloudevents"
 	"github.com/outflow-dev/outflow/forwarder"
 	"github.com/outflow-dev/outflow/internal/redact"
 )
@@ -46,6 +48,9 @@ type amqpBackend struct {
 	ch       *amqp091.Channel
 	returns  chan amqp091.Return
 	prepared map[string]bool
+	// defaultMax is the default max_message_size of the server's version,
+	// set at each connect; read without mu by the writer and forwarder.
+	defaultMax atomic.Int64
 }
 
 // amqpWindow bounds the messages awaiting confirmation on the channel.
@@ -125,6 +130,7 @@ func (b *amqpBackend) connect(ctx context.Context) error {
 		return fail(err)
 	}
 	b.conn, b.ch = conn, ch
+	b.defaultMax.Store(int64(defaultMaxMessageBytes(conn)))
 	b.returns = ch.NotifyReturn(make(chan amqp091.Return, amqpWindow))
 	return nil
 }
@@ -156,7 +162,9 @@ func (b *amqpBackend) prepare(topic string) error {
 	return nil
 }
 
-func (b *amqpBackend) Broker() forwarder.Broker { return amqpBroker{b} }
+func (b *amqpBackend) Broker() forwarder.Broker {
+	return brokers.WithCloudEvents(amqpBroker{b}, cloudevents.AMQP, b.cfg.CloudEvents)
+}
 
 type amqpBroker struct{ b *amqpBackend }
 
@@ -197,6 +205,7 @@ func (ab amqpBroker) Publish(ctx context.Context, msgs []forwarder.Outgoing) []e
 				continue
 			}
 			pub.MessageId = m.Message.UUID
+			b.contentType(&pub)
 			exchange := brokers.PartitionTopic(b.cfg.AMQP.Prefix, m.Topic, b.cfg.Partitions, m.AggregateID)
 			confirms[i], err = b.ch.PublishWithDeferredConfirmWithContext(ctx, exchange, "", true, false, pub)
 			if err != nil {

@@ -16,6 +16,7 @@ import (
 	"github.com/ThreeDotsLabs/watermill/message"
 
 	"github.com/outflow-dev/outflow/brokers"
+	"github.com/outflow-dev/outflow/brokers/cloudevents"
 	"github.com/outflow-dev/outflow/forwarder"
 	"github.com/outflow-dev/outflow/internal/once"
 )
@@ -110,6 +111,13 @@ func open(ctx context.Context, cfg brokers.Config) (brokers.Backend, error) {
 	if b.admin, err = sarama.NewClusterAdminFromClient(b.client); err != nil {
 		b.client.Close()
 		return nil, fail(err)
+	}
+	// The producer's limit is lowered to the topics' when theirs is
+	// smaller: the forwarder and the outbox writer then refuse a record
+	// the broker would, and sarama, which fills a partition's batch up to
+	// it, never builds a batch over a topic's limit.
+	if c := b.topicCeiling(cfg.Logger); c > 0 && c-recordBatchOverhead < b.maxMessage {
+		b.maxMessage = c - recordBatchOverhead
 	}
 	if _, err := b.producerFor(ctx); err != nil {
 		b.admin.Close()
@@ -218,6 +226,9 @@ func (b *kafkaBackend) producerConfig() *sarama.Config {
 	c.Producer.Return.Errors = true
 	c.Producer.Partitioner = sarama.NewHashPartitioner
 	c.Admin.Timeout = b.cfg.Kafka.PublishTimeout
+	if b.maxMessage > 0 {
+		c.Producer.MaxMessageBytes = b.maxMessage
+	}
 	return c
 }
 
@@ -261,16 +272,21 @@ func (b *kafkaBackend) ensureTopic(name string) error {
 	return b.topics.Do(name, func() error { return b.createTopic(name) })
 }
 
-func (b *kafkaBackend) Broker() forwarder.Broker { return kafkaBroker{b} }
+func (b *kafkaBackend) Broker() forwarder.Broker {
+	return brokers.WithCloudEvents(kafkaBroker{b}, cloudevents.Kafka, b.cfg.CloudEvents)
+}
 
 type kafkaBroker struct{ b *kafkaBackend }
 
 var _ forwarder.PayloadLimiter = kafkaBroker{}
 
-// MaxMessageBytes is the producer's Producer.MaxMessageBytes (sarama's
-// default, 1,048,576), over which sarama refuses a record before sending
-// it. A topic's max.message.bytes lower than that is the broker's to
-// enforce: such a record is refused by the broker, as the row's own fault.
+// MaxMessageBytes is the producer's Producer.MaxMessageBytes, over which
+// sarama refuses a record before sending it: sarama's default, 1,048,576,
+// lowered when the backend opened to the smallest max.message.bytes of
+// the cluster's default and of the existing topics under TopicPrefix,
+// less a record batch's header (see topicCeiling). A topic whose
+// max.message.bytes was lowered after that is the broker's to enforce:
+// such a record is refused by the broker, as the row's own fault.
 func (kb kafkaBroker) MaxMessageBytes() int {
 	return kb.b.maxMessage
 }

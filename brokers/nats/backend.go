@@ -17,6 +17,7 @@ import (
 	"github.com/nats-io/nats.go"
 
 	"github.com/outflow-dev/outflow/brokers"
+	"github.com/outflow-dev/outflow/brokers/cloudevents"
 	"github.com/outflow-dev/outflow/forwarder"
 	"github.com/outflow-dev/outflow/internal/once"
 	"github.com/outflow-dev/outflow/internal/redact"
@@ -159,7 +160,9 @@ func (b *natsBackend) createStream(ctx context.Context, topic string) error {
 	return nil
 }
 
-func (b *natsBackend) Broker() forwarder.Broker { return natsBroker{b} }
+func (b *natsBackend) Broker() forwarder.Broker {
+	return brokers.WithCloudEvents(natsBroker{b}, cloudevents.NATS, b.cfg.CloudEvents)
+}
 
 type natsBroker struct{ b *natsBackend }
 

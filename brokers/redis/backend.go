@@ -3,6 +3,7 @@ package redis
 import (
 	"context"
 	"errors"
+	"fmt"
 	"sync"
 	"time"
 
@@ -11,7 +12,9 @@ import (
 	goredis "github.com/redis/go-redis/v9"
 
 	"github.com/outflow-dev/outflow/brokers"
+	"github.com/outflow-dev/outflow/brokers/cloudevents"
 	"github.com/outflow-dev/outflow/forwarder"
+	"github.com/outflow-dev/outflow/internal/redact"
 )
 
 func init() { brokers.Register(brokers.Redis, open) }
@@ -37,8 +40,16 @@ func open(ctx context.Context, cfg brokers.Config) (brokers.Backend, error) {
 	if err != nil {
 		return nil, err // names Redis and the redacted URL
 	}
-	broker, err := New(Config{Client: client, Partitions: cfg.Partitions, StreamPrefix: cfg.Redis.StreamPrefix,
-		WaitReplicas: cfg.Redis.WaitReplicas, WaitTimeout: cfg.Redis.WaitTimeout})
+	bc := Config{Client: client, Partitions: cfg.Partitions, StreamPrefix: cfg.Redis.StreamPrefix,
+		WaitReplicas: cfg.Redis.WaitReplicas, WaitTimeout: cfg.Redis.WaitTimeout}
+	if !cfg.CloudEvents.Disabled {
+		bc.Marshaller = CloudEventsMarshaller{}
+	}
+	if bc.MaxFieldBytes, err = ProtoMaxBulkLen(ctx, client, cfg.Logger); err != nil {
+		client.Close()
+		return nil, fmt.Errorf("read proto-max-bulk-len of Redis at %s: %w", redact.URL(cfg.Redis.URL), err)
+	}
+	broker, err := New(bc)
 	if err != nil {
 		client.Close()
 		return nil, err
@@ -54,8 +65,10 @@ func connectTo(ctx context.Context, cfg brokers.RedisConfig) (goredis.UniversalC
 	return NewClient(ctx, cfg.URL)
 }
 
-func (b *backend) Kind() brokers.Kind       { return brokers.Redis }
-func (b *backend) Broker() forwarder.Broker { return b.broker }
+func (b *backend) Kind() brokers.Kind { return brokers.Redis }
+func (b *backend) Broker() forwarder.Broker {
+	return brokers.WithCloudEvents(b.broker, cloudevents.Redis, b.cfg.CloudEvents)
+}
 
 // BrokerOf returns the stream broker of a backend opened for
 // [brokers.Redis], or nil for another backend.

@@ -34,6 +34,12 @@ type Config struct {
 	// acknowledged are reported unpublished, so the forwarder retries them
 	// and a failover to a replica cannot lose what it marked. Defaults to 0.
 	WaitReplicas int
+	// MaxFieldBytes is the largest field value the server takes: its
+	// proto-max-bulk-len, which bounds each argument of XADD. The broker is
+	// a [forwarder.PayloadLimiter] with it, so the outbox writer refuses an
+	// event whose entry would not fit. Defaults to
+	// [DefaultMaxFieldBytes]; [ProtoMaxBulkLen] reads the server's.
+	MaxFieldBytes int
 	// WaitTimeout bounds each WAIT. Defaults to [DefaultWaitTimeout]. Keep
 	// it below the client's read timeout (3s unless the URL says
 	// read_timeout=): a read that times out first also counts as
@@ -85,6 +91,12 @@ func New(cfg Config) (*Broker, error) {
 	}
 	if cfg.Marshaller == nil {
 		cfg.Marshaller = redisstream.DefaultMarshallerUnmarshaller{}
+	}
+	if cfg.MaxFieldBytes < 0 {
+		return nil, errors.New("redis broker config: MaxFieldBytes must not be negative")
+	}
+	if cfg.MaxFieldBytes == 0 {
+		cfg.MaxFieldBytes = DefaultMaxFieldBytes
 	}
 	return &Broker{cfg: cfg}, nil
 }

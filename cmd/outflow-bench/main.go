@@ -34,6 +34,7 @@ import (
 	"github.com/redis/go-redis/v9"
 
 	"github.com/outflow-dev/outflow/brokers"
+	"github.com/outflow-dev/outflow/brokers/cloudevents"
 	"github.com/outflow-dev/outflow/cmd/outflow-bench/internal/bench"
 )
 
@@ -190,6 +191,7 @@ func run(ctx context.Context, args []string) error {
 		backlog := fs.Int("backlog", 20_000, "events each drain moves")
 		rate := fs.Int("rate", 1000, "events per second in each latency run")
 		dur := fs.Duration("duration", 10*time.Second, "length of each latency run")
+		ce := fs.Bool("cloudevents", true, "write the CloudEvents attributes on each message (false: Outflow's metadata only)")
 		if err := fs.Parse(args[1:]); err != nil {
 			return err
 		}
@@ -200,9 +202,10 @@ func run(ctx context.Context, args []string) error {
 				return fmt.Errorf("invalid -brokers: %w", err)
 			}
 			cfgs = append(cfgs, brokers.Config{Kind: kind, Redis: brokers.RedisConfig{URL: redisURL()},
-				NATS:  brokers.NATSConfig{URL: envOr("NATS_URL", "nats://127.0.0.1:4222")},
-				AMQP:  brokers.AMQPConfig{URL: envOr("AMQP_URL", "amqp://guest:guest@127.0.0.1:5672/")},
-				Kafka: brokers.KafkaConfig{Brokers: splitNonEmpty(os.Getenv("KAFKA_BROKERS"))}}) // none: kfake in-process
+				NATS:        brokers.NATSConfig{URL: envOr("NATS_URL", "nats://127.0.0.1:4222")},
+				AMQP:        brokers.AMQPConfig{URL: envOr("AMQP_URL", "amqp://guest:guest@127.0.0.1:5672/")},
+				Kafka:       brokers.KafkaConfig{Brokers: splitNonEmpty(os.Getenv("KAFKA_BROKERS"))}, // none: kfake in-process
+				CloudEvents: cloudevents.Config{Disabled: !*ce}})
 		}
 		if *backlog < 1 || *rate < 1 || *dur <= 0 {
 			return fmt.Errorf("invalid -backlog, -rate or -duration: must be positive")

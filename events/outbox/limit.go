@@ -95,6 +95,11 @@ func (w *Writer) checkSize(ev events.Event, msg *message.Message, topic string) 
 	for k, v := range md {
 		size += len(k) + len(v)
 	}
+	if a, ok := w.broker.(forwarder.MetadataAdder); ok {
+		// What the broker adds at publish (the CloudEvents attributes,
+		// derived from this envelope): the message as published counts.
+		size += a.AddedMetadataBytes(forwarder.Outgoing{Topic: topic, AggregateID: env.AggregateID, Message: msg})
+	}
 	if w.maxEventBytes > 0 && size > w.maxEventBytes {
 		return tooLarge(size, w.maxEventBytes, false)
 	}

@@ -246,10 +246,11 @@ func TestBrokerLimitIsTheCeiling(t *testing.T) {
 	s := outflowtest.NewSchema(t)
 
 	// Find the largest note that fits MaxEventBytes (4096, payload and
-	// metadata); NATS counts more (its header framing, Nats-Msg-Id and
-	// Watermill's uuid header), so the broker's limit applies to it.
+	// metadata, the CloudEvents attributes the broker adds included); NATS
+	// counts more (its header framing, Nats-Msg-Id and Watermill's uuid
+	// header), so the broker's limit applies to it.
 	id := uuid.NewString()
-	measure, err := outbox.NewWriter(outbox.Config{MaxEventBytes: 1})
+	measure, err := outbox.NewWriter(outbox.Config{Broker: backend.Broker(), MaxEventBytes: 1})
 	require.NoError(t, err)
 	err = pgx.BeginFunc(ctx, s.Pool, func(tx pgx.Tx) error {
 		return measure.PublishTx(ctx, tx, receiptEvent(t, id, 1, 0, strings.Repeat("n", 3000)))

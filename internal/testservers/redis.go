@@ -83,11 +83,14 @@ type RedisServer struct {
 	Port int
 	URL  string
 	cmd  *exec.Cmd
+	args []string
 }
 
 // StartRedis starts a redis-server on a free port, stopped when t ends. It
-// fails the test if redis-server is not installed.
-func StartRedis(t testing.TB) *RedisServer {
+// fails the test if redis-server is not installed. args are more
+// directives for the server's command line (e.g. "--proto-max-bulk-len",
+// "1mb").
+func StartRedis(t testing.TB, args ...string) *RedisServer {
 	t.Helper()
 	if _, err := exec.LookPath("redis-server"); err != nil {
 		t.Fatalf("outflowtest: this test starts its own redis-server and none is installed: " +
@@ -99,7 +102,7 @@ func StartRedis(t testing.TB) *RedisServer {
 	}
 	port := ln.Addr().(*net.TCPAddr).Port
 	ln.Close()
-	s := &RedisServer{t: t, dir: t.TempDir(), Port: port, URL: fmt.Sprintf("redis://127.0.0.1:%d/0", port)}
+	s := &RedisServer{t: t, dir: t.TempDir(), Port: port, URL: fmt.Sprintf("redis://127.0.0.1:%d/0", port), args: args}
 	s.Start()
 	t.Cleanup(s.Stop)
 	return s
@@ -108,8 +111,8 @@ func StartRedis(t testing.TB) *RedisServer {
 // Start starts the server (again) and waits until it answers.
 func (s *RedisServer) Start() {
 	s.t.Helper()
-	s.cmd = exec.Command("redis-server", "--port", strconv.Itoa(s.Port), "--bind", "127.0.0.1",
-		"--save", "", "--appendonly", "yes", "--appendfsync", "always", "--dir", s.dir, "--logfile", filepath.Join(s.dir, "redis.log"))
+	s.cmd = exec.Command("redis-server", append([]string{"--port", strconv.Itoa(s.Port), "--bind", "127.0.0.1",
+		"--save", "", "--appendonly", "yes", "--appendfsync", "always", "--dir", s.dir, "--logfile", filepath.Join(s.dir, "redis.log")}, s.args...)...)
 	if err := s.cmd.Start(); err != nil {
 		s.t.Fatalf("outflowtest: start redis-server: %v", err)
 	}

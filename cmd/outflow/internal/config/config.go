@@ -22,6 +22,7 @@ import (
 
 	"github.com/outflow-dev/outflow/app/secretseal"
 	"github.com/outflow-dev/outflow/brokers"
+	"github.com/outflow-dev/outflow/brokers/cloudevents"
 	"github.com/outflow-dev/outflow/internal/redact"
 )
 
@@ -88,6 +89,12 @@ type Config struct {
 	// KafkaTopicPartitions is the partition count of each topic the
 	// backend creates.
 	KafkaTopicPartitions int32
+	// CloudEvents says whether and how every broker but sql carries the
+	// CloudEvents attributes of each message (brokers.Config.CloudEvents).
+	CloudEvents cloudevents.Config
+	// AMQPMaxMessageBytes is the RabbitMQ server's max_message_size; 0:
+	// RabbitMQ's default for the server's version.
+	AMQPMaxMessageBytes int
 	// SQLPollInterval is how long a sql-broker subscription waits after a
 	// poll found nothing.
 	SQLPollInterval time.Duration
@@ -140,6 +147,10 @@ var settings = []setting{
 	{"nats-url", "NATS_URL", DefaultNATSURL, "NATS (JetStream) URL, for --broker nats"},
 	{"amqp-url", "AMQP_URL", DefaultAMQPURL, "RabbitMQ URL, for --broker amqp"},
 	{"amqp-groups", "AMQP_GROUPS", DefaultAMQPGroups, "consumer groups, besides the outflow worker's own handlers, whose RabbitMQ queues the forwarder declares before its first publish, topic=group,group[;topic=group...]: list the handlers of other processes, or RabbitMQ drops what is published before their first worker subscribes; for --broker amqp"},
+	{"amqp-max-message-bytes", "AMQP_MAX_MESSAGE_BYTES", "0", "the RabbitMQ server's max_message_size, which it does not tell clients: the outbox writer and the forwarder refuse a larger event; 0: RabbitMQ's default for the server's version (16 MiB from 4.0, 128 MiB for 3.8 to 3.13); for --broker amqp"},
+	{"cloudevents", "OUTFLOW_CLOUDEVENTS", "true", "write the CloudEvents 1.0 attributes of each event in the broker's binding (headers, or ce_ fields on Redis; not with --broker sql); false: Outflow's own metadata only (docs/events.md)"},
+	{"cloudevents-source", "OUTFLOW_CLOUDEVENTS_SOURCE", cloudevents.DefaultSource, "the CloudEvents source attribute of every event, a URI-reference: name the producing service (https://payments.example.com, /payments)"},
+	{"cloudevents-dataschema", "OUTFLOW_CLOUDEVENTS_DATASCHEMA", "", "template of the CloudEvents dataschema attribute, an absolute URI with {type} and {version}, e.g. https://schemas.example.com/{type}/v{version}.json; empty: none"},
 	{"kafka-brokers", "KAFKA_BROKERS", DefaultKafkaBroker, "comma-separated Kafka bootstrap brokers (host:port), for --broker kafka"},
 	{"nats-replicas", "NATS_REPLICAS", DefaultNATSReplicas, "replicas of each JetStream stream Outflow creates (1-5), for --broker nats"},
 	{"kafka-topic-partitions", "KAFKA_TOPIC_PARTITIONS", DefaultKafkaTopicPartitions, "partitions of each Kafka topic Outflow creates (existing topics keep theirs), for --broker kafka"},
@@ -252,6 +263,21 @@ func (f *Flags) Load() (Config, error) {
 			cfg.AMQPURL, err = v, validateAMQPURL(v)
 		case "amqp-groups":
 			cfg.AMQPGroups, err = parseGroups(v)
+		case "amqp-max-message-bytes":
+			cfg.AMQPMaxMessageBytes, err = parseInt(v, 0, 1<<29)
+		case "cloudevents":
+			var on bool
+			on, err = strconv.ParseBool(v)
+			if err != nil {
+				err = fmt.Errorf("want true or false, not %q", v)
+			}
+			cfg.CloudEvents.Disabled = !on
+		case "cloudevents-source":
+			cfg.CloudEvents.Source = v
+			err = cloudevents.Config{Source: v}.Validate()
+		case "cloudevents-dataschema":
+			cfg.CloudEvents.DataSchema = v
+			err = cloudevents.Config{DataSchema: v}.Validate()
 		case "nats-replicas":
 			var n int
 			n, err = parseInt(v, 1, 5)
@@ -436,10 +462,10 @@ func (c Config) BrokerConfig(partitions int, logger *slog.Logger) brokers.Config
 	if dbURL == "" {
 		dbURL = c.DatabaseURL
 	}
-	return brokers.Config{Kind: c.Broker, Partitions: partitions, Logger: logger,
+	return brokers.Config{Kind: c.Broker, Partitions: partitions, Logger: logger, CloudEvents: c.CloudEvents,
 		Redis: brokers.RedisConfig{URL: c.RedisURL, Cluster: c.RedisCluster, WaitReplicas: c.RedisWaitReplicas, WaitTimeout: c.RedisWaitTimeout},
 		NATS:  brokers.NATSConfig{URL: c.NATSURL, Replicas: c.NATSReplicas},
-		AMQP:  brokers.AMQPConfig{URL: c.AMQPURL, Groups: c.AMQPGroups},
+		AMQP:  brokers.AMQPConfig{URL: c.AMQPURL, Groups: c.AMQPGroups, MaxMessageBytes: c.AMQPMaxMessageBytes},
 		Kafka: brokers.KafkaConfig{Brokers: c.KafkaBrokers, TopicPartitions: c.KafkaTopicPartitions},
 		SQL:   brokers.SQLConfig{DatabaseURL: dbURL, PollInterval: c.SQLPollInterval}}
 }

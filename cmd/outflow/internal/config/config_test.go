@@ -74,6 +74,21 @@ func TestLoad(t *testing.T) {
 			}},
 		{name: "empty key's hash", env: map[string]string{"CONSOLE_OPERATOR_KEY_SHA256": "e3b0c44298fc1c149afbf4c8996fb92427ae41e4649b934ca495991b7852b855"},
 			wantErr: "invalid CONSOLE_OPERATOR_KEY_SHA256: that is the SHA-256 of an empty key"},
+		{name: "cloudevents on by default", check: func(c Config) bool {
+			ce := c.BrokerConfig(1, nil).CloudEvents
+			return !ce.Disabled && ce.Source == "urn:outflow" && ce.DataSchema == ""
+		}},
+		{name: "cloudevents off", env: map[string]string{"OUTFLOW_CLOUDEVENTS": "false"}, check: func(c Config) bool { return c.BrokerConfig(1, nil).CloudEvents.Disabled }},
+		{name: "cloudevents set", args: []string{"--cloudevents-source", "https://payments.example.com", "--cloudevents-dataschema", "https://s.example.com/{type}/v{version}.json", "--amqp-max-message-bytes", "4096"},
+			check: func(c Config) bool {
+				b := c.BrokerConfig(1, nil)
+				return b.CloudEvents.Source == "https://payments.example.com" && b.CloudEvents.DataSchema == "https://s.example.com/{type}/v{version}.json" && b.AMQP.MaxMessageBytes == 4096
+			}},
+		{name: "bad cloudevents", args: []string{"--cloudevents", "sometimes"}, wantErr: "invalid --cloudevents: want true or false"},
+		{name: "bad cloudevents source", args: []string{"--cloudevents-source", "my service"}, wantErr: "invalid --cloudevents-source: cloudevents config: Source \"my service\" is not a URI-reference"},
+		{name: "bad cloudevents source env", env: map[string]string{"OUTFLOW_CLOUDEVENTS_SOURCE": "%zz"}, wantErr: "invalid OUTFLOW_CLOUDEVENTS_SOURCE"},
+		{name: "relative dataschema", args: []string{"--cloudevents-dataschema", "/schemas/{type}"}, wantErr: "invalid --cloudevents-dataschema: cloudevents config: DataSchema \"/schemas/{type}\" does not give an absolute URI"},
+		{name: "bad amqp max message bytes", args: []string{"--amqp-max-message-bytes", "-1"}, wantErr: "invalid --amqp-max-message-bytes"},
 		{name: "audit defaults", check: func(c Config) bool { return c.AuditInterval == 20*time.Second }},
 		{name: "audit off", env: map[string]string{"AUDIT_INTERVAL": "-1s"}, check: func(c Config) bool { return c.AuditInterval < 0 }},
 		{name: "audit set", args: []string{"--audit-interval", "5s"}, check: func(c Config) bool {
@@ -101,7 +116,7 @@ func TestLoad(t *testing.T) {
 			for _, k := range []string{"DATABASE_URL", "REDIS_URL", "HTTP_ADDR", "LOG_LEVEL", "LOG_FORMAT", "AMQP_GROUPS", "NATS_REPLICAS",
 				"WEBHOOK_ALLOW_PRIVATE", "WEBHOOK_SECRET_GRACE", "OUTFLOW_SECRET_KEY", "AUDIT_INTERVAL",
 				"REDIS_CLUSTER", "REDIS_WAIT_REPLICAS", "REDIS_WAIT_TIMEOUT", "CONSOLE_ADDR", "CONSOLE_INSECURE_COOKIE",
-				"CONSOLE_OPERATOR_KEY_SHA256"} {
+				"CONSOLE_OPERATOR_KEY_SHA256", "OUTFLOW_CLOUDEVENTS", "OUTFLOW_CLOUDEVENTS_SOURCE", "OUTFLOW_CLOUDEVENTS_DATASCHEMA", "AMQP_MAX_MESSAGE_BYTES"} {
 				t.Setenv(k, tt.env[k])
 			}
 			fs := pflag.NewFlagSet("test", pflag.ContinueOnError)
