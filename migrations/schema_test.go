@@ -111,7 +111,7 @@ func TestSchemaOption(t *testing.T) {
 	require.Equal(t, "a", identity(), "00011 was rolled back in the target schema: outbox.id is an identity again")
 	rs, err = m.Up(ctx)
 	require.NoError(t, err)
-	require.Len(t, rs, 15)
+	require.Len(t, rs, 16)
 	require.Empty(t, identity())
 }
 
