@@ -200,9 +200,9 @@ func EnsurePartitions(ctx context.Context, pool interface {
 // consumer group that lags behind the retention loses events either way).
 //
 // So do the bodies by reference (claimcheck.PurgeBodies) of the events
-// gone, with the same cutoff: a body never outlives its event by more
-// than a run, nor goes before it. They are not counted in the rows
-// returned, which are the outbox's.
+// gone, with the same cutoff, by days dropped whole: a body never goes
+// before its event. They are not counted in the rows returned, which are
+// the outbox's.
 func Purge(ctx context.Context, pool interface {
 	Begin(context.Context) (pgx.Tx, error)
 }, retention time.Duration, batch int) (int64, error) {
@@ -218,7 +218,7 @@ func Purge(ctx context.Context, pool interface {
 	if err := purgeReceipts(ctx, pool, cutoff, batch); err != nil {
 		return dropped + deleted, err
 	}
-	_, err = claimcheck.PurgeBodies(ctx, pool, cutoff, batch)
+	_, _, err = claimcheck.PurgeBodies(ctx, pool, cutoff, batch)
 	return dropped + deleted, err
 }
 

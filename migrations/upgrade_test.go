@@ -71,7 +71,7 @@ func TestUpgradeFromSingleSet(t *testing.T) {
 			require.Equal(t, tt.want, ran, "adopted versions are not run again")
 
 			// 00016's, 00027's, 00030's, 00031's and 00033's tables are new, and empty.
-			after, err := schemadump.Rows(ctx, s.Pool, s.Name, migrations.VersionTable, "outflow_claim_bodies", "outbox_audit", "outbox_receipts", "outbox_failures", "outbox_partition_sets",
+			after, err := schemadump.Rows(ctx, s.Pool, s.Name, migrations.VersionTable, "outflow_claim_bodies", "outflow_claim_bodies_default", "outbox_audit", "outbox_receipts", "outbox_failures", "outbox_partition_sets",
 				"outbox_wal_history", "outbox_wal_parked", "outbox_wal_slots", "outbox_wal_receipts", "outbox_wal_audit",
 				"outflow_operator_actions")
 			require.NoError(t, err)

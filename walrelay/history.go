@@ -158,10 +158,10 @@ func (r *Relay) pruneHistory(ctx context.Context, conn *pgx.Conn) {
 	}
 	// Bodies by reference go with their events' history, at the same
 	// cutoff; a parked event keeps its own.
-	if n, err := claimcheck.PurgeBodies(ctx, conn, cutoff, 1000); err != nil {
+	if days, rows, err := claimcheck.PurgeBodies(ctx, conn, cutoff, 1000); err != nil {
 		r.cfg.Logger.Warn("wal relay: purge bodies by reference past retention", "error", err.Error())
-	} else if n > 0 {
-		r.cfg.Logger.Info("wal relay: bodies by reference purged past retention", "bodies", n)
+	} else if days > 0 || rows > 0 {
+		r.cfg.Logger.Info("wal relay: bodies by reference purged past retention", "days_dropped", days, "default_rows", rows)
 	}
 }
 

@@ -169,40 +169,59 @@ func TestRefFromMetadata(t *testing.T) {
 }
 
 // Retention: the forwarder's purge removes a body with its event, at the
-// same cutoff, never before it; a redelivery of the event afterwards (a
+// same cutoff, never before it: a day's partition dropped whole, a body of
+// the default partition deleted; a redelivery of the event afterwards (a
 // replay from a broker that kept it longer) fails with ErrBodyGone.
 func TestBodyPurgedWithItsEvent(t *testing.T) {
 	t.Parallel()
 	ctx := context.Background()
 	s := outflowtest.NewSchema(t)
 	old, _ := write(t, s, "old", 5_000)
+	older, _ := write(t, s, "older", 5_000)
 	oldMsg := published(t, s, old.MessageID)
-	_, err := s.Pool.Exec(ctx, `
-		UPDATE outbox SET created_at = now() - interval '20 days';
-		UPDATE outflow_claim_bodies SET created_at = now() - interval '20 days';
-		INSERT INTO outbox_partition_sets (first_id, base, count) VALUES (0, 0, 1);
-		INSERT INTO outbox_partitions (partition, published_through) VALUES (0, 0)`)
-	require.NoError(t, err)
+	// The old body's day has a partition, the older one's does not (it
+	// lands in the default partition).
+	oldDay := time.Now().Add(-20 * 24 * time.Hour)
+	require.NoError(t, claimcheck.EnsurePartitions(ctx, s.Pool, oldDay))
+	dayPartition := "outflow_claim_bodies_" + oldDay.UTC().Format("20060102")
+	for _, q := range []string{
+		`UPDATE outbox SET created_at = now() - interval '30 days'`,
+		`UPDATE outflow_claim_bodies SET created_at = now() - interval '20 days' WHERE message_id = '` + old.MessageID + `'`,
+		`UPDATE outflow_claim_bodies SET created_at = now() - interval '30 days' WHERE message_id = '` + older.MessageID + `'`,
+		`INSERT INTO outbox_partition_sets (first_id, base, count) VALUES (0, 0, 1)`,
+		`INSERT INTO outbox_partitions (partition, published_through) VALUES (0, 0)`,
+	} {
+		_, err := s.Pool.Exec(ctx, q)
+		require.NoError(t, err, q)
+	}
 	count := func(q string) (n int) {
 		t.Helper()
 		require.NoError(t, s.Pool.QueryRow(ctx, q).Scan(&n))
 		return n
 	}
+	require.Equal(t, 1, count(`SELECT count(*) FROM `+dayPartition))
+	require.Equal(t, 1, count(`SELECT count(*) FROM outflow_claim_bodies_default`))
 
-	// Old, but its event is not published: both stay.
-	_, err = forwarder.Purge(ctx, s.Pool, 15*24*time.Hour, 10)
+	// Old, but their events are not published: all stay.
+	_, err := forwarder.Purge(ctx, s.Pool, 15*24*time.Hour, 10)
 	require.NoError(t, err)
-	require.Equal(t, 1, count(`SELECT count(*) FROM outbox`))
-	require.Equal(t, 1, count(`SELECT count(*) FROM outflow_claim_bodies`), "a body never goes before its event")
+	require.Equal(t, 2, count(`SELECT count(*) FROM outbox`))
+	require.Equal(t, 2, count(`SELECT count(*) FROM outflow_claim_bodies`), "a body never goes before its event")
 
-	// Published (its partition wholly below the cursor) and old: the
-	// partition is dropped and the body goes with it.
+	// Published (their partition wholly below the cursor) and old: the
+	// outbox's partition is dropped, the bodies go with it, the day's
+	// partition whole.
 	_, err = s.Pool.Exec(ctx, `UPDATE outbox_partitions SET published_through = 100000000`)
 	require.NoError(t, err)
 	_, err = forwarder.Purge(ctx, s.Pool, 15*24*time.Hour, 10)
 	require.NoError(t, err)
-	require.Zero(t, count(`SELECT count(*) FROM outbox WHERE message_id = '`+old.MessageID+`'`), "the event is gone")
-	require.Zero(t, count(`SELECT count(*) FROM outflow_claim_bodies WHERE message_id = '`+old.MessageID+`'`), "its body with it")
+	require.Zero(t, count(`SELECT count(*) FROM outbox`), "the events are gone")
+	require.Zero(t, count(`SELECT count(*) FROM outflow_claim_bodies`), "their bodies with them")
+	require.Zero(t, count(`SELECT count(*) FROM pg_class WHERE relname = '`+dayPartition+`' AND relnamespace = current_schema()::regnamespace`),
+		"the day's partition dropped whole")
+	today := "outflow_claim_bodies_" + time.Now().UTC().Format("20060102")
+	require.Equal(t, 1, count(`SELECT count(*) FROM pg_class WHERE relname = '`+today+`' AND relnamespace = current_schema()::regnamespace`),
+		"today's partition made ahead, kept")
 
 	_, err = claimcheck.Resolve(ctx, claimcheck.Postgres{DB: s.Pool}, oldMsg)
 	require.ErrorIs(t, err, claimcheck.ErrBodyGone)

@@ -91,61 +91,162 @@ func classify(err error) error {
 	return err
 }
 
-// PurgeBodies deletes the bodies created before cutoff whose event is
-// gone: no longer in the outbox (its partition dropped, or its row of
-// outbox_default deleted, by the forwarder's purge) nor parked by the WAL
-// relay (outbox_wal_parked). So a body goes with its event, at the same
-// cutoff, and never before it: a parked event keeps its body. It walks
-// the table in id order (insertion order), batch rows a transaction, and
-// stops at the first row newer than cutoff; it returns how many went.
-// Each body is a delete (WAL of the heap and its TOAST chunks, and
-// vacuum): bodies are few, being large, and this keeps them out of the
-// outbox's partitions, which go whole. Without migration 00033 it does
-// nothing.
-func PurgeBodies(ctx context.Context, pool interface {
-	Begin(context.Context) (pgx.Tx, error)
-}, cutoff time.Time, batch int) (int64, error) {
-	if batch < 1 {
-		return 0, fmt.Errorf("claimcheck: purge bodies: batch %d: must be at least 1", batch)
-	}
-	var (
-		total int64
-		after int64 = -1
-	)
-	for {
-		var (
-			lastID  *int64
-			deleted int64
-			reached *bool
-			exists  bool
-		)
-		err := pgx.BeginFunc(ctx, pool, func(tx pgx.Tx) error {
-			if err := tx.QueryRow(ctx, `SELECT to_regclass('outflow_claim_bodies') IS NOT NULL`).Scan(&exists); err != nil || !exists {
+// Beginner opens a transaction: a *pgxpool.Pool or a *pgx.Conn.
+type Beginner interface {
+	Begin(ctx context.Context) (pgx.Tx, error)
+}
+
+// partitionPrefix names the day partitions of outflow_claim_bodies:
+// outflow_claim_bodies_20261205 holds the bodies created that day (UTC).
+const partitionPrefix = Table + "_"
+
+// dropMargin is how long after its day ends a partition may be dropped at
+// the earliest: created_at is its transaction's start, so a transaction
+// begun before midnight may still write into the day before; none lives
+// a day.
+const dropMargin = 24 * time.Hour
+
+// EnsurePartitions creates the partitions of outflow_claim_bodies for the
+// day of now (UTC) and the next, when missing, so that bodies land in a
+// partition retention drops whole. Each waits at most a second for its
+// lock (creating a partition locks the table against writers for a
+// moment): one that cannot is created at the next run. Without migration
+// 00033 it does nothing.
+func EnsurePartitions(ctx context.Context, db Beginner, now time.Time) error {
+	for _, d := range []time.Time{now.UTC(), now.UTC().Add(24 * time.Hour)} {
+		day := time.Date(d.Year(), d.Month(), d.Day(), 0, 0, 0, 0, time.UTC)
+		name := partitionPrefix + day.Format("20060102")
+		err := pgx.BeginFunc(ctx, db, func(tx pgx.Tx) error {
+			var exists, parent bool
+			if err := tx.QueryRow(ctx, `SELECT to_regclass($1) IS NOT NULL, to_regclass('outflow_claim_bodies') IS NOT NULL`, name).
+				Scan(&exists, &parent); err != nil || exists || !parent {
 				return err
 			}
-			// outbox_wal_parked exists from migration 00027 on, before
-			// 00033: both are there.
-			return tx.QueryRow(ctx, `
-				WITH scan AS (
-					SELECT id, message_id, created_at FROM outflow_claim_bodies WHERE id > $1 ORDER BY id LIMIT $2
-				), del AS (
-					DELETE FROM outflow_claim_bodies b USING scan s
-					WHERE b.id = s.id AND s.created_at < $3
-					  AND NOT EXISTS (SELECT 1 FROM outbox o WHERE o.message_id = s.message_id)
-					  AND NOT EXISTS (SELECT 1 FROM outbox_wal_parked w WHERE w.message_id = s.message_id)
-					RETURNING b.id
-				)
-				SELECT (SELECT max(id) FROM scan), (SELECT count(*) FROM del), (SELECT bool_or(created_at >= $3) FROM scan)`,
-				after, batch, cutoff).Scan(&lastID, &deleted, &reached)
+			if _, err := tx.Exec(ctx, `SET LOCAL lock_timeout = '1s'`); err != nil {
+				return err
+			}
+			_, err := tx.Exec(ctx, fmt.Sprintf(`CREATE TABLE IF NOT EXISTS %s PARTITION OF outflow_claim_bodies FOR VALUES FROM ('%s') TO ('%s')`,
+				pgx.Identifier{name}.Sanitize(), day.Format(time.RFC3339), day.Add(24*time.Hour).Format(time.RFC3339)))
+			return err
 		})
 		if err != nil {
-			return total, fmt.Errorf("claimcheck: purge bodies: %w", err)
+			return fmt.Errorf("claimcheck: create partition %s: %w", name, err)
 		}
-		total += deleted
-		if !exists || lastID == nil || (reached != nil && *reached) {
+	}
+	return nil
+}
+
+// liveEventSQL finds, in a partition of the bodies (%s), one whose event
+// is still kept: in the outbox (its partition not dropped yet, or its row
+// of outbox_default not deleted), or parked by the WAL relay.
+const liveEventSQL = `SELECT EXISTS (SELECT 1 FROM %s b WHERE EXISTS (SELECT 1 FROM outbox o WHERE o.message_id = b.message_id)
+	OR EXISTS (SELECT 1 FROM outbox_wal_parked w WHERE w.message_id = b.message_id))`
+
+// PurgeBodies removes the bodies of the events gone, created before
+// cutoff, and returns how many days' partitions it dropped and how many
+// rows of the default partition it deleted. It creates the partitions of
+// today and tomorrow first (EnsurePartitions).
+//
+// A day's partition goes whole (DROP TABLE: nothing deleted, nothing for
+// vacuum, no WAL but the catalog's) once the day ended before cutoff, and
+// a day ago at least, and no body in it belongs to an event still kept:
+// in the outbox (the forwarder's purge drops a partition of the outbox
+// once its newest row is past the retention, so an event can outlive the
+// cutoff by a partition's span) or parked by the WAL relay. So a body
+// never goes before its event, and goes at the first run after its whole
+// day's events did; a day kept by one event (a parked one) keeps only
+// itself. The check and the drop hold the partition's lock,
+// waited for a fifth of a second at most (a long transaction postpones
+// the drop to the next run). Bodies in outflow_claim_bodies_default are
+// deleted batch rows a transaction, on the same rule. Without migration
+// 00033 it does nothing.
+func PurgeBodies(ctx context.Context, pool Beginner, cutoff time.Time, batch int) (dropped int, deleted int64, err error) {
+	if batch < 1 {
+		return 0, 0, fmt.Errorf("claimcheck: purge bodies: batch %d: must be at least 1", batch)
+	}
+	if err := EnsurePartitions(ctx, pool, time.Now()); err != nil {
+		return 0, 0, err
+	}
+	var names []string
+	err = pgx.BeginFunc(ctx, pool, func(tx pgx.Tx) error {
+		rows, err := tx.Query(ctx, `SELECT c.relname FROM pg_inherits i JOIN pg_class c ON c.oid = i.inhrelid
+			WHERE i.inhparent = to_regclass('outflow_claim_bodies') ORDER BY 1`)
+		if err != nil {
+			return err
+		}
+		names, err = pgx.CollectRows(rows, pgx.RowTo[string])
+		return err
+	})
+	if err != nil {
+		return 0, 0, fmt.Errorf("claimcheck: purge bodies: %w", err)
+	}
+	latest := time.Now().Add(-dropMargin)
+	for _, n := range names {
+		day, perr := time.Parse("20060102", strings.TrimPrefix(n, partitionPrefix))
+		if perr != nil || !strings.HasPrefix(n, partitionPrefix) {
+			continue // the default partition
+		}
+		end := day.Add(24 * time.Hour)
+		if end.After(cutoff) || end.After(latest) {
+			break // the names sort by day: nor are the later ones past
+		}
+		table := pgx.Identifier{n}.Sanitize()
+		var drop bool
+		err := pgx.BeginFunc(ctx, pool, func(tx pgx.Tx) error {
+			if _, err := tx.Exec(ctx, `SET LOCAL lock_timeout = '200ms'`); err != nil {
+				return err
+			}
+			if _, err := tx.Exec(ctx, `LOCK TABLE `+table+` IN ACCESS EXCLUSIVE MODE`); err != nil {
+				return err
+			}
+			var live bool
+			if err := tx.QueryRow(ctx, fmt.Sprintf(liveEventSQL, table)).Scan(&live); err != nil || live {
+				return err
+			}
+			drop = true
+			_, err := tx.Exec(ctx, `DROP TABLE `+table)
+			return err
+		})
+		if err != nil {
+			return dropped, 0, fmt.Errorf("claimcheck: purge bodies: drop %s: %w", n, err)
+		}
+		if !drop {
+			continue // an event of that day is kept (parked, say): look past it
+		}
+		dropped++
+	}
+	deleted, err = purgeDefault(ctx, pool, cutoff, batch)
+	return dropped, deleted, err
+}
+
+// purgeDefault deletes the bodies of outflow_claim_bodies_default created
+// before cutoff whose event is gone, batch rows a transaction.
+func purgeDefault(ctx context.Context, pool Beginner, cutoff time.Time, batch int) (int64, error) {
+	var total int64
+	for {
+		var n int64
+		err := pgx.BeginFunc(ctx, pool, func(tx pgx.Tx) error {
+			var exists bool
+			if err := tx.QueryRow(ctx, `SELECT to_regclass('outflow_claim_bodies_default') IS NOT NULL`).Scan(&exists); err != nil || !exists {
+				return err
+			}
+			tag, err := tx.Exec(ctx, `
+				DELETE FROM outflow_claim_bodies_default WHERE ctid = ANY (ARRAY(
+					SELECT b.ctid FROM outflow_claim_bodies_default b
+					WHERE b.created_at < $1
+					  AND NOT EXISTS (SELECT 1 FROM outbox o WHERE o.message_id = b.message_id)
+					  AND NOT EXISTS (SELECT 1 FROM outbox_wal_parked w WHERE w.message_id = b.message_id)
+					LIMIT $2))`, cutoff, batch)
+			n = tag.RowsAffected()
+			return err
+		})
+		if err != nil {
+			return total, fmt.Errorf("claimcheck: purge bodies: default partition: %w", err)
+		}
+		total += n
+		if n < int64(batch) {
 			return total, nil
 		}
-		after = *lastID
 	}
 }
 

@@ -52,7 +52,7 @@ func readBodies(t *testing.T, q interface {
 	Query(context.Context, string, ...any) (pgx.Rows, error)
 }) []storedBody {
 	t.Helper()
-	rows, err := q.Query(context.Background(), `SELECT message_id::text, sha256, size, body FROM outflow_claim_bodies ORDER BY id`)
+	rows, err := q.Query(context.Background(), `SELECT message_id::text, sha256, size, body FROM outflow_claim_bodies ORDER BY message_id`)
 	require.NoError(t, err)
 	out, err := pgx.CollectRows(rows, pgx.RowToStructByPos[storedBody])
 	require.NoError(t, err)

@@ -6,30 +6,29 @@
 -- The broker never sees the body; a consumer fetches it by message id.
 --
 -- bytea, not jsonb: the very bytes the writer encoded, which the sha256 in
--- the reference is of (jsonb would reformat them). id is only the purge's
--- walk order; the consumer reads by message_id.
+-- the reference is of (jsonb would reformat them).
 --
--- Rights: nobody but the owner (the role that runs the migrations, and
--- writes the events) reads a body unless granted outflow_claim_reader. A
--- consumer connected as a role without it gets "permission denied" from
--- PostgreSQL itself, which events/claimcheck reports as ErrBodyForbidden.
--- A role rather than a SECURITY DEFINER function with an allow-list: the
--- database enforces it for every client (psql, a BI tool, a consumer in
--- another language), \dp shows it, and it is granted and revoked by the
--- means an administrator already audits. The role is cluster-wide and
--- created once; a migration run by a role that may not create roles
--- leaves it to an administrator (a NOTICE says so), and the table is then
--- the owner's only: refused by default, never open.
+-- Partitioned by day of created_at (the writing transaction's start, as
+-- the outbox row's created_at), so that retention drops a day whole once
+-- its events are gone: deleting a body row by row would write its TOAST
+-- pages to the WAL again as full-page images, as much WAL as the body
+-- itself (docs/benchmarks.md). The forwarder's and the WAL relay's purges
+-- create today's and tomorrow's (claimcheck.EnsurePartitions) at each run;
+-- a body whose day has no partition (before the first run) lands in
+-- outflow_claim_bodies_default, purged row by row. message_id is not unique across days (a unique index must hold the
+-- partition key): each event has one body, written with it.
 --
 -- Online: a new table, empty.
 CREATE TABLE outflow_claim_bodies (
-    id         bigint      GENERATED ALWAYS AS IDENTITY PRIMARY KEY,
-    message_id uuid        NOT NULL UNIQUE,
+    message_id uuid        NOT NULL,
     created_at timestamptz NOT NULL DEFAULT now(),
     sha256     bytea       NOT NULL CHECK (length(sha256) = 32),
     size       integer     NOT NULL CHECK (size >= 0),
     body       bytea       NOT NULL
-);
+) PARTITION BY RANGE (created_at);
+CREATE INDEX outflow_claim_bodies_message_id_idx ON outflow_claim_bodies (message_id);
+CREATE TABLE outflow_claim_bodies_default PARTITION OF outflow_claim_bodies DEFAULT;
+
 REVOKE ALL ON outflow_claim_bodies FROM PUBLIC;
 
 -- +goose StatementBegin

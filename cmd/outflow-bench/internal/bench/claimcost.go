@@ -13,6 +13,7 @@ import (
 	"github.com/jackc/pgx/v5"
 
 	"github.com/outflow-dev/outflow/events"
+	"github.com/outflow-dev/outflow/events/claimcheck"
 	"github.com/outflow-dev/outflow/events/outbox"
 	"github.com/outflow-dev/outflow/forwarder"
 )
@@ -44,8 +45,7 @@ func (claimDoc) EventType() string { return "document.scanned" }
 // size: the WAL of the outbox's and outflow_claim_bodies' relations
 // (pg_waldump from a CHECKPOINT, full-page images included) for the write
 // and for the retention that removes the event (Purge: the outbox's
-// partition dropped whole, the bodies deleted in batches, and the VACUUM
-// after it), and the bytes stored per event. One event per transaction.
+// partition and the bodies' day dropped whole, and the VACUUM after it), and the bytes stored per event. One event per transaction.
 // The relay is not measured: it reads the outbox row, which by reference
 // is the small one, and writes nothing per event.
 func ClaimCost(ctx context.Context, cfg ClaimCostConfig) error {
@@ -96,6 +96,11 @@ func claimCostRun(ctx context.Context, cfg ClaimCostConfig, size int, byRef bool
 	if len(made) == 0 {
 		return errors.New("claim cost: no partition made for the events")
 	}
+	// Today's partition of the bodies, as a running forwarder's purge
+	// makes it ahead.
+	if err := claimcheck.EnsurePartitions(ctx, pool, time.Now()); err != nil {
+		return err
+	}
 	meter, err := newWALMeter(ctx, pool)
 	if err != nil {
 		return err
@@ -127,7 +132,8 @@ func claimCostRun(ctx context.Context, cfg ClaimCostConfig, size int, byRef bool
 		return err
 	}
 	var stored, outboxStored, bodies int64
-	if err := pool.QueryRow(ctx, `SELECT pg_total_relation_size($1::regclass), pg_total_relation_size('outflow_claim_bodies'),
+	if err := pool.QueryRow(ctx, `SELECT pg_total_relation_size($1::regclass),
+		(SELECT coalesce(sum(pg_total_relation_size(inhrelid)), 0)::bigint FROM pg_inherits WHERE inhparent = 'outflow_claim_bodies'::regclass),
 		(SELECT count(*) FROM outflow_claim_bodies)`, made[0]).Scan(&outboxStored, &stored, &bodies); err != nil {
 		return err
 	}
@@ -135,18 +141,35 @@ func claimCostRun(ctx context.Context, cfg ClaimCostConfig, size int, byRef bool
 		return fmt.Errorf("claim cost: %d bodies stored for %d events %s", bodies, cfg.Events, mode)
 	}
 
-	// Retention: every event published (the cursors past them) and older
-	// than the cutoff (an hour ahead).
+	// Retention: every event published (the cursors past them) and, with
+	// its body, three days old, past a retention of a day: the bodies'
+	// days are dropped only once over (claimcheck's margin). The aging
+	// (UPDATEs, moving the bodies to their day's partition) is before the
+	// measure.
+	if err := claimcheck.EnsurePartitions(ctx, pool, time.Now().Add(-3*24*time.Hour)); err != nil {
+		return err
+	}
 	if _, err := pool.Exec(ctx, `
 		WITH sets AS (INSERT INTO outbox_partition_sets (first_id, base, count) VALUES (0, 0, 1))
 		INSERT INTO outbox_partitions (partition, published_through, published_high)
 		SELECT 0, m, m FROM (SELECT max(id) AS m FROM outbox) x`); err != nil {
 		return err
 	}
+	if _, err := pool.Exec(ctx, `UPDATE outbox SET created_at = created_at - interval '3 days'`); err != nil {
+		return err
+	}
+	if _, err := pool.Exec(ctx, `UPDATE outflow_claim_bodies SET created_at = created_at - interval '3 days'`); err != nil {
+		return err
+	}
+	// The rows the aging moved out of today's partition are vacuumed
+	// before the measure: a real body is never moved.
+	if _, err := pool.Exec(ctx, `VACUUM outbox, outflow_claim_bodies`); err != nil {
+		return err
+	}
 	if start, err = meter.mark(ctx); err != nil {
 		return err
 	}
-	if _, err := forwarder.Purge(ctx, pool, -time.Hour, 10_000); err != nil {
+	if _, err := forwarder.Purge(ctx, pool, 24*time.Hour, 10_000); err != nil {
 		return err
 	}
 	if _, err := pool.Exec(ctx, `VACUUM outbox, outflow_claim_bodies`); err != nil {
