@@ -3,6 +3,7 @@ package consumer_test
 import (
 	"bytes"
 	"context"
+	"errors"
 	"log/slog"
 	"net/url"
 	"strings"
@@ -220,4 +221,39 @@ func poolAs(t *testing.T, s *outflowtest.Schema, role string) *pgxpool.Pool {
 	require.NoError(t, err)
 	t.Cleanup(pool.Close)
 	return pool
+}
+
+// flakyStore fails its first fetches as a lost connection would, then
+// reads as the store it wraps.
+type flakyStore struct {
+	claimcheck.Postgres
+	failures atomic.Int32
+}
+
+func (f *flakyStore) Get(ctx context.Context, ref claimcheck.Ref) ([]byte, error) {
+	if f.failures.Add(-1) >= 0 {
+		return nil, errors.New("read tcp 10.0.0.7:5432: connection reset by peer")
+	}
+	return f.Postgres.Get(ctx, ref)
+}
+
+// A fetch that fails transiently (the store of WorkerConfig.Bodies lost
+// its connection) is retried like any handler error, and the event
+// applies once it reads.
+func TestWorkerRetriesATransientFetch(t *testing.T) {
+	t.Parallel()
+	r := newRig(t)
+	store := &flakyStore{Postgres: claimcheck.Postgres{DB: r.schema.Pool}}
+	store.failures.Store(2)
+	cfg := r.config()
+	cfg.Bodies = store
+	w, err := consumer.NewWorker(cfg)
+	require.NoError(t, err)
+	require.NoError(t, w.Add(consumer.Handler{Name: "retry", Topic: ordersTopic,
+		Idempotency: idempotency.Config{MaxAttempts: 5, RetryBackoff: 10 * time.Millisecond, RetryBackoffMax: 20 * time.Millisecond},
+		Func:        record("retry")}))
+	id := r.publishByReference(t, "o-1")
+	run(t, w)
+	outflowtest.WaitFor(t, 20*time.Second, "the event applied after the failed fetches", func() bool { return r.handled(t, "retry", id) })
+	require.LessOrEqual(t, store.failures.Load(), int32(-1), "fetched after two failures")
 }
