@@ -22,6 +22,7 @@ import (
 
 	"github.com/outflow-dev/outflow/brokers"
 	"github.com/outflow-dev/outflow/events"
+	"github.com/outflow-dev/outflow/events/claimcheck"
 	"github.com/outflow-dev/outflow/idempotency"
 )
 
@@ -137,6 +138,16 @@ type WorkerConfig struct {
 	// InstanceID names this process in the consumer groups. Defaults to a
 	// random id.
 	InstanceID string
+	// Bodies is where the handlers fetch the payloads that travel by
+	// reference (events/outbox Config.ClaimCheck): resolved before
+	// decoding, verified against their sha256 and size, never stored in
+	// a dead letter (which keeps the reference). Nil: the default
+	// PostgreSQL store read in the handler's own transaction, for bodies
+	// in the consumers' database (Pool, the producer's, as in the
+	// reference app); its role must be granted outflow_claim_reader.
+	// Set it (claimcheck.Postgres{DB: producerPool}) when the producer's
+	// database is another.
+	Bodies claimcheck.Store
 	// Logger defaults to slog.Default().
 	Logger *slog.Logger
 	// Registerer, when set, gets every handler's metrics: the
@@ -491,13 +502,20 @@ func (w *Worker) handlerFunc(h Handler, system string) message.HandlerFunc {
 		if !listed(h, msg) {
 			return nil, nil
 		}
-		ev, err := w.cfg.Registry.DecodeMessage(msg)
-		if err != nil {
-			return nil, err
-		}
 		tx, ok := idempotency.Tx(msg.Context())
 		if !ok {
 			return nil, errors.New("consumer: no transaction in the message context")
+		}
+		// A body by reference is fetched here, for listed types only: the
+		// others never cost a fetch. msg keeps the reference, so a dead
+		// letter does too.
+		dm, err := w.resolveBody(msg.Context(), tx, msg)
+		if err != nil {
+			return nil, fmt.Errorf("handler %q: %w", h.Name, err)
+		}
+		ev, err := w.cfg.Registry.DecodeMessage(dm)
+		if err != nil {
+			return nil, err
 		}
 		ctx, span := startSpan(msg.Context(), h, system, msg)
 		defer func() {
@@ -508,6 +526,15 @@ func (w *Worker) handlerFunc(h Handler, system string) message.HandlerFunc {
 		}()
 		return nil, h.Func(ctx, tx, ev)
 	}
+}
+
+// resolveBody returns msg with its body when it travels by reference:
+// from cfg.Bodies, or read in tx.
+func (w *Worker) resolveBody(ctx context.Context, tx pgx.Tx, msg *message.Message) (*message.Message, error) {
+	if w.cfg.Bodies != nil {
+		return claimcheck.Resolve(ctx, w.cfg.Bodies, msg)
+	}
+	return claimcheck.ResolveTx(ctx, tx, msg)
 }
 
 // Wants reports whether the handler's Func receives events of eventType:

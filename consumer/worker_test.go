@@ -35,6 +35,8 @@ var quiet = slog.New(slog.NewTextHandler(io.Discard, nil))
 type orderPlaced struct {
 	OrderID string `json:"order_id"`
 	Amount  int64  `json:"amount"`
+	// Note is large in the claim check's tests.
+	Note string `json:"note,omitempty"`
 }
 
 func (orderPlaced) EventType() string { return "order.placed" }

@@ -10,6 +10,8 @@ import (
 	"time"
 
 	"github.com/jackc/pgx/v5"
+
+	"github.com/outflow-dev/outflow/events/claimcheck"
 )
 
 // purgeLock keeps the purge to one instance at a time ("outp"), and
@@ -196,6 +198,11 @@ func EnsurePartitions(ctx context.Context, pool interface {
 // Receipts of the broker audit older than retention go too: their rows are
 // gone or going, so a loss of them could not be repaired anyway (a
 // consumer group that lags behind the retention loses events either way).
+//
+// So do the bodies by reference (claimcheck.PurgeBodies) of the events
+// gone, with the same cutoff, by days dropped whole: a body never goes
+// before its event. They are not counted in the rows returned, which are
+// the outbox's.
 func Purge(ctx context.Context, pool interface {
 	Begin(context.Context) (pgx.Tx, error)
 }, retention time.Duration, batch int) (int64, error) {
@@ -208,7 +215,11 @@ func Purge(ctx context.Context, pool interface {
 	if err != nil {
 		return dropped + deleted, err
 	}
-	return dropped + deleted, purgeReceipts(ctx, pool, cutoff, batch)
+	if err := purgeReceipts(ctx, pool, cutoff, batch); err != nil {
+		return dropped + deleted, err
+	}
+	_, _, err = claimcheck.PurgeBodies(ctx, pool, cutoff, batch)
+	return dropped + deleted, err
 }
 
 // dropPartitions drops the range partitions Purge may drop, oldest first,

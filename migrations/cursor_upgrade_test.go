@@ -102,7 +102,7 @@ func TestUpgradeToCursorsOnline(t *testing.T) {
 	rs, err := migrations.Up(ctx, db)
 	require.NoError(t, err)
 	require.EqualValues(t, 25, rs[0].Version)
-	require.EqualValues(t, 31, rs[len(rs)-1].Version, "the outbox partitioned, online too, and what came after")
+	require.EqualValues(t, 33, rs[len(rs)-1].Version, "the outbox partitioned, online too, and what came after")
 	atMigration := live.Load()
 	outflowtest.WaitFor(t, 10*time.Second, "producers writing after the migration", func() bool { return live.Load() >= atMigration+20 })
 

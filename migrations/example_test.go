@@ -43,7 +43,7 @@ func ExampleNew() {
 		fmt.Println(r.Version, r.Name)
 	}
 	// Output:
-	// applied: 20 then: 0
+	// applied: 21 then: 0
 	// 1 00001_outbox.sql
 	// 4 00004_forwarder.sql
 }
@@ -78,6 +78,6 @@ func ExampleUpSetsPool() {
 	fmt.Println("outflow:", perSet["outflow"], "refunds:", perSet["refunds"])
 	fmt.Println("last:", last.Set, last.Name)
 	// Output:
-	// outflow: 20 refunds: 2
+	// outflow: 21 refunds: 2
 	// last: refunds 00002_refund_reason.sql
 }

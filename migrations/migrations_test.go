@@ -19,7 +19,7 @@ var frameworkTables = []string{
 	"consumer_aggregate_versions", "dead_letters", "outbox", "outbox_audit", "outbox_default", "outbox_failures",
 	"outbox_forwarders", "outbox_p0", "outbox_p10000000", "outbox_partition_sets", "outbox_partitions", "outbox_receipts",
 	"outbox_state", "outbox_wal_audit", "outbox_wal_history", "outbox_wal_parked", "outbox_wal_receipts", "outbox_wal_slots",
-	migrations.VersionTable, "outflow_operator_actions", "processed_messages",
+	"outflow_claim_bodies", "outflow_claim_bodies_default", migrations.VersionTable, "outflow_operator_actions", "processed_messages",
 }
 
 func tables(t *testing.T, s *outflowtest.Schema, schema string) []string {

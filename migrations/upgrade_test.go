@@ -51,8 +51,8 @@ func TestUpgradeFromSingleSet(t *testing.T) {
 		upTo int64
 		want []int64 // what the upgrade runs
 	}{
-		{"complete", 11, []int64{16, 17, 19, 20, 22, 23, 24, 25, 26, 27, 28, 29, 30, 31}},
-		{"stopped after 00007", 7, []int64{8, 10, 11, 16, 17, 19, 20, 22, 23, 24, 25, 26, 27, 28, 29, 30, 31}},
+		{"complete", 11, []int64{16, 17, 19, 20, 22, 23, 24, 25, 26, 27, 28, 29, 30, 31, 33}},
+		{"stopped after 00007", 7, []int64{8, 10, 11, 16, 17, 19, 20, 22, 23, 24, 25, 26, 27, 28, 29, 30, 31, 33}},
 	} {
 		t.Run(tt.name, func(t *testing.T) {
 			t.Parallel()
@@ -70,8 +70,8 @@ func TestUpgradeFromSingleSet(t *testing.T) {
 			}
 			require.Equal(t, tt.want, ran, "adopted versions are not run again")
 
-			// 00016's, 00027's, 00030's and 00031's tables are new, and empty.
-			after, err := schemadump.Rows(ctx, s.Pool, s.Name, migrations.VersionTable, "outbox_audit", "outbox_receipts", "outbox_failures", "outbox_partition_sets",
+			// 00016's, 00027's, 00030's, 00031's and 00033's tables are new, and empty.
+			after, err := schemadump.Rows(ctx, s.Pool, s.Name, migrations.VersionTable, "outflow_claim_bodies", "outflow_claim_bodies_default", "outbox_audit", "outbox_receipts", "outbox_failures", "outbox_partition_sets",
 				"outbox_wal_history", "outbox_wal_parked", "outbox_wal_slots", "outbox_wal_receipts", "outbox_wal_audit",
 				"outflow_operator_actions")
 			require.NoError(t, err)
@@ -110,7 +110,7 @@ func TestUpgradeFromSingleSet(t *testing.T) {
 			require.EqualValues(t, 3, id)
 
 			// Down works on the adopted set: 31, 30, 29, 28, 27, 26, 25, 24, 23, 22, 20, 19, 17 and 16 (run here), then 11.
-			for _, want := range []int64{31, 30, 29, 28, 27, 26, 25, 24, 23, 22, 20, 19, 17, 16, 11} {
+			for _, want := range []int64{33, 31, 30, 29, 28, 27, 26, 25, 24, 23, 22, 20, 19, 17, 16, 11} {
 				r, err := migrations.Down(ctx, s.OpenDB(t))
 				require.NoError(t, err)
 				require.EqualValues(t, want, r.Version)
@@ -128,13 +128,13 @@ func TestAdoptionRunsOnce(t *testing.T) {
 	legacyUp(t, s, 11)
 	rs, err := migrations.Up(ctx, s.OpenDB(t))
 	require.NoError(t, err)
-	require.Len(t, rs, 14, "only the versions after the single-set release run: 16, 17, 19, 20, 22, 23, 24, 25, 26, 27, 28, 29, 30 and 31")
-	for _, want := range []int64{31, 30, 29, 28, 27, 26, 25, 24, 23, 22, 20, 19, 17, 16, 11} {
+	require.Len(t, rs, 15, "only the versions after the single-set release run: 16, 17, 19, 20, 22, 23, 24, 25, 26, 27, 28, 29, 30, 31 and 33")
+	for _, want := range []int64{33, 31, 30, 29, 28, 27, 26, 25, 24, 23, 22, 20, 19, 17, 16, 11} {
 		r, err := migrations.Down(ctx, s.OpenDB(t))
 		require.NoError(t, err)
 		require.EqualValues(t, want, r.Version)
 	}
 	rs, err = migrations.Up(ctx, s.OpenDB(t))
 	require.NoError(t, err)
-	require.Len(t, rs, 15, "11 runs again, then 16, 17, 19, 20, 22, 23, 24, 25, 26, 27, 28, 29, 30 and 31: the rolled-back version is not re-adopted")
+	require.Len(t, rs, 16, "11 runs again, then 16, 17, 19, 20, 22, 23, 24, 25, 26, 27, 28, 29, 30, 31 and 33: the rolled-back version is not re-adopted")
 }

@@ -41,7 +41,7 @@ func TestWALReceiptsUpgradeKeepsTheHistory(t *testing.T) {
 
 	rs, err := migrations.Up(ctx, db)
 	require.NoError(t, err)
-	require.Len(t, rs, 2, "00030, and 00031 after it")
+	require.Len(t, rs, 3, "00030, and 00031 and 00033 after it")
 	require.EqualValues(t, 30, rs[0].Version)
 	count := func(q string) (n int) {
 		t.Helper()
@@ -57,6 +57,9 @@ func TestWALReceiptsUpgradeKeepsTheHistory(t *testing.T) {
 	require.Equal(t, 0, count(`SELECT count(*) FROM outbox_wal_receipts`))
 
 	r, err := migrations.Down(ctx, db)
+	require.NoError(t, err)
+	require.EqualValues(t, 33, r.Version)
+	r, err = migrations.Down(ctx, db)
 	require.NoError(t, err)
 	require.EqualValues(t, 31, r.Version)
 	r, err = migrations.Down(ctx, db)

@@ -17,6 +17,7 @@ import (
 
 	"github.com/outflow-dev/outflow/consumer"
 	"github.com/outflow-dev/outflow/events"
+	"github.com/outflow-dev/outflow/events/claimcheck"
 	"github.com/outflow-dev/outflow/idempotency"
 )
 
@@ -146,13 +147,19 @@ func (h *HandlerHarness) handlerFunc() message.HandlerFunc {
 		if !h.handler.Wants(msg.Metadata.Get(events.EventTypeKey)) {
 			return nil, nil
 		}
-		ev, err := h.reg.DecodeMessage(msg)
-		if err != nil {
-			return nil, err
-		}
 		tx, ok := idempotency.Tx(msg.Context())
 		if !ok {
 			return nil, errors.New("outflowtest: no transaction in the message context")
+		}
+		// A body by reference is fetched in the handler's transaction, as
+		// a consumer.Worker does by default.
+		dm, err := claimcheck.ResolveTx(msg.Context(), tx, msg)
+		if err != nil {
+			return nil, err
+		}
+		ev, err := h.reg.DecodeMessage(dm)
+		if err != nil {
+			return nil, err
 		}
 		h.mu.Lock()
 		h.calls++

@@ -15,6 +15,7 @@ import (
 	"github.com/jackc/pgx/v5"
 
 	"github.com/outflow-dev/outflow/events"
+	"github.com/outflow-dev/outflow/events/claimcheck"
 	"github.com/outflow-dev/outflow/forwarder"
 )
 
@@ -81,8 +82,15 @@ type Written struct {
 	AggregateType    string
 	AggregateID      string
 	AggregateVersion int64
-	// Payload is the event's JSON.
+	// Payload is the event's JSON: for an event whose body travels by
+	// reference (events/outbox Config.ClaimCheck), the body, read from
+	// outflow_claim_bodies, as a consumer gets it once resolved.
 	Payload json.RawMessage
+	// ByReference says that the body travels by reference: the row holds
+	// claimcheck.Placeholder and the reference (its metadata keys are left
+	// out of Metadata, as Message leaves them out of the message, which is
+	// the one a consumer decodes once it has fetched the body).
+	ByReference bool
 	// Metadata holds the envelope fields without a column of their own
 	// (correlation id, traceparent).
 	Metadata   map[string]string
@@ -147,10 +155,26 @@ func (w Written) Event(reg *events.Registry) (events.Event, error) {
 
 // ReadOutbox returns every event db sees in the outbox, in outbox order.
 func ReadOutbox(ctx context.Context, db Querier) ([]Written, error) {
-	rows, err := db.Query(ctx, `
+	// The bodies by reference are joined when their table exists
+	// (framework migration 00033).
+	var bodies bool
+	rows, err := db.Query(ctx, `SELECT to_regclass('outflow_claim_bodies') IS NOT NULL`)
+	if err == nil {
+		bodies, err = pgx.CollectExactlyOneRow(rows, pgx.RowTo[bool])
+	}
+	if err != nil {
+		return nil, fmt.Errorf("outflowtest: read outbox: %w", err)
+	}
+	body := `NULL::text`
+	join := ``
+	if bodies {
+		body = `convert_from(b.body, 'UTF8')`
+		join = `LEFT JOIN outflow_claim_bodies b ON b.message_id = o.message_id`
+	}
+	rows, err = db.Query(ctx, `
 		SELECT o.id, o.message_id::text, o.topic, o.event_type, o.aggregate_type, o.aggregate_id, o.aggregate_version,
-		       o.payload::text, o.metadata::text, o.occurred_at, s.published, coalesce(s.discarded_at, o.discarded_at)
-		FROM outbox o JOIN outbox_state s USING (id) ORDER BY o.id`)
+		       coalesce(`+body+`, o.payload::text), o.metadata::text, o.occurred_at, s.published, coalesce(s.discarded_at, o.discarded_at)
+		FROM outbox o JOIN outbox_state s USING (id) `+join+` ORDER BY o.id`)
 	if err != nil {
 		return nil, fmt.Errorf("outflowtest: read outbox: %w", err)
 	}
@@ -171,6 +195,12 @@ func ReadOutbox(ctx context.Context, db Querier) ([]Written, error) {
 				return w, fmt.Errorf("metadata of %s: %w", w.MessageID, err)
 			}
 			w.Metadata = nil
+		}
+		if _, ok := w.Metadata[claimcheck.RefKey]; ok {
+			w.ByReference = true
+			for _, k := range []string{claimcheck.RefKey, claimcheck.SHA256Key, claimcheck.SizeKey} {
+				delete(w.Metadata, k)
+			}
 		}
 		w.OccurredAt = w.OccurredAt.UTC()
 		return w, nil

@@ -49,8 +49,15 @@ func setup(t *testing.T) *env {
 // setupWith is setup with cfg's options (Service and Pool are set here).
 func setupWith(t *testing.T, cfg httpapi.Config) *env {
 	t.Helper()
+	return setupWriter(t, cfg, outbox.Config{Routes: app.Routes})
+}
+
+// setupWriter is setupWith whose service writes its events with an
+// outbox writer of wcfg.
+func setupWriter(t *testing.T, cfg httpapi.Config, wcfg outbox.Config) *env {
+	t.Helper()
 	s := outflowtest.NewSchema(t, appmigrations.Set())
-	w, err := outbox.NewWriter(outbox.Config{Routes: app.Routes})
+	w, err := outbox.NewWriter(wcfg)
 	require.NoError(t, err)
 	svc, err := app.NewService(app.Config{Pool: s.Pool, Events: w})
 	require.NoError(t, err)

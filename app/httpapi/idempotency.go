@@ -10,6 +10,8 @@ import (
 	"net/http"
 
 	"github.com/jackc/pgx/v5"
+
+	"github.com/outflow-dev/outflow/events/outbox"
 )
 
 const (
@@ -89,6 +91,13 @@ func (a *API) command(w http.ResponseWriter, r *http.Request, in any, status int
 	case errors.Is(err, errKeyReused):
 		writeError(w, http.StatusUnprocessableEntity, "idempotency_key_reused",
 			"this Idempotency-Key was used with a different request", idempotencyHeader)
+		return
+	case errors.As(err, new(*outbox.EventTooLargeError)):
+		// Nothing was committed: the transaction rolled back with the
+		// event (and the Idempotency-Key's claim). 413, as for a body
+		// too large: the request is well formed, what it would publish is
+		// more than the outbox takes; sending less is the fix.
+		writeEventTooLarge(w, in, err)
 		return
 	case err != nil:
 		a.writeAppError(w, r, err)

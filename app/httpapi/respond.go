@@ -11,6 +11,7 @@ import (
 	"strings"
 
 	"github.com/outflow-dev/outflow/app"
+	"github.com/outflow-dev/outflow/events/outbox"
 )
 
 type errorBody struct {
@@ -134,4 +135,40 @@ func jsonKind(goKind string) string {
 	default:
 		return "a " + goKind
 	}
+}
+
+// writeEventTooLarge answers a command whose event the outbox refused as
+// too large (outbox.ErrEventTooLarge): 413 with code event_too_large,
+// naming the request's field that weighs most in it (its largest value,
+// as JSON), which is the one to shorten; none for a command without a
+// body.
+func writeEventTooLarge(w http.ResponseWriter, in any, err error) {
+	var tl *outbox.EventTooLargeError
+	_ = errors.As(err, &tl)
+	field := largestField(in)
+	msg := fmt.Sprintf("the %s event this request would publish is %d bytes, over the limit of %d", tl.EventType, tl.Size, tl.Limit)
+	if field != "" {
+		msg = field + ": too large: " + msg
+	}
+	writeError(w, http.StatusRequestEntityTooLarge, "event_too_large", msg, field)
+}
+
+// largestField is the JSON name of in's largest field, "" when it has
+// none.
+func largestField(in any) string {
+	b, err := json.Marshal(in)
+	if err != nil {
+		return ""
+	}
+	var fields map[string]json.RawMessage
+	if json.Unmarshal(b, &fields) != nil {
+		return ""
+	}
+	best, size := "", 0
+	for k, v := range fields {
+		if len(v) > size || (len(v) == size && k < best) {
+			best, size = k, len(v)
+		}
+	}
+	return best
 }

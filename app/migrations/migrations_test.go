@@ -99,9 +99,9 @@ func TestUpgradeFromSingleSet(t *testing.T) {
 		processes     int
 		legacyVersion int
 	}{
-		{"complete", 11, []int64{16, 17, 19, 20, 22, 23, 24, 25, 26, 27, 28, 29, 30, 31}, []int64{12, 13, 14, 15, 18, 21, 32}, 1, 11},
-		{"stopped after 00007", 7, []int64{8, 10, 11, 16, 17, 19, 20, 22, 23, 24, 25, 26, 27, 28, 29, 30, 31}, []int64{9, 12, 13, 14, 15, 18, 21, 32}, 1, 7},
-		{"stopped after 00003, four processes at once", 3, []int64{4, 5, 8, 10, 11, 16, 17, 19, 20, 22, 23, 24, 25, 26, 27, 28, 29, 30, 31}, []int64{6, 7, 9, 12, 13, 14, 15, 18, 21, 32}, 4, 3},
+		{"complete", 11, []int64{16, 17, 19, 20, 22, 23, 24, 25, 26, 27, 28, 29, 30, 31, 33}, []int64{12, 13, 14, 15, 18, 21, 32}, 1, 11},
+		{"stopped after 00007", 7, []int64{8, 10, 11, 16, 17, 19, 20, 22, 23, 24, 25, 26, 27, 28, 29, 30, 31, 33}, []int64{9, 12, 13, 14, 15, 18, 21, 32}, 1, 7},
+		{"stopped after 00003, four processes at once", 3, []int64{4, 5, 8, 10, 11, 16, 17, 19, 20, 22, 23, 24, 25, 26, 27, 28, 29, 30, 31, 33}, []int64{6, 7, 9, 12, 13, 14, 15, 18, 21, 32}, 4, 3},
 	} {
 		t.Run(tt.name, func(t *testing.T) {
 			t.Parallel()
@@ -231,7 +231,7 @@ func TestDownPerSet(t *testing.T) {
 	slices.Sort(tables)
 	require.Equal(t, []string{appmigrations.VersionTable, "consumer_aggregate_versions", "dead_letters", "outbox",
 		"outbox_audit", "outbox_failures", "outbox_forwarders", "outbox_partition_sets", "outbox_partitions", "outbox_receipts",
-		"outbox_wal_audit", "outbox_wal_history", "outbox_wal_parked", "outbox_wal_receipts", "outbox_wal_slots", migrations.VersionTable,
+		"outbox_wal_audit", "outbox_wal_history", "outbox_wal_parked", "outbox_wal_receipts", "outbox_wal_slots", "outflow_claim_bodies", migrations.VersionTable,
 		"outflow_operator_actions", "processed_messages"}, tables)
 	require.Len(t, rows["outbox"], 1)
 

@@ -12,6 +12,7 @@
 //	outflow-bench tracing [-pay-ops 3000] [-clients 16] [-backlog 24000] [-rounds 6] [-modes off,on,never]
 //	outflow-bench audit [-backlog 50000] [-rounds 3] [-interval 1s] [-lost 20000]
 //	outflow-bench event-cost [-retained 0,1000000] [-events 20000] [-clients 8] [-empty-history]
+//	outflow-bench claim-cost [-sizes 300,100000] [-events 2000]
 //	outflow-bench relay-wal [-events 2000] [-batch-sizes 1,500] [-rate 0]
 //	outflow-bench consumer-wal [-payments 10000] [-retained 0,5000000,20000000] [-workers 8]
 //	outflow-bench wal-mode [-clients 8,32] [-duration 6s] [-rounds 3] [-backlog 30000] [-max-changes 30000]
@@ -50,7 +51,7 @@ func main() {
 
 func run(ctx context.Context, args []string) error {
 	if len(args) == 0 {
-		return fmt.Errorf("usage: outflow-bench pay|writepath|forward|pipeline|brokers|nats-replicas|history|webhooks|footprint|tracing|wait|audit|relay-wal|event-cost|consumer-wal|wal-mode|console [flags]")
+		return fmt.Errorf("usage: outflow-bench pay|writepath|forward|pipeline|brokers|nats-replicas|history|webhooks|footprint|tracing|wait|audit|relay-wal|event-cost|claim-cost|consumer-wal|wal-mode|console [flags]")
 	}
 	dbURL := os.Getenv("BENCH_DATABASE_URL")
 	if dbURL == "" {
@@ -143,6 +144,18 @@ func run(ctx context.Context, args []string) error {
 		}
 		return bench.EventCost(ctx, bench.EventCostConfig{DatabaseURL: dbURL, Retained: r, EmptyHistory: *empty,
 			Events: *events, Clients: *clients, Out: os.Stdout})
+	case "claim-cost":
+		fs := flag.NewFlagSet("claim-cost", flag.ContinueOnError)
+		sizes := fs.String("sizes", "300,100000", "comma-separated payload sizes, in bytes")
+		events := fs.Int("events", 2000, "events each run writes and retires")
+		if err := fs.Parse(args[1:]); err != nil {
+			return err
+		}
+		s, err := parseInts(*sizes)
+		if err != nil {
+			return fmt.Errorf("-sizes: %w", err)
+		}
+		return bench.ClaimCost(ctx, bench.ClaimCostConfig{DatabaseURL: dbURL, Sizes: s, Events: *events, Out: os.Stdout})
 	case "relay-wal":
 		fs := flag.NewFlagSet("relay-wal", flag.ContinueOnError)
 		events := fs.Int("events", 2000, "rows each run forwards")

@@ -152,3 +152,31 @@ func ExampleErrEventTooLarge() {
 		panic(err)
 	}
 }
+
+// Payloads of 64 KiB or more travel by reference: the body goes into
+// outflow_claim_bodies in the same transaction, the event carries its
+// reference (package claimcheck), and MaxEventBytes applies to what
+// travels. Consumers (package consumer) fetch and verify the body before
+// the handler sees it; their role needs outflow_claim_reader.
+func ExampleClaimCheck() {
+	ctx := context.Background()
+	pool, err := pgxpool.New(ctx, os.Getenv("DATABASE_URL"))
+	if err != nil {
+		panic(err)
+	}
+	defer pool.Close()
+	writer, err := outbox.NewWriter(outbox.Config{
+		Routes:     outbox.Routes{"*": "invoices"},
+		ClaimCheck: outbox.ClaimCheck{Threshold: 64 << 10},
+	})
+	if err != nil {
+		panic(err)
+	}
+	err = pgx.BeginFunc(ctx, pool, func(tx pgx.Tx) error {
+		return writer.WriteTx(ctx, tx, events.Aggregate{Type: invoiceAggregate, ID: "inv_1", Version: 2},
+			invoicePaid{InvoiceID: "inv_1", CustomerID: "cus_1", Amount: 1250, Currency: "EUR", PaidAt: time.Now()})
+	})
+	if err != nil {
+		panic(err)
+	}
+}

@@ -40,10 +40,17 @@ type EventTooLargeError struct {
 	// framing. False: Config.MaxEventBytes applied, counting the payload
 	// and the metadata's keys and values.
 	Broker bool
+	// ByReference is true when the payload was to go by reference
+	// (Config.ClaimCheck) and ClaimCheck.MaxBodyBytes applied to it.
+	ByReference bool
 }
 
 func (e *EventTooLargeError) Error() string {
 	what := fmt.Sprintf("%s event of %s %s (message %s)", e.EventType, e.AggregateType, e.AggregateID, e.MessageID)
+	if e.ByReference {
+		return fmt.Sprintf("%s: %s has a payload of %d bytes to go by reference, over ClaimCheck.MaxBodyBytes %d",
+			ErrEventTooLarge, what, e.Size, e.Limit)
+	}
 	if e.Broker {
 		return fmt.Sprintf("%s: %s is a message of %d bytes as the broker counts it (payload, headers, key, framing), over the broker's limit of %d bytes",
 			ErrEventTooLarge, what, e.Size, e.Limit)

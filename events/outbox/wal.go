@@ -12,6 +12,7 @@ import (
 	"github.com/jackc/pgx/v5"
 
 	"github.com/outflow-dev/outflow/events"
+	"github.com/outflow-dev/outflow/events/claimcheck"
 )
 
 // Mode chooses how a [Writer] records events.
@@ -75,22 +76,31 @@ var walPrefixRE = regexp.MustCompile(`^[A-Za-z0-9_.:\-]{1,64}$`)
 
 const emitSQL = `SELECT pg_logical_emit_message(true, $1::text, $2::text)`
 
-// walContent encodes evs as one WALMessage.
-func (w *Writer) walContent(ctx context.Context, evs []events.Event) (string, error) {
+// walContent encodes evs as one WALMessage, and returns the bodies that go
+// by reference.
+func (w *Writer) walContent(ctx context.Context, evs []events.Event) (string, []claimcheck.Body, error) {
 	m := WALMessage{V: WALMessageVersion, Events: make([]WALEvent, 0, len(evs))}
+	var bodies []claimcheck.Body
 	for _, ev := range evs {
 		topic, err := w.routes.Topic(ev.Envelope)
 		if err != nil {
-			return "", err
+			return "", nil, err
 		}
 		// Message validates the event and encodes its payload; the
 		// envelope's fields are taken from ev itself, not parsed back.
 		msg, err := ev.Message(ctx)
 		if err != nil {
-			return "", fmt.Errorf("outbox: %w", err)
+			return "", nil, fmt.Errorf("outbox: %w", err)
+		}
+		var body *claimcheck.Body
+		if msg, body, err = w.byReference(ev, msg); err != nil {
+			return "", nil, err
+		}
+		if body != nil {
+			bodies = append(bodies, *body)
 		}
 		if err := w.checkSize(ev, msg, topic); err != nil {
-			return "", err
+			return "", nil, err
 		}
 		env := ev.Envelope
 		var md map[string]string
@@ -105,6 +115,11 @@ func (w *Writer) walContent(ctx context.Context, evs []events.Event) (string, er
 		if v := msg.Metadata.Get(events.SchemaVersionKey); v != "" {
 			md = setExtra(md, events.SchemaVersionKey, v)
 		}
+		if body != nil {
+			for _, k := range []string{claimcheck.RefKey, claimcheck.SHA256Key, claimcheck.SizeKey} {
+				md = setExtra(md, k, msg.Metadata.Get(k))
+			}
+		}
 		m.Events = append(m.Events, WALEvent{
 			MessageID: msg.UUID, Topic: topic, AggregateType: env.AggregateType, AggregateID: env.AggregateID,
 			AggregateVersion: env.AggregateVersion, EventType: env.EventType, Payload: json.RawMessage(msg.Payload),
@@ -115,9 +130,9 @@ func (w *Writer) walContent(ctx context.Context, evs []events.Event) (string, er
 	}
 	b, err := json.Marshal(m)
 	if err != nil {
-		return "", fmt.Errorf("outbox: encode WAL message: %w", err)
+		return "", nil, fmt.Errorf("outbox: encode WAL message: %w", err)
 	}
-	return string(b), nil
+	return string(b), bodies, nil
 }
 
 // setExtra keeps k in md unless it is one of the envelope's own fields,
@@ -136,16 +151,22 @@ func setExtra(md map[string]string, k, v string) map[string]string {
 }
 
 // emit is the ModeWAL path of the three publish methods: exec runs or
-// queues the one emit statement.
-func (w *Writer) emit(ctx context.Context, evs []events.Event, exec func(content string) error) error {
+// queues the one emit statement, and tx the INSERT of the bodies by
+// reference (a row each: the table is the store, the message carries
+// their references).
+func (w *Writer) emit(ctx context.Context, evs []events.Event, tx claimcheck.Execer, exec func(content string) error) error {
 	if len(evs) == 0 {
 		return nil
 	}
-	content, err := w.walContent(ctx, evs)
+	content, bodies, err := w.walContent(ctx, evs)
 	if err != nil {
 		return err
 	}
-	if err := exec(content); err != nil {
+	err = w.putBodies(ctx, tx, bodies)
+	if err == nil {
+		err = exec(content)
+	}
+	if err != nil {
 		if errors.Is(err, pgx.ErrTxClosed) || errors.Is(err, stdsql.ErrTxDone) {
 			return fmt.Errorf("%w: transaction already committed or rolled back", ErrNoTransaction)
 		}
@@ -155,21 +176,21 @@ func (w *Writer) emit(ctx context.Context, evs []events.Event, exec func(content
 }
 
 func (w *Writer) emitPgx(ctx context.Context, tx pgx.Tx, evs []events.Event) error {
-	return w.emit(ctx, evs, func(content string) error {
+	return w.emit(ctx, evs, pgxExecer{tx}, func(content string) error {
 		_, err := tx.Exec(ctx, emitSQL, w.walPrefix, content)
 		return err
 	})
 }
 
 func (w *Writer) emitBatch(ctx context.Context, b *pgx.Batch, evs []events.Event) error {
-	return w.emit(ctx, evs, func(content string) error {
+	return w.emit(ctx, evs, batchQueuer{b}, func(content string) error {
 		b.Queue(emitSQL, w.walPrefix, content)
 		return nil
 	})
 }
 
 func (w *Writer) emitStd(ctx context.Context, tx *stdsql.Tx, evs []events.Event) error {
-	return w.emit(ctx, evs, func(content string) error {
+	return w.emit(ctx, evs, stdExecer{tx}, func(content string) error {
 		_, err := tx.ExecContext(ctx, emitSQL, w.walPrefix, content)
 		return err
 	})

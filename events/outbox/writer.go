@@ -13,6 +13,7 @@ import (
 	"github.com/jackc/pgx/v5"
 
 	"github.com/outflow-dev/outflow/events"
+	"github.com/outflow-dev/outflow/events/claimcheck"
 	"github.com/outflow-dev/outflow/forwarder"
 )
 
@@ -49,6 +50,11 @@ type Config struct {
 	//
 	// [brokers.Backend]: https://pkg.go.dev/github.com/outflow-dev/outflow/brokers#Backend
 	Broker forwarder.Broker
+	// ClaimCheck sends payloads of at least ClaimCheck.Threshold bytes by
+	// reference: stored once in the transaction, the event carrying only
+	// their reference (package claimcheck). Off by default. The limits
+	// above then apply to the event as it travels, reference included.
+	ClaimCheck ClaimCheck
 	// Logger defaults to slog.Default().
 	Logger *slog.Logger
 }
@@ -65,6 +71,8 @@ type Writer struct {
 	maxEventBytes int
 	// broker is Config.Broker's limit, nil when it has none.
 	broker forwarder.PayloadLimiter
+	// claimCheck is Config.ClaimCheck with its defaults.
+	claimCheck ClaimCheck
 }
 
 // NewWriter validates cfg and returns a Writer.
@@ -83,6 +91,9 @@ func NewWriter(cfg Config) (*Writer, error) {
 	}
 	if !walPrefixRE.MatchString(cfg.WALPrefix) {
 		return nil, fmt.Errorf("outbox config: WALPrefix %q: 1 to 64 letters, digits or _ . : -", cfg.WALPrefix)
+	}
+	if err := cfg.ClaimCheck.validate(); err != nil {
+		return nil, err
 	}
 	lim, _ := cfg.Broker.(forwarder.PayloadLimiter)
 	ceiling := 0
@@ -109,6 +120,7 @@ func NewWriter(cfg Config) (*Writer, error) {
 		walPrefix:     cfg.WALPrefix,
 		maxEventBytes: cfg.MaxEventBytes,
 		broker:        lim,
+		claimCheck:    cfg.ClaimCheck,
 	}, nil
 }
 
@@ -211,6 +223,7 @@ func (w *Writer) publish(ctx context.Context, tx wmsql.ContextExecutor, evs []ev
 	// an unroutable or too large one leaves the transaction as it was.
 	topics := make([]string, len(evs))
 	msgs := make(message.Messages, len(evs))
+	var bodies []claimcheck.Body
 	for i, ev := range evs {
 		if topics[i], err = w.routes.Topic(ev.Envelope); err != nil {
 			return err
@@ -218,9 +231,22 @@ func (w *Writer) publish(ctx context.Context, tx wmsql.ContextExecutor, evs []ev
 		if msgs[i], err = ev.Message(ctx); err != nil {
 			return fmt.Errorf("outbox: %w", err)
 		}
+		var body *claimcheck.Body
+		if msgs[i], body, err = w.byReference(ev, msgs[i]); err != nil {
+			return err
+		}
+		if body != nil {
+			bodies = append(bodies, *body)
+		}
 		if err := w.checkSize(ev, msgs[i], topics[i]); err != nil {
 			return err
 		}
+	}
+	if err := w.putBodies(ctx, wmExecer{tx}, bodies); err != nil {
+		if errors.Is(err, pgx.ErrTxClosed) || errors.Is(err, stdsql.ErrTxDone) {
+			return fmt.Errorf("%w: transaction already committed or rolled back", ErrNoTransaction)
+		}
+		return fmt.Errorf("outbox: %w", err)
 	}
 	// One INSERT per run of consecutive events with the same topic keeps the
 	// caller's order and, in the common case of one topic, one round trip.

@@ -2,6 +2,7 @@ package console
 
 import (
 	"context"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"math"
@@ -13,6 +14,8 @@ import (
 
 	"github.com/google/uuid"
 	"github.com/jackc/pgx/v5"
+
+	"github.com/outflow-dev/outflow/events/claimcheck"
 )
 
 // The journey's queries; each goes through an index (TestQueriesUseIndexes).
@@ -76,9 +79,14 @@ type journeyEvent struct {
 	AggregateVersion int64
 	Payload          string
 	Metadata         string
-	Attempts         int
-	LastError        string
-	CreatedAt        time.Time
+	// BodyBytes is the size of the body when it travels by reference
+	// (events/claimcheck): the row's payload is the placeholder, the body
+	// is in outflow_claim_bodies, which the console never reads (its
+	// readers are the consumers granted outflow_claim_reader). 0: inline.
+	BodyBytes int
+	Attempts  int
+	LastError string
+	CreatedAt time.Time
 	// State is the row's state as the forwarder sees it (outbox_state):
 	// published, pending, failed, held, repair or parked.
 	State string
@@ -437,6 +445,14 @@ func scanEvent(r pgx.CollectableRow) (journeyEvent, error) {
 	var e journeyEvent
 	err := r.Scan(&e.ID, &e.MessageID, &e.Topic, &e.EventType, &e.AggregateVersion, &e.Payload, &e.Metadata,
 		&e.Attempts, &e.LastError, &e.CreatedAt, &e.State, &e.Published, &e.PublishedBy, &e.ParkedAt, &e.DiscardedAt)
+	if err == nil {
+		var md map[string]string
+		if json.Unmarshal([]byte(e.Metadata), &md) == nil {
+			if ref, ok, rerr := claimcheck.RefFromMetadata(md); ok && rerr == nil {
+				e.BodyBytes = ref.Size
+			}
+		}
+	}
 	return e, err
 }
 

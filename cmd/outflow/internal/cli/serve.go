@@ -39,6 +39,7 @@ func newServeCmd(e *env) *cobra.Command {
 	fwd := addForwardFlags(cmd.Flags())
 	wrk := addWorkerFlags(cmd.Flags(), true)
 	rl := addRateLimitFlags(cmd.Flags())
+	el := addEventLimitFlag(cmd.Flags())
 	cmd.RunE = func(cmd *cobra.Command, _ []string) error {
 		if len(roles) == 0 {
 			return fmt.Errorf("invalid --roles: give at least one of %s", strings.Join(knownRoles, ", "))
@@ -62,6 +63,10 @@ func newServeCmd(e *env) *cobra.Command {
 			return err
 		}
 		limit, err := rl.load()
+		if err != nil {
+			return err
+		}
+		maxEventBytes, err := el.load()
 		if err != nil {
 			return err
 		}
@@ -118,7 +123,7 @@ func newServeCmd(e *env) *cobra.Command {
 		if slices.Contains(roles, "api") {
 			// The api marks the process started once it listens.
 			runs = append(runs, func(ctx context.Context) error {
-				return serve(ctx, cfg, shutdownTimeout, keyTTL, limit, timeouts, wake, ready, logger)
+				return serve(ctx, cfg, shutdownTimeout, keyTTL, limit, maxEventBytes, timeouts, wake, ready, logger)
 			})
 		} else {
 			ready.markStarted()
@@ -146,7 +151,7 @@ func newServeCmd(e *env) *cobra.Command {
 // commits (the forwarder of the same process: no poll to wait for). It adds
 // its database to ready, and marks ready started once it listens.
 func serve(ctx context.Context, cfg config.Config, shutdownTimeout, keyTTL time.Duration, limit httpapi.RateLimit,
-	timeouts httpTimeouts, wake func(), ready *readiness, logger *slog.Logger,
+	maxEventBytes int, timeouts httpTimeouts, wake func(), ready *readiness, logger *slog.Logger,
 ) error {
 	dbURL, addr := cfg.DatabaseURL, cfg.HTTPAddr
 	pool, err := openPool(ctx, dbURL)
@@ -164,7 +169,7 @@ func serve(ctx context.Context, cfg config.Config, shutdownTimeout, keyTTL time.
 		return fmt.Errorf("the payments API needs the reference app's tables (%s): run `outflow migrate up --set outflow --set app`", appNotInstalled)
 	}
 
-	writer, err := outbox.NewWriter(outbox.Config{Routes: app.Routes, Logger: logger})
+	writer, err := outbox.NewWriter(outbox.Config{Routes: app.Routes, MaxEventBytes: maxEventBytes, Logger: logger})
 	if err != nil {
 		return err
 	}
