@@ -147,6 +147,42 @@ func (e *env) write(evs ...events.Event) []string {
 	return ids
 }
 
+// writeXID is write, and returns the transaction's id too.
+func (e *env) writeXID(evs ...events.Event) (ids []string, xid string) {
+	e.t.Helper()
+	ctx := context.Background()
+	tx, err := e.pg.Pool.Begin(ctx)
+	require.NoError(e.t, err)
+	require.NoError(e.t, e.writer.PublishTx(ctx, tx, evs...))
+	require.NoError(e.t, tx.QueryRow(ctx, `SELECT pg_current_xact_id()::text`).Scan(&xid))
+	require.NoError(e.t, tx.Commit(ctx))
+	for _, ev := range evs {
+		ids = append(ids, ev.MessageID)
+	}
+	return ids, xid
+}
+
+func (e *env) walLSN() string {
+	e.t.Helper()
+	var lsn string
+	require.NoError(e.t, e.pg.Pool.QueryRow(context.Background(), `SELECT pg_current_wal_lsn()::text`).Scan(&lsn))
+	return lsn
+}
+
+// commitLSN is where the commit record of transaction xid starts, found
+// with pg_walinspect in the WAL written since from.
+func (e *env) commitLSN(from, xid string) string {
+	e.t.Helper()
+	ctx := context.Background()
+	_, err := e.pg.Pool.Exec(ctx, `CREATE EXTENSION IF NOT EXISTS pg_walinspect`)
+	require.NoError(e.t, err)
+	var lsn string
+	require.NoError(e.t, e.pg.Pool.QueryRow(ctx, `SELECT start_lsn::text FROM pg_get_wal_records_info($1::pg_lsn, pg_current_wal_lsn())
+		WHERE resource_manager = 'Transaction' AND record_type = 'COMMIT' AND xid::text = $2`, from, xid).Scan(&lsn),
+		"the commit record of transaction %s", xid)
+	return lsn
+}
+
 func (e *env) config(mods ...func(*walrelay.Config)) walrelay.Config {
 	cfg := walrelay.Config{
 		Pool: e.pg.Pool, Broker: e.broker,
@@ -324,18 +360,23 @@ func TestBrokerOutageIsWaitedOut(t *testing.T) {
 	outflowtest.WaitFor(t, 20*time.Second, "the first event", func() bool { return e.broker.has(first[0]) })
 	outflowtest.WaitFor(t, 10*time.Second, "the slot confirmed past it", func() bool { return e.slotConfirmed() != "" })
 	e.broker.setDown(true)
-	// The slot may still move past a heartbeat committed before them,
-	// never into them.
-	var mark string
-	require.NoError(t, e.pg.Pool.QueryRow(context.Background(), `SELECT pg_current_wal_lsn()::text`).Scan(&mark))
+	var want []string
+	from := e.walLSN()
+	ids, xid := e.writeXID(e.event("a", 2), e.event("b", 2))
+	want = append(want, ids...)
+	// The slot may still move past a heartbeat the relay commits before
+	// the first of them, never into them: past the start of its commit
+	// record, decoding would skip it. (A bound read before writing it was
+	// not one: a heartbeat could commit in between, past the bound and
+	// rightly confirmed.)
+	commit := e.commitLSN(from, xid)
 	notPast := func() bool {
 		var ok bool
 		require.NoError(t, e.pg.Pool.QueryRow(context.Background(), `SELECT confirmed_flush_lsn <= $1::pg_lsn
-			FROM pg_replication_slots WHERE slot_name = $2`, mark, walrelay.DefaultSlotName).Scan(&ok))
+			FROM pg_replication_slots WHERE slot_name = $2`, commit, walrelay.DefaultSlotName).Scan(&ok))
 		return ok
 	}
-	var want []string
-	for v := int64(2); v <= 6; v++ {
+	for v := int64(3); v <= 6; v++ {
 		want = append(want, e.write(e.event("a", v), e.event("b", v))...)
 	}
 	outflowtest.WaitFor(t, 20*time.Second, "several tries during the outage", func() bool {
