@@ -41,7 +41,7 @@ OUTFLOW_TEST_ARTIFACTS ?= $(CURDIR)/test-artifacts
 test: test-services fmt-check ## Every test, with the race detector, against real services (screenshots in test-artifacts/)
 	@mkdir -p '$(OUTFLOW_TEST_ARTIFACTS)'; \
 	$(GO) vet $(PKGS) > '$(OUTFLOW_TEST_ARTIFACTS)/vet.log' 2>&1 & vet=$$!; \
-	OUTFLOW_TEST_ARTIFACTS='$(OUTFLOW_TEST_ARTIFACTS)' $(GO) test -race -count=1 -p 4 -parallel 4 -timeout 15m $(PKGS); rc=$$?; \
+	OUTFLOW_TEST_ARTIFACTS='$(OUTFLOW_TEST_ARTIFACTS)' $(GO) test -race -count=1 -p 3 -parallel 4 -timeout 15m $(PKGS); rc=$$?; \
 	if wait $$vet; then echo "go vet: clean"; else echo "go vet:"; cat '$(OUTFLOW_TEST_ARTIFACTS)/vet.log'; rc=1; fi; \
 	exit $$rc
 

@@ -63,6 +63,28 @@ func TestResetWithBaselineKeepsHistory(t *testing.T) {
 		require.NoError(t, p.schema.Pool.QueryRow(ctx, q, args...).Scan(&n))
 		return n
 	}
+	// Under a loaded suite this wait once ran out (36 s): say what the
+	// consumer's bookkeeping held then.
+	t.Cleanup(func() {
+		if !t.Failed() {
+			return
+		}
+		rows, err := p.schema.Pool.Query(context.Background(), `SELECT aggregate_id, aggregate_version, status, reason, left(coalesce(error, ''), 200)
+			FROM dead_letters WHERE consumer = $1 ORDER BY id`, name)
+		if err != nil {
+			t.Logf("dead letters: %v", err)
+			return
+		}
+		for rows.Next() {
+			var agg, status, reason, msg string
+			var v int64
+			if rows.Scan(&agg, &v, &status, &reason, &msg) == nil {
+				t.Logf("dead letter: %s v%d %s %s: %s", agg, v, status, reason, msg)
+			}
+		}
+		rows.Close()
+		t.Logf("history rows: %d", count(`SELECT count(*) FROM history`))
+	})
 	outflowtest.WaitFor(t, 30*time.Second, "the handler to apply the 20 events", func() bool {
 		return count(`SELECT count(*) FROM history`) == 2*payments
 	})
