@@ -17,7 +17,11 @@ const recordBatchOverhead = 61
 // max.message.bytes Kafka applies to the backend's topics: the cluster's
 // message.max.bytes (the default of every topic without an override, the
 // topics Outflow creates included) and the overrides of the topics that
-// exist under TopicPrefix (with none, of every topic). 0 when none could
+// exist under TopicPrefix. Without a prefix, the cluster's alone: the
+// backend's topics cannot be told from any other's, and another team's
+// topic with a small limit must not refuse this service's events (a topic
+// of its own with an override is then the broker's to refuse, parked as
+// the row's fault). 0 when none could
 // be read (an ACL without DescribeConfigs): the producer's limit alone
 // applies, and a record over a topic's is the broker's to refuse, as the
 // row's fault.
@@ -42,6 +46,9 @@ func (b *kafkaBackend) topicCeiling(logger *slog.Logger) int {
 				take(&e.Value)
 			}
 		}
+	}
+	if b.cfg.Kafka.TopicPrefix == "" {
+		return least
 	}
 	topics, err := b.admin.ListTopics()
 	if err != nil {

@@ -13,6 +13,7 @@ import (
 	"github.com/stretchr/testify/require"
 	"github.com/twmb/franz-go/pkg/kfake"
 
+	"github.com/outflow-dev/outflow/brokers"
 	"github.com/outflow-dev/outflow/events"
 	"github.com/outflow-dev/outflow/events/outbox"
 	"github.com/outflow-dev/outflow/forwarder"
@@ -57,6 +58,13 @@ func TestCeilingIsTheTopicsMaxMessageBytes(t *testing.T) {
 	b := openTestKafka(t, addrs) // prefix "t."
 	lim := b.Broker().(forwarder.PayloadLimiter)
 	require.Equal(t, 4096-61, lim.MaxMessageBytes())
+	// Without a prefix, no topic is known to be the backend's: another
+	// team's small limit does not become this service's.
+	unprefixed, err := brokers.Open(ctx, brokers.Config{Kind: brokers.Kafka, Logger: kafkaTestLogger,
+		Kafka: brokers.KafkaConfig{Brokers: addrs, TopicPartitions: 4, SessionTimeout: 2 * time.Second}})
+	require.NoError(t, err)
+	t.Cleanup(func() { require.NoError(t, unprefixed.Close()) })
+	require.Greater(t, unprefixed.Broker().(forwarder.PayloadLimiter).MaxMessageBytes(), 4096, "the cluster's default alone")
 
 	s := outflowtest.NewSchema(t)
 	w, err := outbox.NewWriter(outbox.Config{Broker: b.Broker(), MaxEventBytes: -1})
