@@ -180,22 +180,7 @@ func (r *Registry) Decode(eventType string, data []byte) (Payload, error) {
 // version newer than the registered type's is a [*VersionError] that
 // errors.Is [ErrUnknownVersion]; the payload is not decoded.
 func (r *Registry) DecodeVersion(eventType string, version int, data []byte) (Payload, error) {
-	r.mu.RLock()
-	e, ok := r.types[eventType]
-	r.mu.RUnlock()
-	if !ok {
-		return nil, &UnknownTypeError{EventType: eventType}
-	}
-	if version == 0 {
-		version = e.version
-	}
-	switch {
-	case version < 1:
-		return nil, &VersionError{EventType: eventType, Raw: fmt.Sprint(version)}
-	case version > e.version:
-		return nil, &VersionError{EventType: eventType, Version: version, Known: e.version}
-	}
-	data, err := e.upcast(eventType, version, data)
+	e, data, err := r.upcast(eventType, version, data)
 	if err != nil {
 		return nil, err
 	}
@@ -228,22 +213,33 @@ func (r *Registry) DecodeVersion(eventType string, version int, data []byte) (Pa
 // decodes. A check of the upcasters (package schemacheck) reads it to find
 // a field an upcaster left behind, which a lenient decode would ignore.
 func (r *Registry) Upcast(eventType string, version int, data []byte) (json.RawMessage, error) {
+	_, data, err := r.upcast(eventType, version, data)
+	return data, err
+}
+
+// upcast finds eventType's entry and brings data from version (0 meaning
+// the entry's) to the entry's version.
+func (r *Registry) upcast(eventType string, version int, data []byte) (*entry, []byte, error) {
 	r.mu.RLock()
 	e, ok := r.types[eventType]
 	r.mu.RUnlock()
 	if !ok {
-		return nil, &UnknownTypeError{EventType: eventType}
+		return nil, nil, &UnknownTypeError{EventType: eventType}
 	}
 	if version == 0 {
 		version = e.version
 	}
 	switch {
 	case version < 1:
-		return nil, &VersionError{EventType: eventType, Raw: fmt.Sprint(version)}
+		return nil, nil, &VersionError{EventType: eventType, Raw: fmt.Sprint(version)}
 	case version > e.version:
-		return nil, &VersionError{EventType: eventType, Version: version, Known: e.version}
+		return nil, nil, &VersionError{EventType: eventType, Version: version, Known: e.version}
 	}
-	return e.upcast(eventType, version, data)
+	data, err := e.upcast(eventType, version, data)
+	if err != nil {
+		return nil, nil, err
+	}
+	return e, data, nil
 }
 
 // upcast brings data from version to e's, one upcaster at a time.
