@@ -33,11 +33,13 @@ demo: ## The main job: services, migrate, serve, drive payments, verify, report 
 # directly, go test puts them in a temporary directory and logs its path.
 OUTFLOW_TEST_ARTIFACTS ?= $(CURDIR)/test-artifacts
 
-# -parallel 4: the tests mostly wait (on PostgreSQL, brokers, a browser),
-# and go test's default, GOMAXPROCS (2 on CI), left the machine a third
-# busy: 8.5 min instead of over 10 for the suite. go vet runs beside the
-# tests, not before them, for the same reason (a minute of the suite's
-# ten); gofmt, a second, goes first. vet's output waits for the tests'.
+# -p 3 -parallel 4: the tests mostly wait (on PostgreSQL, brokers, a
+# browser), and go test's defaults, GOMAXPROCS packages and tests at once
+# (2 on CI), left the machine a third busy. Measured on 2026-12-05, the
+# whole target: 9m43s at -p 2, 8m58s at -p 3, 7m49s at -p 4, where the
+# load (26 on 2 cores) made timing-bound waits fail. go vet runs beside
+# the tests, not before them, for the same reason; gofmt, a second, goes
+# first. vet's output waits for the tests'.
 test: test-services fmt-check ## Every test, with the race detector, against real services (screenshots in test-artifacts/)
 	@mkdir -p '$(OUTFLOW_TEST_ARTIFACTS)'; \
 	$(GO) vet $(PKGS) > '$(OUTFLOW_TEST_ARTIFACTS)/vet.log' 2>&1 & vet=$$!; \
