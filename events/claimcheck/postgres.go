@@ -146,8 +146,8 @@ type PurgeStats struct {
 	// to the next run because their lock was not granted in time (a long
 	// transaction reading or writing bodies).
 	Skipped []string
-	// Busy: another caller held the purge's advisory lock; this one did
-	// nothing.
+	// Busy: another caller held the purge's advisory lock (or migration
+	// 00033 is not applied); this one stopped there.
 	Busy bool
 }
 
