@@ -24,7 +24,7 @@ const bodiesDayMargin = 24 * time.Hour
 // pruneTick, on its own schedule: the reader never waits for it. It runs
 // on every instance; claimcheck.PurgeBodies lets one at a time work.
 func (r *Relay) bodiesLoop(ctx context.Context) {
-	var marks relayMarks
+	var marks relayMarks // this goroutine's own
 	poll.Drain(ctx, pruneTick, func(ctx context.Context) (int, error) {
 		return 0, r.purgeBodies(ctx, &marks, time.Now())
 	}, func(err error) {
