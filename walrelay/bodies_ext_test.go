@@ -46,7 +46,9 @@ func TestBodyOfAnUnrelayedEventOutlivesTheRetention(t *testing.T) {
 	// Written 20 days ago, as if the relay had been down since.
 	_, err = e.pg.Pool.Exec(ctx, `UPDATE outflow_claim_bodies SET created_at = now() - interval '20 days' WHERE message_id = $1`, ev.MessageID)
 	require.NoError(t, err)
-	bodies := func() int { return e.count(`SELECT count(*) FROM outflow_claim_bodies WHERE message_id = $1`, ev.MessageID) }
+	bodies := func() int {
+		return e.count(`SELECT count(*) FROM outflow_claim_bodies WHERE message_id = $1`, ev.MessageID)
+	}
 
 	purge, err := walrelay.BodiesPurger(e.config())
 	require.NoError(t, err)
