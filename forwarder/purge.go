@@ -218,7 +218,7 @@ func Purge(ctx context.Context, pool interface {
 	if err := purgeReceipts(ctx, pool, cutoff, batch); err != nil {
 		return dropped + deleted, err
 	}
-	_, _, err = claimcheck.PurgeBodies(ctx, pool, cutoff, batch)
+	_, err = claimcheck.PurgeBodies(ctx, pool, cutoff, batch)
 	return dropped + deleted, err
 }
 

@@ -9,7 +9,6 @@ import (
 
 	"github.com/jackc/pgx/v5"
 
-	"github.com/outflow-dev/outflow/events/claimcheck"
 	"github.com/outflow-dev/outflow/forwarder"
 )
 
@@ -155,13 +154,6 @@ func (r *Relay) pruneHistory(ctx context.Context, conn *pgx.Conn) {
 	// repaired from them.
 	if _, err := conn.Exec(ctx, `DELETE FROM outbox_wal_receipts WHERE published_at < $1`, cutoff); err != nil {
 		r.cfg.Logger.Warn("wal relay: purge receipts past retention", "error", err.Error())
-	}
-	// Bodies by reference go with their events' history, at the same
-	// cutoff; a parked event keeps its own.
-	if days, rows, err := claimcheck.PurgeBodies(ctx, conn, cutoff, 1000); err != nil {
-		r.cfg.Logger.Warn("wal relay: purge bodies by reference past retention", "error", err.Error())
-	} else if days > 0 || rows > 0 {
-		r.cfg.Logger.Info("wal relay: bodies by reference purged past retention", "days_dropped", days, "default_rows", rows)
 	}
 }
 

@@ -96,6 +96,9 @@ func (r *Relay) Run(ctx context.Context) error {
 	r.cfg.Logger.Info("wal relay started", "slot", r.cfg.SlotName, "prefix", r.cfg.Prefix)
 	var wg sync.WaitGroup
 	wg.Go(func() { r.statsLoop(ctx) })
+	if r.cfg.HistoryRetention > 0 {
+		wg.Go(func() { r.bodiesLoop(ctx) })
+	}
 	for ctx.Err() == nil {
 		err := r.lead(ctx)
 		switch {

@@ -44,6 +44,15 @@ var (
 	// ErrBodyForbidden: the store refused to give the body to this
 	// consumer ([Postgres]: its role is not granted outflow_claim_reader).
 	ErrBodyForbidden = errors.New("claimcheck: not allowed to read the body by reference")
+	// ErrStoreForbidden: the store refused to keep a body for this
+	// writer ([Postgres]: its role may not INSERT into
+	// outflow_claim_bodies).
+	ErrStoreForbidden = errors.New("claimcheck: not allowed to store the body by reference")
+	// ErrRefMismatch: the reference names the body of another message
+	// than the one carrying it (a forged or altered message pointing at
+	// another event's body). The writer always stores a body under its
+	// own message's id.
+	ErrRefMismatch = fmt.Errorf("%w: reference names another message's body", ErrBodyTampered)
 	// ErrNotMigrated: the store's table does not exist (framework
 	// migration 00033 not applied).
 	ErrNotMigrated = errors.New("claimcheck: outflow_claim_bodies does not exist: run `outflow migrate up` (framework migration 00033)")
@@ -150,6 +159,11 @@ func Resolve(ctx context.Context, s Store, msg *message.Message) (*message.Messa
 	}
 	if err != nil {
 		return nil, fmt.Errorf("message %s: %w", msg.UUID, err)
+	}
+	if ref.ID != msg.UUID {
+		// Checked before any fetch: the digest alone would not catch it,
+		// since the forger copies the other event's reference whole.
+		return nil, fmt.Errorf("message %s: %w: %s is %q", msg.UUID, ErrRefMismatch, RefKey, ref.ID)
 	}
 	if s == nil {
 		return nil, fmt.Errorf("message %s: body %s by reference: no claimcheck.Store to fetch it from", msg.UUID, ref.ID)

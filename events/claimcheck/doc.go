@@ -12,8 +12,11 @@
 // role outflow_claim_reader. A consumer whose role may not read it gets
 // [ErrBodyForbidden]; a body purged with its event's retention
 // ([PurgeBodies], run by the forwarder's and the WAL relay's purge) is
-// [ErrBodyGone]; a body that does not match its reference is
-// [ErrBodyTampered]. None of them, nor any other error of this package,
+// [ErrBodyGone]; a body that does not match its reference, or a reference
+// that names another message's body, is [ErrBodyTampered]
+// ([ErrRefMismatch]). The purge works through migration 00033's SECURITY
+// DEFINER functions, so that the forwarder's role needs neither the
+// table's ownership nor the right to read a body. None of them, nor any other error of this package,
 // carries any of the body. See "Large bodies by reference" in
 // docs/events.md and docs/security.md.
 package claimcheck

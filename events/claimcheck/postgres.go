@@ -54,6 +54,12 @@ func (p Postgres) Put(ctx context.Context, tx Execer, bodies []Body) error {
 		args = append(args, body.MessageID, body.Ref.SHA256[:], body.Ref.Size, body.Data)
 	}
 	if err := tx.Exec(ctx, b.String(), args...); err != nil {
+		var pgErr *pgconn.PgError
+		if errors.As(err, &pgErr) && pgErr.Code == "42501" {
+			// The producer's side: outflow_claim_reader gives SELECT only.
+			return fmt.Errorf("claimcheck: store %d bodies: %w: grant INSERT ON %s to the writer's role (or write as the table's owner): %w",
+				len(bodies), ErrStoreForbidden, Table, err)
+		}
 		return fmt.Errorf("claimcheck: store %d bodies: %w", len(bodies), classify(err))
 	}
 	return nil
@@ -100,52 +106,115 @@ type Beginner interface {
 // outflow_claim_bodies_20261205 holds the bodies created that day (UTC).
 const partitionPrefix = Table + "_"
 
+// DefaultPartition is where a body lands whose day has no partition.
+const DefaultPartition = Table + "_default"
+
+// purgeLock keeps the partition work of the purge to one caller at a time
+// per schema ("oub"): the forwarder's instances and the WAL relay all run
+// it; the others skip their run.
+const purgeLock = 0x6f757462
+
 // dropMargin is how long after its day ends a partition may be dropped at
 // the earliest: created_at is its transaction's start, so a transaction
 // begun before midnight may still write into the day before; none lives
-// a day.
+// a day. Migration 00033's functions enforce it too.
 const dropMargin = 24 * time.Hour
 
-// EnsurePartitions creates the partitions of outflow_claim_bodies for the
-// day of now (UTC) and the next, when missing, so that bodies land in a
-// partition retention drops whole. Each waits at most a second for its
-// lock (creating a partition locks the table against writers for a
-// moment): one that cannot is created at the next run. Without migration
-// 00033 it does nothing.
-func EnsurePartitions(ctx context.Context, db Beginner, now time.Time) error {
-	for _, d := range []time.Time{now.UTC(), now.UTC().Add(24 * time.Hour)} {
-		day := time.Date(d.Year(), d.Month(), d.Day(), 0, 0, 0, 0, time.UTC)
-		name := partitionPrefix + day.Format("20060102")
-		err := pgx.BeginFunc(ctx, db, func(tx pgx.Tx) error {
-			var exists, parent bool
-			if err := tx.QueryRow(ctx, `SELECT to_regclass($1) IS NOT NULL, to_regclass('outflow_claim_bodies') IS NOT NULL`, name).
-				Scan(&exists, &parent); err != nil || exists || !parent {
-				return err
-			}
-			if _, err := tx.Exec(ctx, `SET LOCAL lock_timeout = '1s'`); err != nil {
-				return err
-			}
-			_, err := tx.Exec(ctx, fmt.Sprintf(`CREATE TABLE IF NOT EXISTS %s PARTITION OF outflow_claim_bodies FOR VALUES FROM ('%s') TO ('%s')`,
-				pgx.Identifier{name}.Sanitize(), day.Format(time.RFC3339), day.Add(24*time.Hour).Format(time.RFC3339)))
-			return err
-		})
-		if err != nil {
-			return fmt.Errorf("claimcheck: create partition %s: %w", name, err)
-		}
-	}
-	return nil
+// DaysAhead is how many days past today EnsurePartitions keeps a
+// partition for: a purge that does not run for that long (every instance
+// down, or lock timeouts) still leaves bodies in day partitions.
+const DaysAhead = 3
+
+// Lock timeouts: creating a partition (ATTACH) locks the default
+// partition exclusively, dropping one the whole table; both wait this long
+// at most, then leave the partition to the next run rather than queue
+// producers and consumers behind a long transaction.
+const (
+	createLockTimeout = "1s"
+	dropLockTimeout   = "200ms"
+)
+
+// PurgeStats says what [PurgeBodies] did.
+type PurgeStats struct {
+	// Created are the day partitions created ahead.
+	Created []string
+	// Dropped is how many day partitions went whole.
+	Dropped int
+	// Deleted is how many rows of the default partition went.
+	Deleted int64
+	// Skipped are the partitions (DefaultPartition for its delete) left
+	// to the next run because their lock was not granted in time (a long
+	// transaction reading or writing bodies).
+	Skipped []string
+	// Busy: another caller held the purge's advisory lock (or migration
+	// 00033 is not applied); this one stopped there.
+	Busy bool
 }
 
-// liveEventSQL finds, in a partition of the bodies (%s), one whose event
-// is still kept: in the outbox (its partition not dropped yet, or its row
-// of outbox_default not deleted), or parked by the WAL relay.
-const liveEventSQL = `SELECT EXISTS (SELECT 1 FROM %s b WHERE EXISTS (SELECT 1 FROM outbox o WHERE o.message_id = b.message_id)
-	OR EXISTS (SELECT 1 FROM outbox_wal_parked w WHERE w.message_id = b.message_id))`
+// isLockTimeout: PostgreSQL's lock_not_available (lock_timeout expired).
+func isLockTimeout(err error) bool {
+	var pgErr *pgconn.PgError
+	return errors.As(err, &pgErr) && pgErr.Code == "55P03"
+}
+
+// lockedTx runs fn in a transaction holding the purge's advisory lock
+// (try-lock, released at its end), with lock_timeout set; ok is false when
+// another caller holds the lock, or when migration 00033 (its functions)
+// is not there.
+func lockedTx(ctx context.Context, db Beginner, lockTimeout string, fn func(tx pgx.Tx) error) (ok bool, err error) {
+	err = pgx.BeginFunc(ctx, db, func(tx pgx.Tx) error {
+		if err := tx.QueryRow(ctx, `SELECT pg_try_advisory_xact_lock($1, hashtext(current_schema()))
+			AND to_regprocedure('outflow_claim_bodies_add_day(date)') IS NOT NULL`, purgeLock).Scan(&ok); err != nil || !ok {
+			return err
+		}
+		if _, err := tx.Exec(ctx, `SELECT set_config('lock_timeout', $1, true)`, lockTimeout); err != nil {
+			return err
+		}
+		return fn(tx)
+	})
+	return ok, err
+}
+
+// EnsurePartitions creates the partitions of outflow_claim_bodies for the
+// day of now (UTC) and the DaysAhead next, when missing, so that bodies
+// land in a partition retention drops whole. A day the default partition
+// already holds bodies of is skipped (its partition could not be
+// attached; those bodies are purged from the default partition). A day
+// whose lock is not granted within a second is left to the next run; any
+// other failure does not stop the next days: their errors are joined.
+// Without migration 00033 it does nothing.
+func EnsurePartitions(ctx context.Context, db Beginner, now time.Time) error {
+	var st PurgeStats
+	return ensurePartitions(ctx, db, now, &st)
+}
+
+func ensurePartitions(ctx context.Context, db Beginner, now time.Time, st *PurgeStats) error {
+	var errs []error
+	for i := range DaysAhead + 1 {
+		d := now.UTC().AddDate(0, 0, i)
+		day := time.Date(d.Year(), d.Month(), d.Day(), 0, 0, 0, 0, time.UTC)
+		var name *string
+		ok, err := lockedTx(ctx, db, createLockTimeout, func(tx pgx.Tx) error {
+			return tx.QueryRow(ctx, `SELECT outflow_claim_bodies_add_day($1::date)`, day.Format(time.DateOnly)).Scan(&name)
+		})
+		switch {
+		case isLockTimeout(err):
+			st.Skipped = append(st.Skipped, partitionPrefix+day.Format("20060102"))
+		case err != nil:
+			errs = append(errs, fmt.Errorf("claimcheck: create partition %s: %w", partitionPrefix+day.Format("20060102"), err))
+		case !ok:
+			st.Busy = true
+			return errors.Join(errs...)
+		case name != nil:
+			st.Created = append(st.Created, *name)
+		}
+	}
+	return errors.Join(errs...)
+}
 
 // PurgeBodies removes the bodies of the events gone, created before
-// cutoff, and returns how many days' partitions it dropped and how many
-// rows of the default partition it deleted. It creates the partitions of
-// today and tomorrow first (EnsurePartitions).
+// cutoff. It creates the partitions of today and the DaysAhead next first
+// (EnsurePartitions); a failure there does not keep it from purging.
 //
 // A day's partition goes whole (DROP TABLE: nothing deleted, nothing for
 // vacuum, no WAL but the catalog's) once the day ended before cutoff, and
@@ -155,20 +224,38 @@ const liveEventSQL = `SELECT EXISTS (SELECT 1 FROM %s b WHERE EXISTS (SELECT 1 F
 // cutoff by a partition's span) or parked by the WAL relay. So a body
 // never goes before its event, and goes at the first run after its whole
 // day's events did; a day kept by one event (a parked one) keeps only
-// itself. The check and the drop hold the partition's lock,
-// waited for a fifth of a second at most (a long transaction postpones
-// the drop to the next run). Bodies in outflow_claim_bodies_default are
-// deleted batch rows a transaction, on the same rule. Without migration
-// 00033 it does nothing.
-func PurgeBodies(ctx context.Context, pool Beginner, cutoff time.Time, batch int) (dropped int, deleted int64, err error) {
+// itself. The check runs before the drop takes the table's exclusive lock
+// (nothing writes into a day that old), which it waits for a fifth of a
+// second at most: a transaction reading bodies for longer leaves that day
+// to the next run (PurgeStats.Skipped), as it does the default
+// partition's delete. Bodies in outflow_claim_bodies_default are deleted
+// batch rows a transaction, on the same rule.
+//
+// The work runs in migration 00033's SECURITY DEFINER functions: the
+// caller's role needs EXECUTE on them, neither the table's ownership nor
+// SELECT on the bodies. One caller at a time per schema does it (an
+// advisory try-lock): the others return with PurgeStats.Busy. Errors of
+// several days are joined; each is tried. Without migration 00033 it
+// does nothing.
+func PurgeBodies(ctx context.Context, pool Beginner, cutoff time.Time, batch int) (PurgeStats, error) {
+	return purgeBodies(ctx, pool, time.Now(), cutoff, batch)
+}
+
+// purgeBodies is PurgeBodies at now (tests move days forward).
+func purgeBodies(ctx context.Context, pool Beginner, now, cutoff time.Time, batch int) (PurgeStats, error) {
+	var st PurgeStats
 	if batch < 1 {
-		return 0, 0, fmt.Errorf("claimcheck: purge bodies: batch %d: must be at least 1", batch)
+		return st, fmt.Errorf("claimcheck: purge bodies: batch %d: must be at least 1", batch)
 	}
-	if err := EnsurePartitions(ctx, pool, time.Now()); err != nil {
-		return 0, 0, err
+	var errs []error
+	if err := ensurePartitions(ctx, pool, now, &st); err != nil {
+		errs = append(errs, err)
+	}
+	if st.Busy {
+		return st, errors.Join(errs...)
 	}
 	var names []string
-	err = pgx.BeginFunc(ctx, pool, func(tx pgx.Tx) error {
+	err := pgx.BeginFunc(ctx, pool, func(tx pgx.Tx) error {
 		rows, err := tx.Query(ctx, `SELECT c.relname FROM pg_inherits i JOIN pg_class c ON c.oid = i.inhrelid
 			WHERE i.inhparent = to_regclass('outflow_claim_bodies') ORDER BY 1`)
 		if err != nil {
@@ -178,9 +265,9 @@ func PurgeBodies(ctx context.Context, pool Beginner, cutoff time.Time, batch int
 		return err
 	})
 	if err != nil {
-		return 0, 0, fmt.Errorf("claimcheck: purge bodies: %w", err)
+		return st, errors.Join(append(errs, fmt.Errorf("claimcheck: purge bodies: list partitions: %w", err))...)
 	}
-	latest := time.Now().Add(-dropMargin)
+	latest := now.Add(-dropMargin)
 	for _, n := range names {
 		day, perr := time.Parse("20060102", strings.TrimPrefix(n, partitionPrefix))
 		if perr != nil || !strings.HasPrefix(n, partitionPrefix) {
@@ -190,62 +277,51 @@ func PurgeBodies(ctx context.Context, pool Beginner, cutoff time.Time, batch int
 		if end.After(cutoff) || end.After(latest) {
 			break // the names sort by day: nor are the later ones past
 		}
-		table := pgx.Identifier{n}.Sanitize()
-		var drop bool
-		err := pgx.BeginFunc(ctx, pool, func(tx pgx.Tx) error {
-			if _, err := tx.Exec(ctx, `SET LOCAL lock_timeout = '200ms'`); err != nil {
-				return err
-			}
-			if _, err := tx.Exec(ctx, `LOCK TABLE `+table+` IN ACCESS EXCLUSIVE MODE`); err != nil {
-				return err
-			}
-			var live bool
-			if err := tx.QueryRow(ctx, fmt.Sprintf(liveEventSQL, table)).Scan(&live); err != nil || live {
-				return err
-			}
-			drop = true
-			_, err := tx.Exec(ctx, `DROP TABLE `+table)
-			return err
+		var dropped bool
+		ok, err := lockedTx(ctx, pool, dropLockTimeout, func(tx pgx.Tx) error {
+			return tx.QueryRow(ctx, `SELECT outflow_claim_bodies_drop_day($1::date)`, day.Format(time.DateOnly)).Scan(&dropped)
 		})
-		if err != nil {
-			return dropped, 0, fmt.Errorf("claimcheck: purge bodies: drop %s: %w", n, err)
+		switch {
+		case isLockTimeout(err):
+			st.Skipped = append(st.Skipped, n)
+		case err != nil:
+			errs = append(errs, fmt.Errorf("claimcheck: purge bodies: drop %s: %w", n, err))
+		case !ok:
+			st.Busy = true
+			return st, errors.Join(errs...)
+		case dropped:
+			st.Dropped++
 		}
-		if !drop {
-			continue // an event of that day is kept (parked, say): look past it
-		}
-		dropped++
+		// Not dropped: an event of that day is kept (parked, say): look
+		// past it.
 	}
-	deleted, err = purgeDefault(ctx, pool, cutoff, batch)
-	return dropped, deleted, err
+	if err := purgeDefault(ctx, pool, cutoff, batch, &st); err != nil {
+		errs = append(errs, err)
+	}
+	return st, errors.Join(errs...)
 }
 
 // purgeDefault deletes the bodies of outflow_claim_bodies_default created
 // before cutoff whose event is gone, batch rows a transaction.
-func purgeDefault(ctx context.Context, pool Beginner, cutoff time.Time, batch int) (int64, error) {
-	var total int64
+func purgeDefault(ctx context.Context, pool Beginner, cutoff time.Time, batch int, st *PurgeStats) error {
 	for {
 		var n int64
-		err := pgx.BeginFunc(ctx, pool, func(tx pgx.Tx) error {
-			var exists bool
-			if err := tx.QueryRow(ctx, `SELECT to_regclass('outflow_claim_bodies_default') IS NOT NULL`).Scan(&exists); err != nil || !exists {
-				return err
-			}
-			tag, err := tx.Exec(ctx, `
-				DELETE FROM outflow_claim_bodies_default WHERE ctid = ANY (ARRAY(
-					SELECT b.ctid FROM outflow_claim_bodies_default b
-					WHERE b.created_at < $1
-					  AND NOT EXISTS (SELECT 1 FROM outbox o WHERE o.message_id = b.message_id)
-					  AND NOT EXISTS (SELECT 1 FROM outbox_wal_parked w WHERE w.message_id = b.message_id)
-					LIMIT $2))`, cutoff, batch)
-			n = tag.RowsAffected()
-			return err
+		ok, err := lockedTx(ctx, pool, dropLockTimeout, func(tx pgx.Tx) error {
+			return tx.QueryRow(ctx, `SELECT outflow_claim_bodies_purge_default($1, $2)`, cutoff, batch).Scan(&n)
 		})
-		if err != nil {
-			return total, fmt.Errorf("claimcheck: purge bodies: default partition: %w", err)
+		switch {
+		case isLockTimeout(err):
+			st.Skipped = append(st.Skipped, DefaultPartition)
+			return nil
+		case err != nil:
+			return fmt.Errorf("claimcheck: purge bodies: default partition: %w", err)
+		case !ok:
+			st.Busy = true
+			return nil
 		}
-		total += n
+		st.Deleted += n
 		if n < int64(batch) {
-			return total, nil
+			return nil
 		}
 	}
 }

@@ -50,6 +50,10 @@ func (c *ClaimCheck) validate() error {
 	}
 	switch {
 	case c.MaxBodyBytes == 0:
+		if c.Threshold > DefaultMaxBodyBytes {
+			return fmt.Errorf("outbox config: ClaimCheck.Threshold %d is above ClaimCheck.MaxBodyBytes's default of %d: no payload could go by reference; raise ClaimCheck.MaxBodyBytes or lower ClaimCheck.Threshold",
+				c.Threshold, DefaultMaxBodyBytes)
+		}
 		c.MaxBodyBytes = DefaultMaxBodyBytes
 	case c.MaxBodyBytes < 0:
 		c.MaxBodyBytes = 0
@@ -58,6 +62,17 @@ func (c *ClaimCheck) validate() error {
 	}
 	if c.Store == nil {
 		c.Store = claimcheck.Postgres{}
+	}
+	return nil
+}
+
+// checkThreshold refuses a Threshold above the writer's effective event
+// limit (maxEvent, 0: none): a payload between them would stay inline and
+// be refused as too large, never sent by reference.
+func (c ClaimCheck) checkThreshold(maxEvent int) error {
+	if c.Threshold > 0 && maxEvent > 0 && c.Threshold > maxEvent {
+		return fmt.Errorf("outbox config: ClaimCheck.Threshold %d is above the writer's event limit of %d bytes (MaxEventBytes, or the broker's): a payload between them could be written neither inline nor by reference; lower ClaimCheck.Threshold",
+			c.Threshold, maxEvent)
 	}
 	return nil
 }

@@ -158,20 +158,32 @@ func TestClaimCheckTableModeStoresTheBodyOnce(t *testing.T) {
 func TestClaimCheckConfigValidation(t *testing.T) {
 	t.Parallel()
 	for _, tt := range []struct {
-		name string
-		cc   outbox.ClaimCheck
-		want string
+		name     string
+		maxEvent int
+		cc       outbox.ClaimCheck
+		want     string // "" : accepted
 	}{
-		{"negative threshold", outbox.ClaimCheck{Threshold: -1}, "ClaimCheck.Threshold"},
-		{"body limit below threshold", outbox.ClaimCheck{Threshold: 1000, MaxBodyBytes: 10}, "ClaimCheck.MaxBodyBytes"},
+		{"negative threshold", 0, outbox.ClaimCheck{Threshold: -1}, "ClaimCheck.Threshold"},
+		{"body limit below threshold", 0, outbox.ClaimCheck{Threshold: 1000, MaxBodyBytes: 10}, "ClaimCheck.MaxBodyBytes"},
+		{"threshold within the default event limit", 0, outbox.ClaimCheck{Threshold: 1000}, ""},
+		{"threshold at the event limit", 4096, outbox.ClaimCheck{Threshold: 4096}, ""},
+		// A payload of 5000 bytes: too large inline, too small to go by
+		// reference.
+		{"threshold above MaxEventBytes", 4096, outbox.ClaimCheck{Threshold: 8192}, "ClaimCheck.Threshold 8192 is above the writer's event limit of 4096"},
+		{"threshold above the default MaxEventBytes", 0, outbox.ClaimCheck{Threshold: outbox.DefaultMaxEventBytes + 1}, "ClaimCheck.Threshold"},
+		{"no event limit, threshold above the default body limit", -1, outbox.ClaimCheck{Threshold: outbox.DefaultMaxBodyBytes + 1},
+			"ClaimCheck.Threshold 67108865 is above ClaimCheck.MaxBodyBytes's default"},
+		{"no event limit, no body limit", -1, outbox.ClaimCheck{Threshold: outbox.DefaultMaxBodyBytes + 1, MaxBodyBytes: -1}, ""},
 	} {
 		t.Run(tt.name, func(t *testing.T) {
-			_, err := outbox.NewWriter(outbox.Config{ClaimCheck: tt.cc})
+			_, err := outbox.NewWriter(outbox.Config{MaxEventBytes: tt.maxEvent, ClaimCheck: tt.cc})
+			if tt.want == "" {
+				require.NoError(t, err)
+				return
+			}
 			require.ErrorContains(t, err, tt.want)
 		})
 	}
-	_, err := outbox.NewWriter(outbox.Config{ClaimCheck: outbox.ClaimCheck{Threshold: 1000}})
-	require.NoError(t, err)
 }
 
 // WAL mode: the body goes into outflow_claim_bodies in the transaction,

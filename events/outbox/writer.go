@@ -112,6 +112,13 @@ func NewWriter(cfg Config) (*Writer, error) {
 		return nil, fmt.Errorf("outbox config: MaxEventBytes %d is above the broker's limit of %d bytes per message: lower it (or leave it 0 for the broker's)",
 			cfg.MaxEventBytes, ceiling)
 	}
+	effective := cfg.MaxEventBytes
+	if effective == 0 {
+		effective = ceiling
+	}
+	if err := cfg.ClaimCheck.checkThreshold(effective); err != nil {
+		return nil, err
+	}
 	return &Writer{
 		adapter:       SchemaAdapter{},
 		routes:        cfg.Routes,
