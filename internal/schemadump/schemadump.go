@@ -78,6 +78,8 @@ WHERE ty.typnamespace = $1::regnamespace AND ty.typtype NOT IN ('c', 'b') -- row
 	}
 	for i, l := range lines {
 		l = strings.ReplaceAll(l, pgx.Identifier{schema}.Sanitize()+".", Placeholder+".")
+		// And as a literal: a function's pinned search_path names it so.
+		l = strings.ReplaceAll(l, "'"+schema+"'", "'"+Placeholder+"'")
 		lines[i] = strings.ReplaceAll(l, schema+".", Placeholder+".")
 	}
 	slices.Sort(lines)
