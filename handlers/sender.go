@@ -385,7 +385,9 @@ func (s *Sender) settler(ctx context.Context, results <-chan settled) {
 // settleSQL records attempts and, for each delivery the sender still holds
 // the lease of (token) while it is pending, applies its outcome: status,
 // next attempt in delay seconds, last error. Every attempt is recorded,
-// lease_lost when nothing was applied, except that of a delivery no longer
+// lease_lost when nothing was applied (by its token: a batch can hold the
+// late result of a lapsed lease beside the result of the sender's own next
+// lease of the same delivery), except that of a delivery no longer
 // there: a late result whose delivery another sender settled and retention
 // purged meanwhile would fail the whole statement on the foreign key, and
 // the other results with it. live locks the deliveries against that purge
@@ -404,10 +406,11 @@ WITH r AS (
         delivered_at = CASE WHEN r.status = 'delivered' THEN now() END
     FROM r
     WHERE d.id = r.id AND d.lease_token = r.token AND d.status = 'pending'
-    RETURNING d.id
+    RETURNING d.id, r.token
 )
 INSERT INTO webhook_attempts (delivery_id, status_code, latency_ms, error, lease_lost)
-SELECT r.id, r.code, r.latency_ms, r.error, NOT EXISTS (SELECT 1 FROM upd WHERE upd.id = r.id) FROM r JOIN live USING (id)
+SELECT r.id, r.code, r.latency_ms, r.error, NOT EXISTS (SELECT 1 FROM upd WHERE upd.id = r.id AND upd.token = r.token)
+FROM r JOIN live USING (id)
 RETURNING delivery_id, lease_lost`
 
 func (s *Sender) settle(ctx context.Context, batch []settled) error {
