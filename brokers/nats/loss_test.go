@@ -133,9 +133,13 @@ func TestSubscriberSurvivesADeletedConsumer(t *testing.T) {
 	t.Parallel()
 	b, prefix, msgs := subscribeOrders(t)
 	js := jetStream(t)
-	if err := js.DeleteConsumer(prefix+"orders", "g_"+prefix+"orders"); err != nil {
-		t.Fatal(err)
-	}
+	// The server can fail a delete while it writes the consumer's state
+	// ("unlinkat ...: directory not empty", seen under load): try again.
+	var lastErr error
+	outflowtest.WaitFor(t, 10*time.Second, "the durable consumer deleted", func() bool {
+		lastErr = js.DeleteConsumer(prefix+"orders", "g_"+prefix+"orders")
+		return lastErr == nil || errors.Is(lastErr, nats.ErrConsumerNotFound)
+	})
 	receive(t, msgs, publishEventually(t, b, "orders", 2))
 	if _, err := js.ConsumerInfo(prefix+"orders", "g_"+prefix+"orders"); errors.Is(err, nats.ErrConsumerNotFound) {
 		t.Fatal("the durable consumer was not created again")
