@@ -67,11 +67,23 @@ func (f *Forwarder) Audits() bool { return f.auditor != nil }
 
 // Run forwards until ctx is done, then finishes the batch in flight, hands
 // its partitions back so that other instances take them at once, and
-// returns nil. It returns an error only when it cannot start (the schema is
-// missing, the partition count disagrees with the database's).
+// returns nil, also when ctx is done while it starts. It returns an error
+// only when it cannot start (the schema is missing, the partition count
+// disagrees with the database's).
 func (f *Forwarder) Run(ctx context.Context) error {
 	if err := f.register(ctx); err != nil {
-		return err
+		if ctx.Err() == nil {
+			return err
+		}
+		// Stopped while starting: a shutdown, not a failure to start. The
+		// registration may have committed before the cancellation reached
+		// its client: take it back, as a stop does.
+		rctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 5*time.Second)
+		defer cancel()
+		if err := f.unregister(rctx); err != nil {
+			f.cfg.Logger.Warn("release partitions on shutdown", "error", err.Error())
+		}
+		return nil
 	}
 	f.cfg.Logger.Info("forwarder started", "instance", f.cfg.InstanceID, "partitions", f.cfg.Partitions,
 		"batch_size", f.cfg.BatchSize, "takeover_after", f.cfg.TakeoverAfter)
