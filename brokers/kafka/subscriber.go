@@ -119,10 +119,14 @@ func (s *kafkaSubscriber) run(ctx context.Context, topic string, id topicIdentit
 			// its offsets are not committed, the group delivers it again.
 			for range in {
 			}
-			var ok bool
-			if in, cancel, ok = s.resubscribe(ctx, topic); !ok {
+			// Not assigned before ok: a failed resubscribe returns a nil
+			// cancel, which the deferred call would then call (a panic
+			// seen when the suite closed a subscriber mid-resubscribe).
+			nin, ncancel, ok := s.resubscribe(ctx, topic)
+			if !ok {
 				return
 			}
+			in, cancel = nin, ncancel
 		case <-ctx.Done():
 			return
 		case <-s.closing:
