@@ -33,23 +33,18 @@ demo: ## The main job: services, migrate, serve, drive payments, verify, report 
 # directly, go test puts them in a temporary directory and logs its path.
 OUTFLOW_TEST_ARTIFACTS ?= $(CURDIR)/test-artifacts
 
-# -p 2 -parallel 4: the tests mostly wait (on PostgreSQL, brokers, a
-# browser), and go test's default of one test at a time per package left
-# the machine a third busy. Not -p 3: three packages at once (8m58s to
+# -parallel 4: the tests mostly wait (on PostgreSQL, brokers, a browser),
+# and go test's default, GOMAXPROCS (2 on CI), left the machine a third
+# busy. -p stays at its default, 2: three packages at once (8m58s to
 # 10m42s) ran the shared PostgreSQL out of connections ("too many clients
-# already") and made waits bound by time fail. go vet runs beside the
-# tests, not before them; gofmt, a second, goes first. vet's output waits
-# for the tests'.
-# The packages whose tests take longest go first, so that they start while
-# the others build and run beside them instead of last (go test starts
-# packages in the order it is given them): handlers ~300 s, console ~250 s.
-SLOW_PKGS := ./handlers ./internal/console ./forwarder ./cmd/outflow/internal/cli ./brokers/nats ./outflowtest
-TEST_PKGS  = $(if $(filter ./...,$(PKGS)),$(SLOW_PKGS) $(PKGS),$(PKGS))
-
+# already") and made waits bound by time fail, and giving go test the two
+# slowest packages first made them slow each other (over 12 min). go vet
+# runs beside the tests, not before them (9m43s); gofmt, a second, goes
+# first. vet's output waits for the tests'.
 test: test-services fmt-check ## Every test, with the race detector, against real services (screenshots in test-artifacts/)
 	@mkdir -p '$(OUTFLOW_TEST_ARTIFACTS)'; \
 	$(GO) vet $(PKGS) > '$(OUTFLOW_TEST_ARTIFACTS)/vet.log' 2>&1 & vet=$$!; \
-	OUTFLOW_TEST_ARTIFACTS='$(OUTFLOW_TEST_ARTIFACTS)' $(GO) test -race -count=1 -p 2 -parallel 4 -timeout 15m $(TEST_PKGS); rc=$$?; \
+	OUTFLOW_TEST_ARTIFACTS='$(OUTFLOW_TEST_ARTIFACTS)' $(GO) test -race -count=1 -parallel 4 -timeout 15m $(PKGS); rc=$$?; \
 	if wait $$vet; then echo "go vet: clean"; else echo "go vet:"; cat '$(OUTFLOW_TEST_ARTIFACTS)/vet.log'; rc=1; fi; \
 	exit $$rc
 
