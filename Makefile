@@ -38,7 +38,7 @@ OUTFLOW_TEST_ARTIFACTS ?= $(CURDIR)/test-artifacts
 # busy. -p stays at its default, 2: three packages at once (8m58s to
 # 10m42s) ran the shared PostgreSQL out of connections ("too many clients
 # already") and made waits bound by time fail, and giving go test the two
-# slowest packages first made them slow each other (over 12 min). go vet
+# slowest packages first made them slow each other (14m43s). go vet
 # runs beside the tests, not before them (9m43s); gofmt, a second, goes
 # first. vet's output waits for the tests'.
 test: test-services fmt-check ## Every test, with the race detector, against real services (screenshots in test-artifacts/)
