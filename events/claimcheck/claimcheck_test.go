@@ -3,14 +3,12 @@ package claimcheck_test
 import (
 	"context"
 	"encoding/json"
-	"net/url"
 	"strings"
 	"testing"
 	"time"
 
 	"github.com/ThreeDotsLabs/watermill/message"
 	"github.com/jackc/pgx/v5"
-	"github.com/jackc/pgx/v5/pgxpool"
 	"github.com/stretchr/testify/require"
 
 	"github.com/outflow-dev/outflow/events"
@@ -238,25 +236,9 @@ func TestOnlyTheReaderRoleReadsBodies(t *testing.T) {
 	ev, body := write(t, s, "d1", 5_000)
 	msg := published(t, s, ev.MessageID)
 
-	role := strings.ReplaceAll(s.Name, "outflowtest_", "outflowtest_role_")
-	id := pgx.Identifier{role}.Sanitize()
-	_, err := s.Pool.Exec(ctx, `CREATE ROLE `+id+` LOGIN`)
-	require.NoError(t, err)
-	t.Cleanup(func() {
-		if _, err := s.Pool.Exec(context.Background(), `DROP OWNED BY `+id+`; DROP ROLE `+id); err != nil {
-			t.Errorf("drop role %s: %v", role, err)
-		}
-	})
-	_, err = s.Pool.Exec(ctx, `GRANT USAGE ON SCHEMA `+pgx.Identifier{s.Name}.Sanitize()+` TO `+id)
-	require.NoError(t, err)
-	u, err := url.Parse(s.URL)
-	require.NoError(t, err)
-	u.User = url.User(role)
-	pool, err := pgxpool.New(ctx, u.String())
-	require.NoError(t, err)
-	t.Cleanup(pool.Close)
+	pool, id := roleOf(t, s, "role")
 
-	_, err = claimcheck.Resolve(ctx, claimcheck.Postgres{DB: pool}, msg)
+	_, err := claimcheck.Resolve(ctx, claimcheck.Postgres{DB: pool}, msg)
 	require.ErrorIs(t, err, claimcheck.ErrBodyForbidden)
 	require.Contains(t, err.Error(), claimcheck.ReaderRole)
 	require.NotContains(t, err.Error(), "secret-body")
