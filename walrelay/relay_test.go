@@ -135,19 +135,12 @@ func (e *env) event(agg string, version int64) events.Event {
 // write commits one transaction with evs and returns their ids.
 func (e *env) write(evs ...events.Event) []string {
 	e.t.Helper()
-	ctx := context.Background()
-	tx, err := e.pg.Pool.Begin(ctx)
-	require.NoError(e.t, err)
-	require.NoError(e.t, e.writer.PublishTx(ctx, tx, evs...))
-	require.NoError(e.t, tx.Commit(ctx))
-	ids := make([]string, len(evs))
-	for i, ev := range evs {
-		ids[i] = ev.MessageID
-	}
+	ids, _ := e.writeXID(evs...)
 	return ids
 }
 
-// writeXID is write, and returns the transaction's id too.
+// writeXID commits one transaction with evs and returns their ids and the
+// transaction's id.
 func (e *env) writeXID(evs ...events.Event) (ids []string, xid string) {
 	e.t.Helper()
 	ctx := context.Background()
