@@ -13,9 +13,9 @@ import (
 	"github.com/jackc/pgx/v5/pgxpool"
 
 	"github.com/outflow-dev/outflow/app/paymentevents"
-	"github.com/outflow-dev/outflow/app/secretseal"
 	"github.com/outflow-dev/outflow/events"
 	"github.com/outflow-dev/outflow/internal/netguard"
+	"github.com/outflow-dev/outflow/webhooks/secretseal"
 )
 
 // EventPublisher queues the outbox write of events onto a batch sent on tx.

@@ -9,7 +9,7 @@ import (
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgxpool"
 
-	"github.com/outflow-dev/outflow/app/secretseal"
+	"github.com/outflow-dev/outflow/webhooks/secretseal"
 )
 
 // DefaultWebhookSecretGrace is how long a rotated-out webhook secret stays

@@ -2,15 +2,11 @@ package handlers
 
 import (
 	"context"
-	"crypto/hmac"
-	"crypto/sha256"
-	"encoding/base64"
 	"encoding/json"
 	"errors"
 	"fmt"
 	"log/slog"
 	"net/http"
-	"strings"
 	"time"
 
 	"github.com/outflow-dev/outflow/consumer"
@@ -21,9 +17,10 @@ import (
 
 	"github.com/outflow-dev/outflow/app"
 	"github.com/outflow-dev/outflow/app/paymentevents"
-	"github.com/outflow-dev/outflow/app/secretseal"
 	"github.com/outflow-dev/outflow/events"
 	"github.com/outflow-dev/outflow/internal/netguard"
+	"github.com/outflow-dev/outflow/webhooks/signing"
+	"github.com/outflow-dev/outflow/webhooks/secretseal"
 )
 
 // NotifyConfig configures NotifyMerchant and the webhook [Sender].
@@ -215,16 +212,8 @@ func recordDelivery(ctx context.Context, tx pgx.Tx, ev events.Event, merchantID 
 	return nil
 }
 
-// Sign computes a Standard Webhooks signature header value:
-// "v1," + base64(HMAC-SHA256(key, id + "." + timestamp + "." + body)), where
-// the key is the base64 part of a "whsec_" secret.
+// Sign computes a Standard Webhooks signature header value; see
+// [signing.Sign], which it is.
 func Sign(secret, id, timestamp string, body []byte) (string, error) {
-	key, err := base64.StdEncoding.DecodeString(strings.TrimPrefix(secret, "whsec_"))
-	if err != nil {
-		return "", fmt.Errorf("webhook secret is not base64: %w", err)
-	}
-	mac := hmac.New(sha256.New, key)
-	mac.Write([]byte(id + "." + timestamp + "."))
-	mac.Write(body)
-	return "v1," + base64.StdEncoding.EncodeToString(mac.Sum(nil)), nil
+	return signing.Sign(secret, id, timestamp, body)
 }

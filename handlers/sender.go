@@ -15,10 +15,10 @@ import (
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgxpool"
 
-	"github.com/outflow-dev/outflow/app/secretseal"
 	"github.com/outflow-dev/outflow/internal/backoff"
 	"github.com/outflow-dev/outflow/internal/netguard"
 	"github.com/outflow-dev/outflow/internal/poll"
+	"github.com/outflow-dev/outflow/webhooks/secretseal"
 )
 
 // Sender delivers the webhooks NotifyMerchant recorded.

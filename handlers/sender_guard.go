@@ -10,8 +10,8 @@ import (
 	"net/http"
 	"time"
 
-	"github.com/outflow-dev/outflow/app/secretseal"
 	"github.com/outflow-dev/outflow/internal/netguard"
+	"github.com/outflow-dev/outflow/webhooks/secretseal"
 )
 
 // guardedClient returns the Sender's client: cfg.Client's policy (or the

@@ -15,10 +15,10 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/outflow-dev/outflow/app"
-	"github.com/outflow-dev/outflow/app/secretseal"
 	"github.com/outflow-dev/outflow/events/outbox"
 	"github.com/outflow-dev/outflow/handlers"
 	"github.com/outflow-dev/outflow/outflowtest"
+	"github.com/outflow-dev/outflow/webhooks/secretseal"
 )
 
 func sealKey(t *testing.T, b byte) *secretseal.Key {

@@ -14,7 +14,7 @@ const module = "github.com/outflow-dev/outflow"
 // framework lists the framework's roots: each, and every package under it,
 // is framework. New subpackages (brokers/redis, brokers/nats...) are found,
 // not listed.
-var framework = []string{"events", "forwarder", "consumer", "idempotency", "migrations", "outflowtest", "brokers", "tracing", "examples", "replay", "walrelay"}
+var framework = []string{"events", "forwarder", "consumer", "idempotency", "migrations", "outflowtest", "brokers", "tracing", "examples", "replay", "walrelay", "webhooks"}
 
 // app lists what the framework must never reach: the reference service and
 // the binaries, with their internals (cmd/outflow/internal/cli, demo,

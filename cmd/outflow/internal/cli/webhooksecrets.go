@@ -10,9 +10,9 @@ import (
 	"github.com/spf13/cobra"
 
 	"github.com/outflow-dev/outflow/app"
-	"github.com/outflow-dev/outflow/app/secretseal"
 	"github.com/outflow-dev/outflow/cmd/outflow/internal/config"
 	"github.com/outflow-dev/outflow/internal/actionlog"
+	"github.com/outflow-dev/outflow/webhooks/secretseal"
 )
 
 // warnPlaintextSecrets says, once per process at start, that webhook

@@ -20,10 +20,10 @@ import (
 	"github.com/jackc/pgx/v5/pgxpool"
 	"github.com/spf13/pflag"
 
-	"github.com/outflow-dev/outflow/app/secretseal"
 	"github.com/outflow-dev/outflow/brokers"
 	"github.com/outflow-dev/outflow/brokers/cloudevents"
 	"github.com/outflow-dev/outflow/internal/redact"
+	"github.com/outflow-dev/outflow/webhooks/secretseal"
 )
 
 // Defaults.

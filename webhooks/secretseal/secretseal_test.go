@@ -9,7 +9,7 @@ import (
 
 	"github.com/stretchr/testify/require"
 
-	"github.com/outflow-dev/outflow/app/secretseal"
+	"github.com/outflow-dev/outflow/webhooks/secretseal"
 )
 
 func key(t *testing.T, b byte) *secretseal.Key {

@@ -4,7 +4,7 @@ import (
 	"fmt"
 	"strings"
 
-	"github.com/outflow-dev/outflow/app/secretseal"
+	"github.com/outflow-dev/outflow/webhooks/secretseal"
 )
 
 func ExampleOpen() {
