@@ -322,8 +322,8 @@ func TestHandlerWakesAfterCommitOnlyWhenPending(t *testing.T) {
 	outflowtest.WaitFor(t, 10*time.Second, "the wake", func() bool { return nWakes.Load() == 1 })
 
 	write(newEvent(t, "pay-2", 1, paid{Account: "acct-2", Amount: 1}), // no endpoint
-		newEvent(t, "pay-3", 1, paid{Account: "nobody", Amount: 1}),     // no account
-		newEvent(t, "pay-4", 1, paid{Account: "acct-off", Amount: 1}))   // disabled: recorded failed
+		newEvent(t, "pay-3", 1, paid{Account: "nobody", Amount: 1}),   // no account
+		newEvent(t, "pay-4", 1, paid{Account: "acct-off", Amount: 1})) // disabled: recorded failed
 	p.WaitHandled()
 	write(newEvent(t, "pay-1", 2, paid{Account: "acct-1", Amount: 2}))
 	p.WaitHandled()
