@@ -73,14 +73,11 @@ func Purge(ctx context.Context, db webhooks.DB, cutoff time.Time, batch int) (de
 		var dels, msgs int
 		err := pgx.BeginFunc(ctx, b, func(tx pgx.Tx) error {
 			var ids []string
-			if err := tx.QueryRow(ctx, purgeDeliveriesSQL, cutoff, batch).Scan(&dels, &ids); err != nil {
+			var err error
+			if dels, ids, err = purgeDeliveries(ctx, tx, cutoff, batch); err != nil || len(ids) == 0 {
 				return err
 			}
-			if len(ids) == 0 {
-				return nil
-			}
-			tag, err := tx.Exec(ctx, purgeMessagesSQL, ids)
-			msgs = int(tag.RowsAffected())
+			msgs, err = purgeMessages(ctx, tx, ids)
 			return err
 		})
 		if err != nil {
@@ -91,4 +88,20 @@ func Purge(ctx context.Context, db webhooks.DB, cutoff time.Time, batch int) (de
 			return deliveries, messages, nil
 		}
 	}
+}
+
+// purgeDeliveries runs purgeDeliveriesSQL in tx: how many deliveries it
+// deleted, and their messages, locked.
+func purgeDeliveries(ctx context.Context, tx pgx.Tx, cutoff time.Time, batch int) (int, []string, error) {
+	var n int
+	var ids []string
+	err := tx.QueryRow(ctx, purgeDeliveriesSQL, cutoff, batch).Scan(&n, &ids)
+	return n, ids, err
+}
+
+// purgeMessages runs purgeMessagesSQL in tx, the next statement after
+// purgeDeliveries: how many of messages it deleted.
+func purgeMessages(ctx context.Context, tx pgx.Tx, messages []string) (int, error) {
+	tag, err := tx.Exec(ctx, purgeMessagesSQL, messages)
+	return int(tag.RowsAffected()), err
 }
