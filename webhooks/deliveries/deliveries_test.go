@@ -512,3 +512,46 @@ func TestSendTest(t *testing.T) {
 		t.Fatalf("%d messages, want only the first test event (refused and another account's record nothing)", n)
 	}
 }
+
+// A resend racing the sender's disabling of the endpoint waits for it,
+// then is refused: it never leaves a pending delivery to a disabled
+// endpoint (the disabling failed the pending ones it saw).
+func TestResendWaitsForADisable(t *testing.T) {
+	t.Parallel()
+	f := newFixture(t)
+	ep := f.endpoint("acct")
+	m := f.message("acct", "payment.paid")
+	f.set(m, ep, "failed", 10, time.Hour)
+
+	tx, err := f.pool.Begin(f.ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer func() { _ = tx.Rollback(f.ctx) }()
+	if _, err := tx.Exec(f.ctx, `UPDATE webhook_endpoints SET disabled_at = now(), disabled_reason = 'failing' WHERE id = $1`, ep); err != nil {
+		t.Fatal(err)
+	}
+	done := make(chan error, 1)
+	go func() {
+		_, err := deliveries.Resend(f.ctx, f.pool, "acct", ep, m)
+		done <- err
+	}()
+	outflowtest.WaitFor(t, 10*time.Second, "the resend to wait for the endpoint, or end", func() bool {
+		if len(done) > 0 {
+			return true
+		}
+		var n int
+		_ = f.pool.QueryRow(f.ctx, `SELECT count(*) FROM pg_stat_activity
+			WHERE datname = current_database() AND wait_event_type = 'Lock' AND query LIKE '%webhook_endpoint_deliveries d SET%'`).Scan(&n)
+		return n > 0
+	})
+	if err := tx.Commit(f.ctx); err != nil {
+		t.Fatal(err)
+	}
+	if err := <-done; !errors.Is(err, deliveries.ErrEndpointDisabled) {
+		t.Fatalf("resend during the disable: %v, want ErrEndpointDisabled", err)
+	}
+	if s := f.state(m, ep); s.Status != "failed" {
+		t.Fatalf("delivery %+v after a resend raced the disable", s)
+	}
+}
