@@ -41,9 +41,10 @@
 //     "field"}}; a body is decoded strictly (unknown, duplicate or
 //     case-mismatched keys, wrong types, trailing data, invalid UTF-8 are
 //     400 naming the field), and a bad value is 422 invalid_field naming
-//     it; too many endpoints is 409 too_many_endpoints; a method the path
-//     lacks is 405 with Allow; anything else is 500 with its detail in the
-//     log only. All of it is checked before the command's transaction, or
+//     it; too many endpoints is 409 too_many_endpoints, a resend,
+//     recovery or test to a disabled endpoint 409 endpoint_disabled; a
+//     method the path lacks is 405 with Allow; anything else is 500 with
+//     its detail in the log only. All of it is checked before the command's transaction, or
 //     by the store before its statement: bad input changes nothing.
 //   - Commands run through Config.Command when the service has one (its
 //     Idempotency-Key wrapper): a response holding a secret implements

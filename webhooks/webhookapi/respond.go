@@ -10,6 +10,7 @@ import (
 	"strings"
 
 	"github.com/outflow-dev/outflow/webhooks"
+	"github.com/outflow-dev/outflow/webhooks/deliveries"
 	"github.com/outflow-dev/outflow/webhooks/endpoints"
 )
 
@@ -53,7 +54,9 @@ func writeError(w http.ResponseWriter, status int, code, msg, field string) {
 // WriteKnownError answers the webhook packages' typed errors as these
 // handlers do, and reports whether err was one: [webhooks.ErrNotFound] is
 // 404 not_found, a *[webhooks.ValidationError] 422 invalid_field naming
-// the field, [endpoints.ErrTooMany] 409 too_many_endpoints. A service
+// the field, [endpoints.ErrTooMany] 409 too_many_endpoints,
+// [deliveries.ErrEndpointDisabled] (a resend, recovery or test to a
+// disabled endpoint) 409 endpoint_disabled. A service
 // whose Config.Command maps its own errors calls it first, so that these
 // do not become 500s.
 func WriteKnownError(w http.ResponseWriter, err error) bool {
@@ -65,6 +68,9 @@ func WriteKnownError(w http.ResponseWriter, err error) bool {
 		writeError(w, http.StatusNotFound, "not_found", err.Error(), "")
 	case errors.Is(err, endpoints.ErrTooMany):
 		writeError(w, http.StatusConflict, "too_many_endpoints", err.Error(), "")
+	case errors.Is(err, deliveries.ErrEndpointDisabled):
+		writeError(w, http.StatusConflict, "endpoint_disabled",
+			"the endpoint is disabled: enable it, then recover what failed meanwhile", "")
 	default:
 		return false
 	}
