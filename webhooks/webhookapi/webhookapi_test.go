@@ -3,9 +3,11 @@ package webhookapi_test
 import (
 	"context"
 	"encoding/json"
+	"log/slog"
 	"net/http"
 	"net/http/httptest"
 	"strings"
+	"sync"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -387,3 +389,37 @@ func TestConfig(t *testing.T) {
 		}
 	}
 }
+
+// An error the API does not know is a 500 without detail; the detail goes
+// to the log.
+func TestInternalErrorHasNoDetail(t *testing.T) {
+	t.Parallel()
+	var logs strings.Builder
+	var mu sync.Mutex
+	logger := slog.New(slog.NewTextHandler(writerFunc(func(p []byte) (int, error) {
+		mu.Lock()
+		defer mu.Unlock()
+		return logs.Write(p)
+	}), nil))
+	e := newEnv(t, webhookapi.Config{Logger: logger})
+	id := e.create("acct", `{"url":"`+hook+`"}`)["id"].(string)
+	if _, err := e.pool.Exec(context.Background(), `ALTER TABLE webhook_endpoint_deliveries RENAME TO gone`); err != nil {
+		t.Fatal(err)
+	}
+	res := e.do("acct", "POST", "/accounts/acct/webhook_endpoints/"+id+"/disable", "")
+	if res.status != 500 || errorCode(res) != "internal" || strings.Contains(res.raw, "gone") || strings.Contains(res.raw, "webhook_endpoint_deliveries") {
+		t.Fatalf("disable: %d %s", res.status, res.raw)
+	}
+	mu.Lock()
+	defer mu.Unlock()
+	if !strings.Contains(logs.String(), "webhook_endpoint_deliveries") {
+		t.Fatalf("the detail is not logged: %s", logs.String())
+	}
+	if got := e.do("acct", "GET", "/accounts/acct/webhook_endpoints/"+id, ""); got.body["disabled"] != false {
+		t.Fatalf("a failed disable changed the endpoint: %s", got.raw)
+	}
+}
+
+type writerFunc func([]byte) (int, error)
+
+func (f writerFunc) Write(p []byte) (int, error) { return f(p) }
