@@ -48,6 +48,13 @@ type Config struct {
 	// so that a caller learns nothing of accounts it may not see.
 	// Required: the routes have no authentication of their own.
 	Authorize func(r *http.Request, account string) bool
+	// CanonicalAccount returns the account a path's spelling names, as
+	// the service records its events' accounts ("ABC..." and "abc..." are
+	// one merchant id), and false for a spelling that names none (404).
+	// The endpoints are then stored, and authorized, under the canonical
+	// form, so that the events of the account reach them. nil: the path
+	// value as it is.
+	CanonicalAccount func(account string) (string, bool)
 	// Command runs the routes that change something: the service's own
 	// wrapper (Idempotency-Key, tracing, error mapping). nil runs fn in a
 	// transaction of Pool and answers its error with [WriteKnownError], or
@@ -74,6 +81,7 @@ type API struct {
 	pool       *pgxpool.Pool
 	param      string
 	authorize  func(*http.Request, string) bool
+	canonical  func(string) (string, bool)
 	command    CommandFunc
 	wake       func()
 	maxRecover time.Duration
@@ -94,7 +102,8 @@ func New(cfg Config) (*API, error) {
 		return nil, errors.New("webhookapi config: MaxRecoverAge must not be negative")
 	}
 	a := &API{store: cfg.Endpoints, pool: cfg.Pool, param: cfg.AccountParam, authorize: cfg.Authorize,
-		command: cfg.Command, wake: cfg.Wake, maxRecover: cfg.MaxRecoverAge, logger: cfg.Logger, now: cfg.Now}
+		canonical: cfg.CanonicalAccount, command: cfg.Command, wake: cfg.Wake, maxRecover: cfg.MaxRecoverAge,
+		logger: cfg.Logger, now: cfg.Now}
 	if a.param == "" {
 		a.param = "account"
 	}
@@ -189,11 +198,15 @@ func byMethod(methods map[string]http.HandlerFunc) http.Handler {
 // it; else it answers 404, as for an account that does not exist.
 func (a *API) account(w http.ResponseWriter, r *http.Request) (string, bool) {
 	id := r.PathValue(a.param)
-	if id == "" || !a.authorize(r, id) {
+	account, ok := id, id != ""
+	if ok && a.canonical != nil {
+		account, ok = a.canonical(id)
+	}
+	if !ok || account == "" || !a.authorize(r, account) {
 		writeNotFound(w, "account "+id)
 		return "", false
 	}
-	return id, true
+	return account, true
 }
 
 // inTx is the command runner when Config.Command is nil.

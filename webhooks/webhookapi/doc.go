@@ -37,6 +37,10 @@
 //     caller learns nothing of what it may not see. Delivery routes look
 //     the endpoint up first (in the command's transaction), so an unknown
 //     endpoint is 404 rather than an empty page.
+//   - The account is the path value Config.AccountParam, put in the
+//     service's canonical form by Config.CanonicalAccount when the service
+//     accepts several spellings of one id: endpoints stored under another
+//     spelling would never receive the account's events.
 //   - Errors are the reference app's: {"error": {"code", "message",
 //     "field"}}; a body is decoded strictly (unknown, duplicate or
 //     case-mismatched keys, wrong types, trailing data, invalid UTF-8 are

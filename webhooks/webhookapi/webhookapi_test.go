@@ -423,3 +423,23 @@ func TestInternalErrorHasNoDetail(t *testing.T) {
 type writerFunc func([]byte) (int, error)
 
 func (f writerFunc) Write(p []byte) (int, error) { return f(p) }
+
+// With CanonicalAccount, an account spelt otherwise is the same account,
+// and a spelling that names none is not found.
+func TestCanonicalAccount(t *testing.T) {
+	t.Parallel()
+	e := newEnv(t, webhookapi.Config{CanonicalAccount: func(a string) (string, bool) {
+		return strings.ToLower(a), !strings.Contains(a, "*")
+	}})
+	c := e.create("acct", `{"url":"`+hook+`"}`)
+	res := e.do("acct", "POST", "/accounts/ACCT/webhook_endpoints", `{"url":"`+hook+`"}`)
+	if res.status != 201 || res.body["account_id"] != "acct" {
+		t.Fatalf("create as ACCT: %d %s", res.status, res.raw)
+	}
+	if res := e.do("acct", "GET", "/accounts/Acct/webhook_endpoints/"+c["id"].(string), ""); res.status != 200 {
+		t.Fatalf("get as Acct: %d %s", res.status, res.raw)
+	}
+	if res := e.do("acct*", "GET", "/accounts/acct*/webhook_endpoints", ""); res.status != 404 {
+		t.Fatalf("a spelling that names no account: %d %s", res.status, res.raw)
+	}
+}
