@@ -175,6 +175,14 @@ func scan(row pgx.Row) (Endpoint, error) {
 	if e.EventTypes == nil {
 		e.EventTypes = []string{}
 	}
+	// pgx reads timestamptz in time.Local: the API answers in UTC.
+	e.CreatedAt, e.UpdatedAt = e.CreatedAt.UTC(), e.UpdatedAt.UTC()
+	for _, t := range []**time.Time{&e.DisabledAt, &e.FailingSince} {
+		if *t != nil {
+			u := (*t).UTC()
+			*t = &u
+		}
+	}
 	return e, nil
 }
 

@@ -76,6 +76,9 @@ func TestCRUD(t *testing.T) {
 	}
 	equal(t, got, want)
 	equal(t, c.Endpoint, want)
+	if got.CreatedAt.Location() != time.UTC || got.UpdatedAt.Location() != time.UTC {
+		t.Fatalf("times not in UTC (run with TZ set to see it): %v", got.CreatedAt)
+	}
 	b, _ := json.Marshal(got)
 	if strings.Contains(string(b), "whsec_") || strings.Contains(string(b), "secret") {
 		t.Fatalf("an endpoint's JSON holds its secret: %s", b)
