@@ -374,11 +374,26 @@ func (s *Store) Delete(ctx context.Context, db webhooks.DB, account, id string) 
 	if !ok {
 		return notFound("delete webhook endpoint", id, pgx.ErrNoRows)
 	}
-	tag, err := db.Exec(ctx, `DELETE FROM webhook_endpoints WHERE id = $1 AND account_id = $2`, key, account)
+	// The endpoint's deliveries (and their attempts) go with it; so do
+	// the messages no other endpoint has a delivery of, which nothing
+	// else would ever purge (retention walks deliveries). One statement
+	// sees one snapshot: the other deliveries are told apart by endpoint.
+	var deleted bool
+	err := db.QueryRow(ctx, `
+		WITH e AS (
+		    DELETE FROM webhook_endpoints WHERE id = $1 AND account_id = $2 RETURNING id
+		), d AS (
+		    DELETE FROM webhook_endpoint_deliveries WHERE endpoint_id IN (SELECT id FROM e) RETURNING message_id
+		), m AS (
+		    DELETE FROM webhook_messages msg WHERE msg.id IN (SELECT message_id FROM d)
+		      AND NOT EXISTS (SELECT 1 FROM webhook_endpoint_deliveries o
+		                      WHERE o.message_id = msg.id AND o.endpoint_id <> $1)
+		)
+		SELECT EXISTS (SELECT 1 FROM e)`, key, account).Scan(&deleted)
 	if err != nil {
 		return fmt.Errorf("delete webhook endpoint %s: %w", id, err)
 	}
-	if tag.RowsAffected() == 0 {
+	if !deleted {
 		return notFound("delete webhook endpoint", id, pgx.ErrNoRows)
 	}
 	return nil

@@ -497,6 +497,29 @@ func TestDeleteCascades(t *testing.T) {
 	if deliveries != 0 || attempts != 0 || others != 1 {
 		t.Fatalf("after Delete: %d deliveries, %d attempts left; the other endpoint's attempts %d", deliveries, attempts, others)
 	}
+	// A message only the deleted endpoint had goes with it (retention,
+	// which walks deliveries, would never find it); one the other endpoint
+	// still has stays.
+	only := uuid.NewString()
+	if _, err := fanout.Enqueue(ctx, pool, webhooks.Message{ID: only, AccountID: "acct", EventType: "payment.paid",
+		OccurredAt: time.Now()}, fanout.Target{Endpoints: []string{b.ID}}, ""); err != nil {
+		t.Fatal(err)
+	}
+	var shared string
+	if err := pool.QueryRow(ctx, `SELECT message_id::text FROM webhook_endpoint_deliveries WHERE endpoint_id = $1 AND message_id <> $2`,
+		b.ID, only).Scan(&shared); err != nil {
+		t.Fatal(err)
+	}
+	if err := st.Delete(ctx, pool, "acct", b.ID); err != nil {
+		t.Fatal(err)
+	}
+	var left int
+	if err := pool.QueryRow(ctx, `SELECT count(*) FROM webhook_messages`).Scan(&left); err != nil {
+		t.Fatal(err)
+	}
+	if left != 0 {
+		t.Fatalf("%d messages left after deleting every endpoint that had them (%s, %s)", left, only, shared)
+	}
 }
 
 // MaxPerAccount holds under concurrent creations.
