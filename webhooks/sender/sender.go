@@ -10,6 +10,7 @@ import (
 	"math"
 	"math/rand/v2"
 	"net/http"
+	"net/url"
 	"strconv"
 	"strings"
 	"sync"
@@ -373,6 +374,12 @@ func (s *Sender) attempt(ctx context.Context, d delivery, deadline time.Time) re
 		// What is recorded is the cause's category; the error itself
 		// (addresses, ports) goes to the log only.
 		r.latency, r.err, r.detail = time.Since(start), errors.New(cause(err)), err
+		// The client's *url.Error quotes the URL, whose query may hold the
+		// account's token: the log gets what is under it.
+		var ue *url.Error
+		if errors.As(err, &ue) {
+			r.detail = ue.Err
+		}
 		r.permanent = errors.Is(err, netguard.ErrBlocked) // a refused destination stays refused
 		return r
 	}

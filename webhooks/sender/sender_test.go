@@ -4,16 +4,22 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
+	"log/slog"
 	"net/http"
 	"net/netip"
 	"strings"
+	"sync"
 	"sync/atomic"
 	"testing"
 	"time"
 	"unicode/utf8"
 
+	"github.com/google/uuid"
+	"github.com/prometheus/client_golang/prometheus"
+
 	"github.com/outflow-dev/outflow/outflowtest"
 	"github.com/outflow-dev/outflow/webhooks"
+	"github.com/outflow-dev/outflow/webhooks/fanout"
 	"github.com/outflow-dev/outflow/webhooks/secretseal"
 	"github.com/outflow-dev/outflow/webhooks/sender"
 	"github.com/outflow-dev/outflow/webhooks/signing"
@@ -34,19 +40,31 @@ func TestDeliversSigned(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	msgs := e.enqueue("acct", "payment.paid", 1)
+	msgs := []string{uuid.NewString()}
+	const tp = "00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01"
+	if _, err := fanout.Enqueue(context.Background(), e.s.Pool, webhooks.Message{ID: msgs[0], AccountID: "acct",
+		EventType: "payment.paid", OccurredAt: time.Now(), Payload: json.RawMessage(`{"n":0}`)}, fanout.Target{}, tp); err != nil {
+		t.Fatal(err)
+	}
 	e.exec(`UPDATE webhook_endpoints SET url = $2, secret = $3 WHERE id = $1`, id, srv.URL+"/hook", sealed)
 
 	render := func(ctx context.Context, m webhooks.Message, v string) ([]byte, error) {
 		b, err := webhooks.DefaultRenderer(ctx, m, v)
 		return append(b[:len(b)-1], []byte(`,"api_version":"`+v+`"}`)...), err
 	}
-	e.start(fast(sender.Config{SecretKey: key, Render: render}))
+	reg := prometheus.NewRegistry()
+	e.start(fast(sender.Config{SecretKey: key, Render: render, Registerer: reg}))
 	outflowtest.WaitFor(t, 5*time.Second, "delivered", func() bool { return e.delivered(id) == 1 })
+	outflowtest.WaitFor(t, 5*time.Second, "counted", func() bool {
+		return counter(reg, sender.MetricAttempts, "delivered") == 1
+	})
 
 	r := srv.requests()[0]
 	if err := signing.Verify(testSecret, r.header, r.body, time.Now(), 0); err != nil {
 		t.Fatalf("signature: %v", err)
+	}
+	if got := r.header.Get("traceparent"); !strings.Contains(got, "4bf92f3577b34da6a3ce929d0e0e4736") {
+		t.Errorf("traceparent %q does not continue the recording trace", got)
 	}
 	for h, want := range map[string]string{"webhook-id": msgs[0], "Content-Type": "application/json",
 		"User-Agent": "Outflow-Webhooks/1"} {
@@ -481,4 +499,58 @@ func TestInvalidConfig(t *testing.T) {
 	if err == nil || !strings.Contains(err.Error(), "Concurrency") || !strings.Contains(err.Error(), "pool") {
 		t.Fatalf("Run = %v", err)
 	}
+}
+
+// counter is the value of the counter of the family name with the label
+// value v, registered on reg.
+func counter(reg *prometheus.Registry, name, v string) float64 {
+	mfs, _ := reg.Gather()
+	for _, mf := range mfs {
+		if mf.GetName() != name {
+			continue
+		}
+		for _, m := range mf.GetMetric() {
+			for _, l := range m.GetLabel() {
+				if l.GetValue() == v {
+					return m.GetCounter().GetValue()
+				}
+			}
+		}
+	}
+	return -1
+}
+
+func TestLogsHoldNoURLSecrets(t *testing.T) {
+	t.Parallel()
+	e := newEnv(t)
+	var buf syncBuffer
+	id := e.endpoint(ep{url: "http://127.0.0.1:1/hook?token=tok_secret_123"}) // nothing listens
+	e.enqueue("acct", "x", 1)
+	e.start(fast(sender.Config{Schedule: []time.Duration{10 * time.Millisecond},
+		Logger: slog.New(slog.NewTextHandler(&buf, nil))}))
+	outflowtest.WaitFor(t, 5*time.Second, "failed", func() bool {
+		return e.intQ(`SELECT count(*) FROM webhook_endpoint_deliveries WHERE endpoint_id = $1 AND status = 'failed'
+			AND last_error = 'connection refused or unreachable'`, id) == 1
+	})
+	outflowtest.WaitFor(t, 5*time.Second, "logged", func() bool { return strings.Contains(buf.String(), "failed") })
+	if strings.Contains(buf.String(), "tok_secret_123") {
+		t.Fatalf("the log holds the URL's token: %s", buf.String())
+	}
+}
+
+type syncBuffer struct {
+	mu sync.Mutex
+	b  strings.Builder
+}
+
+func (s *syncBuffer) Write(p []byte) (int, error) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.b.Write(p)
+}
+
+func (s *syncBuffer) String() string {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.b.String()
 }
