@@ -93,6 +93,11 @@ type Config struct {
 	// cannot take the healthy ones' slots. Defaults to Concurrency/4, at
 	// least 1.
 	SuspectConcurrency int
+	// SlowAfter: a request running longer moves to the suspect lane,
+	// freeing its slot, and its endpoint counts as suspect in this Sender
+	// until its slow requests end. Defaults to Timeout/10; Timeout turns
+	// it off.
+	SlowAfter time.Duration
 	// MaxResponseBody is how many bytes of a response's body an attempt
 	// records (valid UTF-8, secrets masked).
 	MaxResponseBody int
@@ -139,6 +144,7 @@ func (c *Config) setDefaults() {
 	if c.SuspectConcurrency == 0 {
 		c.SuspectConcurrency = max(1, c.Concurrency/4)
 	}
+	def(&c.SlowAfter, max(c.Timeout/10, time.Millisecond))
 	if c.MaxResponseBody == 0 {
 		c.MaxResponseBody = DefaultMaxResponseBody
 	}
@@ -170,6 +176,7 @@ func (c *Config) validate() error {
 	check(c.PerEndpoint >= 1 && c.PerEndpoint <= c.Concurrency, "PerEndpoint", "must be between 1 and Concurrency")
 	check(c.SuspectConcurrency >= 1 && c.SuspectConcurrency <= c.Concurrency, "SuspectConcurrency",
 		"must be between 1 and Concurrency")
+	check(c.SlowAfter > 0 && c.SlowAfter <= c.Timeout, "SlowAfter", "must be positive and at most Timeout")
 	check(c.MaxResponseBody >= 1 && c.MaxResponseBody <= 64<<10, "MaxResponseBody", "must be between 1 and 65536")
 	if err := errors.Join(errs...); err != nil {
 		return fmt.Errorf("webhook sender config: %w", err)

@@ -23,7 +23,10 @@
 //   - Failing endpoints cost the others nothing. An endpoint has at most
 //     PerEndpoint requests in flight per Sender; endpoints whose last
 //     attempt failed ("suspect") share SuspectConcurrency slots, so slow
-//     or dead endpoints cannot take the healthy ones' slots; a disabled
+//     or dead endpoints cannot take the healthy ones' slots; a request
+//     running longer than SlowAfter moves to that lane, freeing its slot,
+//     and makes its endpoint suspect meanwhile (so a slow endpoint's
+//     first requests cannot hold every slot for a Timeout); a disabled
 //     endpoint or one whose circuit is open is never leased, and its
 //     pending deliveries wait out of the due scan's way; an endpoint over
 //     its rate_limit is not leased until its token bucket (per process)

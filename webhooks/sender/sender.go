@@ -44,9 +44,10 @@ type Sender struct {
 	longest time.Duration
 
 	mu       sync.Mutex
-	inflight map[string]int // requests in flight per endpoint id
-	total    int
-	suspect  int                      // of total, to suspect endpoints
+	inflight map[string]int           // requests in flight per endpoint id
+	total    int                      // requests holding one of Concurrency's slots
+	suspect  int                      // requests in the suspect lane (some of them in total too)
+	slow     map[string]int           // endpoints with requests moved to the suspect lane (SlowAfter)
 	limits   map[string]*rate.Limiter // endpoints with a rate_limit, while their bucket is not full
 
 	// settleHook, set by tests only, runs before a result is settled.
@@ -66,7 +67,7 @@ func New(pool *pgxpool.Pool, cfg Config) *Sender {
 	m, merr := newMetrics(cfg.Registerer)
 	return &Sender{pool: pool, cfg: cfg, cfgErr: errors.Join(err, cerr, merr), client: client,
 		wake: make(chan struct{}, 1), metrics: m, longest: cfg.longest(),
-		inflight: map[string]int{}, limits: map[string]*rate.Limiter{}}
+		inflight: map[string]int{}, slow: map[string]int{}, limits: map[string]*rate.Limiter{}}
 }
 
 // Wake makes a running Sender look for due deliveries now rather than at
@@ -123,7 +124,7 @@ type delivery struct {
 	Secret        string  // as stored, sealed or not
 	PrevSecret    *string // a rotated-out secret still in its grace period
 	RateLimit     *int
-	Suspect       bool // the endpoint's last attempt failed
+	Suspect       bool // the endpoint's last attempt failed, or a request to it is slow
 	LeaseToken    string
 }
 
@@ -133,8 +134,9 @@ type delivery struct {
 // disabled, circuit open, at their in-flight bound ($3 endpoints with $4
 // requests in flight here, $5 the bound), out of rate tokens ($7 endpoints
 // with $8 whole tokens left; an endpoint with a rate_limit not listed has a
-// full bucket, rate_limit tokens), suspect (consecutive_failures > 0) when
-// the suspect lane has no free slot ($9), half-open (its run of failures
+// full bucket, rate_limit tokens), suspect (consecutive_failures > 0, or
+// one of $11, whose requests here are slow) when the suspect lane has no
+// free slot ($9), half-open (its run of failures
 // reached $10, the circuit's end passed) while a request is in flight to it
 // anywhere: that one request is the probe. The cuts per endpoint and for
 // the suspect lane are made on the candidates, so that one endpoint's
@@ -146,13 +148,13 @@ WITH busy AS (
 ), tok AS (
     SELECT * FROM unnest($7::uuid[], $8::int[]) AS t(endpoint_id, n)
 ), cand AS (
-    SELECT d.id, d.endpoint_id, d.next_attempt_at, e.consecutive_failures > 0 AS suspect,
+    SELECT d.id, d.endpoint_id, d.next_attempt_at, (e.consecutive_failures > 0 OR e.id = ANY ($11::uuid[])) AS suspect,
            e.consecutive_failures >= $10 AS half_open, e.rate_limit
     FROM webhook_endpoint_deliveries d JOIN webhook_endpoints e ON e.id = d.endpoint_id
     WHERE d.status = 'pending' AND d.next_attempt_at <= now()
       AND e.disabled_at IS NULL
       AND (e.circuit_open_until IS NULL OR e.circuit_open_until <= now())
-      AND (e.consecutive_failures = 0 OR $9 > 0)
+      AND ((e.consecutive_failures = 0 AND e.id <> ALL ($11::uuid[])) OR $9 > 0)
       AND NOT EXISTS (SELECT 1 FROM busy b WHERE b.endpoint_id = d.endpoint_id AND b.n >= $5)
       AND NOT EXISTS (SELECT 1 FROM tok t WHERE t.endpoint_id = d.endpoint_id AND t.n < 1)
       AND (e.consecutive_failures < $10 OR (
@@ -189,7 +191,7 @@ WHERE d.id = pick.id AND e.id = d.endpoint_id AND m.id = d.message_id
 RETURNING d.id, d.message_id::text, m.account_id, m.event_type, m.occurred_at, m.schema_version, m.payload,
           m.traceparent, d.attempts, d.endpoint_id::text, e.url, e.api_version, e.secret,
           CASE WHEN e.previous_secret_expires_at > now() THEN e.previous_secret END,
-          e.rate_limit, e.consecutive_failures > 0, d.lease_token::text`
+          e.rate_limit, e.consecutive_failures > 0 OR e.id = ANY ($11::uuid[]), d.lease_token::text`
 
 // dispatch leases as many due deliveries as there are free slots and
 // starts a request for each. It reports whether it got every one it asked
@@ -204,6 +206,10 @@ func (s *Sender) dispatch(ctx context.Context, wg *sync.WaitGroup, results chan<
 	for id, n := range s.inflight {
 		endpoints = append(endpoints, id)
 		counts = append(counts, int32(n))
+	}
+	slow := make([]string, 0, len(s.slow))
+	for id := range s.slow {
+		slow = append(slow, id)
 	}
 	var limited []string
 	var tokens []int32
@@ -229,7 +235,7 @@ func (s *Sender) dispatch(ctx context.Context, wg *sync.WaitGroup, results chan<
 	lease := s.cfg.Timeout + s.cfg.LeaseMargin
 	var due []delivery
 	if err := s.unflushed(ctx, leaseSQL, []any{free, lease.Seconds(), endpoints, counts, s.cfg.PerEndpoint,
-		min(free*s.cfg.PerEndpoint, 1000), limited, tokens, max(suspectFree, 0), s.cfg.CircuitFailures},
+		min(free*s.cfg.PerEndpoint, 1000), limited, tokens, max(suspectFree, 0), s.cfg.CircuitFailures, slow},
 		func(rows pgx.Rows) error {
 			var err error
 			due, err = pgx.CollectRows(rows, pgx.RowToStructByPos[delivery])
@@ -238,6 +244,7 @@ func (s *Sender) dispatch(ctx context.Context, wg *sync.WaitGroup, results chan<
 		return false, fmt.Errorf("lease webhook deliveries: %w", err)
 	}
 	for _, d := range due {
+		sl := &slot{d: d, suspect: d.Suspect}
 		s.mu.Lock()
 		s.inflight[d.EndpointID]++
 		s.total++
@@ -258,23 +265,63 @@ func (s *Sender) dispatch(ctx context.Context, wg *sync.WaitGroup, results chan<
 			l.AllowN(now, 1)
 		}
 		s.mu.Unlock()
-		wg.Go(func() { s.deliver(ctx, d, deadline, results) })
+		wg.Go(func() { s.deliver(ctx, sl, deadline, results) })
 	}
 	return len(due) == free, nil
 }
 
-// done frees a request's slot. It wakes the
-// Sender when a bound was reached, as due deliveries may have been left
-// behind for it.
-func (s *Sender) done(d delivery) {
+// slot is a request in flight, as the bounds count it.
+type slot struct {
+	d        delivery
+	suspect  bool // counted in the suspect lane
+	demoted  bool // moved there for running longer than SlowAfter: no longer in total
+	finished bool
+}
+
+// demote moves a request that has run for SlowAfter to the suspect lane,
+// freeing its slot for the healthy endpoints, and makes its endpoint
+// suspect in this Sender until its slow requests end: a slow endpoint's
+// first requests cannot hold the healthy ones' slots for a whole Timeout
+// before an attempt of its has even failed. Requests in flight are then at
+// most Concurrency plus the demoted ones.
+func (s *Sender) demote(sl *slot) {
 	s.mu.Lock()
-	wasFull := s.inflight[d.EndpointID] >= s.cfg.PerEndpoint || s.total >= s.cfg.Concurrency ||
-		(d.Suspect && s.suspect >= s.cfg.SuspectConcurrency)
-	if s.inflight[d.EndpointID]--; s.inflight[d.EndpointID] == 0 {
-		delete(s.inflight, d.EndpointID)
+	if sl.finished || sl.demoted {
+		s.mu.Unlock()
+		return
 	}
+	sl.demoted = true
 	s.total--
-	if d.Suspect {
+	if !sl.suspect {
+		sl.suspect = true
+		s.suspect++
+	}
+	s.slow[sl.d.EndpointID]++
+	s.mu.Unlock()
+	s.Wake()
+}
+
+// done frees a request's slot. It wakes the Sender when a bound was
+// reached, as due deliveries may have been left behind for it.
+func (s *Sender) done(sl *slot) {
+	s.mu.Lock()
+	if sl.finished {
+		s.mu.Unlock()
+		return
+	}
+	sl.finished = true
+	id := sl.d.EndpointID
+	wasFull := s.inflight[id] >= s.cfg.PerEndpoint || s.total >= s.cfg.Concurrency ||
+		(sl.suspect && s.suspect >= s.cfg.SuspectConcurrency)
+	if s.inflight[id]--; s.inflight[id] == 0 {
+		delete(s.inflight, id)
+	}
+	if !sl.demoted {
+		s.total--
+	} else if s.slow[id]--; s.slow[id] == 0 {
+		delete(s.slow, id)
+	}
+	if sl.suspect {
 		s.suspect--
 	}
 	s.mu.Unlock()
@@ -285,10 +332,13 @@ func (s *Sender) done(d delivery) {
 
 // deliver makes one attempt and hands it to the settler, or releases the
 // lease when the shutdown cut the attempt short.
-func (s *Sender) deliver(ctx context.Context, d delivery, deadline time.Time, results chan<- settled) {
+func (s *Sender) deliver(ctx context.Context, sl *slot, deadline time.Time, results chan<- settled) {
+	d := sl.d
+	slowTimer := time.AfterFunc(s.cfg.SlowAfter, func() { s.demote(sl) })
 	a := s.attempt(ctx, d, deadline)
+	slowTimer.Stop()
 	if a.err != nil && !a.permanent && ctx.Err() != nil {
-		s.done(d)
+		s.done(sl)
 		// Releasing must outlive the shutdown that ended ctx; it is
 		// bounded by its own timeout instead.
 		rctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 5*time.Second)
@@ -305,6 +355,7 @@ func (s *Sender) deliver(ctx context.Context, d delivery, deadline time.Time, re
 		s.settleHook(d.ID)
 	}
 	r := s.outcomeOf(d, a)
+	r.slot = sl
 	// A failed request keeps its slot until its result is settled: the
 	// endpoint's next request must see the circuit this one may open (a
 	// 429 with Retry-After, the last of a run) rather than race it. A
@@ -312,7 +363,7 @@ func (s *Sender) deliver(ctx context.Context, d delivery, deadline time.Time, re
 	// endpoint's next one need not wait for a database round trip.
 	r.holdSlot = a.sent && r.status != "delivered"
 	if !r.holdSlot {
-		s.done(d)
+		s.done(sl)
 	}
 	results <- r
 }
@@ -416,6 +467,7 @@ type settled struct {
 	openFor  time.Duration // a 429/503's Retry-After: the circuit opens at once for it; 0: no
 	attempts int           // with this one
 	holdSlot bool          // the request's slot is freed once settled
+	slot     *slot
 }
 
 func (s *Sender) outcomeOf(d delivery, a result) settled {

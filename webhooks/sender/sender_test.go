@@ -404,6 +404,51 @@ func TestSuspectLaneKeepsHealthyEndpointsGoing(t *testing.T) {
 	_ = slowID
 }
 
+func TestSlowRequestsMoveToTheSuspectLane(t *testing.T) {
+	t.Parallel()
+	e := newEnv(t)
+	stuck := make(chan struct{})
+	t.Cleanup(func() { close(stuck) })
+	slow := newServer(t, func(w http.ResponseWriter, r *http.Request, n int) { _ = blockUntil(stuck, r) })
+	healthy := newServer(t, nil)
+	e.endpoint(ep{account: "slow", url: slow.URL}) // no failure yet: not suspect when leased
+	healthyID := e.endpoint(ep{account: "ok", url: healthy.URL})
+	e.enqueue("slow", "x", 4) // due first: its first wave takes every slot
+	e.enqueue("ok", "x", 8)
+	e.start(fast(sender.Config{Concurrency: 4, PerEndpoint: 4, SuspectConcurrency: 1, Timeout: 30 * time.Second,
+		SlowAfter: 200 * time.Millisecond}))
+	outflowtest.WaitFor(t, 5*time.Second, "the healthy endpoint's deliveries", func() bool { return e.delivered(healthyID) == 8 })
+	if slow.count() != 4 {
+		t.Fatalf("%d requests to the slow endpoint, want its first wave (4) only", slow.count())
+	}
+}
+
+func TestSlowEndpointIsSuspect(t *testing.T) {
+	t.Parallel()
+	e := newEnv(t)
+	stuck := make(chan struct{})
+	t.Cleanup(func() { close(stuck) })
+	slow := newServer(t, func(w http.ResponseWriter, r *http.Request, n int) { _ = blockUntil(stuck, r) })
+	healthy := newServer(t, nil)
+	e.endpoint(ep{account: "slow", url: slow.URL})
+	healthyID := e.endpoint(ep{account: "ok", url: healthy.URL})
+	e.enqueue("slow", "x", 2) // below its bound of 4
+	const slowAfter = 200 * time.Millisecond
+	e.start(fast(sender.Config{Concurrency: 4, PerEndpoint: 4, SuspectConcurrency: 1, Timeout: 30 * time.Second,
+		SlowAfter: slowAfter}))
+	outflowtest.WaitFor(t, 5*time.Second, "the slow requests", func() bool { return slow.count() == 2 })
+	time.Sleep(slowAfter + 100*time.Millisecond) // they are slow now
+	// The endpoint has free slots of its own, but its requests are slow:
+	// it is suspect, and the suspect lane is full.
+	e.enqueue("slow", "x", 2)
+	e.enqueue("ok", "x", 8)
+	outflowtest.WaitFor(t, 5*time.Second, "the healthy endpoint's deliveries", func() bool { return e.delivered(healthyID) == 8 })
+	time.Sleep(100 * time.Millisecond) // a few more poll rounds
+	if slow.count() != 2 {
+		t.Fatalf("%d requests to the slow endpoint, want 2", slow.count())
+	}
+}
+
 func TestRateLimit(t *testing.T) {
 	t.Parallel()
 	e := newEnv(t)

@@ -44,7 +44,7 @@ func (s *Sender) settler(ctx context.Context, results <-chan settled) {
 		cancel()
 		for _, r := range batch {
 			if r.holdSlot {
-				s.done(r.d)
+				s.done(r.slot)
 			}
 		}
 	}
