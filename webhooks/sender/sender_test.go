@@ -316,6 +316,32 @@ func TestRetryAfterOpensTheCircuitAtOnce(t *testing.T) {
 	}
 }
 
+func TestFailedProbeReopensLonger(t *testing.T) {
+	t.Parallel()
+	e := newEnv(t)
+	srv := newServer(t, func(w http.ResponseWriter, r *http.Request, n int) { w.WriteHeader(http.StatusInternalServerError) })
+	// Circuits that ended: the next request is a probe.
+	second := e.endpoint(ep{account: "a", url: srv.URL, failures: 3})
+	capped := e.endpoint(ep{account: "b", url: srv.URL, failures: 20})
+	e.exec(`UPDATE webhook_endpoints SET circuit_open_until = now() - interval '1 second'`)
+	e.enqueue("a", "x", 1)
+	e.enqueue("b", "x", 1)
+	e.start(fast(sender.Config{CircuitFailures: 3, CircuitCooldown: 10 * time.Second, CircuitCooldownMax: 30 * time.Second}))
+	outflowtest.WaitFor(t, 5*time.Second, "the probes failed", func() bool {
+		return e.intQ(`SELECT count(*) FROM webhook_endpoint_attempts`) == 2
+	})
+	for id, want := range map[string]float64{second: 20, capped: 30} { // 10 s doubled once; at most 30 s
+		var secs float64
+		if err := e.s.Pool.QueryRow(context.Background(), `SELECT extract(epoch FROM circuit_open_until - now())
+			FROM webhook_endpoints WHERE id = $1`, id).Scan(&secs); err != nil {
+			t.Fatal(err)
+		}
+		if secs > want || secs < want-3 {
+			t.Errorf("circuit reopened for %.1fs, want %.0fs", secs, want)
+		}
+	}
+}
+
 func TestDisablesAFailingEndpointWithANotice(t *testing.T) {
 	t.Parallel()
 	e := newEnv(t)
