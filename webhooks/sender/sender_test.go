@@ -625,3 +625,42 @@ func (s *syncBuffer) String() string {
 	defer s.mu.Unlock()
 	return s.b.String()
 }
+
+func TestUnsendableDeliveries(t *testing.T) {
+	t.Parallel()
+	e := newEnv(t)
+	srv := newServer(t, nil)
+	key, _ := secretseal.NewKey(make([]byte, secretseal.KeySize))
+	// A body that cannot be rendered fails at once; a secret sealed with
+	// a key the Sender lacks is the operator's to fix: retried.
+	unrenderable := e.endpoint(ep{account: "a", url: srv.URL, apiVersion: "broken"})
+	sealedID := e.endpoint(ep{account: "b", url: srv.URL})
+	sealed, _ := key.Seal(testSecret, sealedID)
+	e.exec(`UPDATE webhook_endpoints SET secret = $2 WHERE id = $1`, sealedID, sealed)
+	e.enqueue("a", "x", 1)
+	e.enqueue("b", "x", 1)
+	render := func(ctx context.Context, m webhooks.Message, v string) ([]byte, error) {
+		if v == "broken" {
+			return nil, fmt.Errorf("no converter to %q", v)
+		}
+		return webhooks.DefaultRenderer(ctx, m, v)
+	}
+	e.start(fast(sender.Config{Render: render, Schedule: []time.Duration{time.Hour}}))
+	outflowtest.WaitFor(t, 5*time.Second, "both attempted", func() bool {
+		return e.intQ(`SELECT count(*) FROM webhook_endpoint_attempts`) == 2
+	})
+	if n := e.intQ(`SELECT count(*) FROM webhook_endpoint_deliveries WHERE endpoint_id = $1 AND status = 'failed'
+		AND last_error LIKE 'render: %'`, unrenderable); n != 1 {
+		t.Errorf("unrenderable delivery not failed")
+	}
+	if n := e.intQ(`SELECT count(*) FROM webhook_endpoint_deliveries WHERE endpoint_id = $1 AND status = 'pending'
+		AND last_error LIKE 'cannot sign: %'`, sealedID); n != 1 {
+		t.Errorf("delivery without the secret key not retried")
+	}
+	if n := e.intQ(`SELECT count(*) FROM webhook_endpoints WHERE consecutive_failures > 0`); n != 0 {
+		t.Errorf("a delivery's own failure counted against its endpoint's health")
+	}
+	if srv.count() != 0 {
+		t.Fatalf("%d requests", srv.count())
+	}
+}
