@@ -334,7 +334,7 @@ func run(ctx context.Context, args []string) error {
 		perAccount := fs.Int("endpoints", 2, "endpoints per account")
 		rate := fs.Int("rate", 200, "events offered per second (one delivery per endpoint of the event's account)")
 		dur := fs.Duration("duration", 20*time.Second, "how long each run offers events")
-		perTx := fs.Int("per-tx", 10, "events recorded per transaction, as a consumer's shared transaction")
+		perTx := fs.Int("per-tx", 10, "most events recorded per transaction, as a consumer's shared transaction (a 10 ms tick's events are split in such transactions)")
 		producers := fs.Int("producers", 4, "goroutines committing those transactions")
 		failing := fs.Float64("failing", 0.1, "fraction of endpoints failing in the second run: half answer 500, half after -slow")
 		slow := fs.Duration("slow", 10*time.Second, "how long a slow endpoint takes to answer")

@@ -31,8 +31,9 @@ type WebhooksScaleConfig struct {
 	Accounts            int
 	EndpointsPerAccount int
 	// Rate is the events offered per second, each to a random account,
-	// for Duration; PerTx of them share a transaction, as the consumer's
-	// shared transaction of a batch does.
+	// for Duration, in 10 ms ticks; a tick's events share transactions of
+	// at most PerTx, as the consumer's shared transaction of a batch does
+	// (at 200 events/s, 2 a transaction; from 1,000/s, PerTx).
 	Rate     int
 	Duration time.Duration
 	PerTx    int
@@ -64,7 +65,7 @@ type WebhooksScaleConfig struct {
 func WebhooksScale(ctx context.Context, cfg WebhooksScaleConfig) error {
 	out := cfg.Out
 	sc := cfg.Sender
-	fmt.Fprintf(out, "webhooks-scale: %d accounts x %d endpoints, %d events/s offered for %s (%d per transaction), "+
+	fmt.Fprintf(out, "webhooks-scale: %d accounts x %d endpoints, %d events/s offered for %s (at most %d per transaction), "+
 		"sender Concurrency %d, PerEndpoint %d, SuspectConcurrency %d, Timeout %s; handled (commit) -> receiver got it\n\n",
 		cfg.Accounts, cfg.EndpointsPerAccount, cfg.Rate, cfg.Duration, cfg.PerTx,
 		sc.Concurrency, sc.PerEndpoint, sc.SuspectConcurrency, sc.Timeout)
