@@ -63,6 +63,7 @@ bench: services-up ## Benchmarks, with ratios against a baseline measured in the
 	$(GO) run ./cmd/outflow-bench history
 	$(GO) run ./cmd/outflow-bench wait
 	$(GO) run ./cmd/outflow-bench webhooks
+	$(GO) run ./cmd/outflow-bench webhooks-scale
 	$(GO) run ./cmd/outflow-bench footprint
 	$(GO) run ./cmd/outflow-bench tracing
 	$(GO) run ./cmd/outflow-bench audit

@@ -5,6 +5,7 @@
 //	outflow-bench forward [-backlog 100000] [-rate 1000] [-duration 10s] [-published 1000000] [-only throughput,latency,claim]
 //	outflow-bench brokers [-brokers redis,nats,amqp,kafka,sql] [-backlog 20000] [-rate 1000] [-duration 10s]
 //	outflow-bench webhooks [-rate 500] [-duration 10s] [-merchants 10] [-slow 10s]
+//	outflow-bench webhooks-scale [-accounts 1000] [-rate 200] [-duration 20s] [-failing 0.1] [-per-tx 10] [-producers 4] [-concurrency 64] [-per-endpoint 4] [-suspect-concurrency 16]
 //	outflow-bench pipeline [-backlog 60000] [-rate 3000] [-duration 20s] [-producers 16] [-per-tx 1] [-consumer-batch 100] [-only drain,steady]
 //	outflow-bench writepath [-ops 2000] [-slices 10] [-clients 1,16,64] [-only notify,ledger]
 //	outflow-bench wait [-backlog 50000] [-rounds 5]
@@ -37,6 +38,7 @@ import (
 	"github.com/outflow-dev/outflow/brokers"
 	"github.com/outflow-dev/outflow/brokers/cloudevents"
 	"github.com/outflow-dev/outflow/cmd/outflow-bench/internal/bench"
+	"github.com/outflow-dev/outflow/webhooks/sender"
 )
 
 func main() {
@@ -51,7 +53,7 @@ func main() {
 
 func run(ctx context.Context, args []string) error {
 	if len(args) == 0 {
-		return fmt.Errorf("usage: outflow-bench pay|writepath|forward|pipeline|brokers|nats-replicas|history|webhooks|footprint|tracing|wait|audit|relay-wal|event-cost|claim-cost|consumer-wal|wal-mode|console [flags]")
+		return fmt.Errorf("usage: outflow-bench pay|writepath|forward|pipeline|brokers|nats-replicas|history|webhooks|webhooks-scale|footprint|tracing|wait|audit|relay-wal|event-cost|claim-cost|consumer-wal|wal-mode|console [flags]")
 	}
 	dbURL := os.Getenv("BENCH_DATABASE_URL")
 	if dbURL == "" {
@@ -324,8 +326,43 @@ func run(ctx context.Context, args []string) error {
 		}
 		return bench.Webhooks(ctx, bench.WebhooksConfig{DatabaseURL: dbURL, Rate: *rate, Duration: *dur, Merchants: *merchants,
 			SlowDelay: *slow, Out: os.Stdout})
+	case "webhooks-scale":
+		// The defaults are scaled down to run in about a minute on 2 cores;
+		// the numbers: -accounts 10000 -rate 2000 -duration 60s.
+		fs := flag.NewFlagSet("webhooks-scale", flag.ContinueOnError)
+		accounts := fs.Int("accounts", 1000, "accounts, each with -endpoints endpoints")
+		perAccount := fs.Int("endpoints", 2, "endpoints per account")
+		rate := fs.Int("rate", 200, "events offered per second (one delivery per endpoint of the event's account)")
+		dur := fs.Duration("duration", 20*time.Second, "how long each run offers events")
+		perTx := fs.Int("per-tx", 10, "most events recorded per transaction, as a consumer's shared transaction (a 10 ms tick's events are split in such transactions)")
+		producers := fs.Int("producers", 4, "goroutines committing those transactions")
+		failing := fs.Float64("failing", 0.1, "fraction of endpoints failing in the second run: half answer 500, half after -slow")
+		slow := fs.Duration("slow", 10*time.Second, "how long a slow endpoint takes to answer")
+		drain := fs.Duration("drain", 30*time.Second, "longest wait after a run for the healthy deliveries still on their way")
+		concurrency := fs.Int("concurrency", sender.DefaultConcurrency, "the Sender's Concurrency")
+		perEndpoint := fs.Int("per-endpoint", sender.DefaultPerEndpoint, "the Sender's PerEndpoint")
+		suspect := fs.Int("suspect-concurrency", sender.DefaultConcurrency/4, "the Sender's SuspectConcurrency")
+		timeout := fs.Duration("timeout", sender.DefaultTimeout, "the Sender's Timeout")
+		if err := fs.Parse(args[1:]); err != nil {
+			return err
+		}
+		switch {
+		case *accounts < 1 || *perAccount < 1 || *rate < 1 || *perTx < 1 || *producers < 1:
+			return fmt.Errorf("invalid -accounts, -endpoints, -rate, -per-tx or -producers: must be positive")
+		case *dur <= 0 || *slow <= 0 || *drain < 0 || *timeout <= 0:
+			return fmt.Errorf("invalid -duration, -slow, -drain or -timeout: must be positive")
+		case *failing < 0 || *failing >= 1:
+			return fmt.Errorf("invalid -failing: must be in [0, 1)")
+		case *concurrency < 1 || *perEndpoint < 1 || *suspect < 1:
+			return fmt.Errorf("invalid -concurrency, -per-endpoint or -suspect-concurrency: must be positive")
+		}
+		return bench.WebhooksScale(ctx, bench.WebhooksScaleConfig{DatabaseURL: dbURL, Accounts: *accounts,
+			EndpointsPerAccount: *perAccount, Rate: *rate, Duration: *dur, PerTx: *perTx, Producers: *producers, Failing: *failing,
+			SlowDelay: *slow, Drain: *drain, Out: os.Stdout,
+			Sender: sender.Config{Concurrency: *concurrency, PerEndpoint: *perEndpoint, SuspectConcurrency: *suspect,
+				Timeout: *timeout}})
 	default:
-		return fmt.Errorf("unknown benchmark %q (known: pay, writepath, forward, pipeline, brokers, nats-replicas, history, wait, webhooks, footprint, tracing, audit, relay-wal, event-cost, console)", args[0])
+		return fmt.Errorf("unknown benchmark %q (known: pay, writepath, forward, pipeline, brokers, nats-replicas, history, wait, webhooks, webhooks-scale, footprint, tracing, audit, relay-wal, event-cost, console)", args[0])
 	}
 }
 

@@ -9,6 +9,13 @@
 // then [Migrations]), its own events ([Requested], [Sent], [Failed]), its
 // own handler ([Balances]) and its own tests, written with outflowtest.
 //
+// Its merchants get webhooks through the framework's webhooks packages: the
+// webhook tables' migration set before its own, their API mounted behind
+// its merchant API keys ([MountWebhooks]), a consumer that records a
+// webhook message per payout event ([WebhookFanout]), a sender that
+// delivers them, and a renderer ([RenderWebhook]) that keeps each endpoint
+// on the payload version it was created for ([APIVersion] at the time).
+//
 // A payout is an aggregate: each change bumps its version, and the event of
 // the change carries that version, so a consumer applies a payout's events
 // in order whatever order the broker delivers them in.

@@ -15,8 +15,10 @@ import (
 //	GET  /merchants/{id}/balances                                                 → 200
 //
 // A bad request gets a 4xx with a JSON body naming the field and changes
-// nothing. A nil logger means slog.Default().
-func (s *Service) Handler(logger *slog.Logger) http.Handler {
+// nothing. A nil logger means slog.Default(). The merchants' webhook routes
+// are mounted on the mux returned, behind their API keys, by
+// [MountWebhooks].
+func (s *Service) Handler(logger *slog.Logger) *http.ServeMux {
 	if logger == nil {
 		logger = slog.Default()
 	}

@@ -7,6 +7,7 @@ import (
 	"io/fs"
 
 	"github.com/outflow-dev/outflow/migrations"
+	"github.com/outflow-dev/outflow/webhooks/schema"
 )
 
 //go:embed sql/*.sql
@@ -23,10 +24,10 @@ func Migrations() migrations.Set {
 	return migrations.Set{Name: "payouts", FS: files, VersionTable: "payouts_schema_migrations"}
 }
 
-// Migrate applies the framework's migrations, then the service's, in the
-// schema db's connections use, in one call (migrations.UpSetsPool does the
-// same from a pgx pool).
+// Migrate applies the framework's migrations, the webhook tables' and then
+// the service's, in the schema db's connections use, in one call
+// (migrations.UpSetsPool does the same from a pgx pool).
 func Migrate(ctx context.Context, db *sql.DB) error {
-	_, err := migrations.UpSets(ctx, db, migrations.Config{}, migrations.Framework(), Migrations())
+	_, err := migrations.UpSets(ctx, db, migrations.Config{}, migrations.Framework(), schema.Set(), Migrations())
 	return err
 }

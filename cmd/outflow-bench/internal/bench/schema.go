@@ -2,6 +2,7 @@ package bench
 
 import (
 	"context"
+	"database/sql"
 	"fmt"
 	"log/slog"
 	"net/url"
@@ -19,6 +20,26 @@ import (
 // Schema creates a migrated schema of its own in the database at dbURL and
 // returns a pool on it and a function that drops it.
 func Schema(ctx context.Context, dbURL string, maxConns int32) (*pgxpool.Pool, func(), error) {
+	return schemaWith(ctx, dbURL, maxConns, nil, func(db *sql.DB) error {
+		if _, err := migrations.Up(ctx, db); err != nil {
+			return err
+		}
+		_, err := appmigrations.Up(ctx, db)
+		return err
+	})
+}
+
+// SchemaSets is [Schema] with the framework's migrations and sets, as a
+// service other than the reference app migrates: no app tables. The
+// pool's connections trace their queries with tracer when it is not nil.
+func SchemaSets(ctx context.Context, dbURL string, maxConns int32, tracer pgx.QueryTracer, sets ...migrations.Set) (*pgxpool.Pool, func(), error) {
+	return schemaWith(ctx, dbURL, maxConns, tracer, func(db *sql.DB) error {
+		_, err := migrations.UpSets(ctx, db, migrations.Config{}, append([]migrations.Set{migrations.Framework()}, sets...)...)
+		return err
+	})
+}
+
+func schemaWith(ctx context.Context, dbURL string, maxConns int32, tracer pgx.QueryTracer, migrate func(*sql.DB) error) (*pgxpool.Pool, func(), error) {
 	admin, err := pgx.Connect(ctx, dbURL)
 	if err != nil {
 		return nil, nil, fmt.Errorf("connect to PostgreSQL (run `make services-up`): %w", err)
@@ -46,6 +67,9 @@ func Schema(ctx context.Context, dbURL string, maxConns int32) (*pgxpool.Pool, f
 		return nil, nil, err
 	}
 	cfg.MaxConns = maxConns
+	if tracer != nil {
+		cfg.ConnConfig.Tracer = tracer
+	}
 	pool, err := pgxpool.NewWithConfig(ctx, cfg)
 	if err != nil {
 		drop()
@@ -53,12 +77,7 @@ func Schema(ctx context.Context, dbURL string, maxConns int32) (*pgxpool.Pool, f
 	}
 	db := stdlib.OpenDBFromPool(pool)
 	defer db.Close()
-	if _, err := migrations.Up(ctx, db); err != nil {
-		pool.Close()
-		drop()
-		return nil, nil, err
-	}
-	if _, err := appmigrations.Up(ctx, db); err != nil {
+	if err := migrate(db); err != nil {
 		pool.Close()
 		drop()
 		return nil, nil, err

@@ -1,8 +1,13 @@
 // Command payouts runs the example payouts service: its HTTP API, the
-// forwarder that moves its outbox to Redis Streams, and its consumer, in
-// one process, until SIGINT or SIGTERM.
+// forwarder that moves its outbox to Redis Streams, its consumers, and the
+// sender of its merchants' webhooks, in one process, until SIGINT or
+// SIGTERM.
 //
 //	payouts -database-url postgres://... -redis-url redis://... -addr :8090
+//
+// Merchants' API keys, for the webhook routes, are PAYOUTS_MERCHANT_KEYS
+// ("key=merchant,key=merchant"); signing secrets are sealed at rest with
+// OUTFLOW_SECRET_KEY when it is set.
 package main
 
 import (
@@ -14,6 +19,7 @@ import (
 	"net/http"
 	"os"
 	"os/signal"
+	"strings"
 	"syscall"
 	"time"
 
@@ -27,6 +33,9 @@ import (
 	"github.com/outflow-dev/outflow/events/outbox"
 	"github.com/outflow-dev/outflow/examples/payouts"
 	"github.com/outflow-dev/outflow/forwarder"
+	"github.com/outflow-dev/outflow/webhooks/endpoints"
+	"github.com/outflow-dev/outflow/webhooks/secretseal"
+	"github.com/outflow-dev/outflow/webhooks/sender"
 )
 
 func main() {
@@ -45,6 +54,7 @@ func run(ctx context.Context, args []string) error {
 	addr := fs.String("addr", ":8090", "HTTP listen address")
 	migrate := fs.Bool("migrate", true, "apply the migrations at start (false: a separate step ran them)")
 	migrateOnly := fs.Bool("migrate-only", false, "apply the migrations and exit")
+	allowPrivate := fs.Bool("webhooks-allow-private", false, "let webhook endpoints be http and private addresses (development only)")
 	if err := fs.Parse(args); err != nil {
 		return err
 	}
@@ -96,11 +106,39 @@ func run(ctx context.Context, args []string) error {
 		return err
 	}
 	svc := payouts.NewService(pool, writer, fwd.Wake)
-	srv := &http.Server{Addr: *addr, Handler: svc.Handler(logger), ReadHeaderTimeout: 5 * time.Second}
+
+	keys, err := merchantKeys(os.Getenv("PAYOUTS_MERCHANT_KEYS"))
+	if err != nil {
+		return err
+	}
+	var sealKey *secretseal.Key
+	if v := os.Getenv(secretseal.KeyEnv); v != "" {
+		if sealKey, err = secretseal.ParseKey(v); err != nil {
+			return fmt.Errorf("%s: %w", secretseal.KeyEnv, err)
+		}
+	}
+	snd := sender.New(pool, sender.Config{SecretKey: sealKey, Render: payouts.RenderWebhook,
+		AllowPrivate: *allowPrivate, Logger: logger})
+	if err := worker.Add(payouts.WebhookFanout(snd.Wake)); err != nil {
+		return err
+	}
+	store, err := endpoints.New(endpoints.Config{APIVersion: payouts.APIVersion, SecretKey: sealKey,
+		AllowPrivate: *allowPrivate})
+	if err != nil {
+		return err
+	}
+	hooks, err := payouts.NewWebhookAPI(pool, store, snd.Wake, logger)
+	if err != nil {
+		return err
+	}
+	mux := svc.Handler(logger)
+	payouts.MountWebhooks(mux, hooks, payouts.StaticKeys(keys))
+	srv := &http.Server{Addr: *addr, Handler: mux, ReadHeaderTimeout: 5 * time.Second}
 
 	g, gctx := errgroup.WithContext(ctx)
 	g.Go(func() error { return fwd.Run(gctx) })
 	g.Go(func() error { return worker.Run(gctx) })
+	g.Go(func() error { return snd.Run(gctx) })
 	g.Go(func() error {
 		if err := srv.ListenAndServe(); !errors.Is(err, http.ErrServerClosed) {
 			return fmt.Errorf("-addr %s: %w", *addr, err)
@@ -115,6 +153,23 @@ func run(ctx context.Context, args []string) error {
 	})
 	logger.Info("payouts: serving", "addr", *addr)
 	return g.Wait()
+}
+
+// merchantKeys reads "key=merchant,key=merchant". Its errors never quote
+// a key.
+func merchantKeys(v string) (map[string]string, error) {
+	keys := map[string]string{}
+	for i, kv := range strings.Split(v, ",") {
+		if strings.TrimSpace(kv) == "" {
+			continue
+		}
+		k, m, ok := strings.Cut(strings.TrimSpace(kv), "=")
+		if !ok || k == "" || m == "" {
+			return nil, fmt.Errorf("PAYOUTS_MERCHANT_KEYS: entry %d is not key=merchant", i+1)
+		}
+		keys[k] = m
+	}
+	return keys, nil
 }
 
 func envOr(key, def string) string {
