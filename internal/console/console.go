@@ -12,6 +12,7 @@ import (
 	"net/http"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"time"
 	"unicode/utf8"
 
@@ -84,8 +85,10 @@ type Config struct {
 	// the framework): the login is the operator key of OperatorKeySHA256,
 	// sessions are kept in this process's memory (a restart, or another
 	// replica, asks to log in again), actions are recorded as the
-	// operator key's in the framework's audit (outflow_operator_actions),
-	// and the webhooks are shown as not installed. False, the default,
+	// operator key's in the framework's audit (outflow_operator_actions).
+	// The webhooks are shown, in either mode, when the webhooks migration
+	// set (webhooks/schema) is installed, as not installed otherwise.
+	// False, the default,
 	// needs the app's tables: logins by its admin API keys, sessions in
 	// console_sessions; actions in the same audit.
 	FrameworkOnly bool
@@ -124,6 +127,8 @@ type Console struct {
 	sessions *memSessions // FrameworkOnly's; nil otherwise
 
 	choices choicesCache // the search's filters' choices
+
+	hooksFound atomic.Bool // the webhooks migration set was found installed
 }
 
 // New returns the console's handler. It starts nothing: [Console.Run]
@@ -232,6 +237,13 @@ func (c *Console) routes(static http.Handler) []route {
 		{"GET /actions", c.authed(c.actionsPage)},
 		{"GET /search", c.authed(c.searchPage)},
 		{"GET /webhooks", c.authed(c.webhooksPage)},
+		{"GET /webhooks/accounts/{account}", c.authed(c.accountPage)},
+		{"GET /webhooks/endpoints/{id}", c.authed(c.endpointPage)},
+		{"POST /webhooks/endpoints/{id}/resend", c.authed(c.endpointAct(webhookResend))},
+		{"POST /webhooks/endpoints/{id}/recover", c.authed(c.endpointAct(c.recoverAction()))},
+		{"POST /webhooks/endpoints/{id}/test", c.authed(c.endpointAct(webhookTest))},
+		{"POST /webhooks/endpoints/{id}/disable", c.authed(c.endpointAct(webhookDisable))},
+		{"POST /webhooks/endpoints/{id}/enable", c.authed(c.endpointAct(webhookEnable))},
 	}
 }
 
@@ -301,7 +313,7 @@ func parsePages(now func() time.Time) (map[string]*template.Template, error) {
 		return nil, fmt.Errorf("console: parse templates: %w", err)
 	}
 	pages := map[string]*template.Template{}
-	for _, name := range []string{"login", "overview", "journey", "parked", "dead", "actions", "confirm", "search", "webhooks"} {
+	for _, name := range []string{"login", "overview", "journey", "parked", "dead", "actions", "confirm", "search", "webhooks", "endpoint", "account"} {
 		t, err := template.Must(layout.Clone()).ParseFS(templateFS, "templates/"+name+".html")
 		if err != nil {
 			return nil, fmt.Errorf("console: parse %s: %w", name, err)
