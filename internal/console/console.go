@@ -86,11 +86,10 @@ type Config struct {
 	// sessions are kept in this process's memory (a restart, or another
 	// replica, asks to log in again), actions are recorded as the
 	// operator key's in the framework's audit (outflow_operator_actions).
-	// The webhooks are shown, in either mode, when the webhooks migration
-	// set (webhooks/schema) is installed, as not installed otherwise.
-	// False, the default,
-	// needs the app's tables: logins by its admin API keys, sessions in
-	// console_sessions; actions in the same audit.
+	// False, the default, needs the app's tables: logins by its admin API
+	// keys, sessions in console_sessions; actions in the same audit. In
+	// either mode the webhooks are shown when the webhooks migration set
+	// (webhooks/schema) is installed, as not installed otherwise.
 	FrameworkOnly bool
 	// EventTypes are event types the search offers besides those of the
 	// newest events (an events.Registry's Types()): a rare type, absent

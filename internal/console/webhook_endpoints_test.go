@@ -236,6 +236,12 @@ func TestWebhookEndpointActions(t *testing.T) {
 	require.Equal(t, before, e.count(t, `SELECT count(*) FROM outflow_operator_actions`), "nothing recorded")
 	require.Equal(t, "failed:9", status(d3), "nothing recovered")
 	require.Equal(t, 1, e.count(t, `SELECT count(*) FROM webhook_endpoints WHERE disabled_at IS NULL`))
+
+	// The Actions page links the endpoint and the message.
+	res, body = do(t, cl, http.MethodGet, e.srv.URL+"/actions?action=webhook.resend", nil)
+	require.Equal(t, http.StatusOK, res.StatusCode, body)
+	require.Contains(t, body, `href="/webhooks/endpoints/`+ep+`"`)
+	require.Contains(t, body, `href="/webhooks/endpoints/`+ep+`?message=`+m1+`"`)
 }
 
 // A service of a user's own (FrameworkOnly) that installed the webhooks
