@@ -53,8 +53,9 @@ type badInput struct {
 
 func (b *badInput) Error() string { return b.field + ": " + b.msg }
 
-// endpointOf reads the endpoint the path's {id} names, for every account:
-// its account, its settings (never its secret) and its health record.
+// endpointInfo is an endpoint as the console shows it: its settings
+// (never its secret, which endpoints.Endpoint has no field for) and the
+// sender's health record.
 type endpointInfo struct {
 	endpoints.Endpoint
 	ConsecutiveFailures int
@@ -66,6 +67,10 @@ func (e endpointInfo) CircuitOpen(now time.Time) bool {
 	return e.CircuitOpenUntil != nil && e.CircuitOpenUntil.After(now)
 }
 
+// endpointOf reads the endpoint the path's {id} names, of whichever
+// account: its account by the primary key, then the endpoint through
+// endpoints.Store.Get with it, as the account's API reads it. An id that
+// is not a uuid is a 400, an unknown one a 404, both naming "endpoint".
 func (c *Console) endpointOf(ctx context.Context, r *http.Request) (endpointInfo, error) {
 	raw := r.PathValue("id")
 	id, err := uuid.Parse(raw)

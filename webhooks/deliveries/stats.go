@@ -13,23 +13,23 @@ import (
 type Stats struct {
 	// Pending counts the deliveries not settled yet (in flight, due, or
 	// waiting for a retry or a circuit's end).
-	Pending int64 `json:"pending"`
+	Pending int64
 	// Failing counts the pending deliveries after a failed attempt: they
 	// will be retried.
-	Failing int64 `json:"failing"`
+	Failing int64
 	// Failed counts the deliveries given up (the schedule ran out, a 4xx,
 	// or their endpoint was disabled): final until resent or recovered.
-	Failed int64 `json:"failed"`
+	Failed int64
 	// EndpointsDisabled counts the endpoints disabled, by their account
 	// or for failing too long.
-	EndpointsDisabled int64 `json:"endpoints_disabled"`
+	EndpointsDisabled int64
 	// EndpointsCircuitOpen counts the endpoints whose circuit is open
 	// now: nothing goes to them but a probe once it ends.
-	EndpointsCircuitOpen int64 `json:"endpoints_circuit_open"`
+	EndpointsCircuitOpen int64
 	// OldestDueAge is how long the oldest due delivery has waited past
 	// its time (0: none is due): a sender that keeps up keeps it to
 	// seconds.
-	OldestDueAge time.Duration `json:"oldest_due_age"`
+	OldestDueAge time.Duration
 }
 
 // StatsQuery counts one thing at a time, each through a partial index:
