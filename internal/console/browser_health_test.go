@@ -164,10 +164,27 @@ func TestHealthAtAGlanceInBrowser(t *testing.T) {
 	screenshot(t, ctx, dir, "05-webhooks-1280")
 	// A delivery's endpoint, its page, and one action through the server's
 	// confirmation (the form has no data-confirm): a test event, recorded.
-	run(t, ctx, "an endpoint's page", chromedp.Click(chromedp.CSS("#webhooks a.endpoint-link")), chromedp.WaitVisible(chromedp.CSS("#endpoint")))
+	// A page the loaded machine could not read within ReadTimeout answers
+	// 503: reloaded until it shows.
+	shown := func(what, sel string) {
+		outflowtest.WaitFor(t, 60*time.Second, what, func() bool {
+			state, err := chromedp.Run(ctx, chromedp.Evaluate[string](fmt.Sprintf(
+				`document.querySelector(%q) ? "shown" : (document.readyState === "complete" && document.body.innerText.includes("did not answer within") ? "503" : "")`, sel)))
+			if err != nil { // the page navigating: asked again
+				return false
+			}
+			if state == "503" {
+				run(t, ctx, what+": reload", chromedp.Reload())
+			}
+			return state == "shown"
+		})
+	}
+	run(t, ctx, "an endpoint's page", chromedp.Click(chromedp.CSS("#webhooks a.endpoint-link")))
+	shown("the endpoint's page", "#endpoint")
 	require.Equal(t, "https://merchant.example/hooks", text(t, ctx, "#endpoint-url"))
 	run(t, ctx, "send a test event", chromedp.Click(chromedp.CSS("#endpoint-test")), chromedp.WaitVisible(chromedp.CSS("#confirm-submit")))
-	run(t, ctx, "confirm it", chromedp.Click(chromedp.CSS("#confirm-submit")), chromedp.WaitVisible(chromedp.CSS("#action-result")))
+	run(t, ctx, "confirm it", chromedp.Click(chromedp.CSS("#confirm-submit")))
+	shown("the action's result", "#action-result")
 	require.Contains(t, text(t, ctx, "#action-result"), "webhook.test: 1 row(s)")
 	screenshot(t, ctx, dir, "05b-webhook-endpoint-1280")
 
