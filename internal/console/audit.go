@@ -178,6 +178,10 @@ type auditTarget struct {
 	AggregateIDs  []string `json:"aggregate_ids"`
 	AllAggregates bool     `json:"all_aggregates"`
 	MoreIDs       int      `json:"more_ids"` // ids the tool left out of the record
+	// A webhook endpoint action's.
+	AccountID  string `json:"account_id"`
+	EndpointID string `json:"endpoint_id"`
+	MessageID  string `json:"message_id"`
 }
 
 // targetRows says which table an action's ids are rows of: dead letters
@@ -259,6 +263,14 @@ func (c *Console) auditRows(ctx context.Context, recs []actionlog.Record) ([]aud
 		}
 		for _, id := range t.AggregateIDs[:min(len(t.AggregateIDs), auditIDsShown)] {
 			row.On = append(row.On, auditLink{Text: t.AggregateType + " " + id, Href: c.journeyHref(t.AggregateType, id)})
+		}
+		if t.EndpointID != "" {
+			row.On = append(row.On, auditLink{Text: "endpoint " + t.EndpointID + " of account " + t.AccountID,
+				Href: "/webhooks/endpoints/" + url.PathEscape(t.EndpointID)})
+		}
+		if t.MessageID != "" {
+			row.On = append(row.On, auditLink{Text: "message " + t.MessageID,
+				Href: "/webhooks/endpoints/" + url.PathEscape(t.EndpointID) + "?" + url.Values{"message": {t.MessageID}}.Encode()})
 		}
 		row.More += max(0, len(t.AggregateIDs)-auditIDsShown) + t.MoreIDs
 		rows[i] = row

@@ -21,7 +21,8 @@ import (
 // webhooks, a lagging consumer, a stale lease) says failing and why, its
 // problems in colour and its zeros muted, its charts drawn, its partition
 // table folded (and left open across refreshes once opened); the
-// webhooks' counts lead to their list; on a phone the key columns stay on
+// webhooks' counts lead to their list, a delivery to its endpoint's page,
+// whose test event is sent through the confirmation; on a phone the key columns stay on
 // screen. A healthy overview says so.
 func TestHealthAtAGlanceInBrowser(t *testing.T) {
 	// In parallel with the HTTP tests: the other browser tests are not
@@ -36,7 +37,6 @@ func TestHealthAtAGlanceInBrowser(t *testing.T) {
 		SELECT g, CASE WHEN g = 15 THEN 'fwd-b' ELSE 'fwd-a' END,
 		       CASE WHEN g = 15 THEN now() - interval '4 minutes' ELSE now() + interval '10 seconds' END, 0
 		FROM generate_series(0, 15) g`)
-	trouble.exec(t, `INSERT INTO merchants (id, name, webhook_url, webhook_secret) VALUES ('00000000-0000-0000-0000-00000000000a', 'm', 'https://merchant.example/hooks', 's')`)
 	published := int64(0)
 	for i := range 12 {
 		at := time.Duration(i-12) * 5 * time.Minute
@@ -162,6 +162,31 @@ func TestHealthAtAGlanceInBrowser(t *testing.T) {
 	screenshot(t, ctx, dir, "04-webhooks-390")
 	run(t, ctx, "the laptop", chromedp.EmulateViewport(1280, 900), chromedp.Navigate(srv.URL+"/webhooks"), chromedp.WaitVisible(chromedp.CSS("#webhooks")))
 	screenshot(t, ctx, dir, "05-webhooks-1280")
+	// A delivery's endpoint, its page, and one action through the server's
+	// confirmation (the form has no data-confirm): a test event, recorded.
+	// A page the loaded machine could not read within ReadTimeout answers
+	// 503: reloaded until it shows.
+	shown := func(what, sel string) {
+		outflowtest.WaitFor(t, 60*time.Second, what, func() bool {
+			state, err := chromedp.Run(ctx, chromedp.Evaluate[string](fmt.Sprintf(
+				`document.querySelector(%q) ? "shown" : (document.readyState === "complete" && document.body.innerText.includes("did not answer within") ? "503" : "")`, sel)))
+			if err != nil { // the page navigating: asked again
+				return false
+			}
+			if state == "503" {
+				run(t, ctx, what+": reload", chromedp.Reload())
+			}
+			return state == "shown"
+		})
+	}
+	run(t, ctx, "an endpoint's page", chromedp.Click(chromedp.CSS("#webhooks a.endpoint-link")))
+	shown("the endpoint's page", "#endpoint")
+	require.Equal(t, "https://merchant.example/hooks", text(t, ctx, "#endpoint-url"))
+	run(t, ctx, "send a test event", chromedp.Click(chromedp.CSS("#endpoint-test")), chromedp.WaitVisible(chromedp.CSS("#confirm-submit")))
+	run(t, ctx, "confirm it", chromedp.Click(chromedp.CSS("#confirm-submit")))
+	shown("the action's result", "#action-result")
+	require.Contains(t, text(t, ctx, "#action-result"), "webhook.test: 1 row(s)")
+	screenshot(t, ctx, dir, "05b-webhook-endpoint-1280")
 
 	// Healthy.
 	login(healthy.srv.URL, healthy.adminKey)

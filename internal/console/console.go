@@ -12,6 +12,7 @@ import (
 	"net/http"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"time"
 	"unicode/utf8"
 
@@ -84,10 +85,11 @@ type Config struct {
 	// the framework): the login is the operator key of OperatorKeySHA256,
 	// sessions are kept in this process's memory (a restart, or another
 	// replica, asks to log in again), actions are recorded as the
-	// operator key's in the framework's audit (outflow_operator_actions),
-	// and the webhooks are shown as not installed. False, the default,
-	// needs the app's tables: logins by its admin API keys, sessions in
-	// console_sessions; actions in the same audit.
+	// operator key's in the framework's audit (outflow_operator_actions).
+	// False, the default, needs the app's tables: logins by its admin API
+	// keys, sessions in console_sessions; actions in the same audit. In
+	// either mode the webhooks are shown when the webhooks migration set
+	// (webhooks/schema) is installed, as not installed otherwise.
 	FrameworkOnly bool
 	// EventTypes are event types the search offers besides those of the
 	// newest events (an events.Registry's Types()): a rare type, absent
@@ -124,6 +126,8 @@ type Console struct {
 	sessions *memSessions // FrameworkOnly's; nil otherwise
 
 	choices choicesCache // the search's filters' choices
+
+	hooksFound atomic.Bool // the webhooks migration set was found installed
 }
 
 // New returns the console's handler. It starts nothing: [Console.Run]
@@ -232,6 +236,13 @@ func (c *Console) routes(static http.Handler) []route {
 		{"GET /actions", c.authed(c.actionsPage)},
 		{"GET /search", c.authed(c.searchPage)},
 		{"GET /webhooks", c.authed(c.webhooksPage)},
+		{"GET /webhooks/accounts/{account}", c.authed(c.accountPage)},
+		{"GET /webhooks/endpoints/{id}", c.authed(c.endpointPage)},
+		{"POST /webhooks/endpoints/{id}/resend", c.authed(c.endpointAct(webhookResend))},
+		{"POST /webhooks/endpoints/{id}/recover", c.authed(c.endpointAct(c.recoverAction()))},
+		{"POST /webhooks/endpoints/{id}/test", c.authed(c.endpointAct(webhookTest))},
+		{"POST /webhooks/endpoints/{id}/disable", c.authed(c.endpointAct(webhookDisable))},
+		{"POST /webhooks/endpoints/{id}/enable", c.authed(c.endpointAct(webhookEnable))},
 	}
 }
 
@@ -301,7 +312,7 @@ func parsePages(now func() time.Time) (map[string]*template.Template, error) {
 		return nil, fmt.Errorf("console: parse templates: %w", err)
 	}
 	pages := map[string]*template.Template{}
-	for _, name := range []string{"login", "overview", "journey", "parked", "dead", "actions", "confirm", "search", "webhooks"} {
+	for _, name := range []string{"login", "overview", "journey", "parked", "dead", "actions", "confirm", "search", "webhooks", "endpoint", "account"} {
 		t, err := template.Must(layout.Clone()).ParseFS(templateFS, "templates/"+name+".html")
 		if err != nil {
 			return nil, fmt.Errorf("console: parse %s: %w", name, err)

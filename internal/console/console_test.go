@@ -34,6 +34,8 @@ type env struct {
 	// served counts the requests the console has finished: a test whose
 	// client gave up waits on it for the handler's end.
 	served *atomic.Int64
+	// hookEP is insertDelivery's endpoint, made on first use.
+	hookEP string
 }
 
 var consumers = []console.Consumer{{Name: "notify-merchant", Topic: "payments"}, {Name: "analytics", Topic: "payments"}}
@@ -48,6 +50,7 @@ func newEnv(t *testing.T, mut ...func(*console.Config)) *env {
 func newEnvWith(t *testing.T, before func(*console.Console), mut ...func(*console.Config)) *env {
 	t.Helper()
 	s := outflowtest.NewSchema(t, appmigrations.Set())
+	installWebhooks(t, s)
 	cfg := console.Config{Pool: s.Pool, InsecureCookie: true, Consumers: consumers, PageSize: 2}
 	for _, m := range mut {
 		m(&cfg)

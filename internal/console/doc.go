@@ -12,11 +12,15 @@
 // which the Actions page lists. [Console.Run] samples the published total
 // for the overview's rate; New starts nothing.
 //
-// Those tables (api_keys, console_sessions) and the webhooks' are the
-// reference app's. On the database of another service
-// built on the framework, which has none of them, [Config].FrameworkOnly
-// serves the framework's pages alone: an operator key (its SHA-256 given
-// to the process) logs in, sessions live in the process's memory, actions
-// are recorded in the same audit as the operator key's, and the app's
-// parts say "not installed".
+// Those tables (api_keys, console_sessions) are the reference app's. On
+// the database of another service built on the framework, which has none
+// of them, [Config].FrameworkOnly serves the framework's pages alone: an
+// operator key (its SHA-256 given to the process) logs in, sessions live
+// in the process's memory, and actions are recorded in the same audit as
+// the operator key's.
+//
+// The webhooks are the framework's (package webhooks and its migration
+// set): shown, and acted on through the webhooks packages, in either mode
+// when the set is installed (the console looks for its tables), "not
+// installed" otherwise.
 package console

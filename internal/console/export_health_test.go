@@ -5,11 +5,16 @@ package console
 // their plans.
 var WebhookQueries = func() map[string]string {
 	qs := map[string]string{}
-	for name, sts := range map[string][]string{"failing and dead": webhookStatuses, "failing": {"failing"}, "dead": {"dead"}} {
-		qs[name+", after"] = webhookListQuery(sts, false)
-		qs[name+", before"] = webhookListQuery(sts, true)
-		qs[name+", count"] = webhookCountQuery(sts, false)
-		qs[name+", rank"] = webhookCountQuery(sts, true)
+	for name, sts := range map[string][]string{"failing and failed": webhookStatuses, "failing": {"failing"}, "failed": {"failed"}} {
+		for _, account := range []bool{false, true} {
+			if account {
+				name += " of an account"
+			}
+			qs[name+", after"] = webhookListQuery(sts, false, account)
+			qs[name+", before"] = webhookListQuery(sts, true, account)
+			qs[name+", count"] = webhookCountQuery(sts, false, account)
+			qs[name+", rank"] = webhookCountQuery(sts, true, account)
+		}
 	}
 	return qs
 }()

@@ -3,7 +3,7 @@ package console
 import (
 	"net/http"
 
-	"github.com/outflow-dev/outflow/handlers"
+	"github.com/outflow-dev/outflow/webhooks/deliveries"
 )
 
 // Routes are the console's route patterns ("GET /journey").
@@ -19,7 +19,7 @@ func Routes(c *Console) []string {
 // test that checks each uses an index.
 var Queries = map[string]string{
 	"find message": qFindMessage, "events after": qEventsAfter, "events before": qEventsBefore, "processed": qProcessed, "dead outcomes": qDeadOutcomes,
-	"deliveries": qDeliveries, "parked": qParked, "webhook stats": handlers.WebhookStatsQuery,
+	"deliveries": qDeliveries, "parked": qParked, "webhook stats": deliveries.StatsQuery,
 	// The /dead list, for each filter: every open status or one, every
 	// consumer or one.
 	"dead letters":                     deadLettersQuery(false, openStatuses),

@@ -73,29 +73,6 @@ func statusOf(t *testing.T, e *env, c *http.Client) (string, []string) {
 	return m[1], why
 }
 
-func (e *env) insertDelivery(t *testing.T, status string, attempts int, lastError string) int64 {
-	t.Helper()
-	var id int64
-	require.NoError(t, e.pool.QueryRow(context.Background(), `INSERT INTO webhook_deliveries
-		(message_id, merchant_id, url, event_type, body, status, attempts, last_error)
-		VALUES (gen_random_uuid(), '00000000-0000-0000-0000-00000000000a', 'https://merchant.example/hooks', 'payment.paid', '', $1, $2, nullif($3, ''))
-		RETURNING id`, status, attempts, lastError).Scan(&id))
-	return id
-}
-
-func (e *env) insertAttempts(t *testing.T, delivery int64, codes ...int) {
-	t.Helper()
-	for _, code := range codes {
-		var errText *string
-		if code == 0 {
-			s := "connection refused"
-			errText = &s
-		}
-		e.exec(t, `INSERT INTO webhook_attempts (delivery_id, status_code, latency_ms, error) VALUES ($1, nullif($2, 0), 12, $3)`,
-			delivery, code, errText)
-	}
-}
-
 // The status line says what the shipped alerts' rules say, each reason
 // with the alert's threshold and name, and how long the console's samples
 // show it holding against the alert's for:. A page's condition is
@@ -345,7 +322,7 @@ func TestSampleIsBoundedByReadTimeout(t *testing.T) {
 	tx, err := locker.Begin(ctx)
 	require.NoError(t, err)
 	t.Cleanup(func() { _ = tx.Rollback(ctx) })
-	_, err = tx.Exec(ctx, `LOCK TABLE webhook_attempts IN ACCESS EXCLUSIVE MODE`)
+	_, err = tx.Exec(ctx, `LOCK TABLE webhook_endpoint_attempts IN ACCESS EXCLUSIVE MODE`)
 	require.NoError(t, err)
 
 	clk.set(0)

@@ -65,9 +65,13 @@ const (
 			WHERE consumer = c.name AND aggregate_type = $2 AND aggregate_id = $3 AND aggregate_version < $4
 			  AND status IN ('retrying', 'dead', 'held')
 			ORDER BY aggregate_version DESC LIMIT 1000) d`
+	// The events' webhook deliveries, one per endpoint (the framework's
+	// webhook tables), with their attempts: by the deliveries' (message_id,
+	// endpoint_id) key, the endpoints' and the attempts' by delivery.
 	qDeliveries = `
-		SELECT d.id, d.message_id::text, d.url, d.status, a.attempted_at, a.status_code, a.latency_ms, coalesce(a.error, '')
-		FROM webhook_deliveries d LEFT JOIN webhook_attempts a ON a.delivery_id = d.id
+		SELECT d.id, d.message_id::text, e.id::text, e.url, d.status, a.attempted_at, a.status_code, a.latency_ms, coalesce(a.error, '')
+		FROM webhook_endpoint_deliveries d JOIN webhook_endpoints e ON e.id = d.endpoint_id
+		LEFT JOIN webhook_endpoint_attempts a ON a.delivery_id = d.id
 		WHERE d.message_id = ANY($1::uuid[]) ORDER BY d.id, a.id`
 )
 
@@ -152,10 +156,11 @@ func deadHref(consumer string, id int64) string {
 }
 
 type delivery struct {
-	ID       int64
-	URL      string
-	Status   string
-	Attempts []attempt
+	ID         int64
+	EndpointID string
+	URL        string
+	Status     string
+	Attempts   []attempt
 }
 
 type attempt struct {
@@ -317,7 +322,7 @@ func (c *Console) journeyPage(w http.ResponseWriter, r *http.Request, s session)
 // primary keys of outbox and outbox_failures), the primary keys of
 // consumer_aggregate_versions and processed_messages, dead_letters'
 // (consumer, message_id), and
-// webhook_deliveries' message_id.
+// webhook_endpoint_deliveries' (message_id, endpoint_id).
 func (c *Console) readJourney(ctx context.Context, q string, at *journeyPosition) (journey, error) {
 	j := journey{Query: q, AggregateType: c.cfg.AggregateType, AggregateID: q, Positioned: at != nil}
 	pool := c.cfg.Pool
@@ -615,27 +620,28 @@ func (c *Console) readBlockers(ctx context.Context, names []string, aggType, agg
 }
 
 func (c *Console) readDeliveries(ctx context.Context, ids []string, byID map[string]*journeyEvent) error {
-	if c.cfg.FrameworkOnly { // webhooks are the reference app's
-		return nil
+	// Any service's, FrameworkOnly or not: the tables say.
+	if ok, err := c.webhooksInstalled(ctx); err != nil || !ok {
+		return err
 	}
 	rows, err := c.cfg.Pool.Query(ctx, qDeliveries, ids)
 	if err != nil {
 		return fmt.Errorf("journey: read webhook deliveries: %w", err)
 	}
 	var (
-		id        int64
-		mid, url  string
-		status    string
-		at        *time.Time
-		code      *int
-		latency   *float64
-		errText   string
-		lastDelID int64
+		id            int64
+		mid, eid, url string
+		status        string
+		at            *time.Time
+		code          *int
+		latency       *float64
+		errText       string
+		lastDelID     int64
 	)
-	_, err = pgx.ForEachRow(rows, []any{&id, &mid, &url, &status, &at, &code, &latency, &errText}, func() error {
+	_, err = pgx.ForEachRow(rows, []any{&id, &mid, &eid, &url, &status, &at, &code, &latency, &errText}, func() error {
 		e := byID[mid]
 		if id != lastDelID {
-			e.Deliveries = append(e.Deliveries, delivery{ID: id, URL: url, Status: status})
+			e.Deliveries = append(e.Deliveries, delivery{ID: id, EndpointID: eid, URL: url, Status: status})
 			lastDelID = id
 		}
 		if at != nil {

@@ -108,13 +108,16 @@ func TestJourneyDeliveryIsALink(t *testing.T) {
 	t.Parallel()
 	e := newEnv(t)
 	v1 := e.insertOutbox(t, "0190c0de-0000-7000-8000-0000000000dd", 1, true, false)
-	e.exec(t, `INSERT INTO merchants (id, name, webhook_url, webhook_secret) VALUES ('00000000-0000-0000-0000-00000000000a', 'm', 'https://example.com/hook', 's')`)
+	ep := e.hookEndpoint(t, testAccount, "https://example.com/hook")
+	mid := e.hookMessage(t, testAccount, ep, e.messageID(t, v1), "payment.paid")
 	var del int64
-	require.NoError(t, e.pool.QueryRow(context.Background(), `INSERT INTO webhook_deliveries (message_id, merchant_id, url, event_type, body, status, attempts)
-		VALUES ($1, '00000000-0000-0000-0000-00000000000a', 'https://example.com/hook', 'payment.paid', '', 'dead', 5) RETURNING id`, e.messageID(t, v1)).Scan(&del))
+	require.NoError(t, e.pool.QueryRow(context.Background(), `UPDATE webhook_endpoint_deliveries SET status = 'failed', attempts = 5,
+		settled_at = now() WHERE message_id = $1 RETURNING id`, mid).Scan(&del))
 	c := e.client(t)
 	e.login(t, c)
 	_, body := do(t, c, http.MethodGet, e.srv.URL+"/journey?q="+e.messageID(t, v1), nil)
 	d := strconv.FormatInt(del, 10)
-	require.Contains(t, body, `<tr class="delivery" id="delivery-`+d+`" data-status="dead"><td colspan="5"><a href="#delivery-`+d+`" class="delivery-link">#`+d+`</a>`)
+	require.Contains(t, body, `<tr class="delivery" id="delivery-`+d+`" data-status="failed"><td colspan="5"><a href="#delivery-`+d+`" class="delivery-link">#`+d+`</a>`)
+	// Its endpoint's URL leads to the message's attempts on the endpoint's page.
+	require.Contains(t, body, `<a href="/webhooks/endpoints/`+ep+`?message=`+mid+`" class="endpoint-link">https://example.com/hook</a>: failed`)
 }

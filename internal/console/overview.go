@@ -13,9 +13,9 @@ import (
 
 	"github.com/outflow-dev/outflow/brokers"
 	"github.com/outflow-dev/outflow/forwarder"
-	"github.com/outflow-dev/outflow/handlers"
 	"github.com/outflow-dev/outflow/idempotency"
 	"github.com/outflow-dev/outflow/internal/healthrules"
+	"github.com/outflow-dev/outflow/webhooks/deliveries"
 )
 
 type partitionRow struct {
@@ -57,8 +57,10 @@ type overview struct {
 	Rate       string
 	Partitions []partitionRow
 	Consumers  []consumerRow
-	Webhooks   *handlers.WebhookStats // nil: the app's tables are not installed (FrameworkOnly)
-	At         time.Time
+	// Webhooks are the framework's webhook tables' counts; nil: the
+	// webhooks migration set is not installed.
+	Webhooks *deliveries.Stats
+	At       time.Time
 	// Unavailable names the panels ("outbox", "webhooks", "consumers",
 	// "partitions") whose read failed or did not end within ReadTimeout,
 	// with why: the page shows them so and the rest as read.
@@ -110,13 +112,16 @@ func (c *Console) readOverview(ctx context.Context) overview {
 		o.Outbox, err = forwarder.ReadStats(ctx, c.cfg.Pool)
 		return err
 	})
-	if !c.cfg.FrameworkOnly {
-		panel("webhooks", func(ctx context.Context) error {
-			w, err := handlers.ReadWebhookStats(ctx, c.cfg.Pool)
-			o.Webhooks = &w
+	panel("webhooks", func(ctx context.Context) error {
+		// Any service's, FrameworkOnly or not: the tables say.
+		ok, err := c.webhooksInstalled(ctx)
+		if err != nil || !ok {
 			return err
-		})
-	}
+		}
+		w, err := deliveries.ReadStats(ctx, c.cfg.Pool)
+		o.Webhooks = &w
+		return err
+	})
 	panel("partitions", func(ctx context.Context) error {
 		// The lease's last renewal is not stored: the owner's heartbeat (it
 		// renews its leases on the same tick) and the lease's end say it.

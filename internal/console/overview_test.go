@@ -35,7 +35,7 @@ func TestOverviewReadsConcurrently(t *testing.T) {
 	tx, err := locker.Begin(ctx)
 	require.NoError(t, err)
 	defer func() { _ = tx.Rollback(ctx) }()
-	_, err = tx.Exec(ctx, `LOCK TABLE outbox, dead_letters, webhook_deliveries, outbox_partitions IN ACCESS EXCLUSIVE MODE`)
+	_, err = tx.Exec(ctx, `LOCK TABLE outbox, dead_letters, webhook_endpoint_deliveries, outbox_partitions IN ACCESS EXCLUSIVE MODE`)
 	require.NoError(t, err)
 
 	type result struct {

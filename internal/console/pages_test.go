@@ -59,12 +59,18 @@ func TestOverviewShowsTheNumbers(t *testing.T) {
 	e.insertDead(t, "notify-merchant", "00000000-0000-0000-0000-000000000003", "b", 1, "retrying")
 	e.insertDead(t, "notify-merchant", "00000000-0000-0000-0000-000000000004", "c", 1, "resolved")
 	e.insertDead(t, "legacy", "00000000-0000-0000-0000-000000000005", "d", 1, "dead")
-	e.exec(t, `INSERT INTO merchants (id, name, webhook_url, webhook_secret) VALUES ('00000000-0000-0000-0000-00000000000a', 'm', 'https://example.com', 's')`)
-	e.exec(t, `INSERT INTO webhook_deliveries (message_id, merchant_id, url, event_type, body, status, attempts) VALUES
-		(gen_random_uuid(), '00000000-0000-0000-0000-00000000000a', 'https://example.com', 'payment.paid', '', 'pending', 0),
-		(gen_random_uuid(), '00000000-0000-0000-0000-00000000000a', 'https://example.com', 'payment.paid', '', 'pending', 2),
-		(gen_random_uuid(), '00000000-0000-0000-0000-00000000000a', 'https://example.com', 'payment.paid', '', 'dead', 9),
-		(gen_random_uuid(), '00000000-0000-0000-0000-00000000000a', 'https://example.com', 'payment.paid', '', 'delivered', 1)`)
+	e.insertDelivery(t, "pending", 0, "")
+	e.insertDelivery(t, "pending", 2, "HTTP 500")
+	e.insertDelivery(t, "failed", 9, "HTTP 410")
+	e.insertDelivery(t, "delivered", 1, "")
+	// A due one, waiting for 90 s; another endpoint disabled, a third's
+	// circuit open.
+	due := e.insertDelivery(t, "pending", 0, "")
+	e.exec(t, `UPDATE webhook_endpoint_deliveries SET next_attempt_at = now() - interval '90 seconds' WHERE id = $1`, due)
+	e.hookEndpoint(t, testAccount, "https://merchant.example/off")
+	e.exec(t, `UPDATE webhook_endpoints SET disabled_at = now(), disabled_reason = 'failing' WHERE url = 'https://merchant.example/off'`)
+	e.hookEndpoint(t, "acct-b", "https://b.example/hooks")
+	e.exec(t, `UPDATE webhook_endpoints SET circuit_open_until = now() + interval '1 minute', consecutive_failures = 5 WHERE account_id = 'acct-b'`)
 
 	c := e.client(t)
 	e.login(t, c)
@@ -75,9 +81,12 @@ func TestOverviewShowsTheNumbers(t *testing.T) {
 		// Problems stand out (a class) and link to their list; zeros are muted.
 		require.Contains(t, body, `id="outbox-parked"><a href="/parked" class="bad">1</a>`)
 		requireText(t, body, "outbox-published-total", "7")
-		requireText(t, body, "webhooks-pending", "2")
+		requireText(t, body, "webhooks-pending", "3")
 		require.Contains(t, body, `id="webhooks-failing"><a href="/webhooks?status=failing" class="warn">1</a>`)
-		require.Contains(t, body, `id="webhooks-dead"><a href="/webhooks?status=dead" class="bad">1</a>`)
+		require.Contains(t, body, `id="webhooks-failed"><a href="/webhooks?status=failed" class="bad">1</a>`)
+		require.Contains(t, body, `id="webhooks-endpoints-disabled"><span class="warn">1</span>`)
+		require.Contains(t, body, `id="webhooks-circuit-open"><span class="warn">1</span>`)
+		require.Regexp(t, `id="webhooks-oldest-due">1 min`, body)
 		require.Regexp(t, `data-consumer="notify-merchant"><td>notify-merchant</td><td class="secondary">payments</td>\s*<td class="lag">n/a</td>\s*`+
 			`<td class="held"><a href="/dead\?consumer=notify-merchant&amp;status=held" class="warn">1</a></td>\s*`+
 			`<td class="retrying"><a href="/dead\?consumer=notify-merchant&amp;status=retrying" class="warn">1</a></td>\s*`+
@@ -112,11 +121,13 @@ func TestJourneyOfAPayment(t *testing.T) {
 		($1, 'notify-merchant', '2026-01-01 00:00:01Z'), ($1, 'analytics', '2026-01-01 00:00:02Z'), ($2, 'notify-merchant', '2026-01-01 00:00:03Z'),
 		($2, 'analytics', '2026-01-01 00:00:04Z')`, m1, m2) // rows as consumers wrote them before 00026: a parked message had one too
 	e.insertDead(t, "analytics", m2, pay, 2, "dead")
-	e.exec(t, `INSERT INTO merchants (id, name, webhook_url, webhook_secret) VALUES ('00000000-0000-0000-0000-00000000000a', 'm', 'https://example.com/hook', 's')`)
+	ep := e.hookEndpoint(t, testAccount, "https://example.com/hook")
+	e.hookMessage(t, testAccount, ep, m1, "payment.paid")
 	var del int64
-	require.NoError(t, e.pool.QueryRow(context.Background(), `INSERT INTO webhook_deliveries (message_id, merchant_id, url, event_type, body, status, attempts)
-		VALUES ($1, '00000000-0000-0000-0000-00000000000a', 'https://example.com/hook', 'payment.paid', '', 'delivered', 2) RETURNING id`, m1).Scan(&del))
-	e.exec(t, `INSERT INTO webhook_attempts (delivery_id, status_code, latency_ms, error) VALUES ($1, 503, 12.5, 'upstream down'), ($1, 200, 3.25, NULL)`, del)
+	require.NoError(t, e.pool.QueryRow(context.Background(), `UPDATE webhook_endpoint_deliveries SET status = 'delivered', attempts = 2,
+		settled_at = now() WHERE message_id = $1 RETURNING id`, m1).Scan(&del))
+	e.insertAttempts(t, del, 503, 200)
+	e.exec(t, `UPDATE webhook_endpoint_attempts SET latency_ms = 12.5, error = 'upstream down' WHERE status_code = 503`)
 
 	c := e.client(t)
 	e.login(t, c)
@@ -192,7 +203,8 @@ var (
 	// The partitions' cursors (outbox_state's) are one row a partition:
 	// read whole.
 	waitingRowsIndexes = map[string]bool{"outbox_partitions_pkey": true, "dead_letters_open_idx": true, "dead_letters_open_consumer_status_idx": true,
-		"webhook_deliveries_due_idx": true, "webhook_deliveries_dead_idx": true}
+		"webhook_endpoint_deliveries_due_idx": true, "webhook_endpoint_deliveries_failed_idx": true,
+		"webhook_endpoint_deliveries_failing_idx": true, "webhook_endpoints_disabled_idx": true, "webhook_endpoints_circuit_idx": true}
 )
 
 // pageScanRe matches a scan of an outbox partition's aggregate index

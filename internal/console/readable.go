@@ -128,7 +128,8 @@ func templateFuncs(now func() time.Time) template.FuncMap {
 			}
 			return ""
 		},
-		"dur": duration,
+		"dur":           duration,
+		"endpointState": endpointStateOf,
 		"num": func(n any) string {
 			switch v := n.(type) {
 			case int:

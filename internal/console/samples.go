@@ -31,7 +31,7 @@ const qAttemptsSince = `
 	SELECT count(*),
 	       count(*) FILTER (WHERE NOT lease_lost AND (error IS NOT NULL OR status_code IS NULL OR status_code NOT BETWEEN 200 AND 299)),
 	       coalesce(max(id), $1)
-	FROM webhook_attempts WHERE id > $1 AND id <= $1 + $2`
+	FROM webhook_endpoint_attempts WHERE id > $1 AND id <= $1 + $2`
 
 // sample is what the console saw at one time: the health rules' snapshot
 // and the published total, for the charts and the status line.
@@ -93,7 +93,8 @@ func (c *Console) snapshot(o overview) healthrules.Snapshot {
 		s.Consumers = append(s.Consumers, hc)
 	}
 	if _, bad := o.Unavailable["webhooks"]; !bad && o.Webhooks != nil {
-		s.Webhooks = &healthrules.Webhooks{Failing: o.Webhooks.Failing, Dead: o.Webhooks.Dead}
+		// The failed deliveries are the rules' dead: given up.
+		s.Webhooks = &healthrules.Webhooks{Failing: o.Webhooks.Failing, Dead: o.Webhooks.Failed}
 	}
 	return s
 }
@@ -145,7 +146,7 @@ func (c *Console) countAttempts(ctx context.Context) error {
 	rctx, cancel := context.WithTimeout(ctx, c.cfg.ReadTimeout)
 	defer cancel()
 	if !h.counted {
-		if err := c.cfg.Pool.QueryRow(rctx, `SELECT coalesce(max(id), 0) FROM webhook_attempts`).Scan(&h.cursor); err != nil {
+		if err := c.cfg.Pool.QueryRow(rctx, `SELECT coalesce(max(id), 0) FROM webhook_endpoint_attempts`).Scan(&h.cursor); err != nil {
 			return fmt.Errorf("console: sample the webhook attempts: %w", err)
 		}
 		h.counted = true

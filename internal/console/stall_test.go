@@ -28,7 +28,7 @@ func TestConsoleAnswersWithATableLocked(t *testing.T) {
 		{"outbox_failures", []string{"outbox"}},
 		{"outbox_forwarders", []string{"partitions"}},
 		{"dead_letters", []string{"consumers"}},
-		{"webhook_deliveries", []string{"webhooks"}},
+		{"webhook_endpoint_deliveries", []string{"webhooks"}},
 	} {
 		t.Run(tt.table, func(t *testing.T) {
 			t.Parallel()

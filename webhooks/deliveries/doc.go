@@ -1,10 +1,13 @@
 // Package deliveries is what an account sees and does about its webhook
 // deliveries: the deliveries of an endpoint ([List]) and their attempts
 // ([Attempts]), a message sent again ([Resend]), every failure since a
-// time sent again ([Recover]), a test event ([SendTest]); and the
-// retention of settled deliveries ([Purge]), which the service runs.
+// time sent again ([Recover]), a test event ([SendTest]); the retention
+// of settled deliveries ([Purge]), which the service runs; and the counts
+// an operator watches over every account ([ReadStats]: the queue, the
+// failed, the endpoints disabled or with an open circuit, the oldest due
+// delivery's wait), each read through a partial index.
 //
-// Every call but Purge takes the account: an endpoint, message or
+// Every call but Purge and ReadStats takes the account: an endpoint, message or
 // delivery of another account is [webhooks.ErrNotFound], as one that
 // does not exist, so that an account learns nothing of another's. An id
 // that is not a uuid is not found either, not a bad request. Bad filters

@@ -62,3 +62,22 @@ func Example() {
 	n, err := deliveries.Recover(ctx, pool, account, endpoint, time.Now().Add(-24*time.Hour))
 	fmt.Println(status(err), n)
 }
+
+// An operator's check, over every account: the failed deliveries wait
+// for someone, and a due delivery waiting long says the sender is behind.
+func ExampleReadStats() {
+	ctx := context.Background()
+	pool, err := pgxpool.New(ctx, os.Getenv("DATABASE_URL"))
+	if err != nil {
+		panic(err)
+	}
+	defer pool.Close()
+	s, err := deliveries.ReadStats(ctx, pool)
+	if err != nil {
+		panic(err)
+	}
+	if s.Failed > 0 || s.OldestDueAge > time.Minute {
+		fmt.Printf("webhooks: %d failed, %d failing, %d endpoints disabled, %d with an open circuit; oldest due %s\n",
+			s.Failed, s.Failing, s.EndpointsDisabled, s.EndpointsCircuitOpen, s.OldestDueAge.Round(time.Second))
+	}
+}

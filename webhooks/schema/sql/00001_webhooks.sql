@@ -36,6 +36,11 @@ CREATE TABLE webhook_endpoints (
         CHECK ((previous_secret IS NULL) = (previous_secret_expires_at IS NULL))
 );
 CREATE INDEX webhook_endpoints_account_idx ON webhook_endpoints (account_id, created_at);
+-- The operators' counts (deliveries.ReadStats): the disabled endpoints, and
+-- those whose circuit is or was open, few of many.
+CREATE INDEX webhook_endpoints_disabled_idx ON webhook_endpoints (disabled_at) WHERE disabled_at IS NOT NULL;
+CREATE INDEX webhook_endpoints_circuit_idx ON webhook_endpoints (circuit_open_until)
+    WHERE circuit_open_until IS NOT NULL;
 
 -- One message per event that at least one of its account's endpoints
 -- wants (or a test event, or an endpoint.disabled notice). Its id is the
@@ -75,6 +80,13 @@ CREATE TABLE webhook_endpoint_deliveries (
 CREATE INDEX webhook_endpoint_deliveries_due_idx ON webhook_endpoint_deliveries (next_attempt_at)
     WHERE status = 'pending';
 CREATE INDEX webhook_endpoint_deliveries_endpoint_idx ON webhook_endpoint_deliveries (endpoint_id, created_at);
+-- The failed deliveries, which wait for an operator or their account: the
+-- operators' count and list of them (newest first, by id) read it alone.
+CREATE INDEX webhook_endpoint_deliveries_failed_idx ON webhook_endpoint_deliveries (id) WHERE status = 'failed';
+-- The failing deliveries (pending after a failed attempt), a few of the
+-- pending: the operators' count and list of them read it alone.
+CREATE INDEX webhook_endpoint_deliveries_failing_idx ON webhook_endpoint_deliveries (id)
+    WHERE status = 'pending' AND attempts > 0;
 CREATE INDEX webhook_endpoint_deliveries_settled_idx ON webhook_endpoint_deliveries (created_at)
     WHERE status <> 'pending';
 
