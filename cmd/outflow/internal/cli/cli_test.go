@@ -136,7 +136,7 @@ func TestMigrateCommands(t *testing.T) {
 // SIGTERM lets an in-flight request finish, then the process exits 0.
 func TestServeDrainsOnSIGTERM(t *testing.T) {
 	t.Parallel()
-	s := outflowtest.NewSchema(t, appmigrations.Set())
+	s := outflowtest.NewSchema(t, appmigrations.Sets()...)
 	addr := freeAddr(t)
 	cmd := command(map[string]string{"DATABASE_URL": s.URL, "HTTP_ADDR": addr}, "serve")
 	var stderr syncBuffer
@@ -249,7 +249,7 @@ func (b *syncBuffer) String() string {
 
 func TestForwardFailsFastOnUnreachableRedis(t *testing.T) {
 	t.Parallel()
-	s := outflowtest.NewSchema(t, appmigrations.Set())
+	s := outflowtest.NewSchema(t, appmigrations.Sets()...)
 	addr := freeAddr(t) // nothing listens there
 	start := time.Now()
 	out, err := command(map[string]string{"DATABASE_URL": s.URL, "REDIS_URL": "redis://:hunter2@" + addr + "/0"}, "forward", "--metrics-addr", "").CombinedOutput()
@@ -261,7 +261,7 @@ func TestForwardFailsFastOnUnreachableRedis(t *testing.T) {
 
 func TestOutboxCommandFlags(t *testing.T) {
 	t.Parallel()
-	s := outflowtest.NewSchema(t, appmigrations.Set())
+	s := outflowtest.NewSchema(t, appmigrations.Sets()...)
 	env := map[string]string{"DATABASE_URL": s.URL}
 	for args, want := range map[string]string{
 		"outbox retry":              "invalid --id",
@@ -294,7 +294,7 @@ func TestOutboxCommandFlags(t *testing.T) {
 // its partitions over once the leases expire and forwards every row.
 func TestKilledForwarderLosesNothing(t *testing.T) {
 	t.Parallel()
-	s := outflowtest.NewSchema(t, appmigrations.Set())
+	s := outflowtest.NewSchema(t, appmigrations.Sets()...)
 	rdb := testservers.Redis(t)
 	prefix := testservers.UniqueName(t, rdb)
 	ctx := context.Background()
