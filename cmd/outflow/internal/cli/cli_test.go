@@ -108,10 +108,20 @@ func TestMigrateCommands(t *testing.T) {
 	up := run(append([]string{"migrate", "up"}, app...)...)
 	require.Contains(t, up, "applied outflow 1 00001_outbox.sql")
 	require.Contains(t, up, "applied app 2 00002_payments.sql")
-	require.Less(t, strings.Index(up, "applied outflow "+lastFramework), strings.Index(up, "applied app 2 "),
+	require.Less(t, strings.Index(up, "applied outflow "+lastFramework), strings.Index(up, "applied webhooks 1 00001_webhooks.sql"),
 		"the framework's set runs first")
+	require.Less(t, strings.Index(up, "applied webhooks 1 "), strings.Index(up, "applied app 2 "),
+		"the webhook package's set runs before the app's, unnamed")
 	require.Contains(t, run(append([]string{"migrate", "up"}, app...)...), "schema is up to date")
 	require.NotContains(t, run(append([]string{"migrate", "status"}, app...)...), "pending")
+	require.Regexp(t, `webhooks\s+1\s+00001_webhooks.sql\s+applied`, run(append([]string{"migrate", "status"}, app...)...))
+	// The webhook package's set alone, as a service other than the app
+	// names it: rolled back and applied again.
+	require.Contains(t, run("migrate", "down", "--set", "app"), "rolled back app "+lastApp)
+	require.Contains(t, run("migrate", "down", "--set", "webhooks"), "rolled back webhooks 1 00001_webhooks.sql")
+	require.Regexp(t, `webhooks\s+1\s+00001_webhooks.sql\s+pending`, run("migrate", "status", "--set", "webhooks"))
+	require.Contains(t, run("migrate", "up", "--set", "webhooks"), "applied webhooks 1 00001_webhooks.sql")
+	require.Contains(t, run(append([]string{"migrate", "up"}, app...)...), "applied app "+lastApp)
 	// down takes the one set named.
 	require.Contains(t, run("migrate", "down", "--set", "app"), "rolled back app "+lastApp)
 	require.Contains(t, run("migrate", "down", "--set", "outflow"), "rolled back outflow "+lastFramework)
