@@ -89,7 +89,7 @@ func openBackend(t *testing.T, cfg brokers.Config) brokers.Backend {
 
 func newPipeline(t *testing.T) *pipeline {
 	t.Helper()
-	p := &pipeline{schema: outflowtest.NewSchema(t, appmigrations.Set()), rdb: testservers.Redis(t)}
+	p := &pipeline{schema: outflowtest.NewSchema(t, appmigrations.Sets()...), rdb: testservers.Redis(t)}
 	p.prefix = testservers.UniqueName(t, p.rdb) + ":"
 	w, err := outbox.NewWriter(outbox.Config{Routes: app.Routes})
 	require.NoError(t, err)

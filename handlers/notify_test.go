@@ -153,7 +153,7 @@ func paid(t *testing.T, p *pipeline, merchantID string) {
 func TestUnknownMerchantIsDeadLettered(t *testing.T) {
 	t.Parallel()
 	p := newPipeline(t)
-	consumerDB := outflowtest.NewSchema(t, appmigrations.Set()) // has no merchants
+	consumerDB := outflowtest.NewSchema(t, appmigrations.Sets()...) // has no merchants
 	m := merchant(t, p, "Shop", "https://shop.example/hook")
 	paid(t, p, m.ID)
 	p.runForwarder(t, 0)

@@ -20,7 +20,7 @@ import (
 // not fail with it (their deliveries would go out again, duplicates).
 func TestSettleOutlivesAPurgedDelivery(t *testing.T) {
 	t.Parallel()
-	s := outflowtest.NewSchema(t, appmigrations.Set())
+	s := outflowtest.NewSchema(t, appmigrations.Sets()...)
 	ctx := context.Background()
 	rows, err := s.Pool.Query(ctx, `
 		INSERT INTO webhook_deliveries (message_id, merchant_id, url, event_type, body, lease_token, created_at)
@@ -64,7 +64,7 @@ func TestSettleOutlivesAPurgedDelivery(t *testing.T) {
 // attempts were recorded, TestTwoSendersAtOnce under load).
 func TestSettleTellsALapsedLeaseFromTheNextInOneBatch(t *testing.T) {
 	t.Parallel()
-	s := outflowtest.NewSchema(t, appmigrations.Set())
+	s := outflowtest.NewSchema(t, appmigrations.Sets()...)
 	ctx := context.Background()
 	var d delivery
 	require.NoError(t, s.Pool.QueryRow(ctx, `

@@ -31,7 +31,7 @@ import (
 func TestStatsAndListsAsJSON(t *testing.T) {
 	t.Parallel()
 	ctx := context.Background()
-	s := outflowtest.NewSchema(t, appmigrations.Set())
+	s := outflowtest.NewSchema(t, appmigrations.Sets()...)
 	redisSrv := testservers.StartRedis(t) // streams are named after topics ("payments")
 	env := map[string]string{"DATABASE_URL": s.URL, "REDIS_URL": redisSrv.URL}
 
@@ -111,7 +111,7 @@ func TestStatsAndListsAsJSON(t *testing.T) {
 // address.
 func TestWorkerRoleExportsConsumerMetrics(t *testing.T) {
 	t.Parallel()
-	s := outflowtest.NewSchema(t, appmigrations.Set())
+	s := outflowtest.NewSchema(t, appmigrations.Sets()...)
 	redisSrv := testservers.StartRedis(t)
 	metrics := freeAddr(t)
 	cmd := command(map[string]string{"DATABASE_URL": s.URL, "REDIS_URL": redisSrv.URL},
@@ -147,7 +147,7 @@ func TestWorkerRoleExportsConsumerMetrics(t *testing.T) {
 func TestStatsLagOnTheSQLBroker(t *testing.T) {
 	t.Parallel()
 	ctx := context.Background()
-	s := outflowtest.NewSchema(t, appmigrations.Set())
+	s := outflowtest.NewSchema(t, appmigrations.Sets()...)
 	env := map[string]string{"DATABASE_URL": s.URL, "OUTFLOW_BROKER": "sql", "REDIS_URL": "redis://127.0.0.1:1"}
 
 	b, err := brokers.Open(ctx, brokers.Config{Kind: brokers.SQL, SQL: brokers.SQLConfig{DatabaseURL: s.URL}})

@@ -47,7 +47,7 @@ func TestWebhookFlagsAreValidated(t *testing.T) {
 // and keeps pending and recent ones.
 func TestWorkerPurgesSettledWebhooks(t *testing.T) {
 	t.Parallel()
-	s := outflowtest.NewSchema(t, appmigrations.Set())
+	s := outflowtest.NewSchema(t, appmigrations.Sets()...)
 	redis := testservers.StartRedis(t)
 	ctx := context.Background()
 	_, err := s.Pool.Exec(ctx, `

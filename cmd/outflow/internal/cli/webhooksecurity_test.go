@@ -60,7 +60,7 @@ func postMerchant(t *testing.T, base, adminKey, webhookURL string) (int, map[str
 // start when that key is missing.
 func TestServeWebhookPolicyAndSecretKey(t *testing.T) {
 	t.Parallel()
-	s := outflowtest.NewSchema(t, appmigrations.Set())
+	s := outflowtest.NewSchema(t, appmigrations.Sets()...)
 	ctx := context.Background()
 	local := "http://127.0.0.1:9/hooks"
 	admin := createKey(t, s.URL, "--admin")
@@ -99,7 +99,7 @@ func TestServeWebhookPolicyAndSecretKey(t *testing.T) {
 // when it is wrong without echoing it, and seals what is plaintext.
 func TestWebhookSecretsSealCommand(t *testing.T) {
 	t.Parallel()
-	s := outflowtest.NewSchema(t, appmigrations.Set())
+	s := outflowtest.NewSchema(t, appmigrations.Sets()...)
 	_, err := s.Pool.Exec(context.Background(), `
 		INSERT INTO merchants (id, name, webhook_url, webhook_secret)
 		SELECT gen_random_uuid(), 'M' || i, 'https://shop.example/h', 'whsec_c2VjcmV0c2VjcmV0c2VjcmV0c2VjcmV0MTI='

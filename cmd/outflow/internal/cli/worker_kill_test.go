@@ -33,7 +33,7 @@ import (
 // dead worker may have been sending when it died.
 func TestKilledWorkerLosesNothing(t *testing.T) {
 	t.Parallel()
-	s := outflowtest.NewSchema(t, appmigrations.Set())
+	s := outflowtest.NewSchema(t, appmigrations.Sets()...)
 	// The commands name streams after their topics ("payments"): a Redis of
 	// the test's own keeps them apart from every other test's.
 	redisSrv := testservers.StartRedis(t)

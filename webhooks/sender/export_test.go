@@ -1,0 +1,4 @@
+package sender
+
+// SetSettleHook makes s call f before settling each result (tests only).
+func SetSettleHook(s *Sender, f func(deliveryID int64)) { s.settleHook = f }
