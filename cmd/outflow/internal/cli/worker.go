@@ -97,23 +97,24 @@ func (o *workerOptions) validate() error {
 // there are none.
 const handOverInterval = 2 * time.Second
 
-// buildWorker returns a function that runs the reference consumers until
-// ctx is done. Their metrics go to metricsReg (nil: none); it adds the
+// buildWorker returns a function that runs the reference consumers, the
+// webhook sender and the handover until ctx is done, and the sender's
+// Wake (for an API in the same process). Their metrics go to metricsReg (nil: none); it adds the
 // database, the broker and the worker's subscriptions to ready.
-func buildWorker(ctx context.Context, c config.Config, o *workerOptions, metricsReg prometheus.Registerer, ready *readiness, logger *slog.Logger) (func(context.Context) error, error) {
+func buildWorker(ctx context.Context, c config.Config, o *workerOptions, metricsReg prometheus.Registerer, ready *readiness, logger *slog.Logger) (run func(context.Context) error, wakeSender func(), err error) {
 	pool, err := openPool(ctx, c.DatabaseURL)
 	if err != nil {
-		return nil, err
+		return nil, nil, err
 	}
 	reg := events.NewRegistry()
 	if err := paymentevents.Register(reg); err != nil {
 		pool.Close()
-		return nil, err
+		return nil, nil, err
 	}
 	backend, err := brokers.Open(ctx, brokerConfig(c, o.streamPartitions, logger, true)) // the reference app's worker
 	if err != nil {
 		pool.Close()
-		return nil, err
+		return nil, nil, err
 	}
 	w, err := consumer.NewWorker(consumer.WorkerConfig{
 		Pool: pool, Broker: backend, Registry: reg, ClaimIdle: o.claimIdle,
@@ -125,7 +126,7 @@ func buildWorker(ctx context.Context, c config.Config, o *workerOptions, metrics
 	if err != nil {
 		pool.Close()
 		backend.Close()
-		return nil, err
+		return nil, nil, err
 	}
 	// The merchants' webhooks: the webhook package's sender, the flags of
 	// the earlier releases' sender mapped onto it (a merchant's requests
@@ -140,14 +141,14 @@ func buildWorker(ctx context.Context, c config.Config, o *workerOptions, metrics
 		if err := w.Add(h); err != nil {
 			pool.Close()
 			backend.Close()
-			return nil, err
+			return nil, nil, err
 		}
 	}
 	purge, err := consumerRetention(pool, o.retention, logger)
 	if err != nil {
 		pool.Close()
 		backend.Close()
-		return nil, err
+		return nil, nil, err
 	}
 	ready.addDatabase(pool)
 	ready.addBroker(backend)
@@ -184,7 +185,7 @@ func buildWorker(ctx context.Context, c config.Config, o *workerOptions, metrics
 		<-sent
 		<-handedOver
 		return err
-	}, nil
+	}, snd.Wake, nil
 }
 
 func newWorkerCmd(e *env) *cobra.Command {
@@ -208,7 +209,7 @@ func newWorkerCmd(e *env) *cobra.Command {
 		ctx := cmd.Context()
 		ready := e.newReadiness()
 		reg := newRegistry()
-		run, err := buildWorker(ctx, cfg, opts, reg, ready, logger)
+		run, _, err := buildWorker(ctx, cfg, opts, reg, ready, logger)
 		if err != nil {
 			return err
 		}
