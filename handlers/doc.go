@@ -11,4 +11,9 @@
 // retention. With NotifyConfig.Registerer the Sender exports Prometheus
 // metrics ([MetricWebhookAttempts] and the others); the table gauges come
 // from one Sender at a time.
+//
+// The framework's webhook package (webhooks/) takes these deliveries over:
+// [RunHandOver], beside its sender, moves the legacy deliveries still
+// pending and not in flight to its tables ([HandOver]) while processes of
+// an earlier release may still write or send them.
 package handlers
