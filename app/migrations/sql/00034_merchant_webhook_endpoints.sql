@@ -39,8 +39,9 @@ ALTER TABLE webhook_deliveries VALIDATE CONSTRAINT webhook_deliveries_status_che
 -- whole on an error): CREATE TRIGGER waits for the merchants' writers
 -- under way and holds new ones back until the commit, so every merchant
 -- written before is copied, and every one written after goes through the
--- trigger. A merchant that already has an endpoint (this
--- migration run before, rolled back and run again) is left as it is.
+-- trigger. A merchant that already has an endpoint (this migration run
+-- before, rolled back and run again) is left as it is; one that deleted
+-- its every endpoint between a down and this up gets its URL back as one.
 -- +goose StatementBegin
 CREATE OR REPLACE FUNCTION merchants_webhook_endpoint() RETURNS trigger
 LANGUAGE plpgsql AS $$
