@@ -3,8 +3,10 @@ package handlers_test
 import (
 	"context"
 	"encoding/json"
+	"log/slog"
 	"net/http"
 	"net/http/httptest"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"testing"
@@ -342,4 +344,43 @@ func TestHandOverBesideALegacySenderLosesNothing(t *testing.T) {
 	require.NotZero(t, moved)
 	require.Equal(t, moved, count(t, p, `SELECT count(*) FROM webhook_messages`))
 	t.Logf("sent by the legacy sender: %d, moved: %d", sent, moved)
+}
+
+// lockedBuffer is an io.Writer safe for a logger and a test reading it.
+type lockedBuffer struct {
+	mu sync.Mutex
+	b  strings.Builder
+}
+
+func (l *lockedBuffer) Write(p []byte) (int, error) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.b.Write(p)
+}
+
+func (l *lockedBuffer) String() string {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.b.String()
+}
+
+// RunHandOver says which legacy deliveries it could not move (their
+// merchant's endpoint was deleted), by message id, at Warn: marked dead,
+// they are not lost silently.
+func TestRunHandOverLogsOrphanedDeliveries(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	p := handOverPipeline(t)
+	m := merchant(t, p, "M", "http://127.0.0.1:1/hook")
+	_, err := p.schema.Pool.Exec(ctx, `DELETE FROM webhook_endpoints WHERE id = $1`, m.ID)
+	require.NoError(t, err)
+	id := insertLegacy(t, p, m, legacy{status: "pending", next: "0s"})
+	var logs lockedBuffer
+	logger := slog.New(slog.NewTextHandler(&logs, nil))
+	start(t, func(ctx context.Context) error {
+		return handlers.RunHandOver(ctx, p.schema.Pool, 5*time.Millisecond, logger)
+	})
+	outflowtest.WaitFor(t, 10*time.Second, "the orphan logged", func() bool { return strings.Contains(logs.String(), id) })
+	require.Contains(t, logs.String(), "level=WARN")
+	require.Equal(t, "dead", legacyStatus(t, p, id))
 }

@@ -40,8 +40,9 @@ ALTER TABLE webhook_deliveries VALIDATE CONSTRAINT webhook_deliveries_status_che
 -- under way and holds new ones back until the commit, so every merchant
 -- written before is copied, and every one written after goes through the
 -- trigger. A merchant that already has an endpoint (this migration run
--- before, rolled back and run again) is left as it is; one that deleted
--- its every endpoint between a down and this up gets its URL back as one.
+-- before, rolled back and run again) is left as it is; one with no
+-- endpoint at all when it runs again (it deleted every one) gets its
+-- webhook_url back as one.
 -- +goose StatementBegin
 CREATE OR REPLACE FUNCTION merchants_webhook_endpoint() RETURNS trigger
 LANGUAGE plpgsql AS $$
