@@ -7,8 +7,9 @@
 // the webhook package (webhooks/fanout records a message per event and a
 // delivery per endpoint of the merchant; webhooks/sender sends them).
 //
-// The rollout from the previous release's one-URL webhooks: [HandOver]
-// and [RunHandOver] move the deliveries that release left pending in
-// webhook_deliveries to the webhook package's tables. The previous
-// release's [Sender] is kept, deprecated, for the rollout's tests only.
+// The rollout from the previous release's one-URL webhooks: [RunHandOver],
+// beside the webhook package's sender, moves the legacy deliveries still
+// pending and not in flight to its tables ([HandOver]) while processes of
+// an earlier release may still write or send them. The previous release's
+// [Sender] is kept, deprecated, for the rollout's tests only.
 package handlers

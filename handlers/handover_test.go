@@ -3,13 +3,16 @@ package handlers_test
 import (
 	"context"
 	"encoding/json"
+	"log/slog"
 	"net/http"
 	"net/http/httptest"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"testing"
 	"time"
 
+	"github.com/jackc/pgx/v5"
 	"github.com/stretchr/testify/require"
 
 	"github.com/outflow-dev/outflow/app"
@@ -297,8 +300,12 @@ func TestHandOverBesideALegacySenderLosesNothing(t *testing.T) {
 	outflowtest.WaitFor(t, 10*time.Second, "the legacy sender under way", func() bool {
 		return count(t, p, `SELECT count(*) FROM webhook_deliveries WHERE status = 'delivered'`) >= 10
 	})
-	stopA := start(t, func(ctx context.Context) error { return handlers.RunHandOver(ctx, p.schema.Pool, 5*time.Millisecond, quiet) })
-	stopB := start(t, func(ctx context.Context) error { return handlers.RunHandOver(ctx, p.schema.Pool, 5*time.Millisecond, quiet) })
+	stopA := start(t, func(ctx context.Context) error {
+		return handlers.RunHandOver(ctx, p.schema.Pool, 5*time.Millisecond, quiet)
+	})
+	stopB := start(t, func(ctx context.Context) error {
+		return handlers.RunHandOver(ctx, p.schema.Pool, 5*time.Millisecond, quiet)
+	})
 	outflowtest.WaitFor(t, 30*time.Second, "no legacy delivery pending", func() bool {
 		return count(t, p, `SELECT count(*) FROM webhook_deliveries WHERE status = 'pending'`) == 0
 	})
@@ -306,35 +313,74 @@ func TestHandOverBesideALegacySenderLosesNothing(t *testing.T) {
 	stopA()
 	stopB()
 
+	type outcome struct {
+		ID, Status string
+		Queued     int
+	}
 	rows, err := p.schema.Pool.Query(ctx, `
-		SELECT d.message_id::text, d.status, (SELECT count(*) FROM webhook_endpoint_deliveries e WHERE e.message_id = d.message_id)
+		SELECT d.message_id::text, d.status, (SELECT count(*) FROM webhook_endpoint_deliveries e WHERE e.message_id = d.message_id)::int
 		FROM webhook_deliveries d`)
 	require.NoError(t, err)
+	outcomes, err := pgx.CollectRows(rows, pgx.RowToStructByPos[outcome]) // read before any assertion: a failed one must not hold a connection
+	require.NoError(t, err)
 	var sent, moved int
-	for rows.Next() {
-		var (
-			id, status string
-			queued     int
-		)
-		require.NoError(t, rows.Scan(&id, &status, &queued))
-		require.True(t, ids[id])
-		switch status {
+	for _, o := range outcomes {
+		require.True(t, ids[o.ID])
+		switch o.Status {
 		case "delivered":
 			sent++
-			require.Zero(t, queued, "%s sent and moved", id)
-			require.Equal(t, 1, got[id], "%s", id)
+			require.Zero(t, o.Queued, "%s sent and moved", o.ID)
+			require.Equal(t, 1, got[o.ID], "%s", o.ID)
 		case "moved":
 			moved++
-			require.Equal(t, 1, queued, "%s", id)
-			require.Zero(t, got[id], "%s moved and sent by the legacy sender", id)
+			require.Equal(t, 1, o.Queued, "%s", o.ID)
+			require.Zero(t, got[o.ID], "%s moved and sent by the legacy sender", o.ID)
 		default:
-			t.Fatalf("%s is %s", id, status)
+			t.Fatalf("%s is %s", o.ID, o.Status)
 		}
 	}
-	require.NoError(t, rows.Err())
 	require.Equal(t, n, sent+moved)
 	require.NotZero(t, sent)
 	require.NotZero(t, moved)
 	require.Equal(t, moved, count(t, p, `SELECT count(*) FROM webhook_messages`))
 	t.Logf("sent by the legacy sender: %d, moved: %d", sent, moved)
+}
+
+// lockedBuffer is an io.Writer safe for a logger and a test reading it.
+type lockedBuffer struct {
+	mu sync.Mutex
+	b  strings.Builder
+}
+
+func (l *lockedBuffer) Write(p []byte) (int, error) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.b.Write(p)
+}
+
+func (l *lockedBuffer) String() string {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.b.String()
+}
+
+// RunHandOver says which legacy deliveries it could not move (their
+// merchant's endpoint was deleted), by message id, at Warn: marked dead,
+// they are not lost silently.
+func TestRunHandOverLogsOrphanedDeliveries(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	p := handOverPipeline(t)
+	m := merchant(t, p, "M", "http://127.0.0.1:1/hook")
+	_, err := p.schema.Pool.Exec(ctx, `DELETE FROM webhook_endpoints WHERE id = $1`, m.ID)
+	require.NoError(t, err)
+	id := insertLegacy(t, p, m, legacy{status: "pending", next: "0s"})
+	var logs lockedBuffer
+	logger := slog.New(slog.NewTextHandler(&logs, nil))
+	start(t, func(ctx context.Context) error {
+		return handlers.RunHandOver(ctx, p.schema.Pool, 5*time.Millisecond, logger)
+	})
+	outflowtest.WaitFor(t, 10*time.Second, "the orphan logged", func() bool { return strings.Contains(logs.String(), id) })
+	require.Contains(t, logs.String(), "level=WARN")
+	require.Equal(t, "dead", legacyStatus(t, p, id))
 }

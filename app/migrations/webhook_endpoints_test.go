@@ -170,6 +170,24 @@ func TestMerchantWebhookEndpointsMigration(t *testing.T) {
 	require.True(t, ok)
 	eb, _ = readEndpoint(t, s, b.ID)
 	require.Equal(t, "https://b2.example/hook", eb.URL, "an endpoint already there is left as it is")
+	_, ok = readEndpoint(t, s, c.ID)
+	require.True(t, ok, "a merchant without any endpoint when the up runs gets one (documented)")
+	require.NoError(t, s.Pool.QueryRow(ctx, `SELECT count(*) FROM webhook_endpoints`).Scan(&endpoints))
+	require.Equal(t, 5, endpoints)
+
+	// Each statement can run again (NO TRANSACTION: a run that failed part
+	// way is not recorded, and the next one runs the file from the start).
+	_, err = s.Pool.Exec(ctx, `DELETE FROM `+appmigrations.VersionTable+` WHERE version_id = 34`)
+	require.NoError(t, err)
+	rs, err := appmigrations.Up(ctx, db)
+	require.NoError(t, err)
+	require.Len(t, rs, 1)
+	require.EqualValues(t, 34, rs[0].Version)
+	require.NoError(t, s.Pool.QueryRow(ctx, `SELECT count(*) FROM webhook_endpoints`).Scan(&endpoints))
+	require.Equal(t, 5, endpoints, "nothing copied twice")
+	var triggers int
+	require.NoError(t, s.Pool.QueryRow(ctx, `SELECT count(*) FROM pg_trigger WHERE tgrelid = 'merchants'::regclass AND NOT tgisinternal`).Scan(&triggers))
+	require.Equal(t, 2, triggers, "insert and update, once each")
 }
 
 // 00034 lets a legacy delivery be 'moved'; its down narrows the CHECK

@@ -83,7 +83,8 @@ type Config struct {
 	// PollInterval is how often the Sender looks for due deliveries when
 	// nothing wakes it.
 	PollInterval time.Duration
-	// Concurrency bounds the requests in flight in one Sender.
+	// Concurrency bounds the requests in flight in one Sender, those moved
+	// to the suspect lane for running longer than SlowAfter aside.
 	Concurrency int
 	// PerEndpoint bounds the requests in flight to one endpoint in one
 	// Sender (at most Concurrency).

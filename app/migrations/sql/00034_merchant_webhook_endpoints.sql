@@ -34,12 +34,16 @@ ALTER TABLE webhook_deliveries VALIDATE CONSTRAINT webhook_deliveries_status_che
 -- its own (the table gone) leaves merchants writable. Drop the trigger
 -- once no instance of an earlier release is left (a later release will).
 --
--- The endpoints are made after the trigger, in its transaction: every
--- merchant written before it committed is copied, every one written after
--- goes through the trigger. A merchant that already has an endpoint (this
--- migration run before, rolled back and run again) is left as it is.
+-- The endpoints are made after the trigger, in its transaction (one
+-- query string, which PostgreSQL runs as one transaction, rolled back
+-- whole on an error): CREATE TRIGGER waits for the merchants' writers
+-- under way and holds new ones back until the commit, so every merchant
+-- written before is copied, and every one written after goes through the
+-- trigger. A merchant that already has an endpoint (this migration run
+-- before, rolled back and run again) is left as it is; one with no
+-- endpoint at all when it runs again (it deleted every one) gets its
+-- webhook_url back as one.
 -- +goose StatementBegin
-BEGIN;
 CREATE OR REPLACE FUNCTION merchants_webhook_endpoint() RETURNS trigger
 LANGUAGE plpgsql AS $$
 BEGIN
@@ -87,7 +91,6 @@ SELECT m.id, m.id::text, m.webhook_url, 'webhook_url of the merchant', '{}', m.w
 FROM merchants m
 WHERE NOT EXISTS (SELECT 1 FROM webhook_endpoints e WHERE e.account_id = m.id::text)
 ON CONFLICT (id) DO NOTHING;
-COMMIT;
 -- +goose StatementEnd
 
 -- +goose Down
