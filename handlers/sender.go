@@ -523,6 +523,8 @@ func classify(code int, err error, permanent bool) verdict {
 // is worth trying again: network errors and timeouts, redirects (never
 // followed; the merchant may fix its URL), 408, 425, 429 and 5xx are;
 // other 4xx mean the merchant refuses it.
+//
+// Deprecated: the previous release's rule; see webhooks/sender.Retryable.
 func Retryable(status int) bool {
 	switch {
 	case status == 0, status >= 300 && status < 400, status >= 500:
