@@ -67,8 +67,8 @@ type NotifyConfig struct {
 	PerMerchant int
 	// Wake, when set, is called by NotifyMerchant's handler after a
 	// delivery it recorded has committed: set it to an in-process
-	// Sender's [Sender.Wake] so the webhook leaves in milliseconds rather
-	// than at the next poll. A Sender in another process finds the
+	// webhooks/sender Sender's Wake so the webhook leaves in milliseconds
+	// rather than at the next poll. A sender in another process finds the
 	// delivery at its next poll.
 	Wake func()
 	// Registerer, when set, gets the Sender's metrics (see
