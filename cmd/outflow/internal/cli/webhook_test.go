@@ -2,9 +2,13 @@ package cli_test
 
 import (
 	"context"
+	"encoding/json"
+	"io"
+	"net/http"
 	"net/http/httptest"
 	"os/exec"
 	"strings"
+	"sync"
 	"syscall"
 	"testing"
 	"time"
@@ -16,6 +20,7 @@ import (
 	"github.com/outflow-dev/outflow/events/outbox"
 	"github.com/outflow-dev/outflow/internal/testservers"
 	"github.com/outflow-dev/outflow/outflowtest"
+	"github.com/outflow-dev/outflow/webhooks/signing"
 )
 
 func TestWebhookFlagsAreValidated(t *testing.T) {
@@ -143,4 +148,99 @@ func TestWorkerHandsOverLegacyDeliveries(t *testing.T) {
 	require.Len(t, site.at, 1)
 	require.Len(t, site.at[legacyID], 1, "the legacy delivery's message id is its webhook-id, sent once")
 	require.Zero(t, site.unsigned, "signed with the merchant's secret")
+}
+
+// hookReceipt is one webhook a test endpoint received.
+type hookReceipt struct {
+	typ    string
+	header http.Header
+	body   []byte
+}
+
+// End to end through `outflow serve --roles api,forwarder,worker`, secrets
+// sealed: a merchant made through the API keeps its webhook_url (every
+// event type, its secret), makes two endpoints through
+// /v1/merchants/{id}/webhook_endpoints with different filters, and a
+// payment paid then refunded reaches each endpoint with what it subscribed
+// to and nothing else, signed with its own secret and not another's.
+func TestServeDeliversToEachEndpointWhatItSubscribedTo(t *testing.T) {
+	t.Parallel()
+	s := outflowtest.NewSchema(t, appmigrations.Sets()...)
+	redisSrv := testservers.StartRedis(t)
+	var mu sync.Mutex
+	got := map[string][]hookReceipt{} // path -> receipts
+	hooks := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		body, _ := io.ReadAll(r.Body)
+		var b struct{ Type string }
+		_ = json.Unmarshal(body, &b)
+		mu.Lock()
+		got[r.URL.Path] = append(got[r.URL.Path], hookReceipt{b.Type, r.Header.Clone(), body})
+		mu.Unlock()
+		w.WriteHeader(http.StatusNoContent)
+	}))
+	t.Cleanup(hooks.Close)
+	api, stderr := startServe(t, map[string]string{"DATABASE_URL": s.URL, "REDIS_URL": redisSrv.URL,
+		"WEBHOOK_ALLOW_PRIVATE": "true", "OUTFLOW_SECRET_KEY": testSecretKey},
+		"--roles", "api,forwarder,worker", "--metrics-addr", "")
+	admin := createKey(t, s.URL, "--admin")
+	post := func(key, path string, body any) map[string]any {
+		t.Helper()
+		b, err := json.Marshal(body)
+		require.NoError(t, err)
+		resp, err := http.DefaultClient.Do(authedRequest(t, http.MethodPost, "http://"+api+path, key, b))
+		require.NoError(t, err)
+		defer resp.Body.Close()
+		var out map[string]any
+		require.NoError(t, json.NewDecoder(resp.Body).Decode(&out))
+		require.Less(t, resp.StatusCode, 300, "POST %s: %v %s", path, out, stderr.String())
+		return out
+	}
+	m := post(admin, "/v1/merchants", map[string]any{"name": "Shop", "webhook_url": hooks.URL + "/legacy"})
+	id, merchantKey := m["id"].(string), m["api_key"].(string)
+	secrets := map[string]string{"/legacy": m["webhook_secret"].(string)}
+	for path, types := range map[string][]string{"/paid": {"payment.paid"}, "/refunds": {"payment.refunded"}} {
+		ep := post(merchantKey, "/v1/merchants/"+id+"/webhook_endpoints", map[string]any{"url": hooks.URL + path, "event_types": types})
+		secrets[path] = ep["secret"].(string)
+	}
+	pay := post(merchantKey, "/v1/payments", map[string]any{"merchant_id": id, "amount": 100, "currency": "EUR"})
+	post(merchantKey, "/v1/payments/"+pay["id"].(string)+"/pay", nil)
+	post(merchantKey, "/v1/payments/"+pay["id"].(string)+"/refund", nil)
+
+	want := map[string][]string{"/legacy": {"payment.paid", "payment.refunded"}, "/paid": {"payment.paid"},
+		"/refunds": {"payment.refunded"}}
+	outflowtest.WaitFor(t, 60*time.Second, "every endpoint's webhooks", func() bool {
+		mu.Lock()
+		defer mu.Unlock()
+		for path, types := range want {
+			if len(got[path]) < len(types) {
+				return false
+			}
+		}
+		return true
+	})
+	mu.Lock()
+	defer mu.Unlock()
+	require.Len(t, got, len(want), "no other path")
+	for path, types := range want {
+		var gotTypes []string
+		for _, r := range got[path] {
+			gotTypes = append(gotTypes, r.typ)
+			for other, secret := range secrets {
+				verified := signing.Verify(secret, r.header, r.body, time.Now(), 0) == nil
+				require.Equal(t, other == path, verified, "%s's %s webhook: verifies with %s's secret", path, r.typ, other)
+			}
+		}
+		require.ElementsMatch(t, types, gotTypes, "%s gets what it subscribed to, once", path)
+	}
+	idOf := func(path, typ string) string {
+		for _, r := range got[path] {
+			if r.typ == typ {
+				return r.header.Get("webhook-id")
+			}
+		}
+		return ""
+	}
+	require.Equal(t, idOf("/paid", "payment.paid"), idOf("/legacy", "payment.paid"),
+		"one message per event: every endpoint gets the same webhook-id")
+	require.Equal(t, idOf("/refunds", "payment.refunded"), idOf("/legacy", "payment.refunded"))
 }
