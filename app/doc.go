@@ -15,6 +15,8 @@
 // ever made inside these transactions.
 //
 // Its tables are its own migration set (package app/migrations), applied
-// after the framework's; `outflow migrate up --set app` runs both (without
-// --set app, only the framework's).
+// after the framework's and the webhook package's (webhooks/schema: its
+// merchants' webhooks are endpoints there, app migration 00034);
+// `outflow migrate up --set app` runs all three (without --set app, only
+// the framework's).
 package app

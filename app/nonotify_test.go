@@ -27,7 +27,7 @@ import (
 // a notification reaching the channel the forwarder used to LISTEN on.
 func TestProducerTransactionsSendNoNotification(t *testing.T) {
 	t.Parallel()
-	s := outflowtest.NewSchema(t, appmigrations.Set())
+	s := outflowtest.NewSchema(t, appmigrations.Sets()...)
 	require.Empty(t, producerNotifications(t, s))
 }
 
@@ -35,7 +35,7 @@ func TestProducerTransactionsSendNoNotification(t *testing.T) {
 // trigger of 00004 restored), every check above must see it.
 func TestProducerNotificationDetectorSeesTheOldTrigger(t *testing.T) {
 	t.Parallel()
-	s := outflowtest.NewSchema(t, appmigrations.Set())
+	s := outflowtest.NewSchema(t, appmigrations.Sets()...)
 	// Roll back down to and including the migration that dropped the
 	// trigger (00010), whatever came after it.
 	db := s.OpenDB(t)

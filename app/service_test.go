@@ -24,7 +24,7 @@ type bundle struct {
 
 func setup(t *testing.T, pub app.EventPublisher) *bundle {
 	t.Helper()
-	s := outflowtest.NewSchema(t, appmigrations.Set())
+	s := outflowtest.NewSchema(t, appmigrations.Sets()...)
 	if pub == nil {
 		w, err := outbox.NewWriter(outbox.Config{Routes: app.Routes})
 		require.NoError(t, err)

@@ -24,7 +24,7 @@ import (
 func TestAnalyticsSumsManyMaxAmounts(t *testing.T) {
 	t.Parallel()
 	ctx := context.Background()
-	s := outflowtest.NewSchema(t, appmigrations.Set())
+	s := outflowtest.NewSchema(t, appmigrations.Sets()...)
 	w, err := outbox.NewWriter(outbox.Config{Routes: app.Routes})
 	require.NoError(t, err)
 	svc, err := app.NewService(app.Config{Pool: s.Pool, Events: w})

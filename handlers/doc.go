@@ -3,12 +3,13 @@
 // the framework among others.
 //
 // Reference handlers: [SyncAnalytics] keeps a per-merchant projection;
-// [NotifyMerchant] records a Standard Webhooks delivery per paid or refunded
-// payment, which a [Sender] sends (concurrently, bounded per merchant, under
-// fenced leases, redirects never followed, every connection checked
-// against private destinations; see its doc), woken through
-// Committed. [PurgeWebhooks] removes settled deliveries after the
-// retention. With NotifyConfig.Registerer the Sender exports Prometheus
-// metrics ([MetricWebhookAttempts] and the others); the table gauges come
-// from one Sender at a time.
+// [NotifyMerchant] sends merchants their paid and refunded payments through
+// the webhook package (webhooks/fanout records a message per event and a
+// delivery per endpoint of the merchant; webhooks/sender sends them).
+//
+// The rollout from the previous release's one-URL webhooks: [RunHandOver],
+// beside the webhook package's sender, moves the legacy deliveries still
+// pending and not in flight to its tables ([HandOver]) while processes of
+// an earlier release may still write or send them. The previous release's
+// [Sender] is kept, deprecated, for the rollout's tests only.
 package handlers

@@ -31,6 +31,7 @@ import (
 	"github.com/outflow-dev/outflow/handlers"
 	"github.com/outflow-dev/outflow/internal/testservers"
 	"github.com/outflow-dev/outflow/outflowtest"
+	"github.com/outflow-dev/outflow/webhooks/sender"
 )
 
 var quiet = slog.New(slog.NewTextHandler(io.Discard, nil))
@@ -89,7 +90,7 @@ func openBackend(t *testing.T, cfg brokers.Config) brokers.Backend {
 
 func newPipeline(t *testing.T) *pipeline {
 	t.Helper()
-	p := &pipeline{schema: outflowtest.NewSchema(t, appmigrations.Set()), rdb: testservers.Redis(t)}
+	p := &pipeline{schema: outflowtest.NewSchema(t, appmigrations.Sets()...), rdb: testservers.Redis(t)}
 	p.prefix = testservers.UniqueName(t, p.rdb) + ":"
 	w, err := outbox.NewWriter(outbox.Config{Routes: app.Routes})
 	require.NoError(t, err)
@@ -266,8 +267,19 @@ func (p *pipeline) newMerchant(t *testing.T) (app.CreatedMerchant, *merchantSite
 	site.mu.Lock()
 	site.secret = m.WebhookSecret
 	site.mu.Unlock()
-	run(t, handlers.NewSender(p.schema.Pool, handlers.NotifyConfig{Logger: quiet, AllowPrivate: true}).Run)
+	run(t, newWebhookSender(p, sender.Config{}).Run)
 	return m, site
+}
+
+// newWebhookSender is the webhook package's sender on p's database, as the
+// worker runs it: the merchants' endpoints are httptest servers
+// (AllowPrivate), and a zero cfg field is the sender's default.
+func newWebhookSender(p *pipeline, cfg sender.Config) *sender.Sender {
+	cfg.AllowPrivate = true
+	if cfg.Logger == nil {
+		cfg.Logger = quiet
+	}
+	return sender.New(p.schema.Pool, cfg)
 }
 
 // requireWebhooks waits until the merchant has received a webhook for every
@@ -301,7 +313,7 @@ func (s *merchantSite) requireWebhooks(t *testing.T, p *pipeline) {
 		var left string
 		require.NoError(t, p.schema.Pool.QueryRow(context.Background(),
 			`SELECT coalesce(string_agg(status || ': ' || n, ', '), 'none') FROM
-			 (SELECT status, count(*) n FROM webhook_deliveries WHERE status <> 'delivered' GROUP BY 1) d`).Scan(&left))
+			 (SELECT status, count(*) n FROM webhook_endpoint_deliveries WHERE status <> 'delivered' GROUP BY 1) d`).Scan(&left))
 		state = fmt.Sprintf("%d of %d events without a webhook received; deliveries not delivered: %s", missing, len(want), left)
 		return missing == 0 && left == "none"
 	})

@@ -97,7 +97,7 @@ func kafkaLossPresent(t *testing.T) {
 	want := p.drive(t, m.ID, 20)
 	outflowtest.WaitFor(t, 30*time.Second, "the first events applied by every consumer and settled by the audit", func() bool {
 		var deliveries int
-		require.NoError(t, p.schema.Pool.QueryRow(ctx, `SELECT count(*) FROM webhook_deliveries`).Scan(&deliveries))
+		require.NoError(t, p.schema.Pool.QueryRow(ctx, `SELECT count(*) FROM webhook_endpoint_deliveries`).Scan(&deliveries))
 		return p.stats(t, m.ID) == want && len(counted()) == p.events(t) &&
 			deliveries == len(p.messageIDs(t, paymentevents.PaidType, paymentevents.RefundedType)) && receipts() == 0
 	})

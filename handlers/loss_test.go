@@ -135,8 +135,8 @@ func (l brokerLoss) run(t *testing.T, p *pipeline, present, audit bool) {
 			       || ' dead ' || coalesce((SELECT string_agg(consumer || ':' || status || ':' || reason || ':v' || aggregate_version, ',') FROM dead_letters d
 			                                WHERE d.aggregate_id = o.aggregate_id), '')
 			FROM outbox o WHERE o.event_type IN ('payment.paid', 'payment.refunded')
-			  AND NOT EXISTS (SELECT 1 FROM webhook_deliveries w WHERE w.message_id = o.message_id)`)
-		logRows(t, p.schema.Pool, "webhook_deliveries", `SELECT status || ': ' || count(*) FROM webhook_deliveries GROUP BY status`)
+			  AND NOT EXISTS (SELECT 1 FROM webhook_endpoint_deliveries w WHERE w.message_id = o.message_id)`)
+		logRows(t, p.schema.Pool, "webhook_endpoint_deliveries", `SELECT status || ': ' || count(*) FROM webhook_endpoint_deliveries GROUP BY status`)
 	})
 	outflowtest.WaitFor(t, 60*time.Second, "the projection to match the payments", func() bool { return p.stats(t, m.ID) == want })
 	p.requireCountedOnce(t, counted)

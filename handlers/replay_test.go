@@ -88,7 +88,7 @@ func (p *replayPipeline) readProcessed(t *testing.T) map[string]int {
 func (p *replayPipeline) readDeliveries(t *testing.T) int {
 	t.Helper()
 	var n int
-	require.NoError(t, p.schema.Pool.QueryRow(context.Background(), `SELECT count(*) FROM webhook_deliveries`).Scan(&n))
+	require.NoError(t, p.schema.Pool.QueryRow(context.Background(), `SELECT count(*) FROM webhook_endpoint_deliveries`).Scan(&n))
 	return n
 }
 

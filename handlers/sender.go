@@ -21,7 +21,15 @@ import (
 	"github.com/outflow-dev/outflow/webhooks/secretseal"
 )
 
-// Sender delivers the webhooks NotifyMerchant recorded.
+// Sender is the previous release's webhook sender: it delivers the
+// legacy webhook_deliveries rows that release's NotifyMerchant recorded.
+// No process of this release runs it: [NotifyMerchant] records into the
+// webhook package's tables, which package webhooks/sender sends, and
+// [RunHandOver] moves the legacy rows still pending there. It is kept for
+// the rollout's tests (a legacy sender beside the handover) and for the
+// packages that still import it; a later release deletes it.
+//
+// Deprecated: use package webhooks/sender.
 //
 // It sends concurrently, at most NotifyConfig.Concurrency requests at once
 // and NotifyConfig.PerMerchant to one merchant: a merchant that hangs holds
@@ -72,6 +80,8 @@ type Sender struct {
 }
 
 // NewSender returns a Sender with cfg's defaults applied; Run starts it.
+//
+// Deprecated: the previous release's sender; use package webhooks/sender.
 // An invalid cfg (or a nil pool) makes Run return at once with an error
 // naming the field.
 func NewSender(pool *pgxpool.Pool, cfg NotifyConfig) *Sender {
@@ -513,6 +523,8 @@ func classify(code int, err error, permanent bool) verdict {
 // is worth trying again: network errors and timeouts, redirects (never
 // followed; the merchant may fix its URL), 408, 425, 429 and 5xx are;
 // other 4xx mean the merchant refuses it.
+//
+// Deprecated: the previous release's rule; see webhooks/sender.Retryable.
 func Retryable(status int) bool {
 	switch {
 	case status == 0, status >= 300 && status < 400, status >= 500:

@@ -12,6 +12,7 @@ import (
 
 	"github.com/outflow-dev/outflow/internal/netguard"
 	"github.com/outflow-dev/outflow/webhooks/secretseal"
+	"github.com/outflow-dev/outflow/webhooks/signing"
 )
 
 // guardedClient returns the Sender's client: cfg.Client's policy (or the
@@ -111,5 +112,5 @@ func (s *Sender) signWith(stored string, d delivery, ts string) (string, error) 
 	if err != nil {
 		return "", err
 	}
-	return Sign(secret, d.MessageID, ts, d.Body)
+	return signing.Sign(secret, d.MessageID, ts, d.Body)
 }

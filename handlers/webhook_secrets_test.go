@@ -12,13 +12,16 @@ import (
 	"testing"
 	"time"
 
+	"github.com/google/uuid"
 	"github.com/stretchr/testify/require"
 
 	"github.com/outflow-dev/outflow/app"
 	"github.com/outflow-dev/outflow/events/outbox"
-	"github.com/outflow-dev/outflow/handlers"
 	"github.com/outflow-dev/outflow/outflowtest"
+	"github.com/outflow-dev/outflow/webhooks"
+	"github.com/outflow-dev/outflow/webhooks/fanout"
 	"github.com/outflow-dev/outflow/webhooks/secretseal"
+	"github.com/outflow-dev/outflow/webhooks/sender"
 )
 
 func sealKey(t *testing.T, b byte) *secretseal.Key {
@@ -72,9 +75,23 @@ func (s *signatureSite) last(t *testing.T, n int) (http.Header, []byte) {
 	return r.h, r.body
 }
 
+// recordMessage records a payment.paid message for the merchant's
+// endpoints, as NotifyMerchant's handler does, and returns its id.
+func recordMessage(t *testing.T, p *pipeline, merchantID string) string {
+	t.Helper()
+	id := uuid.NewString()
+	r, err := fanout.Enqueue(context.Background(), p.schema.Pool, webhooks.Message{ID: id, AccountID: merchantID,
+		EventType: "payment.paid", OccurredAt: time.Now(), SchemaVersion: 1, Payload: []byte(`{}`)}, fanout.Target{}, "")
+	require.NoError(t, err)
+	require.Equal(t, 1, r.Pending, "the merchant's endpoint (00034's trigger) takes it")
+	return id
+}
+
 // With a key, the secret is stored sealed, not as itself, and the sender
-// opens it to sign: the merchant verifies with the secret it was shown.
-// A sender with another key cannot sign, and says why.
+// opens it (the merchant's endpoint has the merchant's id, the associated
+// data it was sealed with) to sign: the merchant verifies with the secret
+// it was shown. A sender with another key cannot sign, says why, and
+// retries (the operator may fix the key).
 func TestSealedSecretSignsAndWrongKeyFails(t *testing.T) {
 	t.Parallel()
 	p := newPipeline(t)
@@ -85,29 +102,41 @@ func TestSealedSecretSignsAndWrongKeyFails(t *testing.T) {
 	m, err := sealingService(t, p, key, 0).CreateMerchant(context.Background(), app.NewMerchant{Name: "Sealed", WebhookURL: srv.URL})
 	require.NoError(t, err)
 
-	var stored string
-	require.NoError(t, p.schema.Pool.QueryRow(context.Background(), `SELECT webhook_secret FROM merchants WHERE id = $1`, m.ID).Scan(&stored))
+	var stored, endpointSecret string
+	require.NoError(t, p.schema.Pool.QueryRow(context.Background(), `SELECT m.webhook_secret, e.secret
+		FROM merchants m JOIN webhook_endpoints e ON e.id = m.id WHERE m.id = $1`, m.ID).Scan(&stored, &endpointSecret))
 	require.NotEqual(t, m.WebhookSecret, stored)
 	require.NotContains(t, stored, strings.TrimPrefix(m.WebhookSecret, "whsec_"), "the ciphertext is not the secret")
 	require.True(t, secretseal.Sealed(stored))
+	require.Equal(t, stored, endpointSecret, "the endpoint holds the merchant's sealed secret")
 
-	record(t, p, m, 1)
-	stop := runStoppable(t, handlers.NewSender(p.schema.Pool, fastRetries(handlers.NotifyConfig{AllowPrivate: true, SecretKey: key})).Run)
+	recordMessage(t, p, m.ID)
+	stop := runStoppable(t, newWebhookSender(p, fastSchedule(sender.Config{SecretKey: key})).Run)
 	h, body := site.last(t, 1)
 	require.True(t, verify(m.WebhookSecret, h, body))
 	stop()
 
-	wrong := record(t, p, m, 1)[0]
-	run(t, handlers.NewSender(p.schema.Pool, fastRetries(handlers.NotifyConfig{AllowPrivate: true, SecretKey: sealKey(t, 2)})).Run)
-	a := settledDelivery(t, p, wrong)
-	require.Contains(t, a.lastErr, "cannot sign")
-	require.Contains(t, a.lastErr, "OUTFLOW_SECRET_KEY")
-	require.Len(t, a.errors, 2, "retried: the operator may fix the key")
-	require.NotContains(t, a.lastErr, strings.TrimPrefix(m.WebhookSecret, "whsec_"))
+	wrong := recordMessage(t, p, m.ID)
+	run(t, newWebhookSender(p, fastSchedule(sender.Config{SecretKey: sealKey(t, 2)})).Run)
+	var lastErr string
+	outflowtest.WaitFor(t, 10*time.Second, "two attempts that could not sign", func() bool {
+		return count(t, p, `SELECT count(*) FROM webhook_endpoint_attempts a JOIN webhook_endpoint_deliveries d ON d.id = a.delivery_id
+			WHERE d.message_id = $1`, wrong) >= 2
+	})
+	require.NoError(t, p.schema.Pool.QueryRow(context.Background(),
+		`SELECT last_error FROM webhook_endpoint_deliveries WHERE message_id = $1`, wrong).Scan(&lastErr))
+	require.Contains(t, lastErr, "cannot sign")
+	require.Contains(t, lastErr, "OUTFLOW_SECRET_KEY")
+	require.NotContains(t, lastErr, strings.TrimPrefix(m.WebhookSecret, "whsec_"))
+	site.mu.Lock()
+	require.Len(t, site.received, 1, "nothing sent unsigned")
+	site.mu.Unlock()
 }
 
-// After a rotation, webhooks carry two signatures, one per secret, until
-// the grace period ends; then only the new secret's.
+// A rotation through POST /v1/merchants/{id}/webhook_secret/rotate (the
+// service's RotateWebhookSecret) reaches the merchant's endpoint (00034's
+// trigger): webhooks carry two signatures, one per secret, until the grace
+// period ends; then only the new secret's.
 func TestRotationSignsWithBothDuringGrace(t *testing.T) {
 	t.Parallel()
 	p := newPipeline(t)
@@ -127,18 +156,19 @@ func TestRotationSignsWithBothDuringGrace(t *testing.T) {
 		`SELECT previous_webhook_secret FROM merchants WHERE id = $1`, m.ID).Scan(&prevStored))
 	require.True(t, secretseal.Sealed(prevStored), "the previous secret stays sealed")
 
-	run(t, handlers.NewSender(p.schema.Pool, fastRetries(handlers.NotifyConfig{AllowPrivate: true, SecretKey: key})).Run)
-	record(t, p, m, 1)
+	run(t, newWebhookSender(p, fastSchedule(sender.Config{SecretKey: key})).Run)
+	recordMessage(t, p, m.ID)
 	h, body := site.last(t, 1)
 	require.Len(t, strings.Fields(h.Get("webhook-signature")), 2)
 	require.True(t, verify(rot.WebhookSecret, h, body), "verifies with the new secret")
 	require.True(t, verify(m.WebhookSecret, h, body), "and with the old one, during the grace period")
 
-	// The grace period ends (moved, rather than waited for).
+	// The grace period ends (moved, rather than waited for), on the
+	// merchant's row as an earlier release's rotation would write it.
 	_, err = p.schema.Pool.Exec(context.Background(),
 		`UPDATE merchants SET previous_webhook_secret_expires_at = now() - interval '1 second' WHERE id = $1`, m.ID)
 	require.NoError(t, err)
-	record(t, p, m, 1)
+	recordMessage(t, p, m.ID)
 	h, body = site.last(t, 2)
 	require.Len(t, strings.Fields(h.Get("webhook-signature")), 1)
 	require.True(t, verify(rot.WebhookSecret, h, body))

@@ -18,7 +18,11 @@ type WebhookStats struct {
 	Dead int64 `json:"dead"`
 }
 
-// ReadWebhookStats counts the deliveries of webhook_deliveries.
+// ReadWebhookStats counts the deliveries of webhook_deliveries, the
+// previous release's table (see [Sender]).
+//
+// Deprecated: this release's deliveries are in the webhook package's
+// tables (`outflow stats` counts them); kept while the console reads it.
 func ReadWebhookStats(ctx context.Context, pool *pgxpool.Pool) (WebhookStats, error) {
 	return readWebhookStats(ctx, pool)
 }

@@ -47,7 +47,8 @@
 // own version table holding the versions the old table lists, under the
 // lock, then applies only what is missing. A database the old release
 // migrated completely or only part way upgrades with the next `outflow
-// migrate up --set app` (or [UpSets] of [Framework] and the app's set),
+// migrate up --set app` (or [UpSets] of [Framework] and the app's sets,
+// app/migrations.Sets),
 // with no data touched and no manual step. outflow_schema_migrations is left as it was, so that an
 // instance of the old release starting during the rollout finds its
 // migrations applied; drop it once none is left. A service built on the

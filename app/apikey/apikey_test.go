@@ -39,7 +39,7 @@ func TestValidateName(t *testing.T) {
 func TestKeyLifecycle(t *testing.T) {
 	t.Parallel()
 	ctx := context.Background()
-	s := outflowtest.NewSchema(t, appmigrations.Set())
+	s := outflowtest.NewSchema(t, appmigrations.Sets()...)
 
 	admin, err := apikey.Create(ctx, s.Pool, apikey.New{Name: " ops "})
 	require.NoError(t, err)
@@ -98,7 +98,7 @@ func TestKeyLifecycle(t *testing.T) {
 // is not shaped like a key.
 func TestPrefixOf(t *testing.T) {
 	t.Parallel()
-	s := outflowtest.NewSchema(t, appmigrations.Set())
+	s := outflowtest.NewSchema(t, appmigrations.Sets()...)
 	k, err := apikey.Create(context.Background(), s.Pool, apikey.New{Name: "ops"})
 	require.NoError(t, err)
 	require.Equal(t, k.Prefix, apikey.PrefixOf(k.Secret))

@@ -2,6 +2,7 @@ package httpapi
 
 import (
 	"context"
+	"errors"
 	"log/slog"
 	"net/http"
 	"strings"
@@ -112,6 +113,26 @@ func (a *API) requireMerchant(w http.ResponseWriter, r *http.Request) bool {
 	}
 	a.writeAppError(w, r, notFoundMerchant(id))
 	return false
+}
+
+// mayManageWebhooks is the webhook routes' authorization: the caller may
+// act on the merchant (mayActOn) and the merchant exists, so that an
+// admin key cannot make endpoints for an account that is no merchant
+// (their deliveries would never come). A merchant's key names its own
+// merchant, which exists; the look-up costs its requests nothing more
+// than one indexed read. A failed look-up answers 404 too, logged.
+func (a *API) mayManageWebhooks(r *http.Request, merchantID string) bool {
+	if !mayActOn(r.Context(), merchantID) {
+		return false
+	}
+	if !isAdmin(r.Context()) {
+		return true
+	}
+	_, err := a.svc.GetMerchant(r.Context(), merchantID)
+	if err != nil && !errors.As(err, new(*app.NotFoundError)) {
+		a.logger.WarnContext(r.Context(), "look up merchant for its webhooks", slog.String("error", err.Error()))
+	}
+	return err == nil
 }
 
 // requireAdmin answers 404 to a merchant's key: the contract has a

@@ -8,7 +8,17 @@
 // payment for another merchant as an unknown merchant_id does (422), so
 // that a key learns nothing of what other merchants have. Every route
 // under /v1/merchants/{id}/ calls requireMerchant first, every route on
-// /v1/payments/{id} requirePayment. Each key gets a token bucket
+// /v1/payments/{id} requirePayment.
+//
+// The merchant's webhook endpoints and deliveries are the webhook
+// package's routes (webhooks/webhookapi), mounted under
+// /v1/merchants/{id}: the same authentication, a merchant's key on its own
+// merchant only (another merchant's endpoints are 404), an admin key on
+// merchants that exist, the merchant id in any case the API accepts
+// (stored lower-case, as the merchant's events name it), the same
+// Idempotency-Key wrapper and error shape (webhookapi.WriteKnownError
+// first). Their store (app.Service.WebhookEndpoints) holds URLs to the
+// merchants' webhook URL policy and seals secrets with the service's key. Each key gets a token bucket
 // ([RateLimit]); an empty one is a 429 with Retry-After. Checks fail
 // closed: a request without a key in its context is no one's, not an
 // admin's.
@@ -37,7 +47,8 @@
 // older than a TTL (24h by default, as Stripe does); a request whose key
 // has expired runs as a new one.
 // A response that shows a secret once (a merchant's creation, a webhook
-// secret's rotation) is stored, and replayed, without that secret.
+// secret's rotation, a webhook endpoint's creation or rotation: a
+// webhookapi.ShownOncer) is stored, and replayed, without that secret.
 //
 // Request bodies and responses are never logged: a merchant's response holds
 // its webhook secret and its API key.

@@ -56,7 +56,7 @@ func setupWith(t *testing.T, cfg httpapi.Config) *env {
 // outbox writer of wcfg.
 func setupWriter(t *testing.T, cfg httpapi.Config, wcfg outbox.Config) *env {
 	t.Helper()
-	s := outflowtest.NewSchema(t, appmigrations.Set())
+	s := outflowtest.NewSchema(t, appmigrations.Sets()...)
 	w, err := outbox.NewWriter(wcfg)
 	require.NoError(t, err)
 	svc, err := app.NewService(app.Config{Pool: s.Pool, Events: w})
@@ -1005,7 +1005,7 @@ func TestHealthAndReadiness(t *testing.T) {
 
 func TestReadinessFailsWithoutDatabase(t *testing.T) {
 	t.Parallel()
-	s := outflowtest.NewSchema(t, appmigrations.Set())
+	s := outflowtest.NewSchema(t, appmigrations.Sets()...)
 	w, err := outbox.NewWriter(outbox.Config{Routes: app.Routes})
 	require.NoError(t, err)
 	closed, err := pgxpool.New(context.Background(), s.URL)

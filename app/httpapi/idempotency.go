@@ -12,6 +12,7 @@ import (
 	"github.com/jackc/pgx/v5"
 
 	"github.com/outflow-dev/outflow/events/outbox"
+	"github.com/outflow-dev/outflow/webhooks/webhookapi"
 )
 
 const (
@@ -80,8 +81,15 @@ func (a *API) command(w http.ResponseWriter, r *http.Request, in any, status int
 			return nil
 		}
 		stored := body
-		if rp, ok := out.(shownOnce); ok {
-			if stored, err = json.Marshal(rp.replay()); err != nil {
+		var replay any
+		switch rp := out.(type) {
+		case shownOnce:
+			replay = rp.replay()
+		case webhookapi.ShownOncer: // a webhook endpoint created, a secret rotated
+			replay = rp.ShownOnce()
+		}
+		if replay != nil {
+			if stored, err = json.Marshal(replay); err != nil {
 				return fmt.Errorf("encode response: %w", err)
 			}
 		}

@@ -12,6 +12,7 @@ import (
 
 	"github.com/outflow-dev/outflow/app"
 	"github.com/outflow-dev/outflow/events/outbox"
+	"github.com/outflow-dev/outflow/webhooks/webhookapi"
 )
 
 type errorBody struct {
@@ -54,6 +55,7 @@ func (a *API) writeAppError(w http.ResponseWriter, r *http.Request, err error) {
 		ve *app.ValidationError
 	)
 	switch {
+	case webhookapi.WriteKnownError(w, err): // the webhook routes' errors
 	case errors.As(err, &nf):
 		writeError(w, http.StatusNotFound, "not_found", nf.Error(), "")
 	case errors.As(err, &te):

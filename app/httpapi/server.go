@@ -15,6 +15,7 @@ import (
 	"github.com/outflow-dev/outflow/app"
 	"github.com/outflow-dev/outflow/app/apikey"
 	"github.com/outflow-dev/outflow/events"
+	"github.com/outflow-dev/outflow/webhooks/webhookapi"
 )
 
 // maxBody bounds request bodies.
@@ -31,6 +32,11 @@ type Config struct {
 	// RateLimit is each API key's token bucket; the zero value is no limit.
 	// `outflow serve` sets [DefaultRateLimit] unless told otherwise.
 	RateLimit RateLimit
+	// WakeWebhooks, when set, is called after a webhook command made
+	// deliveries due (resend, recover, test, enable): the Wake of a
+	// webhook sender in this process. nil: the senders find them at their
+	// next poll.
+	WakeWebhooks func()
 }
 
 // API is the HTTP handler of the payments service.
@@ -40,6 +46,8 @@ type API struct {
 	logger *slog.Logger
 	mux    *http.ServeMux
 	limits *limiters // nil: no rate limit
+	// webhooks serves /v1/merchants/{id}/webhook_endpoints/...
+	webhooks *webhookapi.API
 }
 
 // New returns the API handler.
@@ -57,6 +65,19 @@ func New(cfg Config) (*API, error) {
 	if cfg.RateLimit.enabled() {
 		a.limits = newLimiters(cfg.RateLimit, time.Now)
 	}
+	store, err := cfg.Service.WebhookEndpoints()
+	if err != nil {
+		return nil, fmt.Errorf("httpapi config: %w", err)
+	}
+	// The merchants' webhook endpoints and deliveries, under the merchant
+	// as every /v1/merchants/{id}/... route: the same authentication,
+	// Idempotency-Key wrapper and error shape.
+	a.webhooks, err = webhookapi.New(webhookapi.Config{Endpoints: store, Pool: cfg.Pool, AccountParam: "id",
+		Authorize: a.mayManageWebhooks, CanonicalAccount: app.CanonicalMerchantID, Command: a.command,
+		Wake: cfg.WakeWebhooks, Logger: cfg.Logger})
+	if err != nil {
+		return nil, fmt.Errorf("httpapi config: %w", err)
+	}
 	a.routes()
 	return a, nil
 }
@@ -69,6 +90,7 @@ func (a *API) routes() {
 	a.handle("/v1/merchants/{id}/stats", http.MethodGet, a.getMerchantStats)
 	a.handle("/v1/merchants/{id}/api_keys", http.MethodPost, a.createMerchantKey)
 	a.handle("/v1/merchants/{id}/webhook_secret/rotate", http.MethodPost, a.rotateWebhookSecret)
+	a.webhooks.Mount(a.mux, "/v1/merchants/{id}")
 	a.handle("/v1/payments", http.MethodPost, a.createPayment)
 	a.handle("/v1/payments/{id}", http.MethodGet, a.getPayment)
 	a.handle("/v1/payments/{id}/pay", http.MethodPost, a.pay)

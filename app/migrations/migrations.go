@@ -7,6 +7,7 @@ import (
 	"io/fs"
 
 	"github.com/outflow-dev/outflow/migrations"
+	"github.com/outflow-dev/outflow/webhooks/schema"
 )
 
 //go:embed sql/*.sql
@@ -30,22 +31,27 @@ func Set() migrations.Set {
 	}
 }
 
+// Sets returns the sets the reference app needs after the framework's, in
+// the order to apply them: the webhook package's (webhooks/schema), on
+// whose webhook_endpoints the app's 00034 builds, then the app's own.
+func Sets() []migrations.Set {
+	return []migrations.Set{schema.Set(), Set()}
+}
+
 // New returns a Migrator of the app's set.
 func New(db *sql.DB, cfg migrations.Config) (*migrations.Migrator, error) {
 	return migrations.NewMigrator(db, Set(), cfg)
 }
 
-// Up applies every pending migration of the app's set in the connection's
-// current schema. Run the framework's set ([migrations.Up]) first.
-func Up(ctx context.Context, db *sql.DB) ([]migrations.Result, error) {
-	m, err := New(db, migrations.Config{})
-	if err != nil {
-		return nil, err
-	}
-	return m.Up(ctx)
+// Up applies every pending migration of [Sets] (the webhook package's set,
+// then the app's) in the connection's current schema. Run the framework's
+// set ([migrations.Up]) first.
+func Up(ctx context.Context, db *sql.DB) ([]migrations.Applied, error) {
+	return migrations.UpSets(ctx, db, migrations.Config{}, Sets()...)
 }
 
-// Down rolls back the app set's most recent migration in the connection's
+// Down rolls back the app set's most recent migration (never the webhook
+// package's: roll that back on its own, after the app's 00034) in the connection's
 // current schema; nil, nil when there is nothing to roll back.
 func Down(ctx context.Context, db *sql.DB) (*migrations.Result, error) {
 	m, err := New(db, migrations.Config{})

@@ -17,6 +17,7 @@ import (
 	"github.com/outflow-dev/outflow/internal/schemadump"
 	"github.com/outflow-dev/outflow/migrations"
 	"github.com/outflow-dev/outflow/outflowtest"
+	"github.com/outflow-dev/outflow/webhooks/schema"
 )
 
 // legacyDir holds the single-set release's migrations (00001 to 00011,
@@ -44,14 +45,15 @@ func legacyUp(t *testing.T, s *outflowtest.Schema, upTo int64) {
 	require.NoError(t, err)
 }
 
-// upgrade runs what `outflow migrate up --set app` runs: the framework's set, then
-// the app's; it returns the versions each applied.
+// upgrade runs what `outflow migrate up --set app` runs: the framework's set, the
+// webhook package's, then the app's; it returns the versions the
+// framework's and the app's applied.
 func upgrade(ctx context.Context, t *testing.T, s *outflowtest.Schema, libpq bool) (framework, app []int64, err error) {
 	db := s.OpenDB(t)
 	if libpq {
 		db = s.OpenLibPQ(t) // a connection pool of its own, like a separate process
 	}
-	for _, set := range []migrations.Set{migrations.Framework(), appmigrations.Set()} {
+	for _, set := range append([]migrations.Set{migrations.Framework()}, appmigrations.Sets()...) {
 		m, err := migrations.NewMigrator(db, set, migrations.Config{})
 		if err != nil {
 			return nil, nil, err
@@ -61,9 +63,10 @@ func upgrade(ctx context.Context, t *testing.T, s *outflowtest.Schema, libpq boo
 			return nil, nil, err
 		}
 		for _, r := range rs {
-			if set.Name == "app" {
+			switch set.Name {
+			case "app":
 				app = append(app, r.Version)
-			} else {
+			case "outflow":
 				framework = append(framework, r.Version)
 			}
 		}
@@ -74,7 +77,7 @@ func upgrade(ctx context.Context, t *testing.T, s *outflowtest.Schema, libpq boo
 // freshDefinition is the schema a new install of both sets creates.
 func freshDefinition(t *testing.T) string {
 	t.Helper()
-	s := outflowtest.NewSchema(t, appmigrations.Set())
+	s := outflowtest.NewSchema(t, appmigrations.Sets()...)
 	def, err := schemadump.Definition(context.Background(), s.Pool, s.Name)
 	require.NoError(t, err)
 	return def
@@ -99,9 +102,9 @@ func TestUpgradeFromSingleSet(t *testing.T) {
 		processes     int
 		legacyVersion int
 	}{
-		{"complete", 11, []int64{16, 17, 19, 20, 22, 23, 24, 25, 26, 27, 28, 29, 30, 31, 33}, []int64{12, 13, 14, 15, 18, 21, 32}, 1, 11},
-		{"stopped after 00007", 7, []int64{8, 10, 11, 16, 17, 19, 20, 22, 23, 24, 25, 26, 27, 28, 29, 30, 31, 33}, []int64{9, 12, 13, 14, 15, 18, 21, 32}, 1, 7},
-		{"stopped after 00003, four processes at once", 3, []int64{4, 5, 8, 10, 11, 16, 17, 19, 20, 22, 23, 24, 25, 26, 27, 28, 29, 30, 31, 33}, []int64{6, 7, 9, 12, 13, 14, 15, 18, 21, 32}, 4, 3},
+		{"complete", 11, []int64{16, 17, 19, 20, 22, 23, 24, 25, 26, 27, 28, 29, 30, 31, 33}, []int64{12, 13, 14, 15, 18, 21, 32, 34}, 1, 11},
+		{"stopped after 00007", 7, []int64{8, 10, 11, 16, 17, 19, 20, 22, 23, 24, 25, 26, 27, 28, 29, 30, 31, 33}, []int64{9, 12, 13, 14, 15, 18, 21, 32, 34}, 1, 7},
+		{"stopped after 00003, four processes at once", 3, []int64{4, 5, 8, 10, 11, 16, 17, 19, 20, 22, 23, 24, 25, 26, 27, 28, 29, 30, 31, 33}, []int64{6, 7, 9, 12, 13, 14, 15, 18, 21, 32, 34}, 4, 3},
 	} {
 		t.Run(tt.name, func(t *testing.T) {
 			t.Parallel()
@@ -154,7 +157,7 @@ func TestUpgradeFromSingleSet(t *testing.T) {
 			require.NoError(t, err)
 			require.Equal(t, fresh, def, "the upgraded schema is a fresh install's")
 
-			for _, set := range []migrations.Set{migrations.Framework(), appmigrations.Set()} {
+			for _, set := range append([]migrations.Set{migrations.Framework()}, appmigrations.Sets()...) {
 				m, err := migrations.NewMigrator(s.OpenDB(t), set, migrations.Config{})
 				require.NoError(t, err)
 				st, err := m.Status(ctx)
@@ -203,11 +206,11 @@ func project(t *testing.T, rows []string, cols map[string]bool) []string {
 }
 
 // Each set rolls back on its own: the app's down to nothing leaves the
-// framework's tables, and their rows, alone.
+// framework's tables and the webhook package's, and their rows, alone.
 func TestDownPerSet(t *testing.T) {
 	t.Parallel()
 	ctx := context.Background()
-	s := outflowtest.NewSchema(t, appmigrations.Set())
+	s := outflowtest.NewSchema(t, appmigrations.Sets()...)
 	_, err := s.Pool.Exec(ctx, `INSERT INTO outbox (message_id, topic, aggregate_type, aggregate_id, aggregate_version, event_type, payload, occurred_at)
 		VALUES (gen_random_uuid(), 't', 'a', '1', 1, 'e', '{}', now())`)
 	require.NoError(t, err)
@@ -221,7 +224,7 @@ func TestDownPerSet(t *testing.T) {
 		}
 		rolled = append(rolled, r.Version)
 	}
-	require.Equal(t, []int64{32, 21, 18, 15, 14, 13, 12, 9, 7, 6, 3, 2}, rolled)
+	require.Equal(t, []int64{34, 32, 21, 18, 15, 14, 13, 12, 9, 7, 6, 3, 2}, rolled)
 	rows, err := schemadump.Rows(ctx, s.Pool, s.Name)
 	require.NoError(t, err)
 	tables := make([]string, 0, len(rows))
@@ -232,12 +235,13 @@ func TestDownPerSet(t *testing.T) {
 	require.Equal(t, []string{appmigrations.VersionTable, "consumer_aggregate_versions", "dead_letters", "outbox",
 		"outbox_audit", "outbox_failures", "outbox_forwarders", "outbox_partition_sets", "outbox_partitions", "outbox_receipts",
 		"outbox_wal_audit", "outbox_wal_history", "outbox_wal_parked", "outbox_wal_receipts", "outbox_wal_slots", "outflow_claim_bodies", migrations.VersionTable,
-		"outflow_operator_actions", "processed_messages"}, tables)
+		"outflow_operator_actions", schema.VersionTable, "processed_messages",
+		"webhook_endpoint_attempts", "webhook_endpoint_deliveries", "webhook_endpoints", "webhook_messages"}, tables)
 	require.Len(t, rows["outbox"], 1)
 
 	rs, err := appmigrations.Up(ctx, db)
 	require.NoError(t, err)
-	require.Len(t, rs, 12)
+	require.Len(t, rs, 13)
 }
 
 // 00012 on a database that holds Idempotency-Keys: they are kept, owned by
@@ -246,7 +250,7 @@ func TestDownPerSet(t *testing.T) {
 func TestAPIKeysMigrationKeepsIdempotencyKeys(t *testing.T) {
 	t.Parallel()
 	ctx := context.Background()
-	s := outflowtest.NewSchema(t, appmigrations.Set())
+	s := outflowtest.NewSchema(t, appmigrations.Sets()...)
 	db := s.OpenDB(t)
 	_, err := s.Pool.Exec(ctx, `
 		INSERT INTO api_keys (id, prefix, key_hash) VALUES
@@ -257,7 +261,7 @@ func TestAPIKeysMigrationKeepsIdempotencyKeys(t *testing.T) {
 		    ('00000000-0000-0000-0000-0000000000b2', 'other', '\x03', 200, 'other', now())`)
 	require.NoError(t, err)
 
-	for _, later := range []int64{32, 21, 18, 15, 14, 13} { // the later migrations first
+	for _, later := range []int64{34, 32, 21, 18, 15, 14, 13} { // the later migrations first
 		r, err := appmigrations.Down(ctx, db)
 		require.NoError(t, err)
 		require.Equal(t, later, r.Version)
@@ -291,7 +295,7 @@ func TestAPIKeysMigrationKeepsIdempotencyKeys(t *testing.T) {
 func TestConsoleDeadLettersIndexMovedToFramework(t *testing.T) {
 	t.Parallel()
 	ctx := context.Background()
-	s := outflowtest.NewSchema(t, appmigrations.Set())
+	s := outflowtest.NewSchema(t, appmigrations.Sets()...)
 	db := s.OpenDB(t)
 	exists := func(index string) bool {
 		var ok bool
@@ -304,7 +308,7 @@ func TestConsoleDeadLettersIndexMovedToFramework(t *testing.T) {
 
 	downTo21 := func() {
 		t.Helper()
-		for _, v := range []int64{32, 21} { // 00032 first
+		for _, v := range []int64{34, 32, 21} { // 00034 and 00032 first
 			r, err := appmigrations.Down(ctx, db)
 			require.NoError(t, err)
 			require.EqualValues(t, v, r.Version)

@@ -188,7 +188,7 @@ type stack struct {
 func startStack(t *testing.T) *stack {
 	t.Helper()
 	ctx := context.Background()
-	s := &stack{schema: outflowtest.NewSchema(t, appmigrations.Set()), failFor: map[string]bool{}}
+	s := &stack{schema: outflowtest.NewSchema(t, appmigrations.Sets()...), failFor: map[string]bool{}}
 	pool := s.schema.Pool
 
 	w, err := outbox.NewWriter(outbox.Config{Routes: app.Routes})

@@ -49,8 +49,7 @@ func newEnv(t *testing.T, mut ...func(*console.Config)) *env {
 // serves (a clock).
 func newEnvWith(t *testing.T, before func(*console.Console), mut ...func(*console.Config)) *env {
 	t.Helper()
-	s := outflowtest.NewSchema(t, appmigrations.Set())
-	installWebhooks(t, s)
+	s := outflowtest.NewSchema(t, appmigrations.Sets()...)
 	cfg := console.Config{Pool: s.Pool, InsecureCookie: true, Consumers: consumers, PageSize: 2}
 	for _, m := range mut {
 		m(&cfg)

@@ -35,7 +35,7 @@ func firstOverview(t *testing.T, e *env) string {
 // n/a, as it did before Run existed: it has only that read.
 func TestRunGivesTheFirstOverviewARate(t *testing.T) {
 	t.Parallel()
-	s := outflowtest.NewSchema(t, appmigrations.Set())
+	s := outflowtest.NewSchema(t, appmigrations.Sets()...)
 	ctx := context.Background()
 	key, err := apikey.Create(ctx, s.Pool, apikey.New{Name: "ops"})
 	require.NoError(t, err)

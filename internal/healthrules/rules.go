@@ -75,12 +75,12 @@ var (
 	// last 10 min failed. The console counts the attempts recorded in
 	// webhook_attempts between its snapshots.
 	WebhookFailureRate = Rule{Alert: "OutflowWebhookFailureRate",
-		Query:     `sum(rate(outflow_webhook_attempts_total{outcome=~"retry|dead"}[10m])) / sum(rate(outflow_webhook_attempts_total[10m]))`,
+		Query:     `sum(rate(outflow_webhook_endpoint_attempts_total{outcome=~"retry|failed"}[10m])) / sum(rate(outflow_webhook_endpoint_attempts_total[10m]))`,
 		Threshold: 0.2, For: 10 * time.Minute, Severity: "ticket", Window: 10 * time.Minute}
 	// WebhookDead: webhook deliveries gave up in the last 15 min. The
 	// console counts the rises of the dead deliveries between its
 	// snapshots.
-	WebhookDead = Rule{Alert: "OutflowWebhookDead", Query: `sum(increase(outflow_webhook_attempts_total{outcome="dead"}[15m]))`,
+	WebhookDead = Rule{Alert: "OutflowWebhookDead", Query: `sum(increase(outflow_webhook_endpoint_attempts_total{outcome="failed"}[15m]))`,
 		Threshold: 0, Severity: "ticket", Window: 15 * time.Minute}
 )
 

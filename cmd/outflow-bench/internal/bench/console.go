@@ -406,6 +406,31 @@ func seedConsole(ctx context.Context, pool *pgxpool.Pool, cfg ConsoleConfig, out
 				RETURNING id)
 			INSERT INTO webhook_attempts (delivery_id, status_code, latency_ms) SELECT id, 204, 12.5 FROM d`,
 			msg("(p * 4 + 1)"), payments-1)},
+		// The same deliveries in the webhook package's tables, where this
+		// release's sender records them (the console pages of the
+		// webhook package read these; the legacy rows above are what the
+		// earlier console reads, and go once no console reads them): 100
+		// merchants' endpoints (id = merchant id, as app migration 00034
+		// makes them), a message per payment, its delivery and attempt.
+		{fmt.Sprintf("webhook_endpoint_deliveries: %d rows, one attempt each", payments), fmt.Sprintf(`
+			INSERT INTO webhook_endpoints (id, account_id, url, secret)
+			SELECT md5('merchant' || m)::uuid, md5('merchant' || m)::uuid::text, 'https://merchant.example/hooks',
+			       'whsec_MfKQ9r8GKYqrTwjUPD8ILPZIo2LaLaSw'
+			FROM generate_series(0, 99) m
+			ON CONFLICT (id) DO NOTHING;
+			INSERT INTO webhook_messages (id, account_id, event_type, occurred_at, payload)
+			SELECT %[1]s, md5('merchant' || p %% 100)::uuid::text, 'payment.paid', now(), convert_to('{}', 'UTF8')
+			FROM generate_series(0, %[2]d) p;
+			WITH d AS (
+				INSERT INTO webhook_endpoint_deliveries (message_id, endpoint_id, status, attempts, last_error, settled_at)
+				SELECT %[1]s, md5('merchant' || p %% 100)::uuid,
+				       CASE WHEN p %% 500 = 0 THEN 'failed' WHEN p %% 100 = 1 THEN 'pending' ELSE 'delivered' END, 1,
+				       CASE WHEN p %% 500 = 0 THEN 'status 500' END, CASE WHEN p %% 100 <> 1 THEN now() END
+				FROM generate_series(0, %[2]d) p
+				RETURNING id, endpoint_id)
+			INSERT INTO webhook_endpoint_attempts (delivery_id, endpoint_id, status_code, latency_ms)
+			SELECT id, endpoint_id, 204, 12.5 FROM d`,
+			msg("(p * 4 + 1)"), payments-1)},
 		// Every row published but the long-lived aggregate's newest 10
 		// (the newest rows): the cursors just below them.
 		{"outbox_partitions", `INSERT INTO outbox_partitions (partition, owner, lease_until, published_total,
@@ -420,7 +445,8 @@ func seedConsole(ctx context.Context, pool *pgxpool.Pool, cfg ConsoleConfig, out
 			EXECUTE 'ALTER TABLE processed_messages ADD CONSTRAINT processed_messages_pkey PRIMARY KEY (message_id, consumer)';
 			EXECUTE 'CREATE INDEX processed_messages_processed_at_idx ON processed_messages (processed_at)';
 		END $$`},
-		{"VACUUM ANALYZE the seeded tables", `VACUUM ANALYZE outbox, outbox_failures, processed_messages, dead_letters, webhook_deliveries, webhook_attempts, outbox_partitions`},
+		{"VACUUM ANALYZE the seeded tables", `VACUUM ANALYZE outbox, outbox_failures, processed_messages, dead_letters, webhook_deliveries, webhook_attempts,
+			webhook_messages, webhook_endpoint_deliveries, webhook_endpoint_attempts, outbox_partitions`},
 	}
 	conn, err := pool.Acquire(ctx)
 	if err != nil {
@@ -457,12 +483,13 @@ func seedConsole(ctx context.Context, pool *pgxpool.Pool, cfg ConsoleConfig, out
 // empty, and the counts would then visit every row, which is not the state
 // of a database in service.
 func settleVisibility(ctx context.Context, conn *pgx.Conn, out io.Writer) error {
-	const tables = `outbox, dead_letters, webhook_deliveries`
+	const tables = `outbox, dead_letters, webhook_deliveries, webhook_endpoint_deliveries`
 	deadline := time.Now().Add(2 * time.Minute)
 	for {
 		var visible, pages int64
 		if err := conn.QueryRow(ctx, `SELECT coalesce(sum(relallvisible), 0), coalesce(sum(relpages), 0) FROM pg_class
-			WHERE oid IN ('outbox'::regclass, 'dead_letters'::regclass, 'webhook_deliveries'::regclass)`).Scan(&visible, &pages); err != nil {
+			WHERE oid IN ('outbox'::regclass, 'dead_letters'::regclass, 'webhook_deliveries'::regclass,
+			              'webhook_endpoint_deliveries'::regclass)`).Scan(&visible, &pages); err != nil {
 			return fmt.Errorf("read the visibility map's coverage: %w", err)
 		}
 		if visible >= pages || time.Now().After(deadline) {

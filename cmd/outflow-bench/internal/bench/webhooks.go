@@ -14,9 +14,12 @@ import (
 	"time"
 
 	"github.com/google/uuid"
+	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgxpool"
 
-	"github.com/outflow-dev/outflow/handlers"
+	"github.com/outflow-dev/outflow/webhooks"
+	"github.com/outflow-dev/outflow/webhooks/fanout"
+	"github.com/outflow-dev/outflow/webhooks/sender"
 )
 
 // WebhooksConfig configures the webhook benchmark.
@@ -33,9 +36,11 @@ type WebhooksConfig struct {
 	Out       io.Writer
 }
 
-// Webhooks measures handled -> delivered: from the commit of a delivery row
-// (as NotifyMerchant's handler writes it, followed by the in-process wake
-// the worker gives the Sender) to the merchant's answer, at a steady rate,
+// Webhooks measures handled -> delivered: from the commit of a webhook
+// message and its delivery to the merchant's endpoint (as NotifyMerchant's
+// handler records them with fanout.Enqueue, followed by the in-process
+// wake the worker gives the webhook package's Sender) to the merchant's
+// answer, at a steady rate,
 // to a receiver answering in 1 ms. Three runs in one process:
 //
 //   - baseline: a plain http.Client posting to the same receiver at the
@@ -231,12 +236,13 @@ func webhookRun(ctx context.Context, cfg WebhooksConfig, slow time.Duration) (we
 			return webhookResult{}, err
 		}
 	}
-	// The merchants are httptest servers on 127.0.0.1.
-	sender := handlers.NewSender(pool, handlers.NotifyConfig{Logger: quietLogger(), AllowPrivate: true})
+	// The merchants are httptest servers on 127.0.0.1; each has the
+	// endpoint app migration 00034's trigger made (id = merchant id).
+	snd := sender.New(pool, sender.Config{Logger: quietLogger(), AllowPrivate: true})
 	sctx, stop := context.WithCancel(ctx)
 	defer stop()
 	sent := make(chan struct{})
-	go func() { defer close(sent); _ = sender.Run(sctx) }()
+	go func() { defer close(sent); _ = snd.Run(sctx) }()
 	defer func() { stop(); <-sent }()
 
 	committed := map[string]time.Time{}
@@ -253,7 +259,7 @@ func webhookRun(ctx context.Context, cfg WebhooksConfig, slow time.Duration) (we
 			return err
 		}
 		now := time.Now()
-		sender.Wake()
+		snd.Wake()
 		for _, id := range ids {
 			committed[id] = now
 		}
@@ -289,12 +295,18 @@ func webhookRun(ctx context.Context, cfg WebhooksConfig, slow time.Duration) (we
 	}
 }
 
-// recordDeliveries commits one delivery per id, as NotifyMerchant's handler
-// does inside the consumer's transaction (several messages may share one).
+// recordDeliveries commits one message per id to its merchant's
+// endpoints, as NotifyMerchant's handler does inside the consumer's
+// transaction (several messages may share one).
 func recordDeliveries(ctx context.Context, pool *pgxpool.Pool, ids, merchants []string) error {
-	_, err := pool.Exec(ctx, `
-		INSERT INTO webhook_deliveries (message_id, merchant_id, url, event_type, body)
-		SELECT i.id, m.id, m.webhook_url, 'payment.paid', '{"type":"payment.paid"}'
-		FROM unnest($1::uuid[], $2::uuid[]) AS i(id, merchant_id) JOIN merchants m ON m.id = i.merchant_id`, ids, merchants)
-	return err
+	return pgx.BeginFunc(ctx, pool, func(tx pgx.Tx) error {
+		now := time.Now()
+		for i, id := range ids {
+			if _, err := fanout.Enqueue(ctx, tx, webhooks.Message{ID: id, AccountID: merchants[i], EventType: "payment.paid",
+				OccurredAt: now, SchemaVersion: 1, Payload: []byte(`{}`)}, fanout.Target{}, ""); err != nil {
+				return err
+			}
+		}
+		return nil
+	})
 }

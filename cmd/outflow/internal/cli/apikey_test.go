@@ -43,7 +43,7 @@ func authedRequest(t *testing.T, method, url, key string, body []byte) *http.Req
 
 func TestAPIKeyCommands(t *testing.T) {
 	t.Parallel()
-	s := outflowtest.NewSchema(t, appmigrations.Set())
+	s := outflowtest.NewSchema(t, appmigrations.Sets()...)
 	env := map[string]string{"DATABASE_URL": s.URL}
 	run := func(args ...string) string {
 		t.Helper()
@@ -121,7 +121,7 @@ func TestServeRateLimitFlags(t *testing.T) {
 
 	// The flag reaches the API: a burst of 2, then 429 with Retry-After;
 	// RATE_LIMIT=0 in the environment is overridden by the flag.
-	s := outflowtest.NewSchema(t, appmigrations.Set())
+	s := outflowtest.NewSchema(t, appmigrations.Sets()...)
 	addr := freeAddr(t)
 	cmd := command(map[string]string{"DATABASE_URL": s.URL, "HTTP_ADDR": addr, "RATE_LIMIT": "0"},
 		"serve", "--rate-limit", "0.01", "--rate-burst", "2")

@@ -36,7 +36,7 @@ func TestAppInstalledByItsVersions(t *testing.T) {
 	require.Equal(t, map[string][]string{"refunds": {"ledger"}}, brokerConfig(amqp, 1, nil, installed(own)).AMQP.Groups,
 		"none of the app's queues")
 
-	app := outflowtest.NewSchema(t, appmigrations.Set())
+	app := outflowtest.NewSchema(t, appmigrations.Sets()...)
 	require.True(t, installed(app))
 	require.Contains(t, brokerConfig(amqp, 1, nil, installed(app)).AMQP.Groups, "payments")
 

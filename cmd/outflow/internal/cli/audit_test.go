@@ -32,7 +32,7 @@ import (
 func TestCommandsAreAudited(t *testing.T) {
 	t.Parallel()
 	ctx := context.Background()
-	s := outflowtest.NewSchema(t, appmigrations.Set())
+	s := outflowtest.NewSchema(t, appmigrations.Sets()...)
 	const password = "hunter2-audit-pw"
 	u, err := url.Parse(s.URL)
 	require.NoError(t, err)

@@ -108,10 +108,20 @@ func TestMigrateCommands(t *testing.T) {
 	up := run(append([]string{"migrate", "up"}, app...)...)
 	require.Contains(t, up, "applied outflow 1 00001_outbox.sql")
 	require.Contains(t, up, "applied app 2 00002_payments.sql")
-	require.Less(t, strings.Index(up, "applied outflow "+lastFramework), strings.Index(up, "applied app 2 "),
+	require.Less(t, strings.Index(up, "applied outflow "+lastFramework), strings.Index(up, "applied webhooks 1 00001_webhooks.sql"),
 		"the framework's set runs first")
+	require.Less(t, strings.Index(up, "applied webhooks 1 "), strings.Index(up, "applied app 2 "),
+		"the webhook package's set runs before the app's, unnamed")
 	require.Contains(t, run(append([]string{"migrate", "up"}, app...)...), "schema is up to date")
 	require.NotContains(t, run(append([]string{"migrate", "status"}, app...)...), "pending")
+	require.Regexp(t, `webhooks\s+1\s+00001_webhooks.sql\s+applied`, run(append([]string{"migrate", "status"}, app...)...))
+	// The webhook package's set alone, as a service other than the app
+	// names it: rolled back and applied again.
+	require.Contains(t, run("migrate", "down", "--set", "app"), "rolled back app "+lastApp)
+	require.Contains(t, run("migrate", "down", "--set", "webhooks"), "rolled back webhooks 1 00001_webhooks.sql")
+	require.Regexp(t, `webhooks\s+1\s+00001_webhooks.sql\s+pending`, run("migrate", "status", "--set", "webhooks"))
+	require.Contains(t, run("migrate", "up", "--set", "webhooks"), "applied webhooks 1 00001_webhooks.sql")
+	require.Contains(t, run(append([]string{"migrate", "up"}, app...)...), "applied app "+lastApp)
 	// down takes the one set named.
 	require.Contains(t, run("migrate", "down", "--set", "app"), "rolled back app "+lastApp)
 	require.Contains(t, run("migrate", "down", "--set", "outflow"), "rolled back outflow "+lastFramework)
@@ -136,7 +146,7 @@ func TestMigrateCommands(t *testing.T) {
 // SIGTERM lets an in-flight request finish, then the process exits 0.
 func TestServeDrainsOnSIGTERM(t *testing.T) {
 	t.Parallel()
-	s := outflowtest.NewSchema(t, appmigrations.Set())
+	s := outflowtest.NewSchema(t, appmigrations.Sets()...)
 	addr := freeAddr(t)
 	cmd := command(map[string]string{"DATABASE_URL": s.URL, "HTTP_ADDR": addr}, "serve")
 	var stderr syncBuffer
@@ -249,7 +259,7 @@ func (b *syncBuffer) String() string {
 
 func TestForwardFailsFastOnUnreachableRedis(t *testing.T) {
 	t.Parallel()
-	s := outflowtest.NewSchema(t, appmigrations.Set())
+	s := outflowtest.NewSchema(t, appmigrations.Sets()...)
 	addr := freeAddr(t) // nothing listens there
 	start := time.Now()
 	out, err := command(map[string]string{"DATABASE_URL": s.URL, "REDIS_URL": "redis://:hunter2@" + addr + "/0"}, "forward", "--metrics-addr", "").CombinedOutput()
@@ -261,7 +271,7 @@ func TestForwardFailsFastOnUnreachableRedis(t *testing.T) {
 
 func TestOutboxCommandFlags(t *testing.T) {
 	t.Parallel()
-	s := outflowtest.NewSchema(t, appmigrations.Set())
+	s := outflowtest.NewSchema(t, appmigrations.Sets()...)
 	env := map[string]string{"DATABASE_URL": s.URL}
 	for args, want := range map[string]string{
 		"outbox retry":              "invalid --id",
@@ -294,7 +304,7 @@ func TestOutboxCommandFlags(t *testing.T) {
 // its partitions over once the leases expire and forwards every row.
 func TestKilledForwarderLosesNothing(t *testing.T) {
 	t.Parallel()
-	s := outflowtest.NewSchema(t, appmigrations.Set())
+	s := outflowtest.NewSchema(t, appmigrations.Sets()...)
 	rdb := testservers.Redis(t)
 	prefix := testservers.UniqueName(t, rdb)
 	ctx := context.Background()

@@ -22,7 +22,7 @@ import (
 // anything listens.
 func TestConsoleAddrKeepsTheCookieSecure(t *testing.T) {
 	t.Parallel()
-	s := outflowtest.NewSchema(t, appmigrations.Set())
+	s := outflowtest.NewSchema(t, appmigrations.Sets()...)
 	cmd := command(map[string]string{"DATABASE_URL": s.URL, "CONSOLE_INSECURE_COOKIE": "true"},
 		"console", "--addr", "0.0.0.0:0")
 	var out syncBuffer
@@ -46,7 +46,7 @@ func TestConsoleAddrKeepsTheCookieSecure(t *testing.T) {
 // --console-insecure-cookie.
 func TestServeConsoleRole(t *testing.T) {
 	t.Parallel()
-	s := outflowtest.NewSchema(t, appmigrations.Set())
+	s := outflowtest.NewSchema(t, appmigrations.Sets()...)
 	key, err := apikey.Create(context.Background(), s.Pool, apikey.New{Name: "ops"})
 	require.NoError(t, err)
 	for _, insecure := range []bool{false, true} {

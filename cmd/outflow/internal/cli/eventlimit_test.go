@@ -42,7 +42,7 @@ func TestServeMaxEventBytes(t *testing.T) {
 
 	// The flag wins over the environment, and reaches the writer: no
 	// payment event fits 300 bytes.
-	s := outflowtest.NewSchema(t, appmigrations.Set())
+	s := outflowtest.NewSchema(t, appmigrations.Sets()...)
 	addr := freeAddr(t)
 	cmd := command(map[string]string{"DATABASE_URL": s.URL, "HTTP_ADDR": addr, "MAX_EVENT_BYTES": "-1"},
 		"serve", "--max-event-bytes", "300")

@@ -93,7 +93,7 @@ func TestReadyzPerRole(t *testing.T) {
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			t.Parallel()
-			s := outflowtest.NewSchema(t, appmigrations.Set())
+			s := outflowtest.NewSchema(t, appmigrations.Sets()...)
 			redis := testservers.StartRedis(t)
 			u, err := url.Parse(s.URL)
 			require.NoError(t, err)

@@ -41,7 +41,7 @@ func startServe(t *testing.T, env map[string]string, args ...string) (addr strin
 // /metrics is served on --metrics-addr, not on the API's address.
 func TestServeMetricsOnItsOwnAddress(t *testing.T) {
 	t.Parallel()
-	s := outflowtest.NewSchema(t, appmigrations.Set())
+	s := outflowtest.NewSchema(t, appmigrations.Sets()...)
 	metrics := freeAddr(t)
 	api, stderr := startServe(t, map[string]string{"DATABASE_URL": s.URL}, "--metrics-addr", metrics)
 	require.Contains(t, stderr.String(), "serving metrics")
@@ -71,7 +71,7 @@ func TestServeMetricsOnItsOwnAddress(t *testing.T) {
 // nothing it sent is written.
 func TestServeCutsOffSlowAndIdleClients(t *testing.T) {
 	t.Parallel()
-	s := outflowtest.NewSchema(t, appmigrations.Set())
+	s := outflowtest.NewSchema(t, appmigrations.Sets()...)
 	api, _ := startServe(t, map[string]string{"DATABASE_URL": s.URL},
 		"--read-header-timeout", "1s", "--read-timeout", "2s", "--idle-timeout", "1s")
 	admin := createKey(t, s.URL, "--admin")

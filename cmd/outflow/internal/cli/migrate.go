@@ -18,15 +18,25 @@ import (
 
 	appmigrations "github.com/outflow-dev/outflow/app/migrations"
 	"github.com/outflow-dev/outflow/migrations"
+	webhookschema "github.com/outflow-dev/outflow/webhooks/schema"
 )
 
 // The built-in sets `--set` names. The app's is never applied unless
 // named: the tool serves any service's database, and the reference app's
 // tables (merchants, payments, the ledger, ...) belong to that app alone.
+// The webhook package's (webhooks/schema) is applied when named, and
+// before the app's whenever that is: the app's merchants' webhooks are
+// its endpoints.
 const (
 	setFramework = "outflow"
+	setWebhooks  = "webhooks"
 	setApp       = "app"
 )
+
+// builtIn says whether name is a built-in set's.
+func builtIn(name string) bool {
+	return name == setFramework || name == setWebhooks || name == setApp
+}
 
 // setName is the name a directory set may take: its default version
 // table, NAME_schema_migrations, is then a valid identifier.
@@ -43,6 +53,7 @@ var reservedVersionTables = map[string]string{
 	migrations.VersionTable:       "the framework's set's version table",
 	migrations.LegacyVersionTable: "the version table of the single-set releases, which the framework's and the app's sets adopt from",
 	appmigrations.VersionTable:    "the reference app's set's version table",
+	webhookschema.VersionTable:    "the webhook package's set's version table",
 }
 
 // setFlags are the sets `outflow migrate` works on: --set (repeatable) and
@@ -55,12 +66,13 @@ type setFlags struct {
 func (f *setFlags) register(cmd *cobra.Command) {
 	cmd.PersistentFlags().StringArrayVar(&f.sets, "set", nil,
 		`a migration set, repeatable: "outflow" (the framework's, always applied first by up and listed by status), `+
+			`"webhooks" (the webhook package's endpoints and deliveries, applied before "app" whenever that is named), `+
 			`"app" (the reference payments app's: never applied unless named), or NAME=DIR, a directory of goose files `+
 			`(NNNNN_name.sql) recorded in NAME_schema_migrations`)
 	cmd.PersistentFlags().StringArrayVar(&f.versionTables, "version-table", nil,
 		"NAME=TABLE: the version table of the directory set NAME (default NAME_schema_migrations), repeatable: "+
 			"a goose version table of that set alone, or a table that does not exist yet (never "+
-			migrations.VersionTable+", "+migrations.LegacyVersionTable+" or "+appmigrations.VersionTable+")")
+			migrations.VersionTable+", "+migrations.LegacyVersionTable+", "+webhookschema.VersionTable+" or "+appmigrations.VersionTable+")")
 }
 
 // resolve returns the sets named, in the order named, each checked:
@@ -91,11 +103,14 @@ func (f *setFlags) resolve() ([]migrations.Set, error) {
 		switch {
 		case !isDir && name == setFramework:
 			set = migrations.Framework()
+		case !isDir && name == setWebhooks:
+			set = webhookschema.Set()
 		case !isDir && name == setApp:
 			set = appmigrations.Set()
 		case !isDir:
-			return nil, fmt.Errorf("invalid --set %q: want %q, %q or NAME=DIR (a directory of goose NNNNN_name.sql files)", v, setFramework, setApp)
-		case name == setFramework || name == setApp:
+			return nil, fmt.Errorf("invalid --set %q: want %q, %q, %q or NAME=DIR (a directory of goose NNNNN_name.sql files)",
+				v, setFramework, setWebhooks, setApp)
+		case builtIn(name):
 			return nil, fmt.Errorf("invalid --set %q: %s is a built-in set: name it alone (--set %s)", v, name, name)
 		case !setName.MatchString(name):
 			return nil, fmt.Errorf("invalid --set %q: NAME must be lower-case letters, digits and _, starting with a letter", v)
@@ -110,7 +125,7 @@ func (f *setFlags) resolve() ([]migrations.Set, error) {
 		}
 		seen[set.Name] = true
 		if table, ok := tables[set.Name]; ok {
-			if set.Name == setFramework || set.Name == setApp {
+			if builtIn(set.Name) {
 				return nil, fmt.Errorf("invalid --version-table %s=%s: the built-in set %s keeps its own", set.Name, table, set.Name)
 			}
 			set.VersionTable = table
@@ -143,7 +158,7 @@ func (f *setFlags) flagOf(set migrations.Set) string {
 // a table of that name appears while the sets before it run.
 func (f *setFlags) checkVersionTables(ctx context.Context, db *sql.DB, sets []migrations.Set) error {
 	for _, set := range sets {
-		if set.Name == setFramework || set.Name == setApp {
+		if builtIn(set.Name) {
 			continue
 		}
 		var exists, goose bool
@@ -199,16 +214,22 @@ func dirSet(name, dir string) (migrations.Set, error) {
 
 // forward is what up and status work on: the framework's set first,
 // whether named or not (every other set builds on its tables), then the
-// others in the order named. The version tables are checked as
-// migrations.UpSets does, before anything runs.
+// others in the order named, the webhook package's just before the app's
+// whether named or not (the app's 00034 builds on its tables). The version
+// tables are checked as migrations.UpSets does, before anything runs.
 func (f *setFlags) forward() ([]migrations.Set, error) {
 	named, err := f.resolve()
 	if err != nil {
 		return nil, err
 	}
 	sets := []migrations.Set{migrations.Framework()}
+	app := slices.ContainsFunc(named, func(s migrations.Set) bool { return s.Name == setApp })
 	for _, s := range named {
-		if s.Name != setFramework {
+		switch {
+		case s.Name == setFramework, s.Name == setWebhooks && app:
+		case s.Name == setApp:
+			sets = append(sets, appmigrations.Sets()...)
+		default:
 			sets = append(sets, s)
 		}
 	}
@@ -230,7 +251,9 @@ func newMigrateCmd(e *env) *cobra.Command {
 		Long: "Migration sets, each with its own version table, in the first schema of DATABASE_URL's\n" +
 			"search_path: always the framework's (outflow_migrations), then those named with --set, in\n" +
 			"that order. The reference payments app's set (app_schema_migrations) is one of them, applied\n" +
-			"only when named: `outflow migrate up --set app`. A service's own set is a directory of goose\n" +
+			"only when named: `outflow migrate up --set app`, which applies the webhook package's set\n" +
+			"(" + webhookschema.VersionTable + ", `--set webhooks` alone) just before it.\n" +
+			"A service's own set is a directory of goose\n" +
 			"files: `--set refunds=db/migrations` (version table refunds_schema_migrations, or the one\n" +
 			"--version-table refunds=TABLE names). A database migrated by a release with a single set\n" +
 			"(outflow_schema_migrations) is adopted by the framework's and the app's sets on `up`.",
@@ -256,7 +279,8 @@ func newMigrateCmd(e *env) *cobra.Command {
 		Use:   "down",
 		Short: "Roll back the most recent migration of the one set --set names",
 		Long: "Rolls back one migration of one set, the one --set names (required: rolling back is never\n" +
-			"a default). Roll a service's sets back before the framework's, on whose tables they build.",
+			"a default). Roll a service's sets back before the framework's, on whose tables they build,\n" +
+			"and the app's before the webhook package's (`--set webhooks`).",
 		Args: cobra.NoArgs,
 		RunE: withDB(func() error {
 			named, err := flags.resolve()
@@ -264,8 +288,8 @@ func newMigrateCmd(e *env) *cobra.Command {
 				return err
 			}
 			if len(named) != 1 {
-				return fmt.Errorf("invalid --set: down rolls back one set: name exactly one (--set %s, --set %s or --set NAME=DIR), got %d",
-					setFramework, setApp, len(named))
+				return fmt.Errorf("invalid --set: down rolls back one set: name exactly one (--set %s, --set %s, --set %s or --set NAME=DIR), got %d",
+					setFramework, setWebhooks, setApp, len(named))
 			}
 			sets = named
 			return nil

@@ -92,12 +92,15 @@ func TestMigrateSetFlagsRefused(t *testing.T) {
 		args []string
 		want string
 	}{
-		{[]string{"migrate", "up", "--set", "payments"}, `invalid --set "payments": want "outflow", "app" or NAME=DIR`},
+		{[]string{"migrate", "up", "--set", "payments"}, `invalid --set "payments": want "outflow", "webhooks", "app" or NAME=DIR`},
 		{[]string{"migrate", "status", "--set", "refunds=" + refundsDir + "-nope"}, `invalid --set "refunds=`},
 		{[]string{"migrate", "up", "--set", "refunds=" + empty}, "no .sql file in"},
 		{[]string{"migrate", "up", "--set", "refunds=" + file}, "is not a directory"},
 		{[]string{"migrate", "up", "--set", "refunds="}, "DIR is empty"},
 		{[]string{"migrate", "up", "--set", "app=" + refundsDir}, "app is a built-in set"},
+		{[]string{"migrate", "up", "--set", "webhooks=" + refundsDir}, "webhooks is a built-in set"},
+		{[]string{"migrate", "up", "--set", "refunds=" + refundsDir, "--version-table", "refunds=outflow_webhooks_schema_migrations"},
+			`outflow_webhooks_schema_migrations is the webhook package's set's version table`},
 		{[]string{"migrate", "up", "--set", "Refunds=" + refundsDir}, `invalid --set "Refunds=`},
 		{[]string{"migrate", "up", "--set", "app", "--set", "app"}, "set app given twice"},
 		{[]string{"migrate", "up", "--version-table", "refunds"}, `invalid --version-table "refunds": want NAME=TABLE`},

@@ -119,7 +119,7 @@ func TestDashboardAndAlertQueriesAgainstPrometheus(t *testing.T) {
 		queries[k] = v
 	}
 
-	s := outflowtest.NewSchema(t, appmigrations.Set())
+	s := outflowtest.NewSchema(t, appmigrations.Sets()...)
 	redisSrv := testservers.StartRedis(t)
 	metrics := freeAddr(t)
 	// The merchants' endpoints: one accepts its webhooks, the other fails

@@ -18,7 +18,7 @@ import (
 // many.
 func TestOutboxDiscardCommand(t *testing.T) {
 	t.Parallel()
-	s := outflowtest.NewSchema(t, appmigrations.Set())
+	s := outflowtest.NewSchema(t, appmigrations.Sets()...)
 	ctx := context.Background()
 	env := map[string]string{"DATABASE_URL": s.URL}
 	parked := func(topic, agg string) int64 {
@@ -79,7 +79,7 @@ func TestOutboxDiscardCommand(t *testing.T) {
 // carries discarded_at for those rows only.
 func TestOutboxParkedShowsDiscardedRows(t *testing.T) {
 	t.Parallel()
-	s := outflowtest.NewSchema(t, appmigrations.Set())
+	s := outflowtest.NewSchema(t, appmigrations.Sets()...)
 	ctx := context.Background()
 	env := map[string]string{"DATABASE_URL": s.URL, "TZ": "UTC"} // times print in the process's zone
 	parked := func(agg, discardedAt string) int64 {

@@ -24,7 +24,7 @@ import (
 // or stderr, holds a secret.
 func TestNoSecretInAnyOutput(t *testing.T) {
 	t.Parallel()
-	s := outflowtest.NewSchema(t, appmigrations.Set())
+	s := outflowtest.NewSchema(t, appmigrations.Sets()...)
 	const (
 		pw    = "Pw7Secret1"  // a userinfo password
 		qpw   = "Qpw7Secret2" // ?password=

@@ -53,7 +53,7 @@ func replayState(t *testing.T, s *outflowtest.Schema) string {
 // a reset off a terminal needs --yes.
 func TestReplayCommandFlags(t *testing.T) {
 	t.Parallel()
-	s := outflowtest.NewSchema(t, appmigrations.Set())
+	s := outflowtest.NewSchema(t, appmigrations.Sets()...)
 	seedReplay(t, s)
 	before := replayState(t, s)
 	env := map[string]string{"DATABASE_URL": s.URL, "OUTFLOW_BROKER": "sql"}
@@ -92,7 +92,7 @@ func TestReplayCommandFlags(t *testing.T) {
 func TestConsumerResetAndReplayCommands(t *testing.T) {
 	t.Parallel()
 	ctx := context.Background()
-	s := outflowtest.NewSchema(t, appmigrations.Set())
+	s := outflowtest.NewSchema(t, appmigrations.Sets()...)
 	seedReplay(t, s)
 	env := map[string]string{"DATABASE_URL": s.URL, "OUTFLOW_BROKER": "sql"}
 

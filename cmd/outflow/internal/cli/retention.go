@@ -10,9 +10,9 @@ import (
 	"github.com/jackc/pgx/v5/pgxpool"
 
 	"github.com/outflow-dev/outflow/app/httpapi"
-	"github.com/outflow-dev/outflow/handlers"
 	"github.com/outflow-dev/outflow/idempotency"
 	"github.com/outflow-dev/outflow/internal/poll"
+	"github.com/outflow-dev/outflow/webhooks/deliveries"
 )
 
 // validateRetention checks a retention flag: negative keeps rows forever,
@@ -29,7 +29,7 @@ func validateRetention(flag string, d, least time.Duration) error {
 // done, purges what the consumers keep past its use once it is older than
 // retention: closed dead_letters rows and processed_messages, whole (see
 // idempotency.Retention), and settled webhook deliveries with their
-// attempts (see handlers.PurgeWebhooks). It returns nil when retention is
+// attempts, and the messages none of them is left for (see deliveries.Purge). It returns nil when retention is
 // negative (kept forever).
 func consumerRetention(pool *pgxpool.Pool, retention time.Duration, logger *slog.Logger) (func(context.Context) error, error) {
 	if retention < 0 {
@@ -42,9 +42,9 @@ func consumerRetention(pool *pgxpool.Pool, retention time.Duration, logger *slog
 	return func(ctx context.Context) error {
 		poll.Drain(ctx, time.Minute, func(ctx context.Context) (int, error) {
 			_, err := r.PurgeOnce(ctx)
-			deliveries, attempts, werr := handlers.PurgeWebhooks(ctx, pool, time.Now().Add(-retention), 1000)
-			if deliveries > 0 {
-				logger.Info("purged webhook deliveries", "deliveries", deliveries, "attempts", attempts, "retention", retention)
+			n, messages, werr := deliveries.Purge(ctx, pool, time.Now().Add(-retention), 1000)
+			if n > 0 {
+				logger.Info("purged webhook deliveries", "deliveries", n, "messages", messages, "retention", retention)
 			}
 			return 0, errors.Join(err, werr) // each purge drains what is due
 		}, func(err error) { logger.Warn("purge consumer bookkeeping", "error", err.Error()) })

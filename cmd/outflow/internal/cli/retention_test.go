@@ -41,7 +41,7 @@ func TestRetentionFlagsAreValidated(t *testing.T) {
 // old consumer bookkeeping (worker), and keeps everything else.
 func TestServeRunsRetentionForItsRoles(t *testing.T) {
 	t.Parallel()
-	s := outflowtest.NewSchema(t, appmigrations.Set())
+	s := outflowtest.NewSchema(t, appmigrations.Sets()...)
 	redis := testservers.StartRedis(t) // the worker's consumer groups stay off the shared server
 	ctx := context.Background()
 	_, err := s.Pool.Exec(ctx, `

@@ -100,9 +100,12 @@ func newServeCmd(e *env) *cobra.Command {
 				return err
 			}
 		}
-		var runWorker func(context.Context) error
+		var (
+			runWorker  func(context.Context) error
+			wakeSender func() // the worker's webhook sender, when it shares the process with the api
+		)
 		if slices.Contains(roles, "worker") {
-			if runWorker, err = buildWorker(ctx, cfg, wrk, reg, ready, logger); err != nil {
+			if runWorker, wakeSender, err = buildWorker(ctx, cfg, wrk, reg, ready, logger); err != nil {
 				return err
 			}
 		}
@@ -123,7 +126,7 @@ func newServeCmd(e *env) *cobra.Command {
 		if slices.Contains(roles, "api") {
 			// The api marks the process started once it listens.
 			runs = append(runs, func(ctx context.Context) error {
-				return serve(ctx, cfg, shutdownTimeout, keyTTL, limit, maxEventBytes, timeouts, wake, ready, logger)
+				return serve(ctx, cfg, shutdownTimeout, keyTTL, limit, maxEventBytes, timeouts, wake, wakeSender, ready, logger)
 			})
 		} else {
 			ready.markStarted()
@@ -148,10 +151,12 @@ func newServeCmd(e *env) *cobra.Command {
 }
 
 // serve runs the HTTP API; wake, when not nil, is called after each command
-// commits (the forwarder of the same process: no poll to wait for). It adds
+// commits (the forwarder of the same process: no poll to wait for), and
+// wakeSender after a webhook command made deliveries due (the webhook
+// sender of the same process; nil: the senders' poll finds them). It adds
 // its database to ready, and marks ready started once it listens.
 func serve(ctx context.Context, cfg config.Config, shutdownTimeout, keyTTL time.Duration, limit httpapi.RateLimit,
-	maxEventBytes int, timeouts httpTimeouts, wake func(), ready *readiness, logger *slog.Logger,
+	maxEventBytes int, timeouts httpTimeouts, wake, wakeSender func(), ready *readiness, logger *slog.Logger,
 ) error {
 	dbURL, addr := cfg.DatabaseURL, cfg.HTTPAddr
 	pool, err := openPool(ctx, dbURL)
@@ -178,7 +183,7 @@ func serve(ctx context.Context, cfg config.Config, shutdownTimeout, keyTTL time.
 	if err != nil {
 		return err
 	}
-	api, err := httpapi.New(httpapi.Config{Service: svc, Pool: pool, Logger: logger, RateLimit: limit})
+	api, err := httpapi.New(httpapi.Config{Service: svc, Pool: pool, Logger: logger, RateLimit: limit, WakeWebhooks: wakeSender})
 	if err != nil {
 		return err
 	}

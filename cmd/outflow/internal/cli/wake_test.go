@@ -23,7 +23,7 @@ import (
 // reach the stream at once.
 func TestServeWakesItsForwarderAfterEachCommand(t *testing.T) {
 	t.Parallel()
-	s := outflowtest.NewSchema(t, appmigrations.Set())
+	s := outflowtest.NewSchema(t, appmigrations.Sets()...)
 	redisSrv := testservers.StartRedis(t) // streams are named after topics ("payments")
 	addr := freeAddr(t)
 	cmd := command(map[string]string{"DATABASE_URL": s.URL, "REDIS_URL": redisSrv.URL, "HTTP_ADDR": addr},

@@ -12,6 +12,7 @@ import (
 	"github.com/outflow-dev/outflow/app"
 	"github.com/outflow-dev/outflow/cmd/outflow/internal/config"
 	"github.com/outflow-dev/outflow/internal/actionlog"
+	"github.com/outflow-dev/outflow/webhooks/endpoints"
 	"github.com/outflow-dev/outflow/webhooks/secretseal"
 )
 
@@ -69,16 +70,24 @@ func newWebhookSecretsCmd(e *env) *cobra.Command {
 		if err := actionlog.Ready(cmd.Context(), pool); err != nil {
 			return err
 		}
+		// The merchants' rows first: 00034's trigger carries each to the
+		// merchant's endpoint (sealed with the merchant id, which is the
+		// endpoint's); then the endpoints made through the endpoints API.
 		n, err := app.SealWebhookSecrets(cmd.Context(), pool, key, batch)
+		var eps int
+		if err == nil {
+			eps, err = endpoints.SealSecrets(cmd.Context(), pool, key, batch)
+		}
 		err = e.recordAfter(cmd, nil, pool, actionlog.Entry{Action: "webhook-secrets.seal",
-			Target: map[string]string{"key_id": key.ID()}}, int64(n), err)
+			Target: map[string]string{"key_id": key.ID()}}, int64(n+eps), err)
 		if err != nil {
 			return err
 		}
-		fmt.Fprintf(cmd.OutOrStdout(), "sealed the webhook secrets of %d merchants with key %s\n", n, key.ID())
+		fmt.Fprintf(cmd.OutOrStdout(), "sealed the webhook secrets of %d merchants and %d other webhook endpoints with key %s\n",
+			n, eps, key.ID())
 		return nil
 	})
-	seal.Flags().IntVar(&batch, "batch", 500, "merchants read at once")
+	seal.Flags().IntVar(&batch, "batch", 500, "merchants, then webhook endpoints, read at once")
 	cmd.AddCommand(seal)
 	return cmd
 }

@@ -60,7 +60,7 @@ func postMerchant(t *testing.T, base, adminKey, webhookURL string) (int, map[str
 // start when that key is missing.
 func TestServeWebhookPolicyAndSecretKey(t *testing.T) {
 	t.Parallel()
-	s := outflowtest.NewSchema(t, appmigrations.Set())
+	s := outflowtest.NewSchema(t, appmigrations.Sets()...)
 	ctx := context.Background()
 	local := "http://127.0.0.1:9/hooks"
 	admin := createKey(t, s.URL, "--admin")
@@ -99,11 +99,13 @@ func TestServeWebhookPolicyAndSecretKey(t *testing.T) {
 // when it is wrong without echoing it, and seals what is plaintext.
 func TestWebhookSecretsSealCommand(t *testing.T) {
 	t.Parallel()
-	s := outflowtest.NewSchema(t, appmigrations.Set())
+	s := outflowtest.NewSchema(t, appmigrations.Sets()...)
 	_, err := s.Pool.Exec(context.Background(), `
 		INSERT INTO merchants (id, name, webhook_url, webhook_secret)
 		SELECT gen_random_uuid(), 'M' || i, 'https://shop.example/h', 'whsec_c2VjcmV0c2VjcmV0c2VjcmV0c2VjcmV0MTI='
-		FROM generate_series(1, 3) i`)
+		FROM generate_series(1, 3) i;
+		INSERT INTO webhook_endpoints (id, account_id, url, secret)
+		VALUES (gen_random_uuid(), 'other', 'https://shop.example/e', 'whsec_c2VjcmV0c2VjcmV0c2VjcmV0c2VjcmV0MTI=')`)
 	require.NoError(t, err)
 	for _, tt := range []struct {
 		key, want string
@@ -119,8 +121,10 @@ func TestWebhookSecretsSealCommand(t *testing.T) {
 	}
 	out, err := command(map[string]string{"DATABASE_URL": s.URL, "OUTFLOW_SECRET_KEY": testSecretKey}, "webhook-secrets", "seal").Output()
 	require.NoError(t, err)
-	require.Contains(t, string(out), "sealed the webhook secrets of 3 merchants")
+	require.Contains(t, string(out), "sealed the webhook secrets of 3 merchants and 1 other webhook endpoints")
 	var plain int
-	require.NoError(t, s.Pool.QueryRow(context.Background(), `SELECT count(*) FROM merchants WHERE webhook_secret NOT LIKE 'enc:v1:%'`).Scan(&plain))
-	require.Zero(t, plain)
+	require.NoError(t, s.Pool.QueryRow(context.Background(), `SELECT
+		(SELECT count(*) FROM merchants WHERE webhook_secret NOT LIKE 'enc:v1:%')
+		+ (SELECT count(*) FROM webhook_endpoints WHERE secret NOT LIKE 'enc:v1:%')`).Scan(&plain))
+	require.Zero(t, plain, "the merchants' endpoints (through the trigger) and the others")
 }

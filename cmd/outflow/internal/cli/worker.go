@@ -23,6 +23,7 @@ import (
 	"github.com/outflow-dev/outflow/handlers"
 	"github.com/outflow-dev/outflow/idempotency"
 	"github.com/outflow-dev/outflow/internal/actionlog"
+	"github.com/outflow-dev/outflow/webhooks/sender"
 )
 
 // workerOptions are the consumers' tuning flags, shared by `worker` and
@@ -57,9 +58,9 @@ func addWorkerFlags(fs *pflag.FlagSet, sharedStreamPartitions bool) *workerOptio
 	fs.DurationVar(&o.gapTimeout, "gap-timeout", 5*time.Minute, "how long an event waits for its predecessor before it is parked")
 	fs.DurationVar(&o.retention, "processed-retention", 15*24*time.Hour,
 		"how long resolved dead letters and settled webhook deliveries are kept, and processed_messages (no longer written) after its newest row (above the longest redelivery window; negative: forever)")
-	fs.DurationVar(&o.webhookTimeout, "webhook-timeout", 10*time.Second, "how long one webhook request may take before it is cancelled and retried")
+	fs.DurationVar(&o.webhookTimeout, "webhook-timeout", 10*time.Second, "how long one webhook request may take before it is cancelled and retried (webhooks/sender Config.Timeout)")
 	fs.IntVar(&o.webhookInFlight, "webhook-concurrency", 64, "webhook requests in flight at once in this process")
-	fs.IntVar(&o.webhookPerMerch, "webhook-per-merchant", 4, "webhook requests in flight at once to one merchant in this process (a merchant that hangs holds only these; at most --webhook-concurrency)")
+	fs.IntVar(&o.webhookPerMerch, "webhook-per-merchant", 4, "webhook requests in flight at once to one webhook endpoint in this process (a merchant's endpoint that hangs holds only these; at most --webhook-concurrency)")
 	o.perMerchSet = func() bool { return fs.Changed("webhook-per-merchant") }
 	return o
 }
@@ -91,23 +92,29 @@ func (o *workerOptions) validate() error {
 	return validateRetention("processed-retention", o.retention, time.Hour)
 }
 
-// buildWorker returns a function that runs the reference consumers until
-// ctx is done. Their metrics go to metricsReg (nil: none); it adds the
+// handOverInterval is how often a worker looks for legacy webhook
+// deliveries to hand over (handlers.RunHandOver): one indexed read when
+// there are none.
+const handOverInterval = 2 * time.Second
+
+// buildWorker returns a function that runs the reference consumers, the
+// webhook sender and the handover until ctx is done, and the sender's
+// Wake (for an API in the same process). Their metrics go to metricsReg (nil: none); it adds the
 // database, the broker and the worker's subscriptions to ready.
-func buildWorker(ctx context.Context, c config.Config, o *workerOptions, metricsReg prometheus.Registerer, ready *readiness, logger *slog.Logger) (func(context.Context) error, error) {
+func buildWorker(ctx context.Context, c config.Config, o *workerOptions, metricsReg prometheus.Registerer, ready *readiness, logger *slog.Logger) (run func(context.Context) error, wakeSender func(), err error) {
 	pool, err := openPool(ctx, c.DatabaseURL)
 	if err != nil {
-		return nil, err
+		return nil, nil, err
 	}
 	reg := events.NewRegistry()
 	if err := paymentevents.Register(reg); err != nil {
 		pool.Close()
-		return nil, err
+		return nil, nil, err
 	}
 	backend, err := brokers.Open(ctx, brokerConfig(c, o.streamPartitions, logger, true)) // the reference app's worker
 	if err != nil {
 		pool.Close()
-		return nil, err
+		return nil, nil, err
 	}
 	w, err := consumer.NewWorker(consumer.WorkerConfig{
 		Pool: pool, Broker: backend, Registry: reg, ClaimIdle: o.claimIdle,
@@ -119,27 +126,29 @@ func buildWorker(ctx context.Context, c config.Config, o *workerOptions, metrics
 	if err != nil {
 		pool.Close()
 		backend.Close()
-		return nil, err
+		return nil, nil, err
 	}
-	notify := handlers.NotifyConfig{Timeout: o.webhookTimeout, Concurrency: o.webhookInFlight,
-		PerMerchant: o.webhookPerMerch, Logger: logger, AllowPrivate: c.WebhookAllowPrivate, SecretKey: c.SecretKey,
-		Registerer: metricsReg}
-	sender := handlers.NewSender(pool, notify)
+	// The merchants' webhooks: the webhook package's sender, the flags of
+	// the earlier releases' sender mapped onto it (a merchant's requests
+	// are its endpoints').
+	snd := sender.New(pool, sender.Config{Timeout: o.webhookTimeout, Concurrency: o.webhookInFlight,
+		PerEndpoint: o.webhookPerMerch, AllowPrivate: c.WebhookAllowPrivate, SecretKey: c.SecretKey,
+		Registerer: metricsReg, Logger: logger})
 	// The handler wakes this process's sender once a delivery committed;
 	// senders in other processes find it at their next poll.
-	notify.Wake = sender.Wake
+	notify := handlers.NotifyConfig{Wake: snd.Wake, Logger: logger}
 	for _, h := range referenceHandlers(pool, notify) {
 		if err := w.Add(h); err != nil {
 			pool.Close()
 			backend.Close()
-			return nil, err
+			return nil, nil, err
 		}
 	}
 	purge, err := consumerRetention(pool, o.retention, logger)
 	if err != nil {
 		pool.Close()
 		backend.Close()
-		return nil, err
+		return nil, nil, err
 	}
 	ready.addDatabase(pool)
 	ready.addBroker(backend)
@@ -151,8 +160,18 @@ func buildWorker(ctx context.Context, c config.Config, o *workerOptions, metrics
 		sent := make(chan struct{})
 		go func() {
 			defer close(sent)
-			if err := sender.Run(sctx); err != nil {
+			if err := snd.Run(sctx); err != nil {
 				logger.Error("webhook sender stopped", "error", err.Error())
+			}
+		}()
+		// Beside the sender, for as long as processes of the earlier
+		// release may still record or send legacy deliveries: the ones
+		// they left pending move to the webhook package's tables.
+		handedOver := make(chan struct{})
+		go func() {
+			defer close(handedOver)
+			if err := handlers.RunHandOver(sctx, pool, handOverInterval, logger); err != nil {
+				logger.Error("webhook handover stopped", "error", err.Error())
 			}
 		}()
 		if purge != nil {
@@ -164,8 +183,9 @@ func buildWorker(ctx context.Context, c config.Config, o *workerOptions, metrics
 		err := w.Run(ctx)
 		stop()
 		<-sent
+		<-handedOver
 		return err
-	}, nil
+	}, snd.Wake, nil
 }
 
 func newWorkerCmd(e *env) *cobra.Command {
@@ -189,7 +209,7 @@ func newWorkerCmd(e *env) *cobra.Command {
 		ctx := cmd.Context()
 		ready := e.newReadiness()
 		reg := newRegistry()
-		run, err := buildWorker(ctx, cfg, opts, reg, ready, logger)
+		run, _, err := buildWorker(ctx, cfg, opts, reg, ready, logger)
 		if err != nil {
 			return err
 		}

@@ -2,6 +2,7 @@ package cli_test
 
 import (
 	"context"
+	"io"
 	"net/http"
 	"net/http/httptest"
 	"os/exec"
@@ -23,6 +24,7 @@ import (
 	"github.com/outflow-dev/outflow/events/outbox"
 	"github.com/outflow-dev/outflow/internal/testservers"
 	"github.com/outflow-dev/outflow/outflowtest"
+	"github.com/outflow-dev/outflow/webhooks/signing"
 )
 
 // kill -9 of a worker holding unacknowledged messages loses nothing and
@@ -33,7 +35,7 @@ import (
 // dead worker may have been sending when it died.
 func TestKilledWorkerLosesNothing(t *testing.T) {
 	t.Parallel()
-	s := outflowtest.NewSchema(t, appmigrations.Set())
+	s := outflowtest.NewSchema(t, appmigrations.Sets()...)
 	// The commands name streams after their topics ("payments"): a Redis of
 	// the test's own keeps them apart from every other test's.
 	redisSrv := testservers.StartRedis(t)
@@ -52,6 +54,9 @@ func TestKilledWorkerLosesNothing(t *testing.T) {
 	require.NoError(t, err)
 	m, err := svc.CreateMerchant(ctx, app.NewMerchant{Name: "Shop", WebhookURL: srv.URL + "/hooks"})
 	require.NoError(t, err)
+	site.mu.Lock()
+	site.secret = m.WebhookSecret
+	site.mu.Unlock()
 
 	// 1,000 payments, committed 100 to a transaction; what the projection
 	// must show is summed as they are made.
@@ -167,7 +172,7 @@ func TestKilledWorkerLosesNothing(t *testing.T) {
 		var left int
 		require.NoError(t, s.Pool.QueryRow(ctx, `
 			SELECT (SELECT count(*) FROM outbox_state WHERE NOT published)
-			     + (SELECT count(*) FROM webhook_deliveries WHERE status <> 'delivered')
+			     + (SELECT count(*) FROM webhook_endpoint_deliveries WHERE status <> 'delivered')
 			     + (SELECT count(*) FROM dead_letters WHERE status IN ('retrying', 'held'))
 			     + (SELECT count(*) FROM outbox o WHERE (SELECT count(*) FROM consumer_aggregate_versions v
 			        WHERE v.aggregate_type = o.aggregate_type AND v.aggregate_id = o.aggregate_id AND v.version >= o.aggregate_version) < 2)`,
@@ -196,20 +201,28 @@ func TestKilledWorkerLosesNothing(t *testing.T) {
 		}
 	}
 	require.Len(t, site.at, len(webhooks), "a webhook for every paid or refunded event")
+	require.Zero(t, site.unsigned, "every webhook verifies with the merchant's secret")
 	t.Logf("%d events, %d webhooks, %d received twice (in flight at the kill); drained %s after the kill",
 		events, len(webhooks), repeats, time.Since(killedAt).Round(time.Millisecond))
 }
 
-// receivedWebhooks is a merchant's endpoint: when each webhook id arrived.
+// receivedWebhooks is a merchant's endpoint: when each webhook id arrived,
+// and how many did not verify with secret (when set).
 type receivedWebhooks struct {
-	mu sync.Mutex
-	at map[string][]time.Time
+	mu       sync.Mutex
+	at       map[string][]time.Time
+	secret   string
+	unsigned int
 }
 
 func (r *receivedWebhooks) ServeHTTP(w http.ResponseWriter, req *http.Request) {
+	body, _ := io.ReadAll(req.Body)
 	r.mu.Lock()
 	id := req.Header.Get("webhook-id")
 	r.at[id] = append(r.at[id], time.Now())
+	if r.secret != "" && signing.Verify(r.secret, req.Header, body, time.Now(), 0) != nil {
+		r.unsigned++
+	}
 	r.mu.Unlock()
 	w.WriteHeader(http.StatusNoContent)
 }

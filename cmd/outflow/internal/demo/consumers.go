@@ -12,7 +12,7 @@ import (
 	"time"
 
 	"github.com/outflow-dev/outflow/app"
-	"github.com/outflow-dev/outflow/handlers"
+	"github.com/outflow-dev/outflow/webhooks/signing"
 )
 
 // receiver is the demo merchant's webhook endpoint: it verifies every
@@ -41,7 +41,7 @@ func (r *receiver) serve(w http.ResponseWriter, req *http.Request) {
 	body, _ := io.ReadAll(req.Body)
 	r.mu.Lock()
 	defer r.mu.Unlock()
-	want, err := handlers.Sign(r.secret, req.Header.Get("webhook-id"), req.Header.Get("webhook-timestamp"), body)
+	want, err := signing.Sign(r.secret, req.Header.Get("webhook-id"), req.Header.Get("webhook-timestamp"), body)
 	if err != nil || want != req.Header.Get("webhook-signature") {
 		r.bad++
 		w.WriteHeader(http.StatusUnauthorized)

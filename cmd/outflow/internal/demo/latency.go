@@ -64,8 +64,8 @@ const pipelineLatencies = `
 		     AND v.version = run.aggregate_version
 		UNION ALL
 		SELECT 'outbox row -> webhook delivered', 3,
-		       extract(epoch FROM w.delivered_at - run.created_at) * 1000
-		FROM run JOIN webhook_deliveries w ON w.message_id = run.message_id AND w.delivered_at IS NOT NULL)
+		       extract(epoch FROM w.settled_at - run.created_at) * 1000
+		FROM run JOIN webhook_endpoint_deliveries w ON w.message_id = run.message_id AND w.status = 'delivered')
 	SELECT name, count(*), percentile_cont(ARRAY[0.5, 0.95, 0.99]) WITHIN GROUP (ORDER BY ms)::float8[], max(ms)::float8
 	FROM stage GROUP BY name, ord ORDER BY ord`
 
