@@ -158,9 +158,9 @@ func Console(ctx context.Context, cfg ConsoleConfig) error {
 	}{
 		{"overview (/), with its status line and the hour's charts", "/", healthAtAGlance},
 		{"overview fragment (/fragments/overview)", "/fragments/overview", healthAtAGlance},
-		{"webhooks, failing and dead (/webhooks)", "/webhooks", webhookPage},
+		{"webhooks, failing and failed (/webhooks)", "/webhooks", webhookPage},
 		{"webhooks, failing, a page deep", "/webhooks?status=failing&after=" + strconv.Itoa(cfg.Outbox/4/2), webhookPage},
-		{"webhooks, dead", "/webhooks?status=dead", webhookPage},
+		{"webhooks, failed", "/webhooks?status=failed", webhookPage},
 		{"journey by payment id", "/journey?q=" + url.QueryEscape(agg), fourEvents},
 		{"journey by message id", "/journey?q=" + url.QueryEscape(msgID), fourEvents},
 		{fmt.Sprintf("journey of a %d-event aggregate (its newest page)", consoleLongEvents),
@@ -394,22 +394,8 @@ func seedConsole(ctx context.Context, pool *pgxpool.Pool, cfg ConsoleConfig, out
 			       CASE WHEN d %% 6 IN (2, 3) THEN now() END
 			FROM generate_series(0, %d) d`, nConsumers, msg("((d * "+fmt.Sprint(spacing)+") * 4 + 1)"),
 			agg(fmt.Sprintf("(d * %d)", spacing)), cfg.Dead-1)},
-		{fmt.Sprintf("webhook_deliveries: %d rows, one attempt each", payments), fmt.Sprintf(`
-			WITH d AS (
-				INSERT INTO webhook_deliveries (message_id, merchant_id, url, event_type, body, status, attempts,
-				                                last_error, created_at, delivered_at)
-				SELECT %s, md5('merchant' || p %% 100)::uuid, 'https://merchant.example/hooks', 'payment.paid',
-				       convert_to('{}', 'UTF8'),
-				       CASE WHEN p %% 500 = 0 THEN 'dead' WHEN p %% 100 = 1 THEN 'pending' ELSE 'delivered' END, 1,
-				       CASE WHEN p %% 500 = 0 THEN 'status 500' END, now(), now()
-				FROM generate_series(0, %d) p
-				RETURNING id)
-			INSERT INTO webhook_attempts (delivery_id, status_code, latency_ms) SELECT id, 204, 12.5 FROM d`,
-			msg("(p * 4 + 1)"), payments-1)},
-		// The same deliveries in the webhook package's tables, where this
-		// release's sender records them (the console pages of the
-		// webhook package read these; the legacy rows above are what the
-		// earlier console reads, and go once no console reads them): 100
+		// The webhook deliveries, in the webhook package's tables, where
+		// the sender records them and the console reads them: 100
 		// merchants' endpoints (id = merchant id, as app migration 00034
 		// makes them), a message per payment, its delivery and attempt.
 		{fmt.Sprintf("webhook_endpoint_deliveries: %d rows, one attempt each", payments), fmt.Sprintf(`
@@ -445,7 +431,7 @@ func seedConsole(ctx context.Context, pool *pgxpool.Pool, cfg ConsoleConfig, out
 			EXECUTE 'ALTER TABLE processed_messages ADD CONSTRAINT processed_messages_pkey PRIMARY KEY (message_id, consumer)';
 			EXECUTE 'CREATE INDEX processed_messages_processed_at_idx ON processed_messages (processed_at)';
 		END $$`},
-		{"VACUUM ANALYZE the seeded tables", `VACUUM ANALYZE outbox, outbox_failures, processed_messages, dead_letters, webhook_deliveries, webhook_attempts,
+		{"VACUUM ANALYZE the seeded tables", `VACUUM ANALYZE outbox, outbox_failures, processed_messages, dead_letters,
 			webhook_messages, webhook_endpoint_deliveries, webhook_endpoint_attempts, outbox_partitions`},
 	}
 	conn, err := pool.Acquire(ctx)
@@ -483,12 +469,12 @@ func seedConsole(ctx context.Context, pool *pgxpool.Pool, cfg ConsoleConfig, out
 // empty, and the counts would then visit every row, which is not the state
 // of a database in service.
 func settleVisibility(ctx context.Context, conn *pgx.Conn, out io.Writer) error {
-	const tables = `outbox, dead_letters, webhook_deliveries, webhook_endpoint_deliveries`
+	const tables = `outbox, dead_letters, webhook_endpoint_deliveries`
 	deadline := time.Now().Add(2 * time.Minute)
 	for {
 		var visible, pages int64
 		if err := conn.QueryRow(ctx, `SELECT coalesce(sum(relallvisible), 0), coalesce(sum(relpages), 0) FROM pg_class
-			WHERE oid IN ('outbox'::regclass, 'dead_letters'::regclass, 'webhook_deliveries'::regclass,
+			WHERE oid IN ('outbox'::regclass, 'dead_letters'::regclass,
 			              'webhook_endpoint_deliveries'::regclass)`).Scan(&visible, &pages); err != nil {
 			return fmt.Errorf("read the visibility map's coverage: %w", err)
 		}
