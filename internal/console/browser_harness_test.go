@@ -36,6 +36,7 @@ import (
 	"github.com/outflow-dev/outflow/idempotency"
 	"github.com/outflow-dev/outflow/internal/testservers"
 	"github.com/outflow-dev/outflow/outflowtest"
+	"github.com/outflow-dev/outflow/webhooks/sender"
 )
 
 var quiet = slog.New(slog.NewTextHandler(io.Discard, nil))
@@ -224,10 +225,11 @@ func startStack(t *testing.T) *stack {
 			RetryBackoffMax: 50 * time.Millisecond, RetryPollInterval: 20 * time.Millisecond}})
 	require.NoError(t, err)
 	require.NoError(t, wk.Add(handlers.SyncAnalytics()))
-	require.NoError(t, wk.Add(handlers.NotifyMerchant(pool, handlers.NotifyConfig{})))
+	snd := sender.New(pool, sender.Config{Logger: quiet, AllowPrivate: true})
+	require.NoError(t, wk.Add(handlers.NotifyMerchant(pool, handlers.NotifyConfig{Wake: snd.Wake})))
 	require.NoError(t, wk.Add(s.failingHandler()))
 	goRun(t, wk.Run)
-	goRun(t, handlers.NewSender(pool, handlers.NotifyConfig{Logger: quiet, AllowPrivate: true}).Run)
+	goRun(t, snd.Run)
 	return s
 }
 
