@@ -3,6 +3,7 @@ package httpapi
 import (
 	"bytes"
 	"encoding/json"
+	"github.com/outflow-dev/outflow/internal/strictjson"
 	"reflect"
 	"strings"
 	"testing"
@@ -38,7 +39,7 @@ func FuzzDecodeRequest(f *testing.F) {
 	}
 	f.Fuzz(func(t *testing.T, raw []byte) {
 		check := func(dst any) bool {
-			if err := decodeStrict(raw, dst); err != nil {
+			if err := strictjson.Decode(raw, dst); err != nil {
 				return false
 			}
 			if !utf8.Valid(raw) || !json.Valid(raw) {
@@ -52,7 +53,7 @@ func FuzzDecodeRequest(f *testing.F) {
 			if err != nil {
 				t.Fatalf("re-encode %T: %v", dst, err)
 			}
-			if err := decodeStrict(enc, again.Interface()); err != nil {
+			if err := strictjson.Decode(enc, again.Interface()); err != nil {
 				t.Fatalf("the re-encoded %s does not decode: %v", enc, err)
 			}
 			if !reflect.DeepEqual(dst, again.Interface()) {
@@ -81,7 +82,7 @@ func FuzzDecodeRequest(f *testing.F) {
 }
 
 // duplicateKey returns a key given twice, case-insensitively, in one
-// object of a valid JSON body: an oracle written apart from CheckStrict.
+// object of a valid JSON body: an oracle written apart from strictjson.Check.
 func duplicateKey(raw []byte) string {
 	dec := json.NewDecoder(bytes.NewReader(raw))
 	var walk func() string

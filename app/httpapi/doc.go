@@ -31,7 +31,7 @@
 // https or points at a private address) and for an Idempotency-Key
 // reused with another request. A rejected request changes nothing.
 //
-// Bodies go through one strict decoder ([CheckStrict], then encoding/json
+// Bodies go through one strict decoder ([strictjson.Check], then encoding/json
 // refusing unknown fields): a key given twice or in another case, invalid
 // UTF-8 and lone surrogate escapes are 400, so that no other reader of the
 // body (a proxy, a log) can read it differently from the service.

@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"github.com/outflow-dev/outflow/internal/strictjson"
 	"io"
 	"log/slog"
 	"net/http"
@@ -71,7 +72,7 @@ func (a *API) writeAppError(w http.ResponseWriter, r *http.Request, err error) {
 }
 
 // decodeBody reads a JSON object into dst, rejecting unknown fields, wrong
-// types, trailing data and what [CheckStrict] refuses with a 4xx naming the
+// types, trailing data and what [strictjson.Check] refuses with a 4xx naming the
 // field. With required false,
 // an empty body is accepted as {}.
 func decodeBody(w http.ResponseWriter, r *http.Request, dst any, required bool) bool {
@@ -92,7 +93,7 @@ func decodeBody(w http.ResponseWriter, r *http.Request, dst any, required bool) 
 		}
 		return true
 	}
-	if err := decodeStrict(raw, dst); err != nil {
+	if err := strictjson.Decode(raw, dst); err != nil {
 		writeDecodeError(w, err)
 		return false
 	}
@@ -103,12 +104,12 @@ func writeDecodeError(w http.ResponseWriter, err error) {
 	var (
 		syntaxErr *json.SyntaxError
 		typeErr   *json.UnmarshalTypeError
-		strictErr *StrictError
+		strictErr *strictjson.Error
 	)
 	switch {
 	case errors.As(err, &strictErr):
 		writeError(w, http.StatusBadRequest, strictErr.Code, strictErr.Message, strictErr.Field)
-	case errors.Is(err, errTrailingData):
+	case errors.Is(err, strictjson.ErrTrailingData):
 		writeError(w, http.StatusBadRequest, "invalid_json", err.Error(), "")
 	case errors.As(err, &syntaxErr), errors.Is(err, io.ErrUnexpectedEOF):
 		writeError(w, http.StatusBadRequest, "invalid_json", "the body is not valid JSON", "")

@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"github.com/outflow-dev/outflow/internal/strictjson"
 	"io"
 	"net/http"
 	"strings"
@@ -82,7 +83,7 @@ func writeNotFound(w http.ResponseWriter, what string) {
 }
 
 // decodeBody reads a JSON object into dst, refusing unknown fields, wrong
-// types, trailing data and what checkStrict refuses, with a 4xx naming
+// types, trailing data and what strictjson.Check refuses, with a 4xx naming
 // the field. With required false, an empty body is accepted as {}.
 func decodeBody(w http.ResponseWriter, r *http.Request, dst any, required bool) bool {
 	raw, err := io.ReadAll(http.MaxBytesReader(w, r.Body, MaxBody))
@@ -102,7 +103,7 @@ func decodeBody(w http.ResponseWriter, r *http.Request, dst any, required bool) 
 		}
 		return true
 	}
-	if err := decodeStrict(raw, dst); err != nil {
+	if err := strictjson.Decode(raw, dst); err != nil {
 		writeDecodeError(w, err)
 		return false
 	}
@@ -113,12 +114,12 @@ func writeDecodeError(w http.ResponseWriter, err error) {
 	var (
 		syntaxErr *json.SyntaxError
 		typeErr   *json.UnmarshalTypeError
-		strictErr *strictError
+		strictErr *strictjson.Error
 	)
 	switch {
 	case errors.As(err, &strictErr):
 		writeError(w, http.StatusBadRequest, strictErr.Code, strictErr.Message, strictErr.Field)
-	case errors.Is(err, errTrailingData):
+	case errors.Is(err, strictjson.ErrTrailingData):
 		writeError(w, http.StatusBadRequest, "invalid_json", err.Error(), "")
 	case errors.As(err, &syntaxErr), errors.Is(err, io.ErrUnexpectedEOF):
 		writeError(w, http.StatusBadRequest, "invalid_json", "the body is not valid JSON", "")

@@ -1,8 +1,5 @@
-package webhookapi
+package strictjson
 
-// The strict JSON checks of the reference app's API (app/httpapi), which the
-// framework cannot import: the same refusals, so a service mounting these
-// routes next to its own answers bad bodies alike.
 import (
 	"bytes"
 	"encoding/json"
@@ -18,17 +15,17 @@ import (
 // the check below walks the body recursively.
 const maxDepth = 32
 
-// strictError is why [checkStrict] refuses a body that encoding/json would
+// Error is why [Check] refuses a body that encoding/json would
 // accept: Code is the API error code, Field the key at fault, if any.
-type strictError struct {
+type Error struct {
 	Code    string
 	Field   string
 	Message string
 }
 
-func (e *strictError) Error() string { return e.Message }
+func (e *Error) Error() string { return e.Message }
 
-// checkStrict refuses what encoding/json accepts silently and another
+// Check refuses what encoding/json accepts silently and another
 // parser (a proxy, a WAF, the client's logger) may read differently:
 //
 //   - invalid UTF-8, which encoding/json replaces with U+FFFD, and \u escapes
@@ -42,10 +39,10 @@ func (e *strictError) Error() string { return e.Message }
 //
 // dst is the value the body is then decoded into; its struct fields give
 // the keys that are exact. A body that is not JSON at all is left to the
-// decoder, which reports it better: checkStrict returns nil for it.
-func checkStrict(raw []byte, dst any) error {
+// decoder, which reports it better: Check returns nil for it.
+func Check(raw []byte, dst any) error {
 	if !utf8.Valid(raw) {
-		return &strictError{Code: "invalid_utf8", Message: "the body is not valid UTF-8"}
+		return &Error{Code: "invalid_utf8", Message: "the body is not valid UTF-8"}
 	}
 	if err := checkEscapes(raw); err != nil {
 		return err
@@ -57,7 +54,7 @@ func checkStrict(raw []byte, dst any) error {
 		t = reflect.TypeOf(dst)
 	}
 	err := walk(dec, t, "", 0)
-	var se *strictError
+	var se *Error
 	if errors.As(err, &se) {
 		return se
 	}
@@ -67,7 +64,7 @@ func checkStrict(raw []byte, dst any) error {
 // walk reads one JSON value whose Go type is t (nil: any).
 func walk(dec *json.Decoder, t reflect.Type, path string, depth int) error {
 	if depth > maxDepth {
-		return &strictError{Code: "invalid_json", Message: fmt.Sprintf("the body nests deeper than %d levels", maxDepth)}
+		return &Error{Code: "invalid_json", Message: fmt.Sprintf("the body nests deeper than %d levels", maxDepth)}
 	}
 	t = deref(t)
 	tok, err := dec.Token()
@@ -98,7 +95,7 @@ func walk(dec *json.Decoder, t reflect.Type, path string, depth int) error {
 				if prev != key {
 					msg = fmt.Sprintf("%s: given twice (as %q and %q; keys are matched case-insensitively)", name, prev, key)
 				}
-				return &strictError{Code: "duplicate_field", Field: name, Message: msg}
+				return &Error{Code: "duplicate_field", Field: name, Message: msg}
 			}
 			seen[folded] = key
 			var elem reflect.Type
@@ -108,7 +105,7 @@ func walk(dec *json.Decoder, t reflect.Type, path string, depth int) error {
 				if !exact {
 					for k := range fields {
 						if foldKey(k) == folded {
-							return &strictError{Code: "unknown_field", Field: name,
+							return &Error{Code: "unknown_field", Field: name,
 								Message: fmt.Sprintf("%s: unknown field (did you mean %q? names are case-sensitive)", name, join(path, k))}
 						}
 					}
@@ -235,7 +232,7 @@ func checkEscapes(raw []byte) error {
 			i += 5
 			switch {
 			case r >= 0xDC00 && r <= 0xDFFF:
-				return &strictError{Code: "invalid_utf8", Message: "a string of the body holds a lone surrogate escape"}
+				return &Error{Code: "invalid_utf8", Message: "a string of the body holds a lone surrogate escape"}
 			case r >= 0xD800 && r <= 0xDBFF:
 				if i+6 < len(raw) && raw[i+1] == '\\' && raw[i+2] == 'u' {
 					if lo, ok := hex4(raw, i+3); ok && lo >= 0xDC00 && lo <= 0xDFFF {
@@ -243,7 +240,7 @@ func checkEscapes(raw []byte) error {
 						continue
 					}
 				}
-				return &strictError{Code: "invalid_utf8", Message: "a string of the body holds a lone surrogate escape"}
+				return &Error{Code: "invalid_utf8", Message: "a string of the body holds a lone surrogate escape"}
 			}
 		}
 	}
@@ -270,10 +267,10 @@ func hex4(raw []byte, at int) (rune, bool) {
 	return r, true
 }
 
-// decodeStrict is the decoder every handler's body goes through: the strict
+// Decode is the decoder every handler's body goes through: the strict
 // pass, then encoding/json with unknown fields refused.
-func decodeStrict(raw []byte, dst any) error {
-	if err := checkStrict(raw, dst); err != nil {
+func Decode(raw []byte, dst any) error {
+	if err := Check(raw, dst); err != nil {
 		return err
 	}
 	dec := json.NewDecoder(bytes.NewReader(raw))
@@ -283,9 +280,10 @@ func decodeStrict(raw []byte, dst any) error {
 	}
 	// Not dec.More: it is false before a stray '}' or ']'.
 	if len(bytes.TrimSpace(raw[dec.InputOffset():])) > 0 {
-		return errTrailingData
+		return ErrTrailingData
 	}
 	return nil
 }
 
-var errTrailingData = errors.New("the body holds data after its JSON value")
+// ErrTrailingData: the body holds more than one JSON value.
+var ErrTrailingData = errors.New("the body holds data after its JSON value")
