@@ -294,6 +294,9 @@ func (s *merchantSite) requireWebhooks(t *testing.T, p *pipeline) {
 	// for NotifyMerchant, whose group may still be rejoining its broker
 	// after an outage on a loaded machine (a Kafka rebalance alone takes
 	// seconds), before the sender's work starts.
+	// Measured: on the kafka backend at load 8, 10 of 28 events were still
+	// unhandled by NotifyMerchant a minute after the projection was
+	// complete (none pending to send), hence two minutes.
 	// What was still missing at the last look, said if the wait fails.
 	var state string
 	t.Cleanup(func() {
@@ -301,7 +304,7 @@ func (s *merchantSite) requireWebhooks(t *testing.T, p *pipeline) {
 			t.Logf("webhooks at the last look: %s", state)
 		}
 	})
-	outflowtest.WaitFor(t, 60*time.Second, "a webhook for every paid or refunded event, and none left to send", func() bool {
+	outflowtest.WaitFor(t, 2*time.Minute, "a webhook for every paid or refunded event, and none left to send", func() bool {
 		s.mu.Lock()
 		missing := 0
 		for id := range want {
