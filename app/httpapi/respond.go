@@ -1,15 +1,12 @@
 package httpapi
 
 import (
-	"bytes"
 	"encoding/json"
 	"errors"
 	"fmt"
 	"github.com/outflow-dev/outflow/internal/strictjson"
-	"io"
 	"log/slog"
 	"net/http"
-	"strings"
 
 	"github.com/outflow-dev/outflow/app"
 	"github.com/outflow-dev/outflow/events/outbox"
@@ -76,68 +73,11 @@ func (a *API) writeAppError(w http.ResponseWriter, r *http.Request, err error) {
 // field. With required false,
 // an empty body is accepted as {}.
 func decodeBody(w http.ResponseWriter, r *http.Request, dst any, required bool) bool {
-	raw, err := io.ReadAll(http.MaxBytesReader(w, r.Body, maxBody))
-	if err != nil {
-		var mbe *http.MaxBytesError
-		if errors.As(err, &mbe) {
-			writeError(w, http.StatusRequestEntityTooLarge, "body_too_large", fmt.Sprintf("the body exceeds %d bytes", maxBody), "")
-			return false
-		}
-		writeError(w, http.StatusBadRequest, "invalid_body", "could not read the body", "")
-		return false
-	}
-	if len(bytes.TrimSpace(raw)) == 0 {
-		if required {
-			writeError(w, http.StatusBadRequest, "invalid_json", "a JSON object body is required", "")
-			return false
-		}
-		return true
-	}
-	if err := strictjson.Decode(raw, dst); err != nil {
-		writeDecodeError(w, err)
+	if e := strictjson.ReadBody(w, r, dst, required, maxBody); e != nil {
+		writeError(w, e.Status, e.Code, e.Message, e.Field)
 		return false
 	}
 	return true
-}
-
-func writeDecodeError(w http.ResponseWriter, err error) {
-	var (
-		syntaxErr *json.SyntaxError
-		typeErr   *json.UnmarshalTypeError
-		strictErr *strictjson.Error
-	)
-	switch {
-	case errors.As(err, &strictErr):
-		writeError(w, http.StatusBadRequest, strictErr.Code, strictErr.Message, strictErr.Field)
-	case errors.Is(err, strictjson.ErrTrailingData):
-		writeError(w, http.StatusBadRequest, "invalid_json", err.Error(), "")
-	case errors.As(err, &syntaxErr), errors.Is(err, io.ErrUnexpectedEOF):
-		writeError(w, http.StatusBadRequest, "invalid_json", "the body is not valid JSON", "")
-	case errors.As(err, &typeErr):
-		field := typeErr.Field
-		if field == "" {
-			writeError(w, http.StatusBadRequest, "invalid_json", "the body must be a JSON object", "")
-			return
-		}
-		writeError(w, http.StatusBadRequest, "invalid_type",
-			fmt.Sprintf("%s: must be %s, not a JSON %s", field, jsonKind(typeErr.Type.Kind().String()), typeErr.Value), field)
-	case strings.HasPrefix(err.Error(), "json: unknown field "):
-		field := strings.Trim(strings.TrimPrefix(err.Error(), "json: unknown field "), `"`)
-		writeError(w, http.StatusBadRequest, "unknown_field", fmt.Sprintf("%s: unknown field", field), field)
-	default:
-		writeError(w, http.StatusBadRequest, "invalid_json", "the body is not valid JSON", "")
-	}
-}
-
-func jsonKind(goKind string) string {
-	switch goKind {
-	case "int", "int64", "int32":
-		return "an integer"
-	case "string":
-		return "a string"
-	default:
-		return "a " + goKind
-	}
 }
 
 // writeEventTooLarge answers a command whose event the outbox refused as
