@@ -1,8 +1,8 @@
 package app
 
 import (
+	"cmp"
 	"context"
-	"errors"
 	"fmt"
 	"log/slog"
 	"strings"
@@ -14,6 +14,7 @@ import (
 
 	"github.com/outflow-dev/outflow/app/paymentevents"
 	"github.com/outflow-dev/outflow/events"
+	"github.com/outflow-dev/outflow/internal/configcheck"
 	"github.com/outflow-dev/outflow/internal/netguard"
 	"github.com/outflow-dev/outflow/webhooks/secretseal"
 )
@@ -66,22 +67,27 @@ type Service struct {
 	secretGrace time.Duration
 }
 
+func (c *Config) setDefaults() {
+	c.Logger = cmp.Or(c.Logger, slog.Default())
+	if c.Now == nil {
+		c.Now = time.Now
+	}
+	c.WebhookSecretGrace = cmp.Or(c.WebhookSecretGrace, DefaultWebhookSecretGrace)
+}
+
+func (c *Config) validate() error {
+	var errs configcheck.Errors
+	check := errs.Check
+	check(c.Pool != nil, "Pool", "is required")
+	check(c.Events != nil, "Events", "is required")
+	return errs.Err("app config")
+}
+
 // NewService validates cfg and returns a Service.
 func NewService(cfg Config) (*Service, error) {
-	if cfg.Pool == nil {
-		return nil, errors.New("app config: Pool is required")
-	}
-	if cfg.Events == nil {
-		return nil, errors.New("app config: Events is required")
-	}
-	if cfg.Logger == nil {
-		cfg.Logger = slog.Default()
-	}
-	if cfg.Now == nil {
-		cfg.Now = time.Now
-	}
-	if cfg.WebhookSecretGrace == 0 {
-		cfg.WebhookSecretGrace = DefaultWebhookSecretGrace
+	cfg.setDefaults()
+	if err := cfg.validate(); err != nil {
+		return nil, err
 	}
 	return &Service{pool: cfg.Pool, events: cfg.Events, logger: cfg.Logger, now: cfg.Now, afterCommit: cfg.AfterCommit,
 		urlPolicy: netguard.Policy{AllowPrivate: cfg.AllowPrivateWebhooks}, secretKey: cfg.SecretKey,

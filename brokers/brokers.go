@@ -1,6 +1,7 @@
 package brokers
 
 import (
+	"cmp"
 	"context"
 	"errors"
 	"fmt"
@@ -16,6 +17,7 @@ import (
 
 	"github.com/outflow-dev/outflow/brokers/cloudevents"
 	"github.com/outflow-dev/outflow/forwarder"
+	"github.com/outflow-dev/outflow/internal/configcheck"
 )
 
 // Kind names a backend.
@@ -43,16 +45,17 @@ var ErrUnknownKind = errors.New("unknown broker")
 type Config struct {
 	// Kind defaults to Redis.
 	Kind Kind
-	// Partitions spreads each topic over this many streams or subjects by a
-	// hash of the aggregate id, so consumers can scale out while one
-	// aggregate stays on one ordered path. Must be the same for the
-	// forwarder and the workers. Defaults to 1.
-	Partitions int
-	Redis      RedisConfig
-	NATS       NATSConfig
-	AMQP       AMQPConfig
-	Kafka      KafkaConfig
-	SQL        SQLConfig
+	// StreamPartitions spreads each topic over this many streams or
+	// subjects by a hash of the aggregate id, so consumers can scale out
+	// while one aggregate stays on one ordered path. Must be the same for
+	// the forwarder and the workers. Defaults to 1. (Not the forwarder's
+	// lease partitions, forwarder.Config.Partitions.)
+	StreamPartitions int
+	Redis            RedisConfig
+	NATS             NATSConfig
+	AMQP             AMQPConfig
+	Kafka            KafkaConfig
+	SQL              SQLConfig
 	// CloudEvents says how every backend but sql writes the CloudEvents
 	// attributes of each message it publishes, in its binding (see
 	// [WithCloudEvents]). The zero value writes them with the default
@@ -115,9 +118,14 @@ type SubscriberOptions struct {
 	InFlight int
 	// ClaimIdle is how long a delivered message may stay unacked before the
 	// broker gives it to another consumer of the group (Redis claim, NATS
-	// AckWait). Defaults to 30s.
+	// AckWait). Defaults to DefaultClaimIdle.
 	ClaimIdle time.Duration
 }
+
+// DefaultClaimIdle is the ClaimIdle of a subscriber, worker or handler
+// that sets none: above any handler's usual time, so that only a dead
+// consumer's messages are claimed.
+const DefaultClaimIdle = 30 * time.Second
 
 // WithDefaults returns o with its zero fields set to their defaults: what a
 // backend's Subscriber applies first.
@@ -126,13 +134,13 @@ func (o SubscriberOptions) WithDefaults() SubscriberOptions {
 		o.InFlight = 100
 	}
 	if o.ClaimIdle <= 0 {
-		o.ClaimIdle = 30 * time.Second
+		o.ClaimIdle = DefaultClaimIdle
 	}
 	return o
 }
 
 // Opener opens one backend from a Config whose defaults are set: Kind,
-// Partitions (1 to 1024) and Logger. It reads its own block of the Config.
+// StreamPartitions (1 to 1024) and Logger. It reads its own block of the Config.
 type Opener func(ctx context.Context, cfg Config) (Backend, error)
 
 var (
@@ -168,21 +176,9 @@ var ErrNotLinked = errors.New("broker backend not linked")
 // [ErrNotLinked], naming the import to add, when the backend's package is
 // not linked into the program.
 func Open(ctx context.Context, cfg Config) (Backend, error) {
-	if cfg.Kind == "" {
-		cfg.Kind = Redis
-	}
-	if cfg.Partitions == 0 {
-		cfg.Partitions = 1
-	}
-	if cfg.Partitions < 1 || cfg.Partitions > 1024 {
-		return nil, errors.New("broker config: Partitions must be between 1 and 1024")
-	}
-	if err := cfg.CloudEvents.Validate(); err != nil {
-		return nil, fmt.Errorf("broker config: %w", err)
-	}
-	cfg.CloudEvents = cfg.CloudEvents.WithDefaults()
-	if cfg.Logger == nil {
-		cfg.Logger = slog.Default()
+	cfg.setDefaults()
+	if err := cfg.validate(); err != nil {
+		return nil, err
 	}
 	openersMu.RLock()
 	open := openers[cfg.Kind]
@@ -196,6 +192,22 @@ func Open(ctx context.Context, cfg Config) (Backend, error) {
 	}
 	return nil, fmt.Errorf("%w: the %s backend is not linked into this program: add\n\timport _ %q\n(or %q for every backend)",
 		ErrNotLinked, cfg.Kind, ImportPath(cfg.Kind), "github.com/outflow-dev/outflow/brokers/all")
+}
+
+func (c *Config) setDefaults() {
+	c.Kind = cmp.Or(c.Kind, Redis)
+	c.StreamPartitions = cmp.Or(c.StreamPartitions, 1)
+	c.CloudEvents = c.CloudEvents.WithDefaults()
+	c.Logger = cmp.Or(c.Logger, slog.Default())
+}
+
+func (c *Config) validate() error {
+	var errs configcheck.Errors
+	errs.Check(c.StreamPartitions >= 1 && c.StreamPartitions <= 1024, "StreamPartitions", "must be between 1 and 1024")
+	if err := c.CloudEvents.Validate(); err != nil {
+		errs = append(errs, err) // names its field
+	}
+	return errs.Err("broker config")
 }
 
 // ImportPath is the package of a built-in backend.

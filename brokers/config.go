@@ -90,7 +90,7 @@ type KafkaConfig struct {
 	// TopicPartitions is the partition count of each topic the backend
 	// creates (topics that already exist keep theirs). A group has at most
 	// this many messages in flight per handler, one per partition.
-	// [Config.Partitions] is not used by Kafka. Defaults to 8.
+	// [Config.StreamPartitions] is not used by Kafka. Defaults to 8.
 	TopicPartitions int32
 	// ReplicationFactor of each topic the backend creates. Defaults to -1,
 	// the broker's default.replication.factor (needs Version 2.4 or later).

@@ -26,7 +26,7 @@ func TestRegisterOwnBackend(t *testing.T) {
 	if _, err := brokers.Open(context.Background(), brokers.Config{Kind: k}); !errors.Is(err, errOpened) {
 		t.Fatalf("Open: %v, want the registered opener's", err)
 	}
-	if got.Partitions != 1 || got.Logger == nil {
+	if got.StreamPartitions != 1 || got.Logger == nil {
 		t.Fatalf("the opener got no defaults: %+v", got)
 	}
 	for _, kind := range []brokers.Kind{"test-own", brokers.Redis, ""} {

@@ -1,7 +1,6 @@
 package consumer_test
 
 import (
-	"bytes"
 	"context"
 	"errors"
 	"log/slog"
@@ -55,24 +54,6 @@ func (r *rig) publishByReference(t *testing.T, orderID string) string {
 	return ev.MessageID
 }
 
-// syncBuffer is a log sink the worker's goroutines share.
-type syncBuffer struct {
-	mu sync.Mutex
-	b  bytes.Buffer
-}
-
-func (s *syncBuffer) Write(p []byte) (int, error) {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.Write(p)
-}
-
-func (s *syncBuffer) String() string {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.String()
-}
-
 // deadLetter reads the consumer's dead letter of messageID.
 func (r *rig) deadLetter(t *testing.T, name, messageID string) (status, errText, payload, metadata string, ok bool) {
 	t.Helper()
@@ -93,7 +74,7 @@ func (r *rig) deadLetter(t *testing.T, name, messageID string) (status, errText,
 func TestWorkerResolvesBodiesByReference(t *testing.T) {
 	t.Parallel()
 	r := newRig(t)
-	logs := &syncBuffer{}
+	logs := &outflowtest.LogBuffer{}
 	cfg := r.config()
 	cfg.Logger = slog.New(slog.NewTextHandler(logs, &slog.HandlerOptions{Level: slog.LevelDebug}))
 	w, err := consumer.NewWorker(cfg)
@@ -142,7 +123,7 @@ func TestWorkerWithoutTheRightNeverSeesTheBody(t *testing.T) {
 	role := restrictedRole(t, r.schema)
 	pool := poolAs(t, r.schema, role)
 
-	logs := &syncBuffer{}
+	logs := &outflowtest.LogBuffer{}
 	cfg := r.config()
 	cfg.Pool = pool
 	cfg.Logger = slog.New(slog.NewTextHandler(logs, &slog.HandlerOptions{Level: slog.LevelDebug}))

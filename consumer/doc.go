@@ -30,7 +30,7 @@
 //
 // then, on the way out, the queued statements and the commit (inside 3),
 // and the acknowledgement once every middleware has returned. A failure
-// parks the message in dead_letters for retries (see package idempotency),
+// stores the message in dead_letters for retries (see package idempotency),
 // so the stream keeps flowing.
 //
 // The caller's middleware run outside the transaction, never inside it, and

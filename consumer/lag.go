@@ -4,11 +4,11 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
 
 	"github.com/outflow-dev/outflow/brokers"
+	"github.com/outflow-dev/outflow/internal/poll"
 )
 
 // Lag metric names, labelled consumer and topic.
@@ -55,24 +55,17 @@ func newLagGauges(reg prometheus.Registerer) (lagGauges, error) {
 // ctx is done. Lag describes the consumer group, not this process: every
 // worker of the group reports the same value (use max(), not sum()).
 func (w *Worker) sampleLag(ctx context.Context, lr brokers.LagReporter, g lagGauges) {
-	t := time.NewTicker(w.cfg.LagInterval)
-	defer t.Stop()
-	for {
+	poll.Every(ctx, w.cfg.LagInterval, func(ctx context.Context) error {
+		var errs []error
 		for _, h := range w.handlers {
 			lag, err := lr.Lag(ctx, h.Name, h.Topic)
 			if err != nil {
-				if ctx.Err() == nil {
-					w.cfg.Logger.Warn("read consumer lag", "consumer", h.Name, "topic", h.Topic, "error", err.Error())
-				}
+				errs = append(errs, fmt.Errorf("consumer %s, topic %s: %w", h.Name, h.Topic, err))
 				continue
 			}
 			g.events.WithLabelValues(h.Name, h.Topic).Set(float64(lag.Events))
 			g.age.WithLabelValues(h.Name, h.Topic).Set(lag.OldestAge.Seconds())
 		}
-		select {
-		case <-ctx.Done():
-			return
-		case <-t.C:
-		}
-	}
+		return errors.Join(errs...)
+	}, poll.Warn(w.cfg.Logger, "read consumer lag"))
 }

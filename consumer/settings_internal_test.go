@@ -5,6 +5,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/ThreeDotsLabs/watermill/message"
 	"github.com/jackc/pgx/v5/pgxpool"
 	"github.com/stretchr/testify/require"
 
@@ -85,6 +86,50 @@ func TestHandlerSettings(t *testing.T) {
 			require.Equal(t, "h", s.Idempotency.Consumer)
 			require.Same(t, pool, s.Idempotency.Pool)
 			require.NotNil(t, s.Idempotency.Logger)
+		})
+	}
+}
+
+// NewWorker reports every wrong field at once, each named, and fills the
+// defaults.
+func TestWorkerConfigValidate(t *testing.T) {
+	t.Parallel()
+	pool, err := pgxpool.New(context.Background(), "postgres://postgres@127.0.0.1:5432/outflow_test") // connects on first use: never here
+	require.NoError(t, err)
+	t.Cleanup(pool.Close)
+	valid := WorkerConfig{Pool: pool, Broker: unopenedBackend{}, Registry: events.NewRegistry()}
+	tests := []struct {
+		name string
+		cfg  func(c *WorkerConfig)
+		want []string // substrings; none means valid
+	}{
+		{"defaults", func(*WorkerConfig) {}, nil},
+		{"nothing", func(c *WorkerConfig) { *c = WorkerConfig{} },
+			[]string{"Pool: is required", "Broker: is required", "Registry: is required"}},
+		{"negatives and nils", func(c *WorkerConfig) {
+			c.BatchSize, c.ClaimIdle, c.LagInterval = -1, -1, -1
+			c.Middleware, c.Plugins = []message.HandlerMiddleware{nil}, []message.RouterPlugin{nil}
+		}, []string{"BatchSize: must be at least 1", "ClaimIdle: must be positive", "LagInterval: must be positive",
+			"Middleware: holds a nil middleware", "Plugins: holds a nil plugin"}},
+		{"idempotency", func(c *WorkerConfig) { c.Idempotency.MaxAttempts = -1 },
+			[]string{"Idempotency: idempotency config: MaxAttempts: must be at least 1"}},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			t.Parallel()
+			cfg := valid
+			tt.cfg(&cfg)
+			w, err := NewWorker(cfg)
+			if tt.want == nil {
+				require.NoError(t, err)
+				require.Equal(t, brokers.DefaultClaimIdle, w.cfg.ClaimIdle)
+				require.NotEmpty(t, w.cfg.InstanceID)
+				return
+			}
+			require.ErrorContains(t, err, "worker config: ")
+			for _, want := range tt.want {
+				require.ErrorContains(t, err, want)
+			}
 		})
 	}
 }

@@ -23,7 +23,7 @@ func startSpan(ctx context.Context, h Handler, system string, msg *message.Messa
 		trace.WithAttributes(tracing.System(system), tracing.Destination(h.Topic), tracing.OperationProcess,
 			tracing.OperationName("process"), tracing.ConsumerGroup(h.Name),
 			tracing.MessageID(msg.UUID)))
-	if tp := tracing.Traceparent(ctx); tp != "" {
+	if tp := tracing.SpanTraceparent(ctx); tp != "" {
 		ctx = events.WithTraceparent(ctx, tp)
 	}
 	if id := msg.Metadata.Get(events.CorrelationIDKey); id != "" {

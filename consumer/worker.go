@@ -1,11 +1,11 @@
 package consumer
 
 import (
+	"cmp"
 	"context"
 	"errors"
 	"fmt"
 	"log/slog"
-	"os"
 	"reflect"
 	"slices"
 	"sync"
@@ -15,7 +15,6 @@ import (
 	"github.com/ThreeDotsLabs/watermill"
 	"github.com/ThreeDotsLabs/watermill/message"
 	"github.com/ThreeDotsLabs/watermill/message/router/middleware"
-	"github.com/google/uuid"
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgxpool"
 	"github.com/prometheus/client_golang/prometheus"
@@ -24,6 +23,8 @@ import (
 	"github.com/outflow-dev/outflow/events"
 	"github.com/outflow-dev/outflow/events/claimcheck"
 	"github.com/outflow-dev/outflow/idempotency"
+	"github.com/outflow-dev/outflow/internal/configcheck"
+	"github.com/outflow-dev/outflow/internal/instanceid"
 )
 
 // Func handles one event inside the consumer's transaction tx.
@@ -58,7 +59,7 @@ type Handler struct {
 	// returns only then, a shared transaction included), outside it: the
 	// place to wake in-process work that reads what Func wrote, such as
 	// NotifyMerchant's Sender. It may also be called for a duplicate or a
-	// message parked for retry; messages applied later by the retry loop
+	// message dead-lettered for retry; messages applied later by the retry loop
 	// do not call it. It must not block.
 	Committed func()
 	// NoReplay turns off the handler's replay subscription (see the package
@@ -110,7 +111,7 @@ type WorkerConfig struct {
 	// ClaimIdle is how long a delivered message may stay unacknowledged
 	// before another consumer of the group claims it: a dead worker's
 	// messages are redelivered after it. Keep it above the slowest
-	// handler. Defaults to 30s.
+	// handler. Defaults to brokers.DefaultClaimIdle.
 	ClaimIdle time.Duration
 	// BatchSize is how many stream entries one read takes and hands to the
 	// handler at once; the idempotency middleware shares one transaction
@@ -166,55 +167,46 @@ type Worker struct {
 	router   atomic.Pointer[message.Router] // Run's, while it runs: see Ready
 }
 
+func (c *WorkerConfig) setDefaults() {
+	c.ClaimIdle = cmp.Or(c.ClaimIdle, brokers.DefaultClaimIdle)
+	c.BatchSize = cmp.Or(c.BatchSize, 100)
+	c.Router.CloseTimeout = cmp.Or(c.Router.CloseTimeout, 30*time.Second)
+	if c.InstanceID == "" {
+		c.InstanceID = instanceid.New() // not cmp.Or: only when needed
+	}
+	c.Logger = cmp.Or(c.Logger, slog.Default())
+	c.LagInterval = cmp.Or(c.LagInterval, 15*time.Second)
+}
+
+func (c *WorkerConfig) validate() error {
+	var errs configcheck.Errors
+	check := errs.Check
+	check(c.Pool != nil, "Pool", "is required")
+	check(c.Broker != nil, "Broker", "is required (open one with brokers.Open)")
+	check(c.Registry != nil, "Registry", "is required")
+	check(c.BatchSize >= 1, "BatchSize", "must be at least 1")
+	check(c.ClaimIdle > 0, "ClaimIdle", "must be positive")
+	check(c.LagInterval > 0, "LagInterval", "must be positive")
+	check(!slices.ContainsFunc(c.Middleware, func(m message.HandlerMiddleware) bool { return m == nil }), "Middleware", "holds a nil middleware")
+	check(!slices.ContainsFunc(c.Plugins, func(p message.RouterPlugin) bool { return p == nil }), "Plugins", "holds a nil plugin")
+	if err := c.Router.Validate(); err != nil {
+		errs = append(errs, fmt.Errorf("Router: %w", err))
+	}
+	if c.Pool != nil { // the consumer needs one; its absence is reported above
+		icfg := c.Idempotency
+		icfg.Pool, icfg.Consumer, icfg.Metrics = c.Pool, "worker", nil // validation only: no series
+		if _, err := idempotency.NewConsumer(icfg); err != nil {
+			errs = append(errs, fmt.Errorf("Idempotency: %w", err))
+		}
+	}
+	return errs.Err("worker config")
+}
+
 // NewWorker validates cfg.
 func NewWorker(cfg WorkerConfig) (*Worker, error) {
-	switch {
-	case cfg.Pool == nil:
-		return nil, errors.New("worker config: Pool is required")
-	case cfg.Broker == nil:
-		return nil, errors.New("worker config: Broker is required (open one with brokers.Open)")
-	case cfg.Registry == nil:
-		return nil, errors.New("worker config: Registry is required")
-	}
-	if cfg.ClaimIdle == 0 {
-		cfg.ClaimIdle = 30 * time.Second
-	}
-	if cfg.BatchSize == 0 {
-		cfg.BatchSize = 100
-	}
-	switch {
-	case cfg.BatchSize < 1:
-		return nil, errors.New("worker config: BatchSize must be at least 1")
-	case cfg.ClaimIdle < 0:
-		return nil, errors.New("worker config: ClaimIdle must be positive")
-	case slices.ContainsFunc(cfg.Middleware, func(m message.HandlerMiddleware) bool { return m == nil }):
-		return nil, errors.New("worker config: Middleware holds a nil middleware")
-	case slices.ContainsFunc(cfg.Plugins, func(p message.RouterPlugin) bool { return p == nil }):
-		return nil, errors.New("worker config: Plugins holds a nil plugin")
-	}
-	if cfg.Router.CloseTimeout == 0 {
-		cfg.Router.CloseTimeout = 30 * time.Second
-	}
-	if err := cfg.Router.Validate(); err != nil {
-		return nil, fmt.Errorf("worker config: Router: %w", err)
-	}
-	if cfg.InstanceID == "" {
-		host, _ := os.Hostname()
-		cfg.InstanceID = fmt.Sprintf("%s-%d-%s", host, os.Getpid(), uuid.NewString()[:8])
-	}
-	if cfg.Logger == nil {
-		cfg.Logger = slog.Default()
-	}
-	if cfg.LagInterval == 0 {
-		cfg.LagInterval = 15 * time.Second
-	}
-	if cfg.LagInterval < 0 {
-		return nil, errors.New("worker config: LagInterval must be positive")
-	}
-	icfg := cfg.Idempotency
-	icfg.Pool, icfg.Consumer, icfg.Metrics = cfg.Pool, "worker", nil // validation only: no series
-	if _, err := idempotency.NewConsumer(icfg); err != nil {
-		return nil, fmt.Errorf("worker config: Idempotency: %w", err)
+	cfg.setDefaults()
+	if err := cfg.validate(); err != nil {
+		return nil, err
 	}
 	return &Worker{cfg: cfg}, nil
 }
@@ -288,32 +280,15 @@ func (w *Worker) settings(h Handler) (settings, error) {
 	return s, nil
 }
 
-// mergeIdempotency returns base with every field that over sets.
+// mergeIdempotency returns base with every field that over sets
+// (non-zero): a field added to idempotency.Config is merged without a
+// line here.
 func mergeIdempotency(base, over idempotency.Config) idempotency.Config {
-	set := func(dst *time.Duration, v time.Duration) {
-		if v != 0 {
-			*dst = v
+	b, o := reflect.ValueOf(&base).Elem(), reflect.ValueOf(over)
+	for i := range o.NumField() {
+		if f := o.Field(i); !f.IsZero() {
+			b.Field(i).Set(f)
 		}
-	}
-	if over.Ordering != idempotency.Strict {
-		base.Ordering = over.Ordering
-	}
-	set(&base.GapRetryDelay, over.GapRetryDelay)
-	set(&base.GapTimeout, over.GapTimeout)
-	set(&base.RetryBackoff, over.RetryBackoff)
-	set(&base.RetryBackoffMax, over.RetryBackoffMax)
-	set(&base.RetryPollInterval, over.RetryPollInterval)
-	if over.MaxAttempts != 0 {
-		base.MaxAttempts = over.MaxAttempts
-	}
-	if over.MaxBatch != 0 {
-		base.MaxBatch = over.MaxBatch
-	}
-	if !over.BaselineBefore.IsZero() {
-		base.BaselineBefore = over.BaselineBefore
-	}
-	if over.Logger != nil {
-		base.Logger = over.Logger
 	}
 	return base
 }
@@ -494,7 +469,7 @@ func (w *Worker) streams(b brokers.Backend, h Handler) []string {
 // handlerFunc decodes the event and calls h.Func with the middleware's
 // transaction. Types h does not list are acknowledged unseen (their
 // version still counts). A panic in h.Func is its error: the idempotency
-// middleware parks the message for a retry, as for any failure.
+// middleware dead-letters the message for a retry, as for any failure.
 // It runs in h's handling span (see startSpan); system is the backend's
 // kind.
 func (w *Worker) handlerFunc(h Handler, system string) message.HandlerFunc {

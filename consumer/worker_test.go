@@ -566,5 +566,5 @@ func TestNewWorkerRequiresABroker(t *testing.T) {
 	t.Parallel()
 	r := &rig{schema: outflowtest.NewSchema(t), reg: events.NewRegistry()}
 	_, err := consumer.NewWorker(consumer.WorkerConfig{Pool: r.schema.Pool, Registry: r.reg, Logger: quiet})
-	require.ErrorContains(t, err, "Broker is required")
+	require.ErrorContains(t, err, "Broker: is required")
 }

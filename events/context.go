@@ -26,7 +26,9 @@ func WithTraceparent(ctx context.Context, tp string) context.Context {
 	return context.WithValue(ctx, traceparentKey, tp)
 }
 
-// Traceparent returns the traceparent stored by [WithTraceparent], or "".
+// Traceparent returns the traceparent stored by [WithTraceparent], or "":
+// what the events written with ctx carry, not ctx's span (for that, see
+// tracing.SpanTraceparent).
 func Traceparent(ctx context.Context) string {
 	tp, _ := ctx.Value(traceparentKey).(string)
 	return tp

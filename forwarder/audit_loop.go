@@ -12,12 +12,10 @@ import (
 
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgxpool"
-)
 
-// auditLock, with a hash of the schema, keeps the audit to one instance at
-// a time ("outa"): while partition 0 moves, two instances may both believe
-// they hold it, and a second auditor would judge the same receipts twice.
-const auditLock = 0x6f757461
+	"github.com/outflow-dev/outflow/internal/advisory"
+	"github.com/outflow-dev/outflow/internal/poll"
+)
 
 // repairBatch bounds one UPDATE of a repair.
 const repairBatch = 1000
@@ -39,21 +37,12 @@ var (
 // goes into outbox_failures, where whichever instance holds its partition
 // claims it: no other instance needs to be told.
 func (f *Forwarder) auditLoop(ctx context.Context) {
-	audit := time.NewTicker(f.cfg.AuditInterval)
-	defer audit.Stop()
-	for {
-		select {
-		case <-ctx.Done():
-			return
-		case <-audit.C:
-			if !f.exportsStats() {
-				continue
-			}
-			if err := f.Audit(ctx); err != nil && ctx.Err() == nil {
-				f.cfg.Logger.Warn("broker audit", "error", err.Error())
-			}
+	poll.Every(ctx, f.cfg.AuditInterval, func(ctx context.Context) error {
+		if !f.exportsStats() {
+			return nil
 		}
-	}
+		return f.Audit(ctx)
+	}, poll.Warn(f.cfg.Logger, "broker audit"))
 }
 
 // receiptRow is one row of outbox_receipts: one batch's receipts.
@@ -137,7 +126,7 @@ type AuditStore struct {
 // outboxAuditStore is the forwarder's: receipts in outbox_receipts, rows
 // put back into outbox_failures (kind repair).
 var outboxAuditStore = AuditStore{
-	Lock:     auditLock,
+	Lock:     int32(advisory.ForwarderAudit),
 	Receipts: "outbox_receipts",
 	IDs:      "outbox_ids",
 	States:   "outbox_audit",
@@ -181,8 +170,8 @@ func RunAudit(ctx context.Context, pool *pgxpool.Pool, a Auditor, store AuditSto
 		return nil, fmt.Errorf("begin audit: %w", err)
 	}
 	defer func() { _ = tx.Rollback(context.WithoutCancel(ctx)) }()
-	var acquired bool
-	if err := tx.QueryRow(ctx, `SELECT pg_try_advisory_xact_lock($1, hashtext(current_schema()))`, store.Lock).Scan(&acquired); err != nil {
+	acquired, err := advisory.Try(ctx, tx, advisory.Class(store.Lock))
+	if err != nil {
 		return nil, fmt.Errorf("audit lock: %w", err)
 	}
 	if !acquired {

@@ -1,15 +1,16 @@
 package forwarder
 
 import (
-	"errors"
-	"fmt"
+	"cmp"
 	"log/slog"
-	"os"
 	"time"
 
-	"github.com/google/uuid"
 	"github.com/jackc/pgx/v5/pgxpool"
 	"github.com/prometheus/client_golang/prometheus"
+
+	"github.com/outflow-dev/outflow/internal/backoff"
+	"github.com/outflow-dev/outflow/internal/configcheck"
+	"github.com/outflow-dev/outflow/internal/instanceid"
 )
 
 // Config configures a [Forwarder]. Zero values take the documented defaults.
@@ -116,53 +117,38 @@ type Config struct {
 }
 
 func (c *Config) setDefaults() {
-	def := func(d *time.Duration, v time.Duration) {
-		if *d == 0 {
-			*d = v
-		}
-	}
-	defInt := func(i *int, v int) {
-		if *i == 0 {
-			*i = v
-		}
-	}
 	if c.InstanceID == "" {
-		host, _ := os.Hostname()
-		c.InstanceID = fmt.Sprintf("%s-%d-%s", host, os.Getpid(), uuid.NewString()[:8])
+		c.InstanceID = instanceid.New()
 	}
-	defInt(&c.BatchSize, 500)
-	def(&c.PollInterval, 250*time.Millisecond)
-	def(&c.MinPollInterval, min(2*time.Millisecond, c.PollInterval))
-	defInt(&c.Partitions, 16)
-	def(&c.TakeoverAfter, 10*time.Second)
-	def(&c.LeaseRenewInterval, c.TakeoverAfter/5)
-	def(&c.ClaimLockTimeout, 5*time.Second)
-	def(&c.PublishTimeout, 10*time.Second)
-	defInt(&c.MaxAttempts, 10)
-	def(&c.RetryBackoff, time.Second)
-	def(&c.RetryBackoffMax, 5*time.Minute)
-	def(&c.OutageBackoffMax, 5*time.Second)
-	defInt(&c.MaxPayloadBytes, 1<<20)
-	def(&c.Retention, 15*24*time.Hour)
-	def(&c.PurgeInterval, time.Minute)
-	defInt(&c.PurgeBatchSize, 1000)
+	c.BatchSize = cmp.Or(c.BatchSize, 500)
+	c.PollInterval = cmp.Or(c.PollInterval, 250*time.Millisecond)
+	c.MinPollInterval = cmp.Or(c.MinPollInterval, min(2*time.Millisecond, c.PollInterval))
+	c.Partitions = cmp.Or(c.Partitions, 16)
+	c.TakeoverAfter = cmp.Or(c.TakeoverAfter, 10*time.Second)
+	c.LeaseRenewInterval = cmp.Or(c.LeaseRenewInterval, c.TakeoverAfter/5)
+	c.ClaimLockTimeout = cmp.Or(c.ClaimLockTimeout, 5*time.Second)
+	c.PublishTimeout = cmp.Or(c.PublishTimeout, 10*time.Second)
+	c.MaxAttempts = cmp.Or(c.MaxAttempts, 10)
+	c.RetryBackoff = cmp.Or(c.RetryBackoff, backoff.RetryBase)
+	c.RetryBackoffMax = cmp.Or(c.RetryBackoffMax, backoff.RetryMax)
+	c.OutageBackoffMax = cmp.Or(c.OutageBackoffMax, backoff.ReconnectMax)
+	c.MaxPayloadBytes = cmp.Or(c.MaxPayloadBytes, 1<<20)
+	c.Retention = cmp.Or(c.Retention, 15*24*time.Hour)
+	c.PurgeInterval = cmp.Or(c.PurgeInterval, time.Minute)
+	c.PurgeBatchSize = cmp.Or(c.PurgeBatchSize, 1000)
 	if c.HistoryPartitionSize == 0 {
 		c.HistoryPartitionSize = 10_000_000
 	}
-	def(&c.ShutdownTimeout, 15*time.Second)
-	def(&c.AuditInterval, 20*time.Second)
+	c.ShutdownTimeout = cmp.Or(c.ShutdownTimeout, 15*time.Second)
+	c.AuditInterval = cmp.Or(c.AuditInterval, 20*time.Second)
 	if c.Logger == nil {
 		c.Logger = slog.Default()
 	}
 }
 
 func (c *Config) validate() error {
-	var errs []error
-	check := func(ok bool, field, want string) {
-		if !ok {
-			errs = append(errs, fmt.Errorf("%s: %s", field, want))
-		}
-	}
+	var errs configcheck.Errors
+	check := errs.Check
 	check(c.Pool != nil, "Pool", "is required")
 	check(c.Broker != nil, "Broker", "is required")
 	check(c.BatchSize >= 1 && c.BatchSize <= 10_000, "BatchSize", "must be between 1 and 10000")
@@ -182,8 +168,5 @@ func (c *Config) validate() error {
 	check(c.HistoryPartitionSize >= 1, "HistoryPartitionSize", "must be at least 1")
 	check(c.ShutdownTimeout > 0, "ShutdownTimeout", "must be positive")
 	check(c.AuditInterval < 0 || c.AuditInterval >= 10*time.Millisecond, "AuditInterval", "must be at least 10ms, or negative to disable the audit")
-	if err := errors.Join(errs...); err != nil {
-		return fmt.Errorf("forwarder config: %w", err)
-	}
-	return nil
+	return errs.Err("forwarder config")
 }

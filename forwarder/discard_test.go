@@ -177,7 +177,7 @@ func TestDiscardedRowReachesAStrictConsumerAsAMarker(t *testing.T) {
 	t.Parallel()
 	e := setup(t)
 	ctx := context.Background()
-	backend, err := brokers.Open(ctx, brokers.Config{Kind: brokers.Redis, Partitions: 1,
+	backend, err := brokers.Open(ctx, brokers.Config{Kind: brokers.Redis, StreamPartitions: 1,
 		Redis: brokers.RedisConfig{URL: testservers.RedisURL(), StreamPrefix: e.topic + ":"}})
 	require.NoError(t, err)
 	t.Cleanup(func() { _ = backend.Close() })
@@ -236,8 +236,11 @@ func TestDiscardedRowReachesAStrictConsumerAsAMarker(t *testing.T) {
 	outflowtest.WaitFor(t, 20*time.Second, "v3 applied", func() bool { return version() == 3 })
 	require.Equal(t, []int64{1, 3}, handledNow(), "the handler saw v1 and v3, never the discarded v2")
 	var dead int
-	require.NoError(t, e.schema.Pool.QueryRow(ctx, `SELECT count(*) FROM dead_letters`).Scan(&dead))
-	require.Zero(t, dead, "nothing held, nothing dead")
+	// v3 may reach the middleware before the marker (the router hands
+	// each message of a read to a goroutine of its own) and wait as a gap
+	// the marker then resolves: only an unresolved row is a failure.
+	require.NoError(t, e.schema.Pool.QueryRow(ctx, `SELECT count(*) FROM dead_letters WHERE status <> 'resolved'`).Scan(&dead))
+	require.Zero(t, dead, "nothing dead, nothing still held")
 	// v3 applied after v2: the marker moved the version through 2.
 
 	// What the broker carried for v2: the marker, not the payload.

@@ -136,7 +136,7 @@ func (f *Forwarder) work(ctx context.Context) {
 				err = res.unavailable
 			}
 			outages++
-			wait := backoff.Delay(100*time.Millisecond, f.cfg.OutageBackoffMax, outages)
+			wait := backoff.Delay(backoff.ReconnectBase, f.cfg.OutageBackoffMax, outages)
 			if errors.Is(err, ErrBrokerUnavailable) {
 				f.metrics.brokerUnavailable.Inc()
 			}

@@ -1158,24 +1158,6 @@ func TestPublishTimeoutSpansTheWaves(t *testing.T) {
 	requireInOrder(t, e.stream(), 2)
 }
 
-// logSink collects a logger's output for a test to wait on.
-type logSink struct {
-	mu  sync.Mutex
-	buf strings.Builder
-}
-
-func (l *logSink) Write(p []byte) (int, error) {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	return l.buf.Write(p)
-}
-
-func (l *logSink) String() string {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	return l.buf.String()
-}
-
 // A forwarder silent for longer than Repartition's liveWithin counts as
 // stopped, so the partition count can change under it. When it comes back
 // it must not map rows with its old count (two instances would publish one
@@ -1185,7 +1167,7 @@ func TestForwarderFollowsARepartitionUnderIt(t *testing.T) {
 	t.Parallel()
 	e := setup(t)
 	ctx := context.Background()
-	logs := &logSink{}
+	logs := &outflowtest.LogBuffer{}
 	e.run(e.config(func(c *forwarder.Config) {
 		c.InstanceID = "a"
 		c.Partitions = 1

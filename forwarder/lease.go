@@ -4,9 +4,11 @@ import (
 	"context"
 	"fmt"
 	"slices"
-	"time"
 
 	"github.com/jackc/pgx/v5"
+
+	"github.com/outflow-dev/outflow/internal/advisory"
+	"github.com/outflow-dev/outflow/internal/poll"
 )
 
 // register checks the partition table against the configuration (creating
@@ -19,7 +21,7 @@ func (f *Forwarder) register(ctx context.Context) error {
 		// outbox_partition_sets, took the two tables in the opposite order
 		// to RepartitionOnline (the sets, then the partitions), and an
 		// instance starting during a repartition deadlocked with it.
-		if _, err := tx.Exec(ctx, `SELECT pg_advisory_xact_lock($1, hashtext(current_schema()))`, registerLock); err != nil {
+		if _, err := tx.Exec(ctx, `SELECT pg_advisory_xact_lock($1, hashtext(current_schema()))`, advisory.ForwarderRegister); err != nil {
 			return err
 		}
 		var n int
@@ -60,39 +62,38 @@ func (f *Forwarder) register(ctx context.Context) error {
 // leases, takes free or expired ones up to its fair share, and gives back
 // what exceeds it when instances join.
 func (f *Forwarder) leaseLoop(ctx context.Context) {
-	t := time.NewTicker(f.cfg.LeaseRenewInterval)
-	defer t.Stop()
 	defer f.lease.stop()
-	for {
-		owned, err := f.tickLeases(ctx)
-		if ctx.Err() == nil {
-			f.lease.note(err)
-		}
-		switch {
-		case err == nil:
-			f.setPartitions(owned)
-			if f.repartitioning.Load() {
-				if retired, err := f.retireSet(ctx); err != nil && ctx.Err() == nil {
-					f.cfg.Logger.Warn("retire the old partition set", "error", err.Error())
-				} else if retired {
-					f.cfg.Logger.Info("partition count changed: the new set's partitions take over", "instance", f.cfg.InstanceID)
-					f.Wake()
-				}
-			}
-		case ctx.Err() != nil:
-			return
-		default:
-			// Without a renewal the leases run out on their own; stop
-			// claiming before they do.
-			f.setPartitions(nil)
-			f.cfg.Logger.Warn("renew partition leases", "error", err.Error())
-		}
-		select {
-		case <-ctx.Done():
-			return
-		case <-t.C:
-		}
+	poll.Every(ctx, f.cfg.LeaseRenewInterval, f.leaseRound, poll.Warn(f.cfg.Logger, "partition leases"))
+}
+
+// leaseRound is one tick of leaseLoop.
+func (f *Forwarder) leaseRound(ctx context.Context) error {
+	owned, err := f.tickLeases(ctx)
+	if ctx.Err() == nil {
+		f.lease.note(err)
 	}
+	switch {
+	case err != nil && ctx.Err() != nil:
+		return err // the stop, not a failure
+	case err != nil:
+		// Without a renewal the leases run out on their own; stop
+		// claiming before they do.
+		f.setPartitions(nil)
+		return fmt.Errorf("renew partition leases: %w", err)
+	}
+	f.setPartitions(owned)
+	if !f.repartitioning.Load() {
+		return nil
+	}
+	retired, err := f.retireSet(ctx)
+	if err != nil {
+		return fmt.Errorf("retire the old partition set: %w", err)
+	}
+	if retired {
+		f.cfg.Logger.Info("partition count changed: the new set's partitions take over", "instance", f.cfg.InstanceID)
+		f.Wake()
+	}
+	return nil
 }
 
 func (f *Forwarder) tickLeases(ctx context.Context) ([]int32, error) {
@@ -290,14 +291,6 @@ func (f *Forwarder) unregister(ctx context.Context) error {
 	})
 }
 
-// registerLock serializes the registration of instances starting together
-// ("ourg").
-const registerLock = 0x6f757267
-
-// retireLock keeps the retirement of a partition set to one instance at a
-// time ("outr").
-const retireLock = 0x6f757472
-
 // retireSet ends a change of the partition count (RepartitionOnline) once
 // its time has come: when every partition of the old set has recorded a
 // cursor at or past the last id below the new set's, all of the old set's
@@ -310,8 +303,7 @@ const retireLock = 0x6f757472
 func (f *Forwarder) retireSet(ctx context.Context) (bool, error) {
 	var retired bool
 	err := pgx.BeginFunc(ctx, f.cfg.Pool, func(tx pgx.Tx) error {
-		var acquired bool
-		if err := tx.QueryRow(ctx, `SELECT pg_try_advisory_xact_lock($1, hashtext(current_schema()))`, retireLock).Scan(&acquired); err != nil || !acquired {
+		if acquired, err := advisory.Try(ctx, tx, advisory.RetireSet); err != nil || !acquired {
 			return err
 		}
 		var (

@@ -4,9 +4,10 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
+
+	"github.com/outflow-dev/outflow/internal/poll"
 )
 
 type metrics struct {
@@ -138,16 +139,8 @@ func registerOrReuse(reg prometheus.Registerer, c prometheus.Collector) (prometh
 // rather than this instance: only one instance exports them (see
 // exportsStats), so that a sum over instances is the table's.
 func (f *Forwarder) statsLoop(ctx context.Context) {
-	t := time.NewTicker(statsInterval)
-	defer t.Stop()
 	var st statsExport
 	defer st.stop(f.metrics)
-	for {
-		f.refreshStats(ctx, &st)
-		select {
-		case <-ctx.Done():
-			return
-		case <-t.C:
-		}
-	}
+	poll.Every(ctx, statsInterval, func(ctx context.Context) error { return f.refreshStats(ctx, &st) },
+		poll.Warn(f.cfg.Logger, "read outbox stats"))
 }

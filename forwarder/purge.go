@@ -3,6 +3,7 @@ package forwarder
 import (
 	"cmp"
 	"context"
+	"errors"
 	"fmt"
 	"regexp"
 	"slices"
@@ -12,39 +13,30 @@ import (
 	"github.com/jackc/pgx/v5"
 
 	"github.com/outflow-dev/outflow/events/claimcheck"
-)
-
-// purgeLock keeps the purge to one instance at a time ("outp"), and
-// partitionLock the creation of outbox partitions ("outq").
-const (
-	purgeLock     = 0x6f757470
-	partitionLock = 0x6f757471
+	"github.com/outflow-dev/outflow/internal/advisory"
+	"github.com/outflow-dev/outflow/internal/poll"
+	retentionjob "github.com/outflow-dev/outflow/internal/retention"
 )
 
 // purgeLoop keeps the outbox's partitions ahead of the ids and removes
 // published history older than Retention, every PurgeInterval.
 func (f *Forwarder) purgeLoop(ctx context.Context) {
-	t := time.NewTicker(f.cfg.PurgeInterval)
-	defer t.Stop()
-	for {
-		select {
-		case <-ctx.Done():
-			return
-		case <-t.C:
-		}
-		if made, err := EnsurePartitions(ctx, f.cfg.Pool, f.cfg.HistoryPartitionSize); err != nil && ctx.Err() == nil {
-			f.cfg.Logger.Warn("create outbox partitions ahead", "error", err.Error())
-		} else if len(made) > 0 {
-			f.cfg.Logger.Info("created outbox partitions ahead", "partitions", made)
-		}
-		n, err := Purge(ctx, f.cfg.Pool, f.cfg.Retention, f.cfg.PurgeBatchSize)
-		f.metrics.purged.Add(float64(n))
-		if err != nil && ctx.Err() == nil {
-			f.cfg.Logger.Warn("purge published rows", "error", err.Error())
-		} else if n > 0 {
-			f.cfg.Logger.Info("purged published rows", "rows", n, "retention", f.cfg.Retention)
-		}
+	poll.Every(ctx, f.cfg.PurgeInterval, f.purgeRound, poll.Warn(f.cfg.Logger, "purge published rows"))
+}
+
+// purgeRound is one round of purgeLoop: a failure to create partitions
+// ahead does not keep it from purging.
+func (f *Forwarder) purgeRound(ctx context.Context) error {
+	made, perr := EnsurePartitions(ctx, f.cfg.Pool, f.cfg.HistoryPartitionSize)
+	if len(made) > 0 {
+		f.cfg.Logger.Info("created outbox partitions ahead", "partitions", made)
 	}
+	n, err := Purge(ctx, f.cfg.Pool, f.cfg.Retention, f.cfg.PurgeBatchSize)
+	f.metrics.purged.Add(float64(n))
+	if n > 0 {
+		f.cfg.Logger.Info("purged published rows", "rows", n, "retention", f.cfg.Retention)
+	}
+	return errors.Join(perr, err)
 }
 
 // historyPartition is one range partition of the outbox: ids in [lo, hi);
@@ -133,11 +125,7 @@ func EnsurePartitions(ctx context.Context, pool interface {
 	var made []string
 	for {
 		var name string
-		err := pgx.BeginFunc(ctx, pool, func(tx pgx.Tx) error {
-			var acquired bool
-			if err := tx.QueryRow(ctx, `SELECT pg_try_advisory_xact_lock($1, hashtext(current_schema()))`, partitionLock).Scan(&acquired); err != nil || !acquired {
-				return err
-			}
+		_, err := advisory.InTx(ctx, pool, advisory.OutboxPartitions, func(tx pgx.Tx) error {
 			parts, hasDefault, err := historyPartitions(ctx, tx)
 			if err != nil {
 				return err
@@ -207,172 +195,116 @@ func Purge(ctx context.Context, pool interface {
 	Begin(context.Context) (pgx.Tx, error)
 }, retention time.Duration, batch int) (int64, error) {
 	cutoff := time.Now().Add(-retention)
-	dropped, err := dropPartitions(ctx, pool, cutoff)
-	if err != nil {
-		return dropped, err
-	}
-	deleted, err := purgeDefault(ctx, pool, cutoff, batch)
-	if err != nil {
-		return dropped + deleted, err
-	}
-	if err := purgeReceipts(ctx, pool, cutoff, batch); err != nil {
-		return dropped + deleted, err
-	}
-	_, err = claimcheck.PurgeBodies(ctx, pool, cutoff, batch)
-	return dropped + deleted, err
-}
-
-// dropPartitions drops the range partitions Purge may drop, oldest first,
-// one transaction each, and returns their rows (estimated).
-func dropPartitions(ctx context.Context, pool interface {
-	Begin(context.Context) (pgx.Tx, error)
-}, cutoff time.Time) (int64, error) {
-	var total int64
-	skip := map[string]bool{} // kept by a failure: look past it
-	for {
-		var (
-			rows int64
-			done bool
-		)
-		err := pgx.BeginFunc(ctx, pool, func(tx pgx.Tx) error {
-			var acquired bool
-			if err := tx.QueryRow(ctx, `SELECT pg_try_advisory_xact_lock($1, hashtext(current_schema()))`, purgeLock).Scan(&acquired); err != nil || !acquired {
-				done = true
-				return err
-			}
-			if _, err := tx.Exec(ctx, `LOCK TABLE outbox_failures IN SHARE MODE`); err != nil {
-				return err
-			}
-			parts, _, err := historyPartitions(ctx, tx)
-			if err != nil {
-				return err
-			}
-			var through *int64
-			if err := tx.QueryRow(ctx, `SELECT min(published_through) FROM outbox_partitions`).Scan(&through); err != nil {
-				return err
-			}
-			// The last partition is never dropped: the id sequence is in it
-			// or below it.
-			for _, p := range parts[:max(len(parts)-1, 0)] {
-				if skip[p.name] {
-					continue
-				}
-				if through == nil || p.hi == nil || *p.hi-1 > *through {
-					break // not all published: nor are the later ones
-				}
-				var newest *time.Time
-				var failing bool
-				table := pgx.Identifier{p.name}.Sanitize()
-				if err := tx.QueryRow(ctx, `SELECT (SELECT created_at FROM `+table+` ORDER BY id DESC LIMIT 1),
-					EXISTS (SELECT 1 FROM outbox_failures WHERE ($1::bigint IS NULL OR id >= $1::bigint) AND id < $2)`,
-					p.lo, *p.hi).Scan(&newest, &failing); err != nil {
-					return err
-				}
-				if newest != nil && !newest.Before(cutoff) {
-					break // created after the cutoff: nor are the later ones older
-				}
-				if failing {
-					skip[p.name] = true
-					continue
-				}
-				if err := tx.QueryRow(ctx, `SELECT greatest(reltuples, 0)::bigint FROM pg_class WHERE oid = $1::regclass`, table).Scan(&rows); err != nil {
-					return err
-				}
-				if _, err := tx.Exec(ctx, `SET LOCAL lock_timeout = '200ms'`); err != nil {
-					return err
-				}
-				_, err := tx.Exec(ctx, `DROP TABLE `+table)
-				return err
-			}
-			done = true
-			return nil
-		})
-		if err != nil {
-			return total, fmt.Errorf("purge: drop outbox partition: %w", err)
-		}
-		if done {
-			return total, nil
-		}
-		total += rows
-	}
-}
-
-// purgeDefault deletes the published rows of outbox_default created before
-// cutoff, walking it in id order in transactions of at most batch rows.
-func purgeDefault(ctx context.Context, pool interface {
-	Begin(context.Context) (pgx.Tx, error)
-}, cutoff time.Time, batch int) (int64, error) {
-	var (
-		total int64
-		after int64 = -1
-	)
-	for {
-		var (
-			lastID   *int64
-			deleted  int64
-			reached  *bool
-			acquired bool
-			exists   bool
-		)
-		tx, err := pool.Begin(ctx)
-		if err != nil {
-			return total, fmt.Errorf("purge: %w", err)
-		}
-		err = tx.QueryRow(ctx, `SELECT pg_try_advisory_xact_lock($1, hashtext(current_schema())), to_regclass('outbox_default') IS NOT NULL`,
-			purgeLock).Scan(&acquired, &exists)
-		if err == nil && acquired && exists {
-			_, err = tx.Exec(ctx, `LOCK TABLE outbox_failures IN SHARE MODE`)
-		}
-		if err == nil && acquired && exists {
-			err = tx.QueryRow(ctx, `
-				WITH scan AS (
-					SELECT id, aggregate_id, created_at FROM outbox_default WHERE id > $1 ORDER BY id LIMIT $2
-				), del AS (
-					DELETE FROM outbox_default o USING scan s, outbox_partitions p
-					WHERE o.id = s.id AND p.partition = outbox_partition_of(s.id, s.aggregate_id)
-					  AND s.id <= p.published_through AND s.created_at < $3
-					  AND NOT EXISTS (SELECT 1 FROM outbox_failures f WHERE f.id = s.id)
-					RETURNING o.id
-				)
-				SELECT (SELECT max(id) FROM scan), (SELECT count(*) FROM del), (SELECT bool_or(created_at >= $3) FROM scan)`,
-				after, batch, cutoff).Scan(&lastID, &deleted, &reached)
-		}
-		if err != nil {
-			_ = tx.Rollback(context.WithoutCancel(ctx))
-			return total, fmt.Errorf("purge: %w", err)
-		}
-		if err := tx.Commit(ctx); err != nil {
-			return total, fmt.Errorf("purge: %w", err)
-		}
-		total += deleted
-		if !acquired || !exists || lastID == nil || (reached != nil && *reached) {
-			return total, nil
-		}
-		after = *lastID
-	}
-}
-
-// purgeReceipts deletes the broker audit's receipts published before
-// cutoff, oldest first by their primary key, batch rows a transaction,
-// until the oldest left is newer: normally none (the audit settles them
-// within an interval), a retention's worth when a consumer group stopped.
-func purgeReceipts(ctx context.Context, pool interface {
-	Begin(context.Context) (pgx.Tx, error)
-}, cutoff time.Time, batch int) error {
-	for {
-		var n int64
-		err := pgx.BeginFunc(ctx, pool, func(tx pgx.Tx) error {
+	var rows int64            // the outbox's: not the receipts'
+	skip := map[string]bool{} // partitions kept by a failure: look past them
+	job := retentionjob.Job{Name: "published rows", DB: pool, Lock: advisory.ForwarderPurge, Tables: []retentionjob.Table{
+		{Name: "outbox partitions", Batch: func(ctx context.Context, tx pgx.Tx, w *retentionjob.Walk) (int64, bool, error) {
+			return dropPartition(ctx, tx, w.Cutoff, skip)
+		}},
+		{Name: "outbox_default", Batch: func(ctx context.Context, tx pgx.Tx, w *retentionjob.Walk) (int64, bool, error) {
+			return purgeDefault(ctx, tx, w, batch)
+		}},
+		{Name: "outbox_receipts", Batch: func(ctx context.Context, tx pgx.Tx, w *retentionjob.Walk) (int64, bool, error) {
 			tag, err := tx.Exec(ctx, `
 				DELETE FROM outbox_receipts WHERE id IN (
-					SELECT id FROM outbox_receipts ORDER BY id LIMIT $2) AND published_at < $1`, cutoff, batch)
-			n = tag.RowsAffected()
-			return err
-		})
-		if err != nil {
-			return fmt.Errorf("purge receipts: %w", err)
+					SELECT id FROM outbox_receipts ORDER BY id LIMIT $2) AND published_at < $1`, w.Cutoff, batch)
+			return tag.RowsAffected(), tag.RowsAffected() == int64(batch), err
+		}},
+	}, Deleted: func(table string, n int64) {
+		if table != "outbox_receipts" {
+			rows += n
 		}
-		if n < int64(batch) {
-			return nil
-		}
+	}}
+	if _, err := job.Before(ctx, cutoff); err != nil {
+		return rows, err
 	}
+	_, err := claimcheck.PurgeBodies(ctx, pool, cutoff, batch)
+	return rows, err
+}
+
+// dropPartition drops, in tx, the oldest range partition Purge may drop,
+// and returns its rows (estimated); false when there is none.
+func dropPartition(ctx context.Context, tx pgx.Tx, cutoff time.Time, skip map[string]bool) (int64, bool, error) {
+	if _, err := tx.Exec(ctx, `LOCK TABLE outbox_failures IN SHARE MODE`); err != nil {
+		return 0, false, err
+	}
+	parts, _, err := historyPartitions(ctx, tx)
+	if err != nil {
+		return 0, false, err
+	}
+	var through *int64
+	if err := tx.QueryRow(ctx, `SELECT min(published_through) FROM outbox_partitions`).Scan(&through); err != nil {
+		return 0, false, err
+	}
+	// The last partition is never dropped: the id sequence is in it or
+	// below it.
+	for _, p := range parts[:max(len(parts)-1, 0)] {
+		if skip[p.name] {
+			continue
+		}
+		if through == nil || p.hi == nil || *p.hi-1 > *through {
+			break // not all published: nor are the later ones
+		}
+		var newest *time.Time
+		var failing bool
+		table := pgx.Identifier{p.name}.Sanitize()
+		if err := tx.QueryRow(ctx, `SELECT (SELECT created_at FROM `+table+` ORDER BY id DESC LIMIT 1),
+			EXISTS (SELECT 1 FROM outbox_failures WHERE ($1::bigint IS NULL OR id >= $1::bigint) AND id < $2)`,
+			p.lo, *p.hi).Scan(&newest, &failing); err != nil {
+			return 0, false, err
+		}
+		if newest != nil && !newest.Before(cutoff) {
+			break // created after the cutoff: nor are the later ones older
+		}
+		if failing {
+			skip[p.name] = true
+			continue
+		}
+		var rows int64
+		if err := tx.QueryRow(ctx, `SELECT greatest(reltuples, 0)::bigint FROM pg_class WHERE oid = $1::regclass`, table).Scan(&rows); err != nil {
+			return 0, false, err
+		}
+		if _, err := tx.Exec(ctx, `SET LOCAL lock_timeout = '200ms'`); err != nil {
+			return 0, false, err
+		}
+		_, err := tx.Exec(ctx, `DROP TABLE `+table)
+		return rows, true, err
+	}
+	return 0, false, nil
+}
+
+// purgeDefault deletes, in tx, one batch of the published rows of
+// outbox_default created before the cutoff, walking it in id order.
+func purgeDefault(ctx context.Context, tx pgx.Tx, w *retentionjob.Walk, batch int) (int64, bool, error) {
+	var (
+		lastID  *int64
+		deleted int64
+		reached *bool
+		exists  bool
+	)
+	if err := tx.QueryRow(ctx, `SELECT to_regclass('outbox_default') IS NOT NULL`).Scan(&exists); err != nil || !exists {
+		return 0, false, err
+	}
+	if _, err := tx.Exec(ctx, `LOCK TABLE outbox_failures IN SHARE MODE`); err != nil {
+		return 0, false, err
+	}
+	if err := tx.QueryRow(ctx, `
+		WITH scan AS (
+			SELECT id, aggregate_id, created_at FROM outbox_default WHERE id > $1 ORDER BY id LIMIT $2
+		), del AS (
+			DELETE FROM outbox_default o USING scan s, outbox_partitions p
+			WHERE o.id = s.id AND p.partition = outbox_partition_of(s.id, s.aggregate_id)
+			  AND s.id <= p.published_through AND s.created_at < $3
+			  AND NOT EXISTS (SELECT 1 FROM outbox_failures f WHERE f.id = s.id)
+			RETURNING o.id
+		)
+		SELECT (SELECT max(id) FROM scan), (SELECT count(*) FROM del), (SELECT bool_or(created_at >= $3) FROM scan)`,
+		w.After, batch, w.Cutoff).Scan(&lastID, &deleted, &reached); err != nil {
+		return 0, false, err
+	}
+	if lastID == nil || (reached != nil && *reached) {
+		return deleted, false, nil
+	}
+	w.After = *lastID
+	return deleted, true, nil
 }

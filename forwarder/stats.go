@@ -33,17 +33,14 @@ func (f *Forwarder) exportsStats() bool {
 	return slices.Contains(f.owned, 0)
 }
 
-func (f *Forwarder) refreshStats(ctx context.Context, st *statsExport) {
+func (f *Forwarder) refreshStats(ctx context.Context, st *statsExport) error {
 	if !f.exportsStats() {
 		st.stop(f.metrics)
-		return
+		return nil
 	}
 	s, err := ReadStats(ctx, f.cfg.Pool)
 	if err != nil {
-		if ctx.Err() == nil {
-			f.cfg.Logger.Warn("read outbox stats", "error", err.Error())
-		}
-		return
+		return err
 	}
 	if !st.exporting {
 		st.exporting = true
@@ -53,6 +50,7 @@ func (f *Forwarder) refreshStats(ctx context.Context, st *statsExport) {
 	f.metrics.pending.Set(float64(s.Pending))
 	f.metrics.parkedRows.Set(float64(s.Parked))
 	f.metrics.oldestPendingAge.Set(s.OldestPendingAgeSeconds)
+	return nil
 }
 
 // stop hands the export over: the gauges drop to 0 so that the next

@@ -33,7 +33,7 @@ func TestNATSClusterNodeKilledMidRun(t *testing.T) {
 	ctx := context.Background()
 	c := testservers.StartNATSCluster(t)
 	p := newPipeline(t)
-	cfg := brokers.Config{Kind: brokers.NATS, Partitions: 4,
+	cfg := brokers.Config{Kind: brokers.NATS, StreamPartitions: 4,
 		NATS: brokers.NATSConfig{URL: c.URL, Replicas: 3, PublishTimeout: 2 * time.Second}}
 	p.backend = openBackend(t, cfg)
 	m, site := p.newMerchant(t)

@@ -43,7 +43,10 @@ import (
 // Parallel: the test mostly waits (for failovers, elections and its
 // servers: 41 CPU-seconds of its own, its servers' and the pipeline's, in
 // 98 s for both cluster tests), and alone before the package's other
-// tests it held the package for as long with the machine mostly idle.
+// tests it held the package for as long with the machine mostly idle. Its
+// two cases too: each has a cluster, a schema and a pipeline of its own,
+// and one after the other they were the package's longest test (95 s of
+// handlers' 216 s in a suite run at load 15).
 func TestPipelineOnRedisClusterWithAPrimaryKilled(t *testing.T) {
 	t.Parallel()
 	for _, tc := range []struct {
@@ -55,6 +58,7 @@ func TestPipelineOnRedisClusterWithAPrimaryKilled(t *testing.T) {
 		{"no WAIT, audit on", 0, true},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
+			t.Parallel()
 			pipelineOnClusterWithAPrimaryKilled(t, tc.waitReplicas, tc.audit)
 		})
 	}
@@ -63,7 +67,7 @@ func TestPipelineOnRedisClusterWithAPrimaryKilled(t *testing.T) {
 func pipelineOnClusterWithAPrimaryKilled(t *testing.T, waitReplicas int, audit bool) {
 	cluster := testservers.StartRedisCluster(t)
 	p := newPipeline(t)
-	p.backend = openBackend(t, brokers.Config{Kind: brokers.Redis, Partitions: 6,
+	p.backend = openBackend(t, brokers.Config{Kind: brokers.Redis, StreamPartitions: 6,
 		Redis: brokers.RedisConfig{URL: cluster.URL, WaitReplicas: waitReplicas, WaitTimeout: 200 * time.Millisecond}})
 	ctx := context.Background()
 	streams := p.backend.Topics(app.PaymentsTopic)

@@ -18,7 +18,7 @@ func init() {
 			consumer.Handler{Name: "sync-analytics", Topic: app.PaymentsTopic},
 			consumer.Handler{Name: "notify-merchant", Topic: app.PaymentsTopic},
 			consumer.Handler{Name: "counter", Topic: app.PaymentsTopic})
-		return openBackend(t, brokers.Config{Kind: brokers.AMQP, Partitions: 2,
+		return openBackend(t, brokers.Config{Kind: brokers.AMQP, StreamPartitions: 2,
 			AMQP: brokers.AMQPConfig{URL: testservers.AMQPURL(), Prefix: testservers.AMQPPrefix(t, 2, groups), Groups: groups}})
 	}})
 }

@@ -70,11 +70,11 @@ type testBackend struct {
 var backends = []testBackend{
 	{brokers.Redis, func(t *testing.T) brokers.Backend {
 		prefix := testservers.UniqueName(t, testservers.Redis(t)) + ":"
-		return openBackend(t, brokers.Config{Kind: brokers.Redis, Partitions: 2,
+		return openBackend(t, brokers.Config{Kind: brokers.Redis, StreamPartitions: 2,
 			Redis: brokers.RedisConfig{URL: testservers.RedisURL(), StreamPrefix: prefix}})
 	}},
 	{brokers.NATS, func(t *testing.T) brokers.Backend {
-		return openBackend(t, brokers.Config{Kind: brokers.NATS, Partitions: 2,
+		return openBackend(t, brokers.Config{Kind: brokers.NATS, StreamPartitions: 2,
 			NATS: brokers.NATSConfig{URL: testservers.NATSURL(), StreamPrefix: testservers.NATSPrefix(t)}})
 	}},
 }
@@ -106,7 +106,7 @@ func (p *pipeline) runForwarder(t *testing.T, dupBatches int32) {
 	if p.backend != nil {
 		b, system = p.backend.Broker(), string(p.backend.Kind())
 	} else {
-		rb, err := redisstreams.New(redisstreams.Config{Client: p.rdb, StreamPrefix: p.prefix, Partitions: 2})
+		rb, err := redisstreams.New(redisstreams.Config{Client: p.rdb, StreamPrefix: p.prefix, StreamPartitions: 2})
 		require.NoError(t, err)
 		b = rb
 	}
@@ -123,7 +123,7 @@ func (p *pipeline) runForwarder(t *testing.T, dupBatches int32) {
 func (p *pipeline) workerBackend(t *testing.T) brokers.Backend {
 	t.Helper()
 	if p.backend == nil {
-		p.backend = openBackend(t, brokers.Config{Kind: brokers.Redis, Partitions: 2,
+		p.backend = openBackend(t, brokers.Config{Kind: brokers.Redis, StreamPartitions: 2,
 			Redis: brokers.RedisConfig{URL: testservers.RedisURL(), StreamPrefix: p.prefix}})
 	}
 	return p.backend

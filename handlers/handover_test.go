@@ -346,24 +346,6 @@ func TestHandOverBesideALegacySenderLosesNothing(t *testing.T) {
 	t.Logf("sent by the legacy sender: %d, moved: %d", sent, moved)
 }
 
-// lockedBuffer is an io.Writer safe for a logger and a test reading it.
-type lockedBuffer struct {
-	mu sync.Mutex
-	b  strings.Builder
-}
-
-func (l *lockedBuffer) Write(p []byte) (int, error) {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	return l.b.Write(p)
-}
-
-func (l *lockedBuffer) String() string {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	return l.b.String()
-}
-
 // RunHandOver says which legacy deliveries it could not move (their
 // merchant's endpoint was deleted), by message id, at Warn: marked dead,
 // they are not lost silently.
@@ -375,7 +357,7 @@ func TestRunHandOverLogsOrphanedDeliveries(t *testing.T) {
 	_, err := p.schema.Pool.Exec(ctx, `DELETE FROM webhook_endpoints WHERE id = $1`, m.ID)
 	require.NoError(t, err)
 	id := insertLegacy(t, p, m, legacy{status: "pending", next: "0s"})
-	var logs lockedBuffer
+	var logs outflowtest.LogBuffer
 	logger := slog.New(slog.NewTextHandler(&logs, nil))
 	start(t, func(ctx context.Context) error {
 		return handlers.RunHandOver(ctx, p.schema.Pool, 5*time.Millisecond, logger)

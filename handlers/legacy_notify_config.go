@@ -1,14 +1,15 @@
 package handlers
 
 import (
-	"errors"
-	"fmt"
+	"cmp"
 	"log/slog"
 	"net/http"
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
 
+	"github.com/outflow-dev/outflow/internal/backoff"
+	"github.com/outflow-dev/outflow/internal/configcheck"
 	"github.com/outflow-dev/outflow/internal/netguard"
 	"github.com/outflow-dev/outflow/webhooks/secretseal"
 )
@@ -50,10 +51,10 @@ type NotifyConfig struct {
 	// MaxAttempts is how many times a delivery is tried before it is dead.
 	// Defaults to 10.
 	MaxAttempts int
-	// Backoff is the first retry delay; it doubles per attempt, with
-	// jitter, up to BackoffMax. A Retry-After header replaces it, capped
-	// by BackoffMax. Defaults to 1s and 5m.
-	Backoff, BackoffMax time.Duration
+	// RetryBackoff is the first retry delay; it doubles per attempt, with
+	// jitter, up to RetryBackoffMax. A Retry-After header replaces it,
+	// capped by RetryBackoffMax. Defaults to 1s and 5m.
+	RetryBackoff, RetryBackoffMax time.Duration
 	// PollInterval is how often the sender looks for due deliveries when
 	// nothing wakes it (retries, and deliveries recorded by another
 	// process). Defaults to 200ms.
@@ -86,56 +87,29 @@ type NotifyConfig struct {
 }
 
 func (c *NotifyConfig) setDefaults() {
-	if c.Timeout == 0 {
-		c.Timeout = 10 * time.Second
-	}
-	if c.LeaseMargin == 0 {
-		c.LeaseMargin = 5 * time.Second
-	}
-	if c.MaxAttempts == 0 {
-		c.MaxAttempts = 10
-	}
-	if c.Backoff == 0 {
-		c.Backoff = time.Second
-	}
-	if c.BackoffMax == 0 {
-		c.BackoffMax = 5 * time.Minute
-	}
-	if c.PollInterval == 0 {
-		c.PollInterval = 200 * time.Millisecond
-	}
-	if c.Concurrency == 0 {
-		c.Concurrency = 64
-	}
-	if c.PerMerchant == 0 {
-		c.PerMerchant = min(4, c.Concurrency)
-	}
-	if c.StatsInterval == 0 {
-		c.StatsInterval = 5 * time.Second
-	}
-	if c.Logger == nil {
-		c.Logger = slog.Default()
-	}
+	c.Timeout = cmp.Or(c.Timeout, 10*time.Second)
+	c.LeaseMargin = cmp.Or(c.LeaseMargin, 5*time.Second)
+	c.MaxAttempts = cmp.Or(c.MaxAttempts, 10)
+	c.RetryBackoff = cmp.Or(c.RetryBackoff, backoff.RetryBase)
+	c.RetryBackoffMax = cmp.Or(c.RetryBackoffMax, backoff.RetryMax)
+	c.PollInterval = cmp.Or(c.PollInterval, 200*time.Millisecond)
+	c.Concurrency = cmp.Or(c.Concurrency, 64)
+	c.PerMerchant = cmp.Or(c.PerMerchant, min(4, c.Concurrency))
+	c.StatsInterval = cmp.Or(c.StatsInterval, 5*time.Second)
+	c.Logger = cmp.Or(c.Logger, slog.Default())
 }
 
 func (c *NotifyConfig) validate() error {
-	var errs []error
-	check := func(ok bool, field, want string) {
-		if !ok {
-			errs = append(errs, fmt.Errorf("%s: %s", field, want))
-		}
-	}
+	var errs configcheck.Errors
+	check := errs.Check
 	check(c.Timeout > 0, "Timeout", "must be positive")
 	check(c.LeaseMargin > 0, "LeaseMargin", "must be positive")
 	check(c.MaxAttempts >= 1, "MaxAttempts", "must be at least 1")
-	check(c.Backoff > 0, "Backoff", "must be positive")
-	check(c.BackoffMax >= c.Backoff, "BackoffMax", "must be at least Backoff")
+	check(c.RetryBackoff > 0, "RetryBackoff", "must be positive")
+	check(c.RetryBackoffMax >= c.RetryBackoff, "RetryBackoffMax", "must be at least RetryBackoff")
 	check(c.PollInterval > 0, "PollInterval", "must be positive")
 	check(c.StatsInterval > 0, "StatsInterval", "must be positive")
 	check(c.Concurrency >= 1 && c.Concurrency <= 10_000, "Concurrency", "must be between 1 and 10000")
 	check(c.PerMerchant >= 1 && c.PerMerchant <= c.Concurrency, "PerMerchant", "must be between 1 and Concurrency")
-	if err := errors.Join(errs...); err != nil {
-		return fmt.Errorf("notify config: %w", err)
-	}
-	return nil
+	return errs.Err("notify config")
 }

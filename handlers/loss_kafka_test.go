@@ -48,7 +48,7 @@ func TestKafkaLossRepaired(t *testing.T) {
 
 func kafkaLoss(t *testing.T, audit bool) {
 	addrs := testservers.Kafka(t)
-	cfg := brokers.Config{Kind: brokers.Kafka, Partitions: 2, Kafka: brokers.KafkaConfig{Brokers: addrs, TopicPartitions: 4}}
+	cfg := brokers.Config{Kind: brokers.Kafka, StreamPartitions: 2, Kafka: brokers.KafkaConfig{Brokers: addrs, TopicPartitions: 4}}
 	p := newPipeline(t)
 	p.backend = openBackend(t, cfg)
 	direct := openBackend(t, cfg)
@@ -75,7 +75,7 @@ func kafkaLoss(t *testing.T, audit bool) {
 func kafkaLossPresent(t *testing.T) {
 	ctx := context.Background()
 	addrs := testservers.Kafka(t)
-	cfg := brokers.Config{Kind: brokers.Kafka, Partitions: 2, Kafka: brokers.KafkaConfig{Brokers: addrs, TopicPartitions: 4,
+	cfg := brokers.Config{Kind: brokers.Kafka, StreamPartitions: 2, Kafka: brokers.KafkaConfig{Brokers: addrs, TopicPartitions: 4,
 		TopicCheckInterval: 200 * time.Millisecond}}
 	p := newPipeline(t)
 	p.backend = openBackend(t, cfg)

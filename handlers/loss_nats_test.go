@@ -46,8 +46,8 @@ func natsLoss(t *testing.T, present, audit bool) {
 	proxy := testservers.StartProxy(t, srv.URL[len("nats://"):])
 	p := newPipeline(t)
 	// The workers connect through the proxy; the forwarder directly.
-	p.backend = openBackend(t, brokers.Config{Kind: brokers.NATS, Partitions: 2, NATS: brokers.NATSConfig{URL: "nats://" + proxy.Addr}})
-	direct := openBackend(t, brokers.Config{Kind: brokers.NATS, Partitions: 2, NATS: brokers.NATSConfig{URL: srv.URL}})
+	p.backend = openBackend(t, brokers.Config{Kind: brokers.NATS, StreamPartitions: 2, NATS: brokers.NATSConfig{URL: "nats://" + proxy.Addr}})
+	direct := openBackend(t, brokers.Config{Kind: brokers.NATS, StreamPartitions: 2, NATS: brokers.NATSConfig{URL: srv.URL}})
 	lose := func(t *testing.T) {
 		// The loss: the stream deleted, and created again as it was.
 		conn, err := nats.Connect(srv.URL)
@@ -61,8 +61,17 @@ func natsLoss(t *testing.T, present, audit bool) {
 		require.NoError(t, err)
 		require.NoError(t, js.DeleteStream(app.PaymentsTopic))
 		outflowtest.WaitFor(t, 10*time.Second, "the deleted stream's files removed", func() bool { return !srv.StreamStored(app.PaymentsTopic) })
-		_, err = js.AddStream(&info.Config)
-		require.NoError(t, err)
+		// Asked again when the API does not answer in time: once, under
+		// the whole suite's load, the create waited past the 30 s above
+		// (the server's own, started for this test). A create of the
+		// same configuration is idempotent.
+		outflowtest.WaitFor(t, 2*time.Minute, "the stream created again", func() bool {
+			_, err := js.AddStream(&info.Config)
+			if err != nil {
+				t.Logf("create the stream again: %v", err)
+			}
+			return err == nil
+		})
 	}
 	brokerLoss{direct: direct, cut: proxy.Stop, uncut: proxy.Start, lose: lose}.run(t, p, present, audit)
 }

@@ -87,8 +87,8 @@ func redisLoss(t *testing.T, present, reboot, audit bool, lose func(*lossRedis, 
 	r := startLossRedis(t)
 	p := newPipeline(t)
 	// The workers read through the proxy; the forwarder writes directly.
-	p.backend = openBackend(t, brokers.Config{Kind: brokers.Redis, Partitions: 2,
+	p.backend = openBackend(t, brokers.Config{Kind: brokers.Redis, StreamPartitions: 2,
 		Redis: brokers.RedisConfig{URL: "redis://" + r.proxy.Addr + "/0"}})
-	direct := openBackend(t, brokers.Config{Kind: brokers.Redis, Partitions: 2, Redis: brokers.RedisConfig{URL: r.srv.URL}})
+	direct := openBackend(t, brokers.Config{Kind: brokers.Redis, StreamPartitions: 2, Redis: brokers.RedisConfig{URL: r.srv.URL}})
 	brokerLoss{direct: direct, cut: r.proxy.Stop, uncut: r.proxy.Start, lose: func(t *testing.T) { lose(r, t) }, reboot: reboot}.run(t, p, present, audit)
 }

@@ -28,11 +28,11 @@ type outageBackend struct {
 var outageBackends = []outageBackend{
 	{brokers.Redis, func(t *testing.T) (brokers.Config, testservers.Outage) {
 		srv := testservers.StartRedis(t)
-		return brokers.Config{Kind: brokers.Redis, Partitions: 2, Redis: brokers.RedisConfig{URL: srv.URL}}, srv
+		return brokers.Config{Kind: brokers.Redis, StreamPartitions: 2, Redis: brokers.RedisConfig{URL: srv.URL}}, srv
 	}},
 	{brokers.NATS, func(t *testing.T) (brokers.Config, testservers.Outage) {
 		srv := testservers.StartNATS(t)
-		return brokers.Config{Kind: brokers.NATS, Partitions: 2,
+		return brokers.Config{Kind: brokers.NATS, StreamPartitions: 2,
 			NATS: brokers.NATSConfig{URL: srv.URL, PublishTimeout: 500 * time.Millisecond}}, srv
 	}},
 	{brokers.AMQP, func(t *testing.T) (brokers.Config, testservers.Outage) {
@@ -41,12 +41,16 @@ var outageBackends = []outageBackend{
 		proxy := testservers.StartProxy(t, u.Host)
 		u.Host = proxy.Addr
 		groups := map[string][]string{app.PaymentsTopic: {"sync-analytics", "notify-merchant", "counter"}}
-		return brokers.Config{Kind: brokers.AMQP, Partitions: 2,
+		return brokers.Config{Kind: brokers.AMQP, StreamPartitions: 2,
 			AMQP: brokers.AMQPConfig{URL: u.String(), Prefix: testservers.AMQPPrefix(t, 2, groups), Groups: groups}}, proxy
 	}},
 	{brokers.Kafka, func(t *testing.T) (brokers.Config, testservers.Outage) {
 		k := testservers.StartKafka(t)
-		return brokers.Config{Kind: brokers.Kafka, Kafka: brokers.KafkaConfig{Brokers: k.Addrs, TopicPartitions: 4}}, k
+		// A member cut off by the outage is replaced after SessionTimeout
+		// (the default's 10 s was most of the wait after the outage), and a
+		// publish to the broker that is down fails after DialTimeout.
+		return brokers.Config{Kind: brokers.Kafka, Kafka: brokers.KafkaConfig{Brokers: k.Addrs, TopicPartitions: 4,
+			SessionTimeout: 2 * time.Second, DialTimeout: time.Second}}, k
 	}},
 	{brokers.SQL, func(t *testing.T) (brokers.Config, testservers.Outage) {
 		s := outflowtest.NewEmptySchema(t)
@@ -83,8 +87,11 @@ func brokerOutage(t *testing.T, cfg brokers.Config, srv testservers.Outage) {
 
 	want := p.drive(t, m.ID, 10)
 	reg := prometheus.NewRegistry()
+	// PublishTimeout: a batch the outage left hanging is given up (and
+	// sent again, no attempt burnt) after 2 s, not the default 10 s.
 	f, err := forwarder.New(forwarder.Config{Pool: p.schema.Pool, Broker: p.backend.Broker(), PollInterval: 50 * time.Millisecond,
-		BatchSize: 20, MaxAttempts: 2, OutageBackoffMax: 200 * time.Millisecond, Registerer: reg, Logger: quiet})
+		BatchSize: 20, MaxAttempts: 2, OutageBackoffMax: 200 * time.Millisecond, PublishTimeout: 2 * time.Second,
+		Registerer: reg, Logger: quiet})
 	require.NoError(t, err)
 	run(t, f.Run)
 	w := p.worker(t, 2*time.Second, counter)

@@ -38,7 +38,7 @@ type replayPipeline struct {
 func newReplayPipeline(t *testing.T) *replayPipeline {
 	t.Helper()
 	p := &replayPipeline{pipeline: newPipeline(t)}
-	p.backend = openBackend(t, brokers.Config{Kind: brokers.Redis, Partitions: 2,
+	p.backend = openBackend(t, brokers.Config{Kind: brokers.Redis, StreamPartitions: 2,
 		Redis: brokers.RedisConfig{URL: testservers.RedisURL(), StreamPrefix: p.prefix}})
 	p.m1, p.site1 = p.newMerchant(t)
 	p.m2, p.site2 = p.newMerchant(t)
@@ -358,7 +358,7 @@ func (p *replayPipeline) requireWebhooks(t *testing.T) {
 func TestResetLocksAggregatesTheConsumerHasNotSeen(t *testing.T) {
 	t.Parallel()
 	p := &replayPipeline{pipeline: newPipeline(t)}
-	p.backend = openBackend(t, brokers.Config{Kind: brokers.Redis, Partitions: 2,
+	p.backend = openBackend(t, brokers.Config{Kind: brokers.Redis, StreamPartitions: 2,
 		Redis: brokers.RedisConfig{URL: testservers.RedisURL(), StreamPrefix: p.prefix}})
 	ctx := context.Background()
 	m, err := p.svc.CreateMerchant(ctx, app.NewMerchant{Name: "Shop", WebhookURL: "https://shop.example/h"})

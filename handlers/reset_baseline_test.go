@@ -30,7 +30,7 @@ import (
 func TestResetWithBaselineKeepsHistory(t *testing.T) {
 	t.Parallel()
 	p := &replayPipeline{pipeline: newPipeline(t)}
-	p.backend = openBackend(t, brokers.Config{Kind: brokers.Redis, Partitions: 2,
+	p.backend = openBackend(t, brokers.Config{Kind: brokers.Redis, StreamPartitions: 2,
 		Redis: brokers.RedisConfig{URL: testservers.RedisURL(), StreamPrefix: p.prefix}})
 	ctx := context.Background()
 	m, err := p.svc.CreateMerchant(ctx, app.NewMerchant{Name: "Shop", WebhookURL: "https://shop.example/h"})

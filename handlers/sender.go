@@ -48,7 +48,7 @@ import (
 // Outcomes: a 2xx is delivered. Redirects are not followed: a 3xx is a
 // failed attempt (its last_error names the status and the Location).
 // Network errors, timeouts, 3xx, 408, 425, 429 and 5xx are retried, after
-// Retry-After when the merchant sends one (capped by BackoffMax), else
+// Retry-After when the merchant sends one (capped by RetryBackoffMax), else
 // after the backoff, until MaxAttempts; other 4xx are dead at once, and so
 // is a delivery that cannot be signed (bad secret, merchant gone), whose
 // URL the policy refuses, or whose host resolves to an address it refuses
@@ -354,7 +354,7 @@ func (s *Sender) outcomeOf(d delivery, a result) settled {
 	case v == verdictRetry && r.attempts < s.cfg.MaxAttempts:
 		r.delay = s.backoff(r.attempts)
 		if a.retryAfter >= 0 {
-			r.delay = min(a.retryAfter, s.cfg.BackoffMax)
+			r.delay = min(a.retryAfter, s.cfg.RetryBackoffMax)
 		}
 	default:
 		r.status = "dead"
@@ -577,5 +577,5 @@ func truncate(s string, n int) string {
 }
 
 func (s *Sender) backoff(attempt int) time.Duration {
-	return backoff.Delay(s.cfg.Backoff, s.cfg.BackoffMax, attempt)
+	return backoff.Delay(s.cfg.RetryBackoff, s.cfg.RetryBackoffMax, attempt)
 }

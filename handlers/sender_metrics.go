@@ -10,6 +10,7 @@ import (
 	"github.com/jackc/pgx/v5/pgxpool"
 	"github.com/prometheus/client_golang/prometheus"
 
+	"github.com/outflow-dev/outflow/internal/advisory"
 	"github.com/outflow-dev/outflow/internal/poll"
 )
 
@@ -40,10 +41,6 @@ const (
 	outcomeDead      = "dead"
 	outcomeLeaseLost = "lease_lost"
 )
-
-// webhookStatsLock is the advisory lock the exporter of the table gauges
-// holds ("outw" in ASCII), keyed by the schema like the repo's other locks.
-const webhookStatsLock = 0x6f757477
 
 type senderMetrics struct {
 	attempts                         *prometheus.CounterVec
@@ -166,11 +163,7 @@ const tryStatsLockSQL = `SELECT pg_try_advisory_lock($1, hashtext(current_schema
 func (s *Sender) statsLoop(ctx context.Context) {
 	e := &statsExporter{pool: s.pool, m: s.metrics}
 	defer e.stop()
-	poll.Drain(ctx, s.cfg.StatsInterval, func(ctx context.Context) (int, error) {
-		return 0, e.refresh(ctx)
-	}, func(err error) {
-		s.cfg.Logger.Warn("export webhook stats", "error", err.Error())
-	})
+	poll.Every(ctx, s.cfg.StatsInterval, e.refresh, poll.Warn(s.cfg.Logger, "export webhook stats"))
 }
 
 // refresh takes the lock if it is free, and sets the gauges while it holds
@@ -178,8 +171,7 @@ func (s *Sender) statsLoop(ctx context.Context) {
 func (e *statsExporter) refresh(ctx context.Context) error {
 	if e.conn == nil {
 		var free bool
-		if err := e.pool.QueryRow(ctx, `SELECT pg_try_advisory_xact_lock($1, hashtext(current_schema()))`,
-			webhookStatsLock).Scan(&free); err != nil {
+		if err := e.pool.QueryRow(ctx, advisory.TrySQL, advisory.WebhookStats).Scan(&free); err != nil {
 			return fmt.Errorf("probe the webhook stats lock: %w", err)
 		}
 		if !free {
@@ -190,7 +182,7 @@ func (e *statsExporter) refresh(ctx context.Context) error {
 			return fmt.Errorf("connect for the webhook stats lock: %w", err)
 		}
 		var got bool
-		if err := conn.QueryRow(ctx, tryStatsLockSQL, webhookStatsLock).Scan(&got); err != nil || !got {
+		if err := conn.QueryRow(ctx, tryStatsLockSQL, advisory.WebhookStats).Scan(&got); err != nil || !got {
 			closeConn(conn)
 			if err != nil {
 				return fmt.Errorf("take the webhook stats lock: %w", err)

@@ -20,7 +20,7 @@ func startClientSpan(req *http.Request, tp string) (*http.Request, trace.Span) {
 	ctx := tracing.WithRemoteParent(req.Context(), tp)
 	ctx, span := tracing.Tracer().Start(ctx, req.Method, trace.WithSpanKind(trace.SpanKindClient),
 		trace.WithAttributes(semconv.HTTPRequestMethodKey.String(req.Method), semconv.ServerAddress(req.URL.Hostname())))
-	if tp := tracing.Traceparent(ctx); tp != "" {
+	if tp := tracing.SpanTraceparent(ctx); tp != "" {
 		req.Header.Set("traceparent", tp)
 	}
 	return req.WithContext(ctx), span

@@ -12,7 +12,7 @@ import (
 	"github.com/jackc/pgx/v5/pgxpool"
 )
 
-// DeadLetter is a parked message, as `outflow dlq list` shows it.
+// DeadLetter is a message a consumer set aside, as `outflow dlq list` shows it.
 type DeadLetter struct {
 	ID               int64      `json:"id"`
 	Consumer         string     `json:"consumer"`
@@ -29,7 +29,7 @@ type DeadLetter struct {
 	CreatedAt        time.Time  `json:"created_at"`
 }
 
-// ListDeadLetters returns open parked messages (retrying, dead, held),
+// ListDeadLetters returns open dead letters (retrying, dead, held),
 // oldest first; consumer "" lists every consumer's.
 func ListDeadLetters(ctx context.Context, pool *pgxpool.Pool, consumer string, limit int) ([]DeadLetter, error) {
 	rows, err := pool.Query(ctx, listDeadLettersSQL(consumer != ""), pgx.NamedArgs{"consumer": consumer, "limit": limit})

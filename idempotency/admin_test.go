@@ -81,9 +81,9 @@ func TestListDeadLettersReadsOpenIndexes(t *testing.T) {
 	}
 }
 
-// ReadParkedCounts counts each consumer's open dead letters by status;
+// ReadDeadLetterCounts counts each consumer's open dead letters by status;
 // closed ones are not counted, and a consumer with none is absent.
-func TestReadParkedCounts(t *testing.T) {
+func TestReadDeadLetterCounts(t *testing.T) {
 	t.Parallel()
 	s := outflowtest.NewSchema(t)
 	ctx := context.Background()
@@ -106,16 +106,16 @@ func TestReadParkedCounts(t *testing.T) {
 	add("b", "dead", 5)
 	add("b", "discarded", 1)
 	add("c", "resolved", 2)
-	got, err := idempotency.ReadParkedCounts(ctx, s.Pool)
+	got, err := idempotency.ReadDeadLetterCounts(ctx, s.Pool)
 	require.NoError(t, err)
-	require.Equal(t, map[string]idempotency.ParkedCounts{"a": {Held: 1, Retrying: 2, Dead: 3}, "b": {Dead: 5}}, got)
+	require.Equal(t, map[string]idempotency.DeadLetterCounts{"a": {Held: 1, Retrying: 2, Dead: 3}, "b": {Dead: 5}}, got)
 }
 
 // The counts can be read from an index of open dead letters alone
 // (migration 00020), in the order of their groups, without a visit to
 // each row. Sequential and bitmap scans off: an empty table's statistics
 // make any plan look as cheap.
-func TestReadParkedCountsIndexOnly(t *testing.T) {
+func TestReadDeadLetterCountsIndexOnly(t *testing.T) {
 	t.Parallel()
 	s := outflowtest.NewSchema(t)
 	ctx := context.Background()
@@ -125,7 +125,7 @@ func TestReadParkedCountsIndexOnly(t *testing.T) {
 	_, err = conn.Exec(ctx, `SET enable_seqscan = off; SET enable_bitmapscan = off`)
 	require.NoError(t, err)
 	defer func() { _, _ = conn.Exec(ctx, `RESET enable_seqscan; RESET enable_bitmapscan`) }()
-	rows, err := conn.Query(ctx, "EXPLAIN "+idempotency.ParkedCountsSQL)
+	rows, err := conn.Query(ctx, "EXPLAIN "+idempotency.DeadLetterCountsSQL)
 	require.NoError(t, err)
 	plan, err := pgx.CollectRows(rows, pgx.RowTo[string])
 	require.NoError(t, err)

@@ -100,7 +100,7 @@ func (c *Consumer) runBatch(h message.HandlerFunc, batch []*pending) {
 		}
 		// One message failed (or the transaction did: a deadlock with
 		// another process, say). Its effects and everyone's rolled back;
-		// running them one by one parks just the failing one.
+		// running them one by one dead-letters just the failing one.
 		c.cfg.Logger.Debug("batch failed; its messages run one by one", "consumer", c.cfg.Consumer,
 			"messages", len(batch), "error", err.Error())
 	}
@@ -119,7 +119,7 @@ func (c *Consumer) handleOneSafe(h message.HandlerFunc, p *pending) (out []*mess
 }
 
 // recovering turns a handler's panic into its error, so the message is
-// parked and retried like any failure instead of taking the batch down.
+// dead-lettered and retried like any failure instead of taking the batch down.
 func recovering(h message.HandlerFunc) message.HandlerFunc {
 	return func(msg *message.Message) (out []*message.Message, err error) {
 		defer func() {
@@ -137,7 +137,7 @@ func recovering(h message.HandlerFunc) message.HandlerFunc {
 // their queued statements; then the held events right behind them
 // (applyHeld), so that an event that arrived before its predecessor applies
 // with it rather than in a retry of its own; then the batch's own early
-// messages parked; then one commit. Messages are taken in aggregate and
+// messages dead-lettered; then one commit. Messages are taken in aggregate and
 // version order, so that two versions of one aggregate in the batch apply
 // in order and concurrent batches lock aggregates in the same order. Any
 // error rolls everything back and is returned; nothing has happened then.
@@ -154,12 +154,12 @@ func (c *Consumer) applyBatch(h message.HandlerFunc, batch []*pending) error {
 	outcomes := make([]outcome, len(batch))
 	var (
 		chain heldOutcome
-		// dueParked: a message of the batch parked as early although the
+		// dueHeld: a message of the batch held as early although the
 		// held events applied here made it next: Run must not wait.
-		dueParked bool
+		dueHeld bool
 	)
 	err := pgx.BeginFunc(ctx, c.cfg.Pool, func(tx pgx.Tx) error {
-		chain, dueParked = heldOutcome{}, false
+		chain, dueHeld = heldOutcome{}, false
 		var q pgx.Batch
 		envs := make([]events.Envelope, len(batch))
 		for i, p := range batch {
@@ -214,11 +214,11 @@ func (c *Consumer) applyBatch(h message.HandlerFunc, batch []*pending) error {
 		for i, p := range batch {
 			if o := outcomes[i]; o == gap || o == held {
 				reason, text := holdReason(o, p.env)
-				if err := c.parkTx(ctx, tx, p.msg, p.env, "held", reason, text); err != nil {
+				if err := c.deadLetterTx(ctx, tx, p.msg, p.env, "held", reason, text); err != nil {
 					return err
 				}
 				if at[aggKey{p.env.AggregateType, p.env.AggregateID}] == p.env.AggregateVersion-1 {
-					dueParked = true
+					dueHeld = true
 				}
 			}
 		}
@@ -230,7 +230,7 @@ func (c *Consumer) applyBatch(h message.HandlerFunc, batch []*pending) error {
 		}
 		return err
 	}
-	if chain.leftDue || dueParked {
+	if chain.leftDue || dueHeld {
 		c.wakeRetries()
 	}
 	c.countHeld(chain)

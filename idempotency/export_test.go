@@ -10,8 +10,8 @@ func (c *Consumer) Queued() int {
 // ListDeadLettersSQL is ListDeadLetters' query, for the test of its plan.
 var ListDeadLettersSQL = listDeadLettersSQL
 
-// ParkedCountsSQL is ReadParkedCounts' query, for the test of its plan.
-const ParkedCountsSQL = qParkedCounts
+// DeadLetterCountsSQL is ReadDeadLetterCounts' query, for the test of its plan.
+const DeadLetterCountsSQL = qDeadLetterCounts
 
 // Rounds reports how many retry rounds the consumer has run.
 func (c *Consumer) Rounds() int64 { return c.rounds.Load() }

@@ -17,7 +17,7 @@ import (
 // transaction holds (a retry round running them) are skipped, not waited
 // for. It runs in the pipeline of the claims, after them: a statement of
 // its own, so its snapshot is taken once the claims hold their aggregates'
-// locks and it sees every event parked by the transactions that held those
+// locks and it sees every event dead-lettered by the transactions that held those
 // locks before. A gap that timed out (dead, reason gap) is read too: it
 // heals like a held one. Through dead_letters_open_idx; it finds nothing
 // in the common case, an index probe per aggregate.

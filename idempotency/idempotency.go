@@ -1,6 +1,7 @@
 package idempotency
 
 import (
+	"cmp"
 	"context"
 	"encoding/json"
 	"errors"
@@ -17,6 +18,7 @@ import (
 
 	"github.com/outflow-dev/outflow/events"
 	"github.com/outflow-dev/outflow/internal/backoff"
+	"github.com/outflow-dev/outflow/internal/configcheck"
 )
 
 // Ordering says how a consumer treats aggregate versions.
@@ -85,45 +87,27 @@ type Config struct {
 }
 
 func (c *Config) setDefaults() {
-	def := func(d *time.Duration, v time.Duration) {
-		if *d == 0 {
-			*d = v
-		}
-	}
-	def(&c.GapRetryDelay, time.Second)
-	def(&c.GapTimeout, 5*time.Minute)
-	def(&c.RetryBackoff, time.Second)
-	def(&c.RetryBackoffMax, 5*time.Minute)
-	def(&c.RetryPollInterval, 100*time.Millisecond)
-	if c.MaxAttempts == 0 {
-		c.MaxAttempts = 8
-	}
-	if c.MaxBatch == 0 {
-		c.MaxBatch = 100
-	}
-	if c.Logger == nil {
-		c.Logger = slog.Default()
-	}
+	c.GapRetryDelay = cmp.Or(c.GapRetryDelay, time.Second)
+	c.GapTimeout = cmp.Or(c.GapTimeout, 5*time.Minute)
+	c.RetryBackoff = cmp.Or(c.RetryBackoff, backoff.RetryBase)
+	c.RetryBackoffMax = cmp.Or(c.RetryBackoffMax, backoff.RetryMax)
+	c.RetryPollInterval = cmp.Or(c.RetryPollInterval, 100*time.Millisecond)
+	c.MaxAttempts = cmp.Or(c.MaxAttempts, 8)
+	c.MaxBatch = cmp.Or(c.MaxBatch, 100)
+	c.Logger = cmp.Or(c.Logger, slog.Default())
 }
 
 func (c *Config) validate() error {
-	switch {
-	case c.Pool == nil:
-		return errors.New("idempotency config: Pool is required")
-	case c.Consumer == "":
-		return errors.New("idempotency config: Consumer is required")
-	case c.GapRetryDelay < 0 || c.GapTimeout < c.GapRetryDelay:
-		return errors.New("idempotency config: GapRetryDelay must be positive and at most GapTimeout")
-	case c.MaxAttempts < 1:
-		return errors.New("idempotency config: MaxAttempts must be at least 1")
-	case c.RetryBackoff <= 0 || c.RetryBackoffMax < c.RetryBackoff:
-		return errors.New("idempotency config: RetryBackoff must be positive and at most RetryBackoffMax")
-	case c.RetryPollInterval <= 0:
-		return errors.New("idempotency config: RetryPollInterval must be positive")
-	case c.MaxBatch < 1:
-		return errors.New("idempotency config: MaxBatch must be at least 1")
-	}
-	return nil
+	var errs configcheck.Errors
+	check := errs.Check
+	check(c.Pool != nil, "Pool", "is required")
+	check(c.Consumer != "", "Consumer", "is required")
+	check(c.GapRetryDelay >= 0 && c.GapTimeout >= c.GapRetryDelay, "GapRetryDelay", "must be positive and at most GapTimeout")
+	check(c.MaxAttempts >= 1, "MaxAttempts", "must be at least 1")
+	check(c.RetryBackoff > 0 && c.RetryBackoffMax >= c.RetryBackoff, "RetryBackoff", "must be positive and at most RetryBackoffMax")
+	check(c.RetryPollInterval > 0, "RetryPollInterval", "must be positive")
+	check(c.MaxBatch >= 1, "MaxBatch", "must be at least 1")
+	return errs.Err("idempotency config")
 }
 
 type txKey struct{}
@@ -206,7 +190,7 @@ func NewConsumer(cfg Config) (*Consumer, error) {
 }
 
 // wakeRetries has Run start a round now. Call it after the commit that
-// made a parked event due, never before: a round woken earlier would read
+// made a dead letter due, never before: a round woken earlier would read
 // the dead letters before the commit, find nothing due, and take the wake
 // with it.
 func (c *Consumer) wakeRetries() {
@@ -239,7 +223,7 @@ func (o outcome) String() string {
 // bookkeeping. An aggregate has one event per version, so a message at the
 // stored version is a duplicate and one below it is stale, however old: no
 // row per message is needed to recognise a redelivery. The one case the
-// version cannot tell is a redelivery of a message parked for a retry (its
+// version cannot tell is a redelivery of a message dead-lettered for a retry (its
 // version may be exactly the next one): $7 (a delivery, not a retry) has
 // the statement look for the message's open dead letter by the
 // (consumer, message_id) key, a read that writes nothing.
@@ -258,8 +242,8 @@ func (o outcome) String() string {
 // ON CONFLICT's DO UPDATE evaluates it after taking the lock. A subquery of
 // this statement would read the snapshot taken before the wait and miss a
 // dead letter that the lock's previous holder committed.
-// (The parked-message read may miss a park committed during that wait: the
-// message then runs once more out of its backoff, and its parked row, at
+// (The dead-letter read may miss a dead letter committed during that wait:
+// the message then runs once more out of its backoff, and its dead letter, at
 // or below the version by then, is settled as a duplicate: no second
 // effect.)
 // $8 says the message may be its aggregate's baseline: it applies whatever
@@ -361,10 +345,10 @@ func (c *Consumer) handleOne(h message.HandlerFunc, msg *message.Message, env ev
 	o := v.outcome
 	switch {
 	case err != nil:
-		// The handler failed: park the message for a retry, so that
+		// The handler failed: dead-letter the message for a retry, so that
 		// other aggregates keep flowing, and acknowledge it.
 		status := c.failedStatus(err)
-		if derr := c.park(ctx, msg, env, status, "handler failed", err.Error()); derr != nil {
+		if derr := c.deadLetter(ctx, msg, env, status, "handler failed", err.Error()); derr != nil {
 			return nil, errors.Join(err, derr) // nacked: the broker redelivers
 		}
 		c.metrics.failed(status)
@@ -376,7 +360,7 @@ func (c *Consumer) handleOne(h message.HandlerFunc, msg *message.Message, env ev
 		// flowing (the predecessor may be behind this very message), and
 		// Run applies it once the predecessor is in.
 		reason, text := holdReason(o, env)
-		if err := c.park(ctx, msg, env, "held", reason, text); err != nil {
+		if err := c.deadLetter(ctx, msg, env, "held", reason, text); err != nil {
 			return nil, err
 		}
 		c.metrics.count(o, 0)
@@ -391,7 +375,7 @@ func (c *Consumer) handleOne(h message.HandlerFunc, msg *message.Message, env ev
 }
 
 // failedStatus is the status a message whose handler failed with err is
-// parked with: retrying, or dead at once when MaxAttempts is 1.
+// dead-lettered with: retrying, or dead at once when MaxAttempts is 1.
 func (c *Consumer) failedStatus(err error) string {
 	if c.cfg.MaxAttempts <= 1 && !waitsForDeploy(err) {
 		return "dead"
@@ -412,7 +396,7 @@ func waitsForDeploy(err error) bool {
 	return errors.Is(err, events.ErrUnknownVersion)
 }
 
-// holdReason is the reason and text a held message is parked with. The
+// holdReason is the reason and text a held message is dead-lettered with. The
 // text says what is known when it is written, and stays true: the version
 // before had not been applied. Not that it had not arrived: it may have,
 // and be waiting in dead_letters itself (failed, or dead), which the
@@ -488,8 +472,8 @@ type beginner interface {
 
 // apply runs h on msg in a transaction with the bookkeeping, begun on db
 // with ctx; h gets hctx, the transaction in it. fresh says whether the
-// message is a delivery, which is a duplicate if it is parked (false for a
-// retry, which runs the parked row itself); baseline whether it may become
+// message is a delivery, which is a duplicate if it is a dead letter (false
+// for a retry, which runs the dead letter itself); baseline whether it may become
 // its aggregate's baseline; follow whether the held events right behind it
 // apply in its transaction once it applied (applyHeld).
 func (c *Consumer) apply(ctx, hctx context.Context, db beginner, h message.HandlerFunc, msg *message.Message, env events.Envelope, fresh, baseline, follow bool) ([]*message.Message, verdict, error) {
@@ -553,7 +537,7 @@ func (c *Consumer) apply(ctx, hctx context.Context, db beginner, h message.Handl
 var errRollback = errors.New("rollback")
 
 // classify reads the claim statement's result: whether the message was
-// fresh (not a redelivery of a parked message), and the aggregate's version
+// fresh (not a redelivery of a dead letter), and the aggregate's version
 // before (prev) and after (stored) the upsert, which equals the message's
 // version only when it applied. A message that the versions say would have
 // applied and did not was blocked by an open dead letter of its aggregate:
@@ -580,18 +564,18 @@ func classify(fresh, strict, baseline bool, prev, stored, version int64) outcome
 	}
 }
 
-// park stores the whole message in dead_letters with status, in one
+// deadLetter stores the whole message in dead_letters with status, in one
 // transaction: from then on the message lives in the database, not in the
 // broker, and a redelivery of it finds its row (claimSQL) and is a
 // duplicate.
-func (c *Consumer) park(ctx context.Context, msg *message.Message, env events.Envelope, status, reason, errText string) error {
+func (c *Consumer) deadLetter(ctx context.Context, msg *message.Message, env events.Envelope, status, reason, errText string) error {
 	return pgx.BeginFunc(context.WithoutCancel(ctx), c.cfg.Pool, func(tx pgx.Tx) error {
-		return c.parkTx(ctx, tx, msg, env, status, reason, errText)
+		return c.deadLetterTx(ctx, tx, msg, env, status, reason, errText)
 	})
 }
 
-// parkTx is park inside the caller's transaction.
-func (c *Consumer) parkTx(ctx context.Context, tx pgx.Tx, msg *message.Message, env events.Envelope, status, reason, errText string) error {
+// deadLetterTx is deadLetter inside the caller's transaction.
+func (c *Consumer) deadLetterTx(ctx context.Context, tx pgx.Tx, msg *message.Message, env events.Envelope, status, reason, errText string) error {
 	md, err := json.Marshal(map[string]string(msg.Metadata))
 	if err != nil {
 		return err
@@ -616,7 +600,7 @@ func (c *Consumer) parkTx(ctx context.Context, tx pgx.Tx, msg *message.Message, 
 		ON CONFLICT (consumer, message_id) DO NOTHING`,
 		c.cfg.Consumer, env.MessageID, env.EventType, env.AggregateType, env.AggregateID, env.AggregateVersion,
 		[]byte(msg.Payload), md, status, reason, errText, attempts, next); err != nil {
-		return fmt.Errorf("idempotency: park message: %w", err)
+		return fmt.Errorf("idempotency: dead-letter message: %w", err)
 	}
 	return nil
 }

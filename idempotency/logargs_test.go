@@ -1,13 +1,11 @@
 package idempotency_test
 
 import (
-	"bytes"
 	"context"
 	"encoding/json"
 	"errors"
 	"log/slog"
 	"strings"
-	"sync"
 	"testing"
 	"time"
 
@@ -20,23 +18,12 @@ import (
 
 // jsonLog is a JSON slog handler's output, written by the consumer while
 // the test reads it.
-type jsonLog struct {
-	mu  sync.Mutex
-	buf bytes.Buffer
-}
-
-func (l *jsonLog) Write(p []byte) (int, error) {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	return l.buf.Write(p)
-}
+type jsonLog struct{ outflowtest.LogBuffer }
 
 // line returns the first line whose msg is msg, parsed; nil when none.
 func (l *jsonLog) line(t *testing.T, msg string) map[string]any {
 	t.Helper()
-	l.mu.Lock()
-	s := l.buf.String()
-	l.mu.Unlock()
+	s := l.String()
 	for _, raw := range strings.Split(strings.TrimSpace(s), "\n") {
 		if raw == "" {
 			continue

@@ -47,7 +47,7 @@ func newMetrics(reg prometheus.Registerer, consumer, topic string) (*metrics, er
 		handled:    counter(MetricHandled, "Messages whose handler ran and committed."),
 		duplicates: counter(MetricDuplicates, "Deliveries skipped: the message was handled already."),
 		stale:      counter(MetricStale, "Messages skipped: a later version of the aggregate was applied (LatestWins, or before a baseline)."),
-		held:       counter(MetricHeld, "Messages parked behind an earlier version of their aggregate (a gap, or an open dead letter)."),
+		held:       counter(MetricHeld, "Messages held behind an earlier version of their aggregate (a gap, or an open dead letter)."),
 		retried:    counter(MetricRetried, "Handler failures scheduled for a retry."),
 		dead:       counter(MetricDead, "Messages dead-lettered: MaxAttempts failures, or a gap that timed out."),
 	}

@@ -2,17 +2,16 @@ package idempotency
 
 import (
 	"context"
-	"errors"
-	"fmt"
 	"log/slog"
 	"time"
 
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgxpool"
-)
 
-// retentionLock keeps the purge to one process per schema at a time ("outd").
-const retentionLock = 0x6f757464
+	"github.com/outflow-dev/outflow/internal/advisory"
+	"github.com/outflow-dev/outflow/internal/configcheck"
+	"github.com/outflow-dev/outflow/internal/retention"
+)
 
 // RetentionConfig configures the purge of consumers' bookkeeping.
 type RetentionConfig struct {
@@ -42,35 +41,18 @@ func (c *RetentionConfig) setDefaults() {
 	if c.Retention == 0 {
 		c.Retention = 15 * 24 * time.Hour
 	}
-	if c.BatchSize == 0 {
-		c.BatchSize = 1000
-	}
-	if c.Interval == 0 {
-		c.Interval = time.Minute
-	}
-	if c.Logger == nil {
-		c.Logger = slog.Default()
-	}
+	retention.Defaults(&c.BatchSize, &c.Interval, &c.Logger)
 }
 
 func (c *RetentionConfig) validate() error {
-	var errs []error
-	check := func(ok bool, field, want string) {
-		if !ok {
-			errs = append(errs, fmt.Errorf("%s: %s", field, want))
-		}
-	}
-	check(c.Pool != nil, "Pool", "is required")
+	var errs configcheck.Errors
+	errs.Check(c.Pool != nil, "Pool", "is required")
 	// A floor against a slip of the unit (15m for 15 days): rows must
 	// outlive every redelivery, and an hour is already below any real
 	// window of a worker outage.
-	check(c.Retention >= time.Hour, "Retention", "must be at least 1h")
-	check(c.BatchSize >= 1 && c.BatchSize <= 100_000, "BatchSize", "must be between 1 and 100000")
-	check(c.Interval > 0, "Interval", "must be positive")
-	if err := errors.Join(errs...); err != nil {
-		return fmt.Errorf("idempotency retention config: %w", err)
-	}
-	return nil
+	errs.Check(c.Retention >= time.Hour, "Retention", "must be at least 1h")
+	retention.Check(&errs, c.BatchSize, c.Interval)
+	return errs.Err("idempotency retention config")
 }
 
 // Retention purges the consumers' bookkeeping that only grows: dead_letters
@@ -94,8 +76,9 @@ func (c *RetentionConfig) validate() error {
 //     grows with the data, not with the traffic;
 //   - open dead_letters rows (retrying, dead, held), whatever their age:
 //     they are messages still to apply or waiting for an operator, and
-//     what makes a redelivery of a parked message a duplicate.
+//     what makes a redelivery of a dead letter a duplicate.
 type Retention struct {
+	job retention.Job
 	cfg RetentionConfig
 }
 
@@ -107,24 +90,20 @@ func NewRetention(cfg RetentionConfig) (*Retention, error) {
 	if err := cfg.validate(); err != nil {
 		return nil, err
 	}
-	return &Retention{cfg: cfg}, nil
+	r := &Retention{cfg: cfg}
+	r.job = retention.Job{Name: "consumer bookkeeping", DB: cfg.Pool, Lock: advisory.ConsumerRetention,
+		Retention: cfg.Retention, Logger: cfg.Logger, Tables: []retention.Table{
+			{Name: "processed_messages", Batch: truncateProcessed},
+			{Name: "dead_letters", Batch: r.purgeDeadLetters},
+		}}
+	return r, nil
 }
 
 // Run purges at once and then every Interval until ctx is done; it returns
 // nil then. A failed round is logged and tried again at the next one.
 func (r *Retention) Run(ctx context.Context) error {
-	t := time.NewTicker(r.cfg.Interval)
-	defer t.Stop()
-	for {
-		if _, err := r.PurgeOnce(ctx); err != nil && ctx.Err() == nil {
-			r.cfg.Logger.Warn("purge consumer bookkeeping", "error", err.Error())
-		}
-		select {
-		case <-ctx.Done():
-			return nil
-		case <-t.C:
-		}
-	}
+	r.job.Run(ctx, r.cfg.Interval)
+	return nil
 }
 
 // purgeDeadLettersSQL walks dead_letters in id order from $1 (the table's
@@ -148,18 +127,8 @@ SELECT (SELECT max(id) FROM scan), (SELECT count(*) FROM del), (SELECT bool_or(c
 // milliseconds. It returns how many rows it deleted from both tables. A
 // concurrent call (in this or another process) makes it return 0 at once.
 func (r *Retention) PurgeOnce(ctx context.Context) (int, error) {
-	cutoff := time.Now().Add(-r.cfg.Retention)
-	processed, err := r.purgeProcessed(ctx, cutoff)
-	if err != nil {
-		return processed, err
-	}
-	dead, err := r.purgeDeadLetters(ctx, cutoff)
-	total := processed + dead
-	if total > 0 {
-		r.cfg.Logger.Info("purged consumer bookkeeping", "processed_messages", processed, "dead_letters", dead,
-			"retention", r.cfg.Retention)
-	}
-	return total, err
+	n, err := r.job.Once(ctx)
+	return int(n), err
 }
 
 // truncateLockTimeout bounds the wait for processed_messages' exclusive
@@ -168,102 +137,55 @@ func (r *Retention) PurgeOnce(ctx context.Context) (int, error) {
 // turn. It gives up and tries again at the next round.
 const truncateLockTimeout = "1s"
 
-// purgeProcessed empties processed_messages once its newest row is older
-// than cutoff. It counts the rows first, outside the lock, which a count of
-// a large table would otherwise hold for as long as it scans; under the
-// lock it only checks again, by the processed_at index, that no row was
-// written meanwhile.
-func (r *Retention) purgeProcessed(ctx context.Context, cutoff time.Time) (int, error) {
+// truncateProcessed empties processed_messages once its newest row is
+// older than the cutoff. It counts the rows before it takes the table's
+// exclusive lock, which a count of a large table would otherwise hold for
+// as long as it scans; under the lock it only checks again, by the
+// processed_at index, that no row was written meanwhile.
+func truncateProcessed(ctx context.Context, tx pgx.Tx, w *retention.Walk) (int64, bool, error) {
 	var (
-		rows   int
+		rows   int64
 		newest *time.Time
+		recent bool
 	)
 	// The newest row first, through processed_messages_processed_at_idx:
 	// the table is counted only when it is about to go.
-	if err := r.cfg.Pool.QueryRow(ctx, `SELECT max(processed_at) FROM processed_messages`).Scan(&newest); err != nil {
-		return 0, fmt.Errorf("purge processed messages: %w", err)
+	if err := tx.QueryRow(ctx, `SELECT max(processed_at) FROM processed_messages`).Scan(&newest); err != nil {
+		return 0, false, err
 	}
-	if newest == nil || !newest.Before(cutoff) {
-		return 0, nil
+	if newest == nil || !newest.Before(w.Cutoff) {
+		return 0, false, nil
 	}
-	if err := r.cfg.Pool.QueryRow(ctx, `SELECT count(*) FROM processed_messages`).Scan(&rows); err != nil {
-		return 0, fmt.Errorf("purge processed messages: %w", err)
+	if err := tx.QueryRow(ctx, `SELECT count(*) FROM processed_messages`).Scan(&rows); err != nil {
+		return 0, false, err
 	}
-	truncated := false
-	_, err := r.batch(ctx, func(tx pgx.Tx) error {
-		if _, err := tx.Exec(ctx, `SET LOCAL lock_timeout = '`+truncateLockTimeout+`'`); err != nil {
-			return err
-		}
-		if _, err := tx.Exec(ctx, `LOCK TABLE processed_messages IN ACCESS EXCLUSIVE MODE`); err != nil {
-			return err
-		}
-		var recent bool
-		if err := tx.QueryRow(ctx, `SELECT EXISTS (SELECT 1 FROM processed_messages WHERE processed_at >= $1)`, cutoff).
-			Scan(&recent); err != nil {
-			return err
-		}
-		if recent { // written by a consumer of an earlier release since the count
-			return nil
-		}
-		if _, err := tx.Exec(ctx, `TRUNCATE processed_messages`); err != nil {
-			return err
-		}
-		truncated = true
-		return nil
-	})
-	if err != nil {
-		return 0, fmt.Errorf("purge processed messages: %w", err)
+	if _, err := tx.Exec(ctx, `SET LOCAL lock_timeout = '`+truncateLockTimeout+`'`); err != nil {
+		return 0, false, err
 	}
-	if !truncated {
-		return 0, nil
+	if _, err := tx.Exec(ctx, `LOCK TABLE processed_messages IN ACCESS EXCLUSIVE MODE`); err != nil {
+		return 0, false, err
 	}
-	return rows, nil
+	if err := tx.QueryRow(ctx, `SELECT EXISTS (SELECT 1 FROM processed_messages WHERE processed_at >= $1)`, w.Cutoff).
+		Scan(&recent); err != nil || recent { // recent: written by a consumer of an earlier release since the count
+		return 0, false, err
+	}
+	_, err := tx.Exec(ctx, `TRUNCATE processed_messages`)
+	return rows, false, err
 }
 
-func (r *Retention) purgeDeadLetters(ctx context.Context, cutoff time.Time) (int, error) {
+// purgeDeadLetters deletes one batch of the walk of dead_letters.
+func (r *Retention) purgeDeadLetters(ctx context.Context, tx pgx.Tx, w *retention.Walk) (int64, bool, error) {
 	var (
-		total int
-		after int64 = -1
+		lastID  *int64
+		deleted int64
+		reached *bool
 	)
-	for {
-		var (
-			lastID  *int64
-			deleted int
-			reached *bool
-		)
-		acquired, err := r.batch(ctx, func(q pgx.Tx) error {
-			return q.QueryRow(ctx, purgeDeadLettersSQL, after, cutoff, r.cfg.BatchSize).Scan(&lastID, &deleted, &reached)
-		})
-		if err != nil {
-			return total, fmt.Errorf("purge dead letters: %w", err)
-		}
-		total += deleted
-		if !acquired || lastID == nil || (reached != nil && *reached) {
-			return total, nil
-		}
-		after = *lastID
+	if err := tx.QueryRow(ctx, purgeDeadLettersSQL, w.After, w.Cutoff, r.cfg.BatchSize).Scan(&lastID, &deleted, &reached); err != nil {
+		return 0, false, err
 	}
-}
-
-// batch runs fn in a transaction of its own once it holds the purge lock of
-// the current schema; it reports false, without running fn, when another
-// session holds it.
-func (r *Retention) batch(ctx context.Context, fn func(pgx.Tx) error) (bool, error) {
-	tx, err := r.cfg.Pool.Begin(ctx)
-	if err != nil {
-		return false, err
+	if lastID == nil || (reached != nil && *reached) {
+		return deleted, false, nil
 	}
-	defer func() { _ = tx.Rollback(context.WithoutCancel(ctx)) }() // a no-op after Commit
-	var acquired bool
-	if err := tx.QueryRow(ctx, `SELECT pg_try_advisory_xact_lock($1, hashtext(current_schema()))`, retentionLock).
-		Scan(&acquired); err != nil {
-		return false, err
-	}
-	if !acquired {
-		return false, nil
-	}
-	if err := fn(tx); err != nil {
-		return true, err
-	}
-	return true, tx.Commit(ctx)
+	w.After = *lastID
+	return deleted, true, nil
 }

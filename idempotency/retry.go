@@ -20,7 +20,7 @@ import (
 // ends; the next starts at once when a round was full.
 const retryRoundMax = 500
 
-// Run retries parked messages until ctx is done: a failed message when its
+// Run retries dead letters until ctx is done: a failed message when its
 // backoff has passed, and the held events of its aggregate, in version
 // order, once it applied. Each round looks at every due row (up to 500),
 // so held events that can apply never wait behind gaps that are still open.
@@ -28,7 +28,7 @@ const retryRoundMax = 500
 // processes share the work (rows are claimed with SKIP LOCKED).
 func (c *Consumer) Run(ctx context.Context) error {
 	poll.DrainOrWake(ctx, c.cfg.RetryPollInterval, c.wake, c.retryRound, func(err error) {
-		c.cfg.Logger.Warn("retry parked messages", "consumer", c.cfg.Consumer, "error", err.Error())
+		c.cfg.Logger.Warn("retry dead letters", "consumer", c.cfg.Consumer, "error", err.Error())
 	})
 	return nil
 }
@@ -326,7 +326,7 @@ func (c *Consumer) retryRow(ctx context.Context, lock pgx.Tx, h message.HandlerF
 					c.wakeRetries()
 				}
 			}
-			c.cfg.Logger.With(env.LogArgs()...).Info("parked message applied", "consumer", c.cfg.Consumer, "message_id", msgID,
+			c.cfg.Logger.With(env.LogArgs()...).Info("dead letter applied", "consumer", c.cfg.Consumer, "message_id", msgID,
 				"aggregate_id", env.AggregateID, "aggregate_version", env.AggregateVersion, "outcome", o.String())
 		case herr == nil && timedOut: // the gap never filled: report it; it heals if its predecessor applies later
 			text := fmt.Sprintf("version %d waited %s for version %d", env.AggregateVersion, c.cfg.GapTimeout, env.AggregateVersion-1)

@@ -3,7 +3,7 @@ package idempotency
 import "context"
 
 // RetryRound runs one round of what [Consumer.Run] does, now, in the
-// caller's goroutine: every parked message that is due (a failed one whose
+// caller's goroutine: every dead letter that is due (a failed one whose
 // backoff has passed, a held one whose predecessor has been applied) is
 // tried once. It returns how many it settled, so a caller that wants
 // everything due applied calls it until it returns 0. It is for tests and

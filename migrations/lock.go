@@ -14,10 +14,9 @@ import (
 	"github.com/pressly/goose/v3"
 	"github.com/pressly/goose/v3/database"
 	"github.com/pressly/goose/v3/lock"
-)
 
-// lockClass namespaces our advisory locks ("outf" in ASCII).
-const lockClass = 0x6f757466
+	"github.com/outflow-dev/outflow/internal/advisory"
+)
 
 // The lock is keyed by the schema's name: goose's own Postgres locker uses
 // one id for the whole cluster and polls every 5 s, while a blocking
@@ -26,14 +25,14 @@ const lockClass = 0x6f757466
 // (hashtext of current_schema()), so an instance of such a release starting
 // during an upgrade waits for it too.
 func lockSchema(ctx context.Context, conn *sql.Conn, schema string) error {
-	if _, err := conn.ExecContext(ctx, `SELECT pg_advisory_lock($1, hashtext($2))`, lockClass, schema); err != nil {
+	if _, err := conn.ExecContext(ctx, `SELECT pg_advisory_lock($1, hashtext($2))`, advisory.Migrations, schema); err != nil {
 		return fmt.Errorf("take migration lock of schema %s: %w", schema, err)
 	}
 	return nil
 }
 
 func unlockSchema(ctx context.Context, conn *sql.Conn, schema string) error {
-	if _, err := conn.ExecContext(context.WithoutCancel(ctx), `SELECT pg_advisory_unlock($1, hashtext($2))`, lockClass, schema); err != nil {
+	if _, err := conn.ExecContext(context.WithoutCancel(ctx), `SELECT pg_advisory_unlock($1, hashtext($2))`, advisory.Migrations, schema); err != nil {
 		discard(conn) // a session still holding the lock must not go back to the pool
 		return fmt.Errorf("release migration lock of schema %s: %w", schema, err)
 	}

@@ -169,7 +169,7 @@ func TestRuntimeFindsTablesThroughSearchPath(t *testing.T) {
 	fctx, stop := context.WithCancel(ctx)
 	done := make(chan error, 1)
 	go func() { done <- f.Run(fctx) }()
-	waitFor(t, ctx, "both rows forwarded", func() bool {
+	outflowtest.WaitFor(t, time.Minute, "both rows forwarded", func() bool {
 		var pending int
 		require.NoError(t, pool.QueryRow(ctx, `SELECT count(*) FROM outbox_state WHERE NOT published`).Scan(&pending))
 		return pending == 0
@@ -202,7 +202,7 @@ func TestRuntimeFindsTablesThroughSearchPath(t *testing.T) {
 		_, err := h(m.Copy())
 		require.NoError(t, err)
 	}
-	waitFor(t, ctx, "both versions applied once", func() bool {
+	outflowtest.WaitFor(t, time.Minute, "both versions applied once", func() bool {
 		var total int64
 		err := pool.QueryRow(ctx, `SELECT total FROM balances WHERE account = 'a'`).Scan(&total)
 		if errors.Is(err, pgx.ErrNoRows) {
@@ -219,18 +219,4 @@ func TestRuntimeFindsTablesThroughSearchPath(t *testing.T) {
 	require.Equal(t, 2, version)
 	require.Equal(t, 1, held, "version 2 went through dead_letters in the schema")
 	require.Empty(t, tables(t, s, s.Name), "nothing in the connection's own schema")
-}
-
-// waitFor polls cond until it holds or ctx ends.
-func waitFor(t *testing.T, ctx context.Context, what string, cond func() bool) {
-	t.Helper()
-	tick := time.NewTicker(10 * time.Millisecond)
-	defer tick.Stop()
-	for !cond() {
-		select {
-		case <-ctx.Done():
-			t.Fatalf("timed out waiting for %s", what)
-		case <-tick.C:
-		}
-	}
 }

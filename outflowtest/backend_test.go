@@ -1,11 +1,9 @@
 package outflowtest_test
 
 import (
-	"bytes"
 	"context"
 	"log/slog"
 	"strings"
-	"sync"
 	"testing"
 
 	"github.com/jackc/pgx/v5"
@@ -26,25 +24,6 @@ type refundRequested struct {
 }
 
 func (refundRequested) EventType() string { return "refund.requested" }
-
-// syncBuffer is a log sink the pipeline's goroutines write to while the
-// test reads it.
-type syncBuffer struct {
-	mu sync.Mutex
-	b  bytes.Buffer
-}
-
-func (s *syncBuffer) Write(p []byte) (int, error) {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.Write(p)
-}
-
-func (s *syncBuffer) String() string {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.String()
-}
 
 // The pipeline runs over the broker the service deploys, here Redis
 // Streams, with its crash points: a crash after the broker took the event
@@ -71,7 +50,7 @@ func TestPipelineOverTheServicesBroker(t *testing.T) {
 			ON CONFLICT (refund_id) DO UPDATE SET times = refunds_seen.times + 1`, p.RefundID)
 		return err
 	})
-	var logs syncBuffer
+	var logs outflowtest.LogBuffer
 	p := outflowtest.StartPipeline(t, s.Pool, reg, []consumer.Handler{h},
 		outflowtest.WithBackend(backend),
 		outflowtest.WithPipelineLogger(slog.New(slog.NewTextHandler(&logs, &slog.HandlerOptions{Level: slog.LevelWarn}))))

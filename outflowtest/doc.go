@@ -47,10 +47,10 @@
 // idempotency middleware (the one a consumer.Worker wraps it in), with no
 // broker: [HandlerHarness.Deliver] records the message, checks its
 // aggregate version, runs the handler in the transaction and commits, and
-// returns the [Outcome]: Applied, Duplicate, Stale, Parked (a version that
+// returns the [Outcome]: Applied, Duplicate, Stale, Held (a version that
 // arrived before its predecessor; it applies, and shows in
 // [Delivery.Released], when the predecessor does), Failed (rolled back and
-// parked for a retry, see [HandlerHarness.Retry]) or Nacked.
+// dead-lettered for a retry, see [HandlerHarness.Retry]) or Nacked.
 // [HandlerHarness.Redeliver] delivers the same message id again.
 // [HandlerHarness.DeliverCrashing] crashes the handler after its Func
 // returned, before the commit; [HandlerHarness.RequireIdempotent] uses it to

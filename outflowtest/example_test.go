@@ -150,7 +150,7 @@ func ExampleHandlerHarness() {
 	fmt.Println(d.Outcome, len(d.Released), total(s.Pool, "EUR")) // v1 applies, then v2
 	fmt.Println(h.Redeliver(ctx, v1).Outcome, total(s.Pool, "EUR"))
 	// Output:
-	// parked 0
+	// held 0
 	// applied 1 1200
 	// duplicate 1200
 }

@@ -36,12 +36,12 @@ const (
 	Duplicate Outcome = "duplicate"
 	// Stale: the aggregate is already past this version; nothing ran.
 	Stale Outcome = "stale"
-	// Parked: the message waits in dead_letters for an earlier version of
-	// its aggregate (or behind a parked one); it applies once that one
-	// does.
-	Parked Outcome = "parked"
+	// Held: the message waits in dead_letters, status held, for an
+	// earlier version of its aggregate (or behind a dead letter of it); it
+	// applies once that one does.
+	Held Outcome = "held"
 	// Failed: the handler failed (returned an error or panicked); its
-	// effects rolled back and the message was parked for a retry.
+	// effects rolled back and the message was dead-lettered for a retry.
 	Failed Outcome = "failed"
 	// Nacked: the middleware returned an error: the broker would deliver
 	// the message again.
@@ -58,7 +58,7 @@ type Delivery struct {
 	// retries of earlier messages it released included.
 	Calls int
 	// Released lists, in the order they applied, the message ids of
-	// parked messages that applied after this one: the later versions
+	// held messages that applied after this one: the later versions
 	// that were waiting for it.
 	Released []string
 }
@@ -185,7 +185,7 @@ func (h *HandlerHarness) Consumer() *idempotency.Consumer { return h.consumer }
 
 // Deliver hands ev to the handler as the broker would, waits until the
 // message is settled and reports what happened. When it applied, the
-// parked messages it released (later versions that arrived first) are
+// held messages it released (later versions that arrived first) are
 // applied too, in order, before Deliver returns, as the consumer's retry
 // loop would. A database error of the harness itself fails t.
 func (h *HandlerHarness) Deliver(ctx context.Context, ev events.Event) Delivery {
@@ -210,7 +210,7 @@ func (h *HandlerHarness) Redeliver(ctx context.Context, ev events.Event) Deliver
 // returned, before the commit: a process dying mid-message. The
 // transaction rolls back with everything Func wrote in it; what Func did
 // outside it stays. The Delivery says what the middleware made of the
-// crash (Failed: parked for a retry, see [HandlerHarness.Retry]; or
+// crash (Failed: dead-lettered for a retry, see [HandlerHarness.Retry]; or
 // Nacked: the broker redelivers, see Redeliver).
 func (h *HandlerHarness) DeliverCrashing(ctx context.Context, ev events.Event) Delivery {
 	h.t.Helper()
@@ -279,7 +279,7 @@ func (h *HandlerHarness) DeliverMessage(ctx context.Context, msg *message.Messag
 	case herr != nil:
 		d.Outcome, d.Err = Nacked, herr
 	case dl != nil && dl.ID > lastID && dl.Status == "held":
-		d.Outcome = Parked
+		d.Outcome = Held
 	case dl != nil && dl.ID > lastID:
 		d.Outcome, d.Err = Failed, errors.New(dl.Error)
 	case applied:
@@ -304,7 +304,7 @@ func (h *HandlerHarness) DeliverMessage(ctx context.Context, msg *message.Messag
 	return d
 }
 
-// Retry makes every parked message that waits for its backoff due now and
+// Retry makes every dead letter that waits for its backoff due now and
 // runs the consumer's retries until nothing more applies, as the retry
 // loop would once the backoff passed. It returns the message ids that
 // applied, in order.
@@ -355,7 +355,7 @@ func (h *HandlerHarness) release(ctx context.Context, candidates []int64) []stri
 		collect()
 		n, err := h.consumer.RetryRound(ctx)
 		if err != nil {
-			h.t.Fatalf("outflowtest: retry parked messages: %v", err)
+			h.t.Fatalf("outflowtest: retry dead letters: %v", err)
 		}
 		if n == 0 {
 			return out

@@ -54,8 +54,8 @@ func TestHarnessOutOfOrder(t *testing.T) {
 	v2 := newEvent(t, "acc-2", 2, credited{Account: "acc-2", Amount: 20})
 	v3 := newEvent(t, "acc-2", 3, credited{Account: "acc-2", Amount: 300})
 
-	require.Equal(t, Parked, h.Deliver(ctx, v3).Outcome)
-	require.Equal(t, Parked, h.Deliver(ctx, v2).Outcome)
+	require.Equal(t, Held, h.Deliver(ctx, v3).Outcome)
+	require.Equal(t, Held, h.Deliver(ctx, v2).Outcome)
 	require.Equal(t, balance{}, readBalance(t, s.Pool, "acc-2"), "nothing applies before version 1")
 
 	d := h.Deliver(ctx, v1)
@@ -93,7 +93,7 @@ func TestHarnessFailureRollsBackAndRetries(t *testing.T) {
 	require.Equal(t, Failed, d.Outcome)
 	require.ErrorContains(t, d.Err, "downstream says no")
 	require.Equal(t, balance{}, readBalance(t, s.Pool, "acc-3"), "the failed handler's writes rolled back")
-	require.Equal(t, Parked, h.Deliver(ctx, v2).Outcome, "held behind the failed version")
+	require.Equal(t, Held, h.Deliver(ctx, v2).Outcome, "held behind the failed version")
 
 	fail = false
 	require.Equal(t, []string{v1.MessageID, v2.MessageID}, h.Retry(ctx))

@@ -1,6 +1,7 @@
 package outflowtest
 
 import (
+	"cmp"
 	"context"
 	"errors"
 	"fmt"
@@ -29,8 +30,11 @@ import (
 // [Pipeline.CrashInHandler].
 var ErrCrashInjected = errors.New("outflowtest: crash injected")
 
-// DefaultWaitTimeout is how long [Pipeline.WaitHandled] waits by default.
-const DefaultWaitTimeout = 20 * time.Second
+// DefaultWaitTimeout is how long [Pipeline.WaitHandled] waits by default:
+// it bounds how long a failing test takes to say so, and a loaded CI
+// machine starting a pipeline's forwarder, worker and broker groups took
+// more than 20 s (ExampleStartPipeline, at load 20).
+const DefaultWaitTimeout = time.Minute
 
 // Pipeline is a forwarder and a worker running in the test's process, by
 // default over the PostgreSQL broker backend (brokers kind sql: message
@@ -166,15 +170,10 @@ func StartPipeline(t testing.TB, pool *pgxpool.Pool, reg *events.Registry, handl
 	}
 
 	idem := pc.idem
-	def := func(d *time.Duration, v time.Duration) {
-		if *d == 0 {
-			*d = v
-		}
-	}
-	def(&idem.RetryBackoff, 10*time.Millisecond)
-	def(&idem.RetryBackoffMax, 100*time.Millisecond)
-	def(&idem.RetryPollInterval, 10*time.Millisecond)
-	def(&idem.GapRetryDelay, 50*time.Millisecond)
+	idem.RetryBackoff = cmp.Or(idem.RetryBackoff, 10*time.Millisecond)
+	idem.RetryBackoffMax = cmp.Or(idem.RetryBackoffMax, 100*time.Millisecond)
+	idem.RetryPollInterval = cmp.Or(idem.RetryPollInterval, 10*time.Millisecond)
+	idem.GapRetryDelay = cmp.Or(idem.GapRetryDelay, 50*time.Millisecond)
 	w, err := consumer.NewWorker(consumer.WorkerConfig{Pool: pool, Broker: backend, Registry: reg,
 		ClaimIdle: 5 * time.Second, Idempotency: idem, Logger: pc.logger})
 	if err != nil {

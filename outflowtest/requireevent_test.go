@@ -185,7 +185,7 @@ func TestReadOutboxOfADiscardedRowGivesTheMarker(t *testing.T) {
 	h := NewHandlerHarness(t, s.Pool, testRegistry(t), balanceHandler(ledgerAggregate))
 	next := RequireEvent(ctx, t, s.Pool, Want{AggregateID: "acc-d1", Version: 2})
 	require.Nil(t, next.DiscardedAt)
-	require.Equal(t, Parked, h.DeliverMessage(ctx, next.Message(ctx)).Outcome)
+	require.Equal(t, Held, h.DeliverMessage(ctx, next.Message(ctx)).Outcome)
 	d := h.DeliverMessage(ctx, msg)
 	require.Equal(t, Applied, d.Outcome, "the marker applies its version")
 	require.Equal(t, []string{v2.MessageID}, d.Released, "and releases v2")

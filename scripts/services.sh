@@ -9,6 +9,8 @@
 #   scripts/services.sh down                       stop what up started
 #   scripts/services.sh status [--test] [SERVICE...]
 #   scripts/services.sh tools                      the binaries some tests start on their own
+#   scripts/services.sh suite-postgres start       make test's own PostgreSQL: prints "DIR URL"
+#   scripts/services.sh suite-postgres stop DIR    stop it and remove DIR
 #
 # With no SERVICE, up and status take $SERVICES, else all four (what the tests
 # use). `make demo` asks for postgres and its broker's service only.
@@ -215,6 +217,57 @@ create_database() { # name
 	else
 		say "psql is not installed: create database $1 yourself if it is missing"
 	fi
+}
+
+# ---- the suite's own PostgreSQL (make test) ----
+
+# suite_pg_start: a throwaway cluster for one `make test` run, on a free
+# port, in a directory of its own under ${OUTFLOW_PG_TMPDIR:-/var/tmp}
+# (owned by postgres when we are root); prints "DIR URL". The shared server
+# on 5432 has max_connections 100 and fsync on: three test packages at once
+# ran it out of connections, and every commit waited for the disk. This one
+# has max_connections 300 and fsync, full_page_writes and synchronous_commit
+# off: nothing in it has to survive a crash (the tests about durability
+# start servers of their own). `suite-postgres stop DIR` ends it.
+suite_pg_start() {
+	local bindir dir port try psql
+	bindir=$(pg_bindir) || die "the suite's PostgreSQL needs initdb and pg_ctl: run scripts/services.sh tools (Debian: apt-get install postgresql)"
+	psql=$(command -v psql || echo "$bindir/psql")
+	dir=$(mktemp -d -p "${OUTFLOW_PG_TMPDIR:-/var/tmp}" outflow-suite-pg.XXXXXX)
+	if [ "$(id -u)" = 0 ]; then chown postgres: "$dir"; fi
+	chmod 0700 "$dir"
+	if ! as_pg_user "$bindir/initdb" -D "$dir/data" -A trust -U postgres --encoding=UTF8 --no-sync >"$dir/initdb.log" 2>&1; then
+		cat "$dir/initdb.log" >&2
+		rm -rf "$dir"
+		die "initdb of the suite's PostgreSQL failed"
+	fi
+	for try in $(seq 1 20); do
+		port=$((20000 + RANDOM % 30000))
+		tcp_open 127.0.0.1 "$port" && continue
+		if as_pg_user "$bindir/pg_ctl" -D "$dir/data" -l "$dir/postgres.log" -w -t 60 start \
+			-o "-p $port -c listen_addresses=127.0.0.1 -k $dir -c max_connections=300 -c shared_buffers=128MB -c fsync=off -c full_page_writes=off -c synchronous_commit=off" >/dev/null; then
+			if ! "$psql" -qX -h 127.0.0.1 -p "$port" -U postgres -d postgres -c "CREATE DATABASE outflow_test" >/dev/null; then
+				suite_pg_stop "$dir"
+				die "the suite's PostgreSQL: CREATE DATABASE outflow_test failed"
+			fi
+			echo "$dir postgres://postgres@127.0.0.1:$port/outflow_test?sslmode=disable"
+			return
+		fi
+		# Another server may have taken the port between the check and the start.
+		tail -n 3 "$dir/postgres.log" >&2 || true
+	done
+	rm -rf "$dir"
+	die "the suite's PostgreSQL did not start on any of 20 ports (see the log above)"
+}
+
+suite_pg_stop() { # DIR, as suite_pg_start printed it
+	local bindir dir=$1
+	case $dir in */outflow-suite-pg.*) ;; *) die "suite-postgres stop: $dir is not a directory suite-postgres start made" ;; esac
+	[ -d "$dir" ] || return 0
+	if bindir=$(pg_bindir) && [ -f "$dir/data/postmaster.pid" ]; then
+		as_pg_user "$bindir/pg_ctl" -D "$dir/data" -m fast -w stop >/dev/null || true
+	fi
+	rm -rf "$dir"
 }
 
 # ---- Redis ----
@@ -427,5 +480,11 @@ up) up "$@" ;;
 down) down ;;
 status) status "$@" ;;
 tools) tools ;;
-*) die "usage: $0 up|status [--test] [postgres redis nats rabbitmq] | down | tools" ;;
+suite-postgres)
+	case ${1:-} in
+	start) suite_pg_start ;;
+	stop) suite_pg_stop "${2:?suite-postgres stop DIR}" ;;
+	*) die "usage: $0 suite-postgres start | stop DIR" ;;
+	esac ;;
+*) die "usage: $0 up|status [--test] [postgres redis nats rabbitmq] | down | tools | suite-postgres start|stop DIR" ;;
 esac

@@ -28,14 +28,14 @@ func BenchmarkInstrumentation(b *testing.B) {
 		// and the traceparent the outbox row would carry (none).
 		{"server span, no traceparent", func(ctx context.Context) {
 			ctx, span := tracing.Tracer().Start(ctx, "POST /v1/payments/{id}/pay", trace.WithSpanKind(trace.SpanKindServer))
-			_ = tracing.Traceparent(ctx)
+			_ = tracing.SpanTraceparent(ctx)
 			span.End()
 		}},
 		// The consumer's span for a message without a traceparent.
 		{"consumer span, no traceparent", func(ctx context.Context) {
 			ctx = tracing.WithRemoteParent(ctx, "")
 			ctx, span := tracing.Tracer().Start(ctx, "process payments", trace.WithSpanKind(trace.SpanKindConsumer))
-			_ = tracing.Traceparent(ctx)
+			_ = tracing.SpanTraceparent(ctx)
 			span.End()
 		}},
 		// The same for a message whose row carries a traceparent (a request
@@ -44,7 +44,7 @@ func BenchmarkInstrumentation(b *testing.B) {
 		{"consumer span, with traceparent", func(ctx context.Context) {
 			ctx = tracing.WithRemoteParent(ctx, tp)
 			ctx, span := tracing.Tracer().Start(ctx, "process payments", trace.WithSpanKind(trace.SpanKindConsumer))
-			_ = tracing.Traceparent(ctx)
+			_ = tracing.SpanTraceparent(ctx)
 			span.End()
 		}},
 		// The forwarder's send span per wave (links only when recording).

@@ -20,9 +20,10 @@ func Tracer() trace.Tracer { return otel.GetTracerProvider().Tracer(ScopeName) }
 
 var w3c propagation.TraceContext
 
-// Traceparent returns the W3C traceparent of ctx's span, or "" when ctx has
-// no valid span context.
-func Traceparent(ctx context.Context) string {
+// SpanTraceparent returns the W3C traceparent of ctx's span, or "" when ctx
+// has no valid span context. (events.Traceparent is another question: the
+// traceparent a caller attached to the events it writes with ctx.)
+func SpanTraceparent(ctx context.Context) string {
 	if !trace.SpanContextFromContext(ctx).IsValid() {
 		return ""
 	}

@@ -30,12 +30,12 @@ func TestSpanContext(t *testing.T) {
 			require.Equal(t, tt.valid, sc.IsValid())
 			if !tt.valid {
 				// No parent: a span started under it roots a new trace.
-				require.Empty(t, tracing.Traceparent(tracing.WithRemoteParent(context.Background(), tt.tp)))
+				require.Empty(t, tracing.SpanTraceparent(tracing.WithRemoteParent(context.Background(), tt.tp)))
 				return
 			}
 			require.True(t, sc.IsRemote())
 			// The round trip: the traceparent of a context holding it.
-			require.Equal(t, tt.tp, tracing.Traceparent(trace.ContextWithSpanContext(context.Background(), sc)))
+			require.Equal(t, tt.tp, tracing.SpanTraceparent(trace.ContextWithSpanContext(context.Background(), sc)))
 		})
 	}
 }
@@ -55,6 +55,6 @@ func ExampleWithRemoteParent() {
 	ctx := tracing.WithRemoteParent(context.Background(), "00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01")
 	ctx, span := tracing.Tracer().Start(ctx, "work")
 	defer span.End()
-	fmt.Println(tracing.Traceparent(ctx))
+	fmt.Println(tracing.SpanTraceparent(ctx))
 	// Output: 00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01
 }

@@ -7,12 +7,8 @@ import (
 	"github.com/jackc/pgx/v5"
 
 	"github.com/outflow-dev/outflow/forwarder"
+	"github.com/outflow-dev/outflow/internal/advisory"
 )
-
-// walAuditLock, with a hash of the schema, keeps the WAL mode's audit to
-// one process at a time ("ouwa"); the forwarder's has a key of its own,
-// and so does every other job (TestAdvisoryLockClassesAreDistinct).
-const walAuditLock = 0x6f757761
 
 // historyAuditStore is the WAL mode's [forwarder.AuditStore]: receipts of
 // history rows in outbox_wal_receipts, states in outbox_wal_audit, and a
@@ -24,7 +20,7 @@ const walAuditLock = 0x6f757761
 // (commit_lsn, position), whenever each was parked: a repaired event goes
 // before its aggregate's later events parked since.
 var historyAuditStore = forwarder.AuditStore{
-	Lock:     walAuditLock,
+	Lock:     int32(advisory.WALAudit),
 	Receipts: "outbox_wal_receipts",
 	IDs:      "history_ids",
 	States:   "outbox_wal_audit",

@@ -119,7 +119,7 @@ func ownRedis(t *testing.T) (*redis.Client, *redisstreams.Broker) {
 	require.NoError(t, err)
 	c := redis.NewClient(opts)
 	t.Cleanup(func() { c.Close() })
-	b, err := redisstreams.New(redisstreams.Config{Client: c, Partitions: 1})
+	b, err := redisstreams.New(redisstreams.Config{Client: c, StreamPartitions: 1})
 	require.NoError(t, err)
 	return c, b
 }

@@ -25,11 +25,8 @@ const bodiesDayMargin = 24 * time.Hour
 // on every instance; claimcheck.PurgeBodies lets one at a time work.
 func (r *Relay) bodiesLoop(ctx context.Context) {
 	var marks relayMarks // this goroutine's own
-	poll.Drain(ctx, pruneTick, func(ctx context.Context) (int, error) {
-		return 0, r.purgeBodies(ctx, &marks, time.Now())
-	}, func(err error) {
-		r.cfg.Logger.Warn("wal relay: purge bodies by reference past retention", "error", err.Error())
-	})
+	poll.Every(ctx, pruneTick, func(ctx context.Context) error { return r.purgeBodies(ctx, &marks, time.Now()) },
+		poll.Warn(r.cfg.Logger, "wal relay: purge bodies by reference past retention"))
 }
 
 // purgeBodies runs one purge of the bodies at now. In WAL mode the outbox

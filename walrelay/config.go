@@ -1,8 +1,7 @@
 package walrelay
 
 import (
-	"errors"
-	"fmt"
+	"cmp"
 	"log/slog"
 	"regexp"
 	"time"
@@ -12,6 +11,8 @@ import (
 
 	"github.com/outflow-dev/outflow/events/outbox"
 	"github.com/outflow-dev/outflow/forwarder"
+	"github.com/outflow-dev/outflow/internal/backoff"
+	"github.com/outflow-dev/outflow/internal/configcheck"
 )
 
 // Defaults of [Config].
@@ -103,16 +104,6 @@ type Config struct {
 }
 
 func (c *Config) setDefaults() {
-	def := func(d *time.Duration, v time.Duration) {
-		if *d == 0 {
-			*d = v
-		}
-	}
-	defInt := func(i *int, v int) {
-		if *i == 0 {
-			*i = v
-		}
-	}
 	defStr := func(s *string, v string) {
 		if *s == "" {
 			*s = v
@@ -121,20 +112,20 @@ func (c *Config) setDefaults() {
 	defStr(&c.SlotName, DefaultSlotName)
 	defStr(&c.Publication, DefaultPublication)
 	defStr(&c.Prefix, outbox.DefaultWALPrefix)
-	defInt(&c.MaxChanges, DefaultMaxChanges)
-	def(&c.PollInterval, 250*time.Millisecond)
-	def(&c.MinPollInterval, min(5*time.Millisecond, c.PollInterval))
-	def(&c.HeartbeatInterval, DefaultHeartbeatInterval)
-	def(&c.StandbyRetry, DefaultStandbyRetry)
-	def(&c.StatsInterval, 5*time.Second)
-	def(&c.PublishTimeout, 10*time.Second)
-	defInt(&c.MaxAttempts, 10)
-	def(&c.RetryBackoff, time.Second)
-	def(&c.RetryBackoffMax, 5*time.Minute)
-	def(&c.OutageBackoffMax, 5*time.Second)
-	def(&c.HistoryRetention, DefaultHistoryRetention)
-	def(&c.AuditInterval, 20*time.Second)
-	def(&c.ShutdownTimeout, 15*time.Second)
+	c.MaxChanges = cmp.Or(c.MaxChanges, DefaultMaxChanges)
+	c.PollInterval = cmp.Or(c.PollInterval, 250*time.Millisecond)
+	c.MinPollInterval = cmp.Or(c.MinPollInterval, min(5*time.Millisecond, c.PollInterval))
+	c.HeartbeatInterval = cmp.Or(c.HeartbeatInterval, DefaultHeartbeatInterval)
+	c.StandbyRetry = cmp.Or(c.StandbyRetry, DefaultStandbyRetry)
+	c.StatsInterval = cmp.Or(c.StatsInterval, 5*time.Second)
+	c.PublishTimeout = cmp.Or(c.PublishTimeout, 10*time.Second)
+	c.MaxAttempts = cmp.Or(c.MaxAttempts, 10)
+	c.RetryBackoff = cmp.Or(c.RetryBackoff, backoff.RetryBase)
+	c.RetryBackoffMax = cmp.Or(c.RetryBackoffMax, backoff.RetryMax)
+	c.OutageBackoffMax = cmp.Or(c.OutageBackoffMax, backoff.ReconnectMax)
+	c.HistoryRetention = cmp.Or(c.HistoryRetention, DefaultHistoryRetention)
+	c.AuditInterval = cmp.Or(c.AuditInterval, 20*time.Second)
+	c.ShutdownTimeout = cmp.Or(c.ShutdownTimeout, 15*time.Second)
 	if c.Logger == nil {
 		c.Logger = slog.Default()
 	}
@@ -145,17 +136,19 @@ var slotNameRE = regexp.MustCompile(`^[a-z0-9_]{1,63}$`)
 
 var identRE = regexp.MustCompile(`^[a-z_][a-z0-9_]{0,62}$`)
 
+// checkSlot checks the slot and publication names of a Config or a
+// RecoverConfig.
+func checkSlot(errs *configcheck.Errors, slot, publication string) {
+	errs.Check(slotNameRE.MatchString(slot), "SlotName", "must be 1 to 63 lower-case letters, digits or _")
+	errs.Check(identRE.MatchString(publication), "Publication", "must be a lower-case SQL identifier")
+}
+
 func (c *Config) validate() error {
-	var errs []error
-	check := func(ok bool, field, want string) {
-		if !ok {
-			errs = append(errs, fmt.Errorf("%s: %s", field, want))
-		}
-	}
+	var errs configcheck.Errors
+	check := errs.Check
 	check(c.Pool != nil, "Pool", "is required")
 	check(c.Broker != nil, "Broker", "is required")
-	check(slotNameRE.MatchString(c.SlotName), "SlotName", "must be 1 to 63 lower-case letters, digits or _")
-	check(identRE.MatchString(c.Publication), "Publication", "must be a lower-case SQL identifier")
+	checkSlot(&errs, c.SlotName, c.Publication)
 	check(c.Prefix != "", "Prefix", "must not be empty")
 	check(c.MaxChanges >= 3 && c.MaxChanges <= 1_000_000, "MaxChanges", "must be between 3 and 1000000")
 	check(c.PollInterval > 0 && c.MinPollInterval > 0 && c.MinPollInterval <= c.PollInterval, "MinPollInterval", "must be positive and at most PollInterval")
@@ -169,8 +162,5 @@ func (c *Config) validate() error {
 	check(c.HistoryRetention < 0 || c.HistoryRetention >= time.Hour, "HistoryRetention", "must be at least 1h, or negative to keep no history")
 	check(c.ShutdownTimeout > 0, "ShutdownTimeout", "must be positive")
 	check(c.AuditInterval < 0 || c.AuditInterval >= 10*time.Millisecond, "AuditInterval", "must be at least 10ms, or negative to disable the audit")
-	if err := errors.Join(errs...); err != nil {
-		return fmt.Errorf("walrelay config: %w", err)
-	}
-	return nil
+	return errs.Err("walrelay config")
 }

@@ -278,7 +278,7 @@ func (r *Relay) read(ctx context.Context, conn *pgx.Conn) error {
 				r.setReadErr(err)
 			}
 			outages++
-			wait := backoff.Delay(100*time.Millisecond, r.cfg.OutageBackoffMax, outages)
+			wait := backoff.Delay(backoff.ReconnectBase, r.cfg.OutageBackoffMax, outages)
 			r.cfg.Logger.Warn("wal relay batch", "error", err.Error(), "retry_in", wait)
 			subloop.Sleep(ctx, wait)
 			continue

@@ -1,6 +1,7 @@
 package walrelay
 
 import (
+	"cmp"
 	"context"
 	"errors"
 	"fmt"
@@ -10,6 +11,8 @@ import (
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgconn"
 	"github.com/jackc/pgx/v5/pgxpool"
+
+	"github.com/outflow-dev/outflow/internal/configcheck"
 )
 
 // ErrSlotLost is the relay's state, and Ready's error, when its replication
@@ -206,6 +209,18 @@ type RecoverConfig struct {
 	Logger *slog.Logger
 }
 
+func (c *RecoverConfig) setDefaults() {
+	c.SlotName = cmp.Or(c.SlotName, DefaultSlotName)
+	c.Publication = cmp.Or(c.Publication, DefaultPublication)
+	c.Logger = cmp.Or(c.Logger, slog.Default())
+}
+
+func (c *RecoverConfig) validate() error {
+	var errs configcheck.Errors
+	checkSlot(&errs, c.SlotName, c.Publication)
+	return errs.Err("recover slot config")
+}
+
 // RecoverSlot is the operator's answer to [ErrSlotLost]: with the reader's
 // lock held (no relay reads meanwhile), it drops the invalidated slot,
 // creates a new one, and records in outbox_wal_slots the range whose events
@@ -215,14 +230,9 @@ type RecoverConfig struct {
 // archive (pg_waldump on the range, see docs/wal-mode.md) or rebuilt from
 // the business tables; nothing does it silently.
 func RecoverSlot(ctx context.Context, pool *pgxpool.Pool, cfg RecoverConfig) (LostRange, error) {
-	if cfg.SlotName == "" {
-		cfg.SlotName = DefaultSlotName
-	}
-	if cfg.Publication == "" {
-		cfg.Publication = DefaultPublication
-	}
-	if cfg.Logger == nil {
-		cfg.Logger = slog.Default()
+	cfg.setDefaults()
+	if err := cfg.validate(); err != nil {
+		return LostRange{}, err
 	}
 	conn, err := pool.Acquire(ctx)
 	if err != nil {

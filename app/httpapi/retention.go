@@ -2,16 +2,16 @@ package httpapi
 
 import (
 	"context"
-	"errors"
-	"fmt"
 	"log/slog"
 	"time"
 
+	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgxpool"
-)
 
-// keyExpiryLock keeps the expiry to one process per schema at a time ("outk").
-const keyExpiryLock = 0x6f75746b
+	"github.com/outflow-dev/outflow/internal/advisory"
+	"github.com/outflow-dev/outflow/internal/configcheck"
+	"github.com/outflow-dev/outflow/internal/retention"
+)
 
 // KeyExpiryConfig configures the expiry of stored Idempotency-Keys.
 type KeyExpiryConfig struct {
@@ -35,38 +35,22 @@ func (c *KeyExpiryConfig) setDefaults() {
 	if c.TTL == 0 {
 		c.TTL = 24 * time.Hour
 	}
-	if c.BatchSize == 0 {
-		c.BatchSize = 1000
-	}
-	if c.Interval == 0 {
-		c.Interval = time.Minute
-	}
-	if c.Logger == nil {
-		c.Logger = slog.Default()
-	}
+	retention.Defaults(&c.BatchSize, &c.Interval, &c.Logger)
 }
 
 func (c *KeyExpiryConfig) validate() error {
-	var errs []error
-	check := func(ok bool, field, want string) {
-		if !ok {
-			errs = append(errs, fmt.Errorf("%s: %s", field, want))
-		}
-	}
-	check(c.Pool != nil, "Pool", "is required")
-	check(c.TTL >= time.Minute, "TTL", "must be at least 1m")
-	check(c.BatchSize >= 1 && c.BatchSize <= 100_000, "BatchSize", "must be between 1 and 100000")
-	check(c.Interval > 0, "Interval", "must be positive")
-	if err := errors.Join(errs...); err != nil {
-		return fmt.Errorf("httpapi key expiry config: %w", err)
-	}
-	return nil
+	var errs configcheck.Errors
+	errs.Check(c.Pool != nil, "Pool", "is required")
+	errs.Check(c.TTL >= time.Minute, "TTL", "must be at least 1m")
+	retention.Check(&errs, c.BatchSize, c.Interval)
+	return errs.Err("httpapi key expiry config")
 }
 
 // KeyExpiry deletes Idempotency-Keys, with their stored responses, once
 // they are older than the TTL. Without it idempotency_keys grows with every
 // POST that carries a key.
 type KeyExpiry struct {
+	job retention.Job
 	cfg KeyExpiryConfig
 }
 
@@ -77,24 +61,17 @@ func NewKeyExpiry(cfg KeyExpiryConfig) (*KeyExpiry, error) {
 	if err := cfg.validate(); err != nil {
 		return nil, err
 	}
-	return &KeyExpiry{cfg: cfg}, nil
+	k := &KeyExpiry{cfg: cfg}
+	k.job = retention.Job{Name: "idempotency keys", DB: cfg.Pool, Lock: advisory.KeyExpiry, Retention: cfg.TTL,
+		Logger: cfg.Logger, Tables: []retention.Table{{Name: "idempotency_keys", Batch: k.expire}}}
+	return k, nil
 }
 
 // Run expires keys at once and then every Interval until ctx is done; it
 // returns nil then. A failed round is logged and tried again at the next.
 func (k *KeyExpiry) Run(ctx context.Context) error {
-	t := time.NewTicker(k.cfg.Interval)
-	defer t.Stop()
-	for {
-		if _, err := k.PurgeOnce(ctx); err != nil && ctx.Err() == nil {
-			k.cfg.Logger.Warn("expire idempotency keys", "error", err.Error())
-		}
-		select {
-		case <-ctx.Done():
-			return nil
-		case <-t.C:
-		}
-	}
+	k.job.Run(ctx, k.cfg.Interval)
+	return nil
 }
 
 // expireKeysSQL deletes up to $2 keys created before $1, oldest first
@@ -112,37 +89,13 @@ SELECT (SELECT count(*) FROM scan), (SELECT count(*) FROM del)`
 // BatchSize rows, and returns how many it deleted. A concurrent call (in
 // this or another process) makes it return 0 at once.
 func (k *KeyExpiry) PurgeOnce(ctx context.Context) (int, error) {
-	cutoff := time.Now().Add(-k.cfg.TTL)
-	total := 0
-	for {
-		scanned, deleted, acquired, err := k.batch(ctx, cutoff)
-		if err != nil {
-			return total, fmt.Errorf("expire idempotency keys: %w", err)
-		}
-		total += deleted
-		if !acquired || scanned < k.cfg.BatchSize {
-			if total > 0 {
-				k.cfg.Logger.Info("expired idempotency keys", "keys", total, "ttl", k.cfg.TTL)
-			}
-			return total, nil
-		}
-	}
+	n, err := k.job.Once(ctx)
+	return int(n), err
 }
 
-// batch deletes one batch in a short transaction of its own, once it holds
-// the expiry lock of the current schema.
-func (k *KeyExpiry) batch(ctx context.Context, cutoff time.Time) (scanned, deleted int, acquired bool, err error) {
-	tx, err := k.cfg.Pool.Begin(ctx)
-	if err != nil {
-		return 0, 0, false, err
-	}
-	defer func() { _ = tx.Rollback(context.WithoutCancel(ctx)) }() // a no-op after Commit
-	if err := tx.QueryRow(ctx, `SELECT pg_try_advisory_xact_lock($1, hashtext(current_schema()))`, keyExpiryLock).
-		Scan(&acquired); err != nil || !acquired {
-		return 0, 0, false, err
-	}
-	if err := tx.QueryRow(ctx, expireKeysSQL, cutoff, k.cfg.BatchSize).Scan(&scanned, &deleted); err != nil {
-		return 0, 0, true, err
-	}
-	return scanned, deleted, true, tx.Commit(ctx)
+// expire deletes one batch of keys.
+func (k *KeyExpiry) expire(ctx context.Context, tx pgx.Tx, w *retention.Walk) (int64, bool, error) {
+	var scanned, deleted int64
+	err := tx.QueryRow(ctx, expireKeysSQL, w.Cutoff, k.cfg.BatchSize).Scan(&scanned, &deleted)
+	return deleted, scanned == int64(k.cfg.BatchSize), err
 }

@@ -2,7 +2,6 @@ package httpapi
 
 import (
 	"context"
-	"errors"
 	"fmt"
 	"log/slog"
 	"net/http"
@@ -15,6 +14,7 @@ import (
 	"github.com/outflow-dev/outflow/app"
 	"github.com/outflow-dev/outflow/app/apikey"
 	"github.com/outflow-dev/outflow/events"
+	"github.com/outflow-dev/outflow/internal/configcheck"
 	"github.com/outflow-dev/outflow/webhooks/webhookapi"
 )
 
@@ -50,16 +50,24 @@ type API struct {
 	webhooks *webhookapi.API
 }
 
+func (c *Config) validate() error {
+	var errs configcheck.Errors
+	check := errs.Check
+	check(c.Service != nil, "Service", "is required")
+	check(c.Pool != nil, "Pool", "is required")
+	if err := c.RateLimit.validate(); err != nil {
+		errs = append(errs, err)
+	}
+	return errs.Err("httpapi config")
+}
+
 // New returns the API handler.
 func New(cfg Config) (*API, error) {
-	if cfg.Service == nil || cfg.Pool == nil {
-		return nil, errors.New("httpapi config: Service and Pool are required")
-	}
-	if err := cfg.RateLimit.validate(); err != nil {
-		return nil, fmt.Errorf("httpapi config: %w", err)
-	}
 	if cfg.Logger == nil {
 		cfg.Logger = slog.Default()
+	}
+	if err := cfg.validate(); err != nil {
+		return nil, err
 	}
 	a := &API{svc: cfg.Service, pool: cfg.Pool, logger: cfg.Logger, mux: http.NewServeMux()}
 	if cfg.RateLimit.enabled() {

@@ -31,7 +31,7 @@ func (a *API) startSpan(ctx context.Context, r *http.Request) (context.Context, 
 	}
 	ctx, span := tracing.Tracer().Start(ctx, name, trace.WithSpanKind(trace.SpanKindServer),
 		trace.WithAttributes(semconv.HTTPRequestMethodKey.String(r.Method), semconv.URLPath(r.URL.Path)))
-	if tp := tracing.Traceparent(ctx); tp != "" {
+	if tp := tracing.SpanTraceparent(ctx); tp != "" {
 		ctx = events.WithTraceparent(ctx, tp)
 	}
 	return ctx, span

@@ -250,7 +250,7 @@ func TestObserveContract(t *testing.T) {
 	t.Parallel()
 	open := func(t *testing.T, url string) brokers.Backend {
 		topics := map[string][]string{}
-		b, err := brokers.Open(context.Background(), brokers.Config{Kind: brokers.AMQP, Logger: amqpQuiet, Partitions: 2,
+		b, err := brokers.Open(context.Background(), brokers.Config{Kind: brokers.AMQP, Logger: amqpQuiet, StreamPartitions: 2,
 			AMQP: brokers.AMQPConfig{URL: url, Prefix: testservers.AMQPPrefix(t, 2, topics), NackDelay: 100 * time.Millisecond}})
 		require.NoError(t, err)
 		t.Cleanup(func() { b.Close() })

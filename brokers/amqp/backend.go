@@ -16,6 +16,7 @@ import (
 	"github.com/outflow-dev/outflow/brokers"
 	"github.com/outflow-dev/outflow/brokers/cloudevents"
 	"github.com/outflow-dev/outflow/forwarder"
+	"github.com/outflow-dev/outflow/internal/backoff"
 	"github.com/outflow-dev/outflow/internal/redact"
 )
 
@@ -77,8 +78,8 @@ func open(ctx context.Context, cfg brokers.Config) (brokers.Backend, error) {
 	}
 	b.wcfg.Connection.AmqpConfig = b.amqpConfig("outflow")
 	b.wcfg.Connection.Reconnect = &wmamqp.ReconnectConfig{
-		BackoffInitialInterval: 200 * time.Millisecond, BackoffRandomizationFactor: 0.5,
-		BackoffMultiplier: 1.5, BackoffMaxInterval: 5 * time.Second,
+		BackoffInitialInterval: backoff.ReconnectBase, BackoffRandomizationFactor: 0.5,
+		BackoffMultiplier: 1.5, BackoffMaxInterval: backoff.ReconnectMax,
 	}
 	if err := b.connect(ctx); err != nil {
 		return nil, err
@@ -138,7 +139,7 @@ func (b *amqpBackend) connect(ctx context.Context) error {
 func (b *amqpBackend) Kind() brokers.Kind { return brokers.AMQP }
 
 func (b *amqpBackend) Topics(topic string) []string {
-	return brokers.PartitionTopics(b.cfg.AMQP.Prefix, topic, b.cfg.Partitions)
+	return brokers.PartitionTopics(b.cfg.AMQP.Prefix, topic, b.cfg.StreamPartitions)
 }
 
 // prepare declares topic's exchanges and binds the queues of its groups,
@@ -206,7 +207,7 @@ func (ab amqpBroker) Publish(ctx context.Context, msgs []forwarder.Outgoing) []e
 			}
 			pub.MessageId = m.Message.UUID
 			b.contentType(&pub)
-			exchange := brokers.PartitionTopic(b.cfg.AMQP.Prefix, m.Topic, b.cfg.Partitions, m.AggregateID)
+			exchange := brokers.PartitionTopic(b.cfg.AMQP.Prefix, m.Topic, b.cfg.StreamPartitions, m.AggregateID)
 			confirms[i], err = b.ch.PublishWithDeferredConfirmWithContext(ctx, exchange, "", true, false, pub)
 			if err != nil {
 				down(start+i, fmt.Errorf("publish to RabbitMQ: %w", err))
@@ -234,7 +235,7 @@ func (ab amqpBroker) Publish(ctx context.Context, msgs []forwarder.Outgoing) []e
 		for i, m := range window {
 			if errs[start+i] == nil && returned[m.Message.UUID] {
 				errs[start+i] = fmt.Errorf("%w %q (RabbitMQ returned message %s: list topic %q's groups in brokers.AMQPConfig.Groups, e.g. from consumer.Worker.Groups)",
-					ErrUnroutable, brokers.PartitionTopic(b.cfg.AMQP.Prefix, m.Topic, b.cfg.Partitions, m.AggregateID), m.Message.UUID, m.Topic)
+					ErrUnroutable, brokers.PartitionTopic(b.cfg.AMQP.Prefix, m.Topic, b.cfg.StreamPartitions, m.AggregateID), m.Message.UUID, m.Topic)
 			}
 		}
 		if b.ch.IsClosed() {

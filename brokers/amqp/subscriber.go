@@ -163,7 +163,7 @@ func (s *amqpSubscriber) Subscribe(ctx context.Context, exchange string) (<-chan
 			}
 			for {
 				failures++
-				if !subloop.Sleep(ctx, backoff.Delay(200*time.Millisecond, 5*time.Second, failures)) {
+				if !subloop.Sleep(ctx, backoff.Reconnect(failures)) {
 					return
 				}
 				if ch, deliveries, err = s.consume(exchange); err == nil {

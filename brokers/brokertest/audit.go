@@ -17,6 +17,12 @@ type AuditHarness struct {
 	// Open returns a target on a broker the test may damage (a server of
 	// its own), on names no other test uses. Required.
 	Open func(t *testing.T) AuditTarget
+	// Parallel runs the subtests in parallel: each target Open returns is
+	// independent of the others (a server of its own, which Lose and
+	// HoldBack damage without touching another subtest's). Most of a
+	// subtest is waiting for a server to restart or a consumer to
+	// catch up.
+	Parallel bool
 }
 
 // AuditTarget is one auditing backend under test and the ways to damage it.
@@ -84,16 +90,28 @@ func RunAudit(t *testing.T, h AuditHarness) {
 	if h.Open == nil {
 		t.Fatal("brokertest: AuditHarness.Open is required")
 	}
-	t.Run("Receipts", func(t *testing.T) { receiptsContract(t, h.Open(t)) })
-	t.Run("UnreadIsUnsettled", func(t *testing.T) { unreadContract(t, h.Open(t)) })
-	t.Run("AcknowledgedIsSettled", func(t *testing.T) { acknowledgedContract(t, h.Open(t)) })
-	t.Run("LossBeforeAnyAudit", func(t *testing.T) { lossContract(t, h.Open(t), false) })
-	t.Run("LossAfterAnAudit", func(t *testing.T) { lossContract(t, h.Open(t), true) })
-	t.Run("FailoverUnderTraffic", func(t *testing.T) { failoverContract(t, h.Open(t)) })
-	t.Run("TrimIsNoLoss", func(t *testing.T) { trimContract(t, h.Open(t)) })
-	t.Run("DeleteOfAcknowledgedIsNoLoss", func(t *testing.T) { deleteContract(t, h.Open(t)) })
-	t.Run("NewGroupIsNoLoss", func(t *testing.T) { newGroupContract(t, h.Open(t)) })
-	t.Run("GroupLostWithTheDataIsAwaited", func(t *testing.T) { lostGroupContract(t, h.Open(t)) })
+	for _, c := range []struct {
+		name string
+		run  func(t *testing.T, target AuditTarget)
+	}{
+		{"Receipts", receiptsContract},
+		{"UnreadIsUnsettled", unreadContract},
+		{"AcknowledgedIsSettled", acknowledgedContract},
+		{"LossBeforeAnyAudit", func(t *testing.T, target AuditTarget) { lossContract(t, target, false) }},
+		{"LossAfterAnAudit", func(t *testing.T, target AuditTarget) { lossContract(t, target, true) }},
+		{"FailoverUnderTraffic", failoverContract},
+		{"TrimIsNoLoss", trimContract},
+		{"DeleteOfAcknowledgedIsNoLoss", deleteContract},
+		{"NewGroupIsNoLoss", newGroupContract},
+		{"GroupLostWithTheDataIsAwaited", lostGroupContract},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			if h.Parallel {
+				t.Parallel()
+			}
+			c.run(t, h.Open(t))
+		})
+	}
 }
 
 // audited is a topic under audit: what was published to it, and each

@@ -38,6 +38,7 @@ import (
 func TestAuditContract(t *testing.T) {
 	t.Parallel()
 	brokertest.RunAudit(t, brokertest.AuditHarness{
+		Parallel: true, // each subtest on a server of its own
 		Open: func(t *testing.T) brokertest.AuditTarget {
 			addrs := testservers.Kafka(t)
 			b := openTestKafka(t, addrs)

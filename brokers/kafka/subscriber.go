@@ -151,7 +151,7 @@ func (s *kafkaSubscriber) resubscribe(ctx context.Context, topic string) (<-chan
 			return nil, nil, false
 		case <-s.closing:
 			return nil, nil, false
-		case <-time.After(backoff.Delay(time.Second, 30*time.Second, attempt)):
+		case <-time.After(backoff.Reconnect(attempt)):
 		}
 	}
 }
@@ -162,14 +162,14 @@ func (s *kafkaSubscriber) resubscribe(ctx context.Context, topic string) (<-chan
 // subscribed to.
 func (s *kafkaSubscriber) watch(ctx context.Context, topic string, subscribed topicIdentity, recreated chan<- struct{}) {
 	w := topicWatch{subscribed: subscribed}
-	poll.Drain(ctx, s.b.cfg.Kafka.TopicCheckInterval, func(ctx context.Context) (int, error) {
+	poll.Every(ctx, s.b.cfg.Kafka.TopicCheckInterval, func(ctx context.Context) error {
 		var cur topicIdentity
 		err := withContext(ctx, func() (err error) {
 			_, cur, err = s.b.describeTopic(topic)
 			return err
 		})
 		if err != nil {
-			return 0, err
+			return err
 		}
 		if w.recreated(cur) {
 			select {
@@ -177,10 +177,8 @@ func (s *kafkaSubscriber) watch(ctx context.Context, topic string, subscribed to
 			default:
 			}
 		}
-		return 0, nil
-	}, func(err error) {
-		s.b.cfg.Logger.Warn("kafka subscription: reading its topic's id failed", "topic", topic, "err", err)
-	})
+		return nil
+	}, poll.Warn(s.b.cfg.Logger, "kafka subscription: reading its topic's id failed", "topic", topic))
 }
 
 // topicWatch follows a subscription's topic from check to check.

@@ -31,9 +31,10 @@ import (
 func TestAuditContract(t *testing.T) {
 	t.Parallel()
 	brokertest.RunAudit(t, brokertest.AuditHarness{
+		Parallel: true, // each subtest on a server of its own
 		Open: func(t *testing.T) brokertest.AuditTarget {
 			srv := testservers.StartNATS(t)
-			b := openBackend(t, brokers.Config{Kind: brokers.NATS, Partitions: 2, NATS: brokers.NATSConfig{URL: srv.URL}})
+			b := openBackend(t, brokers.Config{Kind: brokers.NATS, StreamPartitions: 2, NATS: brokers.NATSConfig{URL: srv.URL}})
 			js := jetStreamAt(t, srv.URL)
 			// restart stops the server, runs between on its stopped store,
 			// starts it and waits until the backend is connected again.

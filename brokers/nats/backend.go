@@ -94,7 +94,7 @@ func streamName(subject string) string {
 func (b *natsBackend) Kind() brokers.Kind { return brokers.NATS }
 
 func (b *natsBackend) Topics(topic string) []string {
-	return brokers.PartitionTopics(b.cfg.NATS.StreamPrefix, topic, b.cfg.Partitions)
+	return brokers.PartitionTopics(b.cfg.NATS.StreamPrefix, topic, b.cfg.StreamPartitions)
 }
 
 // ensureStream creates topic's stream once per process.
@@ -208,7 +208,7 @@ func (b *natsBackend) natsMsg(m forwarder.Outgoing) (*nats.Msg, error) {
 // subject is the subject of topic's aggregateID: the topic's own with one
 // partition, one of its partition subjects otherwise.
 func (b *natsBackend) subject(topic, aggregateID string) string {
-	return brokers.PartitionTopic(b.cfg.NATS.StreamPrefix, topic, b.cfg.Partitions, aggregateID)
+	return brokers.PartitionTopic(b.cfg.NATS.StreamPrefix, topic, b.cfg.StreamPartitions, aggregateID)
 }
 
 // natsErrMessageTooLarge is JetStream's "message size exceeds maximum
@@ -405,7 +405,7 @@ func (s *provisioningSubscriber) Subscribe(ctx context.Context, subject string) 
 // prefix and partition suffix.
 func (b *natsBackend) topicOf(subject string) string {
 	topic := strings.TrimPrefix(subject, b.cfg.NATS.StreamPrefix)
-	if i := strings.LastIndexByte(topic, '.'); i >= 0 && b.cfg.Partitions > 1 {
+	if i := strings.LastIndexByte(topic, '.'); i >= 0 && b.cfg.StreamPartitions > 1 {
 		topic = topic[:i]
 	}
 	return topic

@@ -29,7 +29,7 @@ import (
 func TestThreeReplicasOnACluster(t *testing.T) {
 	t.Parallel()
 	c := testservers.StartNATSCluster(t)
-	b := openBackend(t, brokers.Config{Kind: brokers.NATS, Partitions: 2,
+	b := openBackend(t, brokers.Config{Kind: brokers.NATS, StreamPartitions: 2,
 		NATS: brokers.NATSConfig{URL: c.URL, Replicas: 3, PublishTimeout: 2 * time.Second}})
 	ids := publishEventually(t, b, "orders", 10)
 
@@ -194,7 +194,7 @@ func TestAuditContractOnACluster(t *testing.T) {
 			// The default PublishTimeout (5 s) also bounds the creation of
 			// a stream of three replicas, which on a loaded machine may
 			// take more than the 2 s the tests above give a publish.
-			b := openBackend(st, brokers.Config{Kind: brokers.NATS, Partitions: 2,
+			b := openBackend(st, brokers.Config{Kind: brokers.NATS, StreamPartitions: 2,
 				NATS: brokers.NATSConfig{URL: c.URL, Replicas: 3}})
 			js := jetStreamAt(st, c.URL)
 			// ready waits until the stream has a leader and at least

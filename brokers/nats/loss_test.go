@@ -3,15 +3,20 @@ package nats_test
 import (
 	"context"
 	"errors"
+	"fmt"
 	"strings"
+	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
 	"github.com/ThreeDotsLabs/watermill"
+	wmnats "github.com/ThreeDotsLabs/watermill-nats/v2/pkg/nats"
 	"github.com/ThreeDotsLabs/watermill/message"
 	"github.com/nats-io/nats.go"
 
 	"github.com/outflow-dev/outflow/brokers"
+	outflownats "github.com/outflow-dev/outflow/brokers/nats"
 	"github.com/outflow-dev/outflow/forwarder"
 	"github.com/outflow-dev/outflow/internal/testservers"
 	"github.com/outflow-dev/outflow/outflowtest"
@@ -76,7 +81,7 @@ func publishEventually(t *testing.T, b brokers.Backend, topic string, n int) []s
 func TestPublishCreatesADeletedStreamAgain(t *testing.T) {
 	t.Parallel()
 	prefix := testservers.NATSPrefix(t)
-	b := openBackend(t, brokers.Config{Kind: brokers.NATS, Partitions: 2,
+	b := openBackend(t, brokers.Config{Kind: brokers.NATS, StreamPartitions: 2,
 		NATS: brokers.NATSConfig{URL: testservers.NATSURL(), StreamPrefix: prefix}})
 	js := jetStream(t)
 	publish(t, b, "orders", 3)
@@ -217,4 +222,112 @@ func TestReplayTopicsAreNotDeduplicated(t *testing.T) {
 			}
 		})
 	}
+}
+
+// A durable consumer that answers nothing, as nats-server before 2.9.15
+// makes one created while its stream is being created (the subscriber's
+// retries racing the stream's re-creation after a loss), is created again:
+// its info looks sound, so only its silence tells.
+func TestSubscriberRecreatesAConsumerThatAnswersNothing(t *testing.T) {
+	t.Parallel()
+	srv := testservers.StartNATS(t)
+	const group = "g"
+	subject, id := muteConsumer(t, srv.URL, group)
+	sub, err := outflownats.NewSubscriber(outflownats.SubscriberConfig{JetStream: jetStreamAt(t, srv.URL), Group: group,
+		Stream: func(string) string { return subject }, CheckInterval: 500 * time.Millisecond})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { sub.Close() })
+	msgs, err := sub.Subscribe(context.Background(), subject)
+	if err != nil {
+		t.Fatal(err)
+	}
+	receive(t, msgs, []string{id})
+}
+
+// muteConsumer creates streams on the server at url, each while the
+// durable consumer of group on it is being created as the subscriber
+// creates it, until one such consumer answers no fetch, not even with a
+// heartbeat. It returns the subject (and stream) of that consumer, and the
+// id of the message the stream holds, which the consumer never delivered.
+// When none was mute, as on a server that makes a stream visible only once
+// it can send, it returns the last one.
+func muteConsumer(t *testing.T, url, group string) (subject, id string) {
+	t.Helper()
+	js := jetStreamAt(t, url)
+	// Connections of their own: the server handles one connection's
+	// requests one after the other, a consumer's creation never during
+	// its stream's.
+	creators := make([]nats.JetStreamContext, 3)
+	for i := range creators {
+		creators[i] = jetStreamAt(t, url)
+	}
+	const tries = 1000
+	for i := range tries {
+		name := fmt.Sprintf("mute%d", i)
+		cfg := &nats.ConsumerConfig{Durable: group + "_" + name, FilterSubject: name, AckPolicy: nats.AckExplicitPolicy,
+			DeliverPolicy: nats.DeliverAllPolicy, AckWait: brokers.DefaultClaimIdle, MaxAckPending: 1000} // the subscriber's defaults
+		var (
+			created    atomic.Bool
+			wg, trying sync.WaitGroup
+		)
+		for _, c := range creators {
+			trying.Add(1)
+			wg.Go(func() {
+				first := true
+				for !created.Load() {
+					if _, err := c.AddConsumer(name, cfg); err == nil {
+						created.Store(true)
+					}
+					if first {
+						first = false
+						trying.Done()
+					}
+				}
+			})
+		}
+		trying.Wait() // every creator is at it when the stream comes
+		if _, err := js.AddStream(&nats.StreamConfig{Name: name, Subjects: []string{name}}); err != nil {
+			t.Fatal(err)
+		}
+		wg.Wait()
+		m := message.NewMessage(watermill.NewUUID(), []byte("x"))
+		var marshaler wmnats.NATSMarshaler
+		nm, err := marshaler.Marshal(name, m)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if _, err := js.PublishMsg(nm); err != nil {
+			t.Fatal(err)
+		}
+		subject, id = name, m.UUID
+		if mute(t, js, name, cfg.Durable) {
+			t.Logf("consumer %s answers nothing, after %d tries", cfg.Durable, i+1)
+			return subject, id
+		}
+	}
+	// Not a skip: the subscriber must still deliver what the last,
+	// sound, consumer holds.
+	t.Logf("no consumer created while its stream was answered nothing in %d tries: this nats-server makes a stream visible only once it can send", tries)
+	return subject, id
+}
+
+// mute reports whether durable on stream, which holds a message, answers
+// a fetch with nothing, not even a heartbeat.
+func mute(t *testing.T, js nats.JetStreamContext, stream, durable string) bool {
+	t.Helper()
+	sub, err := js.PullSubscribe(stream, durable, nats.Bind(stream, durable))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer sub.Unsubscribe()
+	msgs, err := sub.Fetch(1, nats.MaxWait(time.Second), nats.PullHeartbeat(200*time.Millisecond))
+	if len(msgs) == 0 && !errors.Is(err, nats.ErrNoHeartbeat) {
+		t.Fatalf("a fetch of a message on %s: %v", durable, err)
+	}
+	for _, m := range msgs {
+		_ = m.Nak() // for the subscriber, at once
+	}
+	return len(msgs) == 0
 }

@@ -92,7 +92,7 @@ func TestObserveContract(t *testing.T) {
 	brokertest.RunObserve(t, brokertest.ObserveHarness{
 		CountsUnacked: true,
 		Open: func(t *testing.T) brokers.Backend {
-			return openBackend(t, brokers.Config{Kind: brokers.NATS, Partitions: 2,
+			return openBackend(t, brokers.Config{Kind: brokers.NATS, StreamPartitions: 2,
 				NATS: brokers.NATSConfig{URL: testservers.NATSURL(), StreamPrefix: testservers.NATSPrefix(t)}})
 		},
 		Outage: func(t *testing.T) (brokers.Backend, testservers.Outage) {

@@ -51,11 +51,12 @@ func restartEmpty(t *testing.T, srv *testservers.RedisServer, c *redis.Client) {
 func TestAuditContract(t *testing.T) {
 	t.Parallel()
 	brokertest.RunAudit(t, brokertest.AuditHarness{
+		Parallel: true, // each subtest on a server of its own
 		Open: func(t *testing.T) brokertest.AuditTarget {
 			pair := testservers.StartRedisPair(t)
 			proxy := testservers.StartProxy(t, pair.Primary.Addr)
 			url := "redis://" + proxy.Addr + "/0"
-			b := openBackend(t, brokers.Config{Kind: brokers.Redis, Partitions: 2, Redis: brokers.RedisConfig{URL: url}})
+			b := openBackend(t, brokers.Config{Kind: brokers.Redis, StreamPartitions: 2, Redis: brokers.RedisConfig{URL: url}})
 			c := redis.NewClient(&redis.Options{Addr: proxy.Addr})
 			t.Cleanup(func() { c.Close() })
 			return brokertest.AuditTarget{

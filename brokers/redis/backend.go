@@ -40,7 +40,7 @@ func open(ctx context.Context, cfg brokers.Config) (brokers.Backend, error) {
 	if err != nil {
 		return nil, err // names Redis and the redacted URL
 	}
-	bc := Config{Client: client, Partitions: cfg.Partitions, StreamPrefix: cfg.Redis.StreamPrefix,
+	bc := Config{Client: client, StreamPartitions: cfg.StreamPartitions, StreamPrefix: cfg.Redis.StreamPrefix,
 		WaitReplicas: cfg.Redis.WaitReplicas, WaitTimeout: cfg.Redis.WaitTimeout}
 	if !cfg.CloudEvents.Disabled {
 		bc.Marshaller = CloudEventsMarshaller{}

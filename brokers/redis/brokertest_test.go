@@ -27,7 +27,7 @@ func TestBrokerContract(t *testing.T) {
 	brokertest.Run(t, brokertest.Harness{
 		Open: func(t *testing.T) brokertest.Target {
 			prefix := testservers.UniqueName(t, testservers.Redis(t)) + "_"
-			return brokertest.BackendTarget(t, openBackend(t, brokers.Config{Kind: brokers.Redis, Partitions: 2,
+			return brokertest.BackendTarget(t, openBackend(t, brokers.Config{Kind: brokers.Redis, StreamPartitions: 2,
 				Redis: brokers.RedisConfig{URL: testservers.RedisURL(), StreamPrefix: prefix}}))
 		},
 		Outage: func(t *testing.T) (brokertest.Target, testservers.Outage) {
@@ -65,7 +65,7 @@ func TestObserveContract(t *testing.T) {
 	brokertest.RunObserve(t, brokertest.ObserveHarness{
 		Open: func(t *testing.T) brokers.Backend {
 			prefix := testservers.UniqueName(t, testservers.Redis(t)) + "_"
-			return openBackend(t, brokers.Config{Kind: brokers.Redis, Partitions: 2,
+			return openBackend(t, brokers.Config{Kind: brokers.Redis, StreamPartitions: 2,
 				Redis: brokers.RedisConfig{URL: testservers.RedisURL(), StreamPrefix: prefix}})
 		},
 		Outage: func(t *testing.T) (brokers.Backend, testservers.Outage) {

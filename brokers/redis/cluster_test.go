@@ -42,13 +42,13 @@ func TestCluster(t *testing.T) {
 		}
 		// One seed is enough with the Cluster option: the client learns the
 		// others, and a stream on any primary takes writes.
-		b := openBackend(t, brokers.Config{Kind: brokers.Redis, Partitions: partitions,
+		b := openBackend(t, brokers.Config{Kind: brokers.Redis, StreamPartitions: partitions,
 			Redis: brokers.RedisConfig{URL: seed, Cluster: true, StreamPrefix: "url:"}})
 		requirePublished(t, b.Broker().Publish(ctx, batch(topic, 30)))
 	})
 
 	t.Run("PartitionsSpreadOverPrimaries", func(t *testing.T) {
-		b := openBackend(t, brokers.Config{Kind: brokers.Redis, Partitions: partitions,
+		b := openBackend(t, brokers.Config{Kind: brokers.Redis, StreamPartitions: partitions,
 			Redis: brokers.RedisConfig{URL: cluster.URL}})
 		byPrimary := map[string][]string{}
 		for _, s := range b.Topics(topic) {
@@ -61,7 +61,7 @@ func TestCluster(t *testing.T) {
 	})
 
 	t.Run("PublishSubscribeLagTrimPing", func(t *testing.T) {
-		b := openBackend(t, brokers.Config{Kind: brokers.Redis, Partitions: partitions,
+		b := openBackend(t, brokers.Config{Kind: brokers.Redis, StreamPartitions: partitions,
 			Redis: brokers.RedisConfig{URL: cluster.URL, StreamPrefix: "pipe:", WaitReplicas: 1}})
 		msgs := batch(topic, 60)
 		requirePublished(t, b.Broker().Publish(ctx, msgs))
@@ -108,7 +108,7 @@ func TestCluster(t *testing.T) {
 	// primary down, the entries on that primary's streams are reported
 	// unpublished and the others published.
 	t.Run("WaitPerPrimary", func(t *testing.T) {
-		b := openBackend(t, brokers.Config{Kind: brokers.Redis, Partitions: partitions,
+		b := openBackend(t, brokers.Config{Kind: brokers.Redis, StreamPartitions: partitions,
 			Redis: brokers.RedisConfig{URL: cluster.URL, StreamPrefix: "wait:", WaitReplicas: 1, WaitTimeout: 100 * time.Millisecond}})
 		broker := redisstreams.BrokerOf(b)
 		msgs := batch(topic, 60)

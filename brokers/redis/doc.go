@@ -10,7 +10,7 @@
 // and any Watermill user, reads them.
 //
 // A batch is one pipeline: one round trip whatever its size. A topic maps to
-// one stream, or to Partitions streams chosen by a hash of the aggregate id,
+// one stream, or to StreamPartitions streams chosen by a hash of the aggregate id,
 // so that consumers can scale out while each aggregate stays on one stream,
 // in order.
 //

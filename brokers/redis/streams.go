@@ -1,6 +1,7 @@
 package redis
 
 import (
+	"cmp"
 	"context"
 	"errors"
 	"fmt"
@@ -14,6 +15,7 @@ import (
 
 	"github.com/outflow-dev/outflow/brokers"
 	"github.com/outflow-dev/outflow/forwarder"
+	"github.com/outflow-dev/outflow/internal/configcheck"
 	"github.com/outflow-dev/outflow/internal/redact"
 )
 
@@ -21,9 +23,10 @@ import (
 type Config struct {
 	// Client is the Redis connection. Required. The broker does not close it.
 	Client goredis.UniversalClient
-	// Partitions splits every topic into this many streams by a hash of the
-	// aggregate id. Defaults to 1: one stream per topic, named as the topic.
-	Partitions int
+	// StreamPartitions splits every topic into this many streams by a hash
+	// of the aggregate id. Defaults to 1: one stream per topic, named as
+	// the topic.
+	StreamPartitions int
 	// StreamPrefix is prepended to every stream name. Defaults to "".
 	StreamPrefix string
 	// Marshaller encodes entries. Defaults to watermill-redisstream's.
@@ -69,34 +72,33 @@ type Broker struct {
 
 var _ forwarder.Broker = (*Broker)(nil)
 
+func (c *Config) setDefaults() {
+	c.StreamPartitions = cmp.Or(c.StreamPartitions, 1)
+	if c.WaitReplicas > 0 && c.WaitTimeout == 0 {
+		c.WaitTimeout = DefaultWaitTimeout
+	}
+	if c.Marshaller == nil {
+		c.Marshaller = redisstream.DefaultMarshallerUnmarshaller{}
+	}
+	c.MaxFieldBytes = cmp.Or(c.MaxFieldBytes, DefaultMaxFieldBytes)
+}
+
+func (c *Config) validate() error {
+	var errs configcheck.Errors
+	check := errs.Check
+	check(c.Client != nil, "Client", "is required")
+	check(c.StreamPartitions >= 1 && c.StreamPartitions <= 1024, "StreamPartitions", "must be between 1 and 1024")
+	check(c.WaitReplicas >= 0, "WaitReplicas", "must not be negative")
+	check(c.WaitTimeout >= 0 && c.WaitTimeout <= time.Minute, "WaitTimeout", "must be between 0 and 1m")
+	check(c.MaxFieldBytes >= 0, "MaxFieldBytes", "must not be negative")
+	return errs.Err("redis broker config")
+}
+
 // New returns a Broker.
 func New(cfg Config) (*Broker, error) {
-	if cfg.Client == nil {
-		return nil, errors.New("redis broker config: Client is required")
-	}
-	if cfg.Partitions == 0 {
-		cfg.Partitions = 1
-	}
-	if cfg.Partitions < 1 || cfg.Partitions > 1024 {
-		return nil, errors.New("redis broker config: Partitions must be between 1 and 1024")
-	}
-	if cfg.WaitReplicas < 0 {
-		return nil, errors.New("redis broker config: WaitReplicas must not be negative")
-	}
-	if cfg.WaitReplicas > 0 && cfg.WaitTimeout == 0 {
-		cfg.WaitTimeout = DefaultWaitTimeout
-	}
-	if cfg.WaitTimeout < 0 || cfg.WaitTimeout > time.Minute {
-		return nil, errors.New("redis broker config: WaitTimeout must be between 0 and 1m")
-	}
-	if cfg.Marshaller == nil {
-		cfg.Marshaller = redisstream.DefaultMarshallerUnmarshaller{}
-	}
-	if cfg.MaxFieldBytes < 0 {
-		return nil, errors.New("redis broker config: MaxFieldBytes must not be negative")
-	}
-	if cfg.MaxFieldBytes == 0 {
-		cfg.MaxFieldBytes = DefaultMaxFieldBytes
+	cfg.setDefaults()
+	if err := cfg.validate(); err != nil {
+		return nil, err
 	}
 	return &Broker{cfg: cfg}, nil
 }
@@ -196,12 +198,12 @@ func clusterURLDatabase(rawURL string) error {
 
 // Stream returns the stream an aggregate's events of topic go to.
 func (b *Broker) Stream(topic, aggregateID string) string {
-	return brokers.PartitionTopic(b.cfg.StreamPrefix, topic, b.cfg.Partitions, aggregateID)
+	return brokers.PartitionTopic(b.cfg.StreamPrefix, topic, b.cfg.StreamPartitions, aggregateID)
 }
 
 // Streams lists every stream of topic, for consumers to subscribe to.
 func (b *Broker) Streams(topic string) []string {
-	return brokers.PartitionTopics(b.cfg.StreamPrefix, topic, b.cfg.Partitions)
+	return brokers.PartitionTopics(b.cfg.StreamPrefix, topic, b.cfg.StreamPartitions)
 }
 
 // Publish appends msgs in one pipeline, in order. It returns one error per

@@ -1,6 +1,7 @@
 package redis
 
 import (
+	"cmp"
 	"context"
 	"errors"
 	"fmt"
@@ -13,7 +14,9 @@ import (
 	"github.com/ThreeDotsLabs/watermill/message"
 	goredis "github.com/redis/go-redis/v9"
 
+	"github.com/outflow-dev/outflow/brokers"
 	"github.com/outflow-dev/outflow/internal/backoff"
+	"github.com/outflow-dev/outflow/internal/configcheck"
 	"github.com/outflow-dev/outflow/internal/subloop"
 )
 
@@ -39,7 +42,8 @@ type SubscriberConfig struct {
 	// group may stay unacknowledged before this one claims it: a dead
 	// consumer's entries move after it. Keep it above the slowest handler,
 	// or a live consumer's entry is processed twice (harmless behind the
-	// idempotency middleware, but wasted). Defaults to 30s.
+	// idempotency middleware, but wasted). Defaults to
+	// brokers.DefaultClaimIdle.
 	ClaimIdle time.Duration
 	// ClaimInterval is how often idle entries are looked for. Defaults to a
 	// quarter of ClaimIdle.
@@ -58,24 +62,12 @@ type SubscriberConfig struct {
 }
 
 func (c *SubscriberConfig) setDefaults() {
-	if c.BatchSize == 0 {
-		c.BatchSize = 100
-	}
-	if c.BlockTime == 0 {
-		c.BlockTime = time.Second
-	}
-	if c.ClaimIdle == 0 {
-		c.ClaimIdle = 30 * time.Second
-	}
-	if c.ClaimInterval == 0 {
-		c.ClaimInterval = max(c.ClaimIdle/4, 10*time.Millisecond)
-	}
-	if c.NackResendSleep == 0 {
-		c.NackResendSleep = time.Second
-	}
-	if c.OldestID == "" {
-		c.OldestID = "0"
-	}
+	c.BatchSize = cmp.Or(c.BatchSize, 100)
+	c.BlockTime = cmp.Or(c.BlockTime, time.Second)
+	c.ClaimIdle = cmp.Or(c.ClaimIdle, brokers.DefaultClaimIdle)
+	c.ClaimInterval = cmp.Or(c.ClaimInterval, max(c.ClaimIdle/4, 10*time.Millisecond))
+	c.NackResendSleep = cmp.Or(c.NackResendSleep, time.Second)
+	c.OldestID = cmp.Or(c.OldestID, "0")
 	if c.Unmarshaller == nil {
 		c.Unmarshaller = redisstream.DefaultMarshallerUnmarshaller{}
 	}
@@ -85,19 +77,17 @@ func (c *SubscriberConfig) setDefaults() {
 }
 
 func (c *SubscriberConfig) validate() error {
-	switch {
-	case c.Client == nil:
-		return errors.New("redis subscriber config: Client is required")
-	case c.ConsumerGroup == "":
-		return errors.New("redis subscriber config: ConsumerGroup is required")
-	case c.Consumer == "":
-		return errors.New("redis subscriber config: Consumer is required")
-	case c.BatchSize < 1:
-		return errors.New("redis subscriber config: BatchSize must be at least 1")
-	case c.BlockTime < 0 || c.ClaimIdle < 0 || c.ClaimInterval < 0 || c.NackResendSleep < 0:
-		return errors.New("redis subscriber config: durations must not be negative")
-	}
-	return nil
+	var errs configcheck.Errors
+	check := errs.Check
+	check(c.Client != nil, "Client", "is required")
+	check(c.ConsumerGroup != "", "ConsumerGroup", "is required")
+	check(c.Consumer != "", "Consumer", "is required")
+	check(c.BatchSize >= 1, "BatchSize", "must be at least 1")
+	check(c.BlockTime >= 0, "BlockTime", "must not be negative")
+	check(c.ClaimIdle >= 0, "ClaimIdle", "must not be negative")
+	check(c.ClaimInterval >= 0, "ClaimInterval", "must not be negative")
+	check(c.NackResendSleep >= 0, "NackResendSleep", "must not be negative")
+	return errs.Err("redis subscriber config")
 }
 
 // Subscriber is a Watermill subscriber on Redis Streams consumer groups
@@ -249,7 +239,7 @@ func (s *Subscriber) consume(ctx context.Context, stream string, out chan<- *mes
 			}
 			failures++
 			s.cfg.Logger.Error("read stream", err, fields)
-			if !subloop.Sleep(ctx, backoff.Delay(100*time.Millisecond, 5*time.Second, failures)) {
+			if !subloop.Sleep(ctx, backoff.Reconnect(failures)) {
 				return
 			}
 			continue

@@ -4,7 +4,6 @@ import (
 	"context"
 	"fmt"
 	"sync"
-	"time"
 	"unicode/utf8"
 
 	"github.com/jackc/pgx/v5"
@@ -107,7 +106,7 @@ func (b *sqlBackend) listenLoop(ctx context.Context) {
 		if ctx.Err() != nil {
 			return
 		}
-		d := backoff.Delay(100*time.Millisecond, 10*time.Second, attempt)
+		d := backoff.Reconnect(attempt)
 		b.cfg.Logger.Warn("sql broker: LISTEN connection lost; subscriptions poll meanwhile", "error", err, "retry_in", d)
 		if !subloop.Sleep(ctx, d) {
 			return

@@ -1,6 +1,7 @@
 package watermillbackend
 
 import (
+	"cmp"
 	"errors"
 	"fmt"
 	"log/slog"
@@ -13,6 +14,7 @@ import (
 	"github.com/outflow-dev/outflow/brokers"
 	"github.com/outflow-dev/outflow/brokers/watermillpub"
 	"github.com/outflow-dev/outflow/forwarder"
+	"github.com/outflow-dev/outflow/internal/configcheck"
 )
 
 // Kind is the default [brokers.Kind] of the backend.
@@ -94,35 +96,9 @@ var _ brokers.Backend = (*Backend)(nil)
 // a GoChannel (as Publisher or Subscriber) that is not Persistent
 // ([ErrLosesMessages]).
 func New(cfg Config) (*Backend, error) {
-	if cfg.Logger == nil {
-		cfg.Logger = slog.Default()
-	}
-	if cfg.Kind == "" {
-		cfg.Kind = Kind
-	}
-	switch {
-	case cfg.Publish.Publisher == nil:
-		return nil, errors.New("watermill backend: Config.Publish.Publisher is required")
-	case (cfg.Subscriber == nil) == (cfg.NewSubscriber == nil):
-		return nil, errors.New("watermill backend: set exactly one of Config.Subscriber (one subscriber without groups, shared) and Config.NewSubscriber (one per consumer, with groups)")
-	case cfg.Publish.Topic != nil && cfg.Topics == nil:
-		return nil, errors.New("watermill backend: Config.Topics is required with Config.Publish.Topic: consumers must read the topics it publishes to")
-	}
-	if cfg.Topics == nil {
-		cfg.Topics = func(topic string) []string { return []string{topic} }
-	}
-	if err := checkGoChannel(cfg.Publish.Publisher, "Config.Publish.Publisher", cfg.Logger); err != nil {
+	cfg.setDefaults()
+	if err := cfg.validate(); err != nil {
 		return nil, err
-	}
-	if cfg.Subscriber != nil {
-		if err := checkGoChannel(cfg.Subscriber, "Config.Subscriber", cfg.Logger); err != nil {
-			return nil, err
-		}
-		_, pubGC := cfg.Publish.Publisher.(*gochannel.GoChannel)
-		_, subGC := cfg.Subscriber.(*gochannel.GoChannel)
-		if pubGC && subGC && !same(cfg.Publish.Publisher, cfg.Subscriber) {
-			return nil, errors.New("watermill backend: Config.Publish.Publisher and Config.Subscriber are two GoChannels: a GoChannel delivers only what was published to it, so they must be the same")
-		}
 	}
 	b := &Backend{cfg: cfg, hubs: map[hubKey]*hub{}, given: map[any]struct{}{}}
 	pub := cfg.Publish
@@ -135,6 +111,33 @@ func New(cfg Config) (*Backend, error) {
 		return nil, fmt.Errorf("watermill backend: %w", err)
 	}
 	return b, nil
+}
+
+func (c *Config) setDefaults() {
+	c.Logger = cmp.Or(c.Logger, slog.Default())
+	c.Kind = cmp.Or(c.Kind, Kind)
+	if c.Topics == nil && c.Publish.Topic == nil { // else required
+		c.Topics = func(topic string) []string { return []string{topic} }
+	}
+}
+
+func (c *Config) validate() error {
+	var errs configcheck.Errors
+	errs.Check(c.Publish.Publisher != nil, "Publish.Publisher", "is required")
+	errs.Check((c.Subscriber == nil) != (c.NewSubscriber == nil), "Subscriber",
+		"set exactly one of Subscriber (one subscriber without groups, shared) and NewSubscriber (one per consumer, with groups)")
+	errs.Check(c.Topics != nil, "Topics", "is required with Publish.Topic: consumers must read the topics it publishes to")
+	if err := checkGoChannel(c.Publish.Publisher, "Config.Publish.Publisher", c.Logger); err != nil {
+		errs = append(errs, err)
+	}
+	if err := checkGoChannel(c.Subscriber, "Config.Subscriber", c.Logger); err != nil {
+		errs = append(errs, err)
+	}
+	_, pubGC := c.Publish.Publisher.(*gochannel.GoChannel)
+	_, subGC := c.Subscriber.(*gochannel.GoChannel)
+	errs.Check(!pubGC || !subGC || same(c.Publish.Publisher, c.Subscriber), "Subscriber",
+		"must be Publish.Publisher when both are GoChannels: a GoChannel delivers only what was published to it")
+	return errs.Err("watermill backend config")
 }
 
 // Kind is Config.Kind.

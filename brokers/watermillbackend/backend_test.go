@@ -393,12 +393,12 @@ func TestConfigValidation(t *testing.T) {
 		cfg  watermillbackend.Config
 		want string
 	}{
-		{"no publisher", watermillbackend.Config{Subscriber: gc}, "Config.Publish.Publisher is required"},
-		{"no subscriber", watermillbackend.Config{Publish: watermillpub.Config{Publisher: gc}}, "exactly one of Config.Subscriber"},
-		{"both subscribers", watermillbackend.Config{Publish: watermillpub.Config{Publisher: gc}, Subscriber: gc, NewSubscriber: factory}, "exactly one of Config.Subscriber"},
-		{"topic without topics", watermillbackend.Config{Publish: watermillpub.Config{Publisher: gc, Topic: byAggregate}, Subscriber: gc}, "Config.Topics is required"},
-		{"two gochannels", watermillbackend.Config{Publish: watermillpub.Config{Publisher: gc}, Subscriber: persistent(t)}, "two GoChannels"},
-		{"watermillpub's own", watermillbackend.Config{Publish: watermillpub.Config{Publisher: gc, MaxMessageBytes: -1}, Subscriber: gc}, "MaxMessageBytes must not be negative"},
+		{"no publisher", watermillbackend.Config{Subscriber: gc}, "Publish.Publisher: is required"},
+		{"no subscriber", watermillbackend.Config{Publish: watermillpub.Config{Publisher: gc}}, "exactly one of Subscriber"},
+		{"both subscribers", watermillbackend.Config{Publish: watermillpub.Config{Publisher: gc}, Subscriber: gc, NewSubscriber: factory}, "exactly one of Subscriber"},
+		{"topic without topics", watermillbackend.Config{Publish: watermillpub.Config{Publisher: gc, Topic: byAggregate}, Subscriber: gc}, "Topics: is required"},
+		{"two gochannels", watermillbackend.Config{Publish: watermillpub.Config{Publisher: gc}, Subscriber: persistent(t)}, "Subscriber: must be Publish.Publisher when both are GoChannels"},
+		{"watermillpub's own", watermillbackend.Config{Publish: watermillpub.Config{Publisher: gc, MaxMessageBytes: -1}, Subscriber: gc}, "MaxMessageBytes: must not be negative"},
 	} {
 		if _, err := watermillbackend.New(tt.cfg); err == nil || !strings.Contains(err.Error(), tt.want) {
 			t.Errorf("%s: got %v, want an error saying %q", tt.name, err, tt.want)

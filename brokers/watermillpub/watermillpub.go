@@ -11,6 +11,7 @@ import (
 	"github.com/ThreeDotsLabs/watermill/message"
 
 	"github.com/outflow-dev/outflow/forwarder"
+	"github.com/outflow-dev/outflow/internal/configcheck"
 )
 
 // Config configures a [Broker].
@@ -44,26 +45,34 @@ var _ forwarder.Broker = (*Broker)(nil)
 // New returns the broker. It is a [forwarder.PayloadLimiter] when
 // cfg.MaxMessageBytes is set (see [Limited]).
 func New(cfg Config) (forwarder.Broker, error) {
-	if cfg.Publisher == nil {
-		return nil, errors.New("watermillpub: Config.Publisher is required")
-	}
-	if cfg.Topic == nil {
-		cfg.Topic = func(m forwarder.Outgoing) string { return m.Topic }
-	}
-	if cfg.Classify == nil {
-		cfg.Classify = DefaultClassify
-	}
-	if cfg.MessageBytes == nil {
-		cfg.MessageBytes = metadataAndPayload
-	}
-	if cfg.MaxMessageBytes < 0 {
-		return nil, errors.New("watermillpub: Config.MaxMessageBytes must not be negative")
+	cfg.setDefaults()
+	if err := cfg.validate(); err != nil {
+		return nil, err
 	}
 	b := &Broker{cfg: cfg}
 	if cfg.MaxMessageBytes > 0 {
 		return Limited{b}, nil
 	}
 	return b, nil
+}
+
+func (c *Config) setDefaults() {
+	if c.Topic == nil {
+		c.Topic = func(m forwarder.Outgoing) string { return m.Topic }
+	}
+	if c.Classify == nil {
+		c.Classify = DefaultClassify
+	}
+	if c.MessageBytes == nil {
+		c.MessageBytes = metadataAndPayload
+	}
+}
+
+func (c *Config) validate() error {
+	var errs configcheck.Errors
+	errs.Check(c.Publisher != nil, "Publisher", "is required")
+	errs.Check(c.MaxMessageBytes >= 0, "MaxMessageBytes", "must not be negative")
+	return errs.Err("watermillpub config")
 }
 
 // Limited is a [Broker] with a payload limit.

@@ -206,6 +206,7 @@ func run(ctx context.Context, args []string) error {
 		backlog := fs.Int("backlog", 20_000, "events each drain moves")
 		rate := fs.Int("rate", 1000, "events per second in each latency run")
 		dur := fs.Duration("duration", 10*time.Second, "length of each latency run")
+		warmup := fs.Duration("warmup", 2*time.Second, "how long each latency run produces at -rate before the events it measures (its p99 is reported apart)")
 		ce := fs.Bool("cloudevents", true, "write the CloudEvents attributes on each message (false: Outflow's metadata only)")
 		if err := fs.Parse(args[1:]); err != nil {
 			return err
@@ -225,8 +226,11 @@ func run(ctx context.Context, args []string) error {
 		if *backlog < 1 || *rate < 1 || *dur <= 0 {
 			return fmt.Errorf("invalid -backlog, -rate or -duration: must be positive")
 		}
+		if *warmup < 0 {
+			return fmt.Errorf("invalid -warmup: must not be negative")
+		}
 		return bench.Brokers(ctx, bench.BrokersConfig{DatabaseURL: dbURL, Brokers: cfgs, Backlog: *backlog, Rate: *rate,
-			Duration: *dur, Out: os.Stdout})
+			Duration: *dur, Warmup: *warmup, Out: os.Stdout})
 	case "pipeline":
 		fs := flag.NewFlagSet("pipeline", flag.ContinueOnError)
 		backlog := fs.Int("backlog", 60_000, "events each drain variant moves end to end")
@@ -326,6 +330,17 @@ func run(ctx context.Context, args []string) error {
 		}
 		return bench.Webhooks(ctx, bench.WebhooksConfig{DatabaseURL: dbURL, Rate: *rate, Duration: *dur, Merchants: *merchants,
 			SlowDelay: *slow, Out: os.Stdout})
+	case "webhooks-wal":
+		fs := flag.NewFlagSet("webhooks-wal", flag.ContinueOnError)
+		accounts := fs.Int("accounts", 1000, "accounts, each with two endpoints")
+		n := fs.Int("events", 10_000, "events recorded and delivered")
+		if err := fs.Parse(args[1:]); err != nil {
+			return err
+		}
+		if *accounts < 1 || *n < 1 {
+			return fmt.Errorf("invalid -accounts or -events: must be positive")
+		}
+		return bench.WebhooksWAL(ctx, bench.WebhooksWALConfig{DatabaseURL: dbURL, Accounts: *accounts, Events: *n, Out: os.Stdout})
 	case "webhooks-scale":
 		// The defaults are scaled down to run in about a minute on 2 cores;
 		// the numbers: -accounts 10000 -rate 2000 -duration 60s.
@@ -362,7 +377,7 @@ func run(ctx context.Context, args []string) error {
 			Sender: sender.Config{Concurrency: *concurrency, PerEndpoint: *perEndpoint, SuspectConcurrency: *suspect,
 				Timeout: *timeout}})
 	default:
-		return fmt.Errorf("unknown benchmark %q (known: pay, writepath, forward, pipeline, brokers, nats-replicas, history, wait, webhooks, webhooks-scale, footprint, tracing, audit, relay-wal, event-cost, console)", args[0])
+		return fmt.Errorf("unknown benchmark %q (known: pay, writepath, forward, pipeline, brokers, nats-replicas, history, wait, webhooks, webhooks-scale, webhooks-wal, footprint, tracing, audit, relay-wal, event-cost, console)", args[0])
 	}
 }
 

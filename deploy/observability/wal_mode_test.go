@@ -20,7 +20,6 @@ import (
 	"path/filepath"
 	"regexp"
 	"strings"
-	"sync"
 	"syscall"
 	"testing"
 	"time"
@@ -114,23 +113,6 @@ type placed struct{}
 
 func (placed) EventType() string { return "order.placed" }
 
-type syncBuffer struct {
-	mu sync.Mutex
-	b  strings.Builder
-}
-
-func (s *syncBuffer) Write(p []byte) (int, error) {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.Write(p)
-}
-
-func (s *syncBuffer) String() string {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.String()
-}
-
 // Every dashboard query and every alert's query must evaluate and return
 // series against a Prometheus scraping a relay that relayed events.
 func TestWALModeQueriesAgainstPrometheus(t *testing.T) {
@@ -178,7 +160,7 @@ scrape_configs:
 `, target)), 0o600))
 	promAddr := freeAddr(t)
 	cmd := exec.Command(prom, "--config.file="+cfg, "--storage.tsdb.path="+filepath.Join(dir, "data"), "--web.listen-address="+promAddr)
-	promLog := &syncBuffer{}
+	promLog := &outflowtest.LogBuffer{}
 	cmd.Stdout, cmd.Stderr = promLog, promLog
 	require.NoError(t, cmd.Start())
 	t.Cleanup(func() { _ = cmd.Process.Signal(syscall.SIGTERM); _ = cmd.Wait() })

@@ -148,7 +148,7 @@ type Store interface {
 // Resolve returns msg with its body when it carries a reference: a copy
 // of msg (same UUID and context) whose payload is the body fetched from
 // s and verified, and whose metadata has no reference keys; msg itself is
-// unchanged, so that what a consumer parks (a dead letter) holds the
+// unchanged, so that a consumer's dead letter holds the
 // reference, never the body. A message without a reference is returned
 // as it is. Errors name the message and the reference, never the body's
 // content.

@@ -10,6 +10,8 @@ import (
 	"github.com/ThreeDotsLabs/watermill/message"
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgconn"
+
+	"github.com/outflow-dev/outflow/internal/advisory"
 )
 
 // Table is the PostgreSQL store's table, created by framework migration
@@ -98,9 +100,7 @@ func classify(err error) error {
 }
 
 // Beginner opens a transaction: a *pgxpool.Pool or a *pgx.Conn.
-type Beginner interface {
-	Begin(ctx context.Context) (pgx.Tx, error)
-}
+type Beginner = advisory.Beginner
 
 // partitionPrefix names the day partitions of outflow_claim_bodies:
 // outflow_claim_bodies_20261205 holds the bodies created that day (UTC).
@@ -108,11 +108,6 @@ const partitionPrefix = Table + "_"
 
 // DefaultPartition is where a body lands whose day has no partition.
 const DefaultPartition = Table + "_default"
-
-// purgeLock keeps the partition work of the purge to one caller at a time
-// per schema ("oub"): the forwarder's instances and the WAL relay all run
-// it; the others skip their run.
-const purgeLock = 0x6f757462
 
 // dropMargin is how long after its day ends a partition may be dropped at
 // the earliest: created_at is its transaction's start, so a transaction
@@ -163,8 +158,8 @@ func isLockTimeout(err error) bool {
 // is not there.
 func lockedTx(ctx context.Context, db Beginner, lockTimeout string, fn func(tx pgx.Tx) error) (ok bool, err error) {
 	err = pgx.BeginFunc(ctx, db, func(tx pgx.Tx) error {
-		if err := tx.QueryRow(ctx, `SELECT pg_try_advisory_xact_lock($1, hashtext(current_schema()))
-			AND to_regprocedure('outflow_claim_bodies_add_day(date)') IS NOT NULL`, purgeLock).Scan(&ok); err != nil || !ok {
+		if err := tx.QueryRow(ctx, advisory.TrySQL+` AND to_regprocedure('outflow_claim_bodies_add_day(date)') IS NOT NULL`,
+			advisory.BodiesPurge).Scan(&ok); err != nil || !ok {
 			return err
 		}
 		if _, err := tx.Exec(ctx, `SELECT set_config('lock_timeout', $1, true)`, lockTimeout); err != nil {

@@ -12,6 +12,7 @@ import (
 
 	"github.com/outflow-dev/outflow/events"
 	"github.com/outflow-dev/outflow/events/claimcheck"
+	"github.com/outflow-dev/outflow/internal/configcheck"
 )
 
 // DefaultMaxBodyBytes is ClaimCheck.MaxBodyBytes when it is 0: 64 MiB. A
@@ -40,41 +41,33 @@ type ClaimCheck struct {
 	Store claimcheck.Store
 }
 
-// validate applies c's defaults.
-func (c *ClaimCheck) validate() error {
-	switch {
-	case c.Threshold < 0:
-		return fmt.Errorf("outbox config: ClaimCheck.Threshold %d: must be 0 (off) or more", c.Threshold)
-	case c.Threshold == 0:
-		return nil
-	}
+func (c *ClaimCheck) setDefaults() {
 	switch {
 	case c.MaxBodyBytes == 0:
-		if c.Threshold > DefaultMaxBodyBytes {
-			return fmt.Errorf("outbox config: ClaimCheck.Threshold %d is above ClaimCheck.MaxBodyBytes's default of %d: no payload could go by reference; raise ClaimCheck.MaxBodyBytes or lower ClaimCheck.Threshold",
-				c.Threshold, DefaultMaxBodyBytes)
-		}
 		c.MaxBodyBytes = DefaultMaxBodyBytes
 	case c.MaxBodyBytes < 0:
-		c.MaxBodyBytes = 0
-	case c.MaxBodyBytes < c.Threshold:
-		return fmt.Errorf("outbox config: ClaimCheck.MaxBodyBytes %d is below ClaimCheck.Threshold %d", c.MaxBodyBytes, c.Threshold)
+		c.MaxBodyBytes = 0 // no limit
 	}
 	if c.Store == nil {
 		c.Store = claimcheck.Postgres{}
 	}
-	return nil
 }
 
-// checkThreshold refuses a Threshold above the writer's effective event
-// limit (maxEvent, 0: none): a payload between them would stay inline and
-// be refused as too large, never sent by reference.
-func (c ClaimCheck) checkThreshold(maxEvent int) error {
-	if c.Threshold > 0 && maxEvent > 0 && c.Threshold > maxEvent {
-		return fmt.Errorf("outbox config: ClaimCheck.Threshold %d is above the writer's event limit of %d bytes (MaxEventBytes, or the broker's): a payload between them could be written neither inline nor by reference; lower ClaimCheck.Threshold",
-			c.Threshold, maxEvent)
+// validate records what is wrong with c, given the writer's effective
+// event limit (maxEvent, 0: none): a payload between that limit and
+// Threshold would stay inline and be refused as too large, never sent by
+// reference.
+func (c *ClaimCheck) validate(errs *configcheck.Errors, maxEvent int) {
+	errs.Check(c.Threshold >= 0, "ClaimCheck.Threshold", "must be 0 (off) or more")
+	if c.Threshold <= 0 {
+		return
 	}
-	return nil
+	errs.Check(c.MaxBodyBytes == 0 || c.MaxBodyBytes >= c.Threshold, "ClaimCheck.MaxBodyBytes",
+		fmt.Sprintf("%d is below ClaimCheck.Threshold %d (0 means %d): no payload could go by reference; raise it or lower ClaimCheck.Threshold",
+			c.MaxBodyBytes, c.Threshold, DefaultMaxBodyBytes))
+	errs.Check(maxEvent == 0 || c.Threshold <= maxEvent, "ClaimCheck.Threshold",
+		fmt.Sprintf("%d is above the writer's event limit of %d bytes (MaxEventBytes, or the broker's): a payload between them could be written neither inline nor by reference; lower it",
+			c.Threshold, maxEvent))
 }
 
 // byReference returns msg unchanged when its payload stays inline, or

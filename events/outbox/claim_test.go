@@ -169,10 +169,10 @@ func TestClaimCheckConfigValidation(t *testing.T) {
 		{"threshold at the event limit", 4096, outbox.ClaimCheck{Threshold: 4096}, ""},
 		// A payload of 5000 bytes: too large inline, too small to go by
 		// reference.
-		{"threshold above MaxEventBytes", 4096, outbox.ClaimCheck{Threshold: 8192}, "ClaimCheck.Threshold 8192 is above the writer's event limit of 4096"},
+		{"threshold above MaxEventBytes", 4096, outbox.ClaimCheck{Threshold: 8192}, "ClaimCheck.Threshold: 8192 is above the writer's event limit of 4096"},
 		{"threshold above the default MaxEventBytes", 0, outbox.ClaimCheck{Threshold: outbox.DefaultMaxEventBytes + 1}, "ClaimCheck.Threshold"},
 		{"no event limit, threshold above the default body limit", -1, outbox.ClaimCheck{Threshold: outbox.DefaultMaxBodyBytes + 1},
-			"ClaimCheck.Threshold 67108865 is above ClaimCheck.MaxBodyBytes's default"},
+			"ClaimCheck.MaxBodyBytes: 67108864 is below ClaimCheck.Threshold 67108865"},
 		{"no event limit, no body limit", -1, outbox.ClaimCheck{Threshold: outbox.DefaultMaxBodyBytes + 1, MaxBodyBytes: -1}, ""},
 	} {
 		t.Run(tt.name, func(t *testing.T) {

@@ -239,7 +239,7 @@ func TestBrokerLimitIsTheCeiling(t *testing.T) {
 	require.Equal(t, 4096, backend.Broker().(forwarder.PayloadLimiter).MaxMessageBytes(), "max_payload from the server's INFO")
 
 	_, err = outbox.NewWriter(outbox.Config{Broker: backend.Broker(), MaxEventBytes: 8192})
-	require.ErrorContains(t, err, "MaxEventBytes 8192 is above the broker's limit of 4096 bytes")
+	require.ErrorContains(t, err, "MaxEventBytes: 8192 is above the broker's limit of 4096 bytes")
 
 	w, err := outbox.NewWriter(outbox.Config{Broker: backend.Broker()})
 	require.NoError(t, err, "the default lowers itself to the broker's limit")

@@ -1,6 +1,7 @@
 package outbox
 
 import (
+	"cmp"
 	"context"
 	stdsql "database/sql"
 	"errors"
@@ -15,6 +16,7 @@ import (
 	"github.com/outflow-dev/outflow/events"
 	"github.com/outflow-dev/outflow/events/claimcheck"
 	"github.com/outflow-dev/outflow/forwarder"
+	"github.com/outflow-dev/outflow/internal/configcheck"
 )
 
 // ErrNoTransaction is returned when an event would be written outside an open
@@ -77,48 +79,11 @@ type Writer struct {
 
 // NewWriter validates cfg and returns a Writer.
 func NewWriter(cfg Config) (*Writer, error) {
-	if cfg.Logger == nil {
-		cfg.Logger = slog.Default()
-	}
-	if err := cfg.Routes.validate(); err != nil {
-		return nil, fmt.Errorf("outbox config: Routes: %w", err)
-	}
-	if cfg.WALPrefix == "" {
-		cfg.WALPrefix = DefaultWALPrefix
-	}
-	if cfg.Mode != ModeTable && cfg.Mode != ModeWAL {
-		return nil, fmt.Errorf("outbox config: Mode: unknown %s", cfg.Mode)
-	}
-	if !walPrefixRE.MatchString(cfg.WALPrefix) {
-		return nil, fmt.Errorf("outbox config: WALPrefix %q: 1 to 64 letters, digits or _ . : -", cfg.WALPrefix)
-	}
-	if err := cfg.ClaimCheck.validate(); err != nil {
+	cfg.setDefaults()
+	if err := cfg.validate(); err != nil {
 		return nil, err
 	}
 	lim, _ := cfg.Broker.(forwarder.PayloadLimiter)
-	ceiling := 0
-	if lim != nil {
-		ceiling = lim.MaxMessageBytes()
-	}
-	switch {
-	case cfg.MaxEventBytes == 0:
-		cfg.MaxEventBytes = DefaultMaxEventBytes
-		if ceiling > 0 {
-			cfg.MaxEventBytes = min(cfg.MaxEventBytes, ceiling)
-		}
-	case cfg.MaxEventBytes < 0:
-		cfg.MaxEventBytes = 0
-	case ceiling > 0 && cfg.MaxEventBytes > ceiling:
-		return nil, fmt.Errorf("outbox config: MaxEventBytes %d is above the broker's limit of %d bytes per message: lower it (or leave it 0 for the broker's)",
-			cfg.MaxEventBytes, ceiling)
-	}
-	effective := cfg.MaxEventBytes
-	if effective == 0 {
-		effective = ceiling
-	}
-	if err := cfg.ClaimCheck.checkThreshold(effective); err != nil {
-		return nil, err
-	}
 	return &Writer{
 		adapter:       SchemaAdapter{},
 		routes:        cfg.Routes,
@@ -129,6 +94,42 @@ func NewWriter(cfg Config) (*Writer, error) {
 		broker:        lim,
 		claimCheck:    cfg.ClaimCheck,
 	}, nil
+}
+
+// ceiling is Broker's limit on one message, 0 when it has none.
+func (c *Config) ceiling() int {
+	if lim, ok := c.Broker.(forwarder.PayloadLimiter); ok {
+		return lim.MaxMessageBytes()
+	}
+	return 0
+}
+
+func (c *Config) setDefaults() {
+	c.Logger = cmp.Or(c.Logger, slog.Default())
+	c.WALPrefix = cmp.Or(c.WALPrefix, DefaultWALPrefix)
+	switch ceiling := c.ceiling(); {
+	case c.MaxEventBytes == 0 && ceiling > 0:
+		c.MaxEventBytes = min(DefaultMaxEventBytes, ceiling)
+	case c.MaxEventBytes == 0:
+		c.MaxEventBytes = DefaultMaxEventBytes
+	case c.MaxEventBytes < 0:
+		c.MaxEventBytes = 0 // none of the writer's own
+	}
+	c.ClaimCheck.setDefaults()
+}
+
+func (c *Config) validate() error {
+	var errs configcheck.Errors
+	if err := c.Routes.validate(); err != nil {
+		errs = append(errs, fmt.Errorf("Routes: %w", err))
+	}
+	errs.Check(c.Mode == ModeTable || c.Mode == ModeWAL, "Mode", fmt.Sprintf("unknown %s", c.Mode))
+	errs.Check(walPrefixRE.MatchString(c.WALPrefix), "WALPrefix", fmt.Sprintf("%q: 1 to 64 letters, digits or _ . : -", c.WALPrefix))
+	ceiling := c.ceiling()
+	errs.Check(ceiling == 0 || c.MaxEventBytes <= ceiling, "MaxEventBytes",
+		fmt.Sprintf("%d is above the broker's limit of %d bytes per message: lower it (or leave it 0 for the broker's)", c.MaxEventBytes, ceiling))
+	c.ClaimCheck.validate(&errs, cmp.Or(c.MaxEventBytes, ceiling))
+	return errs.Err("outbox config")
 }
 
 // PublishTx writes evs into the outbox inside tx, in order. Nothing is

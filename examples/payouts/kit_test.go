@@ -78,8 +78,8 @@ func TestBalancesOutOfOrderAndDuplicate(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if d := h.Deliver(ctx, sent); d.Outcome != outflowtest.Parked {
-		t.Fatalf("sent before requested: %s, want parked", d.Outcome)
+	if d := h.Deliver(ctx, sent); d.Outcome != outflowtest.Held {
+		t.Fatalf("sent before requested: %s, want held", d.Outcome)
 	}
 	if d := h.Deliver(ctx, requested); d.Outcome != outflowtest.Applied || len(d.Released) != 1 {
 		t.Fatalf("requested: %s, released %v; want applied, releasing sent", d.Outcome, d.Released)

@@ -25,3 +25,17 @@ func TestDelay(t *testing.T) {
 		}
 	}
 }
+
+func TestReconnect(t *testing.T) {
+	for attempt, want := range map[int][2]time.Duration{
+		1:  {ReconnectBase / 2, ReconnectBase},
+		3:  {2 * ReconnectBase, 4 * ReconnectBase},
+		50: {ReconnectMax / 2, ReconnectMax},
+	} {
+		for range 100 {
+			if d := Reconnect(attempt); d < want[0] || d > want[1] {
+				t.Fatalf("attempt %d: %s outside [%s, %s]", attempt, d, want[0], want[1])
+			}
+		}
+	}
+}

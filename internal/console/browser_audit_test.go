@@ -28,11 +28,11 @@ import (
 // payment's journey lists its replays. At 390 px neither page is wider than
 // the screen.
 func TestAuditInBrowser(t *testing.T) {
-	t.Parallel() // beside the other browser tests: each has its own Chromium, database and servers
+	t.Parallel() // beside the other browser tests: each has its own tab of the shared Chromium, database and servers
 	rc := testservers.Redis(t)
 	broker, err := redisstreams.New(redisstreams.Config{Client: rc, StreamPrefix: testservers.UniqueName(t, rc)})
 	require.NoError(t, err)
-	e := newEnv(t, func(c *console.Config) { c.Broker = broker; c.ReadTimeout = loadedReadTimeout }) // PageSize 2: the pager shows
+	e := newEnv(t, func(c *console.Config) { c.Broker = broker }) // PageSize 2: the pager shows
 	ctx := context.Background()
 	pay := "0190c0de-0000-7000-8000-00000000a0d1"
 	e.insertOutbox(t, pay, 1, true, false)
@@ -92,6 +92,7 @@ func TestAuditInBrowser(t *testing.T) {
 	require.Equal(t, []string{"", "dlq.retry", "outbox.retry", "replay"}, attrs(t, b, "#actions-action option", "value"))
 	// (Each choice applies at once: the page reloads with it.)
 	for _, f := range []struct{ sel, value string }{{"#actions-kind", "cli"}, {"#actions-action", "replay"}} {
+		scripted(t, b)
 		run(t, b, "filter: "+f.value, chromedp.SetValue(chromedp.CSS(f.sel), f.value))
 		outflowtest.WaitFor(t, 10*time.Second, "the filter "+f.value+" applied", func() bool {
 			return strings.Contains(location(t, b), "="+f.value)

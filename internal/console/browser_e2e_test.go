@@ -42,10 +42,21 @@ func (s *stack) startConsole(t *testing.T) string {
 
 func text(t *testing.T, ctx context.Context, sel string) string {
 	t.Helper()
-	tctx, cancel := context.WithTimeout(ctx, 30*time.Second)
-	defer cancel()
-	s, err := chromedp.Run(tctx, chromedp.Text(chromedp.CSS(sel)))
-	require.NoError(t, err, "text of %s", sel)
+	// A node found while the page it belongs to is being replaced (a form
+	// posted, the answer rendering) is gone by the time its text is asked
+	// for ("No node with given id found"): ask again, on the page that
+	// stays.
+	var (
+		s       string
+		lastErr error
+	)
+	outflowtest.WaitFor(t, 30*time.Second, "the text of "+sel, func() bool {
+		tctx, cancel := context.WithTimeout(ctx, 10*time.Second)
+		defer cancel()
+		s, lastErr = chromedp.Run(tctx, chromedp.Text(chromedp.CSS(sel)))
+		return lastErr == nil || ctx.Err() != nil
+	})
+	require.NoError(t, lastErr, "text of %s", sel)
 	return strings.TrimSpace(s)
 }
 
@@ -55,11 +66,12 @@ func text(t *testing.T, ctx context.Context, sel string) string {
 // and see the forwarder publish it, and open a dead letter's event journey.
 // Every page is screenshotted into the test's artifacts.
 func TestConsoleInBrowser(t *testing.T) {
-	t.Parallel() // beside the other browser tests: each has its own Chromium, database and servers
+	t.Parallel() // beside the other browser tests: each has its own tab of the shared Chromium, database and servers
 	s := startStack(t)
 	seed := s.seed(t)
 	base := s.startConsole(t)
 	ctx := newBrowser(t)
+	t.Run("the harness", func(t *testing.T) { checkHarness(t, ctx, s) })
 	dir := artifactsDir(t)
 	pool := s.schema.Pool
 	bg := context.Background()

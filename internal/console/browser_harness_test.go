@@ -60,27 +60,92 @@ func chromiumPath(t testing.TB) string {
 	return ""
 }
 
-// newBrowser starts a headless Chromium for the test and returns a tab's
-// context; the browser ends with the test. The sandbox is off only as root,
-// where Chromium refuses to start with it.
+// browser is the one headless Chromium the browser tests share: started
+// by the first of them, ended by TestMain. Each test has a tab of its own
+// in a browser context of its own (cookies, storage and cache apart), so
+// they can run in parallel; starting a Chromium for each cost the package
+// a few CPU-seconds apiece.
+var browser struct {
+	once   sync.Once
+	ctx    context.Context // the browser's first tab, kept open; nil if it failed to start
+	cancel func()
+	err    error
+}
+
+// stopBrowser ends the shared Chromium, if a test started it.
+func stopBrowser() {
+	if browser.cancel != nil {
+		browser.cancel()
+	}
+}
+
+// TestMain ends the shared Chromium once every test has run.
+func TestMain(m *testing.M) {
+	code := m.Run()
+	stopBrowser()
+	os.Exit(code)
+}
+
+// newBrowser returns a tab of the shared headless Chromium, in a browser
+// context of the test's own, closed when the test ends. The sandbox is off
+// only as root, where Chromium refuses to start with it.
 func newBrowser(t testing.TB) context.Context {
 	t.Helper()
-	opts := append(chromedp.DefaultExecAllocatorOptions[:],
-		chromedp.ExecPath(chromiumPath(t)),
-		chromedp.WindowSize(1280, 900),
-		chromedp.Flag("disable-gpu", true),
-	)
-	if os.Geteuid() == 0 {
-		opts = append(opts, chromedp.NoSandbox)
+	path := chromiumPath(t)
+	browser.once.Do(func() {
+		opts := append(chromedp.DefaultExecAllocatorOptions[:],
+			chromedp.ExecPath(path),
+			chromedp.WindowSize(1280, 900),
+			chromedp.Flag("disable-gpu", true),
+		)
+		if os.Geteuid() == 0 {
+			opts = append(opts, chromedp.NoSandbox)
+		}
+		actx, cancelAlloc := chromedp.NewExecAllocator(context.Background(), opts...)
+		ctx, cancelTab := chromedp.NewContext(actx)
+		browser.cancel = func() { cancelTab(); cancelAlloc() }
+		// The first action starts the browser.
+		if browser.err = chromedp.Do(ctx, chromedp.Navigate("about:blank")); browser.err == nil {
+			browser.ctx = ctx
+		}
+	})
+	if browser.ctx == nil {
+		t.Fatalf("start chromium (%s): %v", path, browser.err)
 	}
-	actx, cancelAlloc := chromedp.NewExecAllocator(context.Background(), opts...)
-	ctx, cancelTab := chromedp.NewContext(actx)
-	t.Cleanup(func() { cancelTab(); cancelAlloc() })
-	// The first action starts the browser: fail here, clearly, if it cannot.
+	ctx, cancel := chromedp.NewContext(browser.ctx, chromedp.WithNewBrowserContext())
+	t.Cleanup(cancel)
+	// The tab's first action opens it: fail here, clearly, if it cannot.
 	if err := chromedp.Do(ctx, chromedp.Navigate("about:blank")); err != nil {
-		t.Fatalf("start chromium (%s): %v", chromiumPath(t), err)
+		t.Fatalf("open a chromium tab: %v", err)
 	}
 	return ctx
+}
+
+// scripted waits until the page's scripts have run: console.js attaches
+// its handlers (a filter's select submitting its form, a confirmation) at
+// DOMContentLoaded, and an element is visible before that; on a loaded
+// machine a choice made in between went unheard (TestAuditInBrowser failed
+// once on it: the filter never applied).
+func scripted(t testing.TB, ctx context.Context) {
+	t.Helper()
+	outflowtest.WaitFor(t, 30*time.Second, "the page's scripts to have run", func() bool {
+		state, err := chromedp.Run(ctx, chromedp.Evaluate[string](`document.readyState`))
+		require.NoError(t, err)
+		return state == "complete"
+	})
+}
+
+// clickInPage clicks the element sel in the page's own script, in one
+// step: on the overview, whose live refresh replaces the markup every 2 s,
+// a node chromedp found a moment before its click can be gone by then
+// ("Could not find node with given id": TestHealthAtAGlanceInBrowser
+// failed once on it, under load).
+func clickInPage(t testing.TB, ctx context.Context, sel string) {
+	t.Helper()
+	found, err := chromedp.Run(ctx, chromedp.Evaluate[bool](fmt.Sprintf(
+		`(() => { const el = document.querySelector(%q); if (!el) { return false; } el.click(); return true; })()`, sel)))
+	require.NoError(t, err)
+	require.True(t, found, "no %s to click", sel)
 }
 
 // run runs browser actions with a deadline, failing the test on error.
@@ -206,7 +271,7 @@ func startStack(t *testing.T) *stack {
 	s.adminKey = key.Secret
 
 	prefix := testservers.UniqueName(t, testservers.Redis(t)) + ":"
-	backend, err := brokers.Open(ctx, brokers.Config{Kind: brokers.Redis, Partitions: 2, Logger: quiet,
+	backend, err := brokers.Open(ctx, brokers.Config{Kind: brokers.Redis, StreamPartitions: 2, Logger: quiet,
 		Redis: brokers.RedisConfig{URL: testservers.RedisURL(), StreamPrefix: prefix}})
 	require.NoError(t, err)
 	t.Cleanup(func() { _ = backend.Close() })
@@ -309,9 +374,11 @@ func goRun(t *testing.T, fn func(context.Context) error) {
 }
 
 // answerDialog answers the next JavaScript dialog (the console's confirm())
-// with accept, and sends its message on the channel it returns.
+// with accept, and sends its message on the channel it returns. It first
+// waits for the page's scripts, which attach the confirm() to its forms.
 func answerDialog(t *testing.T, ctx context.Context, accept bool) <-chan string {
 	t.Helper()
+	scripted(t, ctx)
 	dctx, cancel := context.WithCancel(ctx)
 	t.Cleanup(cancel)
 	dialogs := chromedp.Events(dctx, page.JavascriptDialogOpening)
@@ -341,8 +408,9 @@ func received(t *testing.T, ch <-chan string) string {
 	}
 }
 
-// loadedReadTimeout is the ReadTimeout of the browser tests that are not
-// about a stalled database: on a machine the whole suite loads, a search's
-// or a panel's reads can pass the default 700 ms, and the page would be a
-// 503 instead of what the test looks at. The stall tests keep the default.
+// loadedReadTimeout is the ReadTimeout of every test that is not about a
+// stalled database (newEnv's; stalls restores the default): on a machine
+// the whole suite loads, a journey's or a panel's reads can pass the
+// default 700 ms, and the page would be a 503 instead of what the test
+// looks at.
 const loadedReadTimeout = 5 * time.Second

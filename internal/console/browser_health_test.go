@@ -25,9 +25,7 @@ import (
 // whose test event is sent through the confirmation; on a phone the key columns stay on
 // screen. A healthy overview says so.
 func TestHealthAtAGlanceInBrowser(t *testing.T) {
-	// In parallel with the HTTP tests: the other browser tests are not
-	// parallel, and have ended when this one starts.
-	t.Parallel()
+	t.Parallel() // beside the other browser tests: each has its own tab of the shared Chromium, database and servers
 	trouble, clk, _ := healthEnv(t, func(c *console.Config) {
 		c.Lag = staticLag{"analytics": {Events: 12500, OldestAge: 8 * time.Minute}, "notify-merchant": {}}
 	})
@@ -130,13 +128,13 @@ func TestHealthAtAGlanceInBrowser(t *testing.T) {
 		require.NoError(t, err)
 		return v
 	}
-	run(t, ctx, "open the partitions", chromedp.Click(chromedp.CSS("#partitions-summary")))
+	clickInPage(t, ctx, "#partitions-summary") // open the partitions
 	outflowtest.WaitFor(t, 10*time.Second, "the partition table shown", func() bool { return !folded() })
 	seen := fragments.Load()
 	outflowtest.WaitFor(t, 20*time.Second, "two refreshes", func() bool { return fragments.Load() >= seen+2 })
 	require.False(t, folded(), "the partitions still open after the refreshes")
 	screenshot(t, ctx, dir, "02-trouble-partitions-open-1280")
-	run(t, ctx, "fold again", chromedp.Click(chromedp.CSS("#partitions-summary")))
+	clickInPage(t, ctx, "#partitions-summary") // fold again
 	outflowtest.WaitFor(t, 10*time.Second, "the partition table folded", folded)
 
 	// A phone: no wider than the screen, the consumers' key columns on it.
@@ -154,7 +152,8 @@ func TestHealthAtAGlanceInBrowser(t *testing.T) {
 	screenshot(t, ctx, dir, "03-trouble-390")
 
 	// The failing webhooks' count leads to their list.
-	run(t, ctx, "the failing webhooks", chromedp.Click(chromedp.CSS("#webhooks-failing a")), chromedp.WaitVisible(chromedp.CSS("#webhooks")))
+	clickInPage(t, ctx, "#webhooks-failing a")
+	run(t, ctx, "the failing webhooks", chromedp.WaitVisible(chromedp.CSS("#webhooks")))
 	rows, err := chromedp.Run(ctx, chromedp.Evaluate[int](`document.querySelectorAll("#webhooks tr.webhook-row[data-status=failing]").length`))
 	require.NoError(t, err)
 	require.Equal(t, 2, rows, "a page of them (PageSize 2)")

@@ -26,7 +26,7 @@ func evalAs[T any](t *testing.T, ctx context.Context, js string) T {
 // columns fit without scrolling sideways.
 func TestListsInBrowser(t *testing.T) {
 	t.Parallel()
-	e := newEnv(t, func(c *console.Config) { c.PageSize = 5; c.ReadTimeout = loadedReadTimeout })
+	e := newEnv(t, func(c *console.Config) { c.PageSize = 5 })
 	var rows []int64
 	for i := range 7 {
 		errText := `pq: new row violates check constraint "ledger_amount_positive"`

@@ -19,7 +19,7 @@ import (
 // behind, the outcome table's key columns on screen at 390 px.
 func TestBrowserSearchAndJourney(t *testing.T) {
 	t.Parallel()
-	e := newEnv(t, func(c *console.Config) { c.PageSize = 20; c.ReadTimeout = loadedReadTimeout })
+	e := newEnv(t, func(c *console.Config) { c.PageSize = 20 })
 	const (
 		merchant = "00000000-0000-0000-0000-0000000000a1"
 		pay      = "0190c0de-0000-7000-8000-0000000000e1"

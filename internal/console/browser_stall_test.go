@@ -22,8 +22,8 @@ import (
 // page says its numbers are stale and how old, instead of showing them as
 // current; and the live refresh never has two requests out at once.
 func TestConsoleInBrowserWhileTheDatabaseStalls(t *testing.T) {
-	t.Parallel() // beside the other browser tests: each has its own Chromium, database and servers
-	e := newEnv(t)
+	t.Parallel() // beside the other browser tests: each has its own tab of the shared Chromium, database and servers
+	e := newEnv(t, stalls)
 	var inFlight, maxInFlight, fragments atomic.Int64
 	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		if strings.HasPrefix(r.URL.Path, "/fragments/") {

@@ -75,15 +75,13 @@ func (s *stack) seed(t *testing.T) seeded {
 	return out
 }
 
-// The harness itself: the stack parks a row and makes a dead letter, and
-// the browser starts, loads a page of the stack and screenshots it.
-func TestBrowserHarness(t *testing.T) {
-	t.Parallel() // beside the other browser tests: each has its own Chromium, database and servers
-	s := startStack(t)
-	s.seed(t)
-	ctx := newBrowser(t)
+// checkHarness checks the harness itself, on TestConsoleInBrowser's stack
+// and tab (a stack and a browser of its own cost the package as much as
+// the operator's path does): the stack parked a row and made a dead letter
+// (seed waited for both), and the browser loads a page of the stack and
+// screenshots it.
+func checkHarness(t *testing.T, ctx context.Context, s *stack) {
 	dir := artifactsDir(t)
-	var body string
 	run(t, ctx, "load the API's /healthz",
 		chromedp.Navigate(s.apiSrv.URL+"/healthz"),
 		chromedp.WaitVisible(chromedp.CSS("body")),

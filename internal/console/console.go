@@ -1,6 +1,7 @@
 package console
 
 import (
+	"cmp"
 	"context"
 	"crypto/sha256"
 	"embed"
@@ -20,6 +21,7 @@ import (
 
 	"github.com/outflow-dev/outflow/brokers"
 	"github.com/outflow-dev/outflow/forwarder"
+	"github.com/outflow-dev/outflow/internal/configcheck"
 )
 
 // DefaultSessionTTL is how long a login lasts.
@@ -130,45 +132,51 @@ type Console struct {
 	hooksFound atomic.Bool // the webhooks migration set was found installed
 }
 
+func (c *Config) setDefaults() {
+	c.ReadTimeout = cmp.Or(c.ReadTimeout, DefaultReadTimeout)
+	c.SessionTTL = cmp.Or(c.SessionTTL, DefaultSessionTTL)
+	c.RateSampleInterval = cmp.Or(c.RateSampleInterval, DefaultRateSampleInterval)
+	c.RateWindow = cmp.Or(c.RateWindow, DefaultRateWindow)
+	if c.PageSize == 0 {
+		c.PageSize = DefaultPageSize
+	}
+	if c.AggregateType == "" {
+		c.AggregateType = "payment"
+	}
+	if c.Logger == nil {
+		c.Logger = slog.Default()
+	}
+}
+
+// validate wraps every error in ErrInvalidConfig.
+func (c *Config) validate() error {
+	var errs configcheck.Errors
+	check := errs.Check
+	check(c.Pool != nil, "Pool", "is required")
+	check(c.SessionTTL > 0, "SessionTTL", "must not be negative")
+	check(c.PageSize > 0, "PageSize", "must not be negative")
+	check(c.RateSampleInterval > 0, "RateSampleInterval", "must not be negative")
+	check(c.RateWindow > 0, "RateWindow", "must not be negative")
+	check(c.ReadTimeout > 0, "ReadTimeout", "must not be negative")
+	if c.RateSampleInterval > 0 && c.RateWindow > 0 && c.RateWindow < c.RateSampleInterval {
+		errs = append(errs, fmt.Errorf("RateWindow (%s) must not be shorter than RateSampleInterval (%s)", c.RateWindow, c.RateSampleInterval))
+	}
+	check(!c.FrameworkOnly || len(c.OperatorKeySHA256) == sha256.Size, "FrameworkOnly",
+		fmt.Sprintf("needs OperatorKeySHA256, the %d-byte SHA-256 of the operator key", sha256.Size))
+	check(c.FrameworkOnly || c.OperatorKeySHA256 == nil, "OperatorKeySHA256",
+		"is for FrameworkOnly: with the app's tables, admin API keys log in")
+	if err := errors.Join(errs...); err != nil {
+		return fmt.Errorf("%w: %w", ErrInvalidConfig, err)
+	}
+	return nil
+}
+
 // New returns the console's handler. It starts nothing: [Console.Run]
 // samples the published rate.
 func New(cfg Config) (*Console, error) {
-	if cfg.Pool == nil {
-		return nil, fmt.Errorf("%w: Pool is required", ErrInvalidConfig)
-	}
-	if cfg.SessionTTL < 0 || cfg.PageSize < 0 || cfg.RateSampleInterval < 0 || cfg.RateWindow < 0 || cfg.ReadTimeout < 0 {
-		return nil, fmt.Errorf("%w: SessionTTL, PageSize, RateSampleInterval, RateWindow and ReadTimeout must not be negative", ErrInvalidConfig)
-	}
-	if cfg.ReadTimeout == 0 {
-		cfg.ReadTimeout = DefaultReadTimeout
-	}
-	switch {
-	case cfg.FrameworkOnly && len(cfg.OperatorKeySHA256) != sha256.Size:
-		return nil, fmt.Errorf("%w: FrameworkOnly needs OperatorKeySHA256, the %d-byte SHA-256 of the operator key", ErrInvalidConfig, sha256.Size)
-	case !cfg.FrameworkOnly && cfg.OperatorKeySHA256 != nil:
-		return nil, fmt.Errorf("%w: OperatorKeySHA256 is for FrameworkOnly: with the app's tables, admin API keys log in", ErrInvalidConfig)
-	}
-	if cfg.Logger == nil {
-		cfg.Logger = slog.Default()
-	}
-	if cfg.SessionTTL == 0 {
-		cfg.SessionTTL = DefaultSessionTTL
-	}
-	if cfg.PageSize == 0 {
-		cfg.PageSize = DefaultPageSize
-	}
-	if cfg.RateSampleInterval == 0 {
-		cfg.RateSampleInterval = DefaultRateSampleInterval
-	}
-	if cfg.RateWindow == 0 {
-		cfg.RateWindow = DefaultRateWindow
-	}
-	if cfg.RateWindow < cfg.RateSampleInterval {
-		return nil, fmt.Errorf("%w: RateWindow (%s) must not be shorter than RateSampleInterval (%s)",
-			ErrInvalidConfig, cfg.RateWindow, cfg.RateSampleInterval)
-	}
-	if cfg.AggregateType == "" {
-		cfg.AggregateType = "payment"
+	cfg.setDefaults()
+	if err := cfg.validate(); err != nil {
+		return nil, err
 	}
 	c := &Console{cfg: cfg, log: cfg.Logger, mux: http.NewServeMux(), now: time.Now,
 		logins: newLoginThrottle(), rates: rateRing{window: cfg.RateWindow}}

@@ -40,6 +40,12 @@ type env struct {
 
 var consumers = []console.Consumer{{Name: "notify-merchant", Topic: "payments"}, {Name: "analytics", Topic: "payments"}}
 
+// stalls is the mutator of the tests about a stalled database: they
+// lock a table and wait for the console's default ReadTimeout to pass
+// (newEnv's is loadedReadTimeout, so that a loaded machine's slow read
+// is not taken for a stall).
+func stalls(c *console.Config) { c.ReadTimeout = console.DefaultReadTimeout }
+
 func newEnv(t *testing.T, mut ...func(*console.Config)) *env {
 	t.Helper()
 	return newEnvWith(t, nil, mut...)
@@ -50,7 +56,7 @@ func newEnv(t *testing.T, mut ...func(*console.Config)) *env {
 func newEnvWith(t *testing.T, before func(*console.Console), mut ...func(*console.Config)) *env {
 	t.Helper()
 	s := outflowtest.NewSchema(t, appmigrations.Sets()...)
-	cfg := console.Config{Pool: s.Pool, InsecureCookie: true, Consumers: consumers, PageSize: 2}
+	cfg := console.Config{Pool: s.Pool, InsecureCookie: true, Consumers: consumers, PageSize: 2, ReadTimeout: loadedReadTimeout}
 	for _, m := range mut {
 		m(&cfg)
 	}

@@ -154,7 +154,7 @@ func TestStatusLineFollowsTheRules(t *testing.T) {
 	// A panel that cannot be read: the rules cannot say all is well.
 	t.Run("a table locked", func(t *testing.T) {
 		t.Parallel()
-		e, _, c := healthEnv(t)
+		e, _, c := healthEnv(t, stalls)
 		e.lockTable(t, "dead_letters")
 		state, why := statusOf(t, e, c)
 		require.Equal(t, "degraded", state)
@@ -313,7 +313,7 @@ func TestPartitionsFoldedBehindTheirSummary(t *testing.T) {
 // says which read it lost, and is kept with the rest of what it read.
 func TestSampleIsBoundedByReadTimeout(t *testing.T) {
 	t.Parallel()
-	e, clk, _ := healthEnv(t)
+	e, clk, _ := healthEnv(t, stalls)
 	e.sample(t, clk, -time.Minute) // places the attempts' cursor
 	ctx := context.Background()
 	locker, err := pgx.ConnectConfig(ctx, e.pool.Config().ConnConfig.Copy())

@@ -29,7 +29,7 @@ type partitionRow struct {
 type consumerRow struct {
 	Name, Topic string
 	lag         *brokers.Lag // nil: unknown
-	idempotency.ParkedCounts
+	idempotency.DeadLetterCounts
 }
 
 // Lag is the consumer's lag as a person reads it: "1,234 events, oldest
@@ -83,7 +83,7 @@ type overview struct {
 func (c *Console) readOverview(ctx context.Context) overview {
 	var (
 		o      = overview{Unavailable: map[string]string{}}
-		parked map[string]idempotency.ParkedCounts
+		parked map[string]idempotency.DeadLetterCounts
 		lags   = make([]*brokers.Lag, len(c.cfg.Consumers))
 		mu     sync.Mutex
 		wg     sync.WaitGroup
@@ -137,7 +137,7 @@ func (c *Console) readOverview(ctx context.Context) overview {
 		return nil
 	})
 	panel("consumers", func(ctx context.Context) (err error) {
-		parked, err = idempotency.ReadParkedCounts(ctx, c.cfg.Pool)
+		parked, err = idempotency.ReadDeadLetterCounts(ctx, c.cfg.Pool)
 		return err
 	})
 	// The broker's lags one after the other, as every other caller of a
@@ -164,7 +164,7 @@ func (c *Console) readOverview(ctx context.Context) overview {
 	seen := map[string]bool{}
 	for i, cs := range c.cfg.Consumers {
 		seen[cs.Name] = true
-		o.Consumers = append(o.Consumers, consumerRow{Name: cs.Name, Topic: cs.Topic, lag: lags[i], ParkedCounts: parked[cs.Name]})
+		o.Consumers = append(o.Consumers, consumerRow{Name: cs.Name, Topic: cs.Topic, lag: lags[i], DeadLetterCounts: parked[cs.Name]})
 	}
 	var others []string
 	for name := range parked {
@@ -174,7 +174,7 @@ func (c *Console) readOverview(ctx context.Context) overview {
 	}
 	slices.Sort(others)
 	for _, name := range others {
-		o.Consumers = append(o.Consumers, consumerRow{Name: name, ParkedCounts: parked[name]})
+		o.Consumers = append(o.Consumers, consumerRow{Name: name, DeadLetterCounts: parked[name]})
 	}
 	return o
 }

@@ -203,7 +203,8 @@ var (
 	// The partitions' cursors (outbox_state's) are one row a partition:
 	// read whole.
 	waitingRowsIndexes = map[string]bool{"outbox_partitions_pkey": true, "dead_letters_open_idx": true, "dead_letters_open_consumer_status_idx": true,
-		"webhook_endpoint_deliveries_due_idx": true, "webhook_endpoint_deliveries_failed_idx": true,
+		"webhook_endpoint_deliveries_due_healthy_idx": true, "webhook_endpoint_deliveries_due_suspect_idx": true,
+		"webhook_endpoint_deliveries_pending_idx": true, "webhook_endpoint_deliveries_failed_idx": true,
 		"webhook_endpoint_deliveries_failing_idx": true, "webhook_endpoints_disabled_idx": true, "webhook_endpoints_circuit_idx": true}
 )
 

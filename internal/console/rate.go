@@ -118,8 +118,6 @@ func (c *Console) rate(total int64, at time.Time) string {
 // Without Run the rate is computed from overview reads alone, and the
 // charts and the rules over time have nothing to show.
 func (c *Console) Run(ctx context.Context) error {
-	poll.Drain(ctx, c.cfg.RateSampleInterval, func(ctx context.Context) (int, error) {
-		return 0, c.Sample(ctx)
-	}, func(err error) { c.log.Warn("console: sample", "error", err.Error()) })
+	poll.Every(ctx, c.cfg.RateSampleInterval, c.Sample, poll.Warn(c.log, "console: sample"))
 	return nil
 }

@@ -82,6 +82,7 @@ func TestNewChecksTheRateSettings(t *testing.T) {
 		{"negative interval", Config{RateSampleInterval: -time.Second}, "RateSampleInterval"},
 		{"negative window", Config{RateWindow: -time.Second}, "RateWindow"},
 		{"window shorter than the interval", Config{RateSampleInterval: 2 * time.Minute}, "RateWindow (1m0s) must not be shorter than RateSampleInterval (2m0s)"},
+		{"every error at once", Config{RateSampleInterval: -time.Second, PageSize: -1}, "PageSize: must not be negative\nRateSampleInterval: must not be negative"},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			tc.cfg.Pool = pool

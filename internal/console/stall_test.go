@@ -32,7 +32,7 @@ func TestConsoleAnswersWithATableLocked(t *testing.T) {
 	} {
 		t.Run(tt.table, func(t *testing.T) {
 			t.Parallel()
-			e := newEnv(t)
+			e := newEnv(t, stalls)
 			c := e.client(t)
 			c.Timeout = 5 * time.Second // far above ReadTimeout: a stall fails the request, not the wait
 			e.login(t, c)

@@ -13,12 +13,16 @@ import (
 // runs on one instance at a time takes pg_advisory(_xact)_lock(class,
 // hashtext(current_schema())), each with a class of its own ("ou" and two
 // letters, in hexadecimal).
-var lockKeyRe = regexp.MustCompile(`(\w+)\s*=\s*(0x6f75[0-9a-fA-F]{4})\b`)
+var lockKeyRe = regexp.MustCompile(`(\w+)(?:\s+\w+)?\s*=\s*(0x6f75[0-9a-fA-F]{4})\b`)
+
+// lockKeysFile is the one list of the classes.
+var lockKeysFile = filepath.Join("internal", "advisory", "keys.go")
 
 // No two jobs share an advisory lock's class: two that did would keep
 // each other from running in the same schema (the WAL mode's audit and the
 // webhook gauges' exporter, which holds its lock for as long as it
-// exports, did).
+// exports, did). And every class is in the one list: a key written
+// elsewhere is one nobody sees when choosing the next.
 func TestAdvisoryLockClassesAreDistinct(t *testing.T) {
 	root := filepath.Join("..", "..")
 	seen := map[string]string{}
@@ -38,6 +42,9 @@ func TestAdvisoryLockClassesAreDistinct(t *testing.T) {
 		}
 		for _, m := range lockKeyRe.FindAllStringSubmatch(string(src), -1) {
 			where := path + ": " + m[1]
+			if rel, _ := filepath.Rel(root, path); rel != lockKeysFile {
+				t.Errorf("advisory lock class %s (%s) is outside %s, the one list of them", m[2], where, lockKeysFile)
+			}
 			if other, ok := seen[strings.ToLower(m[2])]; ok {
 				t.Errorf("advisory lock class %s is %s and %s", m[2], other, where)
 			}

@@ -286,7 +286,7 @@ func Attempts(ctx context.Context, db webhooks.DB, account, endpointID, messageI
 // lapsed lease's token goes too: its sender's late result is then
 // recorded as lease_lost and decides nothing.
 const restart = `status = 'pending', attempts = 0, next_attempt_at = greatest(now(), e.circuit_open_until),
-    lease_token = NULL, last_error = NULL, settled_at = NULL`
+    lease_token = NULL, last_error = NULL, settled_at = NULL, suspect = e.consecutive_failures > 0`
 
 // inFlight is true of a delivery whose attempt is under way: leased, and
 // the lease not lapsed. Those are left alone.
@@ -296,7 +296,7 @@ const inFlight = `(d.status = 'pending' AND d.lease_token IS NOT NULL AND d.next
 // change of its state (a disable by the sender) until the statement's
 // transaction ends: its disabled_at is the latest, and a disable waits
 // for the deliveries this statement makes pending, which it then fails.
-const endpointLocked = `SELECT id, disabled_at, circuit_open_until FROM webhook_endpoints
+const endpointLocked = `SELECT id, disabled_at, circuit_open_until, consecutive_failures FROM webhook_endpoints
     WHERE id = $1 AND account_id = $2 FOR SHARE`
 
 // Resend sends the message messageID to endpointID, an endpoint of

@@ -8,6 +8,8 @@ import (
 
 	"github.com/jackc/pgx/v5"
 
+	"github.com/outflow-dev/outflow/internal/advisory"
+	"github.com/outflow-dev/outflow/internal/retention"
 	"github.com/outflow-dev/outflow/webhooks"
 )
 
@@ -43,12 +45,6 @@ const purgeMessagesSQL = `
 DELETE FROM webhook_messages m WHERE m.id = ANY ($1::uuid[])
     AND NOT EXISTS (SELECT 1 FROM webhook_endpoint_deliveries d WHERE d.message_id = m.id)`
 
-// beginner is what db must be for Purge to run its transactions: a
-// *pgxpool.Pool or a *pgx.Conn (a pgx.Tx too: savepoints, then).
-type beginner interface {
-	Begin(ctx context.Context) (pgx.Tx, error)
-}
-
 // Purge deletes the settled (delivered or failed) deliveries created
 // before cutoff, with their attempts (which hold the response bodies),
 // and the messages (which hold the payloads) left without any delivery,
@@ -65,29 +61,22 @@ func Purge(ctx context.Context, db webhooks.DB, cutoff time.Time, batch int) (de
 	if batch < 1 {
 		return 0, 0, errors.New("purge webhook deliveries: batch must be at least 1")
 	}
-	b, ok := db.(beginner)
+	b, ok := db.(advisory.Beginner) // a pool, a connection, a transaction (savepoints then)
 	if !ok {
 		return 0, 0, fmt.Errorf("purge webhook deliveries: db (%T) does not begin transactions: pass a pool or a connection", db)
 	}
-	for {
-		var dels, msgs int
-		err := pgx.BeginFunc(ctx, b, func(tx pgx.Tx) error {
-			var ids []string
-			var err error
-			if dels, ids, err = purgeDeliveries(ctx, tx, cutoff, batch); err != nil || len(ids) == 0 {
-				return err
+	var msgs int // of the batch in flight: counted once it committed
+	job := retention.Job{Name: "webhook deliveries", DB: b, Tables: []retention.Table{{Name: "webhook deliveries",
+		Batch: func(ctx context.Context, tx pgx.Tx, w *retention.Walk) (int64, bool, error) {
+			dels, ids, err := purgeDeliveries(ctx, tx, w.Cutoff, batch)
+			if msgs = 0; err == nil && len(ids) > 0 {
+				msgs, err = purgeMessages(ctx, tx, ids)
 			}
-			msgs, err = purgeMessages(ctx, tx, ids)
-			return err
-		})
-		if err != nil {
-			return deliveries, messages, fmt.Errorf("purge webhook deliveries: %w", err)
-		}
-		deliveries, messages = deliveries+dels, messages+msgs
-		if dels < batch {
-			return deliveries, messages, nil
-		}
-	}
+			return int64(dels), dels == batch, err
+		}}},
+		Deleted: func(string, int64) { messages += msgs }}
+	n, err := job.Before(ctx, cutoff)
+	return int(n), messages, err
 }
 
 // purgeDeliveries runs purgeDeliveriesSQL in tx: how many deliveries it

@@ -33,8 +33,9 @@ type Stats struct {
 }
 
 // StatsQuery counts one thing at a time, each through a partial index:
-// the pending through webhook_endpoint_deliveries_due_idx (the oldest due
-// is its first entry), the failed through ..._failed_idx, the endpoints
+// the pending through webhook_endpoint_deliveries_pending_idx, the oldest
+// due as the first entry of either lane's due index (..._due_healthy_idx,
+// ..._due_suspect_idx), the failed through ..._failed_idx, the endpoints
 // through webhook_endpoints_disabled_idx and ..._circuit_idx. A count
 // over `status IN (...)` or over the whole endpoints table would read
 // every settled delivery, or every endpoint. Exported for the plan
@@ -45,8 +46,11 @@ const StatsQuery = `
 	       (SELECT count(*) FROM webhook_endpoint_deliveries WHERE status = 'failed'),
 	       (SELECT count(*) FROM webhook_endpoints WHERE disabled_at IS NOT NULL),
 	       (SELECT count(*) FROM webhook_endpoints WHERE circuit_open_until > now()),
-	       coalesce((SELECT extract(epoch FROM now() - min(next_attempt_at)) FROM webhook_endpoint_deliveries
-	                 WHERE status = 'pending' AND next_attempt_at <= now()), 0)::float8`
+	       coalesce(extract(epoch FROM now() - least(
+	           (SELECT min(next_attempt_at) FROM webhook_endpoint_deliveries
+	            WHERE status = 'pending' AND NOT suspect AND next_attempt_at <= now()),
+	           (SELECT min(next_attempt_at) FROM webhook_endpoint_deliveries
+	            WHERE status = 'pending' AND suspect AND next_attempt_at <= now()))), 0)::float8`
 
 // ReadStats reads the [Stats] of every account on db.
 func ReadStats(ctx context.Context, db webhooks.DB) (Stats, error) {

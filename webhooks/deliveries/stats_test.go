@@ -71,7 +71,8 @@ func TestReadStatsUsesIndexes(t *testing.T) {
 		t.Fatal(err)
 	}
 	text := strings.Join(plan, "\n")
-	for _, want := range []string{"webhook_endpoint_deliveries_due_idx", "webhook_endpoint_deliveries_failing_idx",
+	for _, want := range []string{"webhook_endpoint_deliveries_due_healthy_idx", "webhook_endpoint_deliveries_due_suspect_idx",
+		"webhook_endpoint_deliveries_failing_idx",
 		"webhook_endpoint_deliveries_failed_idx", "webhook_endpoints_disabled_idx", "webhook_endpoints_circuit_idx"} {
 		if !strings.Contains(text, want) {
 			t.Errorf("no scan of %s:\n%s", want, text)

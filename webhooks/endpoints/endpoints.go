@@ -1,6 +1,7 @@
 package endpoints
 
 import (
+	"cmp"
 	"context"
 	"errors"
 	"fmt"
@@ -9,6 +10,8 @@ import (
 	"github.com/google/uuid"
 	"github.com/jackc/pgx/v5"
 
+	"github.com/outflow-dev/outflow/internal/advisory"
+	"github.com/outflow-dev/outflow/internal/configcheck"
 	"github.com/outflow-dev/outflow/internal/netguard"
 	"github.com/outflow-dev/outflow/webhooks"
 	"github.com/outflow-dev/outflow/webhooks/secretseal"
@@ -74,28 +77,29 @@ type Store struct {
 
 // New returns a Store.
 func New(cfg Config) (*Store, error) {
-	switch {
-	case cfg.MaxPerAccount < 0 || cfg.MaxPerAccount > ListLimit:
-		return nil, fmt.Errorf("endpoints config: MaxPerAccount must be from 0 (the default, %d) to %d, not %d",
-			DefaultMaxPerAccount, ListLimit, cfg.MaxPerAccount)
-	case len(cfg.APIVersion) > 100:
-		return nil, errors.New("endpoints config: APIVersion must be at most 100 bytes")
+	cfg.setDefaults()
+	if err := cfg.validate(); err != nil {
+		return nil, err
 	}
-	s := &Store{key: cfg.SecretKey, policy: netguard.Policy{AllowPrivate: cfg.AllowPrivate},
-		grace: cfg.SecretGrace, apiVersion: cfg.APIVersion, max: cfg.MaxPerAccount, now: cfg.Now}
-	switch {
-	case s.grace == 0:
-		s.grace = DefaultSecretGrace
-	case s.grace < 0:
-		s.grace = 0
+	// NoGrace (negative) is a grace of 0.
+	return &Store{key: cfg.SecretKey, policy: netguard.Policy{AllowPrivate: cfg.AllowPrivate}, grace: max(cfg.SecretGrace, 0),
+		apiVersion: cfg.APIVersion, max: cfg.MaxPerAccount, now: cfg.Now}, nil
+}
+
+func (c *Config) setDefaults() {
+	c.SecretGrace = cmp.Or(c.SecretGrace, DefaultSecretGrace)
+	c.MaxPerAccount = cmp.Or(c.MaxPerAccount, DefaultMaxPerAccount)
+	if c.Now == nil {
+		c.Now = time.Now
 	}
-	if s.max == 0 {
-		s.max = DefaultMaxPerAccount
-	}
-	if s.now == nil {
-		s.now = time.Now
-	}
-	return s, nil
+}
+
+func (c *Config) validate() error {
+	var errs configcheck.Errors
+	errs.Check(c.MaxPerAccount >= 1 && c.MaxPerAccount <= ListLimit, "MaxPerAccount",
+		fmt.Sprintf("must be from 0 (the default, %d) to %d, not %d", DefaultMaxPerAccount, ListLimit, c.MaxPerAccount))
+	errs.Check(len(c.APIVersion) <= 100, "APIVersion", "must be at most 100 bytes")
+	return errs.Err("endpoints config")
 }
 
 // MaxPerAccount is how many endpoints an account may have.
@@ -217,10 +221,6 @@ func (s *Store) sealed(secret, id string) (string, error) {
 	return out, nil
 }
 
-// maxPerAccountLock is the class of the advisory lock Create takes on the
-// account, so that two concurrent creations cannot both pass the count.
-const maxPerAccountLock = 0x6f757765
-
 // beginner is what every webhooks.DB of pgx has: a pool and a conn begin
 // a transaction, a transaction a savepoint.
 type beginner interface {
@@ -269,7 +269,7 @@ func (s *Store) Create(ctx context.Context, db webhooks.DB, account string, in N
 		// The count holds while the lock is: a concurrent Create waits
 		// for this transaction, then counts this endpoint.
 		if _, err := tx.Exec(ctx, `SELECT pg_advisory_xact_lock($1, hashtext(current_schema() || '/' || $2))`,
-			maxPerAccountLock, account); err != nil {
+			advisory.EndpointsPerAccount, account); err != nil {
 			return err
 		}
 		var n int
@@ -442,22 +442,27 @@ func (s *Store) Enable(ctx context.Context, db webhooks.DB, account, id string) 
 	now := s.now().UTC()
 	e, err := scan(db.QueryRow(ctx, `
 		WITH old AS (
-		    SELECT id, circuit_open_until, disabled_at IS NOT NULL OR failing_since IS NOT NULL
-		           OR consecutive_failures <> 0 OR circuit_open_until IS NOT NULL AS changed
+		    SELECT id, greatest(circuit_open_until, held_until) AS held_end,
+		           disabled_at IS NOT NULL OR failing_since IS NOT NULL
+		           OR consecutive_failures <> 0 OR circuit_open_until IS NOT NULL OR held_until IS NOT NULL AS changed
 		    FROM webhook_endpoints WHERE id = $1 AND account_id = $2 FOR UPDATE
 		), e AS (
 		    UPDATE webhook_endpoints w SET
 		        disabled_at = NULL, disabled_reason = NULL, failing_since = NULL, consecutive_failures = 0,
-		        circuit_open_until = NULL, updated_at = CASE WHEN old.changed THEN $3 ELSE w.updated_at END
+		        circuit_open_until = NULL, held_until = NULL, updated_at = CASE WHEN old.changed THEN $3 ELSE w.updated_at END
 		    FROM old WHERE w.id = old.id
 		    RETURNING w.id::text, w.account_id, w.url, w.description, w.event_types, w.api_version, w.rate_limit,
 		        w.disabled_reason, w.disabled_at, w.failing_since, w.created_at, w.updated_at
 		), due AS (
-		    UPDATE webhook_endpoint_deliveries d SET next_attempt_at = $3
+		    UPDATE webhook_endpoint_deliveries d
+		    SET next_attempt_at = CASE WHEN d.lease_token IS NULL AND old.held_end IS NOT NULL AND d.next_attempt_at > $3
+		                                    AND d.next_attempt_at <= old.held_end THEN $3
+		                               ELSE d.next_attempt_at END,
+		        suspect = false
 		    FROM old
-		    WHERE d.endpoint_id = old.id AND d.status = 'pending' AND d.lease_token IS NULL
-		      AND old.circuit_open_until IS NOT NULL AND d.next_attempt_at > $3
-		      AND d.next_attempt_at <= old.circuit_open_until
+		    WHERE d.endpoint_id = old.id AND d.status = 'pending'
+		      AND (d.suspect OR (d.lease_token IS NULL AND old.held_end IS NOT NULL AND d.next_attempt_at > $3
+		                         AND d.next_attempt_at <= old.held_end))
 		)
 		SELECT * FROM e`, key, account, now))
 	if err != nil {

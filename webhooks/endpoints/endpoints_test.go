@@ -673,3 +673,36 @@ func TestSealSecrets(t *testing.T) {
 		t.Fatalf("without a key: %v", err)
 	}
 }
+
+// Enabling also ends a hold: the backlog that waited for a retry's
+// outcome is due, the retry itself keeps its time.
+func TestEnableReleasesAHeldBacklog(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	st, pool := setup(t, endpoints.Config{})
+	a := create(t, st, pool, "acct", endpoints.NewEndpoint{})
+	enqueue(t, pool, "acct")
+	enqueue(t, pool, "acct")
+	if _, err := pool.Exec(ctx, `UPDATE webhook_endpoints SET failing_since = now(), consecutive_failures = 1,
+		held_until = now() + interval '2 hours' WHERE id = $1`, a.ID); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := pool.Exec(ctx, `UPDATE webhook_endpoint_deliveries SET suspect = true, next_attempt_at = CASE
+		WHEN id = (SELECT min(id) FROM webhook_endpoint_deliveries WHERE endpoint_id = $1) THEN now() + interval '3 hours'
+		ELSE (SELECT held_until FROM webhook_endpoints WHERE id = $1) END WHERE endpoint_id = $1`, a.ID); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := st.Enable(ctx, pool, "acct", a.ID); err != nil {
+		t.Fatal(err)
+	}
+	var held, due, later, suspect int
+	if err := pool.QueryRow(ctx, `SELECT (SELECT count(*) FROM webhook_endpoints WHERE id = $1 AND held_until IS NOT NULL),
+		count(*) FILTER (WHERE next_attempt_at <= now()), count(*) FILTER (WHERE next_attempt_at > now() + interval '150 minutes'),
+		count(*) FILTER (WHERE suspect)
+		FROM webhook_endpoint_deliveries WHERE endpoint_id = $1`, a.ID).Scan(&held, &due, &later, &suspect); err != nil {
+		t.Fatal(err)
+	}
+	if held != 0 || due != 1 || later != 1 || suspect != 0 {
+		t.Fatalf("after Enable: held %d, %d due, %d later, %d in the suspect lane; want 0, 1, 1, 0", held, due, later, suspect)
+	}
+}

@@ -11,7 +11,9 @@ import (
 // Target narrows which of the account's endpoints a message goes to.
 type Target struct {
 	// Endpoints, when not empty, restricts the message to these endpoint
-	// ids (a test event).
+	// ids (a test event). Such a message is not held behind a failing
+	// endpoint's retry: the account asked for it now. An open circuit
+	// still holds it.
 	Endpoints []string
 	// Except leaves one endpoint out (the one an endpoint.disabled
 	// notice is about).
@@ -37,11 +39,12 @@ type Result struct {
 // nothing when the message id is already there or no endpoint matches. An
 // endpoint matches when its filter is empty, lists the type, or holds a
 // prefix ending in ".*" the type starts with. A delivery to an endpoint
-// whose circuit is open waits until the circuit's end, outside the due
-// scan.
+// whose circuit is open, or whose backlog waits for a retry's outcome
+// (held_until), waits as long, outside the due scan; one to an endpoint
+// whose last attempt failed is in the suspect lane's.
 const enqueueSQL = `
 WITH targets AS (
-    SELECT e.id, e.disabled_at, e.circuit_open_until FROM webhook_endpoints e
+    SELECT e.id, e.disabled_at, e.circuit_open_until, e.held_until, e.consecutive_failures FROM webhook_endpoints e
     WHERE e.account_id = $2
       AND (cardinality($8::uuid[]) = 0 OR e.id = ANY ($8::uuid[]))
       AND e.id IS DISTINCT FROM $9::uuid
@@ -54,12 +57,13 @@ WITH targets AS (
     ON CONFLICT (id) DO NOTHING
     RETURNING id
 ), ins AS (
-    INSERT INTO webhook_endpoint_deliveries (message_id, endpoint_id, status, next_attempt_at, last_error, settled_at)
+    INSERT INTO webhook_endpoint_deliveries (message_id, endpoint_id, status, next_attempt_at, last_error, settled_at, suspect)
     SELECT msg.id, t.id,
            CASE WHEN t.disabled_at IS NULL THEN 'pending' ELSE 'failed' END,
-           greatest(now(), t.circuit_open_until),
+           greatest(now(), t.circuit_open_until, CASE WHEN cardinality($8::uuid[]) = 0 THEN t.held_until END),
            CASE WHEN t.disabled_at IS NOT NULL THEN 'endpoint disabled' END,
-           CASE WHEN t.disabled_at IS NOT NULL THEN now() END
+           CASE WHEN t.disabled_at IS NOT NULL THEN now() END,
+           t.consecutive_failures > 0
     FROM msg, targets t
     RETURNING status
 )

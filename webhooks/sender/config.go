@@ -1,7 +1,7 @@
 package sender
 
 import (
-	"errors"
+	"cmp"
 	"fmt"
 	"log/slog"
 	"net/http"
@@ -9,6 +9,7 @@ import (
 
 	"github.com/prometheus/client_golang/prometheus"
 
+	"github.com/outflow-dev/outflow/internal/configcheck"
 	"github.com/outflow-dev/outflow/internal/netguard"
 	"github.com/outflow-dev/outflow/webhooks"
 	"github.com/outflow-dev/outflow/webhooks/secretseal"
@@ -96,8 +97,9 @@ type Config struct {
 	SuspectConcurrency int
 	// SlowAfter: a request running longer moves to the suspect lane,
 	// freeing its slot, and its endpoint counts as suspect in this Sender
-	// until its slow requests end. Defaults to Timeout/10; Timeout turns
-	// it off.
+	// until its slow requests end; when less than a quarter of the slots
+	// are free, a request running longer than SlowAfter/10 does. Defaults
+	// to Timeout/10; Timeout turns it off.
 	SlowAfter time.Duration
 	// MaxResponseBody is how many bytes of a response's body an attempt
 	// records (valid UTF-8, secrets masked).
@@ -110,17 +112,12 @@ type Config struct {
 }
 
 func (c *Config) setDefaults() {
-	def := func(d *time.Duration, v time.Duration) {
-		if *d == 0 {
-			*d = v
-		}
-	}
-	def(&c.Timeout, DefaultTimeout)
-	def(&c.LeaseMargin, DefaultLeaseMargin)
-	def(&c.CircuitCooldown, DefaultCircuitCooldown)
-	def(&c.CircuitCooldownMax, max(DefaultCircuitCooldownMax, c.CircuitCooldown))
-	def(&c.DisableAfter, DefaultDisableAfter)
-	def(&c.PollInterval, DefaultPollInterval)
+	c.Timeout = cmp.Or(c.Timeout, DefaultTimeout)
+	c.LeaseMargin = cmp.Or(c.LeaseMargin, DefaultLeaseMargin)
+	c.CircuitCooldown = cmp.Or(c.CircuitCooldown, DefaultCircuitCooldown)
+	c.CircuitCooldownMax = cmp.Or(c.CircuitCooldownMax, max(DefaultCircuitCooldownMax, c.CircuitCooldown))
+	c.DisableAfter = cmp.Or(c.DisableAfter, DefaultDisableAfter)
+	c.PollInterval = cmp.Or(c.PollInterval, DefaultPollInterval)
 	if c.Render == nil {
 		c.Render = webhooks.DefaultRenderer
 	}
@@ -145,7 +142,7 @@ func (c *Config) setDefaults() {
 	if c.SuspectConcurrency == 0 {
 		c.SuspectConcurrency = max(1, c.Concurrency/4)
 	}
-	def(&c.SlowAfter, max(c.Timeout/10, time.Millisecond))
+	c.SlowAfter = cmp.Or(c.SlowAfter, max(c.Timeout/10, time.Millisecond))
 	if c.MaxResponseBody == 0 {
 		c.MaxResponseBody = DefaultMaxResponseBody
 	}
@@ -155,12 +152,8 @@ func (c *Config) setDefaults() {
 }
 
 func (c *Config) validate() error {
-	var errs []error
-	check := func(ok bool, field, want string) {
-		if !ok {
-			errs = append(errs, fmt.Errorf("%s: %s", field, want))
-		}
-	}
+	var errs configcheck.Errors
+	check := errs.Check
 	check(c.Timeout > 0, "Timeout", "must be positive")
 	check(c.LeaseMargin > 0, "LeaseMargin", "must be positive")
 	check(len(c.Schedule) > 0 && len(c.Schedule) <= 100, "Schedule", "must have between 1 and 100 steps")
@@ -179,10 +172,7 @@ func (c *Config) validate() error {
 		"must be between 1 and Concurrency")
 	check(c.SlowAfter > 0 && c.SlowAfter <= c.Timeout, "SlowAfter", "must be positive and at most Timeout")
 	check(c.MaxResponseBody >= 1 && c.MaxResponseBody <= 64<<10, "MaxResponseBody", "must be between 1 and 65536")
-	if err := errors.Join(errs...); err != nil {
-		return fmt.Errorf("webhook sender config: %w", err)
-	}
-	return nil
+	return errs.Err("webhook sender config")
 }
 
 // longest is the schedule's longest step: the cap on a Retry-After.

@@ -31,6 +31,14 @@
 //     pending deliveries wait out of the due scan's way; an endpoint over
 //     its rate_limit is not leased until its token bucket (per process)
 //     refills, rather than leased and held.
+//   - A failing endpoint's backlog waits for its retry: after a failed
+//     attempt that is retried, the endpoint's other pending deliveries,
+//     and those recorded for it meanwhile, wait until the retry has told
+//     (at most CircuitCooldownMax past the retry's time); the retry's
+//     success makes them due at once. A dead endpoint then leaves one due
+//     delivery in the queue, not its backlog, which the due scan would
+//     otherwise walk at every lease. A 4xx that fails its delivery at
+//     once holds nothing back: the endpoint answered.
 //   - A circuit per endpoint: CircuitFailures failed attempts in a row (or
 //     a 429/503 with Retry-After) open it for CircuitCooldown (doubling per
 //     failed probe up to CircuitCooldownMax, or the Retry-After). After

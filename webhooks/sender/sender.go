@@ -48,6 +48,7 @@ type Sender struct {
 	total    int                      // requests holding one of Concurrency's slots
 	suspect  int                      // requests in the suspect lane (some of them in total too)
 	slow     map[string]int           // endpoints with requests moved to the suspect lane (SlowAfter)
+	running  map[*slot]struct{}       // the requests counted in total
 	limits   map[string]*rate.Limiter // endpoints with a rate_limit, while their bucket is not full
 
 	// settleHook, set by tests only, runs before a result is settled.
@@ -67,7 +68,7 @@ func New(pool *pgxpool.Pool, cfg Config) *Sender {
 	m, merr := newMetrics(cfg.Registerer)
 	return &Sender{pool: pool, cfg: cfg, cfgErr: errors.Join(err, cerr, merr), client: client,
 		wake: make(chan struct{}, 1), metrics: m, longest: cfg.longest(),
-		inflight: map[string]int{}, slow: map[string]int{}, limits: map[string]*rate.Limiter{}}
+		inflight: map[string]int{}, slow: map[string]int{}, running: map[*slot]struct{}{}, limits: map[string]*rate.Limiter{}}
 }
 
 // Wake makes a running Sender look for due deliveries now rather than at
@@ -126,7 +127,31 @@ type delivery struct {
 	RateLimit     *int
 	Suspect       bool // the endpoint's last attempt failed, or a request to it is slow
 	LeaseToken    string
+	Picked        int // deliveries the lease picked, some perhaps taken by another Sender meanwhile
 }
+
+// leaseEndpoint is the lease's look-up of a candidate's endpoint (d), no
+// row when the endpoint must not get a request now; see leaseSQL.
+const leaseEndpoint = `
+    SELECT e.consecutive_failures > 0 OR e.id = ANY ($11::uuid[]) AS suspect,
+           e.consecutive_failures >= $10 AS half_open, e.rate_limit
+    FROM webhook_endpoints e
+    WHERE e.id = d.endpoint_id
+      AND e.disabled_at IS NULL
+      AND (e.circuit_open_until IS NULL OR e.circuit_open_until <= now())
+      AND ((e.consecutive_failures = 0 AND e.id <> ALL ($11::uuid[])) OR $9 > 0)
+      AND (e.consecutive_failures < $10 OR (
+          NOT EXISTS (SELECT 1 FROM busy b WHERE b.endpoint_id = e.id)
+          AND (SELECT count(*) FROM (SELECT FROM webhook_endpoint_deliveries x
+                                     WHERE x.endpoint_id = e.id AND x.status = 'pending'
+                                       AND x.next_attempt_at > now() AND x.lease_token IS NOT NULL
+                                     LIMIT 1) probe) = 0))
+    OFFSET 0`
+
+// leaseRoom keeps the lease's candidates (d) to endpoints with room: under
+// their in-flight bound here, with a rate token left.
+const leaseRoom = `NOT EXISTS (SELECT 1 FROM busy b WHERE b.endpoint_id = d.endpoint_id AND b.n >= $5)
+      AND NOT EXISTS (SELECT 1 FROM tok t WHERE t.endpoint_id = d.endpoint_id AND t.n < 1)`
 
 // leaseSQL leases up to $1 due deliveries for $2 seconds. Candidates are
 // taken oldest due first ($6 at most), skipping rows another Sender is
@@ -142,29 +167,35 @@ type delivery struct {
 // the suspect lane are made on the candidates, so that one endpoint's
 // backlog cannot fill a round. URL, secrets and api_version are read from
 // the endpoint now: a change applies to pending deliveries.
+//
+// The candidates are read in each lane's due index order (the suspect
+// lane's only when it has a slot free: the failing endpoints' due retries
+// waiting there are not walked by every lease), each endpoint looked up
+// by its key (the LATERAL with OFFSET 0 keeps the planner from joining
+// every endpoint by hash and sorting all due deliveries, which it prefers
+// once many are due, at many times the cost). The probe check reads only
+// a half-open candidate's own leased deliveries. Only the deliveries
+// picked are locked (SKIP LOCKED, rechecked as still due): locking every
+// candidate wrote a row lock for each of up to $6 rows to lease $1. Of two
+// Senders picking the same rows, the one left short (fewer leased than
+// picked, the last column) goes round again at once.
 const leaseSQL = `
 WITH busy AS (
     SELECT * FROM unnest($3::uuid[], $4::int[]) AS b(endpoint_id, n)
 ), tok AS (
     SELECT * FROM unnest($7::uuid[], $8::int[]) AS t(endpoint_id, n)
 ), cand AS (
-    SELECT d.id, d.endpoint_id, d.next_attempt_at, (e.consecutive_failures > 0 OR e.id = ANY ($11::uuid[])) AS suspect,
-           e.consecutive_failures >= $10 AS half_open, e.rate_limit
-    FROM webhook_endpoint_deliveries d JOIN webhook_endpoints e ON e.id = d.endpoint_id
-    WHERE d.status = 'pending' AND d.next_attempt_at <= now()
-      AND e.disabled_at IS NULL
-      AND (e.circuit_open_until IS NULL OR e.circuit_open_until <= now())
-      AND ((e.consecutive_failures = 0 AND e.id <> ALL ($11::uuid[])) OR $9 > 0)
-      AND NOT EXISTS (SELECT 1 FROM busy b WHERE b.endpoint_id = d.endpoint_id AND b.n >= $5)
-      AND NOT EXISTS (SELECT 1 FROM tok t WHERE t.endpoint_id = d.endpoint_id AND t.n < 1)
-      AND (e.consecutive_failures < $10 OR (
-          NOT EXISTS (SELECT 1 FROM busy b WHERE b.endpoint_id = d.endpoint_id)
-          AND NOT EXISTS (SELECT 1 FROM webhook_endpoint_deliveries x
-                          WHERE x.endpoint_id = d.endpoint_id AND x.status = 'pending'
-                            AND x.lease_token IS NOT NULL AND x.next_attempt_at > now())))
-    ORDER BY d.next_attempt_at
-    LIMIT $6
-    FOR UPDATE OF d SKIP LOCKED
+    (SELECT d.id, d.endpoint_id, d.next_attempt_at, e.suspect, e.half_open, e.rate_limit
+     FROM webhook_endpoint_deliveries d CROSS JOIN LATERAL (` + leaseEndpoint + `) e
+     WHERE d.status = 'pending' AND NOT d.suspect AND d.next_attempt_at <= now() AND ` + leaseRoom + `
+     ORDER BY d.next_attempt_at
+     LIMIT $6)
+    UNION ALL
+    (SELECT d.id, d.endpoint_id, d.next_attempt_at, e.suspect, e.half_open, e.rate_limit
+     FROM webhook_endpoint_deliveries d CROSS JOIN LATERAL (` + leaseEndpoint + `) e
+     WHERE $9 > 0 AND d.status = 'pending' AND d.suspect AND d.next_attempt_at <= now() AND ` + leaseRoom + `
+     ORDER BY d.next_attempt_at
+     LIMIT least($6, $9 * $5))
 ), per_endpoint AS (
     SELECT r.id, r.next_attempt_at, r.suspect FROM (
         SELECT c.*, row_number() OVER (PARTITION BY c.endpoint_id ORDER BY c.next_attempt_at, c.id) AS rn
@@ -183,22 +214,40 @@ WITH busy AS (
     WHERE NOT p.suspect OR p.sn <= $9
     ORDER BY p.next_attempt_at, p.id
     LIMIT $1
+), locked AS (
+    SELECT d.id FROM webhook_endpoint_deliveries d
+    WHERE d.id = ANY (ARRAY(SELECT id FROM pick)) AND d.status = 'pending' AND d.next_attempt_at <= now()
+    FOR UPDATE SKIP LOCKED
 )
 UPDATE webhook_endpoint_deliveries d
 SET lease_token = gen_random_uuid(), next_attempt_at = now() + make_interval(secs => $2)
-FROM pick, webhook_endpoints e, webhook_messages m
-WHERE d.id = pick.id AND e.id = d.endpoint_id AND m.id = d.message_id
+FROM locked, webhook_endpoints e, webhook_messages m
+WHERE d.id = locked.id AND e.id = d.endpoint_id AND m.id = d.message_id
 RETURNING d.id, d.message_id::text, m.account_id, m.event_type, m.occurred_at, m.schema_version, m.payload,
           m.traceparent, d.attempts, d.endpoint_id::text, e.url, e.api_version, e.secret,
           CASE WHEN e.previous_secret_expires_at > now() THEN e.previous_secret END,
-          e.rate_limit, e.consecutive_failures > 0 OR e.id = ANY ($11::uuid[]), d.lease_token::text`
+          e.rate_limit, e.consecutive_failures > 0 OR e.id = ANY ($11::uuid[]), d.lease_token::text,
+          (SELECT count(*) FROM pick)`
 
 // dispatch leases as many due deliveries as there are free slots and
-// starts a request for each. It reports whether it got every one it asked
-// for.
+// starts a request for each. It reports whether to go round again at
+// once: it got every one it asked for, or another Sender took some it
+// picked.
 func (s *Sender) dispatch(ctx context.Context, wg *sync.WaitGroup, results chan<- settled) (bool, error) {
 	now := time.Now()
 	s.mu.Lock()
+	// Under pressure (less than a quarter of the slots free), a request
+	// slower than a tenth of SlowAfter gives its slot up at once: a
+	// burst of requests to endpoints newly slow, each holding a slot for
+	// SlowAfter before it is known slow, would otherwise take the
+	// healthy endpoints' capacity.
+	if free := s.cfg.Concurrency - s.total; free < (s.cfg.Concurrency+3)/4 && s.cfg.SlowAfter < s.cfg.Timeout {
+		for sl := range s.running {
+			if now.Sub(sl.started) >= s.cfg.SlowAfter/10 {
+				s.demoteLocked(sl)
+			}
+		}
+	}
 	free := s.cfg.Concurrency - s.total
 	suspectFree := s.cfg.SuspectConcurrency - s.suspect
 	endpoints := make([]string, 0, len(s.inflight))
@@ -244,10 +293,11 @@ func (s *Sender) dispatch(ctx context.Context, wg *sync.WaitGroup, results chan<
 		return false, fmt.Errorf("lease webhook deliveries: %w", err)
 	}
 	for _, d := range due {
-		sl := &slot{d: d, suspect: d.Suspect}
+		sl := &slot{d: d, suspect: d.Suspect, started: time.Now()}
 		s.mu.Lock()
 		s.inflight[d.EndpointID]++
 		s.total++
+		s.running[sl] = struct{}{}
 		if d.Suspect {
 			s.suspect++
 		}
@@ -267,12 +317,13 @@ func (s *Sender) dispatch(ctx context.Context, wg *sync.WaitGroup, results chan<
 		s.mu.Unlock()
 		wg.Go(func() { s.deliver(ctx, sl, deadline, results) })
 	}
-	return len(due) == free, nil
+	return len(due) == free || (len(due) > 0 && due[0].Picked > len(due)), nil
 }
 
 // slot is a request in flight, as the bounds count it.
 type slot struct {
 	d        delivery
+	started  time.Time
 	suspect  bool // counted in the suspect lane
 	demoted  bool // moved there for running longer than SlowAfter: no longer in total
 	finished bool
@@ -286,19 +337,27 @@ type slot struct {
 // most Concurrency plus the demoted ones.
 func (s *Sender) demote(sl *slot) {
 	s.mu.Lock()
+	ok := s.demoteLocked(sl)
+	s.mu.Unlock()
+	if ok {
+		s.Wake()
+	}
+}
+
+// demoteLocked is demote with s.mu held, reporting whether it moved sl.
+func (s *Sender) demoteLocked(sl *slot) bool {
 	if sl.finished || sl.demoted {
-		s.mu.Unlock()
-		return
+		return false
 	}
 	sl.demoted = true
 	s.total--
+	delete(s.running, sl)
 	if !sl.suspect {
 		sl.suspect = true
 		s.suspect++
 	}
 	s.slow[sl.d.EndpointID]++
-	s.mu.Unlock()
-	s.Wake()
+	return true
 }
 
 // done frees a request's slot. It wakes the Sender when a bound was
@@ -318,6 +377,7 @@ func (s *Sender) done(sl *slot) {
 	}
 	if !sl.demoted {
 		s.total--
+		delete(s.running, sl)
 	} else if s.slow[id]--; s.slow[id] == 0 {
 		delete(s.slow, id)
 	}

@@ -8,7 +8,6 @@ import (
 	"net/http"
 	"net/netip"
 	"strings"
-	"sync"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -292,6 +291,70 @@ func TestCircuitOpensHoldsProbesAndCloses(t *testing.T) {
 	}
 }
 
+// A healthy endpoint's deliveries write no new version of its row. (Each
+// delivery's insert still locks it, KEY SHARE, for its foreign key.)
+func TestHealthyDeliveriesDoNotWriteTheEndpoint(t *testing.T) {
+	t.Parallel()
+	e := newEnv(t)
+	srv := newServer(t, nil)
+	id := e.endpoint(ep{url: srv.URL})
+	var before string
+	if err := e.s.Pool.QueryRow(context.Background(), `SELECT xmin::text FROM webhook_endpoints WHERE id = $1`, id).Scan(&before); err != nil {
+		t.Fatal(err)
+	}
+	e.enqueue("acct", "x", 5)
+	e.start(fast(sender.Config{}))
+	outflowtest.WaitFor(t, 10*time.Second, "delivered", func() bool { return e.delivered(id) == 5 })
+	var after string
+	if err := e.s.Pool.QueryRow(context.Background(), `SELECT xmin::text FROM webhook_endpoints WHERE id = $1`, id).Scan(&after); err != nil {
+		t.Fatal(err)
+	}
+	if after != before {
+		t.Fatalf("the endpoint's row was written by the settles (xmin %s, was %s)", after, before)
+	}
+}
+
+// A failing endpoint's backlog waits for its retry's outcome outside the
+// due scan, new deliveries to it too; the retry's success sends them all.
+func TestFailingEndpointsBacklogIsHeld(t *testing.T) {
+	t.Parallel()
+	e := newEnv(t)
+	srv := newServer(t, func(w http.ResponseWriter, r *http.Request, n int) {
+		if n == 1 {
+			w.WriteHeader(http.StatusInternalServerError)
+		}
+	})
+	id := e.endpoint(ep{url: srv.URL})
+	e.enqueue("acct", "x", 5)
+	// One request at a time: the first fails, and its retry comes in 2 s.
+	// Nothing else goes to the endpoint before it.
+	e.start(fast(sender.Config{PerEndpoint: 1, Schedule: []time.Duration{2 * time.Second}}))
+	outflowtest.WaitFor(t, 5*time.Second, "the first attempt failed", func() bool {
+		return e.intQ(`SELECT count(*) FROM webhook_endpoint_attempts WHERE status_code = 500`) == 1
+	})
+	e.enqueue("acct", "x", 1)
+	// The retry is due in 2 s; the other five wait past it (for its
+	// outcome, at most CircuitCooldownMax, an hour, past it).
+	if n := e.intQ(`SELECT count(*) FROM webhook_endpoint_deliveries WHERE endpoint_id = $1 AND status = 'pending'
+		AND attempts = 0 AND next_attempt_at > now() + interval '30 minutes'`, id); n != 5 {
+		t.Fatalf("%d deliveries held, want the 5 not tried", n)
+	}
+	// All six are in the suspect lane, out of the healthy lane's scan.
+	if n := e.intQ(`SELECT count(*) FROM webhook_endpoint_deliveries WHERE endpoint_id = $1 AND suspect`, id); n != 6 {
+		t.Fatalf("%d deliveries in the suspect lane, want 6", n)
+	}
+	if srv.count() != 1 {
+		t.Fatalf("%d requests before the retry, want 1", srv.count())
+	}
+	outflowtest.WaitFor(t, 10*time.Second, "all delivered after the retry's success", func() bool { return e.delivered(id) == 6 })
+	if r := srv.requests(); r[1].at.Sub(r[0].at) < 1500*time.Millisecond {
+		t.Fatalf("the second request came %s after the failure, before the retry was due", r[1].at.Sub(r[0].at))
+	}
+	if n := e.intQ(`SELECT count(*) FROM webhook_endpoints WHERE id = $1 AND held_until IS NULL AND consecutive_failures = 0`, id); n != 1 {
+		t.Fatal("the endpoint is still held after a success")
+	}
+}
+
 func TestRetryAfterOpensTheCircuitAtOnce(t *testing.T) {
 	t.Parallel()
 	e := newEnv(t)
@@ -449,6 +512,27 @@ func TestSlowRequestsMoveToTheSuspectLane(t *testing.T) {
 	}
 }
 
+// When the slots run short, a request slower than a tenth of SlowAfter
+// gives its slot up without waiting for SlowAfter.
+func TestPressureMovesSlowRequestsSooner(t *testing.T) {
+	t.Parallel()
+	e := newEnv(t)
+	stuck := make(chan struct{})
+	t.Cleanup(func() { close(stuck) })
+	slow := newServer(t, func(w http.ResponseWriter, r *http.Request, n int) { _ = blockUntil(stuck, r) })
+	healthy := newServer(t, nil)
+	e.endpoint(ep{account: "slow", url: slow.URL})
+	healthyID := e.endpoint(ep{account: "ok", url: healthy.URL})
+	e.enqueue("slow", "x", 4) // its first wave takes every slot
+	e.start(fast(sender.Config{Concurrency: 4, PerEndpoint: 4, SuspectConcurrency: 1, Timeout: 60 * time.Second,
+		SlowAfter: 30 * time.Second}))
+	outflowtest.WaitFor(t, 5*time.Second, "the slow requests", func() bool { return slow.count() == 4 })
+	// Every slot is taken: the healthy deliveries get one once the slow
+	// requests have run a tenth of SlowAfter (3 s), not SlowAfter (30 s).
+	e.enqueue("ok", "x", 8)
+	outflowtest.WaitFor(t, 15*time.Second, "the healthy endpoint's deliveries", func() bool { return e.delivered(healthyID) == 8 })
+}
+
 func TestSlowEndpointIsSuspect(t *testing.T) {
 	t.Parallel()
 	e := newEnv(t)
@@ -594,7 +678,7 @@ func counter(reg *prometheus.Registry, name, v string) float64 {
 func TestLogsHoldNoURLSecrets(t *testing.T) {
 	t.Parallel()
 	e := newEnv(t)
-	var buf syncBuffer
+	var buf outflowtest.LogBuffer
 	id := e.endpoint(ep{url: "http://127.0.0.1:1/hook?token=tok_secret_123"}) // nothing listens
 	e.enqueue("acct", "x", 1)
 	e.start(fast(sender.Config{Schedule: []time.Duration{10 * time.Millisecond},
@@ -607,23 +691,6 @@ func TestLogsHoldNoURLSecrets(t *testing.T) {
 	if strings.Contains(buf.String(), "tok_secret_123") {
 		t.Fatalf("the log holds the URL's token: %s", buf.String())
 	}
-}
-
-type syncBuffer struct {
-	mu sync.Mutex
-	b  strings.Builder
-}
-
-func (s *syncBuffer) Write(p []byte) (int, error) {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.Write(p)
-}
-
-func (s *syncBuffer) String() string {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.String()
 }
 
 func TestUnsendableDeliveries(t *testing.T) {

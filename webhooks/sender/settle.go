@@ -63,13 +63,23 @@ func (s *Sender) settler(ctx context.Context, results <-chan settled) {
 //     429/503's Retry-After. A failure when the run began more than $17
 //     seconds ago disables the endpoint. The endpoint rows are locked
 //     first (ordered by id, against deadlocks between Senders) so that two
-//     Senders' batches add up.
+//     Senders' batches add up. A healthy endpoint's success changes
+//     nothing and is neither locked nor written: a new version of the
+//     endpoint per delivery was a large part of a webhook's WAL.
 //   - each delivery the Sender still holds the lease of (token) while it is
 //     pending gets its outcome: status, next attempt (not before the
 //     circuit's end), last error; failed when its endpoint was disabled.
+//   - the endpoint's hold (held_until): while its circuit is open, the
+//     circuit's end; after a failed attempt to be retried, the earliest
+//     such retry plus $18 seconds (CircuitCooldownMax), the longest the
+//     backlog waits for the retry's outcome; none after a success.
 //   - the endpoint's other pending deliveries: failed "endpoint disabled"
-//     when it was disabled, due now when its circuit closed, held back to
-//     the circuit's end when it opened.
+//     when it was disabled, due now when it answered after a circuit or a
+//     hold, otherwise held to the hold's end (those due before it pushed
+//     back, those an older, longer hold kept brought forward: the circuit
+//     that opens ends that hold with its probe). Those it holds move to
+//     the suspect lane (suspect), as do the batch's failed ones; a
+//     success moves all of them back.
 //   - every attempt is recorded, lease_lost when nothing was applied (by
 //     token: a batch can hold the late result of a lapsed lease beside
 //     the result of the Sender's own next lease of the same delivery),
@@ -88,17 +98,20 @@ WITH r AS (
         AS r(id, token, endpoint_id, status, delay, last_error, code, latency_ms, error, body, sent, ok, open_secs)
 ), agg AS (
     SELECT endpoint_id, bool_or(ok) AS any_ok, count(*) FILTER (WHERE NOT ok) AS fails, max(open_secs) AS open_secs,
-           (array_agg(last_error) FILTER (WHERE NOT ok))[1] AS last_error
+           (array_agg(last_error) FILTER (WHERE NOT ok))[1] AS last_error,
+           min(delay) FILTER (WHERE NOT ok AND status = 'pending') AS retry_secs
     FROM r WHERE sent GROUP BY endpoint_id
 ), locked AS (
-    SELECT e.id, e.account_id, e.url, e.consecutive_failures, e.failing_since, e.circuit_open_until
-    FROM webhook_endpoints e
-    WHERE e.id IN (SELECT endpoint_id FROM agg) AND e.disabled_at IS NULL
+    SELECT e.id, e.account_id, e.url, e.consecutive_failures, e.failing_since, e.circuit_open_until, e.held_until
+    FROM webhook_endpoints e JOIN agg a ON a.endpoint_id = e.id
+    WHERE e.disabled_at IS NULL
+      AND (NOT a.any_ok OR e.consecutive_failures <> 0 OR e.failing_since IS NOT NULL
+           OR e.circuit_open_until IS NOT NULL OR e.held_until IS NOT NULL)
     ORDER BY e.id
-    FOR NO KEY UPDATE
-), h AS (
-    SELECT l.id, l.account_id, l.url, a.any_ok, a.last_error,
-           l.circuit_open_until IS NOT NULL AS was_open, l.circuit_open_until AS old_circuit,
+    FOR NO KEY UPDATE OF e
+), h0 AS (
+    SELECT l.id, l.account_id, l.url, a.any_ok, a.last_error, a.retry_secs, l.held_until AS old_hold,
+           l.circuit_open_until IS NOT NULL OR l.held_until IS NOT NULL AS was_open, l.circuit_open_until AS old_circuit,
            CASE WHEN a.any_ok THEN 0 ELSE l.consecutive_failures + a.fails END AS failures,
            CASE WHEN a.any_ok THEN NULL ELSE coalesce(l.failing_since, now()) END AS failing_since,
            CASE WHEN a.any_ok THEN NULL
@@ -110,9 +123,18 @@ WITH r AS (
                 ELSE l.circuit_open_until END AS circuit,
            NOT a.any_ok AND l.failing_since < now() - make_interval(secs => $17) AS disable
     FROM locked l JOIN agg a ON a.endpoint_id = l.id
+), h AS (
+    SELECT h0.*,
+           CASE WHEN h0.any_ok THEN NULL
+                WHEN h0.circuit > now() THEN h0.circuit
+                WHEN h0.retry_secs IS NOT NULL
+                    THEN greatest(h0.old_hold, now() + make_interval(secs => h0.retry_secs + $18))
+                ELSE h0.old_hold END AS hold
+    FROM h0
 ), eupd AS (
     UPDATE webhook_endpoints e
     SET consecutive_failures = h.failures, failing_since = h.failing_since, circuit_open_until = h.circuit,
+        held_until = CASE WHEN h.disable THEN NULL ELSE h.hold END,
         disabled_at = CASE WHEN h.disable THEN now() END,
         disabled_reason = CASE WHEN h.disable THEN 'failing' END
     FROM h WHERE e.id = h.id
@@ -124,6 +146,7 @@ WITH r AS (
     SET status = CASE WHEN h.disable THEN 'failed' ELSE r.status END,
         attempts = d.attempts + 1, lease_token = NULL,
         next_attempt_at = greatest(now() + make_interval(secs => r.delay), h.circuit),
+        suspect = coalesce(NOT h.any_ok, d.suspect),
         last_error = CASE WHEN h.disable THEN 'endpoint disabled' ELSE r.last_error END,
         settled_at = CASE WHEN h.disable OR r.status <> 'pending' THEN now() END
     FROM r LEFT JOIN h ON h.id = r.endpoint_id
@@ -136,13 +159,19 @@ WITH r AS (
         settled_at = CASE WHEN h.disable THEN now() END,
         lease_token = CASE WHEN h.disable THEN NULL ELSE d.lease_token END,
         next_attempt_at = CASE WHEN h.disable THEN d.next_attempt_at
-                               WHEN h.any_ok THEN now()
-                               ELSE h.circuit END
+                               WHEN h.any_ok AND h.was_open AND d.lease_token IS NULL AND d.next_attempt_at > now()
+                                   THEN now()
+                               WHEN h.any_ok THEN d.next_attempt_at
+                               ELSE h.hold END,
+        suspect = CASE WHEN h.disable THEN d.suspect ELSE NOT h.any_ok END
     FROM h
     WHERE d.endpoint_id = h.id AND d.status = 'pending' AND d.id NOT IN (SELECT id FROM r)
       AND (h.disable
            OR (h.any_ok AND h.was_open AND d.lease_token IS NULL AND d.next_attempt_at > now())
-           OR (NOT h.any_ok AND h.circuit > now() AND d.next_attempt_at < h.circuit))
+           OR (h.any_ok AND d.suspect)
+           OR (NOT h.any_ok AND h.hold > now() AND d.next_attempt_at < h.hold)
+           OR (NOT h.any_ok AND h.hold > now() AND h.old_hold > h.hold AND d.lease_token IS NULL
+               AND d.next_attempt_at > h.hold AND d.next_attempt_at <= h.old_hold))
     RETURNING d.id
 ), ins AS (
     INSERT INTO webhook_endpoint_attempts (delivery_id, endpoint_id, status_code, latency_ms, error, response_body, lease_lost)
@@ -219,7 +248,7 @@ func (s *Sender) settle(ctx context.Context, batch []settled) error {
 	b.Queue(`SELECT set_config('synchronous_commit', 'off', true)`)
 	b.Queue(settleSQL, ids, tokens, endpoints, statuses, delays, lastErrs, codes, lats, errs, bodies, sent, oks, opens,
 		s.cfg.CircuitFailures, s.cfg.CircuitCooldown.Seconds(), s.cfg.CircuitCooldownMax.Seconds(),
-		s.cfg.DisableAfter.Seconds()).Query(func(rows pgx.Rows) error {
+		s.cfg.DisableAfter.Seconds(), s.cfg.CircuitCooldownMax.Seconds()).Query(func(rows pgx.Rows) error {
 		for rows.Next() {
 			var kind string
 			var id *int64

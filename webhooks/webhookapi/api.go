@@ -1,6 +1,7 @@
 package webhookapi
 
 import (
+	"cmp"
 	"context"
 	"errors"
 	"log/slog"
@@ -12,6 +13,7 @@ import (
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgxpool"
 
+	"github.com/outflow-dev/outflow/internal/configcheck"
 	"github.com/outflow-dev/outflow/webhooks/endpoints"
 )
 
@@ -89,35 +91,36 @@ type API struct {
 	now        func() time.Time
 }
 
+func (c *Config) setDefaults() {
+	c.AccountParam = cmp.Or(c.AccountParam, "account")
+	c.MaxRecoverAge = cmp.Or(c.MaxRecoverAge, DefaultMaxRecoverAge)
+	c.Logger = cmp.Or(c.Logger, slog.Default())
+	if c.Now == nil {
+		c.Now = time.Now
+	}
+}
+
+func (c *Config) validate() error {
+	var errs configcheck.Errors
+	check := errs.Check
+	check(c.Endpoints != nil, "Endpoints", "is required")
+	check(c.Pool != nil, "Pool", "is required")
+	check(c.Authorize != nil, "Authorize", "is required (the routes have no authentication of their own)")
+	check(c.MaxRecoverAge > 0, "MaxRecoverAge", "must be positive")
+	return errs.Err("webhookapi config")
+}
+
 // New returns the API.
 func New(cfg Config) (*API, error) {
-	switch {
-	case cfg.Endpoints == nil:
-		return nil, errors.New("webhookapi config: Endpoints is required")
-	case cfg.Pool == nil:
-		return nil, errors.New("webhookapi config: Pool is required")
-	case cfg.Authorize == nil:
-		return nil, errors.New("webhookapi config: Authorize is required (the routes have no authentication of their own)")
-	case cfg.MaxRecoverAge < 0:
-		return nil, errors.New("webhookapi config: MaxRecoverAge must not be negative")
+	cfg.setDefaults()
+	if err := cfg.validate(); err != nil {
+		return nil, err
 	}
 	a := &API{store: cfg.Endpoints, pool: cfg.Pool, param: cfg.AccountParam, authorize: cfg.Authorize,
 		canonical: cfg.CanonicalAccount, command: cfg.Command, wake: cfg.Wake, maxRecover: cfg.MaxRecoverAge,
 		logger: cfg.Logger, now: cfg.Now}
-	if a.param == "" {
-		a.param = "account"
-	}
-	if a.maxRecover == 0 {
-		a.maxRecover = DefaultMaxRecoverAge
-	}
-	if a.logger == nil {
-		a.logger = slog.Default()
-	}
-	if a.now == nil {
-		a.now = time.Now
-	}
 	if a.command == nil {
-		a.command = a.inTx
+		a.command = a.inTx // a method value: not a Config default
 	}
 	return a, nil
 }

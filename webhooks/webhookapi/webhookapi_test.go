@@ -388,6 +388,13 @@ func TestConfig(t *testing.T) {
 			t.Errorf("without %s: %v", name, err)
 		}
 	}
+	// Every wrong field at once, each named.
+	_, err := webhookapi.New(webhookapi.Config{MaxRecoverAge: -time.Hour})
+	for _, want := range []string{"Endpoints: is required", "Pool: is required", "Authorize: is required", "MaxRecoverAge: must be positive"} {
+		if err == nil || !strings.Contains(err.Error(), want) {
+			t.Errorf("want %q in %v", want, err)
+		}
+	}
 }
 
 // An error the API does not know is a 500 without detail; the detail goes

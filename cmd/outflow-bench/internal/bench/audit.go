@@ -19,6 +19,7 @@ import (
 
 	redisstreams "github.com/outflow-dev/outflow/brokers/redis"
 	"github.com/outflow-dev/outflow/forwarder"
+	"github.com/outflow-dev/outflow/internal/poll"
 )
 
 // AuditConfig configures the broker-loss audit benchmark.
@@ -173,7 +174,7 @@ func newAuditLane(ctx context.Context, cfg AuditConfig, rdb *redis.Client, n int
 	}
 	l := &auditLane{pool: pool, drop: drop, n: n, interval: interval}
 	topic := "bench." + uuid.NewString()[:8]
-	broker, err := redisstreams.New(redisstreams.Config{Client: rdb, Partitions: cfg.Streams})
+	broker, err := redisstreams.New(redisstreams.Config{Client: rdb, StreamPartitions: cfg.Streams})
 	if err != nil {
 		drop()
 		return nil, err
@@ -247,7 +248,7 @@ func (l *auditLane) run(ctx context.Context, rdb *redis.Client, lose func() erro
 	// (counted on the streams, the rows the audit trims once a consumer
 	// has them would be missed; the outbox's cursors tell it a lease tick
 	// late).
-	if err := waitFor(ctx, 10*time.Minute, func() (bool, error) {
+	if err := poll.Until(ctx, 5*time.Millisecond, 10*time.Minute, func() (bool, error) {
 		n, err := forwarded(l.reg)
 		return n >= float64(l.n), err
 	}); err != nil {
@@ -266,7 +267,7 @@ func (l *auditLane) run(ctx context.Context, rdb *redis.Client, lose func() erro
 		return res, errors.Join(err, stopRun())
 	}
 	lost := time.Now()
-	if err := waitFor(ctx, 10*time.Minute, func() (bool, error) {
+	if err := poll.Until(ctx, 5*time.Millisecond, 10*time.Minute, func() (bool, error) {
 		var k int
 		err := l.pool.QueryRow(ctx, `SELECT count(*) FROM outbox_audit WHERE last_loss_at IS NOT NULL`).Scan(&k)
 		if k > 0 && res.detect == 0 {
@@ -339,28 +340,6 @@ func consume(ctx context.Context, rdb *redis.Client, streams []string) error {
 
 func isBusyGroup(err error) bool { return err != nil && strings.HasPrefix(err.Error(), "BUSYGROUP") }
 
-// waitFor polls cond every 5ms for up to limit.
-func waitFor(ctx context.Context, limit time.Duration, cond func() (bool, error)) error {
-	deadline := time.Now().Add(limit)
-	for {
-		ok, err := cond()
-		if err != nil {
-			return err
-		}
-		if ok {
-			return nil
-		}
-		if time.Now().After(deadline) {
-			return fmt.Errorf("condition not met after %s", limit)
-		}
-		select {
-		case <-ctx.Done():
-			return ctx.Err()
-		case <-time.After(5 * time.Millisecond):
-		}
-	}
-}
-
 // startRedis runs a redis-server of the benchmark's own on a free port,
 // without persistence: the loss run flushes it.
 func startRedis(ctx context.Context) (*redis.Client, func(), error) {
@@ -385,7 +364,7 @@ func startRedis(ctx context.Context) (*redis.Client, func(), error) {
 		_ = cmd.Wait()
 		os.RemoveAll(dir)
 	}
-	if err := waitFor(ctx, 10*time.Second, func() (bool, error) { return rdb.Ping(ctx).Err() == nil, nil }); err != nil {
+	if err := poll.Until(ctx, 5*time.Millisecond, 10*time.Second, func() (bool, error) { return rdb.Ping(ctx).Err() == nil, nil }); err != nil {
 		stop()
 		return nil, nil, err
 	}

@@ -193,8 +193,8 @@ func Console(ctx context.Context, cfg ConsoleConfig) error {
 			_, err := forwarder.ReadStats(ctx, pool)
 			return err
 		}},
-		{"idempotency.ReadParkedCounts (held, retrying, dead per consumer)", func(ctx context.Context) error {
-			_, err := idempotency.ReadParkedCounts(ctx, pool)
+		{"idempotency.ReadDeadLetterCounts (held, retrying, dead per consumer)", func(ctx context.Context) error {
+			_, err := idempotency.ReadDeadLetterCounts(ctx, pool)
 			return err
 		}},
 	} {

@@ -18,6 +18,7 @@ import (
 	"github.com/outflow-dev/outflow/events"
 	"github.com/outflow-dev/outflow/events/outbox"
 	"github.com/outflow-dev/outflow/forwarder"
+	"github.com/outflow-dev/outflow/internal/poll"
 )
 
 // EventCostConfig configures the event-cost benchmark.
@@ -163,7 +164,7 @@ func eventCostRun(ctx context.Context, cfg EventCostConfig, retained int, rdb *r
 	done := make(chan error, 1)
 	relayStart := time.Now()
 	go func() { done <- f.Run(rctx) }()
-	err = waitFor(ctx, 10*time.Minute, func() (bool, error) {
+	err = poll.Until(ctx, 5*time.Millisecond, 10*time.Minute, func() (bool, error) {
 		n, err := rdb.XLen(ctx, topic).Result()
 		return n >= int64(cfg.Events), err
 	})

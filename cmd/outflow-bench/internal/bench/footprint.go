@@ -17,6 +17,8 @@ import (
 	"time"
 
 	"github.com/jackc/pgx/v5"
+
+	"github.com/outflow-dev/outflow/internal/poll"
 )
 
 // FootprintConfig configures [Footprint].
@@ -147,18 +149,16 @@ func startOnce(ctx context.Context, bin string, s footprintService, env []string
 		_ = cmd.Wait()
 	}()
 	client := &http.Client{Timeout: time.Second}
-	for {
+	var last error
+	if poll.Until(ctx, time.Millisecond, 30*time.Second, func() (bool, error) {
 		resp, err := client.Get("http://" + addr + s.ready)
-		if err == nil {
-			resp.Body.Close()
-			if resp.StatusCode == http.StatusOK {
-				break
-			}
+		if last = err; err != nil {
+			return false, nil
 		}
-		if time.Since(start) > 30*time.Second {
-			return 0, 0, fmt.Errorf("not serving %s after 30s (last error: %v); its stderr:\n%s", s.ready, err, stderr.String())
-		}
-		time.Sleep(time.Millisecond)
+		resp.Body.Close()
+		return resp.StatusCode == http.StatusOK, nil
+	}) != nil {
+		return 0, 0, fmt.Errorf("not serving %s after 30s (last error: %v); its stderr:\n%s", s.ready, last, stderr.String())
 	}
 	took := time.Since(start)
 	return took, residentKB(cmd.Process.Pid), nil

@@ -2,6 +2,7 @@ package bench
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"io"
 	"runtime"
@@ -26,6 +27,7 @@ import (
 	"github.com/outflow-dev/outflow/events"
 	"github.com/outflow-dev/outflow/events/outbox"
 	"github.com/outflow-dev/outflow/forwarder"
+	"github.com/outflow-dev/outflow/internal/poll"
 )
 
 // ForwardConfig configures the forwarder benchmarks.
@@ -210,27 +212,25 @@ func runOurs(ctx context.Context, cfg ForwardConfig, backlog, published int) (ou
 
 // waitStream waits until stream holds n entries, sampling the heap.
 func waitStream(ctx context.Context, rdb *redis.Client, stream string, n int64, peak *atomic.Uint64) error {
-	var ms runtime.MemStats
-	deadline := time.Now().Add(10 * time.Minute)
-	for {
-		got, err := rdb.XLen(ctx, stream).Result()
-		if err != nil {
-			return err
-		}
+	var (
+		ms  runtime.MemStats
+		got int64
+	)
+	err := poll.Until(ctx, 10*time.Millisecond, 10*time.Minute, func() (bool, error) {
+		var err error
+		got, err = rdb.XLen(ctx, stream).Result()
 		if peak != nil {
 			runtime.ReadMemStats(&ms)
 			if ms.HeapInuse > peak.Load() {
 				peak.Store(ms.HeapInuse)
 			}
 		}
-		if got >= n {
-			return nil
-		}
-		if time.Now().After(deadline) {
-			return fmt.Errorf("stream %s holds %d of %d entries after 10 minutes", stream, got, n)
-		}
-		time.Sleep(10 * time.Millisecond)
+		return got >= n, err
+	})
+	if errors.Is(err, poll.ErrTimeout) {
+		return fmt.Errorf("stream %s holds %d of %d entries: %w", stream, got, n, err)
 	}
+	return err
 }
 
 func histogramMeanMs(g prometheus.Gatherer, name string) float64 {

@@ -3,6 +3,7 @@ package bench
 import (
 	"context"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"io"
 	"slices"
@@ -20,6 +21,7 @@ import (
 	"github.com/outflow-dev/outflow/events"
 	"github.com/outflow-dev/outflow/forwarder"
 	"github.com/outflow-dev/outflow/handlers"
+	"github.com/outflow-dev/outflow/internal/poll"
 )
 
 // HistoryConfig configures [History].
@@ -288,23 +290,22 @@ func drainConsumer(ctx context.Context, cfg HistoryConfig, pool *pgxpool.Pool, r
 	defer cancel()
 	start := time.Now()
 	wg.Go(func() { _ = w.Run(rctx) })
-	deadline := start.Add(10 * time.Minute)
-	for {
-		paid, refunded, err := totals()
-		if err != nil {
-			return 0, err
-		}
+	var paid int64
+	err = poll.Until(ctx, 20*time.Millisecond, 10*time.Minute, func() (bool, error) {
+		p, refunded, err := totals()
+		paid = p - paid0
 		// Every payment's refund is its last version: once each is
 		// counted, every event was handled, in order.
-		if paid-paid0 == int64(payments) && refunded-refunded0 == int64(payments)*1000 {
-			return time.Since(start), nil
+		if err == nil && (paid > int64(payments) || refunded-refunded0 > int64(payments)*1000) {
+			err = fmt.Errorf("the projection counted more than it was sent: %d paid of %d", paid, payments)
 		}
-		if paid-paid0 > int64(payments) || refunded-refunded0 > int64(payments)*1000 {
-			return 0, fmt.Errorf("the projection counted more than it was sent: %d paid of %d", paid-paid0, payments)
-		}
-		if time.Now().After(deadline) {
-			return 0, fmt.Errorf("only %d of %d payments counted in 10 minutes", paid-paid0, payments)
-		}
-		time.Sleep(20 * time.Millisecond)
+		return paid == int64(payments) && refunded-refunded0 == int64(payments)*1000, err
+	})
+	if errors.Is(err, poll.ErrTimeout) {
+		err = fmt.Errorf("only %d of %d payments counted in 10 minutes", paid, payments)
 	}
+	if err != nil {
+		return 0, err
+	}
+	return time.Since(start), nil
 }

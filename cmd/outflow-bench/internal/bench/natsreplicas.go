@@ -18,6 +18,7 @@ import (
 
 	"github.com/outflow-dev/outflow/brokers"
 	"github.com/outflow-dev/outflow/forwarder"
+	"github.com/outflow-dev/outflow/internal/poll"
 )
 
 // NATSReplicasConfig configures [NATSReplicas].
@@ -112,27 +113,21 @@ func drainToNATS(ctx context.Context, cfg NATSReplicasConfig, url string, replic
 	start := time.Now()
 	done := make(chan error, 1)
 	go func() { done <- f.Run(rctx) }()
-	deadline := time.Now().Add(10 * time.Minute)
-	for {
+	if err := poll.Until(ctx, 20*time.Millisecond, 10*time.Minute, func() (bool, error) {
 		info, err := js.StreamInfo(prefix + topic)
 		if err == nil && info.State.Msgs >= uint64(cfg.Backlog) {
 			if info.Config.Replicas != replicas {
-				return 0, fmt.Errorf("stream of %d replicas, want %d", info.Config.Replicas, replicas)
+				return false, fmt.Errorf("stream of %d replicas, want %d", info.Config.Replicas, replicas)
 			}
-			break
+			return true, nil
 		}
 		// A busy stream leader may answer an info request late: ask again.
 		if err != nil && !errors.Is(err, nats.ErrStreamNotFound) && !errors.Is(err, context.DeadlineExceeded) && !errors.Is(err, nats.ErrTimeout) {
-			return 0, fmt.Errorf("stream info: %w", err)
+			return false, fmt.Errorf("stream info: %w", err)
 		}
-		if time.Now().After(deadline) {
-			return 0, errors.New("the drain did not finish within 10 minutes")
-		}
-		select {
-		case <-ctx.Done():
-			return 0, ctx.Err()
-		case <-time.After(20 * time.Millisecond):
-		}
+		return false, nil
+	}); err != nil {
+		return 0, fmt.Errorf("the drain: %w", err)
 	}
 	elapsed := time.Since(start)
 	cancel()
@@ -187,18 +182,15 @@ func startBenchCluster(ctx context.Context) (*benchCluster, error) {
 		c.cmds = append(c.cmds, cmd)
 	}
 	// Ready: a stream of three replicas can be created.
-	deadline := time.Now().Add(30 * time.Second)
-	for {
-		err := probeR3(c.url)
-		if err == nil {
-			return c, nil
-		}
-		if time.Now().After(deadline) || ctx.Err() != nil {
-			c.stop()
-			return nil, fmt.Errorf("the NATS cluster never took a stream of 3 replicas: %w", err)
-		}
-		time.Sleep(100 * time.Millisecond)
+	var probe error
+	if poll.Until(ctx, 100*time.Millisecond, 30*time.Second, func() (bool, error) {
+		probe = probeR3(c.url)
+		return probe == nil, nil
+	}) != nil {
+		c.stop()
+		return nil, fmt.Errorf("the NATS cluster never took a stream of 3 replicas: %w", probe)
 	}
+	return c, nil
 }
 
 func probeR3(url string) error {

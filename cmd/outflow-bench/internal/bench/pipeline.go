@@ -2,6 +2,7 @@ package bench
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"io"
 	"slices"
@@ -28,6 +29,7 @@ import (
 	"github.com/outflow-dev/outflow/forwarder"
 	"github.com/outflow-dev/outflow/handlers"
 	"github.com/outflow-dev/outflow/idempotency"
+	"github.com/outflow-dev/outflow/internal/poll"
 )
 
 // PipelineConfig configures [Pipeline].
@@ -207,19 +209,8 @@ func drain(ctx context.Context, cfg PipelineConfig, plain bool, read, shared int
 		wg.Go(func() { _ = w.Run(rctx) })
 		handled = func(ctx context.Context) (int, error) { return countHandled(ctx, pool) }
 	}
-	deadline := time.Now().Add(10 * time.Minute)
-	for {
-		n, err := handled(ctx)
-		if err != nil {
-			return 0, err
-		}
-		if n >= cfg.Backlog {
-			break
-		}
-		if time.Now().After(deadline) {
-			return 0, fmt.Errorf("only %d of %d events handled in 10 minutes", n, cfg.Backlog)
-		}
-		time.Sleep(20 * time.Millisecond)
+	if err := waitHandled(ctx, cfg.Backlog, 10*time.Minute, handled); err != nil {
+		return 0, err
 	}
 	rate := float64(cfg.Backlog) / time.Since(start).Seconds()
 	if err := checkProjection(ctx, pool, cfg.Backlog); err != nil {
@@ -241,6 +232,20 @@ func drain(ctx context.Context, cfg PipelineConfig, plain bool, read, shared int
 // at version v has had v events handled, and the sum of the versions is
 // the count (one row per payment to read, not one per event). A message
 // held for its predecessor is not counted until it applied.
+// waitHandled waits until handled counts n events or more.
+func waitHandled(ctx context.Context, n int, limit time.Duration, handled func(context.Context) (int, error)) error {
+	var got int
+	err := poll.Until(ctx, 20*time.Millisecond, limit, func() (bool, error) {
+		var err error
+		got, err = handled(ctx)
+		return got >= n, err
+	})
+	if errors.Is(err, poll.ErrTimeout) {
+		return fmt.Errorf("only %d of %d events handled in %s", got, n, limit)
+	}
+	return err
+}
+
 func countHandled(ctx context.Context, pool *pgxpool.Pool) (int, error) {
 	var n int
 	err := pool.QueryRow(ctx, `SELECT coalesce(sum(version), 0) FROM consumer_aggregate_versions`).Scan(&n)
@@ -331,14 +336,27 @@ func catchUpRate(s steadyResult) float64 {
 // ackTimes records when the worker acknowledged each message: the
 // outermost middleware returning nil, after the commit. A message held for
 // its predecessor is acknowledged when parked; its handling time is its
-// dead letter's resolved_at instead.
+// dead letter's resolved_at instead. It also records when each message
+// first reached the middleware, which splits a latency into the way to
+// the worker (forwarder, broker, subscriber) and the worker's own part
+// (batching, claims, handler, commit).
 type ackTimes struct {
-	mu sync.Mutex
-	at map[string]time.Time
+	mu       sync.Mutex
+	at       map[string]time.Time
+	received map[string]time.Time
 }
 
 func (a *ackTimes) middleware(h message.HandlerFunc) message.HandlerFunc {
 	return func(msg *message.Message) ([]*message.Message, error) {
+		got := time.Now()
+		a.mu.Lock()
+		if a.received == nil {
+			a.received = map[string]time.Time{}
+		}
+		if _, ok := a.received[msg.UUID]; !ok {
+			a.received[msg.UUID] = got
+		}
+		a.mu.Unlock()
 		out, err := h(msg)
 		if err == nil {
 			now := time.Now()
@@ -353,11 +371,11 @@ func (a *ackTimes) middleware(h message.HandlerFunc) message.HandlerFunc {
 }
 
 // latencies returns the p50, p99 and max of commit-to-handled in
-// milliseconds, of the outbox rows after afterID: from the row's created_at (the producer's
+// milliseconds, of the outbox rows of w: from the row's created_at (the producer's
 // transaction start, on the database's clock, which is this machine's)
 // to the worker's acknowledgement, or to its dead letter's resolution for
 // a message that was held.
-func (a *ackTimes) latencies(ctx context.Context, pool *pgxpool.Pool, afterID int64) (p50, p99, maxMs float64, err error) {
+func (a *ackTimes) latencies(ctx context.Context, pool *pgxpool.Pool, w window) (p50, p99, maxMs float64, err error) {
 	resolved := map[string]time.Time{}
 	rows, err := pool.Query(ctx, `SELECT message_id::text, resolved_at FROM dead_letters WHERE status = 'resolved'`)
 	if err != nil {
@@ -370,7 +388,7 @@ func (a *ackTimes) latencies(ctx context.Context, pool *pgxpool.Pool, afterID in
 	if _, err := pgx.ForEachRow(rows, []any{&id, &at}, func() error { resolved[id] = at; return nil }); err != nil {
 		return 0, 0, 0, err
 	}
-	rows, err = pool.Query(ctx, `SELECT message_id::text, created_at FROM outbox WHERE id > $1`, afterID)
+	rows, err = pool.Query(ctx, `SELECT message_id::text, created_at FROM outbox WHERE id > $1`+w.createdFilter("created_at"), w.args()...)
 	if err != nil {
 		return 0, 0, 0, err
 	}
@@ -393,8 +411,101 @@ func (a *ackTimes) latencies(ctx context.Context, pool *pgxpool.Pool, afterID in
 		return 0, 0, 0, nil
 	}
 	slices.Sort(d)
-	pick := func(q float64) float64 { return d[min(max(int(q*float64(len(d))+0.5)-1, 0), len(d)-1)] }
-	return pick(0.5), pick(0.99), d[len(d)-1], nil
+	return pickMs(d, 0.5), pickMs(d, 0.99), d[len(d)-1], nil
+}
+
+// stages returns the p99s, in milliseconds, of the two parts of
+// commit-to-handled for the rows of w that were never held: commit to
+// the worker's middleware, and from there to the acknowledgement.
+func (a *ackTimes) stages(ctx context.Context, pool *pgxpool.Pool, w window) (toWorker, inWorker float64, err error) {
+	rows, err := pool.Query(ctx, `SELECT message_id::text, created_at FROM outbox WHERE id > $1`+w.createdFilter("created_at"), w.args()...)
+	if err != nil {
+		return 0, 0, err
+	}
+	var (
+		id       string
+		at       time.Time
+		to, in   []float64
+		asMillis = func(d time.Duration) float64 { return float64(d) / float64(time.Millisecond) }
+	)
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	if _, err := pgx.ForEachRow(rows, []any{&id, &at}, func() error {
+		got, ok1 := a.received[id]
+		done, ok2 := a.at[id]
+		if ok1 && ok2 {
+			to, in = append(to, asMillis(got.Sub(at))), append(in, asMillis(done.Sub(got)))
+		}
+		return nil
+	}); err != nil {
+		return 0, 0, err
+	}
+	if len(to) == 0 {
+		return 0, 0, nil
+	}
+	slices.Sort(to)
+	slices.Sort(in)
+	return pickMs(to, 0.99), pickMs(in, 0.99), nil
+}
+
+// window picks the outbox rows a latency is taken of: after afterID,
+// and, when they are set, created from From (inclusive) to To (exclusive).
+type window struct {
+	afterID  int64
+	from, to time.Time
+}
+
+// createdFilter is w's conditions on column (the outbox's created_at),
+// as $2 and $3 after afterID's $1; both always bound (a zero time
+// matches every row).
+func (w window) createdFilter(column string) string {
+	return ` AND ($2::timestamptz IS NULL OR ` + column + ` >= $2) AND ($3::timestamptz IS NULL OR ` + column + ` < $3)`
+}
+
+func (w window) args() []any {
+	arg := func(t time.Time) any {
+		if t.IsZero() {
+			return nil
+		}
+		return t
+	}
+	return []any{w.afterID, arg(w.from), arg(w.to)}
+}
+
+// pickMs is quantile q of sorted, nearest rank.
+func pickMs(sorted []float64, q float64) float64 {
+	return sorted[min(max(int(q*float64(len(sorted))+0.5)-1, 0), len(sorted)-1)]
+}
+
+// p99NeverHeld is the commit-to-handled p99, in milliseconds, of the
+// outbox rows of w that no consumer held as a gap.
+func (a *ackTimes) p99NeverHeld(ctx context.Context, pool *pgxpool.Pool, w window) (float64, error) {
+	rows, err := pool.Query(ctx, `SELECT o.message_id::text, o.created_at FROM outbox o
+		WHERE o.id > $1 AND NOT EXISTS (SELECT 1 FROM dead_letters d WHERE d.message_id = o.message_id AND d.reason = 'gap')`+
+		w.createdFilter("o.created_at"), w.args()...)
+	if err != nil {
+		return 0, err
+	}
+	var (
+		id string
+		at time.Time
+		d  []float64
+	)
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	if _, err := pgx.ForEachRow(rows, []any{&id, &at}, func() error {
+		if done, ok := a.at[id]; ok {
+			d = append(d, float64(done.Sub(at))/float64(time.Millisecond))
+		}
+		return nil
+	}); err != nil {
+		return 0, err
+	}
+	if len(d) == 0 {
+		return 0, nil
+	}
+	slices.Sort(d)
+	return pickMs(d, 0.99), nil
 }
 
 // outcomes reads the consumer's counters: what it decided for each message.
@@ -566,7 +677,7 @@ func steady(ctx context.Context, cfg PipelineConfig) (steadyResult, error) {
 	if res.outcomes, err = outcomes(metrics); err != nil {
 		return res, err
 	}
-	res.p50, res.p99, res.max, err = acks.latencies(ctx, pool, 0)
+	res.p50, res.p99, res.max, err = acks.latencies(ctx, pool, window{})
 	return res, err
 }
 

@@ -14,6 +14,7 @@ import (
 
 	redisstreams "github.com/outflow-dev/outflow/brokers/redis"
 	"github.com/outflow-dev/outflow/forwarder"
+	"github.com/outflow-dev/outflow/internal/poll"
 )
 
 // RelayWALConfig configures the relay's WAL benchmark.
@@ -203,7 +204,7 @@ type relayRun struct {
 
 // newRelayRun makes a relayRun; batch 0 is the forwarder's default.
 func newRelayRun(ctx context.Context, pool *pgxpool.Pool, rdb *redis.Client, batch int, audit bool) (relayRun, error) {
-	broker, err := redisstreams.New(redisstreams.Config{Client: rdb, Partitions: 16})
+	broker, err := redisstreams.New(redisstreams.Config{Client: rdb, StreamPartitions: 16})
 	if err != nil {
 		return relayRun{}, err
 	}
@@ -245,7 +246,7 @@ func (r relayRun) measure(ctx context.Context, pool *pgxpool.Pool, events int, r
 		err = produce()
 	}
 	if err == nil && relay {
-		err = waitFor(ctx, 10*time.Minute, func() (bool, error) { return outboxDrained(ctx, pool) })
+		err = poll.Until(ctx, 5*time.Millisecond, 10*time.Minute, func() (bool, error) { return outboxDrained(ctx, pool) })
 	}
 	cancel()
 	if err := errors.Join(err, <-done); err != nil {

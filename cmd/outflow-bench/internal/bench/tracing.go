@@ -564,19 +564,8 @@ func tracedDrain(ctx context.Context, cfg TracingConfig, mode string, recv *otlp
 		start := time.Now()
 		wg.Go(func() { _ = f.Run(rctx) })
 		wg.Go(func() { _ = w.Run(rctx) })
-		deadline := start.Add(10 * time.Minute)
-		for {
-			got, err := countHandled(ctx, pool)
-			if err != nil {
-				return err
-			}
-			if got >= n {
-				break
-			}
-			if time.Now().After(deadline) {
-				return fmt.Errorf("only %d of %d events handled in 10 minutes", got, n)
-			}
-			time.Sleep(20 * time.Millisecond)
+		if err := waitHandled(ctx, n, 10*time.Minute, func(ctx context.Context) (int, error) { return countHandled(ctx, pool) }); err != nil {
+			return err
 		}
 		res.cpu, err = tr.flush(ctx)
 		res.elapsed = time.Since(start)

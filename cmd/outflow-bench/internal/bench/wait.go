@@ -22,6 +22,7 @@ import (
 
 	redisstreams "github.com/outflow-dev/outflow/brokers/redis"
 	"github.com/outflow-dev/outflow/forwarder"
+	"github.com/outflow-dev/outflow/internal/poll"
 )
 
 // WaitConfig configures the WAIT benchmark.
@@ -173,28 +174,18 @@ func drainWith(ctx context.Context, cfg WaitConfig, rdb *redis.Client, waitRepli
 	start := time.Now()
 	done := make(chan error, 1)
 	go func() { done <- f.Run(rctx) }()
-	deadline := start.Add(10 * time.Minute)
-	for {
-		n, err := forwarded(reg)
-		if err != nil {
-			cancel()
-			<-done
-			return 0, err
-		}
-		left := cfg.Backlog - int(n)
-		if left <= 0 {
-			break
-		}
-		if time.Now().After(deadline) {
-			cancel()
-			<-done
-			return 0, fmt.Errorf("%d rows still pending after 10m", left)
-		}
-		time.Sleep(20 * time.Millisecond)
-	}
+	var n float64
+	err = poll.Until(ctx, 20*time.Millisecond, 10*time.Minute, func() (bool, error) {
+		var err error
+		n, err = forwarded(reg)
+		return int(n) >= cfg.Backlog, err
+	})
 	elapsed := time.Since(start)
 	cancel()
-	if err := <-done; err != nil {
+	if errors.Is(err, poll.ErrTimeout) {
+		err = fmt.Errorf("%d rows still pending after 10m", cfg.Backlog-int(n))
+	}
+	if err := errors.Join(err, <-done); err != nil {
 		return 0, err
 	}
 	return float64(cfg.Backlog) / elapsed.Seconds(), nil
@@ -256,17 +247,12 @@ func startRedisPair(ctx context.Context) (*redis.Client, func(), error) {
 		cmds = append(cmds, cmd)
 		clients = append(clients, redis.NewClient(&redis.Options{Addr: fmt.Sprintf("127.0.0.1:%d", port)}))
 	}
-	deadline := time.Now().Add(20 * time.Second)
-	for {
+	if err := poll.Until(ctx, 20*time.Millisecond, 20*time.Second, func() (bool, error) {
 		p, err1 := clients[0].Info(ctx, "replication").Result()
 		r, err2 := clients[1].Info(ctx, "replication").Result()
-		if err1 == nil && err2 == nil && strings.Contains(p, "connected_slaves:1") && strings.Contains(r, "master_link_status:up") {
-			break
-		}
-		if time.Now().After(deadline) {
-			return fail(fmt.Errorf("the benchmark's redis replica did not get in sync within 20s (logs in %s)", dir))
-		}
-		time.Sleep(20 * time.Millisecond)
+		return err1 == nil && err2 == nil && strings.Contains(p, "connected_slaves:1") && strings.Contains(r, "master_link_status:up"), nil
+	}); err != nil {
+		return fail(fmt.Errorf("the benchmark's redis replica did not get in sync (logs in %s): %w", dir, err))
 	}
 	return clients[0], stop, nil
 }

@@ -17,6 +17,7 @@ import (
 	"github.com/outflow-dev/outflow/events"
 	"github.com/outflow-dev/outflow/events/outbox"
 	"github.com/outflow-dev/outflow/forwarder"
+	"github.com/outflow-dev/outflow/internal/poll"
 	"github.com/outflow-dev/outflow/internal/testservers"
 	"github.com/outflow-dev/outflow/walrelay"
 )
@@ -236,7 +237,7 @@ func WALMode(ctx context.Context, cfg WALModeConfig) error {
 	go func() { fdone <- fwd.Run(fctx) }()
 	// Drained when the broker acknowledged every row (the forwarder's
 	// counter): the outbox tells it a lease tick later.
-	if err := waitUntil(ctx, 10*time.Minute, func() (bool, error) {
+	if err := poll.Until(ctx, 20*time.Millisecond, 10*time.Minute, func() (bool, error) {
 		done, err := forwarded(reg)
 		return done >= float64(n), err
 	}); err != nil {
@@ -260,9 +261,12 @@ func WALMode(ctx context.Context, cfg WALModeConfig) error {
 	start = time.Now()
 	rdone := make(chan error, 1)
 	go func() { rdone <- relay.Run(rctx) }()
-	if err := waitUntil(ctx, 10*time.Minute, func() (bool, error) {
+	if err := poll.Until(ctx, 20*time.Millisecond, 10*time.Minute, func() (bool, error) {
 		var ok bool
 		err := pool.QueryRow(ctx, `SELECT confirmed_flush_lsn >= $1::pg_lsn FROM pg_replication_slots WHERE slot_name = 'outflow_wal'`, end).Scan(&ok)
+		if errors.Is(err, pgx.ErrNoRows) { // the relay has not made its slot yet
+			return false, nil
+		}
 		return ok, err
 	}); err != nil {
 		rstop()
@@ -307,25 +311,4 @@ func serverVersion(ctx context.Context, pool *pgxpool.Pool) string {
 	var v string
 	_ = pool.QueryRow(ctx, `SHOW server_version`).Scan(&v)
 	return v
-}
-
-func waitUntil(ctx context.Context, limit time.Duration, cond func() (bool, error)) error {
-	deadline := time.Now().Add(limit)
-	for {
-		ok, err := cond()
-		if err != nil && !errors.Is(err, pgx.ErrNoRows) {
-			return err
-		}
-		if ok {
-			return nil
-		}
-		if time.Now().After(deadline) {
-			return fmt.Errorf("not done after %s", limit)
-		}
-		select {
-		case <-ctx.Done():
-			return ctx.Err()
-		case <-time.After(20 * time.Millisecond): // polling interval
-		}
-	}
 }

@@ -17,6 +17,7 @@ import (
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgxpool"
 
+	"github.com/outflow-dev/outflow/internal/poll"
 	"github.com/outflow-dev/outflow/webhooks"
 	"github.com/outflow-dev/outflow/webhooks/fanout"
 	"github.com/outflow-dev/outflow/webhooks/sender"
@@ -238,12 +239,8 @@ func webhookRun(ctx context.Context, cfg WebhooksConfig, slow time.Duration) (we
 	}
 	// The merchants are httptest servers on 127.0.0.1; each has the
 	// endpoint app migration 00034's trigger made (id = merchant id).
-	snd := sender.New(pool, sender.Config{Logger: quietLogger(), AllowPrivate: true})
-	sctx, stop := context.WithCancel(ctx)
-	defer stop()
-	sent := make(chan struct{})
-	go func() { defer close(sent); _ = snd.Run(sctx) }()
-	defer func() { stop(); <-sent }()
+	snd, stopSender := runSender(ctx, pool, sender.Config{Logger: quietLogger(), AllowPrivate: true})
+	defer stopSender()
 
 	committed := map[string]time.Time{}
 	measured := map[string]bool{}
@@ -268,12 +265,14 @@ func webhookRun(ctx context.Context, cfg WebhooksConfig, slow time.Duration) (we
 	if err != nil {
 		return webhookResult{}, err
 	}
-	// Let the measured deliveries arrive (they all should, long before).
-	deadline := time.Now().Add(30 * time.Second)
-	var res webhookResult
-	for {
-		res = webhookResult{}
-		var lat []time.Duration
+	// Let the measured deliveries arrive (they all should, long before);
+	// one that did not in 30 s is reported as not delivered.
+	var (
+		res webhookResult
+		lat []time.Duration
+	)
+	_ = poll.Until(ctx, 50*time.Millisecond, 30*time.Second, func() (bool, error) {
+		res, lat = webhookResult{}, nil
 		for id, at := range committed {
 			if !measured[id] {
 				continue
@@ -284,15 +283,13 @@ func webhookRun(ctx context.Context, cfg WebhooksConfig, slow time.Duration) (we
 			}
 		}
 		res.delivered = len(lat)
-		if res.delivered == res.recorded || time.Now().After(deadline) || ctx.Err() != nil {
-			slices.Sort(lat)
-			if len(lat) > 0 {
-				res.p50, res.p99, res.max = percentile(lat, 0.5), percentile(lat, 0.99), lat[len(lat)-1]
-			}
-			return res, nil
-		}
-		time.Sleep(50 * time.Millisecond)
+		return res.delivered == res.recorded, nil
+	})
+	slices.Sort(lat)
+	if len(lat) > 0 {
+		res.p50, res.p99, res.max = percentile(lat, 0.5), percentile(lat, 0.99), lat[len(lat)-1]
 	}
+	return res, nil
 }
 
 // recordDeliveries commits one message per id to its merchant's

@@ -16,7 +16,9 @@ import (
 
 	"github.com/google/uuid"
 	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgxpool"
 
+	"github.com/outflow-dev/outflow/internal/poll"
 	"github.com/outflow-dev/outflow/webhooks"
 	"github.com/outflow-dev/outflow/webhooks/fanout"
 	"github.com/outflow-dev/outflow/webhooks/schema"
@@ -87,6 +89,14 @@ func WebhooksScale(ctx context.Context, cfg WebhooksScaleConfig) error {
 			r.res.recorded, r.res.delivered, ms(r.res.p50), ms(r.res.p99), ms(r.res.max),
 			float64(r.res.recorded)/cfg.Duration.Seconds(), r.res.perSec, r.res.badAttempts, r.res.pendingAtEnd)
 	}
+	fmt.Fprintf(out, "\n| run | due index scans | entries read per scan | most due deliveries waiting (sampled every 250 ms) |\n| --- | ---: | ---: | ---: |\n")
+	for _, r := range []struct {
+		name string
+		res  scaleResult
+	}{{"all healthy", base}, {"failing", bad}} {
+		fmt.Fprintf(out, "| %s | %d | %.0f | %d |\n", r.name, r.res.dueScans,
+			float64(r.res.dueRead)/float64(max(r.res.dueScans, 1)), r.res.maxDue)
+	}
 	fmt.Fprintf(out, "\nstatements, all healthy:\n\n")
 	base.stats.print(out, base.elapsed)
 	fmt.Fprintf(out, "\nstatements, failing run:\n\n")
@@ -111,6 +121,8 @@ type scaleResult struct {
 	perSec              float64       // healthy deliveries received per second during the offer
 	badAttempts         int           // requests the failing and slow endpoints received
 	pendingAtEnd        int           // deliveries pending when the run ended (the failing endpoints' backlog)
+	dueScans, dueRead   int64         // scans of the due index, entries they read
+	maxDue              int           // most due deliveries seen waiting during the offer (sampled)
 	stats               *stmtStats
 	elapsed             time.Duration
 }
@@ -237,12 +249,8 @@ func scaleRun(ctx context.Context, cfg WebhooksScaleConfig, failing float64) (sc
 	// transport must keep as many idle connections to it as requests run
 	// at once, or each request would open a connection.
 	sc.Client = &http.Client{Transport: &http.Transport{MaxIdleConns: 4096, MaxIdleConnsPerHost: 4096}}
-	snd := sender.New(pool, sc)
-	sctx, stop := context.WithCancel(ctx)
-	defer stop()
-	done := make(chan error, 1)
-	go func() { done <- snd.Run(sctx) }()
-	defer func() { stop(); <-done }()
+	snd, stopSender := runSender(ctx, pool, sc)
+	defer stopSender()
 
 	// Producers: transactions of PerTx events, each recorded with
 	// fanout.Enqueue, then Wake once committed.
@@ -296,6 +304,8 @@ func scaleRun(ctx context.Context, cfg WebhooksScaleConfig, failing float64) (sc
 			}
 		})
 	}
+	dueSampler := sampleDue(ctx, pool)
+	defer dueSampler.stop()
 	stats.start()
 	start := time.Now()
 	err = pace(ctx, cfg.Rate, cfg.Duration, func(n int) error {
@@ -317,6 +327,7 @@ func scaleRun(ctx context.Context, cfg WebhooksScaleConfig, failing float64) (sc
 	close(work)
 	wg.Wait()
 	offerEnd := time.Now()
+	dueSampler.stop()
 	if err != nil {
 		return scaleResult{}, err
 	}
@@ -325,22 +336,14 @@ func scaleRun(ctx context.Context, cfg WebhooksScaleConfig, failing float64) (sc
 	}
 
 	res := scaleResult{offered: float64(committed) / offerEnd.Sub(start).Seconds(), recorded: len(want)}
-	deadline := time.Now().Add(cfg.Drain)
-	for {
-		missing := 0
+	_ = poll.Until(ctx, 100*time.Millisecond, cfg.Drain, func() (bool, error) {
 		for _, w := range want {
 			if _, ok := rcv.at(w.key); !ok {
-				missing++
+				return false, nil
 			}
 		}
-		if missing == 0 || time.Now().After(deadline) || ctx.Err() != nil {
-			break
-		}
-		select {
-		case <-ctx.Done():
-		case <-time.After(100 * time.Millisecond):
-		}
-	}
+		return true, nil
+	})
 	// A delivery still missing counts with its wait so far, a lower
 	// bound: leaving it out would flatter the tail.
 	measuredAt := time.Now()
@@ -372,5 +375,57 @@ func scaleRun(ctx context.Context, cfg WebhooksScaleConfig, failing float64) (sc
 		Scan(&res.pendingAtEnd); err != nil {
 		return res, err
 	}
+	// The work of the due scan, whatever the machine's load: the index
+	// entries read per scan of the due index (the Sender's leases, almost
+	// all of its scans). A backend reports its counts at most a second
+	// late: the Sender is stopped and the counts read after that.
+	stopSender()
+	time.Sleep(1100 * time.Millisecond)
+	if err := pool.QueryRow(ctx, `SELECT idx_scan, idx_tup_read FROM pg_stat_user_indexes
+		WHERE schemaname = current_schema() AND indexrelname = 'webhook_endpoint_deliveries_due_healthy_idx'`).
+		Scan(&res.dueScans, &res.dueRead); err != nil {
+		return res, fmt.Errorf("due index stats: %w", err)
+	}
+	res.maxDue = dueSampler.max()
 	return res, nil
+}
+
+// dueSampler counts the due deliveries not leased (what the due scan walks
+// before it finds one it may lease) every 250 ms, on a connection of its
+// own, until stopped.
+type dueSampler struct {
+	stop func() // idempotent
+	done chan struct{}
+	most int
+}
+
+func sampleDue(ctx context.Context, pool *pgxpool.Pool) *dueSampler {
+	ctx, cancel := context.WithCancel(ctx)
+	d := &dueSampler{done: make(chan struct{})}
+	d.stop = sync.OnceFunc(func() { cancel(); <-d.done })
+	go func() {
+		defer close(d.done)
+		poll.Every(ctx, 250*time.Millisecond, func(ctx context.Context) error {
+			var n int
+			if err := pool.QueryRow(ctx, `SELECT count(*) FROM webhook_endpoint_deliveries
+				WHERE status = 'pending' AND next_attempt_at <= now()`).Scan(&n); err != nil {
+				return err
+			}
+			d.most = max(d.most, n)
+			return nil
+		}, func(error) {}) // a missed sample is one fewer point of a maximum
+	}()
+	return d
+}
+
+func (d *dueSampler) max() int { return d.most }
+
+// runSender runs a Sender on pool until the returned stop (idempotent),
+// which returns once Run has.
+func runSender(ctx context.Context, pool *pgxpool.Pool, cfg sender.Config) (*sender.Sender, func()) {
+	snd := sender.New(pool, cfg)
+	ctx, cancel := context.WithCancel(ctx)
+	done := make(chan struct{})
+	go func() { defer close(done); _ = snd.Run(ctx) }()
+	return snd, sync.OnceFunc(func() { cancel(); <-done })
 }

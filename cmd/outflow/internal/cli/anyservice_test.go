@@ -100,7 +100,7 @@ func TestToolOnAnyServiceDatabase(t *testing.T) {
 	// A standalone forwarder publishes what is pending (the row retried
 	// above), and its broker audit records its state.
 	fwd := command(env, "forward", "--metrics-addr", "", "--audit-interval", "200ms")
-	var stderr syncBuffer
+	var stderr outflowtest.LogBuffer
 	fwd.Stderr = &stderr
 	require.NoError(t, fwd.Start())
 	t.Cleanup(func() { _ = fwd.Process.Kill() })
@@ -143,7 +143,7 @@ func TestToolOnAnyServiceDatabase(t *testing.T) {
 	require.Contains(t, string(out), "invalid CONSOLE_OPERATOR_KEY_SHA256: want 64 hex digits")
 	con, client, addr, _ := startOperatorConsole(t, map[string]string{"DATABASE_URL": s.URL, "REDIS_URL": redisSrv.URL},
 		"the-refunds-operators-key-0123456789abcdef", "--aggregate-type", "refund")
-	conErr := con.Stderr.(*syncBuffer)
+	conErr := con.Stderr.(*outflowtest.LogBuffer)
 	// (The reset above closed the dead letter: no consumer to list.)
 	// The commands above are in the audit, which this console (the
 	// framework's tables only) shows: who, the command line, the targets.
@@ -177,7 +177,7 @@ func TestToolOnAnyServiceDatabase(t *testing.T) {
 func runOut(t *testing.T, env map[string]string, args ...string) string {
 	t.Helper()
 	cmd := command(env, args...)
-	var stderr syncBuffer
+	var stderr outflowtest.LogBuffer
 	cmd.Stderr = &stderr
 	out, err := cmd.Output()
 	require.NoError(t, err, "%v: %s", args, stderr.String())
@@ -210,7 +210,7 @@ func TestToolOnAServiceWithItsOwnWebhookDeliveries(t *testing.T) {
 	require.Error(t, err, "%s", out)
 	require.Contains(t, string(out), "invalid --console-operator-key-sha256: required on a database without the reference app's tables")
 	con, _, _, b := startOperatorConsole(t, map[string]string{"DATABASE_URL": s.URL}, "the-services-operator-key-0123456789abcdef")
-	conErr := con.Stderr.(*syncBuffer)
+	conErr := con.Stderr.(*outflowtest.LogBuffer)
 	require.Contains(t, string(b), "Not installed", "the app's parts are not shown")
 	require.NoError(t, con.Process.Signal(syscall.SIGTERM))
 	require.NoError(t, con.Wait(), "%s", conErr.String())
@@ -220,7 +220,7 @@ func TestToolOnAServiceWithItsOwnWebhookDeliveries(t *testing.T) {
 // startOperatorConsole runs `outflow console` on a free address with the
 // SHA-256 of key as its operator key (env gives the rest), waits for it to
 // listen, logs in with key and returns the process (its Stderr a
-// *syncBuffer), the logged-in client, the address and the page the login
+// *outflowtest.LogBuffer), the logged-in client, the address and the page the login
 // led to (the overview).
 func startOperatorConsole(t *testing.T, env map[string]string, key string, args ...string) (*exec.Cmd, *http.Client, string, []byte) {
 	t.Helper()
@@ -230,7 +230,7 @@ func startOperatorConsole(t *testing.T, env map[string]string, key string, args 
 	env["CONSOLE_OPERATOR_KEY_SHA256"] = hex.EncodeToString(sum[:])
 	addr := freeAddr(t)
 	con := command(env, append([]string{"console", "--addr", addr}, args...)...)
-	conErr := &syncBuffer{}
+	conErr := &outflowtest.LogBuffer{}
 	con.Stderr = conErr
 	require.NoError(t, con.Start())
 	t.Cleanup(func() { _ = con.Process.Kill() })

@@ -125,7 +125,7 @@ func TestServeRateLimitFlags(t *testing.T) {
 	addr := freeAddr(t)
 	cmd := command(map[string]string{"DATABASE_URL": s.URL, "HTTP_ADDR": addr, "RATE_LIMIT": "0"},
 		"serve", "--rate-limit", "0.01", "--rate-burst", "2")
-	var stderr syncBuffer
+	var stderr outflowtest.LogBuffer
 	cmd.Stderr = &stderr
 	require.NoError(t, cmd.Start())
 	t.Cleanup(func() { _ = cmd.Process.Kill(); _ = cmd.Wait() })

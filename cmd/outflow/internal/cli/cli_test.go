@@ -12,9 +12,9 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"regexp"
 	"strconv"
 	"strings"
-	"sync"
 	"syscall"
 	"testing"
 	"time"
@@ -26,6 +26,7 @@ import (
 	"github.com/outflow-dev/outflow/internal/testservers"
 	"github.com/outflow-dev/outflow/migrations"
 	"github.com/outflow-dev/outflow/outflowtest"
+	webhookschema "github.com/outflow-dev/outflow/webhooks/schema"
 )
 
 var binary string
@@ -118,9 +119,11 @@ func TestMigrateCommands(t *testing.T) {
 	// The webhook package's set alone, as a service other than the app
 	// names it: rolled back and applied again.
 	require.Contains(t, run("migrate", "down", "--set", "app"), "rolled back app "+lastApp)
-	require.Contains(t, run("migrate", "down", "--set", "webhooks"), "rolled back webhooks 1 00001_webhooks.sql")
-	require.Regexp(t, `webhooks\s+1\s+00001_webhooks.sql\s+pending`, run("migrate", "status", "--set", "webhooks"))
-	require.Contains(t, run("migrate", "up", "--set", "webhooks"), "applied webhooks 1 00001_webhooks.sql")
+	lastWebhooks := newest(webhookschema.Set().FS)
+	require.Contains(t, run("migrate", "down", "--set", "webhooks"), "rolled back webhooks "+lastWebhooks)
+	version, file, _ := strings.Cut(lastWebhooks, " ")
+	require.Regexp(t, `webhooks\s+`+version+`\s+`+regexp.QuoteMeta(file)+`\s+pending`, run("migrate", "status", "--set", "webhooks"))
+	require.Contains(t, run("migrate", "up", "--set", "webhooks"), "applied webhooks "+lastWebhooks)
 	require.Contains(t, run(append([]string{"migrate", "up"}, app...)...), "applied app "+lastApp)
 	// down takes the one set named.
 	require.Contains(t, run("migrate", "down", "--set", "app"), "rolled back app "+lastApp)
@@ -149,7 +152,7 @@ func TestServeDrainsOnSIGTERM(t *testing.T) {
 	s := outflowtest.NewSchema(t, appmigrations.Sets()...)
 	addr := freeAddr(t)
 	cmd := command(map[string]string{"DATABASE_URL": s.URL, "HTTP_ADDR": addr}, "serve")
-	var stderr syncBuffer
+	var stderr outflowtest.LogBuffer
 	cmd.Stderr = &stderr
 	require.NoError(t, cmd.Start())
 	t.Cleanup(func() { _ = cmd.Process.Kill() })
@@ -230,31 +233,13 @@ func (b *slowBody) Read(p []byte) (int, error) {
 	}
 }
 
-func waitForLog(t *testing.T, buf *syncBuffer, want string) {
+func waitForLog(t *testing.T, buf *outflowtest.LogBuffer, want string) {
 	t.Helper()
 	deadline := time.Now().Add(10 * time.Second)
 	for !strings.Contains(buf.String(), want) {
 		require.True(t, time.Now().Before(deadline), "log never said %q", want)
 		time.Sleep(10 * time.Millisecond)
 	}
-}
-
-// syncBuffer is written by the child's stderr copier while the test reads it.
-type syncBuffer struct {
-	mu  sync.Mutex
-	buf bytes.Buffer
-}
-
-func (b *syncBuffer) Write(p []byte) (int, error) {
-	b.mu.Lock()
-	defer b.mu.Unlock()
-	return b.buf.Write(p)
-}
-
-func (b *syncBuffer) String() string {
-	b.mu.Lock()
-	defer b.mu.Unlock()
-	return b.buf.String()
 }
 
 func TestForwardFailsFastOnUnreachableRedis(t *testing.T) {

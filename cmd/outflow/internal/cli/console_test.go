@@ -25,7 +25,7 @@ func TestConsoleAddrKeepsTheCookieSecure(t *testing.T) {
 	s := outflowtest.NewSchema(t, appmigrations.Sets()...)
 	cmd := command(map[string]string{"DATABASE_URL": s.URL, "CONSOLE_INSECURE_COOKIE": "true"},
 		"console", "--addr", "0.0.0.0:0")
-	var out syncBuffer
+	var out outflowtest.LogBuffer
 	cmd.Stdout, cmd.Stderr = &out, &out
 	require.NoError(t, cmd.Start())
 	exited := make(chan error, 1)
@@ -56,7 +56,7 @@ func TestServeConsoleRole(t *testing.T) {
 			env["CONSOLE_INSECURE_COOKIE"] = "true"
 		}
 		cmd := command(env, "serve", "--roles", "api,console")
-		var stderr syncBuffer
+		var stderr outflowtest.LogBuffer
 		cmd.Stderr = &stderr
 		require.NoError(t, cmd.Start())
 		t.Cleanup(func() { _ = cmd.Process.Kill() })

@@ -46,7 +46,7 @@ func TestServeMaxEventBytes(t *testing.T) {
 	addr := freeAddr(t)
 	cmd := command(map[string]string{"DATABASE_URL": s.URL, "HTTP_ADDR": addr, "MAX_EVENT_BYTES": "-1"},
 		"serve", "--max-event-bytes", "300")
-	var stderr syncBuffer
+	var stderr outflowtest.LogBuffer
 	cmd.Stderr = &stderr
 	require.NoError(t, cmd.Start())
 	t.Cleanup(func() { _ = cmd.Process.Kill(); _ = cmd.Wait() })

@@ -41,7 +41,7 @@ func getReady(t *testing.T, addr string) (int, readyBody) {
 
 // waitReady polls /readyz until it answers status and, on 503, names
 // every one of notReady.
-func waitReady(t *testing.T, exited <-chan struct{}, stderr *syncBuffer, addr string, status int, notReady ...string) readyBody {
+func waitReady(t *testing.T, exited <-chan struct{}, stderr *outflowtest.LogBuffer, addr string, status int, notReady ...string) readyBody {
 	t.Helper()
 	deadline := time.Now().Add(30 * time.Second)
 	var (
@@ -102,7 +102,7 @@ func TestReadyzPerRole(t *testing.T) {
 			metrics := freeAddr(t)
 			cmd := command(map[string]string{"DATABASE_URL": u.String(), "REDIS_URL": redis.URL, "HTTP_ADDR": freeAddr(t),
 				"METRICS_ADDR": metrics, "LOG_FORMAT": "json"}, tc.args...)
-			var stderr syncBuffer
+			var stderr outflowtest.LogBuffer
 			cmd.Stderr = &stderr
 			require.NoError(t, cmd.Start())
 			t.Cleanup(func() { _ = cmd.Process.Kill() })

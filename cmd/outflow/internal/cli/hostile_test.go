@@ -18,12 +18,12 @@ import (
 
 // startServe runs `outflow serve` with args and waits until its API is
 // ready; it returns the API's address.
-func startServe(t *testing.T, env map[string]string, args ...string) (addr string, stderr *syncBuffer) {
+func startServe(t *testing.T, env map[string]string, args ...string) (addr string, stderr *outflowtest.LogBuffer) {
 	t.Helper()
 	addr = freeAddr(t)
 	env["HTTP_ADDR"] = addr
 	cmd := command(env, append([]string{"serve"}, args...)...)
-	stderr = &syncBuffer{}
+	stderr = &outflowtest.LogBuffer{}
 	cmd.Stderr = stderr
 	require.NoError(t, cmd.Start())
 	t.Cleanup(func() { _ = cmd.Process.Kill(); _ = cmd.Wait() })

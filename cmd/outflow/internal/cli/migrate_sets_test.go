@@ -215,7 +215,7 @@ func TestServeNamesTheAppSet(t *testing.T) {
 	t.Parallel()
 	s := outflowtest.NewSchema(t)
 	cmd := command(map[string]string{"DATABASE_URL": s.URL, "HTTP_ADDR": freeAddr(t)}, "serve", "--roles", "api", "--metrics-addr", "")
-	var out syncBuffer
+	var out outflowtest.LogBuffer
 	cmd.Stdout, cmd.Stderr = &out, &out
 	require.NoError(t, cmd.Start())
 	exited := make(chan error, 1)

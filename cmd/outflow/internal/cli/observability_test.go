@@ -149,7 +149,7 @@ scrape_configs:
 	promAddr := freeAddr(t)
 	cmd := exec.Command(prom, "--config.file="+cfg, "--storage.tsdb.path="+filepath.Join(dir, "data"),
 		"--web.listen-address="+promAddr)
-	promLog := &syncBuffer{}
+	promLog := &outflowtest.LogBuffer{}
 	cmd.Stdout, cmd.Stderr = promLog, promLog
 	require.NoError(t, cmd.Start())
 	t.Cleanup(func() { _ = cmd.Process.Signal(syscall.SIGTERM); _ = cmd.Wait() })

@@ -135,7 +135,7 @@ func TestNoSecretInAnyOutput(t *testing.T) {
 // has been stopped with SIGTERM.
 func runUntilSettled(ctx context.Context, t *testing.T, cmd *exec.Cmd) string {
 	t.Helper()
-	var out syncBuffer
+	var out outflowtest.LogBuffer
 	cmd.Stdout, cmd.Stderr = &out, &out
 	require.NoError(t, cmd.Start())
 	done := make(chan struct{})

@@ -29,7 +29,7 @@ func TestRelayCommandAndRecoverSlot(t *testing.T) {
 	env := map[string]string{"DATABASE_URL": pg.URL, "REDIS_URL": redisSrv.URL}
 
 	relay := command(env, "relay", "--heartbeat-interval", "100ms")
-	out := &syncBuffer{}
+	out := &outflowtest.LogBuffer{}
 	relay.Stdout, relay.Stderr = out, out
 	require.NoError(t, relay.Start())
 	exited := make(chan struct{})
@@ -44,7 +44,9 @@ func TestRelayCommandAndRecoverSlot(t *testing.T) {
 		require.NoError(t, pg.Pool.QueryRow(ctx, sql).Scan(&n))
 		return n
 	}
-	outflowtest.WaitFor(t, 30*time.Second, "the slot", func() bool { return count(`SELECT count(*) FROM pg_replication_slots`) == 1 })
+	outflowtest.WaitFor(t, 30*time.Second, "the slot", func() bool {
+		return count(`SELECT count(*) FROM pg_replication_slots WHERE confirmed_flush_lsn IS NOT NULL`) == 1
+	})
 
 	w, err := outbox.NewWriter(outbox.Config{Mode: outbox.ModeWAL})
 	require.NoError(t, err)

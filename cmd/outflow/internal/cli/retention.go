@@ -2,9 +2,9 @@ package cli
 
 import (
 	"context"
-	"errors"
 	"fmt"
 	"log/slog"
+	"sync"
 	"time"
 
 	"github.com/jackc/pgx/v5/pgxpool"
@@ -40,14 +40,16 @@ func consumerRetention(pool *pgxpool.Pool, retention time.Duration, logger *slog
 		return nil, err
 	}
 	return func(ctx context.Context) error {
-		poll.Drain(ctx, time.Minute, func(ctx context.Context) (int, error) {
-			_, err := r.PurgeOnce(ctx)
-			n, messages, werr := deliveries.Purge(ctx, pool, time.Now().Add(-retention), 1000)
+		var wg sync.WaitGroup
+		wg.Go(func() { _ = r.Run(ctx) })
+		poll.Every(ctx, time.Minute, func(ctx context.Context) error {
+			n, messages, err := deliveries.Purge(ctx, pool, time.Now().Add(-retention), 1000)
 			if n > 0 {
 				logger.Info("purged webhook deliveries", "deliveries", n, "messages", messages, "retention", retention)
 			}
-			return 0, errors.Join(err, werr) // each purge drains what is due
-		}, func(err error) { logger.Warn("purge consumer bookkeeping", "error", err.Error()) })
+			return err
+		}, poll.Warn(logger, "purge webhook deliveries"))
+		wg.Wait()
 		return nil
 	}, nil
 }

@@ -60,7 +60,7 @@ func TestServeRunsRetentionForItsRoles(t *testing.T) {
 
 	cmd := command(map[string]string{"DATABASE_URL": s.URL, "REDIS_URL": redis.URL, "HTTP_ADDR": freeAddr(t)},
 		"serve", "--roles", "api,worker")
-	var stderr syncBuffer
+	var stderr outflowtest.LogBuffer
 	cmd.Stderr = &stderr
 	require.NoError(t, cmd.Start())
 	t.Cleanup(func() { _ = cmd.Process.Kill() })

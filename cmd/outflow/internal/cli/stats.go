@@ -29,7 +29,7 @@ type consumerStats struct {
 	// not report lag (or could not be reached).
 	Lag                       *int64   `json:"lag"`
 	OldestUnhandledAgeSeconds *float64 `json:"oldest_unhandled_age_seconds"`
-	idempotency.ParkedCounts
+	idempotency.DeadLetterCounts
 }
 
 type stats struct {
@@ -101,13 +101,13 @@ func readStats(ctx context.Context, pool *pgxpool.Pool, c config.Config, partiti
 		}
 		s.Webhooks = &w
 	}
-	parked, err := idempotency.ReadParkedCounts(ctx, pool)
+	parked, err := idempotency.ReadDeadLetterCounts(ctx, pool)
 	if err != nil {
 		return s, err
 	}
 	s.Consumers = map[string]consumerStats{}
 	for name, p := range parked {
-		s.Consumers[name] = consumerStats{ParkedCounts: p}
+		s.Consumers[name] = consumerStats{DeadLetterCounts: p}
 	}
 	// Asking must leave the broker as it was: opening a built-in backend
 	// declares nothing (streams, queues, topics and tables are made by the

@@ -2,6 +2,8 @@ package cli
 
 import (
 	"context"
+	"errors"
+	"fmt"
 	"log/slog"
 	"time"
 
@@ -9,6 +11,7 @@ import (
 	"github.com/jackc/pgx/v5/pgxpool"
 
 	"github.com/outflow-dev/outflow/brokers"
+	"github.com/outflow-dev/outflow/internal/poll"
 )
 
 // trimLoop trims the streams of every topic the outbox has seen, keeping
@@ -17,32 +20,28 @@ func trimLoop(ctx context.Context, pool *pgxpool.Pool, broker brokers.TopicTrimm
 	if every <= 0 {
 		return
 	}
-	t := time.NewTicker(every)
-	defer t.Stop()
-	for {
-		select {
-		case <-ctx.Done():
-			return
-		case <-t.C:
-		}
+	poll.Every(ctx, every, func(ctx context.Context) error {
 		// Topics come from recent rows: a loose index scan would be exact,
 		// but topics are few and this runs once a minute.
 		rows, err := pool.Query(ctx, `SELECT DISTINCT topic FROM (SELECT topic FROM outbox ORDER BY id DESC LIMIT 10000) r`)
 		if err != nil {
-			continue
+			return fmt.Errorf("read the outbox's topics: %w", err)
 		}
 		topics, err := pgx.CollectRows(rows, pgx.RowTo[string])
 		if err != nil {
-			continue
+			return fmt.Errorf("read the outbox's topics: %w", err)
 		}
+		var errs []error
 		for _, topic := range topics {
-			if n, err := broker.TrimTopic(ctx, topic); err != nil {
-				logger.Warn("trim streams", "topic", topic, "error", err.Error())
+			n, err := broker.TrimTopic(ctx, topic)
+			if err != nil {
+				errs = append(errs, fmt.Errorf("topic %s: %w", topic, err))
 			} else if n > 0 {
 				logger.Debug("trimmed streams", "topic", topic, "entries", n)
 			}
 		}
-	}
+		return errors.Join(errs...)
+	}, poll.Warn(logger, "trim streams"))
 }
 
 // trimBrokerLoop has a broker that keeps every message (the sql backend)
@@ -51,18 +50,11 @@ func trimBrokerLoop(ctx context.Context, tr brokers.Trimmer, every time.Duration
 	if every <= 0 {
 		return
 	}
-	t := time.NewTicker(every)
-	defer t.Stop()
-	for {
-		select {
-		case <-ctx.Done():
-			return
-		case <-t.C:
-		}
-		if n, err := tr.Trim(ctx); err != nil && ctx.Err() == nil {
-			logger.Warn("trim broker tables", "error", err.Error())
-		} else if n > 0 {
+	poll.Every(ctx, every, func(ctx context.Context) error {
+		n, err := tr.Trim(ctx)
+		if n > 0 {
 			logger.Debug("trimmed broker tables", "messages", n)
 		}
-	}
+		return err
+	}, poll.Warn(logger, "trim broker tables"))
 }

@@ -28,7 +28,7 @@ func TestServeWakesItsForwarderAfterEachCommand(t *testing.T) {
 	addr := freeAddr(t)
 	cmd := command(map[string]string{"DATABASE_URL": s.URL, "REDIS_URL": redisSrv.URL, "HTTP_ADDR": addr},
 		"serve", "--roles", "api,forwarder", "--poll-interval", "1h", "--min-poll-interval", "1h")
-	var stderr syncBuffer
+	var stderr outflowtest.LogBuffer
 	cmd.Stderr = &stderr
 	require.NoError(t, cmd.Start())
 	t.Cleanup(func() { _ = cmd.Process.Signal(syscall.SIGTERM); _ = cmd.Wait() })

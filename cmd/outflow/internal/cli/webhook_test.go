@@ -79,7 +79,7 @@ func TestWorkerPurgesSettledWebhooks(t *testing.T) {
 	require.NoError(t, err)
 
 	cmd := command(map[string]string{"DATABASE_URL": s.URL, "REDIS_URL": redis.URL}, "worker")
-	var stderr syncBuffer
+	var stderr outflowtest.LogBuffer
 	cmd.Stderr = &stderr
 	require.NoError(t, cmd.Start())
 	t.Cleanup(func() { _ = cmd.Process.Kill() })
@@ -129,7 +129,7 @@ func TestWorkerHandsOverLegacyDeliveries(t *testing.T) {
 		RETURNING message_id::text`, m.ID, m.WebhookURL).Scan(&legacyID))
 
 	cmd := command(map[string]string{"DATABASE_URL": s.URL, "REDIS_URL": redis.URL, "WEBHOOK_ALLOW_PRIVATE": "true"}, "worker")
-	var stderr syncBuffer
+	var stderr outflowtest.LogBuffer
 	cmd.Stderr = &stderr
 	require.NoError(t, cmd.Start())
 	t.Cleanup(func() { _ = cmd.Process.Kill() })

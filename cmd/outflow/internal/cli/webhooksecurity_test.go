@@ -20,12 +20,12 @@ const testSecretKey = "AQEBAQEBAQEBAQEBAQEBAQEBAQEBAQEBAQEBAQEBAQE=" // base64 o
 
 // startAPI runs `serve --roles api` with env until the test ends; it
 // returns the API's base URL and its stderr.
-func startAPI(t *testing.T, env map[string]string, args ...string) (string, *syncBuffer) {
+func startAPI(t *testing.T, env map[string]string, args ...string) (string, *outflowtest.LogBuffer) {
 	t.Helper()
 	addr := freeAddr(t)
 	env["HTTP_ADDR"] = addr
 	cmd := command(env, append([]string{"serve", "--roles", "api"}, args...)...)
-	stderr := &syncBuffer{}
+	stderr := &outflowtest.LogBuffer{}
 	cmd.Stderr = stderr
 	require.NoError(t, cmd.Start())
 	t.Cleanup(func() { _ = cmd.Process.Signal(syscall.SIGTERM); _ = cmd.Wait() })

@@ -50,12 +50,12 @@ func addWorkerFlags(fs *pflag.FlagSet, sharedStreamPartitions bool) *workerOptio
 	if !sharedStreamPartitions {
 		fs.IntVar(&o.streamPartitions, "stream-partitions", 1, "Redis streams per topic (the forwarder's value)")
 	}
-	fs.DurationVar(&o.claimIdle, "claim-idle", 30*time.Second, "a message unacknowledged this long is claimed by another worker (keep above the slowest handler)")
+	fs.DurationVar(&o.claimIdle, "claim-idle", brokers.DefaultClaimIdle, "a message unacknowledged this long is claimed by another worker (keep above the slowest handler)")
 	fs.IntVar(&o.batchSize, "consumer-batch-size", 100, "stream entries read at once; messages handled together share one transaction (1: one transaction per message)")
 	fs.IntVar(&o.maxAttempts, "handler-max-attempts", 8, "attempts before a failing message is dead-lettered")
 	fs.DurationVar(&o.retryBackoff, "handler-retry-backoff", time.Second, "first retry delay of a failing message (doubles, with jitter)")
 	fs.DurationVar(&o.retryBackoffMax, "handler-retry-backoff-max", 5*time.Minute, "largest retry delay of a failing message")
-	fs.DurationVar(&o.gapTimeout, "gap-timeout", 5*time.Minute, "how long an event waits for its predecessor before it is parked")
+	fs.DurationVar(&o.gapTimeout, "gap-timeout", 5*time.Minute, "how long an event waits for its predecessor before it is marked dead")
 	fs.DurationVar(&o.retention, "processed-retention", 15*24*time.Hour,
 		"how long resolved dead letters and settled webhook deliveries are kept, and processed_messages (no longer written) after its newest row (above the longest redelivery window; negative: forever)")
 	fs.DurationVar(&o.webhookTimeout, "webhook-timeout", 10*time.Second, "how long one webhook request may take before it is cancelled and retried (webhooks/sender Config.Timeout)")
@@ -229,7 +229,7 @@ func newWorkerCmd(e *env) *cobra.Command {
 func newDLQCmd(e *env) *cobra.Command {
 	cmd := &cobra.Command{
 		Use:   "dlq",
-		Short: "List, retry or discard messages the consumers parked",
+		Short: "List, retry or discard the consumers' dead letters",
 	}
 	var (
 		consumer string
@@ -238,7 +238,7 @@ func newDLQCmd(e *env) *cobra.Command {
 	)
 	list := &cobra.Command{
 		Use:   "list",
-		Short: "List parked messages: retrying, dead, and held behind them",
+		Short: "List dead letters: retrying, dead, and held behind them",
 		Args:  cobra.NoArgs,
 		RunE: e.withPool(func() error {
 			if limit < 1 {
@@ -254,7 +254,7 @@ func newDLQCmd(e *env) *cobra.Command {
 				return printList(cmd, dls)
 			}
 			if len(dls) == 0 {
-				fmt.Fprintln(cmd.OutOrStdout(), "no parked messages")
+				fmt.Fprintln(cmd.OutOrStdout(), "no dead letters")
 				return nil
 			}
 			tw := tabwriter.NewWriter(cmd.OutOrStdout(), 0, 4, 2, ' ', 0)

@@ -106,9 +106,9 @@ func TestKilledWorkerLosesNothing(t *testing.T) {
 	require.NoError(t, rows.Err())
 
 	env := map[string]string{"DATABASE_URL": s.URL, "REDIS_URL": redisSrv.URL, "WEBHOOK_ALLOW_PRIVATE": "true"}
-	start := func(args ...string) (*exec.Cmd, *syncBuffer) {
+	start := func(args ...string) (*exec.Cmd, *outflowtest.LogBuffer) {
 		cmd := command(env, args...)
-		var stderr syncBuffer
+		var stderr outflowtest.LogBuffer
 		cmd.Stderr = &stderr
 		require.NoError(t, cmd.Start())
 		return cmd, &stderr

@@ -462,7 +462,7 @@ func (c Config) BrokerConfig(partitions int, logger *slog.Logger) brokers.Config
 	if dbURL == "" {
 		dbURL = c.DatabaseURL
 	}
-	return brokers.Config{Kind: c.Broker, Partitions: partitions, Logger: logger, CloudEvents: c.CloudEvents,
+	return brokers.Config{Kind: c.Broker, StreamPartitions: partitions, Logger: logger, CloudEvents: c.CloudEvents,
 		Redis: brokers.RedisConfig{URL: c.RedisURL, Cluster: c.RedisCluster, WaitReplicas: c.RedisWaitReplicas, WaitTimeout: c.RedisWaitTimeout},
 		NATS:  brokers.NATSConfig{URL: c.NATSURL, Replicas: c.NATSReplicas},
 		AMQP:  brokers.AMQPConfig{URL: c.AMQPURL, Groups: c.AMQPGroups, MaxMessageBytes: c.AMQPMaxMessageBytes},

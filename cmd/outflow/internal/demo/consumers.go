@@ -3,6 +3,7 @@ package demo
 import (
 	"context"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"io"
 	"net"
@@ -12,6 +13,7 @@ import (
 	"time"
 
 	"github.com/outflow-dev/outflow/app"
+	"github.com/outflow-dev/outflow/internal/poll"
 	"github.com/outflow-dev/outflow/webhooks/signing"
 )
 
@@ -113,35 +115,35 @@ func verifyConsumers(ctx context.Context, cfg Config, c *client, merchantID stri
 		pc                  counts
 		missing, unexpected int
 	)
-	for {
+	err = poll.Until(ctx, 100*time.Millisecond, time.Until(deadline), func() (bool, error) {
 		got = app.MerchantStats{}
 		if err := c.get(ctx, "/v1/merchants/"+merchantID+"/stats", &got); err != nil {
-			return err
+			return false, err
 		}
 		if pc, err = readCounts(ctx, cfg, since); err != nil {
-			return err
+			return false, err
 		}
 		missing, unexpected = rcv.compare(webhookIDs)
 		// The projection only ever grows: above the API's sums it stays
 		// above, so an effect applied twice fails now, not at the deadline.
 		if exceeds(got.ByCurrency, want) {
 			fmt.Fprintf(out, "  analytics: %+v\n  expected:  %+v\n", got.ByCurrency, want)
-			return fmt.Errorf("the analytics projection exceeds the API's payments: an effect was applied twice")
+			return false, fmt.Errorf("the analytics projection exceeds the API's payments: an effect was applied twice")
 		}
 		if unexpected > 0 {
-			return fmt.Errorf("the merchant received %d webhook ids that are no paid or refunded event of this run", unexpected)
+			return false, fmt.Errorf("the merchant received %d webhook ids that are no paid or refunded event of this run", unexpected)
 		}
-		if slices.Equal(got.ByCurrency, want) && missing == 0 && pc.analytics == pc.written && pc.notify == pc.written {
-			break
-		}
-		if time.Now().After(deadline) {
-			fmt.Fprintf(out, "consumers: not caught up after %s (is a worker running? `outflow worker`)\n", cfg.ForwardTimeout)
-			fmt.Fprintf(out, "  analytics: %+v\n  expected:  %+v\n", got.ByCurrency, want)
-			fmt.Fprintf(out, "  processed: sync-analytics %d, notify-merchant %d of %d events; webhooks: %d of %d ids missing\n",
-				pc.analytics, pc.notify, pc.written, missing, len(webhookIDs))
-			return fmt.Errorf("consumers did not catch up")
-		}
-		time.Sleep(100 * time.Millisecond)
+		return slices.Equal(got.ByCurrency, want) && missing == 0 && pc.analytics == pc.written && pc.notify == pc.written, nil
+	})
+	if errors.Is(err, poll.ErrTimeout) {
+		fmt.Fprintf(out, "consumers: not caught up after %s (is a worker running? `outflow worker`)\n", cfg.ForwardTimeout)
+		fmt.Fprintf(out, "  analytics: %+v\n  expected:  %+v\n", got.ByCurrency, want)
+		fmt.Fprintf(out, "  processed: sync-analytics %d, notify-merchant %d of %d events; webhooks: %d of %d ids missing\n",
+			pc.analytics, pc.notify, pc.written, missing, len(webhookIDs))
+		return fmt.Errorf("consumers did not catch up")
+	}
+	if err != nil {
+		return err
 	}
 	ids, deliveries, bad := rcv.counts()
 	fmt.Fprintln(out, "\nconsumers:")

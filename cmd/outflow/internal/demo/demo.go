@@ -18,6 +18,8 @@ import (
 
 	"github.com/google/uuid"
 	"github.com/jackc/pgx/v5/pgxpool"
+
+	"github.com/outflow-dev/outflow/internal/poll"
 )
 
 // Config configures a demo run.
@@ -267,27 +269,28 @@ func report(ctx context.Context, cfg Config, since, deadline time.Time, acked in
 // forwarder records at its lease ticks, and published_by is when the
 // cursor moved, an upper bound of the publish time.
 func waitForwarded(ctx context.Context, cfg Config, since, deadline time.Time, total int64) error {
-	for {
-		var pending, parked int64
-		var lagMs float64
+	var pending, parked int64
+	var lagMs float64
+	err := poll.Until(ctx, 100*time.Millisecond, time.Until(deadline), func() (bool, error) {
 		err := cfg.Pool.QueryRow(ctx, `
 			SELECT count(*) FILTER (WHERE NOT s.published AND s.parked_at IS NULL),
 			       count(*) FILTER (WHERE s.parked_at IS NOT NULL),
 			       coalesce(extract(epoch FROM max(s.published_by - o.created_at)) * 1000, 0)::float8
 			FROM outbox o JOIN outbox_state s USING (id) WHERE o.created_at >= $1`, since).Scan(&pending, &parked, &lagMs)
 		if err != nil {
-			return fmt.Errorf("read forwarding progress: %w", err)
+			return false, fmt.Errorf("read forwarding progress: %w", err)
 		}
-		if pending == 0 {
-			fmt.Fprintf(cfg.Out, "forwarded: all %d events are on the broker (%d parked); slowest commit-to-published at most %.0f ms (the cursor's tick)\n", total, parked, lagMs)
-			return nil
-		}
-		if cfg.ForwardTimeout <= 0 || time.Now().After(deadline) {
-			fmt.Fprintf(cfg.Out, "forwarded: %d of %d events still pending (is a forwarder running? `outflow forward`)\n", pending, total)
-			return nil
-		}
-		time.Sleep(100 * time.Millisecond)
+		return pending == 0, nil
+	})
+	switch {
+	case err == nil:
+		fmt.Fprintf(cfg.Out, "forwarded: all %d events are on the broker (%d parked); slowest commit-to-published at most %.0f ms (the cursor's tick)\n", total, parked, lagMs)
+	case errors.Is(err, poll.ErrTimeout):
+		fmt.Fprintf(cfg.Out, "forwarded: %d of %d events still pending (is a forwarder running? `outflow forward`)\n", pending, total)
+	default:
+		return err
 	}
+	return nil
 }
 
 type client struct {

@@ -2,9 +2,12 @@ package demo
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"sync"
 	"time"
+
+	"github.com/outflow-dev/outflow/internal/poll"
 )
 
 // counts is how far this run's events have gone through the pipeline.
@@ -81,24 +84,17 @@ func progress(ctx context.Context, cfg Config, since time.Time) func() {
 // forwarded and, with Consumers, handled by both consumers and received as a
 // webhook. It does not judge: the report checks what arrived, and how.
 func waitDrained(ctx context.Context, cfg Config, since, deadline time.Time, rcv *receiver) error {
-	for time.Now().Before(deadline) {
+	err := poll.Until(ctx, 200*time.Millisecond, time.Until(deadline), func() (bool, error) {
 		c, err := readCounts(ctx, cfg, since)
-		if err != nil {
-			return err
-		}
 		ids, _, _ := rcv.counts()
 		done := c.forwarded+c.parked == c.written
 		if cfg.Consumers {
 			done = done && c.analytics == c.written && c.notify == c.written && int64(ids) >= c.webhooks
 		}
-		if done {
-			return nil
-		}
-		select {
-		case <-ctx.Done():
-			return ctx.Err()
-		case <-time.After(200 * time.Millisecond):
-		}
+		return done, err
+	})
+	if errors.Is(err, poll.ErrTimeout) {
+		return nil
 	}
-	return nil
+	return err
 }
