@@ -98,7 +98,7 @@ func TestThreeReplicasOnACluster(t *testing.T) {
 	outflowtest.WaitFor(t, 30*time.Second, "every receipt settled after the election", func() bool {
 		return a.check() == 0
 	})
-	c.Restart(leader)
+	c.Restart(t, leader)
 }
 
 // auditedTopic publishes with receipts and checks them as the forwarder does:
@@ -268,9 +268,12 @@ func TestAuditContractOnACluster(t *testing.T) {
 						// the stream's and its consumers'. Two empty nodes
 						// could elect one of them, and empty the stream: the
 						// second joins only once the groups have leaders.
-						c.Start(behind)
-						c.Restart(others[0])
-						outflowtest.WaitFor(t, 60*time.Second, "the stream and its consumers led from the node behind", func() bool {
+						c.Start(t, behind)
+						c.Restart(t, others[0])
+						// Each group elects its leader with random
+						// timeouts, drawn again after a split vote: as
+						// long as the restart's meta election, at worst.
+						outflowtest.WaitFor(t, 2*time.Minute, "the stream and its consumers led from the node behind", func() bool {
 							info, err := js.StreamInfo(topic)
 							if err != nil || info.Cluster == nil || info.Cluster.Leader != name {
 								return false
@@ -284,7 +287,7 @@ func TestAuditContractOnACluster(t *testing.T) {
 							}
 							return n == 2 // the group's durable of each partition
 						})
-						c.Restart(others[1])
+						c.Restart(t, others[1])
 						ready(t, topic, 2, 0, 1, 2)
 					}
 				},

@@ -36,9 +36,16 @@ type clusterNode struct {
 	cmd         *exec.Cmd
 }
 
-// clusterReadyTimeout bounds the wait for a started cluster (or a
-// restarted node) to answer JetStream.
+// clusterReadyTimeout bounds the wait for a started cluster to answer
+// JetStream.
 const clusterReadyTimeout = 30 * time.Second
+
+// restartTimeout bounds the wait for a restarted node to answer
+// JetStream. A node that comes back to a cluster without a meta leader
+// waits for an election, whose timeouts nats-server draws at random (4-9 s
+// in 2.9) and may draw again after a split vote: 6-28 s in 18 runs of the
+// audit contract's failover, six at a time, and over 30 s once on CI.
+const restartTimeout = 2 * time.Minute
 
 // StartNATSCluster starts three nats-server -js processes clustered
 // (routes between them, a server name each, JetStream stores under
@@ -63,7 +70,7 @@ func StartNATSCluster(t testing.TB) *NATSCluster {
 		}
 	})
 	for i := range c.nodes {
-		c.start(i)
+		c.start(t, i)
 	}
 	c.waitReady()
 	return c
@@ -84,12 +91,12 @@ func natsServerBinary(t testing.TB) string {
 	return ""
 }
 
-func (c *NATSCluster) start(i int) {
-	c.t.Helper()
+func (c *NATSCluster) start(t testing.TB, i int) {
+	t.Helper()
 	n := c.nodes[i]
 	log, err := os.OpenFile(filepath.Join(n.dir, "server.log"), os.O_CREATE|os.O_WRONLY|os.O_APPEND, 0o644)
 	if err != nil {
-		c.t.Fatal(err)
+		t.Fatal(err)
 	}
 	defer log.Close()
 	n.cmd = exec.Command(c.bin, "-a", "127.0.0.1", "-p", strconv.Itoa(n.port), "-js", "-sd", filepath.Join(n.dir, "js"),
@@ -97,7 +104,7 @@ func (c *NATSCluster) start(i int) {
 		"--cluster", fmt.Sprintf("nats://127.0.0.1:%d", n.route), "--routes", c.routes)
 	n.cmd.Stdout, n.cmd.Stderr = log, log
 	if err := n.cmd.Start(); err != nil {
-		c.t.Fatalf("outflowtest: start nats-server %s: %v", n.name, err)
+		t.Fatalf("outflowtest: start nats-server %s: %v", n.name, err)
 	}
 }
 
@@ -113,21 +120,22 @@ func (c *NATSCluster) Kill(i int) {
 }
 
 // Restart starts node i again, on its ports with its store, and waits
-// until it answers JetStream.
-func (c *NATSCluster) Restart(i int) {
-	c.t.Helper()
+// until it answers JetStream; it fails t (the caller's test, a subtest
+// of the one that started the cluster, say) if it never does.
+func (c *NATSCluster) Restart(t testing.TB, i int) {
+	t.Helper()
 	c.Kill(i)
-	c.start(i)
-	c.waitNode(i)
+	c.start(t, i)
+	c.waitNode(t, i, restartTimeout)
 }
 
 // Start starts node i again (after Kill), on its ports with its store,
 // without waiting: a node alone cannot answer JetStream, which takes a
 // quorum; Restart of a second node then waits for both.
-func (c *NATSCluster) Start(i int) {
-	c.t.Helper()
+func (c *NATSCluster) Start(t testing.TB, i int) {
+	t.Helper()
 	c.Kill(i)
-	c.start(i)
+	c.start(t, i)
 }
 
 // StoreDir is node i's JetStream store directory (-sd): a test may empty
@@ -147,7 +155,7 @@ func (c *NATSCluster) NodeURL(i int) string {
 func (c *NATSCluster) waitReady() {
 	c.t.Helper()
 	for i := range c.nodes {
-		c.waitNode(i)
+		c.waitNode(c.t, i, clusterReadyTimeout)
 	}
 	deadline := time.Now().Add(clusterReadyTimeout)
 	var last error
@@ -180,9 +188,9 @@ func (c *NATSCluster) probe() error {
 
 // waitNode waits until node i answers a JetStream account info (the meta
 // leader answers it through the node).
-func (c *NATSCluster) waitNode(i int) {
-	c.t.Helper()
-	deadline := time.Now().Add(clusterReadyTimeout)
+func (c *NATSCluster) waitNode(t testing.TB, i int, within time.Duration) {
+	t.Helper()
+	deadline := time.Now().Add(within)
 	last := errors.New("not started")
 	for time.Now().Before(deadline) {
 		conn, err := nats.Connect(c.NodeURL(i), nats.Timeout(500*time.Millisecond))
@@ -199,7 +207,7 @@ func (c *NATSCluster) waitNode(i int) {
 		last = err
 		time.Sleep(50 * time.Millisecond)
 	}
-	c.t.Fatalf("outflowtest: NATS cluster node %d never answered JetStream: %v\n%s", i, last, c.logs())
+	t.Fatalf("outflowtest: NATS cluster node %d never answered JetStream: %v\n%s", i, last, c.logs())
 }
 
 // logs is the end of every node's log, for a failure's message.
