@@ -104,14 +104,9 @@ type Config struct {
 }
 
 func (c *Config) setDefaults() {
-	defStr := func(s *string, v string) {
-		if *s == "" {
-			*s = v
-		}
-	}
-	defStr(&c.SlotName, DefaultSlotName)
-	defStr(&c.Publication, DefaultPublication)
-	defStr(&c.Prefix, outbox.DefaultWALPrefix)
+	c.SlotName = cmp.Or(c.SlotName, DefaultSlotName)
+	c.Publication = cmp.Or(c.Publication, DefaultPublication)
+	c.Prefix = cmp.Or(c.Prefix, outbox.DefaultWALPrefix)
 	c.MaxChanges = cmp.Or(c.MaxChanges, DefaultMaxChanges)
 	c.PollInterval = cmp.Or(c.PollInterval, 250*time.Millisecond)
 	c.MinPollInterval = cmp.Or(c.MinPollInterval, min(5*time.Millisecond, c.PollInterval))
