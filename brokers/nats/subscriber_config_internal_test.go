@@ -8,6 +8,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/outflow-dev/outflow/brokers"
+	"github.com/outflow-dev/outflow/internal/configcheck/configchecktest"
 )
 
 // unusedJetStream is a JetStream context never called: validate only
@@ -19,33 +20,13 @@ type unusedJetStream struct{ nats.JetStreamContext }
 func TestSubscriberConfigValidate(t *testing.T) {
 	t.Parallel()
 	stream := func(string) string { return "s" }
-	tests := []struct {
-		name string
-		cfg  SubscriberConfig
-		want []string // substrings; none means valid
-	}{
-		{"defaults", SubscriberConfig{JetStream: unusedJetStream{}, Group: "g", Stream: stream}, nil},
-		{"nothing", SubscriberConfig{}, []string{"JetStream: is required", "Group: is required", "Stream: is required"}},
-		{"negatives", SubscriberConfig{JetStream: unusedJetStream{}, Group: "g", Stream: stream, BatchSize: -1,
+	configchecktest.Run(t, "nats subscriber config", []configchecktest.Case[SubscriberConfig]{
+		configchecktest.Valid("defaults", SubscriberConfig{JetStream: unusedJetStream{}, Group: "g", Stream: stream}),
+		configchecktest.Invalid("nothing", SubscriberConfig{},
+			"JetStream: is required", "Group: is required", "Stream: is required"),
+		configchecktest.Invalid("negatives", SubscriberConfig{JetStream: unusedJetStream{}, Group: "g", Stream: stream, BatchSize: -1,
 			AckWait: -time.Second, NakDelay: -1, FetchWait: -1, CheckInterval: -1},
-			[]string{"BatchSize: must be at least 1", "AckWait: must be positive", "NakDelay: must be positive",
-				"FetchWait: must be positive", "CheckInterval: must be positive"}},
-	}
-	for _, tt := range tests {
-		t.Run(tt.name, func(t *testing.T) {
-			t.Parallel()
-			cfg := tt.cfg
-			cfg.setDefaults()
-			err := cfg.validate()
-			if tt.want == nil {
-				require.NoError(t, err)
-				require.Equal(t, brokers.DefaultClaimIdle, cfg.AckWait)
-				return
-			}
-			require.ErrorContains(t, err, "nats subscriber config: ")
-			for _, w := range tt.want {
-				require.ErrorContains(t, err, w)
-			}
-		})
-	}
+			"BatchSize: must be at least 1", "AckWait: must be positive", "NakDelay: must be positive", "FetchWait: must be positive", "CheckInterval: must be positive"),
+	}, func(c *SubscriberConfig) error { c.setDefaults(); return c.validate() },
+		func(t *testing.T, cfg SubscriberConfig) { require.Equal(t, brokers.DefaultClaimIdle, cfg.AckWait) })
 }
