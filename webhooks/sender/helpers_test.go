@@ -206,6 +206,16 @@ func newServer(t *testing.T, handle func(w http.ResponseWriter, r *http.Request,
 	return s
 }
 
+// newStuckServer is a receiver that answers no request: each waits until
+// it is cancelled (the Sender shut down) or the test ends.
+func newStuckServer(t *testing.T) *server {
+	t.Helper()
+	stuck := make(chan struct{})
+	s := newServer(t, func(w http.ResponseWriter, r *http.Request, n int) { _ = blockUntil(stuck, r) })
+	t.Cleanup(func() { close(stuck) }) // before the server's Close, which waits for its requests
+	return s
+}
+
 func (s *server) count() int {
 	s.mu.Lock()
 	defer s.mu.Unlock()

@@ -477,9 +477,7 @@ func TestDisabledAndOpenEndpointsNeverLeased(t *testing.T) {
 func TestSuspectLaneKeepsHealthyEndpointsGoing(t *testing.T) {
 	t.Parallel()
 	e := newEnv(t)
-	stuck := make(chan struct{})
-	t.Cleanup(func() { close(stuck) })
-	slow := newServer(t, func(w http.ResponseWriter, r *http.Request, n int) { _ = blockUntil(stuck, r) })
+	slow := newStuckServer(t)
 	healthy := newServer(t, nil)
 	slowID := e.endpoint(ep{account: "slow", url: slow.URL, failures: 1}) // its last attempt failed
 	healthyID := e.endpoint(ep{account: "ok", url: healthy.URL})
@@ -496,9 +494,7 @@ func TestSuspectLaneKeepsHealthyEndpointsGoing(t *testing.T) {
 func TestSlowRequestsMoveToTheSuspectLane(t *testing.T) {
 	t.Parallel()
 	e := newEnv(t)
-	stuck := make(chan struct{})
-	t.Cleanup(func() { close(stuck) })
-	slow := newServer(t, func(w http.ResponseWriter, r *http.Request, n int) { _ = blockUntil(stuck, r) })
+	slow := newStuckServer(t)
 	healthy := newServer(t, nil)
 	e.endpoint(ep{account: "slow", url: slow.URL}) // no failure yet: not suspect when leased
 	healthyID := e.endpoint(ep{account: "ok", url: healthy.URL})
@@ -517,9 +513,7 @@ func TestSlowRequestsMoveToTheSuspectLane(t *testing.T) {
 func TestPressureMovesSlowRequestsSooner(t *testing.T) {
 	t.Parallel()
 	e := newEnv(t)
-	stuck := make(chan struct{})
-	t.Cleanup(func() { close(stuck) })
-	slow := newServer(t, func(w http.ResponseWriter, r *http.Request, n int) { _ = blockUntil(stuck, r) })
+	slow := newStuckServer(t)
 	healthy := newServer(t, nil)
 	e.endpoint(ep{account: "slow", url: slow.URL})
 	healthyID := e.endpoint(ep{account: "ok", url: healthy.URL})
@@ -536,9 +530,7 @@ func TestPressureMovesSlowRequestsSooner(t *testing.T) {
 func TestSlowEndpointIsSuspect(t *testing.T) {
 	t.Parallel()
 	e := newEnv(t)
-	stuck := make(chan struct{})
-	t.Cleanup(func() { close(stuck) })
-	slow := newServer(t, func(w http.ResponseWriter, r *http.Request, n int) { _ = blockUntil(stuck, r) })
+	slow := newStuckServer(t)
 	healthy := newServer(t, nil)
 	e.endpoint(ep{account: "slow", url: slow.URL})
 	healthyID := e.endpoint(ep{account: "ok", url: healthy.URL})
@@ -632,8 +624,7 @@ func TestResponseBodyBoundedAndRedacted(t *testing.T) {
 func TestShutdownReleasesLeases(t *testing.T) {
 	t.Parallel()
 	e := newEnv(t)
-	never := make(chan struct{})
-	srv := newServer(t, func(w http.ResponseWriter, r *http.Request, n int) { _ = blockUntil(never, r) })
+	srv := newStuckServer(t)
 	id := e.endpoint(ep{url: srv.URL})
 	e.enqueue("acct", "x", 2)
 	_, stop := e.start(fast(sender.Config{Timeout: 30 * time.Second}))
