@@ -262,7 +262,8 @@ func (s *Subscriber) consume(ctx context.Context, b *binding, sub *nats.Subscrip
 		}
 		// A subscription nats.go closed (after a "consumer deleted", a
 		// reconnection) fetches nothing ever again: bind a new one.
-		lost, lerr := errors.Is(err, nats.ErrSubscriptionClosed) || errors.Is(err, nats.ErrBadSubscription), error(nil)
+		lost := errors.Is(err, nats.ErrSubscriptionClosed) || errors.Is(err, nats.ErrBadSubscription)
+		var lerr error
 		if !lost {
 			lost, lerr = b.lost(ctx, mute)
 		}
