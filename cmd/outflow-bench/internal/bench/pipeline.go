@@ -339,7 +339,7 @@ func catchUpRate(s steadyResult) float64 {
 // dead letter's resolved_at instead. It also records when each message
 // first reached the middleware, which splits a latency into the way to
 // the worker (forwarder, broker, subscriber) and the worker's own part
-// (batching, claims, handler, commit).
+// (batching, claims, handler, commit); see stageClock.
 type ackTimes struct {
 	mu       sync.Mutex
 	at       map[string]time.Time
@@ -412,40 +412,6 @@ func (a *ackTimes) latencies(ctx context.Context, pool *pgxpool.Pool, w window) 
 	}
 	slices.Sort(d)
 	return pickMs(d, 0.5), pickMs(d, 0.99), d[len(d)-1], nil
-}
-
-// stages returns the p99s, in milliseconds, of the two parts of
-// commit-to-handled for the rows of w that were never held: commit to
-// the worker's middleware, and from there to the acknowledgement.
-func (a *ackTimes) stages(ctx context.Context, pool *pgxpool.Pool, w window) (toWorker, inWorker float64, err error) {
-	rows, err := pool.Query(ctx, `SELECT message_id::text, created_at FROM outbox WHERE id > $1`+w.createdFilter("created_at"), w.args()...)
-	if err != nil {
-		return 0, 0, err
-	}
-	var (
-		id       string
-		at       time.Time
-		to, in   []float64
-		asMillis = func(d time.Duration) float64 { return float64(d) / float64(time.Millisecond) }
-	)
-	a.mu.Lock()
-	defer a.mu.Unlock()
-	if _, err := pgx.ForEachRow(rows, []any{&id, &at}, func() error {
-		got, ok1 := a.received[id]
-		done, ok2 := a.at[id]
-		if ok1 && ok2 {
-			to, in = append(to, asMillis(got.Sub(at))), append(in, asMillis(done.Sub(got)))
-		}
-		return nil
-	}); err != nil {
-		return 0, 0, err
-	}
-	if len(to) == 0 {
-		return 0, 0, nil
-	}
-	slices.Sort(to)
-	slices.Sort(in)
-	return pickMs(to, 0.99), pickMs(in, 0.99), nil
 }
 
 // window picks the outbox rows a latency is taken of: after afterID,
