@@ -292,6 +292,13 @@ func (s *Sender) dispatch(ctx context.Context, wg *sync.WaitGroup, results chan<
 		}); err != nil {
 		return false, fmt.Errorf("lease webhook deliveries: %w", err)
 	}
+	// The tokens are spent now, when the requests go out, not at now, when
+	// the lease began: the tokens that came in while it waited (a slow
+	// statement, a lock) were not in the count it leased by, and spent as
+	// of its start they would be counted again by the next lease, letting
+	// through twice the endpoint's burst at once. As tokens only grow with
+	// time, the bucket still holds what the lease took.
+	sent := time.Now()
 	for _, d := range due {
 		sl := &slot{d: d, suspect: d.Suspect, started: time.Now()}
 		s.mu.Lock()
@@ -307,12 +314,12 @@ func (s *Sender) dispatch(ctx context.Context, wg *sync.WaitGroup, results chan<
 				l = rate.NewLimiter(rate.Limit(*d.RateLimit), *d.RateLimit)
 				s.limits[d.EndpointID] = l
 			} else if l.Limit() != rate.Limit(*d.RateLimit) {
-				l.SetLimitAt(now, rate.Limit(*d.RateLimit))
-				l.SetBurstAt(now, *d.RateLimit)
+				l.SetLimitAt(sent, rate.Limit(*d.RateLimit))
+				l.SetBurstAt(sent, *d.RateLimit)
 			}
 			// The lease took no more than the tokens there were: this
 			// never waits, it only spends one.
-			l.AllowN(now, 1)
+			l.AllowN(sent, 1)
 		}
 		s.mu.Unlock()
 		wg.Go(func() { s.deliver(ctx, sl, deadline, results) })

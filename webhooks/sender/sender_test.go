@@ -722,3 +722,42 @@ func TestUnsendableDeliveries(t *testing.T) {
 		t.Fatalf("%d requests", srv.count())
 	}
 }
+
+// A lease that waits (here for a lock the test holds on the endpoints)
+// spends its tokens when its requests go out, not when it began. Spent as
+// of its start, the tokens that came in while it waited were counted again
+// by the next lease: the endpoint got twice its burst at once.
+func TestRateLimitHoldsThroughASlowLease(t *testing.T) {
+	t.Parallel()
+	e := newEnv(t)
+	srv := newServer(t, nil)
+	id := e.endpoint(ep{url: srv.URL, rateLimit: 2})
+	e.enqueue("acct", "x", 6)
+	ctx := context.Background()
+	lock, err := e.s.Pool.Begin(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer func() { _ = lock.Rollback(ctx) }()
+	if _, err := lock.Exec(ctx, `LOCK TABLE webhook_endpoints IN ACCESS EXCLUSIVE MODE`); err != nil {
+		t.Fatal(err)
+	}
+	e.start(fast(sender.Config{}))
+	outflowtest.WaitFor(t, 10*time.Second, "the lease waits for the endpoints' lock", func() bool {
+		return e.intQ(`SELECT count(*) FROM pg_locks WHERE relation = 'webhook_endpoints'::regclass AND NOT granted`) > 0
+	})
+	// The slow lease this test is about: held for as long as the bucket
+	// takes to refill whole (2 tokens at 2/s).
+	time.Sleep(time.Second)
+	if err := lock.Rollback(ctx); err != nil {
+		t.Fatal(err)
+	}
+	outflowtest.WaitFor(t, 10*time.Second, "delivered", func() bool { return e.delivered(id) == 6 })
+	r := srv.requests()
+	// A bucket of 2 refilled at 2/s: any three requests span at least 0.5 s.
+	for i := 2; i < len(r); i++ {
+		if d := r[i].at.Sub(r[i-2].at); d < 400*time.Millisecond {
+			t.Fatalf("requests %d to %d within %s: more than the burst of 2 at once", i-2, i, d)
+		}
+	}
+}
