@@ -54,8 +54,14 @@ func (c *stageClock) published(msgs []forwarder.Outgoing, start time.Time) {
 // publish call, the publish itself, on to the worker's outermost
 // middleware, and the worker's own part up to the acknowledgement. Each
 // part's p99 is of its own: they do not add up to the whole's.
+// fromCommit is the p99 of the whole but the first part, from the
+// producer's commit returning: the "commit to handled" taken at
+// its word, where the whole takes the transaction's start (created_at, on
+// the database's clock) and so counts the producer's own round trips and
+// flush. It is low by the time the commit's answer took to come back.
 type stageP99s struct {
 	commit, toPublish, publish, toWorker, inWorker float64
+	fromCommit                                     float64
 }
 
 func (s stageP99s) String() string {
@@ -73,7 +79,7 @@ func (c *stageClock) stages(ctx context.Context, pool *pgxpool.Pool, a *ackTimes
 	var (
 		id    string
 		at    time.Time
-		parts [5][]float64
+		parts [6][]float64
 		ms    = func(from, to time.Time) float64 { return float64(to.Sub(from)) / float64(time.Millisecond) }
 	)
 	c.mu.Lock()
@@ -87,7 +93,7 @@ func (c *stageClock) stages(ctx context.Context, pool *pgxpool.Pool, a *ackTimes
 		done, ok4 := a.at[id]
 		if ok1 && ok2 && ok3 && ok4 {
 			acked := c.pubAt[id]
-			for i, d := range []float64{ms(at, committed), ms(committed, start), ms(start, acked), ms(acked, got), ms(got, done)} {
+			for i, d := range []float64{ms(at, committed), ms(committed, start), ms(start, acked), ms(acked, got), ms(got, done), ms(committed, done)} {
 				parts[i] = append(parts[i], d)
 			}
 		}
@@ -95,14 +101,14 @@ func (c *stageClock) stages(ctx context.Context, pool *pgxpool.Pool, a *ackTimes
 	}); err != nil {
 		return stageP99s{}, err
 	}
-	var p [5]float64
+	var p [6]float64
 	for i, d := range parts {
 		if len(d) > 0 {
 			slices.Sort(d)
 			p[i] = pickMs(d, 0.99)
 		}
 	}
-	return stageP99s{p[0], p[1], p[2], p[3], p[4]}, nil
+	return stageP99s{p[0], p[1], p[2], p[3], p[4], p[5]}, nil
 }
 
 // timed wraps inner so that every publish is recorded in c. It keeps the
