@@ -551,12 +551,19 @@ func TestSlowEndpointIsSuspect(t *testing.T) {
 	}
 }
 
-func TestRateLimit(t *testing.T) {
-	t.Parallel()
+// rateLimited is an endpoint with a rate_limit of 2 (a bucket of 2,
+// refilled at 2/s) and six deliveries queued for it.
+func rateLimited(t *testing.T) (*env, *server, string) {
 	e := newEnv(t)
 	srv := newServer(t, nil)
 	id := e.endpoint(ep{url: srv.URL, rateLimit: 2})
 	e.enqueue("acct", "x", 6)
+	return e, srv, id
+}
+
+func TestRateLimit(t *testing.T) {
+	t.Parallel()
+	e, srv, id := rateLimited(t)
 	e.start(fast(sender.Config{}))
 	outflowtest.WaitFor(t, 10*time.Second, "delivered", func() bool { return e.delivered(id) == 6 })
 	r := srv.requests()
@@ -729,10 +736,7 @@ func TestUnsendableDeliveries(t *testing.T) {
 // by the next lease: the endpoint got twice its burst at once.
 func TestRateLimitHoldsThroughASlowLease(t *testing.T) {
 	t.Parallel()
-	e := newEnv(t)
-	srv := newServer(t, nil)
-	id := e.endpoint(ep{url: srv.URL, rateLimit: 2})
-	e.enqueue("acct", "x", 6)
+	e, srv, id := rateLimited(t)
 	ctx := context.Background()
 	lock, err := e.s.Pool.Begin(ctx)
 	if err != nil {
