@@ -13,6 +13,13 @@ import (
 	"github.com/outflow-dev/outflow/internal/instanceid"
 )
 
+// The defaults of the publishing schedule, shared with the WAL relay
+// (package walrelay), which parks and retries on the forwarder's schedule.
+const (
+	DefaultPublishTimeout = 10 * time.Second
+	DefaultMaxAttempts    = 10
+)
+
 // Config configures a [Forwarder]. Zero values take the documented defaults.
 type Config struct {
 	// Pool is the database holding the outbox. Required. Give the forwarder
@@ -127,8 +134,8 @@ func (c *Config) setDefaults() {
 	c.TakeoverAfter = cmp.Or(c.TakeoverAfter, 10*time.Second)
 	c.LeaseRenewInterval = cmp.Or(c.LeaseRenewInterval, c.TakeoverAfter/5)
 	c.ClaimLockTimeout = cmp.Or(c.ClaimLockTimeout, 5*time.Second)
-	c.PublishTimeout = cmp.Or(c.PublishTimeout, 10*time.Second)
-	c.MaxAttempts = cmp.Or(c.MaxAttempts, 10)
+	c.PublishTimeout = cmp.Or(c.PublishTimeout, DefaultPublishTimeout)
+	c.MaxAttempts = cmp.Or(c.MaxAttempts, DefaultMaxAttempts)
 	c.RetryBackoff = cmp.Or(c.RetryBackoff, backoff.RetryBase)
 	c.RetryBackoffMax = cmp.Or(c.RetryBackoffMax, backoff.RetryMax)
 	c.OutageBackoffMax = cmp.Or(c.OutageBackoffMax, backoff.ReconnectMax)
