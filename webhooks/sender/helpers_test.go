@@ -206,6 +206,19 @@ func newServer(t *testing.T, handle func(w http.ResponseWriter, r *http.Request,
 	return s
 }
 
+// slowBesideHealthy is an env with two endpoints: account "slow"'s
+// answers nothing (newStuckServer; no failure yet, so not suspect when
+// leased), account "ok"'s answers at once. It returns the stuck server and
+// the healthy endpoint's id.
+func slowBesideHealthy(t *testing.T) (*env, *server, string) {
+	t.Helper()
+	e := newEnv(t)
+	slow := newStuckServer(t)
+	healthy := newServer(t, nil)
+	e.endpoint(ep{account: "slow", url: slow.URL})
+	return e, slow, e.endpoint(ep{account: "ok", url: healthy.URL})
+}
+
 // newStuckServer is a receiver that answers no request: each waits until
 // it is cancelled (the Sender shut down) or the test ends.
 func newStuckServer(t *testing.T) *server {

@@ -493,11 +493,7 @@ func TestSuspectLaneKeepsHealthyEndpointsGoing(t *testing.T) {
 
 func TestSlowRequestsMoveToTheSuspectLane(t *testing.T) {
 	t.Parallel()
-	e := newEnv(t)
-	slow := newStuckServer(t)
-	healthy := newServer(t, nil)
-	e.endpoint(ep{account: "slow", url: slow.URL}) // no failure yet: not suspect when leased
-	healthyID := e.endpoint(ep{account: "ok", url: healthy.URL})
+	e, slow, healthyID := slowBesideHealthy(t)
 	e.enqueue("slow", "x", 4) // due first: its first wave takes every slot
 	e.enqueue("ok", "x", 8)
 	e.start(fast(sender.Config{Concurrency: 4, PerEndpoint: 4, SuspectConcurrency: 1, Timeout: 30 * time.Second,
@@ -512,11 +508,7 @@ func TestSlowRequestsMoveToTheSuspectLane(t *testing.T) {
 // gives its slot up without waiting for SlowAfter.
 func TestPressureMovesSlowRequestsSooner(t *testing.T) {
 	t.Parallel()
-	e := newEnv(t)
-	slow := newStuckServer(t)
-	healthy := newServer(t, nil)
-	e.endpoint(ep{account: "slow", url: slow.URL})
-	healthyID := e.endpoint(ep{account: "ok", url: healthy.URL})
+	e, slow, healthyID := slowBesideHealthy(t)
 	e.enqueue("slow", "x", 4) // its first wave takes every slot
 	e.start(fast(sender.Config{Concurrency: 4, PerEndpoint: 4, SuspectConcurrency: 1, Timeout: 60 * time.Second,
 		SlowAfter: 30 * time.Second}))
@@ -529,11 +521,7 @@ func TestPressureMovesSlowRequestsSooner(t *testing.T) {
 
 func TestSlowEndpointIsSuspect(t *testing.T) {
 	t.Parallel()
-	e := newEnv(t)
-	slow := newStuckServer(t)
-	healthy := newServer(t, nil)
-	e.endpoint(ep{account: "slow", url: slow.URL})
-	healthyID := e.endpoint(ep{account: "ok", url: healthy.URL})
+	e, slow, healthyID := slowBesideHealthy(t)
 	e.enqueue("slow", "x", 2) // below its bound of 4
 	const slowAfter = 200 * time.Millisecond
 	e.start(fast(sender.Config{Concurrency: 4, PerEndpoint: 4, SuspectConcurrency: 1, Timeout: 30 * time.Second,
