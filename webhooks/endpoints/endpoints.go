@@ -221,15 +221,9 @@ func (s *Store) sealed(secret, id string) (string, error) {
 	return out, nil
 }
 
-// beginner is what every webhooks.DB of pgx has: a pool and a conn begin
-// a transaction, a transaction a savepoint.
-type beginner interface {
-	Begin(ctx context.Context) (pgx.Tx, error)
-}
-
 // inTx runs fn in a transaction of db (a savepoint when db is one).
 func inTx(ctx context.Context, db webhooks.DB, fn func(pgx.Tx) error) error {
-	b, ok := db.(beginner)
+	b, ok := db.(advisory.Beginner)
 	if !ok {
 		return fmt.Errorf("webhook endpoints: %T cannot begin a transaction", db)
 	}

@@ -130,25 +130,13 @@ func (c *Config) setDefaults() {
 	case c.Jitter < 0:
 		c.Jitter = 0
 	}
-	if c.CircuitFailures == 0 {
-		c.CircuitFailures = DefaultCircuitFailures
-	}
-	if c.Concurrency == 0 {
-		c.Concurrency = DefaultConcurrency
-	}
-	if c.PerEndpoint == 0 {
-		c.PerEndpoint = min(DefaultPerEndpoint, c.Concurrency)
-	}
-	if c.SuspectConcurrency == 0 {
-		c.SuspectConcurrency = max(1, c.Concurrency/4)
-	}
+	c.CircuitFailures = cmp.Or(c.CircuitFailures, DefaultCircuitFailures)
+	c.Concurrency = cmp.Or(c.Concurrency, DefaultConcurrency)
+	c.PerEndpoint = cmp.Or(c.PerEndpoint, min(DefaultPerEndpoint, c.Concurrency))
+	c.SuspectConcurrency = cmp.Or(c.SuspectConcurrency, max(1, c.Concurrency/4))
 	c.SlowAfter = cmp.Or(c.SlowAfter, max(c.Timeout/10, time.Millisecond))
-	if c.MaxResponseBody == 0 {
-		c.MaxResponseBody = DefaultMaxResponseBody
-	}
-	if c.Logger == nil {
-		c.Logger = slog.Default()
-	}
+	c.MaxResponseBody = cmp.Or(c.MaxResponseBody, DefaultMaxResponseBody)
+	c.Logger = cmp.Or(c.Logger, slog.Default())
 }
 
 func (c *Config) validate() error {

@@ -300,7 +300,7 @@ func (s *Sender) dispatch(ctx context.Context, wg *sync.WaitGroup, results chan<
 	// time, the bucket still holds what the lease took.
 	sent := time.Now()
 	for _, d := range due {
-		sl := &slot{d: d, suspect: d.Suspect, started: time.Now()}
+		sl := &slot{d: d, suspect: d.Suspect, started: sent}
 		s.mu.Lock()
 		s.inflight[d.EndpointID]++
 		s.total++

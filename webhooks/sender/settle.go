@@ -71,7 +71,7 @@ func (s *Sender) settler(ctx context.Context, results <-chan settled) {
 //     circuit's end), last error; failed when its endpoint was disabled.
 //   - the endpoint's hold (held_until): while its circuit is open, the
 //     circuit's end; after a failed attempt to be retried, the earliest
-//     such retry plus $18 seconds (CircuitCooldownMax), the longest the
+//     such retry plus $16 seconds (CircuitCooldownMax), the longest the
 //     backlog waits for the retry's outcome; none after a success.
 //   - the endpoint's other pending deliveries: failed "endpoint disabled"
 //     when it was disabled, due now when it answered after a circuit or a
@@ -128,7 +128,7 @@ WITH r AS (
            CASE WHEN h0.any_ok THEN NULL
                 WHEN h0.circuit > now() THEN h0.circuit
                 WHEN h0.retry_secs IS NOT NULL
-                    THEN greatest(h0.old_hold, now() + make_interval(secs => h0.retry_secs + $18))
+                    THEN greatest(h0.old_hold, now() + make_interval(secs => h0.retry_secs + $16::float8))
                 ELSE h0.old_hold END AS hold
     FROM h0
 ), eupd AS (
@@ -248,7 +248,7 @@ func (s *Sender) settle(ctx context.Context, batch []settled) error {
 	b.Queue(`SELECT set_config('synchronous_commit', 'off', true)`)
 	b.Queue(settleSQL, ids, tokens, endpoints, statuses, delays, lastErrs, codes, lats, errs, bodies, sent, oks, opens,
 		s.cfg.CircuitFailures, s.cfg.CircuitCooldown.Seconds(), s.cfg.CircuitCooldownMax.Seconds(),
-		s.cfg.DisableAfter.Seconds(), s.cfg.CircuitCooldownMax.Seconds()).Query(func(rows pgx.Rows) error {
+		s.cfg.DisableAfter.Seconds()).Query(func(rows pgx.Rows) error {
 		for rows.Next() {
 			var kind string
 			var id *int64
