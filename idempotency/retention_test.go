@@ -15,6 +15,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/outflow-dev/outflow/idempotency"
+	"github.com/outflow-dev/outflow/internal/advisory"
 	"github.com/outflow-dev/outflow/outflowtest"
 )
 
@@ -187,7 +188,7 @@ func TestRetentionSkipsWhileAnotherPurges(t *testing.T) {
 	require.NoError(t, err)
 	defer tx.Rollback(ctx) //nolint:errcheck
 	// The purge's advisory lock ("outd"), as another process holds it.
-	_, err = tx.Exec(ctx, `SELECT pg_advisory_xact_lock($1, hashtext(current_schema()))`, 0x6f757464)
+	_, err = tx.Exec(ctx, `SELECT pg_advisory_xact_lock($1, hashtext(current_schema()))`, int32(advisory.ConsumerRetention))
 	require.NoError(t, err)
 
 	r := newRetention(t, s.Pool, 10)
