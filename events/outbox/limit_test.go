@@ -296,3 +296,22 @@ func TestBrokerLimitIsTheCeiling(t *testing.T) {
 	require.Equal(t, 1, parked[0].Attempts, "parked at once: no retry makes it fit")
 	require.Contains(t, parked[0].LastError, "over the broker's limit of 4096 bytes")
 }
+
+// shrinkingLimit is a broker whose limit drops at each read, as a broker's
+// does when it reconnects to a server with a lower max_payload.
+type shrinkingLimit struct{ max int }
+
+func (*shrinkingLimit) Publish(context.Context, []forwarder.Outgoing) []error { return nil }
+func (b *shrinkingLimit) MaxMessageBytes() int                                { b.max /= 2; return b.max }
+func (*shrinkingLimit) MessageBytes(forwarder.Outgoing) int                   { return 0 }
+
+// The writer reads its broker's limit once: a default taken from one read
+// is never refused by the next, which would fail NewWriter over a setting
+// nobody set.
+func TestBrokerLimitReadOnce(t *testing.T) {
+	t.Parallel()
+	b := &shrinkingLimit{max: 8192}
+	_, err := outbox.NewWriter(outbox.Config{Broker: b})
+	require.NoError(t, err)
+	require.Equal(t, 4096, b.max, "one read")
+}

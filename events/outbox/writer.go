@@ -79,11 +79,18 @@ type Writer struct {
 
 // NewWriter validates cfg and returns a Writer.
 func NewWriter(cfg Config) (*Writer, error) {
-	cfg.setDefaults()
-	if err := cfg.validate(); err != nil {
+	// The broker's limit is read once: a broker's can change under it (a
+	// RabbitMQ reconnect, a NATS server with another max_payload), and a
+	// default taken from one read must not fail validation on the next.
+	lim, _ := cfg.Broker.(forwarder.PayloadLimiter)
+	ceiling := 0
+	if lim != nil {
+		ceiling = lim.MaxMessageBytes()
+	}
+	cfg.setDefaults(ceiling)
+	if err := cfg.validate(ceiling); err != nil {
 		return nil, err
 	}
-	lim, _ := cfg.Broker.(forwarder.PayloadLimiter)
 	return &Writer{
 		adapter:       SchemaAdapter{},
 		routes:        cfg.Routes,
@@ -96,18 +103,12 @@ func NewWriter(cfg Config) (*Writer, error) {
 	}, nil
 }
 
-// ceiling is Broker's limit on one message, 0 when it has none.
-func (c *Config) ceiling() int {
-	if lim, ok := c.Broker.(forwarder.PayloadLimiter); ok {
-		return lim.MaxMessageBytes()
-	}
-	return 0
-}
-
-func (c *Config) setDefaults() {
+// setDefaults and validate take ceiling, Broker's limit on one message (0
+// when it has none).
+func (c *Config) setDefaults(ceiling int) {
 	c.Logger = cmp.Or(c.Logger, slog.Default())
 	c.WALPrefix = cmp.Or(c.WALPrefix, DefaultWALPrefix)
-	switch ceiling := c.ceiling(); {
+	switch {
 	case c.MaxEventBytes == 0 && ceiling > 0:
 		c.MaxEventBytes = min(DefaultMaxEventBytes, ceiling)
 	case c.MaxEventBytes == 0:
@@ -118,14 +119,13 @@ func (c *Config) setDefaults() {
 	c.ClaimCheck.setDefaults()
 }
 
-func (c *Config) validate() error {
+func (c *Config) validate(ceiling int) error {
 	var errs configcheck.Errors
 	if err := c.Routes.validate(); err != nil {
 		errs = append(errs, fmt.Errorf("Routes: %w", err))
 	}
 	errs.Check(c.Mode == ModeTable || c.Mode == ModeWAL, "Mode", fmt.Sprintf("unknown %s", c.Mode))
 	errs.Check(walPrefixRE.MatchString(c.WALPrefix), "WALPrefix", fmt.Sprintf("%q: 1 to 64 letters, digits or _ . : -", c.WALPrefix))
-	ceiling := c.ceiling()
 	errs.Check(ceiling == 0 || c.MaxEventBytes <= ceiling, "MaxEventBytes",
 		fmt.Sprintf("%d is above the broker's limit of %d bytes per message: lower it (or leave it 0 for the broker's)", c.MaxEventBytes, ceiling))
 	c.ClaimCheck.validate(&errs, cmp.Or(c.MaxEventBytes, ceiling))
