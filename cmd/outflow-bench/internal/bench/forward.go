@@ -511,7 +511,7 @@ func runLatency(ctx context.Context, cfg ForwardConfig) (latencyResult, error) {
 		return true
 	})
 	slices.Sort(lat)
-	return latencyResult{n: len(lat), p50: percentile(lat, 0.5), p99: percentile(lat, 0.99), max: lat[len(lat)-1]}, nil
+	return latencyResult{n: len(lat), p50: quantile(lat, 0.5), p99: quantile(lat, 0.99), max: lat[len(lat)-1]}, nil
 }
 
 // benchEvent is the latency run's payload. Events of one aggregate are

@@ -7,6 +7,7 @@ import (
 	"context"
 	"fmt"
 	"io"
+	"math"
 	"slices"
 	"sync"
 	"text/tabwriter"
@@ -141,14 +142,18 @@ func summarize(ss []sample) stat {
 		elapsed += s.elapsed
 	}
 	slices.Sort(all)
-	return stat{tps: float64(len(all)) / elapsed.Seconds(), p50: percentile(all, 0.50), p99: percentile(all, 0.99)}
+	return stat{tps: float64(len(all)) / elapsed.Seconds(), p50: quantile(all, 0.50), p99: quantile(all, 0.99)}
 }
 
-func percentile(sorted []time.Duration, q float64) time.Duration {
+// quantile is the q-quantile of sorted by nearest rank, the ceil(q·n)-th
+// value; the zero value when sorted is empty. Every latency table of the
+// benchmarks takes its quantiles here, so their p99s mean the same.
+func quantile[T any](sorted []T, q float64) T {
 	if len(sorted) == 0 {
-		return 0
+		var zero T
+		return zero
 	}
-	return sorted[min(len(sorted)-1, int(q*float64(len(sorted))))]
+	return sorted[min(max(int(math.Ceil(q*float64(len(sorted))))-1, 0), len(sorted)-1)]
 }
 
 func ms(d time.Duration) float64 { return float64(d) / float64(time.Millisecond) }

@@ -226,12 +226,6 @@ func drain(ctx context.Context, cfg PipelineConfig, plain bool, read, shared int
 	return rate, nil
 }
 
-// countHandled counts the messages the consumer is done with, from its
-// only bookkeeping, the aggregates' versions: the bench's payments start at
-// version 1 and a Strict consumer applies them one by one, so an aggregate
-// at version v has had v events handled, and the sum of the versions is
-// the count (one row per payment to read, not one per event). A message
-// held for its predecessor is not counted until it applied.
 // waitHandled waits until handled counts n events or more.
 func waitHandled(ctx context.Context, n int, limit time.Duration, handled func(context.Context) (int, error)) error {
 	var got int
@@ -246,6 +240,12 @@ func waitHandled(ctx context.Context, n int, limit time.Duration, handled func(c
 	return err
 }
 
+// countHandled counts the messages the consumer is done with, from its
+// only bookkeeping, the aggregates' versions: the bench's payments start at
+// version 1 and a Strict consumer applies them one by one, so an aggregate
+// at version v has had v events handled, and the sum of the versions is
+// the count (one row per payment to read, not one per event). A message
+// held for its predecessor is not counted until it applied.
 func countHandled(ctx context.Context, pool *pgxpool.Pool) (int, error) {
 	var n int
 	err := pool.QueryRow(ctx, `SELECT coalesce(sum(version), 0) FROM consumer_aggregate_versions`).Scan(&n)
@@ -411,7 +411,7 @@ func (a *ackTimes) latencies(ctx context.Context, pool *pgxpool.Pool, w window) 
 		return 0, 0, 0, nil
 	}
 	slices.Sort(d)
-	return pickMs(d, 0.5), pickMs(d, 0.99), d[len(d)-1], nil
+	return quantile(d, 0.5), quantile(d, 0.99), d[len(d)-1], nil
 }
 
 // window picks the outbox rows a latency is taken of: after afterID,
@@ -438,10 +438,6 @@ func (w window) args() []any {
 	return []any{w.afterID, arg(w.from), arg(w.to)}
 }
 
-// pickMs is quantile q of sorted, nearest rank.
-func pickMs(sorted []float64, q float64) float64 {
-	return sorted[min(max(int(q*float64(len(sorted))+0.5)-1, 0), len(sorted)-1)]
-}
 
 // p99NeverHeld is the commit-to-handled p99, in milliseconds, of the
 // outbox rows of w that no consumer held as a gap.
@@ -471,7 +467,7 @@ func (a *ackTimes) p99NeverHeld(ctx context.Context, pool *pgxpool.Pool, w windo
 		return 0, nil
 	}
 	slices.Sort(d)
-	return pickMs(d, 0.99), nil
+	return quantile(d, 0.99), nil
 }
 
 // outcomes reads the consumer's counters: what it decided for each message.

@@ -105,7 +105,7 @@ func (c *stageClock) stages(ctx context.Context, pool *pgxpool.Pool, a *ackTimes
 	for i, d := range parts {
 		if len(d) > 0 {
 			slices.Sort(d)
-			p[i] = pickMs(d, 0.99)
+			p[i] = quantile(d, 0.99)
 		}
 	}
 	return stageP99s{p[0], p[1], p[2], p[3], p[4], p[5]}, nil

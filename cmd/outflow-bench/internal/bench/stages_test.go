@@ -58,3 +58,28 @@ func TestTimedKeepsTheBrokersInterfaces(t *testing.T) {
 		})
 	}
 }
+
+func TestQuantileIsNearestRank(t *testing.T) {
+	hundred := make([]int, 100)
+	for i := range hundred {
+		hundred[i] = i + 1
+	}
+	for _, tc := range []struct {
+		name   string
+		sorted []int
+		q      float64
+		want   int
+	}{
+		{"empty", nil, 0.99, 0},
+		{"one", []int{7}, 0.5, 7},
+		{"median of four: the 2nd", []int{1, 2, 3, 4}, 0.5, 2},
+		{"p99 of 100: the 99th, not the max", hundred, 0.99, 99},
+		{"p50 of 100", hundred, 0.5, 50},
+		{"max", hundred, 1, 100},
+		{"min", hundred, 0, 1},
+	} {
+		if got := quantile(tc.sorted, tc.q); got != tc.want {
+			t.Errorf("%s: %d, want %d", tc.name, got, tc.want)
+		}
+	}
+}

@@ -113,7 +113,7 @@ func (s *stmtStats) print(out io.Writer, d time.Duration) {
 		}
 		n := len(k.d)
 		fmt.Fprintf(out, "| %s | %d | %.1f | %.2f | %.2f | %.2f | %.0f%% |\n", name, n, float64(k.rows)/float64(n),
-			ms(sum)/float64(n), ms(percentile(k.d, 0.99)), ms(k.d[n-1]), 100*sum.Seconds()/d.Seconds())
+			ms(sum)/float64(n), ms(quantile(k.d, 0.99)), ms(k.d[n-1]), 100*sum.Seconds()/d.Seconds())
 	}
 }
 

@@ -206,7 +206,7 @@ func plainRoundTrips(ctx context.Context, cfg WebhooksConfig) (webhookResult, er
 	slices.Sort(lat)
 	res.delivered = len(lat)
 	if len(lat) > 0 {
-		res.p50, res.p99, res.max = percentile(lat, 0.5), percentile(lat, 0.99), lat[len(lat)-1]
+		res.p50, res.p99, res.max = quantile(lat, 0.5), quantile(lat, 0.99), lat[len(lat)-1]
 	}
 	return res, nil
 }
@@ -287,7 +287,7 @@ func webhookRun(ctx context.Context, cfg WebhooksConfig, slow time.Duration) (we
 	})
 	slices.Sort(lat)
 	if len(lat) > 0 {
-		res.p50, res.p99, res.max = percentile(lat, 0.5), percentile(lat, 0.99), lat[len(lat)-1]
+		res.p50, res.p99, res.max = quantile(lat, 0.5), quantile(lat, 0.99), lat[len(lat)-1]
 	}
 	return res, nil
 }

@@ -363,7 +363,7 @@ func scaleRun(ctx context.Context, cfg WebhooksScaleConfig, failing float64) (sc
 	}
 	slices.Sort(lat)
 	if len(lat) > 0 {
-		res.p50, res.p99, res.max = percentile(lat, 0.5), percentile(lat, 0.99), lat[len(lat)-1]
+		res.p50, res.p99, res.max = quantile(lat, 0.5), quantile(lat, 0.99), lat[len(lat)-1]
 	}
 	res.perSec = float64(inWindow) / cfg.Duration.Seconds()
 	res.stats = stats
