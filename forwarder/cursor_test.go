@@ -39,8 +39,7 @@ func (e *env) passMark(f *forwarder.Forwarder, messageID string) {
 			partition *int32
 		)
 		require.NoError(e.t, e.schema.Pool.QueryRow(context.Background(), `
-			SELECT o.id, ((hashtextextended(o.aggregate_id, 0) % nullif(n.n, 0)) + n.n) % n.n
-			FROM outbox o, (SELECT count(*)::int AS n FROM outbox_partitions) n WHERE o.message_id = $1`, messageID).Scan(&id, &partition))
+			SELECT o.id, outbox_partition_of(o.id, o.aggregate_id) FROM outbox o WHERE o.message_id = $1`, messageID).Scan(&id, &partition))
 		e.flow(1)
 		if partition == nil {
 			return false
@@ -64,8 +63,8 @@ func (e *env) passAll(f *forwarder.Forwarder) {
 	e.t.Helper()
 	outflowtest.WaitFor(e.t, 60*time.Second, "the cursor passing every row", func() bool {
 		rows, err := e.schema.Pool.Query(context.Background(), `
-			SELECT ((hashtextextended(o.aggregate_id, 0) % n.n) + n.n) % n.n, max(o.id)
-			FROM outbox o, (SELECT count(*)::int AS n FROM outbox_partitions) n WHERE n.n > 0 GROUP BY 1`)
+			SELECT p, max(id) FROM (SELECT outbox_partition_of(o.id, o.aggregate_id) AS p, o.id FROM outbox o) x
+			WHERE p IS NOT NULL GROUP BY p`)
 		require.NoError(e.t, err)
 		var (
 			partition int32
