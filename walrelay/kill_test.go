@@ -97,9 +97,7 @@ func TestKillRelayUnderLoad(t *testing.T) {
 		}
 	})
 	start()
-	outflowtest.WaitFor(t, 30*time.Second, "the slot", func() bool {
-		return e.count(`SELECT count(*) FROM pg_replication_slots WHERE confirmed_flush_lsn IS NOT NULL`) == 1
-	})
+	e.waitSlot(30*time.Second)
 	start() // the standby
 
 	// Producers: 4 of them, each with aggregates of its own, versions in

@@ -222,9 +222,7 @@ func (e *env) run(cfg walrelay.Config) *walrelay.Relay {
 	// still waiting for the transactions running then to end, and what
 	// commits meanwhile is before its start (under load, a test wrote its
 	// first events then and waited for them in vain: twice in whole runs).
-	outflowtest.WaitFor(e.t, 20*time.Second, "the slot", func() bool {
-		return e.count(`SELECT count(*) FROM pg_replication_slots WHERE confirmed_flush_lsn IS NOT NULL`) == 1
-	})
+	e.waitSlot(20*time.Second)
 	return r
 }
 
@@ -472,9 +470,7 @@ func TestLostSlotIsLoudAndRecoverable(t *testing.T) {
 	runCtx, stop := context.WithCancel(ctx)
 	done := make(chan error, 1)
 	go func() { done <- r.Run(runCtx) }()
-	outflowtest.WaitFor(t, 20*time.Second, "the slot", func() bool {
-		return e.count(`SELECT count(*) FROM pg_replication_slots WHERE confirmed_flush_lsn IS NOT NULL`) == 1
-	})
+	e.waitSlot(20*time.Second)
 	first := e.write(e.event("a", 1))
 	outflowtest.WaitFor(t, 20*time.Second, "the first event", func() bool { return e.broker.has(first[0]) })
 	stop()
@@ -628,4 +624,14 @@ func TestFailoverSlotNeedsPostgreSQL17(t *testing.T) {
 		return errors.Is(r.Ready(), walrelay.ErrFailoverUnsupported)
 	})
 	require.Zero(t, e.count(`SELECT count(*) FROM pg_replication_slots`))
+}
+
+// waitSlot waits, up to within, until the relay has made its slot and
+// confirmed a position in it: from then on every commit is after the
+// slot's start and reaches the relay.
+func (e *env) waitSlot(within time.Duration) {
+	e.t.Helper()
+	outflowtest.WaitFor(e.t, within, "the slot", func() bool {
+		return e.count(`SELECT count(*) FROM pg_replication_slots WHERE confirmed_flush_lsn IS NOT NULL`) == 1
+	})
 }
