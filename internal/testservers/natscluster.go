@@ -1,6 +1,7 @@
 package testservers
 
 import (
+	"context"
 	"errors"
 	"fmt"
 	"os"
@@ -13,6 +14,8 @@ import (
 	"time"
 
 	"github.com/nats-io/nats.go"
+
+	"github.com/outflow-dev/outflow/internal/poll"
 )
 
 // NATSCluster is a three-node NATS JetStream cluster of the test's own, on
@@ -157,13 +160,12 @@ func (c *NATSCluster) waitReady() {
 	for i := range c.nodes {
 		c.waitNode(c.t, i, clusterReadyTimeout)
 	}
-	deadline := time.Now().Add(clusterReadyTimeout)
 	var last error
-	for time.Now().Before(deadline) {
-		if last = c.probe(); last == nil {
-			return
-		}
-		time.Sleep(50 * time.Millisecond)
+	if poll.Until(context.Background(), 50*time.Millisecond, clusterReadyTimeout, func() (bool, error) {
+		last = c.probe()
+		return last == nil, nil
+	}) == nil {
+		return
 	}
 	c.t.Fatalf("outflowtest: the NATS cluster never took a stream of 3 replicas: %v\n%s", last, c.logs())
 }
@@ -190,9 +192,8 @@ func (c *NATSCluster) probe() error {
 // leader answers it through the node).
 func (c *NATSCluster) waitNode(t testing.TB, i int, within time.Duration) {
 	t.Helper()
-	deadline := time.Now().Add(within)
 	last := errors.New("not started")
-	for time.Now().Before(deadline) {
+	if poll.Until(context.Background(), 50*time.Millisecond, within, func() (bool, error) {
 		conn, err := nats.Connect(c.NodeURL(i), nats.Timeout(500*time.Millisecond))
 		if err == nil {
 			var js nats.JetStreamContext
@@ -200,12 +201,13 @@ func (c *NATSCluster) waitNode(t testing.TB, i int, within time.Duration) {
 				_, err = js.AccountInfo()
 			}
 			conn.Close()
-			if err == nil {
-				return
-			}
 		}
-		last = err
-		time.Sleep(50 * time.Millisecond)
+		if err != nil {
+			last = err
+		}
+		return err == nil, nil
+	}) == nil {
+		return
 	}
 	t.Fatalf("outflowtest: NATS cluster node %d never answered JetStream: %v\n%s", i, last, c.logs())
 }
