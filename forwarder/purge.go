@@ -19,7 +19,11 @@ import (
 )
 
 // purgeLoop keeps the outbox's partitions ahead of the ids and removes
-// published history older than Retention, every PurgeInterval.
+// published history older than Retention, at start and then every
+// PurgeInterval: at start, because a forwarder restarted more often than
+// PurgeInterval (a deploy a day, an interval of a day) would otherwise
+// never purge. The round is one instance's at a time (its advisory lock)
+// and costs a probe when there is nothing to do.
 func (f *Forwarder) purgeLoop(ctx context.Context) {
 	poll.Every(ctx, f.cfg.PurgeInterval, f.purgeRound, poll.Warn(f.cfg.Logger, "purge published rows"))
 }
