@@ -12,6 +12,7 @@ import (
 	"github.com/outflow-dev/outflow/brokers"
 	"github.com/outflow-dev/outflow/events"
 	"github.com/outflow-dev/outflow/idempotency"
+	"github.com/outflow-dev/outflow/internal/configcheck/configchecktest"
 )
 
 // A handler's idempotency settings override the worker's field by field.
@@ -98,38 +99,31 @@ func TestWorkerConfigValidate(t *testing.T) {
 	require.NoError(t, err)
 	t.Cleanup(pool.Close)
 	valid := WorkerConfig{Pool: pool, Broker: unopenedBackend{}, Registry: events.NewRegistry()}
-	tests := []struct {
-		name string
-		cfg  func(c *WorkerConfig)
-		want []string // substrings; none means valid
-	}{
-		{"defaults", func(*WorkerConfig) {}, nil},
-		{"nothing", func(c *WorkerConfig) { *c = WorkerConfig{} },
-			[]string{"Pool: is required", "Broker: is required", "Registry: is required"}},
-		{"negatives and nils", func(c *WorkerConfig) {
+	with := func(change func(c *WorkerConfig)) WorkerConfig {
+		c := valid
+		change(&c)
+		return c
+	}
+	configchecktest.Run(t, "worker config", []configchecktest.Case[WorkerConfig]{
+		configchecktest.Valid("defaults", valid),
+		configchecktest.Invalid("nothing", WorkerConfig{}, "Pool: is required", "Broker: is required", "Registry: is required"),
+		configchecktest.Invalid("negatives and nils", with(func(c *WorkerConfig) {
 			c.BatchSize, c.ClaimIdle, c.LagInterval = -1, -1, -1
 			c.Middleware, c.Plugins = []message.HandlerMiddleware{nil}, []message.RouterPlugin{nil}
-		}, []string{"BatchSize: must be at least 1", "ClaimIdle: must be positive", "LagInterval: must be positive",
-			"Middleware: holds a nil middleware", "Plugins: holds a nil plugin"}},
-		{"idempotency", func(c *WorkerConfig) { c.Idempotency.MaxAttempts = -1 },
-			[]string{"Idempotency: idempotency config: MaxAttempts: must be at least 1"}},
-	}
-	for _, tt := range tests {
-		t.Run(tt.name, func(t *testing.T) {
-			t.Parallel()
-			cfg := valid
-			tt.cfg(&cfg)
-			w, err := NewWorker(cfg)
-			if tt.want == nil {
-				require.NoError(t, err)
-				require.Equal(t, brokers.DefaultClaimIdle, w.cfg.ClaimIdle)
-				require.NotEmpty(t, w.cfg.InstanceID)
-				return
-			}
-			require.ErrorContains(t, err, "worker config: ")
-			for _, want := range tt.want {
-				require.ErrorContains(t, err, want)
-			}
-		})
-	}
+		}), "BatchSize: must be at least 1", "ClaimIdle: must be positive", "LagInterval: must be positive",
+			"Middleware: holds a nil middleware", "Plugins: holds a nil plugin"),
+		configchecktest.Invalid("idempotency", with(func(c *WorkerConfig) { c.Idempotency.MaxAttempts = -1 }),
+			"Idempotency: idempotency config: MaxAttempts: must be at least 1"),
+	}, func(c *WorkerConfig) error {
+		// NewWorker, not setDefaults and validate alone: it is what a
+		// user calls, and it fills InstanceID.
+		w, err := NewWorker(*c)
+		if err == nil {
+			*c = w.cfg
+		}
+		return err
+	}, func(t *testing.T, c WorkerConfig) {
+		require.Equal(t, brokers.DefaultClaimIdle, c.ClaimIdle)
+		require.NotEmpty(t, c.InstanceID)
+	})
 }
