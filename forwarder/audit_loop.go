@@ -106,7 +106,7 @@ func (f *Forwarder) Audit(ctx context.Context) error {
 type AuditStore struct {
 	// Lock keys the transaction-scoped advisory lock, with the schema's
 	// hash, that keeps the audit of this store to one process at a time.
-	Lock int32
+	Lock advisory.Class
 	// Receipts is the receipts' table: id (bigint, in write order),
 	// published_at, and the parallel arrays IDs (bigint[], the rows the
 	// receipts are of), broker_topics and positions (text[]).
@@ -126,7 +126,7 @@ type AuditStore struct {
 // outboxAuditStore is the forwarder's: receipts in outbox_receipts, rows
 // put back into outbox_failures (kind repair).
 var outboxAuditStore = AuditStore{
-	Lock:     int32(advisory.ForwarderAudit),
+	Lock:     advisory.ForwarderAudit,
 	Receipts: "outbox_receipts",
 	IDs:      "outbox_ids",
 	States:   "outbox_audit",
@@ -170,7 +170,7 @@ func RunAudit(ctx context.Context, pool *pgxpool.Pool, a Auditor, store AuditSto
 		return nil, fmt.Errorf("begin audit: %w", err)
 	}
 	defer func() { _ = tx.Rollback(context.WithoutCancel(ctx)) }()
-	acquired, err := advisory.Try(ctx, tx, advisory.Class(store.Lock))
+	acquired, err := advisory.Try(ctx, tx, store.Lock)
 	if err != nil {
 		return nil, fmt.Errorf("audit lock: %w", err)
 	}

@@ -20,7 +20,7 @@ import (
 // (commit_lsn, position), whenever each was parked: a repaired event goes
 // before its aggregate's later events parked since.
 var historyAuditStore = forwarder.AuditStore{
-	Lock:     int32(advisory.WALAudit),
+	Lock:     advisory.WALAudit,
 	Receipts: "outbox_wal_receipts",
 	IDs:      "history_ids",
 	States:   "outbox_wal_audit",
