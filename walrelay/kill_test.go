@@ -97,7 +97,7 @@ func TestKillRelayUnderLoad(t *testing.T) {
 		}
 	})
 	start()
-	e.waitSlot(30*time.Second)
+	e.waitSlot(30 * time.Second)
 	start() // the standby
 
 	// Producers: 4 of them, each with aggregates of its own, versions in

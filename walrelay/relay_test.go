@@ -222,7 +222,7 @@ func (e *env) run(cfg walrelay.Config) *walrelay.Relay {
 	// still waiting for the transactions running then to end, and what
 	// commits meanwhile is before its start (under load, a test wrote its
 	// first events then and waited for them in vain: twice in whole runs).
-	e.waitSlot(20*time.Second)
+	e.waitSlot(20 * time.Second)
 	return r
 }
 
@@ -470,7 +470,7 @@ func TestLostSlotIsLoudAndRecoverable(t *testing.T) {
 	runCtx, stop := context.WithCancel(ctx)
 	done := make(chan error, 1)
 	go func() { done <- r.Run(runCtx) }()
-	e.waitSlot(20*time.Second)
+	e.waitSlot(20 * time.Second)
 	first := e.write(e.event("a", 1))
 	outflowtest.WaitFor(t, 20*time.Second, "the first event", func() bool { return e.broker.has(first[0]) })
 	stop()
