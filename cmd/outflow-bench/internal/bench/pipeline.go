@@ -438,7 +438,6 @@ func (w window) args() []any {
 	return []any{w.afterID, arg(w.from), arg(w.to)}
 }
 
-
 // p99NeverHeld is the commit-to-handled p99, in milliseconds, of the
 // outbox rows of w that no consumer held as a gap.
 func (a *ackTimes) p99NeverHeld(ctx context.Context, pool *pgxpool.Pool, w window) (float64, error) {
