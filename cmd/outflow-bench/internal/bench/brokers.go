@@ -54,8 +54,8 @@ type BrokersConfig struct {
 func Brokers(ctx context.Context, cfg BrokersConfig) error {
 	fmt.Fprintf(cfg.Out, "brokers: the same pipeline on each backend (drain %d events; then %d events/s for %s after %s of warm-up, one per transaction)\n\n",
 		cfg.Backlog, cfg.Rate, cfg.Duration, cfg.Warmup)
-	fmt.Fprintf(cfg.Out, "| backend | drain events/s | steady: handled/s | p50 ms | p99 ms | max ms | held as gaps | their wait p50 / p99 / max ms | p99 ms of the others | p99 ms: commit / to the publish / publish / to the worker / in it | p99 ms from the commit's return | warm-up p99 / max ms |\n"+
-		"| --- | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: |\n")
+	fmt.Fprintf(cfg.Out, "| backend | drain events/s | steady: handled/s | p50 ms | p99 ms | max ms | held as gaps | their wait p50 / p99 / max ms | p99 ms of the others | p99 ms: commit / to the publish / publish / to the worker / in it | p99 ms from the commit's return | warm-up p99 / max ms | CPU µs an event: postgres / bench / broker | machine busy |\n"+
+		"| --- | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: |\n")
 	for _, bc := range cfg.Brokers {
 		name := string(bc.Kind)
 		if bc.Kind == brokers.Kafka && len(bc.Kafka.Brokers) == 0 {
@@ -72,11 +72,11 @@ func Brokers(ctx context.Context, cfg BrokersConfig) error {
 		}
 		r, err := brokerRun(ctx, cfg, bc)
 		if err != nil {
-			fmt.Fprintf(cfg.Out, "| %s | failed: %s | | | | | | | | | | |\n", name, strings.ReplaceAll(err.Error(), "|", "/"))
+			fmt.Fprintf(cfg.Out, "| %s | failed: %s | | | | | | | | | | | | |\n", name, strings.ReplaceAll(err.Error(), "|", "/"))
 			continue
 		}
-		fmt.Fprintf(cfg.Out, "| %s | %.0f | %.0f | %.1f | %.1f | %.1f | %d | %.1f / %.1f / %.1f | %.1f | %s | %.1f | %.1f / %.1f |\n", name, r.drain, r.steady,
-			r.p50, r.p99, r.max, r.held, r.heldP50, r.heldP99, r.heldMax, r.p99Others, r.stages, r.stages.fromCommit, r.warmP99, r.warmMax)
+		fmt.Fprintf(cfg.Out, "| %s | %.0f | %.0f | %.1f | %.1f | %.1f | %d | %.1f / %.1f / %.1f | %.1f | %s | %.1f | %.1f / %.1f | %s | %s |\n", name, r.drain, r.steady,
+			r.p50, r.p99, r.max, r.held, r.heldP50, r.heldP99, r.heldMax, r.p99Others, r.stages, r.stages.fromCommit, r.warmP99, r.warmMax, r.cpu, r.busy)
 	}
 	fmt.Fprintln(cfg.Out)
 	return nil
@@ -95,6 +95,10 @@ type brokerResult struct {
 	stages stageP99s
 	// The warm-up's events: commit-to-handled p99 and max.
 	warmP99, warmMax float64
+	// From the end of the warm-up to the last event handled: the CPU
+	// time per event of PostgreSQL, the benchmark's process and the
+	// broker's (cpuPerEvent), and how busy the machine was.
+	cpu, busy string
 }
 
 func brokerRun(ctx context.Context, cfg BrokersConfig, bc brokers.Config) (brokerResult, error) {
@@ -192,7 +196,17 @@ func brokerRun(ctx context.Context, cfg BrokersConfig, bc brokers.Config) (broke
 	}
 	sstart := time.Now()
 	tick := time.NewTicker(time.Second / time.Duration(cfg.Rate))
+	warmEvents := int(cfg.Warmup.Seconds() * float64(cfg.Rate))
+	var cpuFrom cpuSample
+	stopProfile := func() {}
+	defer func() { stopProfile() }()
 	for i := range total {
+		if i == warmEvents {
+			cpuFrom = sampleCPU()
+			if stopProfile, err = startProfile(string(bc.Kind)); err != nil {
+				return res, err
+			}
+		}
 		<-tick.C
 		jobs[(i/3)%producers] <- i
 	}
@@ -208,6 +222,9 @@ func brokerRun(ctx context.Context, cfg BrokersConfig, bc brokers.Config) (broke
 		return res, err
 	}
 	res.steady = float64(total) / time.Since(sstart).Seconds()
+	cpuTo := sampleCPU()
+	stopProfile()
+	res.cpu, res.busy = cpuPerEvent(cpuFrom, cpuTo, total-warmEvents), machineBusy(cpuFrom, cpuTo)
 	measured := window{afterID: seededMax, from: sstart.Add(cfg.Warmup)}
 	if err := checkProjection(ctx, pool, cfg.Backlog+total); err != nil {
 		return res, err
