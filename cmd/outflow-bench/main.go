@@ -20,6 +20,8 @@
 //	outflow-bench console [-outbox 1000000] [-processed 10000000] [-dead 100000] [-renders 200]
 //
 // The database is BENCH_DATABASE_URL, defaulting to the test database.
+// BENCH_CPUPROFILE=file.out writes a CPU profile of the benchmark's process
+// over each brokers run's steady part, to file-<backend>.out.
 package main
 
 import (
