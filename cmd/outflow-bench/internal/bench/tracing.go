@@ -11,7 +11,6 @@ import (
 	"strings"
 	"sync"
 	"sync/atomic"
-	"syscall"
 	"time"
 
 	"github.com/google/uuid"
@@ -337,15 +336,6 @@ func (r *tracingRun) close(ctx context.Context) (spanCounts, error) {
 		return spanCounts{}, fmt.Errorf("shut the tracer provider down: %w", err)
 	}
 	return spanCounts{ended: r.ended.n.Load(), received: r.recv.spans.Load() - r.received}, nil
-}
-
-// processCPU is the CPU time (user and system) this process has used.
-func processCPU() time.Duration {
-	var ru syscall.Rusage
-	if err := syscall.Getrusage(syscall.RUSAGE_SELF, &ru); err != nil {
-		return 0
-	}
-	return time.Duration(ru.Utime.Nano() + ru.Stime.Nano())
 }
 
 // endCounter counts the recorded spans that end.
