@@ -19,12 +19,17 @@ import (
 // and returning (the broker's acknowledgement). With ackTimes they split
 // commit-to-handled into five parts, so that a tail says where it grew.
 type stageClock struct {
-	mu                         sync.Mutex
-	committed, pubStart, pubAt map[string]time.Time
+	mu        sync.Mutex
+	committed map[string]time.Time
+	published map[string]publishCall
 }
 
+// publishCall is when the publish call carrying a message started, and
+// when it returned.
+type publishCall struct{ start, acked time.Time }
+
 func newStageClock() *stageClock {
-	return &stageClock{committed: map[string]time.Time{}, pubStart: map[string]time.Time{}, pubAt: map[string]time.Time{}}
+	return &stageClock{committed: map[string]time.Time{}, published: map[string]publishCall{}}
 }
 
 // commit records that the transaction writing message id has committed.
@@ -35,15 +40,15 @@ func (c *stageClock) commit(id string) {
 	c.mu.Unlock()
 }
 
-// published records a publish call of msgs, from start to now; a message
+// publish records a publish call of msgs, from start to now; a message
 // published again keeps its first.
-func (c *stageClock) published(msgs []forwarder.Outgoing, start time.Time) {
-	now := time.Now()
+func (c *stageClock) publish(msgs []forwarder.Outgoing, start time.Time) {
+	call := publishCall{start, time.Now()}
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	for _, m := range msgs {
-		if _, ok := c.pubAt[m.Message.UUID]; !ok {
-			c.pubStart[m.Message.UUID], c.pubAt[m.Message.UUID] = start, now
+		if _, ok := c.published[m.Message.UUID]; !ok {
+			c.published[m.Message.UUID] = call
 		}
 	}
 }
@@ -88,12 +93,11 @@ func (c *stageClock) stages(ctx context.Context, pool *pgxpool.Pool, a *ackTimes
 	defer a.mu.Unlock()
 	if _, err := pgx.ForEachRow(rows, []any{&id, &at}, func() error {
 		committed, ok1 := c.committed[id]
-		start, ok2 := c.pubStart[id]
+		pub, ok2 := c.published[id]
 		got, ok3 := a.received[id]
 		done, ok4 := a.at[id]
 		if ok1 && ok2 && ok3 && ok4 {
-			acked := c.pubAt[id]
-			for i, d := range []float64{ms(at, committed), ms(committed, start), ms(start, acked), ms(acked, got), ms(got, done), ms(committed, done)} {
+			for i, d := range []float64{ms(at, committed), ms(committed, pub.start), ms(pub.start, pub.acked), ms(pub.acked, got), ms(got, done), ms(committed, done)} {
 				parts[i] = append(parts[i], d)
 			}
 		}
@@ -139,7 +143,7 @@ type timedBroker struct {
 func (t timedBroker) Publish(ctx context.Context, msgs []forwarder.Outgoing) []error {
 	start := time.Now()
 	errs := t.inner.Publish(ctx, msgs)
-	t.clock.published(msgs, start)
+	t.clock.publish(msgs, start)
 	return errs
 }
 
@@ -158,7 +162,7 @@ type timedAuditor struct{ timedBroker }
 func (t timedAuditor) PublishReceipts(ctx context.Context, msgs []forwarder.Outgoing) ([]forwarder.Receipt, []error) {
 	start := time.Now()
 	receipts, errs := t.inner.(forwarder.Auditor).PublishReceipts(ctx, msgs)
-	t.clock.published(msgs, start)
+	t.clock.publish(msgs, start)
 	return receipts, errs
 }
 
