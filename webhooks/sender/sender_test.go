@@ -734,12 +734,13 @@ func TestRateLimitHoldsThroughASlowLease(t *testing.T) {
 		t.Fatal(err)
 	}
 	e.start(fast(sender.Config{}))
-	outflowtest.WaitFor(t, 10*time.Second, "the lease waits for the endpoints' lock", func() bool {
-		return e.intQ(`SELECT count(*) FROM pg_locks WHERE relation = 'webhook_endpoints'::regclass AND NOT granted`) > 0
+	// The slow lease this test is about: waiting on the lock for as long
+	// as the bucket takes to refill whole (2 tokens at 2/s).
+	outflowtest.WaitFor(t, 10*time.Second, "the lease waiting 1 s for the endpoints' lock", func() bool {
+		return e.intQ(`SELECT count(*) FROM pg_stat_activity a
+			WHERE clock_timestamp() - a.query_start >= interval '1 second'
+			  AND EXISTS (SELECT 1 FROM pg_locks l WHERE l.pid = a.pid AND l.relation = 'webhook_endpoints'::regclass AND NOT l.granted)`) > 0
 	})
-	// The slow lease this test is about: held for as long as the bucket
-	// takes to refill whole (2 tokens at 2/s).
-	time.Sleep(time.Second)
 	if err := lock.Rollback(ctx); err != nil {
 		t.Fatal(err)
 	}
