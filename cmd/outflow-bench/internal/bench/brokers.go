@@ -249,9 +249,10 @@ func brokerRun(ctx context.Context, cfg BrokersConfig, bc brokers.Config) (broke
 		Scan(&res.held, &res.heldP50, &res.heldP99, &res.heldMax); err != nil {
 		return res, fmt.Errorf("held events: %w", err)
 	}
-	if res.p99Others, err = acks.p99NeverHeld(ctx, pool, measured); err != nil {
+	others, err := neverHeld(ctx, pool, measured)
+	if err != nil {
 		return res, err
 	}
-	res.stages, err = clock.stages(ctx, pool, acks, measured)
-	return res, err
+	res.p99Others, res.stages = acks.p99NeverHeld(others), clock.stages(acks, others)
+	return res, nil
 }

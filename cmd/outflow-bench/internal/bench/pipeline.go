@@ -438,35 +438,45 @@ func (w window) args() []any {
 	return []any{w.afterID, arg(w.from), arg(w.to)}
 }
 
-// p99NeverHeld is the commit-to-handled p99, in milliseconds, of the
-// outbox rows of w that no consumer held as a gap.
-func (a *ackTimes) p99NeverHeld(ctx context.Context, pool *pgxpool.Pool, w window) (float64, error) {
+// sentRow is an outbox row of a latency window: its message and when its
+// transaction started (created_at, where a latency starts).
+type sentRow struct {
+	id string
+	at time.Time
+}
+
+// neverHeld reads the outbox rows of w that no consumer held as a gap:
+// a held one is done when its dead letter resolves, and ackTimes has only
+// when it was parked.
+func neverHeld(ctx context.Context, pool *pgxpool.Pool, w window) ([]sentRow, error) {
 	rows, err := pool.Query(ctx, `SELECT o.message_id::text, o.created_at FROM outbox o
 		WHERE o.id > $1 AND NOT EXISTS (SELECT 1 FROM dead_letters d WHERE d.message_id = o.message_id AND d.reason = 'gap')`+
 		w.createdFilter("o.created_at"), w.args()...)
 	if err != nil {
-		return 0, err
+		return nil, err
 	}
-	var (
-		id string
-		at time.Time
-		d  []float64
-	)
+	return pgx.CollectRows(rows, func(r pgx.CollectableRow) (sentRow, error) {
+		var s sentRow
+		return s, r.Scan(&s.id, &s.at)
+	})
+}
+
+// p99NeverHeld is the commit-to-handled p99, in milliseconds, of rows
+// (neverHeld's).
+func (a *ackTimes) p99NeverHeld(rows []sentRow) float64 {
+	var d []float64
 	a.mu.Lock()
 	defer a.mu.Unlock()
-	if _, err := pgx.ForEachRow(rows, []any{&id, &at}, func() error {
-		if done, ok := a.at[id]; ok {
-			d = append(d, float64(done.Sub(at))/float64(time.Millisecond))
+	for _, r := range rows {
+		if done, ok := a.at[r.id]; ok {
+			d = append(d, float64(done.Sub(r.at))/float64(time.Millisecond))
 		}
-		return nil
-	}); err != nil {
-		return 0, err
 	}
 	if len(d) == 0 {
-		return 0, nil
+		return 0
 	}
 	slices.Sort(d)
-	return quantile(d, 0.99), nil
+	return quantile(d, 0.99)
 }
 
 // outcomes reads the consumer's counters: what it decided for each message.

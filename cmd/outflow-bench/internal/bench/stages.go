@@ -7,9 +7,6 @@ import (
 	"sync"
 	"time"
 
-	"github.com/jackc/pgx/v5"
-	"github.com/jackc/pgx/v5/pgxpool"
-
 	"github.com/outflow-dev/outflow/forwarder"
 )
 
@@ -64,6 +61,8 @@ func (c *stageClock) publish(msgs []forwarder.Outgoing, start time.Time) {
 // its word, where the whole takes the transaction's start (created_at, on
 // the database's clock) and so counts the producer's own round trips and
 // flush. It is low by the time the commit's answer took to come back.
+// All six are of the events never held as a gap, so fromCommit compares
+// with the run's "p99 of the others".
 type stageP99s struct {
 	commit, toPublish, publish, toWorker, inWorker float64
 	fromCommit                                     float64
@@ -73,37 +72,26 @@ func (s stageP99s) String() string {
 	return fmt.Sprintf("%.1f / %.1f / %.1f / %.1f / %.1f", s.commit, s.toPublish, s.publish, s.toWorker, s.inWorker)
 }
 
-// stages returns the stageP99s of the rows of w that were never held (a
-// held one's handling is its dead letter's resolution, not an
-// acknowledgement) and were timed at every step.
-func (c *stageClock) stages(ctx context.Context, pool *pgxpool.Pool, a *ackTimes, w window) (stageP99s, error) {
-	rows, err := pool.Query(ctx, `SELECT message_id::text, created_at FROM outbox WHERE id > $1`+w.createdFilter("created_at"), w.args()...)
-	if err != nil {
-		return stageP99s{}, err
-	}
-	var (
-		id    string
-		at    time.Time
-		parts [6][]float64
-		ms    = func(from, to time.Time) float64 { return float64(to.Sub(from)) / float64(time.Millisecond) }
-	)
+// stages returns the stageP99s of rows, the rows never held (neverHeld's:
+// a held one's handling is its dead letter's resolution, not an
+// acknowledgement), of those timed at every step.
+func (c *stageClock) stages(a *ackTimes, rows []sentRow) stageP99s {
+	var parts [6][]float64
+	ms := func(from, to time.Time) float64 { return float64(to.Sub(from)) / float64(time.Millisecond) }
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	a.mu.Lock()
 	defer a.mu.Unlock()
-	if _, err := pgx.ForEachRow(rows, []any{&id, &at}, func() error {
-		committed, ok1 := c.committed[id]
-		pub, ok2 := c.published[id]
-		got, ok3 := a.received[id]
-		done, ok4 := a.at[id]
+	for _, r := range rows {
+		committed, ok1 := c.committed[r.id]
+		pub, ok2 := c.published[r.id]
+		got, ok3 := a.received[r.id]
+		done, ok4 := a.at[r.id]
 		if ok1 && ok2 && ok3 && ok4 {
-			for i, d := range []float64{ms(at, committed), ms(committed, pub.start), ms(pub.start, pub.acked), ms(pub.acked, got), ms(got, done), ms(committed, done)} {
+			for i, d := range []float64{ms(r.at, committed), ms(committed, pub.start), ms(pub.start, pub.acked), ms(pub.acked, got), ms(got, done), ms(committed, done)} {
 				parts[i] = append(parts[i], d)
 			}
 		}
-		return nil
-	}); err != nil {
-		return stageP99s{}, err
 	}
 	var p [6]float64
 	for i, d := range parts {
@@ -112,7 +100,7 @@ func (c *stageClock) stages(ctx context.Context, pool *pgxpool.Pool, a *ackTimes
 			p[i] = quantile(d, 0.99)
 		}
 	}
-	return stageP99s{p[0], p[1], p[2], p[3], p[4], p[5]}, nil
+	return stageP99s{p[0], p[1], p[2], p[3], p[4], p[5]}
 }
 
 // timed wraps inner so that every publish is recorded in c. It keeps the
