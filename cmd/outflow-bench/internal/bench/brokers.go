@@ -197,14 +197,18 @@ func brokerRun(ctx context.Context, cfg BrokersConfig, bc brokers.Config) (broke
 	sstart := time.Now()
 	tick := time.NewTicker(time.Second / time.Duration(cfg.Rate))
 	warmEvents := int(cfg.Warmup.Seconds() * float64(cfg.Rate))
-	var cpuFrom cpuSample
+	var (
+		cpuFrom cpuSample
+		profErr error
+	)
 	stopProfile := func() {}
 	defer func() { stopProfile() }()
 	for i := range total {
 		if i == warmEvents {
-			cpuFrom = sampleCPU()
-			if stopProfile, err = startProfile(string(bc.Kind)); err != nil {
-				return res, err
+			cpuFrom = sampleCPU(brokerProcess[bc.Kind])
+			// On an error, the producers are still stopped below.
+			if stopProfile, profErr = startProfile(string(bc.Kind)); profErr != nil {
+				break
 			}
 		}
 		<-tick.C
@@ -215,6 +219,9 @@ func brokerRun(ctx context.Context, cfg BrokersConfig, bc brokers.Config) (broke
 		close(j)
 	}
 	pwg.Wait()
+	if profErr != nil {
+		return res, profErr
+	}
 	if e, ok := prodErr.Load().(error); ok {
 		return res, fmt.Errorf("produce: %w", e)
 	}
@@ -222,7 +229,7 @@ func brokerRun(ctx context.Context, cfg BrokersConfig, bc brokers.Config) (broke
 		return res, err
 	}
 	res.steady = float64(total) / time.Since(sstart).Seconds()
-	cpuTo := sampleCPU()
+	cpuTo := sampleCPU(brokerProcess[bc.Kind])
 	stopProfile()
 	res.cpu, res.busy = cpuPerEvent(cpuFrom, cpuTo, total-warmEvents), machineBusy(cpuFrom, cpuTo)
 	measured := window{afterID: seededMax, from: sstart.Add(cfg.Warmup)}

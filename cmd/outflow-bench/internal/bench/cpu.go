@@ -11,18 +11,26 @@ import (
 	"time"
 
 	"github.com/prometheus/procfs"
+
+	"github.com/outflow-dev/outflow/brokers"
 )
 
-// cpuGroups names the processes whose CPU time a run splits out, by the
-// command name the kernel gives them: the database, and the brokers the
-// benchmarks start no process for. The benchmark's own process is counted
-// apart (cpuSelf).
-var cpuGroups = map[string]string{
-	"postgres":     "postgres",
-	"redis-server": "broker",
-	"nats-server":  "broker",
-	"beam.smp":     "broker", // RabbitMQ's Erlang VM
+// brokerProcess is the command name the kernel gives the broker process
+// of each backend the benchmarks run on this machine's servers. The sql
+// backend's broker is PostgreSQL, counted as such, and kafka's is kfake
+// in the benchmark's own process (or a cluster elsewhere): none.
+var brokerProcess = map[brokers.Kind]string{
+	brokers.Redis: "redis-server",
+	brokers.NATS:  "nats-server",
+	brokers.AMQP:  "beam.smp", // RabbitMQ's Erlang VM
 }
+
+// cpuPostgres and cpuBroker are the groups of PostgreSQL's processes and
+// of the run's broker's.
+const (
+	cpuPostgres = "postgres"
+	cpuBroker   = "broker"
+)
 
 // cpuSelf is the group of the benchmark's own process: producers,
 // forwarder and worker (and kfake).
@@ -42,7 +50,9 @@ type cpuSample map[string]float64
 // sampleCPU reads /proc with procfs (the Prometheus client's own reader,
 // already among the project's modules). Where /proc cannot be read (off
 // Linux) it returns nil, and cpuPerEvent and machineBusy print "n/a".
-func sampleCPU() cpuSample {
+// broker is the command name of the run's broker (brokerProcess), "" when
+// it has no process of its own.
+func sampleCPU(broker string) cpuSample {
 	fs, err := procfs.NewDefaultFS()
 	if err != nil {
 		return nil
@@ -63,8 +73,11 @@ func sampleCPU() cpuSample {
 		if err != nil {
 			continue // the process ended
 		}
-		if g, ok := cpuGroups[ps.Comm]; ok {
-			s[g] += ps.CPUTime()
+		switch {
+		case ps.Comm == "postgres":
+			s[cpuPostgres] += ps.CPUTime()
+		case broker != "" && ps.Comm == broker:
+			s[cpuBroker] += ps.CPUTime()
 		}
 	}
 	return s
@@ -80,7 +93,8 @@ func processCPU() time.Duration {
 }
 
 // cpuPerEvent formats the CPU each group used between a and b, in
-// microseconds per event: "postgres / bench / broker". A process that
+// microseconds per event: "postgres / bench / broker", "n/a" for a group
+// with no process. A process that
 // started or ended between the two samples is counted for the part it was
 // alive in both, or not at all: the runs keep their connections open, so
 // this misses little.
@@ -88,8 +102,13 @@ func cpuPerEvent(a, b cpuSample, events int) string {
 	if a == nil || b == nil || events <= 0 {
 		return "n/a"
 	}
-	us := func(g string) float64 { return max(b[g]-a[g], 0) * 1e6 / float64(events) }
-	return fmt.Sprintf("%.0f / %.0f / %.0f", us("postgres"), us(cpuSelf), us("broker"))
+	us := func(g string) string {
+		if _, ok := b[g]; !ok {
+			return "n/a"
+		}
+		return fmt.Sprintf("%.0f", max(b[g]-a[g], 0)*1e6/float64(events))
+	}
+	return us(cpuPostgres) + " / " + us(cpuSelf) + " / " + us(cpuBroker)
 }
 
 // machineBusy is the share of the machine's CPU time between a and b that
