@@ -12,16 +12,18 @@ import (
 
 // Case is one Config to validate: make it with [Valid] or [Invalid].
 type Case[C any] struct {
-	name string
-	cfg  C
-	want []string
+	name  string
+	cfg   C
+	valid bool
+	want  []string
 }
 
 // Valid is a case of a Config that must pass.
-func Valid[C any](name string, cfg C) Case[C] { return Case[C]{name: name, cfg: cfg} }
+func Valid[C any](name string, cfg C) Case[C] { return Case[C]{name: name, cfg: cfg, valid: true} }
 
 // Invalid is a case of a Config that must fail with an error holding
-// every one of want ("Field: must be positive").
+// every one of want ("Field: must be positive"); with no want, any error
+// with the Config's prefix.
 func Invalid[C any](name string, cfg C, want ...string) Case[C] {
 	return Case[C]{name: name, cfg: cfg, want: want}
 }
@@ -38,7 +40,7 @@ func Run[C any](t *testing.T, prefix string, cases []Case[C], check func(*C) err
 			t.Parallel()
 			cfg := tt.cfg
 			err := check(&cfg)
-			if tt.want == nil {
+			if tt.valid {
 				require.NoError(t, err)
 				if valid != nil {
 					valid(t, cfg)
