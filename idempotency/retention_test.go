@@ -187,9 +187,10 @@ func TestRetentionSkipsWhileAnotherPurges(t *testing.T) {
 	tx, err := s.Pool.Begin(ctx)
 	require.NoError(t, err)
 	defer tx.Rollback(ctx) //nolint:errcheck
-	// The purge's advisory lock ("outd"), as another process holds it.
-	_, err = tx.Exec(ctx, `SELECT pg_advisory_xact_lock($1, hashtext(current_schema()))`, int32(advisory.ConsumerRetention))
+	// The purge's advisory lock, as another process's purge holds it.
+	held, err := advisory.Try(ctx, tx, advisory.ConsumerRetention)
 	require.NoError(t, err)
+	require.True(t, held)
 
 	r := newRetention(t, s.Pool, 10)
 	n, err := r.PurgeOnce(ctx)
