@@ -1,6 +1,7 @@
 package testservers
 
 import (
+	"context"
 	"fmt"
 	"os"
 	"os/exec"
@@ -12,6 +13,8 @@ import (
 	"time"
 
 	"github.com/nats-io/nats.go"
+
+	"github.com/outflow-dev/outflow/internal/poll"
 )
 
 // DefaultNATSURL is the test NATS used when OUTFLOW_TEST_NATS_URL is not
@@ -68,6 +71,7 @@ type NATSServer struct {
 	t    testing.TB
 	dir  string
 	conf string // a configuration file (-c), or ""
+	log  string // the server's output, every start's
 	Port int
 	URL  string
 	cmd  *exec.Cmd
@@ -78,23 +82,31 @@ type NATSServer struct {
 // have no command-line flag. The flags (port, JetStream, store) win.
 func StartNATSConfig(t testing.TB, conf string) *NATSServer {
 	t.Helper()
-	port := freePorts(t, 1)[0]
-	s := &NATSServer{t: t, dir: t.TempDir(), Port: port, URL: fmt.Sprintf("nats://127.0.0.1:%d", port)}
-	s.conf = filepath.Join(t.TempDir(), "nats.conf")
-	if err := os.WriteFile(s.conf, []byte(conf), 0o600); err != nil {
+	path := filepath.Join(t.TempDir(), "nats.conf")
+	if err := os.WriteFile(path, []byte(conf), 0o600); err != nil {
 		t.Fatalf("outflowtest: write nats-server configuration: %v", err)
 	}
-	s.start(natsServerBinary(t))
-	t.Cleanup(s.Stop)
-	return s
+	return startNATS(t, path)
 }
 
 // StartNATS starts a nats-server with JetStream on a free port, stopped
-// when t ends. It fails the test if nats-server is not installed.
+// when t ends. It fails the test if nats-server is not installed. A test
+// that fails logs the end of the server's output.
 func StartNATS(t testing.TB) *NATSServer {
 	t.Helper()
+	return startNATS(t, "")
+}
+
+func startNATS(t testing.TB, conf string) *NATSServer {
+	t.Helper()
 	port := freePorts(t, 1)[0]
-	s := &NATSServer{t: t, dir: t.TempDir(), Port: port, URL: fmt.Sprintf("nats://127.0.0.1:%d", port)}
+	s := &NATSServer{t: t, dir: t.TempDir(), conf: conf, log: filepath.Join(t.TempDir(), "server.log"),
+		Port: port, URL: fmt.Sprintf("nats://127.0.0.1:%d", port)}
+	t.Cleanup(func() {
+		if t.Failed() {
+			t.Logf("nats-server on port %d, the end of its log:\n%s", s.Port, logTail(s.log, 4000))
+		}
+	})
 	s.start(natsServerBinary(t))
 	t.Cleanup(s.Stop)
 	return s
@@ -111,26 +123,29 @@ func (s *NATSServer) start(bin string) {
 	if s.conf != "" {
 		args = append([]string{"-c", s.conf}, args...)
 	}
+	log, err := os.OpenFile(s.log, os.O_CREATE|os.O_WRONLY|os.O_APPEND, 0o644)
+	if err != nil {
+		s.t.Fatal(err)
+	}
+	defer log.Close() // the server has its own descriptor
 	s.cmd = exec.Command(bin, args...)
+	s.cmd.Stdout, s.cmd.Stderr = log, log
 	if err := s.cmd.Start(); err != nil {
 		s.t.Fatalf("outflowtest: start nats-server: %v", err)
 	}
-	deadline := time.Now().Add(10 * time.Second)
-	for {
-		if conn, err := nats.Connect(s.URL, nats.Timeout(200*time.Millisecond)); err == nil {
-			js, jerr := conn.JetStream()
-			if jerr == nil {
-				_, jerr = js.AccountInfo()
-			}
-			conn.Close()
-			if jerr == nil {
-				return
-			}
+	if poll.Until(context.Background(), 20*time.Millisecond, 10*time.Second, func() (bool, error) {
+		conn, err := nats.Connect(s.URL, nats.Timeout(200*time.Millisecond))
+		if err != nil {
+			return false, nil
 		}
-		if time.Now().After(deadline) {
-			s.t.Fatalf("outflowtest: nats-server on port %d did not answer", s.Port)
+		defer conn.Close()
+		js, err := conn.JetStream()
+		if err == nil {
+			_, err = js.AccountInfo()
 		}
-		time.Sleep(20 * time.Millisecond)
+		return err == nil, nil
+	}) != nil {
+		s.t.Fatalf("outflowtest: nats-server on port %d did not answer\n%s", s.Port, logTail(s.log, 4000))
 	}
 }
 

@@ -216,11 +216,7 @@ func (c *NATSCluster) waitNode(t testing.TB, i int, within time.Duration) {
 func (c *NATSCluster) logs() string {
 	var b strings.Builder
 	for _, n := range c.nodes {
-		raw, _ := os.ReadFile(filepath.Join(n.dir, "server.log"))
-		if len(raw) > 2000 {
-			raw = raw[len(raw)-2000:]
-		}
-		fmt.Fprintf(&b, "--- %s ---\n%s\n", n.name, raw)
+		fmt.Fprintf(&b, "--- %s ---\n%s\n", n.name, logTail(filepath.Join(n.dir, "server.log"), 2000))
 	}
 	return b.String()
 }
@@ -244,4 +240,14 @@ func (c *NATSCluster) Node(name string) int {
 func (s *NATSServer) StreamStored(name string) bool {
 	_, err := os.Stat(filepath.Join(s.dir, "jetstream", "$G", "streams", name))
 	return err == nil
+}
+
+// logTail is the last n bytes of the file at path (a server's log), or
+// what reading it failed with.
+func logTail(path string, n int) string {
+	raw, err := os.ReadFile(path)
+	if err != nil {
+		return err.Error()
+	}
+	return string(raw[max(len(raw)-n, 0):])
 }
