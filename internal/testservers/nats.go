@@ -75,6 +75,9 @@ type NATSServer struct {
 	Port int
 	URL  string
 	cmd  *exec.Cmd
+	// exited is closed when the running server's process has ended, by
+	// Stop or on its own (a crash).
+	exited chan struct{}
 }
 
 // StartNATSConfig is StartNATS with conf, the text of a nats-server
@@ -104,7 +107,7 @@ func startNATS(t testing.TB, conf string) *NATSServer {
 		Port: port, URL: fmt.Sprintf("nats://127.0.0.1:%d", port)}
 	t.Cleanup(func() {
 		if t.Failed() {
-			t.Logf("nats-server on port %d, the end of its log:\n%s", s.Port, logTail(s.log, 4000))
+			t.Logf("nats-server on port %d, the end of its log:\n%s", s.Port, s.Log())
 		}
 	})
 	s.start(natsServerBinary(t))
@@ -133,6 +136,14 @@ func (s *NATSServer) start(bin string) {
 	if err := s.cmd.Start(); err != nil {
 		s.t.Fatalf("outflowtest: start nats-server: %v", err)
 	}
+	// Waited for at once, so that Crashed sees a server that died; it
+	// ends with the process.
+	cmd, exited := s.cmd, make(chan struct{})
+	s.exited = exited
+	go func() {
+		_ = cmd.Wait()
+		close(exited)
+	}()
 	if poll.Until(context.Background(), 20*time.Millisecond, 10*time.Second, func() (bool, error) {
 		conn, err := nats.Connect(s.URL, nats.Timeout(200*time.Millisecond))
 		if err != nil {
@@ -145,9 +156,27 @@ func (s *NATSServer) start(bin string) {
 		}
 		return err == nil, nil
 	}) != nil {
-		s.t.Fatalf("outflowtest: nats-server on port %d did not answer\n%s", s.Port, logTail(s.log, 4000))
+		s.t.Fatalf("outflowtest: nats-server on port %d did not answer\n%s", s.Port, s.Log())
 	}
 }
+
+// Crashed reports whether the server started last has ended without Stop:
+// nats-server 2.9.10 can panic on a message read racing its stream's
+// deletion (see docs/broker-loss.md). The end of its log says why.
+func (s *NATSServer) Crashed() bool {
+	if s.cmd == nil {
+		return false
+	}
+	select {
+	case <-s.exited:
+		return true
+	default:
+		return false
+	}
+}
+
+// Log is the end of the server's output, every start's.
+func (s *NATSServer) Log() string { return logTail(s.log, 4000) }
 
 // StoreDir is the server's JetStream store directory (-sd). A test may
 // copy it while the server is stopped and put the copy back later, to play
@@ -160,6 +189,6 @@ func (s *NATSServer) Stop() {
 		return
 	}
 	_ = s.cmd.Process.Signal(syscall.SIGTERM)
-	_ = s.cmd.Wait()
+	<-s.exited
 	s.cmd = nil
 }
